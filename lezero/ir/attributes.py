@@ -1,0 +1,271 @@
+"""Attributes: compile-time constants attached to ops, printed in MLIR's syntax.
+
+``1 : i64``, ``1.0e-05 : f32``, ``"text"``, ``true``, ``unit``, ``[a, b]``, ``array<i64: 1, 2>``,
+``f16`` (a type), ``dense<[[1, 2], [3, 4]]> : tensor<2x2xi32>``, ``@symbol``.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from lezero.ir.types import F32, I64, ElementType, TensorType, Type
+
+
+class Attribute:
+    """Base of all attributes; immutable, compared by value."""
+
+
+def escape_string(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def format_float(value: float, type_: ElementType) -> str:
+    """MLIR's float literal: always with a '.', hex bits for inf and nan."""
+    if not math.isfinite(value):
+        return _float_bits_hex(value, type_)
+    text = repr(float(value))
+    if "e" in text and "." not in text.split("e")[0]:
+        mantissa, exp = text.split("e")
+        text = f"{mantissa}.0e{exp}"
+    return text
+
+
+def _float_bits_hex(value: float, type_: ElementType) -> str:
+    if type_.name == "f64":
+        bits = struct.unpack("<Q", struct.pack("<d", value))[0]
+        return f"0x{bits:016X}"
+    if type_.name == "f16":
+        bits = int(np.array(value, np.float16).view(np.uint16))
+        return f"0x{bits:04X}"
+    bits32 = struct.unpack("<I", struct.pack("<f", value))[0]
+    if type_.name == "bf16":
+        return f"0x{bits32 >> 16:04X}"
+    return f"0x{bits32:08X}"
+
+
+def float_from_bits(bits: int, type_: ElementType) -> float:
+    if type_.name == "f64":
+        return struct.unpack("<d", struct.pack("<Q", bits))[0]
+    if type_.name == "f16":
+        return float(np.array(bits, np.uint16).view(np.float16))
+    if type_.name == "bf16":
+        bits <<= 16
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+@dataclass(frozen=True)
+class IntegerAttr(Attribute):
+    value: int
+    type: ElementType = I64
+
+    def __str__(self) -> str:
+        return f"{self.value} : {self.type}"
+
+
+@dataclass(frozen=True)
+class FloatAttr(Attribute):
+    value: float
+    type: ElementType = F32
+
+    def __eq__(self, other):
+        # nan attributes are equal to themselves (needed for CSE and round-trips)
+        return (isinstance(other, FloatAttr) and self.type == other.type
+                and struct.pack("<d", self.value) == struct.pack("<d", other.value))
+
+    def __hash__(self):
+        return hash((struct.pack("<d", self.value), self.type))
+
+    def __str__(self) -> str:
+        return f"{format_float(self.value, self.type)} : {self.type}"
+
+
+@dataclass(frozen=True)
+class BoolAttr(Attribute):
+    value: bool
+
+    def __str__(self) -> str:
+        return "true" if self.value else "false"
+
+
+@dataclass(frozen=True)
+class StringAttr(Attribute):
+    value: str
+
+    def __str__(self) -> str:
+        return '"' + escape_string(self.value) + '"'
+
+
+@dataclass(frozen=True)
+class UnitAttr(Attribute):
+    def __str__(self) -> str:
+        return "unit"
+
+
+@dataclass(frozen=True)
+class SymbolRefAttr(Attribute):
+    name: str
+
+    def __str__(self) -> str:
+        return "@" + (self.name if _is_bare_identifier(self.name) else '"' + escape_string(self.name) + '"')
+
+
+@dataclass(frozen=True)
+class ArrayAttr(Attribute):
+    values: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "values", tuple(self.values))
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(map(str, self.values)) + "]"
+
+
+@dataclass(frozen=True)
+class DenseArrayAttr(Attribute):
+    """``array<i64: 1, 2, 3>``: a flat list of scalars of one element type."""
+
+    element_type: ElementType
+    values: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "values", tuple(self.values))
+
+    def __str__(self) -> str:
+        if not self.values:
+            return f"array<{self.element_type}>"
+        if self.element_type.is_float:
+            body = ", ".join(format_float(v, self.element_type) for v in self.values)
+        elif self.element_type.is_bool:
+            body = ", ".join("true" if v else "false" for v in self.values)
+        else:
+            body = ", ".join(str(int(v)) for v in self.values)
+        return f"array<{self.element_type}: {body}>"
+
+
+@dataclass(frozen=True)
+class TypeAttr(Attribute):
+    type: Type
+
+    def __str__(self) -> str:
+        return str(self.type)
+
+
+# Elements above which a dense attribute prints as MLIR's hex blob rather than nested lists.
+DENSE_HEX_THRESHOLD = 256
+
+
+class DenseElementsAttr(Attribute):
+    """``dense<...> : tensor<...>``: a constant tensor, stored as a read-only numpy array."""
+
+    __slots__ = ("type", "array", "_hash")
+
+    def __init__(self, type_: TensorType, array):
+        array = np.asarray(array, dtype=type_.element_type.numpy_dtype)
+        if array.size == 1 and array.shape != type_.shape:
+            array = np.broadcast_to(array.reshape(()), type_.shape)
+        if array.shape != type_.shape:
+            raise ValueError(f"dense attribute of shape {array.shape} does not match {type_}")
+        array = np.array(array, copy=True)
+        array.flags.writeable = False
+        self.type = type_
+        self.array = array
+        self._hash = None
+
+    def splat_value(self):
+        """The one value every element holds, or None."""
+        if self.array.size == 0:
+            return None
+        first = self.array.flat[0]
+        flat = self.array.reshape(-1)
+        same = np.all((flat == first) | (np.isnan(flat) & np.isnan(first))) if self.type.element_type.is_float \
+            else np.all(flat == first)
+        return first.item() if same else None
+
+    def __eq__(self, other):
+        return (isinstance(other, DenseElementsAttr) and self.type == other.type
+                and self.array.tobytes() == other.array.tobytes())
+
+    def __hash__(self):
+        if self._hash is None:
+            self._hash = hash((self.type, self.array.tobytes()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"DenseElementsAttr({self})"
+
+    def _scalar(self, v) -> str:
+        et = self.type.element_type
+        if et.is_bool:
+            return "true" if v else "false"
+        if et.is_float:
+            return format_float(float(v), et)
+        return str(int(v))
+
+    def __str__(self) -> str:
+        et = self.type.element_type
+        splat = self.splat_value()
+        if splat is not None and (self.array.size > 1 or self.type.rank == 0):
+            body = self._scalar(splat)
+        elif self.array.size > DENSE_HEX_THRESHOLD:
+            data = self.array
+            if et.name == "bf16":
+                data = (np.ascontiguousarray(data, np.float32).view(np.uint32) >> 16).astype("<u2")
+            else:
+                data = np.ascontiguousarray(data).astype(data.dtype.newbyteorder("<"))
+            body = '"0x' + data.tobytes().hex().upper() + '"'
+        else:
+            body = self._nested(self.array)
+        return f"dense<{body}> : {self.type}"
+
+    def _nested(self, a: np.ndarray) -> str:
+        if a.ndim == 0:
+            return self._scalar(a.item())
+        return "[" + ", ".join(self._nested(x) for x in a) + "]"
+
+
+def _is_bare_identifier(s: str) -> bool:
+    import re
+
+    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$.]*", s) is not None
+
+
+# Convenience constructors used by builders and frontends.
+def i64(value: int) -> IntegerAttr:
+    return IntegerAttr(int(value), I64)
+
+
+def f32(value: float) -> FloatAttr:
+    return FloatAttr(float(value), F32)
+
+
+def i64_array(values) -> DenseArrayAttr:
+    return DenseArrayAttr(I64, tuple(int(v) for v in values))
+
+
+def dense(array: np.ndarray, type_: TensorType | None = None) -> DenseElementsAttr:
+    from lezero.ir.types import tensor_type_of
+
+    array = np.asarray(array)
+    return DenseElementsAttr(type_ or tensor_type_of(array), array)
+
+
+__all__ = [
+    "Attribute", "IntegerAttr", "FloatAttr", "BoolAttr", "StringAttr", "UnitAttr", "SymbolRefAttr",
+    "ArrayAttr", "DenseArrayAttr", "TypeAttr", "DenseElementsAttr", "escape_string", "format_float",
+    "float_from_bits", "i64", "f32", "i64_array", "dense",
+]
