@@ -7,3 +7,5 @@ from lezero.ir.location import UNKNOWN, FileLineColLoc, FusedLoc, Location, Name
 from lezero.ir.opdef import AttrSpec, OpDef, OpError, lookup, register, registered_ops
 from lezero.ir.types import (BF16, ELEMENT_TYPES, F16, F32, F64, I1, I8, I16, I32, I64, UI8, ElementType,
                              FunctionType, TensorType, Type, element_type_of, tensor, tensor_type_of)
+import lezero.ir.dialect  # noqa: E402,F401  (registers every lz op)
+from lezero.ir.interpreter import interpret  # noqa: E402

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass
 
@@ -158,6 +159,47 @@ class DenseArrayAttr(Attribute):
 
 
 @dataclass(frozen=True)
+class DictionaryAttr(Attribute):
+    """``{a = 1 : i64, b}``: named attributes as an attribute value (``arg_attrs`` of a function).
+
+    Entries are kept sorted by name, as MLIR does, so equal dictionaries compare equal.
+    """
+
+    entries: tuple  # ((name, Attribute), ...)
+
+    def __post_init__(self):
+        items = self.entries.items() if isinstance(self.entries, dict) else self.entries
+        object.__setattr__(self, "entries", tuple(sorted(items, key=lambda kv: kv[0])))
+
+    def as_dict(self) -> dict:
+        return dict(self.entries)
+
+    def get(self, name: str, default=None):
+        for k, v in self.entries:
+            if k == name:
+                return v
+        return default
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __str__(self) -> str:
+        return format_attr_dict(self.entries)
+
+
+def format_attr_dict(items) -> str:
+    """``{a = 1 : i64, b}`` from (name, attribute) pairs, sorted by name as MLIR prints them.
+
+    A unit attribute prints as its bare name; a name that is not a bare identifier is quoted.
+    """
+    parts = []
+    for name, attr in sorted(items, key=lambda kv: kv[0]):
+        key = name if _is_bare_identifier(name) else '"' + escape_string(name) + '"'
+        parts.append(key if isinstance(attr, UnitAttr) else f"{key} = {attr}")
+    return "{" + ", ".join(parts) + "}"
+
+
+@dataclass(frozen=True)
 class TypeAttr(Attribute):
     type: Type
 
@@ -238,10 +280,11 @@ class DenseElementsAttr(Attribute):
         return "[" + ", ".join(self._nested(x) for x in a) + "]"
 
 
-def _is_bare_identifier(s: str) -> bool:
-    import re
+_BARE_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
 
-    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$.]*", s) is not None
+
+def _is_bare_identifier(s: str) -> bool:
+    return _BARE_IDENTIFIER.fullmatch(s) is not None
 
 
 # Convenience constructors used by builders and frontends.
@@ -266,6 +309,6 @@ def dense(array: np.ndarray, type_: TensorType | None = None) -> DenseElementsAt
 
 __all__ = [
     "Attribute", "IntegerAttr", "FloatAttr", "BoolAttr", "StringAttr", "UnitAttr", "SymbolRefAttr",
-    "ArrayAttr", "DenseArrayAttr", "TypeAttr", "DenseElementsAttr", "escape_string", "format_float",
-    "float_from_bits", "i64", "f32", "i64_array", "dense",
+    "ArrayAttr", "DenseArrayAttr", "DictionaryAttr", "TypeAttr", "DenseElementsAttr", "escape_string", "format_float",
+    "float_from_bits", "format_attr_dict", "i64", "f32", "i64_array", "dense",
 ]

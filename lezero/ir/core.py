@@ -81,12 +81,14 @@ class OpResult(Value):
 
 
 class BlockArgument(Value):
-    __slots__ = ("block", "index")
+    __slots__ = ("block", "index", "location")
 
-    def __init__(self, type_: Type, block: "Block", index: int, name_hint: str | None = None):
+    def __init__(self, type_: Type, block: "Block", index: int, name_hint: str | None = None,
+                 location: Location = UNKNOWN):
         super().__init__(type_, name_hint)
         self.block = block
         self.index = index
+        self.location = location  # printed as ``%arg0: T loc(...)`` with debuginfo, as MLIR does
 
     @property
     def owner(self) -> "Block":
@@ -247,8 +249,9 @@ class Block:
         for t in arg_types:
             self.add_argument(t)
 
-    def add_argument(self, type_: Type, name_hint: str | None = None) -> BlockArgument:
-        arg = BlockArgument(type_, self, len(self.args), name_hint)
+    def add_argument(self, type_: Type, name_hint: str | None = None,
+                     location: Location = UNKNOWN) -> BlockArgument:
+        arg = BlockArgument(type_, self, len(self.args), name_hint, location)
         self.args.append(arg)
         return arg
 
@@ -297,7 +300,7 @@ class Block:
     def clone_into(self, region: "Region", value_map: dict) -> "Block":
         new = Block()
         for a in self.args:
-            value_map[a] = new.add_argument(a.type, a.name_hint)
+            value_map[a] = new.add_argument(a.type, a.name_hint, a.location)
         region.add_block(new)
         for op in self.ops:
             new.append(op.clone(value_map))

@@ -75,3 +75,12 @@ class SourceManager:
                 caret = " " * max(flc.col - 1, 0) + "^"
                 text += f"\n{src}\n{caret}"
         return text
+
+
+class InterpretError(IRError):
+    """The reference interpreter could not run an op (a runtime shape mismatch, an index out of
+    range, an op with no reference)."""
+
+
+class InputError(InterpretError):
+    """The arrays given to ``interpret`` do not match the function's signature."""

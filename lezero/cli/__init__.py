@@ -1,0 +1,1 @@
+"""Command-line tools: lezero-opt (and later lezero-compile)."""

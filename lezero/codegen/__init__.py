@@ -1,0 +1,1 @@
+"""Code generators: lz kernels to LLVM IR (CPU) and Triton (GPU)."""

@@ -1,0 +1,853 @@
+"""A float32 GEMM, C[M,N] = epilogue(A[M,K] @ B[K,N]), generated as LLVM IR with llvmlite.
+
+The design is GotoBLAS/BLIS's, written with llvmlite's IR builder so that the same code can be
+JIT-compiled here or emitted as an object file into an executable that has no Python:
+
+    for jc in N, step NC:                       (each task owns a rectangle of C)
+      for pc in K, step KC:
+        pack B[pc:pc+KC, jc:jc+NC] into NR-wide slivers         -> packed_b (L3)
+        for ic in M, step MC:
+          pack A[ic:ic+MC, pc:pc+KC] into MR-tall slivers       -> packed_a (L2)
+          for jr in NC, step NR:                  (one KC x NR sliver of packed_b, reused from
+            for ir in MC, step MR:                 L1/L2 by every MR sliver of packed_a)
+              micro-kernel: an MR x NR tile of C held in vector registers, updated by KC
+              rank-1 steps of vector FMA: broadcast(A[i, k]) * B[k, j:j+W]
+
+Packing pads the edge slivers with zeros, so the micro-kernel always computes a full tile; only
+the store of an edge tile is masked (per row a branch, per column a vector mask).
+
+The epilogue (bias, relu, a residual, ...) runs inside the micro-kernel on the accumulator
+vectors of the last K block, just before they are stored, so a fused ``relu(x @ w + b)`` costs one
+pass over C. Threads: the exported function computes one rectangle of C; ``SgemmKernel`` splits C
+into one rectangle per thread and calls it from a thread pool through ctypes, which releases the
+GIL. A native runtime can call the same function from its own threads.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import llvmlite.ir as ir
+import numpy as np
+
+from lezero.codegen.llvm import jit
+
+F32 = ir.FloatType()
+I1 = ir.IntType(1)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+FLOAT_BYTES = 4
+WORKSPACE_ALIGNMENT = 64  # bytes; one cache line and one AVX-512 register
+
+
+def _i64(value: int) -> ir.Constant:
+    return ir.Constant(I64, value)
+
+
+# --------------------------------------------------------------------------------------------
+# Tile sizes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Register and cache blocking.
+
+    vector_width: floats per SIMD register (16 with AVX-512, 8 with AVX2, 4 with SSE).
+    mr: rows of the micro-tile (values of A broadcast to a vector).
+    nr_vectors: columns of the micro-tile, in vectors; nr = nr_vectors * vector_width.
+    kc: depth of a packed block (rank-kc update per micro-kernel call).
+    mc: rows of the packed A block (a multiple of mr), sized to stay in L2.
+    nc: columns of the packed B block (a multiple of nr).
+    """
+
+    vector_width: int
+    mr: int
+    nr_vectors: int
+    kc: int
+    mc: int
+    nc: int
+
+    def __post_init__(self):
+        if self.mc % self.mr or self.nc % self.nr:
+            raise ValueError(f"mc must be a multiple of mr and nc of nr: {self}")
+        accumulators = self.mr * self.nr_vectors
+        if accumulators > 28:
+            raise ValueError(f"an {self.mr}x{self.nr} tile needs {accumulators} accumulator registers")
+
+    @property
+    def nr(self) -> int:
+        return self.nr_vectors * self.vector_width
+
+    @property
+    def packed_a_floats(self) -> int:
+        """mc x kc, rounded up to whole cache lines so that packed B starts aligned."""
+        line = WORKSPACE_ALIGNMENT // FLOAT_BYTES
+        return -(-self.mc * self.kc // line) * line
+
+    @property
+    def packed_b_floats(self) -> int:
+        return self.kc * self.nc
+
+    @property
+    def workspace_floats(self) -> int:
+        """Floats of scratch one task needs: packed A, then packed B (both 64-byte aligned)."""
+        return self.packed_a_floats + self.packed_b_floats
+
+    @classmethod
+    def for_host(cls) -> "GemmConfig":
+        """Tiles for this CPU: AVX-512 (32 vector registers), AVX2 (16) or plain SSE."""
+        features = jit.host_cpu_features()
+        if "avx512f" in features:
+            # 6x64: 24 zmm accumulators + 4 B vectors + 1 broadcast of 32 registers; 6 broadcasts
+            # and 4 loads per 24 FMAs. Measured on Zen 4 (1 MiB L2, 32 KiB L1) against 12x32,
+            # 14x32, 8x48, 5x80, 4x96 and kc 256..512: the fastest. Packed A block 144x512
+            # (288 KiB) and the B sliver 512x64 (128 KiB) are read from L2; packed B 512 x 2048
+            # (4 MiB) sits in L3.
+            return cls(vector_width=16, mr=6, nr_vectors=4, kc=512, mc=144, nc=2048)
+        if "avx2" in features and "fma" in features:
+            # 6x16: 12 ymm accumulators + 2 for B + 1 broadcast of 16 registers.
+            return cls(vector_width=8, mr=6, nr_vectors=2, kc=256, mc=120, nc=2048)
+        return cls(vector_width=4, mr=4, nr_vectors=2, kc=256, mc=128, nc=2048)
+
+
+# --------------------------------------------------------------------------------------------
+# Epilogues
+# --------------------------------------------------------------------------------------------
+
+# Kinds of runtime argument an epilogue can ask for, and the IR parameters each one becomes.
+#   "vector": a float32 array indexed by column (bias[col])      -> ptr
+#   "matrix": a float32 2-D array indexed [row, col] (residual)  -> ptr, i64 row stride (floats)
+#   "scalar": a float32 value (alpha)                             -> float
+_ARG_KIND_PARAMS = {"vector": (PTR,), "matrix": (PTR, I64), "scalar": (F32,)}
+
+
+@dataclass(frozen=True)
+class EpilogueArg:
+    name: str
+    kind: str  # "vector" | "matrix" | "scalar"
+
+    def __post_init__(self):
+        if self.kind not in _ARG_KIND_PARAMS:
+            raise ValueError(f"epilogue argument {self.name!r}: unknown kind {self.kind!r}")
+        if not self.name.isidentifier() or self.name == "out":
+            raise ValueError(f"epilogue argument name {self.name!r} must be an identifier other than 'out'")
+
+
+class OutputVector:
+    """What an epilogue sees of one accumulator vector: C[row, col : col + W] before the store.
+
+    ``mask`` is None for a full tile, else an <W x i1> of the lanes inside C: any load of caller
+    memory must use it (``load_columns`` and ``load_matrix`` do).
+    """
+
+    def __init__(self, builder: ir.IRBuilder, row: ir.Value, col: ir.Value, mask: ir.Value | None,
+                 width: int, args: dict[str, tuple[ir.Value, ...]]):
+        self.builder = builder
+        self.row = row  # i64, global row of C
+        self.col = col  # i64, global column of C of lane 0
+        self.mask = mask
+        self.width = width
+        self.vector_type = ir.VectorType(F32, width)
+        self._args = args
+
+    def column_indices(self) -> ir.Value:
+        """<W x i64>: the global column of each lane, col + 0, ..., col + W - 1."""
+        lanes = ir.Constant(ir.VectorType(I64, self.width), list(range(self.width)))
+        return self.builder.add(_splat(self.builder, self.col, self.width), lanes)
+
+    def arg(self, name: str) -> ir.Value:
+        """The IR value of a "vector" pointer or "scalar" argument."""
+        return self._args[name][0]
+
+    def splat(self, value: float | ir.Value) -> ir.Value:
+        """A vector with every lane equal to ``value`` (a Python float, or an IR scalar of any type)."""
+        if not isinstance(value, ir.Value):
+            return ir.Constant(self.vector_type, [float(value)] * self.width)
+        return _splat(self.builder, value, self.width)
+
+    def load_columns(self, name: str) -> ir.Value:
+        """arg[col : col + W] of a "vector" argument (e.g. a bias indexed by column)."""
+        address = self.builder.gep(self.arg(name), [self.col], source_etype=F32)
+        return _load_vector(self.builder, address, self.width, self.mask)
+
+    def load_matrix(self, name: str) -> ir.Value:
+        """arg[row, col : col + W] of a "matrix" argument (e.g. a residual the shape of C)."""
+        pointer, row_stride = self._args[name]
+        offset = self.builder.add(self.builder.mul(self.row, row_stride), self.col)
+        address = self.builder.gep(pointer, [offset], source_etype=F32)
+        return _load_vector(self.builder, address, self.width, self.mask)
+
+    def maximum(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return _call_intrinsic(self.builder, "llvm.maxnum", a, b)
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """An elementwise transform of the GEMM output, emitted into the micro-kernel's store.
+
+    ``emit(out, acc)`` is called during IR generation once per accumulator vector, with the
+    builder positioned where the value is about to be stored; it returns the vector to store.
+    ``args`` are the runtime arguments it reads; they become parameters of the GEMM function
+    after the fixed ones, in order, and keyword arguments of ``SgemmKernel.__call__``.
+    """
+
+    name: str
+    emit: Callable[[OutputVector, ir.Value], ir.Value]
+    args: tuple[EpilogueArg, ...] = ()
+
+    def then(self, other: "Epilogue") -> "Epilogue":
+        """This epilogue followed by ``other``."""
+        return compose_epilogues(self, other)
+
+
+def compose_epilogues(*epilogues: Epilogue) -> Epilogue:
+    """Apply ``epilogues`` left to right; their arguments are concatenated (names must differ)."""
+    names = [arg.name for ep in epilogues for arg in ep.args]
+    if len(names) != len(set(names)):
+        raise ValueError(f"epilogue argument names collide: {names}")
+
+    def emit(out: OutputVector, acc: ir.Value) -> ir.Value:
+        for ep in epilogues:
+            acc = ep.emit(out, acc)
+        return acc
+
+    return Epilogue("_".join(ep.name for ep in epilogues), emit,
+                    tuple(arg for ep in epilogues for arg in ep.args))
+
+
+def bias_add_epilogue(name: str = "bias") -> Epilogue:
+    """acc + bias[col]."""
+    return Epilogue("bias", lambda out, acc: out.builder.fadd(acc, out.load_columns(name)),
+                    (EpilogueArg(name, "vector"),))
+
+
+def relu_epilogue() -> Epilogue:
+    """max(acc, 0)."""
+    return Epilogue("relu", lambda out, acc: out.maximum(acc, out.splat(0.0)))
+
+
+def residual_add_epilogue(name: str = "residual") -> Epilogue:
+    """acc + residual[row, col]."""
+    return Epilogue("residual", lambda out, acc: out.builder.fadd(acc, out.load_matrix(name)),
+                    (EpilogueArg(name, "matrix"),))
+
+
+def scale_epilogue(name: str = "alpha") -> Epilogue:
+    """alpha * acc."""
+    return Epilogue("scale", lambda out, acc: out.builder.fmul(acc, out.splat(out.arg(name))),
+                    (EpilogueArg(name, "scalar"),))
+
+
+# --------------------------------------------------------------------------------------------
+# IR helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _intrinsic(module: ir.Module, name: str, return_type: ir.Type, arg_types: Sequence[ir.Type]) -> ir.Function:
+    """Declare (once) an overloaded intrinsic, its name mangled from the types, e.g. llvm.fma.v16f32."""
+    def mangle(t: ir.Type) -> str:
+        if isinstance(t, ir.VectorType):
+            return f"v{t.count}{mangle(t.element)}"
+        if isinstance(t, ir.PointerType):
+            return "p0"
+        if isinstance(t, ir.FloatType):
+            return "f32"
+        if isinstance(t, ir.IntType):
+            return f"i{t.width}"
+        raise TypeError(t)
+
+    overloads = {"llvm.fma": [return_type], "llvm.maxnum": [return_type], "llvm.minnum": [return_type],
+                 "llvm.masked.load": [return_type, PTR], "llvm.masked.store": [arg_types[0], PTR]}
+    mangled = ".".join([name] + [mangle(t) for t in overloads.get(name, [])])
+    existing = module.globals.get(mangled)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(return_type, list(arg_types)), mangled)
+
+
+def _call_intrinsic(builder: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
+    function = _intrinsic(builder.module, name, args[0].type, [a.type for a in args])
+    return builder.call(function, list(args))
+
+
+def _splat(builder: ir.IRBuilder, scalar: ir.Value, width: int) -> ir.Value:
+    vector_type = ir.VectorType(scalar.type, width)
+    one_lane = builder.insert_element(ir.Constant(vector_type, None), scalar, ir.Constant(I32, 0))
+    return builder.shuffle_vector(one_lane, ir.Constant(vector_type, None), ir.Constant(ir.VectorType(I32, width), [0] * width))
+
+
+def _concatenate(builder: ir.IRBuilder, vectors: Sequence[ir.Value]) -> ir.Value:
+    """One vector of all lanes of ``vectors`` (same element type), in order."""
+    vectors = list(vectors)
+    while len(vectors) > 1:
+        joined = []
+        for first, second in zip(vectors[::2], vectors[1::2]):
+            n1, n2 = first.type.count, second.type.count
+            if n2 < n1:  # shufflevector wants equal operand types: widen the second (lane 0 as filler)
+                second = builder.shuffle_vector(second, second, ir.Constant(
+                    ir.VectorType(I32, n1), list(range(n2)) + [0] * (n1 - n2)))
+            mask = list(range(n1)) + [n1 + lane for lane in range(n2)]
+            joined.append(builder.shuffle_vector(first, second, ir.Constant(ir.VectorType(I32, n1 + n2), mask)))
+        if len(vectors) % 2:
+            joined.append(vectors[-1])
+        vectors = joined
+    return vectors[0]
+
+
+def _interleave(builder: ir.IRBuilder, vectors: Sequence[ir.Value]) -> ir.Value:
+    """result[k * len(vectors) + i] = vectors[i][k]: a transpose of the rows ``vectors``."""
+    count, width = len(vectors), vectors[0].type.count
+    everything = _concatenate(builder, vectors)
+    mask = [i * width + k for k in range(width) for i in range(count)]
+    return builder.shuffle_vector(everything, everything, ir.Constant(ir.VectorType(I32, count * width), mask))
+
+
+def _lane_mask(builder: ir.IRBuilder, first_lane: int, lanes_valid: ir.Value, width: int) -> ir.Value:
+    """<width x i1>: lane l is on when first_lane + l < lanes_valid."""
+    lanes = ir.Constant(ir.VectorType(I64, width), [first_lane + l for l in range(width)])
+    return builder.icmp_signed("<", lanes, _splat(builder, lanes_valid, width))
+
+
+def _load_vector(builder: ir.IRBuilder, address: ir.Value, width: int, mask: ir.Value | None,
+                 align: int = FLOAT_BYTES) -> ir.Value:
+    """Load W floats from an unaligned address; with a mask, off lanes read nothing and give 0."""
+    vector_type = ir.VectorType(F32, width)
+    if mask is None:
+        return builder.load(address, typ=vector_type, align=align)
+    zeros = ir.Constant(vector_type, [0.0] * width)
+    function = _intrinsic(builder.module, "llvm.masked.load", vector_type, [PTR, I32, mask.type, vector_type])
+    return builder.call(function, [address, ir.Constant(I32, align), mask, zeros])
+
+
+def _store_vector(builder: ir.IRBuilder, value: ir.Value, address: ir.Value, mask: ir.Value | None,
+                  align: int = FLOAT_BYTES) -> None:
+    if mask is None:
+        builder.store(value, address, align=align)
+        return
+    function = _intrinsic(builder.module, "llvm.masked.store", VOID, [value.type, PTR, I32, mask.type])
+    builder.call(function, [value, address, ir.Constant(I32, align), mask])
+
+
+def _min(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    return builder.select(builder.icmp_signed("<", a, b), a, b)
+
+
+@contextmanager
+def _counted_loop(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int | ir.Value,
+                  name: str) -> Iterator[ir.Value]:
+    """``for i in range(start, stop, step)`` (step > 0); yields i, the body is emitted inside."""
+    step = _i64(step) if isinstance(step, int) else step
+    preheader = builder.block
+    header = builder.append_basic_block(f"{name}.header")
+    body = builder.append_basic_block(f"{name}.body")
+    exit_block = builder.append_basic_block(f"{name}.exit")
+    builder.branch(header)
+    builder.position_at_end(header)
+    index = builder.phi(I64, name=name)
+    index.add_incoming(start, preheader)
+    builder.cbranch(builder.icmp_signed("<", index, stop), body, exit_block)
+    builder.position_at_end(body)
+    yield index
+    index.add_incoming(builder.add(index, step, name=f"{name}.next"), builder.block)
+    builder.branch(header)
+    builder.position_at_end(exit_block)
+
+
+# --------------------------------------------------------------------------------------------
+# The generator
+# --------------------------------------------------------------------------------------------
+
+# Parameters of the exported function, before the epilogue's.
+GEMM_PARAMS = (
+    ("K", I64), ("A", PTR), ("lda", I64), ("B", PTR), ("ldb", I64), ("C", PTR), ("ldc", I64),
+    ("m_begin", I64), ("m_end", I64), ("n_begin", I64), ("n_end", I64), ("workspace", PTR),
+)
+
+
+class SgemmGenerator:
+    """Builds the LLVM IR of a blocked float32 GEMM for one GemmConfig and one epilogue.
+
+    The module defines:
+      ``<name>``               the exported rectangle function (see ``GEMM_PARAMS``):
+                               C[m_begin:m_end, n_begin:n_end] = epilogue(A[m_begin:m_end, :] @ B[:, n_begin:n_end])
+                               with row strides lda/ldb/ldc in floats and ``workspace`` pointing to
+                               config.workspace_floats floats, 64-byte aligned, private to the call.
+      ``<name>_pack_a``        A block -> MR-tall slivers, k-major, zero padded.
+      ``<name>_pack_b``        B block -> NR-wide slivers, k-major, zero padded.
+      ``<name>_micro_kernel``  one MR x NR tile: kc FMA steps, then accumulate / epilogue / store.
+    """
+
+    def __init__(self, config: GemmConfig, epilogue: Epilogue | None = None, name: str = "lz_sgemm"):
+        self.config = config
+        self.epilogue = epilogue
+        self.name = name
+        self.vector_type = ir.VectorType(F32, config.vector_width)
+        # Every vector in packed B starts a multiple of the vector size into an aligned workspace.
+        self.vector_bytes = config.vector_width * FLOAT_BYTES
+        self.epilogue_param_types = [t for arg in self.epilogue_args for t in _ARG_KIND_PARAMS[arg.kind]]
+
+    @property
+    def epilogue_args(self) -> tuple[EpilogueArg, ...]:
+        return self.epilogue.args if self.epilogue else ()
+
+    def build_module(self) -> ir.Module:
+        module = ir.Module(name=self.name)
+        pack_a = self._build_pack_a(module)
+        pack_b = self._build_pack_b(module)
+        micro_kernel = self._build_micro_kernel(module)
+        self._build_rectangle_function(module, pack_a, pack_b, micro_kernel)
+        return module
+
+    def _define(self, module: ir.Module, name: str, params: Sequence[tuple[str, ir.Type]],
+                exported: bool = False) -> tuple[ir.Function, ir.IRBuilder, dict[str, ir.Value]]:
+        function = ir.Function(module, ir.FunctionType(VOID, [t for _, t in params]), name)
+        if not exported:
+            function.linkage = "internal"
+        function.attributes.add("nounwind")
+        for argument, (param_name, _) in zip(function.args, params):
+            argument.name = param_name
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        return function, builder, {param_name: arg for arg, (param_name, _) in zip(function.args, params)}
+
+    # -- packing -------------------------------------------------------------------------------
+
+    def _build_pack_a(self, module: ir.Module) -> ir.Function:
+        """packed[s][k][i] = A[s*MR + i, k] for i < rows, else 0; slivers s of MR rows.
+
+        A transpose: W columns of the MR rows at a time are loaded as MR vectors and interleaved
+        with one shuffle into W*MR floats in k-major order; the last kc % W columns one by one.
+        Rows past the block are read from a clamped (valid) row and replaced by zeros, so there is
+        no branch in the copy loops.
+        """
+        mr, w = self.config.mr, self.config.vector_width
+        function, b, p = self._define(module, f"{self.name}_pack_a", [
+            ("a", PTR), ("lda", I64), ("rows", I64), ("kc", I64), ("packed", PTR)])
+        for argument in (p["a"], p["packed"]):
+            argument.add_attribute("noalias")
+        zero = ir.Constant(F32, 0.0)
+        with _counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
+            last_row = b.sub(p["rows"], _i64(1))
+            sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=F32)
+            row_pointers, row_valid = [], []
+            for i in range(mr):
+                row = b.add(row0, _i64(i))
+                row_valid.append(b.icmp_signed("<=", row, last_row))
+                clamped = _min(b, row, last_row)
+                row_pointers.append(b.gep(p["a"], [b.mul(clamped, p["lda"])], source_etype=F32))
+            zeros = ir.Constant(self.vector_type, [0.0] * w)
+            kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
+            with _counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
+                rows = [b.select(row_valid[i], b.load(b.gep(row_pointers[i], [k0], source_etype=F32),
+                                                      typ=self.vector_type, align=FLOAT_BYTES), zeros)
+                        for i in range(mr)]
+                columns = _interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
+                b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=F32), align=FLOAT_BYTES)
+            with _counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
+                destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
+                for i in range(mr):
+                    value = b.load(b.gep(row_pointers[i], [k], source_etype=F32), typ=F32)
+                    value = b.select(row_valid[i], value, zero)
+                    b.store(value, b.gep(destination, [_i64(i)], source_etype=F32))
+        b.ret_void()
+        return function
+
+    def _build_pack_b(self, module: ir.Module) -> ir.Function:
+        """packed[s][k][j] = B[k, s*NR + j] for j < cols, else 0; slivers s of NR columns."""
+        w, nr = self.config.vector_width, self.config.nr
+        function, b, p = self._define(module, f"{self.name}_pack_b", [
+            ("b", PTR), ("ldb", I64), ("kc", I64), ("cols", I64), ("packed", PTR)])
+        for argument in (p["b"], p["packed"]):
+            argument.add_attribute("noalias")
+        with _counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
+            sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=F32)
+            source = b.gep(p["b"], [col0], source_etype=F32)
+            cols_left = b.sub(p["cols"], col0)
+            full = b.icmp_signed(">=", cols_left, _i64(nr))
+            with b.if_else(full) as (then, otherwise):
+                for masked in (False, True):
+                    with (otherwise if masked else then):
+                        masks = [_lane_mask(b, v * w, cols_left, w) if masked else None
+                                 for v in range(self.config.nr_vectors)]
+                        with _counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+                            row = b.gep(source, [b.mul(k, p["ldb"])], source_etype=F32)
+                            destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=F32)
+                            for v in range(self.config.nr_vectors):
+                                value = _load_vector(b, b.gep(row, [_i64(v * w)], source_etype=F32), w, masks[v])
+                                b.store(value, b.gep(destination, [_i64(v * w)], source_etype=F32),
+                                        align=self.vector_bytes)
+        b.ret_void()
+        return function
+
+    # -- micro-kernel --------------------------------------------------------------------------
+
+    def _build_micro_kernel(self, module: ir.Module) -> ir.Function:
+        cfg = self.config
+        w, mr, nv = cfg.vector_width, cfg.mr, cfg.nr_vectors
+        params = [("kc", I64), ("packed_a", PTR), ("packed_b", PTR), ("c", PTR), ("ldc", I64),
+                  ("row", I64), ("col", I64), ("rows", I64), ("cols", I64),
+                  ("first_k_block", I1), ("last_k_block", I1)]
+        params += [(f"epilogue{i}", t) for i, t in enumerate(self.epilogue_param_types)]
+        function, b, p = self._define(module, f"{self.name}_micro_kernel", params)
+        function.attributes.add("noinline")
+        for argument in (p["packed_a"], p["packed_b"], p["c"]):
+            argument.add_attribute("noalias")
+        zeros = ir.Constant(self.vector_type, [0.0] * w)
+
+        # The k loop: accumulators are loop-carried phis, so they live in vector registers.
+        entry = b.block
+        header = b.append_basic_block("k.header")
+        body = b.append_basic_block("k.body")
+        done = b.append_basic_block("k.done")
+        b.branch(header)
+        b.position_at_end(header)
+        k = b.phi(I64, name="k")
+        k.add_incoming(_i64(0), entry)
+        accumulators = [[b.phi(self.vector_type, name=f"acc{i}_{v}") for v in range(nv)] for i in range(mr)]
+        for row in accumulators:
+            for acc in row:
+                acc.add_incoming(zeros, entry)
+        b.cbranch(b.icmp_signed("<", k, p["kc"]), body, done)
+
+        b.position_at_end(body)
+        b_row = b.gep(p["packed_b"], [b.mul(k, _i64(cfg.nr))], source_etype=F32)
+        b_vectors = [b.load(b.gep(b_row, [_i64(v * w)], source_etype=F32), typ=self.vector_type,
+                            align=self.vector_bytes) for v in range(nv)]
+        a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=F32)
+        for i in range(mr):
+            a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=F32), typ=F32)
+            a_broadcast = _splat(b, a_value, w)
+            for v in range(nv):
+                updated = _call_intrinsic(b, "llvm.fma", a_broadcast, b_vectors[v], accumulators[i][v])
+                accumulators[i][v].add_incoming(updated, body)
+        k.add_incoming(b.add(k, _i64(1)), body)
+        b.branch(header)
+
+        b.position_at_end(done)
+        epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
+        full_tile = b.and_(b.icmp_signed("==", p["rows"], _i64(mr)), b.icmp_signed("==", p["cols"], _i64(cfg.nr)))
+        with b.if_else(full_tile, likely=True) as (then, otherwise):
+            with then:
+                for i in range(mr):
+                    self._emit_row_update(b, p, accumulators[i], i, None, epilogue_values)
+            with otherwise:
+                masks = [_lane_mask(b, v * w, p["cols"], w) for v in range(nv)]
+                for i in range(mr):
+                    with b.if_then(b.icmp_signed("<", _i64(i), p["rows"])):
+                        self._emit_row_update(b, p, accumulators[i], i, masks, epilogue_values)
+        b.ret_void()
+        return function
+
+    def _emit_row_update(self, b: ir.IRBuilder, p: dict[str, ir.Value], row_accumulators: list[ir.Value],
+                         i: int, masks: list[ir.Value] | None, epilogue_values: list[ir.Value]) -> None:
+        """C[row+i, col:col+NR] = (C[...] if not the first K block) + acc, then the epilogue on the
+        last K block; masked when ``masks`` is given."""
+        w, nv = self.config.vector_width, self.config.nr_vectors
+        row = b.add(p["row"], _i64(i))
+        c_row = b.gep(p["c"], [b.add(b.mul(row, p["ldc"]), p["col"])], source_etype=F32)
+        addresses = [b.gep(c_row, [_i64(v * w)], source_etype=F32) for v in range(nv)]
+        lane_masks = masks or [None] * nv
+
+        values = list(row_accumulators)
+        before = b.block
+        with b.if_then(b.not_(p["first_k_block"])):
+            summed = [b.fadd(values[v], _load_vector(b, addresses[v], w, lane_masks[v])) for v in range(nv)]
+            summed_block = b.block
+        values = [self._phi(b, (values[v], before), (summed[v], summed_block)) for v in range(nv)]
+
+        if self.epilogue is not None:
+            before = b.block
+            with b.if_then(p["last_k_block"]):
+                out_args = self._epilogue_arg_values(epilogue_values)
+                transformed = []
+                for v in range(nv):
+                    col = b.add(p["col"], _i64(v * w))
+                    out = OutputVector(b, row, col, lane_masks[v], w, out_args)
+                    transformed.append(self.epilogue.emit(out, values[v]))
+                transformed_block = b.block
+            values = [self._phi(b, (values[v], before), (transformed[v], transformed_block)) for v in range(nv)]
+
+        for v in range(nv):
+            _store_vector(b, values[v], addresses[v], lane_masks[v])
+
+    @staticmethod
+    def _phi(b: ir.IRBuilder, *incoming: tuple[ir.Value, ir.Block]) -> ir.Value:
+        phi = b.phi(incoming[0][0].type)
+        for value, block in incoming:
+            phi.add_incoming(value, block)
+        return phi
+
+    def _epilogue_arg_values(self, values: list[ir.Value]) -> dict[str, tuple[ir.Value, ...]]:
+        grouped, position = {}, 0
+        for arg in self.epilogue_args:
+            count = len(_ARG_KIND_PARAMS[arg.kind])
+            grouped[arg.name] = tuple(values[position:position + count])
+            position += count
+        return grouped
+
+    # -- the loop nest -------------------------------------------------------------------------
+
+    def _build_rectangle_function(self, module: ir.Module, pack_a: ir.Function, pack_b: ir.Function,
+                                  micro_kernel: ir.Function) -> ir.Function:
+        cfg = self.config
+        params = list(GEMM_PARAMS) + [(f"epilogue{i}", t) for i, t in enumerate(self.epilogue_param_types)]
+        function, b, p = self._define(module, self.name, params, exported=True)
+        epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
+        packed_a = p["workspace"]
+        packed_b = b.gep(p["workspace"], [_i64(cfg.packed_a_floats)], source_etype=F32)
+
+        with _counted_loop(b, p["n_begin"], p["n_end"], cfg.nc, "jc") as jc:
+            nc = _min(b, _i64(cfg.nc), b.sub(p["n_end"], jc))
+            # pc runs at least once, so K == 0 still stores epilogue(0).
+            pc_entry = b.block
+            pc_body = b.append_basic_block("pc.body")
+            pc_exit = b.append_basic_block("pc.exit")
+            b.branch(pc_body)
+            b.position_at_end(pc_body)
+            pc = b.phi(I64, name="pc")
+            pc.add_incoming(_i64(0), pc_entry)
+            kc = _min(b, _i64(cfg.kc), b.sub(p["K"], pc))
+            pc_next = b.add(pc, kc)
+            first_k_block = b.icmp_signed("==", pc, _i64(0))
+            last_k_block = b.icmp_signed(">=", pc_next, p["K"])
+            b_block = b.gep(p["B"], [b.add(b.mul(pc, p["ldb"]), jc)], source_etype=F32)
+            b.call(pack_b, [b_block, p["ldb"], kc, nc, packed_b])
+
+            with _counted_loop(b, p["m_begin"], p["m_end"], cfg.mc, "ic") as ic:
+                mc = _min(b, _i64(cfg.mc), b.sub(p["m_end"], ic))
+                a_block = b.gep(p["A"], [b.add(b.mul(ic, p["lda"]), pc)], source_etype=F32)
+                b.call(pack_a, [a_block, p["lda"], mc, kc, packed_a])
+                with _counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
+                    b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=F32)
+                    cols = _min(b, _i64(cfg.nr), b.sub(nc, jr))
+                    col = b.add(jc, jr)
+                    with _counted_loop(b, _i64(0), mc, cfg.mr, "ir") as ir_:
+                        a_sliver = b.gep(packed_a, [b.mul(ir_, kc)], source_etype=F32)
+                        rows = _min(b, _i64(cfg.mr), b.sub(mc, ir_))
+                        b.call(micro_kernel, [kc, a_sliver, b_sliver, p["C"], p["ldc"], b.add(ic, ir_), col,
+                                              rows, cols, first_k_block, last_k_block] + epilogue_values)
+            pc.add_incoming(pc_next, b.block)
+            b.cbranch(b.icmp_signed("<", pc_next, p["K"]), pc_body, pc_exit)
+            b.position_at_end(pc_exit)
+        b.ret_void()
+        return function
+
+
+def build_sgemm_module(config: GemmConfig | None = None, epilogue: Epilogue | None = None,
+                       name: str = "lz_sgemm") -> ir.Module:
+    """The LLVM IR module of a float32 GEMM (see ``SgemmGenerator`` for what it defines)."""
+    return SgemmGenerator(config or GemmConfig.for_host(), epilogue, name).build_module()
+
+
+# --------------------------------------------------------------------------------------------
+# Running it: ctypes and a thread pool
+# --------------------------------------------------------------------------------------------
+
+def _ctypes_type(ir_type: ir.Type):
+    if isinstance(ir_type, ir.PointerType):
+        return ctypes.c_void_p
+    if ir_type == I64:
+        return ctypes.c_int64
+    if ir_type == F32:
+        return ctypes.c_float
+    raise TypeError(ir_type)
+
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_POOL_THREAD_PREFIX = "lezero-gemm"
+
+
+def default_num_threads() -> int:
+    """LEZERO_NUM_THREADS, else the CPUs this process may run on."""
+    configured = os.environ.get("LEZERO_NUM_THREADS")
+    if configured:
+        return max(1, int(configured))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(default_num_threads(), 2), thread_name_prefix=_POOL_THREAD_PREFIX)
+        return _pool
+
+
+_workspaces = threading.local()
+
+
+def thread_workspace(floats: int) -> int:
+    """Address of this thread's 64-byte aligned scratch buffer of at least ``floats`` floats.
+
+    One buffer per thread, shared by all kernels (a thread runs one GEMM at a time) and kept
+    across calls, so packing touches warm pages instead of faulting in fresh ones every call.
+    """
+    if getattr(_workspaces, "floats", 0) < floats:
+        buffer = np.empty(floats + WORKSPACE_ALIGNMENT // FLOAT_BYTES, dtype=np.float32)
+        address = buffer.ctypes.data
+        _workspaces.buffer, _workspaces.floats = buffer, floats
+        _workspaces.address = address + (-address) % WORKSPACE_ALIGNMENT
+    return _workspaces.address
+
+
+def _in_pool_thread() -> bool:
+    return threading.current_thread().name.startswith(_POOL_THREAD_PREFIX)
+
+
+def split_rectangles(m: int, n: int, k: int, num_tasks: int, mr: int, nr: int) -> list[tuple[int, int, int, int]]:
+    """Cut C[m, n] into at most ``num_tasks`` rectangles (m_begin, m_end, n_begin, n_end).
+
+    A grid of tm x tn, cuts on multiples of mr / nr (so only the matrix edge is ragged). Each task
+    packs its own rows of A and its own columns of B, so the grid is chosen to minimize the
+    slowest task's time, estimated as its multiply-adds plus ``PACKING_COST`` per packed float.
+    """
+    def cuts(extent: int, parts: int, unit: int) -> list[int]:
+        units = math.ceil(extent / unit)
+        return [min(extent, (units * p // parts) * unit) for p in range(parts + 1)]
+
+    best = None
+    for tasks in range(num_tasks, 0, -1):
+        for tm in range(1, tasks + 1):
+            if tasks % tm:
+                continue
+            tn = tasks // tm
+            if tm > math.ceil(m / mr) or tn > math.ceil(n / nr):
+                continue
+            row_cuts, col_cuts = cuts(m, tm, mr), cuts(n, tn, nr)
+            rows = max(b - a for a, b in zip(row_cuts, row_cuts[1:]))
+            cols = max(b - a for a, b in zip(col_cuts, col_cuts[1:]))
+            slowest = rows * cols * k + PACKING_COST * (rows + cols) * k
+            if best is None or slowest < best[0]:
+                best = (slowest, row_cuts, col_cuts)
+    _, row_cuts, col_cuts = best
+    return [(r0, r1, c0, c1) for r0, r1 in zip(row_cuts, row_cuts[1:]) for c0, c1 in zip(col_cuts, col_cuts[1:])
+            if r0 < r1 and c0 < c1]
+
+
+# Packing a float costs about as much as this many multiply-adds (16 per cycle per core on
+# AVX-512/AVX2 with two FMA pipes vs about one scalar copy per cycle).
+PACKING_COST = 16
+
+
+# Below this many flops a GEMM runs on the calling thread: handing a task to a pool thread and
+# waiting for it costs 35-80 us here, what one core computes in ~100 us of a 180^3 GEMM.
+PARALLEL_THRESHOLD_FLOPS = 2 * 180 ** 3
+
+
+class SgemmKernel:
+    """A compiled float32 GEMM with an optional fused epilogue.
+
+    >>> kernel = SgemmKernel(epilogue=bias_add_epilogue().then(relu_epilogue()))
+    >>> y = kernel(x, w, bias=b)          # relu(x @ w + b)
+
+    Arrays: float32, 2-D, rows contiguous (row strides may be larger than the width, e.g. slices).
+    ``num_threads`` defaults to ``default_num_threads()``.
+    """
+
+    def __init__(self, config: GemmConfig | None = None, epilogue: Epilogue | None = None,
+                 num_threads: int | None = None, name: str = "lz_sgemm"):
+        self.config = config or GemmConfig.for_host()
+        self.epilogue = epilogue
+        self.num_threads = num_threads or default_num_threads()
+        self.parallel_threshold_flops = PARALLEL_THRESHOLD_FLOPS
+        self.name = name
+        self.generator = SgemmGenerator(self.config, epilogue, name)
+        self.ir_module = self.generator.build_module()
+        self.compiled = jit.compile_module(self.ir_module)
+        param_types = [t for _, t in GEMM_PARAMS] + self.generator.epilogue_param_types
+        self.function = self.compiled.ctypes_function(name, None, [_ctypes_type(t) for t in param_types])
+
+    def _run_rectangle(self, fixed_args: tuple, rectangle: tuple[int, int, int, int], epilogue_args: list) -> None:
+        self.function(*fixed_args, *rectangle, thread_workspace(self.config.workspace_floats), *epilogue_args)
+
+    def __call__(self, a: np.ndarray, b: np.ndarray, /, out: np.ndarray | None = None, **epilogue_arrays) -> np.ndarray:
+        a, b = _as_rows_contiguous_f32(a, "a"), _as_rows_contiguous_f32(b, "b")
+        (m, k), (k_b, n) = a.shape, b.shape
+        if k != k_b:
+            raise ValueError(f"matmul shapes {a.shape} and {b.shape} do not agree on K")
+        if out is None:
+            out = np.empty((m, n), dtype=np.float32)
+        elif out.shape != (m, n) or out.dtype != np.float32 or not out.flags.aligned or \
+                out.strides[1] != FLOAT_BYTES or out.strides[0] % FLOAT_BYTES or out.strides[0] < 0:
+            raise ValueError(f"out must be a float32 {m}x{n} array with contiguous rows")
+        # Epilogue arrays are checked and converted first; ``epilogue_arrays`` keeps them alive.
+        epilogue_args = self._epilogue_call_args(epilogue_arrays, m, n) if self.epilogue else []
+        if m == 0 or n == 0:
+            return out
+        fixed_args = (k, a.ctypes.data, _row_stride(a), b.ctypes.data, _row_stride(b),
+                      out.ctypes.data, _row_stride(out))
+        if self.num_threads == 1 or 2 * m * n * k < self.parallel_threshold_flops or _in_pool_thread():
+            # (From a pool thread, waiting on the pool could deadlock: run on this thread.)
+            self._run_rectangle(fixed_args, (0, m, 0, n), epilogue_args)
+            return out
+        rectangles = split_rectangles(m, n, k, self.num_threads, self.config.mr, self.config.nr)
+        if len(rectangles) == 1:
+            self._run_rectangle(fixed_args, rectangles[0], epilogue_args)
+        else:
+            pool = _thread_pool()
+            # The caller computes the first rectangle itself instead of waiting idle.
+            futures = [pool.submit(self._run_rectangle, fixed_args, r, epilogue_args) for r in rectangles[1:]]
+            self._run_rectangle(fixed_args, rectangles[0], epilogue_args)
+            for future in futures:
+                future.result()
+        return out
+
+    def _epilogue_call_args(self, arrays: dict, m: int, n: int) -> list:
+        expected = {arg.name for arg in self.generator.epilogue_args}
+        if arrays.keys() != expected:
+            raise TypeError(f"epilogue {self.epilogue and self.epilogue.name!r} takes arguments "
+                            f"{sorted(expected)}, got {sorted(arrays)}")
+        call_args = []
+        for arg in self.generator.epilogue_args:
+            value = arrays[arg.name]
+            if arg.kind == "scalar":
+                call_args.append(float(value))
+                continue
+            array = np.ascontiguousarray(value, dtype=np.float32) if arg.kind == "vector" else \
+                _as_rows_contiguous_f32(value, arg.name)
+            expected_shape = (n,) if arg.kind == "vector" else (m, n)
+            if array.shape != expected_shape:
+                raise ValueError(f"epilogue argument {arg.name!r} has shape {array.shape}, expected {expected_shape}")
+            arrays[arg.name] = array  # the caller's dict keeps converted copies alive
+            call_args.append(array.ctypes.data)
+            if arg.kind == "matrix":
+                call_args.append(_row_stride(array))
+        return call_args
+
+
+def _as_rows_contiguous_f32(array: np.ndarray, name: str) -> np.ndarray:
+    array = np.asarray(array)
+    if array.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {array.shape}")
+    if array.dtype != np.float32 or not array.flags.aligned or array.strides[1] != FLOAT_BYTES \
+            or array.strides[0] % FLOAT_BYTES or array.strides[0] < 0:
+        array = np.ascontiguousarray(array, dtype=np.float32)
+    return array
+
+
+def _row_stride(array: np.ndarray) -> int:
+    """Row stride in floats (a 1-row or 0-column array may report any stride; any value >= 1 works)."""
+    return max(array.strides[0] // FLOAT_BYTES, 1)
+
+
+_default_kernel: SgemmKernel | None = None
+_default_kernel_lock = threading.Lock()
+
+
+def sgemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """a @ b in float32 with the host's default kernel (compiled on first use)."""
+    global _default_kernel
+    with _default_kernel_lock:
+        if _default_kernel is None:
+            _default_kernel = SgemmKernel()
+    return _default_kernel(a, b, out)

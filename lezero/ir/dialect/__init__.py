@@ -1,0 +1,18 @@
+"""The ``lz`` dialect: every op lezero knows, each defined once.
+
+Importing this package registers them all.  One module per family:
+
+- ``elementwise``: unary math (a table), ``cast``, ``gelu``, broadcasting binary ops (a table),
+  ``cmp``, ``select``
+- ``contraction``: ``matmul``, ``conv2d``; ``pooling``: ``max_pool2d``, ``avg_pool2d``
+- ``reduction``: ``reduce_*`` (a table), ``argmax``
+- ``data_movement``: ``reshape``, ``transpose``, ``broadcast_to``, ``slice``, ``concat``, ``pad``,
+  ``gather``; ``constant``: ``constant``
+- ``composite``: ``softmax``, ``log_softmax``, ``layer_norm``, ``batch_norm`` (with decompositions)
+
+Shared rules live in one helper each: ``broadcasting`` (shapes), ``axes`` (axis attributes),
+``windows`` (conv and pool geometry), ``constraints`` (element types), ``numerics`` (numpy
+storage of element types).
+"""
+from lezero.ir.dialect import (composite, constant, contraction, data_movement, elementwise,  # noqa: F401
+                               pooling, reduction)

@@ -1,0 +1,251 @@
+"""Ops that move data without arithmetic: reshape, transpose, broadcast_to, slice, concat, pad,
+gather."""
+from __future__ import annotations
+
+import numpy as np
+
+from lezero.ir.dialect.axes import normalize_axes, normalize_axis
+from lezero.ir.dialect.broadcasting import broadcasts_to
+from lezero.ir.dialect.constraints import INTEGER, check_element_type, same_element_type
+from lezero.ir.opdef import PURE, AttrSpec, OpDef, OpError, register
+from lezero.ir.types import TensorType, format_shape
+
+_PURE = frozenset({PURE})
+
+
+def _product(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def reshape_result_shape(shape, new_shape) -> tuple:
+    """``new_shape`` with its one ``-1`` resolved (None when ``shape`` is dynamic)."""
+    new_shape = tuple(new_shape)
+    if sum(d == -1 for d in new_shape) > 1 or any(d < -1 for d in new_shape):
+        raise OpError(f"attribute 'shape' may hold sizes >= 0 and at most one -1, got {list(new_shape)}")
+    known = _product(d for d in new_shape if d != -1)
+    if any(d is None for d in shape):
+        return tuple(None if d == -1 else d for d in new_shape)
+    count = _product(shape)
+    if -1 in new_shape:
+        if known == 0 or count % known:
+            raise OpError(f"cannot reshape {format_shape(shape)} ({count} elements) to "
+                          f"{format_shape(new_shape)}: no size for -1 fits")
+        return tuple(count // known if d == -1 else d for d in new_shape)
+    if known != count:
+        raise OpError(f"cannot reshape {format_shape(shape)} ({count} elements) to "
+                      f"{format_shape(new_shape)} ({known} elements)")
+    return new_shape
+
+
+@register
+class ReshapeOp(OpDef):
+    """``lz.reshape {shape}``: same elements in row-major order; one ``-1`` takes what is left."""
+
+    name = "lz.reshape"
+    operands = ("input",)
+    traits = _PURE
+    attributes = {"shape": AttrSpec("i64_array")}
+    summary = "change the shape"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        return [x.with_shape(reshape_result_shape(x.shape, attrs.shape))]
+
+    def reference(self, attrs, x):
+        return x.reshape(attrs.shape)
+
+
+@register
+class TransposeOp(OpDef):
+    """``lz.transpose {perm}``: result dim i is input dim ``perm[i]``; no perm reverses the dims."""
+
+    name = "lz.transpose"
+    operands = ("input",)
+    traits = _PURE
+    attributes = {"perm": AttrSpec("i64_array", None)}
+    summary = "permute the dims"
+
+    @staticmethod
+    def permutation(attrs, rank) -> tuple:
+        if attrs.perm is None:
+            return tuple(reversed(range(rank)))
+        if sorted(attrs.perm) != list(range(rank)):
+            raise OpError(f"attribute 'perm' must be a permutation of 0..{rank - 1}, got {list(attrs.perm)}")
+        return attrs.perm
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        return [x.with_shape(tuple(x.shape[p] for p in self.permutation(attrs, x.rank)))]
+
+    def reference(self, attrs, x):
+        return np.transpose(x, self.permutation(attrs, x.ndim))
+
+
+@register
+class BroadcastToOp(OpDef):
+    """``lz.broadcast_to {shape}``: numpy's ``broadcast_to`` (one-way: the input stretches)."""
+
+    name = "lz.broadcast_to"
+    operands = ("input",)
+    traits = _PURE
+    attributes = {"shape": AttrSpec("i64_array")}
+    summary = "stretch size-1 dims"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        if any(d < 0 for d in attrs.shape):
+            raise OpError(f"attribute 'shape' must hold sizes >= 0, got {list(attrs.shape)}")
+        if not broadcasts_to(x.shape, attrs.shape):
+            raise OpError(f"cannot broadcast {format_shape(x.shape)} to {format_shape(attrs.shape)}")
+        return [x.with_shape(attrs.shape)]
+
+    def reference(self, attrs, x):
+        return np.broadcast_to(x, attrs.shape)
+
+
+@register
+class SliceOp(OpDef):
+    """``lz.slice {starts, ends, axes, steps}`` with ONNX/numpy semantics: negative indices count
+    from the end, out-of-range ones clamp, steps may be negative (never 0).  ``axes`` default to
+    ``0..len(starts)-1``, ``steps`` to 1."""
+
+    name = "lz.slice"
+    operands = ("input",)
+    traits = _PURE
+    attributes = {
+        "starts": AttrSpec("i64_array"),
+        "ends": AttrSpec("i64_array"),
+        "axes": AttrSpec("i64_array", None),
+        "steps": AttrSpec("i64_array", None),
+    }
+    summary = "a strided window"
+
+    @staticmethod
+    def slices(attrs, rank) -> list:
+        """One Python ``slice`` per dim."""
+        n = len(attrs.starts)
+        axes = attrs.axes if attrs.axes is not None else tuple(range(n))
+        steps = attrs.steps if attrs.steps is not None else (1,) * n
+        for key, values in (("ends", attrs.ends), ("axes", axes), ("steps", steps)):
+            if len(values) != n:
+                raise OpError(f"attributes 'starts' and '{key}' must have the same length, "
+                              f"got {list(attrs.starts)} and {list(values)}")
+        if 0 in steps:
+            raise OpError(f"attribute 'steps' must not hold 0, got {list(steps)}")
+        out = [slice(None)] * rank
+        for axis, start, end, step in zip(normalize_axes(axes, rank), attrs.starts, attrs.ends, steps):
+            out[axis] = slice(start, end, step)
+        return out
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        shape = tuple(None if d is None else len(range(*s.indices(d)))
+                      for d, s in zip(x.shape, self.slices(attrs, x.rank)))
+        return [x.with_shape(shape)]
+
+    def reference(self, attrs, x):
+        return x[tuple(self.slices(attrs, x.ndim))]
+
+
+@register
+class ConcatOp(OpDef):
+    """``lz.concat(x0, x1, ...) {axis}``: join along ``axis``; the other dims must agree."""
+
+    name = "lz.concat"
+    operands = ("inputs",)
+    variadic = True
+    traits = _PURE
+    attributes = {"axis": AttrSpec("i64")}
+    summary = "join tensors along an axis"
+
+    def infer(self, operand_types, attrs):
+        et = same_element_type(operand_types)
+        rank = operand_types[0].rank
+        for t in operand_types[1:]:
+            if t.rank != rank:
+                raise OpError(f"operands must have the same rank, got {operand_types[0]} and {t}")
+        axis = normalize_axis(attrs.axis, rank)
+        shape = []
+        for i in range(rank):
+            dims = [t.shape[i] for t in operand_types]
+            if i == axis:
+                shape.append(None if None in dims else sum(dims))
+                continue
+            static = {d for d in dims if d is not None}
+            if len(static) > 1:
+                shapes = " and ".join(sorted({format_shape(t.shape) for t in operand_types}))
+                raise OpError(f"operand shapes {shapes} differ in dim {i}, not only in the concat axis {axis}")
+            shape.append(static.pop() if static else None)
+        return [TensorType(tuple(shape), et)]
+
+    def reference(self, attrs, *inputs):
+        return np.concatenate(inputs, axis=attrs.axis)
+
+
+@register
+class PadOp(OpDef):
+    """``lz.pad {pads, value = 0.0}``: constant padding; ``pads`` are ``[begin_0, ..., begin_{r-1},
+    end_0, ..., end_{r-1}]`` as in ONNX, and a negative pad crops."""
+
+    name = "lz.pad"
+    operands = ("input",)
+    traits = _PURE
+    attributes = {"pads": AttrSpec("i64_array"), "value": AttrSpec("f64", 0.0)}
+    summary = "pad with a constant"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        pads = attrs.pads
+        if len(pads) != 2 * x.rank:
+            raise OpError(f"attribute 'pads' must have 2 x rank = {2 * x.rank} values, got {list(pads)}")
+        shape = []
+        for i, d in enumerate(x.shape):
+            if d is None:
+                shape.append(None)
+                continue
+            begin, end = pads[i], pads[x.rank + i]
+            if max(-begin, 0) + max(-end, 0) > d:
+                raise OpError(f"pads {list(pads)} crop more than the {d} elements of dim {i}")
+            shape.append(d + begin + end)
+        return [x.with_shape(tuple(shape))]
+
+    def reference(self, attrs, x):
+        r = x.ndim
+        if r == 0:
+            return x
+        begins, ends = attrs.pads[:r], attrs.pads[r:]
+        # crop the negative pads, then pad the positive ones
+        x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for b, e, d in zip(begins, ends, x.shape))]
+        value = np.asarray(attrs.value).astype(x.dtype) if x.dtype.kind != "b" else attrs.value != 0
+        widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
+        return np.pad(x, widths, constant_values=value)
+
+
+@register
+class GatherOp(OpDef):
+    """``lz.gather(x, indices) {axis = 0}`` as ``numpy.take``: the result is
+    ``x.shape[:axis] + indices.shape + x.shape[axis+1:]``; negative indices count from the end."""
+
+    name = "lz.gather"
+    operands = ("input", "indices")
+    traits = _PURE
+    attributes = {"axis": AttrSpec("i64", 0)}
+    summary = "pick slices by index"
+
+    def infer(self, operand_types, attrs):
+        x, indices = operand_types
+        check_element_type(indices, INTEGER, "indices")
+        axis = normalize_axis(attrs.axis, x.rank)
+        return [x.with_shape(x.shape[:axis] + indices.shape + x.shape[axis + 1:])]
+
+    def reference(self, attrs, x, indices):
+        axis = normalize_axis(attrs.axis, x.ndim)
+        size = x.shape[axis]
+        indices = indices.astype(np.int64)
+        bad = (indices < -size) | (indices >= size)
+        if bad.any():
+            raise OpError(f"index {int(indices[bad][0])} is out of range for axis {axis} of size {size}")
+        return np.take(x, np.where(indices < 0, indices + size, indices), axis=axis)

@@ -1,0 +1,260 @@
+"""Elementwise ops: unary math, cast, gelu, broadcasting binary ops, cmp and select.
+
+The unary and binary ops are tables: a family class says what the family shares (operands,
+traits, type rules) and each op is one ``unary(...)``/``binary(...)`` line giving its name, its
+numpy reference and the element types it accepts.  Adding an op is one line.
+
+Integer semantics follow C, not numpy: ``div`` truncates toward zero (``-7 / 2 == -3``; ``x / 0 ==
+0``), arithmetic wraps on overflow.  Floats follow IEEE (``1 / 0 == inf``, nan propagates).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lezero.ir.dialect.broadcasting import broadcast_shapes
+from lezero.ir.dialect.constraints import (ANY, BOOL, FLOAT, LOGICAL, NUMERIC, Domain, check_element_type,
+                                           same_element_type)
+from lezero.ir.dialect.numerics import to_storage
+from lezero.ir.opdef import COMMUTATIVE, ELEMENTWISE, PURE, AttrSpec, OpDef, register
+from lezero.ir.types import I1, TensorType
+
+
+def _class_name(op_name: str) -> str:
+    return "".join(part.capitalize() for part in op_name.split("_")) + "Op"
+
+
+# --- unary ---------------------------------------------------------------------------------------
+
+class UnaryOp(OpDef):
+    """``y = fn(x)`` elementwise; the result has the operand's type."""
+
+    operands = ("x",)
+    traits = frozenset({PURE, ELEMENTWISE})
+    domain: Domain = FLOAT
+    fn = None  # numpy reference, set per op
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        check_element_type(x, self.domain)
+        return [x]
+
+    def reference(self, attrs, x):
+        return self.fn(x)
+
+
+UNARY_OPS: dict[str, type] = {}
+
+
+def unary(name: str, fn, domain: Domain, summary: str, **facets) -> type:
+    """Define and register ``lz.<name>``, a ``UnaryOp`` computing ``fn`` on ``domain``'s types;
+    ``facets`` become class attributes (how later layers add a gradient rule or a lowering)."""
+    cls = type(_class_name(name), (UnaryOp,), {
+        "name": "lz." + name, "fn": staticmethod(fn), "domain": domain, "summary": summary,
+        "__doc__": summary, "__module__": __name__, **facets})
+    register(cls)
+    UNARY_OPS[cls.name] = cls
+    return cls
+
+
+def _rsqrt(x):
+    return np.reciprocal(np.sqrt(x))
+
+
+def _sigmoid(x):
+    # exp of -|x| never overflows: 1/(1+e) for x >= 0, e/(1+e) below
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+
+
+def _relu(x):
+    return np.maximum(x, np.zeros((), x.dtype))  # nan stays nan, as in torch
+
+
+_erf_objects = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf_f64(x) -> np.ndarray:
+    # math.erf is exact to double precision; numpy has no erf and scipy is not a dependency
+    return np.asarray(_erf_objects(np.asarray(x, np.float64)), np.float64)
+
+
+def _erf(x):
+    return _erf_f64(x).astype(x.dtype)
+
+
+#    name          numpy reference   accepts   summary
+unary("neg",        np.negative,     NUMERIC,  "-x")
+unary("abs",        np.abs,          NUMERIC,  "|x|")
+unary("exp",        np.exp,          FLOAT,    "e^x")
+unary("log",        np.log,          FLOAT,    "natural logarithm")
+unary("sqrt",       np.sqrt,         FLOAT,    "square root")
+unary("rsqrt",      _rsqrt,          FLOAT,    "1 / sqrt(x)")
+unary("tanh",       np.tanh,         FLOAT,    "hyperbolic tangent")
+unary("sigmoid",    _sigmoid,        FLOAT,    "1 / (1 + e^-x)")
+unary("relu",       _relu,           NUMERIC,  "max(x, 0)")
+unary("erf",        _erf,            FLOAT,    "the error function")
+unary("sin",        np.sin,          FLOAT,    "sine")
+unary("cos",        np.cos,          FLOAT,    "cosine")
+unary("floor",      np.floor,        FLOAT,    "round toward -inf")
+unary("ceil",       np.ceil,         FLOAT,    "round toward +inf")
+unary("sign",       np.sign,         NUMERIC,  "-1, 0 or 1 (nan for nan)")
+unary("reciprocal", np.reciprocal,   FLOAT,    "1 / x")
+unary("not",        np.invert,       LOGICAL,  "logical not of i1, bitwise not of integers")
+
+
+@register
+class CastOp(UnaryOp):
+    """``lz.cast {to = f16}``: convert elements; float -> int truncates toward zero (nan and
+    out-of-range values give an unspecified integer), anything -> i1 is ``x != 0``, bf16 rounds to
+    nearest even."""
+
+    name = "lz.cast"
+    domain = ANY
+    attributes = {"to": AttrSpec("type")}
+    summary = "convert to another element type"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        return [x.with_element_type(attrs.to)]
+
+    def reference(self, attrs, x):
+        return to_storage(x, attrs.to)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+@register
+class GeluOp(UnaryOp):
+    """``lz.gelu {approximate = "none" | "tanh"}``: ``x * Phi(x)``, exactly (erf) or by tanh."""
+
+    name = "lz.gelu"
+    domain = FLOAT
+    attributes = {"approximate": AttrSpec("str", "none", choices=("none", "tanh"))}
+    summary = "Gaussian error linear unit"
+
+    def reference(self, attrs, x):
+        w = x.astype(np.float64)
+        if attrs.approximate == "tanh":
+            y = 0.5 * w * (1 + np.tanh(_SQRT_2_OVER_PI * (w + 0.044715 * w ** 3)))
+        else:
+            y = 0.5 * w * (1 + _erf_f64(w / math.sqrt(2)))
+        return y.astype(x.dtype)
+
+
+# --- binary --------------------------------------------------------------------------------------
+
+class BinaryOp(OpDef):
+    """``z = fn(x, y)`` elementwise with numpy broadcasting; both operands have one element type."""
+
+    operands = ("lhs", "rhs")
+    traits = frozenset({PURE, ELEMENTWISE})
+    domain: Domain = NUMERIC
+    fn = None
+
+    def result_element_type(self, element_type):
+        return element_type
+
+    def infer(self, operand_types, attrs):
+        lhs, rhs = operand_types
+        et = same_element_type(operand_types)
+        check_element_type(lhs, self.domain, "operands")
+        shape = broadcast_shapes(lhs.shape, rhs.shape)
+        return [TensorType(shape, self.result_element_type(et))]
+
+    def reference(self, attrs, lhs, rhs):
+        return self.fn(lhs, rhs)
+
+
+BINARY_OPS: dict[str, type] = {}
+
+
+def binary(name: str, fn, domain: Domain, summary: str, commutative: bool = False, **facets) -> type:
+    """Define and register ``lz.<name>``, a broadcasting ``BinaryOp``; ``facets`` as in ``unary``."""
+    traits = BinaryOp.traits | ({COMMUTATIVE} if commutative else set())
+    cls = type(_class_name(name), (BinaryOp,), {
+        "name": "lz." + name, "fn": staticmethod(fn), "domain": domain, "summary": summary,
+        "traits": frozenset(traits), "__doc__": summary, "__module__": __name__, **facets})
+    register(cls)
+    BINARY_OPS[cls.name] = cls
+    return cls
+
+
+def _divide(x, y):
+    """Float division is IEEE; integer division truncates toward zero (as C, not numpy's floor),
+    and an integer divided by zero gives 0."""
+    if x.dtype.kind == "f":
+        return np.true_divide(x, y)
+    q = np.floor_divide(x, y)
+    r = np.remainder(x, y)
+    # floor and truncation differ when the remainder is nonzero and the signs differ
+    fix = (r != 0) & ((x < 0) != (y < 0))
+    return np.where(fix, q + np.ones((), q.dtype), q).astype(q.dtype)
+
+
+def _power(x, y):
+    """Float pow is IEEE; integer pow wraps, and a negative exponent gives trunc(1 / x^-y):
+    1 for x = 1, +-1 for x = -1, 0 otherwise (0 also for 0^-n)."""
+    if x.dtype.kind == "f":
+        return np.power(x, y)
+    x, y = np.broadcast_arrays(x, y)
+    negative = y < 0
+    out = np.power(x, np.where(negative, np.zeros((), y.dtype), y))
+    one = np.ones((), x.dtype)
+    odd = (y % 2) != 0
+    minus_one_pow = np.where(odd, -one if x.dtype.kind == "i" else one, one)
+    small = np.where(x == 1, one, np.where(x == -1, minus_one_pow, np.zeros((), x.dtype)))
+    return np.where(negative, small, out).astype(x.dtype)
+
+
+#     name   numpy reference   accepts   summary
+binary("add", np.add,           NUMERIC,  "x + y", commutative=True)
+binary("sub", np.subtract,      NUMERIC,  "x - y")
+binary("mul", np.multiply,      NUMERIC,  "x * y", commutative=True)
+binary("div", _divide,          NUMERIC,  "x / y (integers truncate toward zero)")
+binary("pow", _power,           NUMERIC,  "x ^ y")
+binary("max", np.maximum,       NUMERIC,  "the larger (nan if either is nan)", commutative=True)
+binary("min", np.minimum,       NUMERIC,  "the smaller (nan if either is nan)", commutative=True)
+binary("and", np.bitwise_and,   LOGICAL,  "logical and of i1, bitwise and of integers", commutative=True)
+binary("or",  np.bitwise_or,    LOGICAL,  "logical or of i1, bitwise or of integers", commutative=True)
+
+
+_PREDICATES = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+               "gt": np.greater, "ge": np.greater_equal}
+
+
+@register
+class CmpOp(BinaryOp):
+    """``lz.cmp {predicate = "eq"|"ne"|"lt"|"le"|"gt"|"ge"}``: an i1 tensor; nan compares unequal."""
+
+    name = "lz.cmp"
+    domain = ANY
+    attributes = {"predicate": AttrSpec("str", choices=tuple(_PREDICATES))}
+    summary = "compare elementwise"
+
+    def result_element_type(self, element_type):
+        return I1
+
+    def reference(self, attrs, lhs, rhs):
+        return _PREDICATES[attrs.predicate](lhs, rhs)
+
+
+@register
+class SelectOp(OpDef):
+    """``lz.select(cond, a, b)``: ``a`` where ``cond`` holds, else ``b``; all three broadcast."""
+
+    name = "lz.select"
+    operands = ("condition", "true_value", "false_value")
+    traits = frozenset({PURE, ELEMENTWISE})
+    summary = "choose elementwise"
+
+    def infer(self, operand_types, attrs):
+        cond, a, b = operand_types
+        check_element_type(cond, BOOL, "condition")
+        et = same_element_type([a, b], "true and false values")
+        return [TensorType(broadcast_shapes(cond.shape, a.shape, b.shape), et)]
+
+    def reference(self, attrs, cond, a, b):
+        return np.where(cond, a, b)

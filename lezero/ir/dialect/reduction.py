@@ -1,0 +1,109 @@
+"""Reductions over a set of axes (``reduce_*``, a table like the unary ops) and argmax."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lezero.ir.dialect.axes import normalize_axis, reduction_axes
+from lezero.ir.dialect.constraints import ANY, FLOAT, NUMERIC, Domain, check_element_type
+from lezero.ir.dialect.numerics import accumulator_dtype, highest, lowest
+from lezero.ir.opdef import PURE, AttrSpec, OpDef, OpError, register
+from lezero.ir.types import I64, TensorType
+
+
+def reduced_shape(shape, axes, keepdims: bool) -> tuple:
+    """``shape`` with ``axes`` (normalized) removed, or kept as 1."""
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+class ReduceOp(OpDef):
+    """``lz.reduce_* {axes = array<i64: ...>, keepdims = false}``; absent or empty axes reduce
+    every axis, negative axes count from the end."""
+
+    operands = ("input",)
+    traits = frozenset({PURE})
+    attributes = {"axes": AttrSpec("i64_array", None), "keepdims": AttrSpec("bool", False)}
+    domain: Domain = NUMERIC
+    fn = None  # fn(x, axes, keepdims), set per op
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        check_element_type(x, self.domain)
+        axes = reduction_axes(attrs.axes, x.rank)
+        return [x.with_shape(reduced_shape(x.shape, axes, attrs.keepdims))]
+
+    def reference(self, attrs, x):
+        return self.fn(x, reduction_axes(attrs.axes, x.ndim), attrs.keepdims)
+
+
+REDUCE_OPS: dict[str, type] = {}
+
+
+def reduction(name: str, fn, domain: Domain, summary: str, **facets) -> type:
+    """Define and register ``lz.<name>``, a ``ReduceOp`` computing ``fn(x, axes, keepdims)``;
+    ``facets`` become class attributes (a gradient rule, a lowering)."""
+    cls = type("".join(p.capitalize() for p in name.split("_")) + "Op", (ReduceOp,), {
+        "name": "lz." + name, "fn": staticmethod(fn), "domain": domain, "summary": summary,
+        "__doc__": summary, "__module__": __name__, **facets})
+    register(cls)
+    REDUCE_OPS[cls.name] = cls
+    return cls
+
+
+def _sum(x, axes, keepdims):
+    return np.sum(x, axis=axes, keepdims=keepdims, dtype=accumulator_dtype(x.dtype))
+
+
+def _prod(x, axes, keepdims):
+    return np.prod(x, axis=axes, keepdims=keepdims, dtype=accumulator_dtype(x.dtype))
+
+
+def _max(x, axes, keepdims):
+    return np.max(x, axis=axes, keepdims=keepdims, initial=lowest(x.dtype))
+
+
+def _min(x, axes, keepdims):
+    return np.min(x, axis=axes, keepdims=keepdims, initial=highest(x.dtype))
+
+
+def _mean(x, axes, keepdims):
+    count = math.prod(x.shape[a] for a in axes)
+    with np.errstate(invalid="ignore", divide="ignore"):  # nan over no elements, without a warning
+        return _sum(x, axes, keepdims) / accumulator_dtype(x.dtype).type(count)
+
+
+#          name          reference  accepts   summary
+reduction("reduce_sum",  _sum,      NUMERIC,  "sum (0 over no elements)")
+reduction("reduce_prod", _prod,     NUMERIC,  "product (1 over no elements)")
+reduction("reduce_max",  _max,      NUMERIC,  "maximum (-inf or the smallest integer over no elements)")
+reduction("reduce_min",  _min,      NUMERIC,  "minimum (+inf or the largest integer over no elements)")
+reduction("reduce_mean", _mean,     FLOAT,    "arithmetic mean (nan over no elements)")
+
+
+@register
+class ArgmaxOp(OpDef):
+    """``lz.argmax {axis, keepdims = false}``: i64 index of the first maximum (nan counts as the
+    maximum, as in numpy and torch)."""
+
+    name = "lz.argmax"
+    operands = ("input",)
+    traits = frozenset({PURE})
+    attributes = {"axis": AttrSpec("i64"), "keepdims": AttrSpec("bool", False)}
+    summary = "index of the maximum"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        check_element_type(x, ANY)
+        axis = normalize_axis(attrs.axis, x.rank)
+        if x.shape[axis] == 0:
+            raise OpError(f"cannot take the argmax of axis {attrs.axis}, which has size 0")
+        return [TensorType(reduced_shape(x.shape, (axis,), attrs.keepdims), I64)]
+
+    def reference(self, attrs, x):
+        axis = normalize_axis(attrs.axis, x.ndim)
+        if x.shape[axis] == 0:
+            raise OpError(f"cannot take the argmax of axis {attrs.axis}, which has size 0")
+        return np.argmax(x, axis=axis, keepdims=attrs.keepdims)

@@ -1,0 +1,26 @@
+"""Passes over lz IR: the pass base and registry, pipelines as text, the pass manager, the pattern
+rewriter, and the passes themselves (one module each).
+
+    from lezero.passes import run_pipeline
+    run_pipeline(module, "canonicalize,cse,dce")
+"""
+from lezero.passes.pass_base import (OptionInfo, Pass, PassInfo, PipelineError, format_pass_list, get_pass,
+                                     list_passes, option, pass_names, register_pass)
+from lezero.passes.pipeline import format_pipeline, parse_pipeline
+from lezero.passes.pass_manager import (IRPrinter, PassError, PassInstrumentation, PassManager, PassTimer,
+                                        make_pipeline_runner, run_pipeline)
+from lezero.passes.rewriter import (ConvergenceError, Match, PatternRewriter, RewritePattern, Rule, RulePattern,
+                                    apply_patterns_greedily, is_pure, is_trivially_dead, patterns_from_rules)
+
+import lezero.ir.dialect  # noqa: E402,F401  (op definitions: the passes ask them about every op)
+
+# The passes register themselves on import.
+from lezero.passes import canonicalize, constant_fold, cse, dce, decompose, shape_infer  # noqa: E402,F401
+
+__all__ = [
+    "Pass", "PassInfo", "OptionInfo", "PipelineError", "option", "register_pass", "get_pass", "list_passes",
+    "pass_names", "format_pass_list", "parse_pipeline", "format_pipeline", "PassManager", "PassError",
+    "PassInstrumentation", "IRPrinter", "PassTimer", "run_pipeline", "make_pipeline_runner", "RewritePattern",
+    "PatternRewriter", "Rule", "RulePattern", "Match", "ConvergenceError", "apply_patterns_greedily",
+    "patterns_from_rules", "is_pure", "is_trivially_dead",
+]

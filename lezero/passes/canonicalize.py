@@ -1,0 +1,212 @@
+"""canonicalize: local algebra, as tables of one-line rules, applied to a fixed point.
+
+Each rule is ``Rule(op, rewrite, doc)``: ``rewrite(m, *operands)`` returns the value that
+replaces the op, or None.  A rule fires only when that value has exactly the op's result type
+(``x*1`` where the 1 broadcasts ``x`` to a larger shape is not the identity), which the
+``RulePattern`` checks once for all rules.  Tables are plain lists: ``ARITHMETIC + LOGIC``.
+
+Float rules keep IEEE results, with one deliberate exception shared by XLA and Inductor:
+``x+0 -> x`` turns ``-0.0 + 0.0`` (``+0.0``) into ``-0.0``.  ``x*0 -> 0`` and ``x-x -> 0`` are
+for integers only (for floats, nan and inf make them wrong).
+"""
+from __future__ import annotations
+
+from lezero.ir.types import ElementType, TensorType
+from lezero.passes.constant_fold import constant_value
+from lezero.passes.pass_base import Pass, option, register_pass
+from lezero.passes.rewriter import Rule, apply_patterns_greedily, patterns_from_rules
+
+
+# --- what the rules ask about values -------------------------------------------------------------
+
+def splat(v):
+    """The value every element of constant ``v`` holds, or None (not a constant, or not a splat)."""
+    attr = constant_value(v)
+    return attr.splat_value() if attr is not None else None
+
+
+def is_splat(v, k) -> bool:
+    s = splat(v)
+    return s is not None and s == k
+
+
+def is_int(v) -> bool:
+    """Integer elements (not i1, not float): where x*0 and x-x are really 0."""
+    return isinstance(v.type, TensorType) and v.type.element_type.is_int
+
+
+def defined_by(v, name: str):
+    """The op defining ``v`` if it is an ``name`` op, else None."""
+    op = getattr(v, "op", None)
+    return op if op is not None and op.name == name else None
+
+
+def zeros(m):
+    """A zero constant of the matched op's result type (None if the type is dynamic)."""
+    return m.constant(0) if m.type.is_static else None
+
+
+# --- casts -----------------------------------------------------------------------------------------
+
+_INT_BITS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64, "ui8": 8}
+_FLOAT_MANTISSA = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}  # significant bits, implicit one included
+_FLOAT_RANGE = {"f16": 15, "bf16": 127, "f32": 127, "f64": 1023}   # largest binary exponent
+
+
+def cast_is_lossless(src: ElementType, dst: ElementType) -> bool:
+    """Whether every ``src`` value is exactly a ``dst`` value (so a later cast sees the same number)."""
+    if src == dst or src.is_bool:
+        return True
+    if dst.is_bool:
+        return False
+    if src.is_int:
+        bits = _INT_BITS[src.name] - (0 if src.name.startswith("ui") else 1)  # magnitude bits
+        if dst.is_int:
+            dst_bits = _INT_BITS[dst.name] - (0 if dst.name.startswith("ui") else 1)
+            unsigned_dst, signed_src = dst.name.startswith("ui"), not src.name.startswith("ui")
+            return dst_bits >= bits and not (unsigned_dst and signed_src)
+        return _FLOAT_MANTISSA[dst.name] >= bits
+    if dst.is_int:
+        return False
+    return _FLOAT_MANTISSA[dst.name] >= _FLOAT_MANTISSA[src.name] and _FLOAT_RANGE[dst.name] >= _FLOAT_RANGE[src.name]
+
+
+def _cast_cast(m, x):
+    inner = defined_by(x, "lz.cast")
+    if inner is None:
+        return None
+    source = inner.operands[0]
+    if not cast_is_lossless(source.type.element_type, x.type.element_type):
+        return None
+    return m.op_like([source])
+
+
+# --- data movement ---------------------------------------------------------------------------------
+
+def _perm(op) -> tuple:
+    perm = op.definition.attrs(op).perm
+    return tuple(perm) if perm is not None else tuple(reversed(range(op.operands[0].type.rank)))
+
+
+def _is_identity_transpose(m, x):
+    return x if _perm(m.op) == tuple(range(x.type.rank)) else None
+
+
+def _transpose_transpose(m, x):
+    inner = defined_by(x, "lz.transpose")
+    if inner is None:
+        return None
+    p_inner, p_outer = _perm(inner), _perm(m.op)
+    # result dim i is x's dim p_outer[i], which is the source's dim p_inner[p_outer[i]]
+    return m.op_like([inner.operands[0]], perm=[p_inner[i] for i in p_outer])
+
+
+def _is_identity_reshape(m, x):
+    t = x.type
+    dynamic = [i for i, d in enumerate(t.shape) if d is None]
+    if len(dynamic) > 1:
+        return None
+    want = tuple(-1 if d is None else d for d in t.shape)
+    shape = tuple(m.attrs.shape)
+    # static: the verifier made the result type agree with inference, so equal types mean same dims
+    if shape == want or (not dynamic and m.type == t):
+        return x
+    return None
+
+
+def _collapse_source(m, x, name):
+    """``op(op(x'))`` -> ``op(x')`` with the outer op's attributes (reshape, broadcast_to)."""
+    inner = defined_by(x, name)
+    return m.op_like([inner.operands[0]]) if inner is not None else None
+
+
+def _is_static_same(m, x):
+    return x if x.type.is_static and x.type == m.type else None
+
+
+_TO_THE_END = 2 ** 31 - 1  # ONNX writes INT_MAX (or INT64_MAX) for "to the end"
+
+
+def _is_whole_slice(m, x):
+    from lezero.ir.dialect.data_movement import SliceOp
+
+    t = x.type
+    for d, s in zip(t.shape, SliceOp.slices(m.attrs, t.rank)):
+        if d is None:
+            if not (s.step in (None, 1) and s.start in (None, 0) and (s.stop is None or s.stop >= _TO_THE_END)):
+                return None
+        elif range(*s.indices(d)) != range(d):
+            return None
+    return x
+
+
+def _is_zero_pad(m, x):
+    return x if all(p == 0 for p in m.attrs.pads) else None
+
+
+# --- the tables ----------------------------------------------------------------------------------
+
+ARITHMETIC = [
+    Rule("lz.mul", lambda m, x, y: x if is_splat(y, 1) else None, "x*1 -> x"),
+    Rule("lz.mul", lambda m, x, y: y if is_splat(x, 1) else None, "1*x -> x"),
+    Rule("lz.mul", lambda m, x, y: zeros(m) if is_int(x) and (is_splat(y, 0) or is_splat(x, 0)) else None,
+         "x*0 -> 0, 0*x -> 0 (integers only: for floats nan*0 and inf*0 are nan)"),
+    Rule("lz.add", lambda m, x, y: x if is_splat(y, 0) else None, "x+0 -> x"),
+    Rule("lz.add", lambda m, x, y: y if is_splat(x, 0) else None, "0+x -> x"),
+    Rule("lz.sub", lambda m, x, y: x if is_splat(y, 0) else None, "x-0 -> x"),
+    Rule("lz.sub", lambda m, x, y: zeros(m) if x is y and is_int(x) else None, "x-x -> 0 (integers only)"),
+    Rule("lz.div", lambda m, x, y: x if is_splat(y, 1) else None, "x/1 -> x"),
+    Rule("lz.pow", lambda m, x, y: x if is_splat(y, 1) else None, "x**1 -> x"),
+    Rule("lz.neg", lambda m, x: x.op.operands[0] if defined_by(x, "lz.neg") else None, "neg(neg(x)) -> x"),
+    Rule("lz.max", lambda m, x, y: x if x is y else None, "max(x, x) -> x"),
+    Rule("lz.min", lambda m, x, y: x if x is y else None, "min(x, x) -> x"),
+    Rule("lz.abs", lambda m, x: x if defined_by(x, "lz.abs") else None, "abs(abs(x)) -> abs(x)"),
+    Rule("lz.relu", lambda m, x: x if defined_by(x, "lz.relu") else None, "relu(relu(x)) -> relu(x)"),
+]
+
+LOGIC = [
+    Rule("lz.not", lambda m, x: x.op.operands[0] if defined_by(x, "lz.not") else None, "not(not(x)) -> x"),
+    Rule("lz.and", lambda m, x, y: x if x is y else None, "x & x -> x"),
+    Rule("lz.or", lambda m, x, y: x if x is y else None, "x | x -> x"),
+    Rule("lz.or", lambda m, x, y: x if is_splat(y, 0) else None, "x | 0 -> x (false for i1)"),
+    Rule("lz.or", lambda m, x, y: y if is_splat(x, 0) else None, "0 | x -> x"),
+    Rule("lz.and", lambda m, x, y: x if x.type.element_type.is_bool and is_splat(y, True) else None,
+         "x & true -> x (i1)"),
+    Rule("lz.and", lambda m, x, y: y if y.type.element_type.is_bool and is_splat(x, True) else None,
+         "true & x -> x (i1)"),
+    Rule("lz.select", lambda m, c, a, b: a if is_splat(c, True) else None, "select(true, a, b) -> a"),
+    Rule("lz.select", lambda m, c, a, b: b if is_splat(c, False) else None, "select(false, a, b) -> b"),
+    Rule("lz.select", lambda m, c, a, b: a if a is b else None, "select(c, a, a) -> a"),
+]
+
+CASTS = [
+    Rule("lz.cast", lambda m, x: x, "cast of x to its own type -> x"),
+    Rule("lz.cast", _cast_cast, "cast(cast(x)) -> cast(x) when the inner cast is lossless"),
+]
+
+DATA_MOVEMENT = [
+    Rule("lz.transpose", _is_identity_transpose, "transpose with perm 0,1,... -> x"),
+    Rule("lz.transpose", _transpose_transpose, "transpose(transpose(x)) -> transpose(x), perms composed"),
+    Rule("lz.reshape", _is_identity_reshape, "reshape of x to its own shape -> x"),
+    Rule("lz.reshape", lambda m, x: _collapse_source(m, x, "lz.reshape"), "reshape(reshape(x)) -> reshape(x)"),
+    Rule("lz.broadcast_to", _is_static_same, "broadcast_to of x to its own shape -> x"),
+    Rule("lz.broadcast_to", lambda m, x: _collapse_source(m, x, "lz.broadcast_to"),
+         "broadcast_to(broadcast_to(x)) -> broadcast_to(x)"),
+    Rule("lz.slice", _is_whole_slice, "slice taking the whole tensor in order -> x"),
+    Rule("lz.concat", lambda m, *xs: xs[0] if len(xs) == 1 else None, "concat of one operand -> x"),
+    Rule("lz.pad", _is_zero_pad, "pad by zero everywhere -> x"),
+]
+
+CANONICALIZATION_RULES = ARITHMETIC + LOGIC + CASTS + DATA_MOVEMENT
+
+
+@register_pass
+class Canonicalize(Pass):
+    name = "canonicalize"
+    summary = "Simplify local algebra (x*1, neg(neg x), transpose(transpose x), ...) and erase dead pure ops"
+    max_iterations: int = option(10, "rounds of the greedy driver before it reports non-convergence")
+
+    rules = CANONICALIZATION_RULES  # a subclass (or a test) can run another table
+
+    def run(self, module) -> None:
+        apply_patterns_greedily(module, patterns_from_rules(self.rules), max_iterations=self.max_iterations)

@@ -1,0 +1,209 @@
+"""The generated float32 GEMM against numpy: shapes, block edges, strides, threads, epilogues, FMA."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lezero.codegen.llvm import gemm, jit
+
+HOST = gemm.GemmConfig.for_host()
+# Tiny cache blocks so that small matrices cross every K, M and N block boundary.
+TINY_AVX512 = gemm.GemmConfig(vector_width=16, mr=6, nr_vectors=2, kc=16, mc=12, nc=64)
+TINY_AVX2 = gemm.GemmConfig(vector_width=8, mr=6, nr_vectors=2, kc=8, mc=18, nc=32)
+TINY_SSE = gemm.GemmConfig(vector_width=4, mr=4, nr_vectors=3, kc=5, mc=8, nc=24)
+CONFIGS = {"host": HOST, "tiny16": TINY_AVX512, "tiny8": TINY_AVX2, "tiny4": TINY_SSE}
+
+_kernels: dict = {}
+
+
+def kernel(config_name: str = "host", epilogue_name: str | None = None, threads: int = 1) -> gemm.SgemmKernel:
+    """Compiled once per (config, epilogue, threads); threaded kernels split even tiny problems."""
+    key = (config_name, epilogue_name, threads)
+    if key not in _kernels:
+        compiled = gemm.SgemmKernel(CONFIGS[config_name], EPILOGUES[epilogue_name], num_threads=threads)
+        compiled.parallel_threshold_flops = 0
+        _kernels[key] = compiled
+    return _kernels[key]
+
+
+def random_matrix(rng, rows: int, cols: int) -> np.ndarray:
+    return rng.uniform(-1, 1, size=(rows, cols)).astype(np.float32)
+
+
+def assert_matches_matmul(c: np.ndarray, a: np.ndarray, b: np.ndarray, expected: np.ndarray | None = None) -> None:
+    """|c - a@b| within float32 summation error (about K ulps of sum |a||b|), from float64."""
+    if expected is None:
+        expected = a.astype(np.float64) @ b.astype(np.float64)
+    k = a.shape[1]
+    bound = 4 * (k + 1) * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(b) + 1.0)
+    error = np.abs(c.astype(np.float64) - expected)
+    assert c.shape == expected.shape
+    assert np.all(error <= bound), f"max error {error.max()} at {np.unravel_index(np.argmax(error - bound), c.shape)}"
+
+
+SHAPES = [
+    (1, 1, 1), (1, 1, 7), (1, 17, 1), (17, 1, 1), (1, 100, 33), (100, 1, 33), (3, 5, 7), (6, 64, 1),
+    (7, 65, 3), (13, 31, 129), (12, 64, 16), (37, 91, 53), (64, 64, 64), (145, 70, 17), (5, 300, 600),
+    (200, 130, 513), (257, 129, 1025),
+]
+
+
+@pytest.mark.parametrize("config_name", list(CONFIGS))
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_matches_numpy(config_name, m, n, k):
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)
+    out = np.full((m, n), np.nan, np.float32)  # every element must be written, none read first
+    assert_matches_matmul(kernel(config_name)(a, b, out), a, b)
+
+
+@given(m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(1, 70),
+       config_name=st.sampled_from(["host", "tiny16", "tiny8", "tiny4"]), threads=st.sampled_from([1, 2, 3]))
+def test_matches_numpy_any_shape(m, n, k, config_name, threads):
+    rng = np.random.default_rng(m * 4903 + n * 71 + k)
+    a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)
+    assert_matches_matmul(kernel(config_name, threads=threads)(a, b), a, b)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4])
+@pytest.mark.parametrize("m,n,k", [(300, 200, 100), (7, 1000, 40), (1000, 7, 40), (130, 130, 600)])
+def test_threads_split_the_output(threads, m, n, k):
+    rng = np.random.default_rng(threads)
+    a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)
+    assert_matches_matmul(kernel("host", threads=threads)(a, b), a, b)
+
+
+@pytest.mark.parametrize("m,n,k,tasks", [(1024, 1024, 1024, 2), (192, 192, 192, 2), (1, 1000, 9, 4), (5, 5, 5, 8),
+                                         (1000, 3, 3, 3), (100, 100, 100, 1)])
+def test_split_rectangles_cover_the_output_once(m, n, k, tasks):
+    covered = np.zeros((m, n), np.int64)
+    rectangles = gemm.split_rectangles(m, n, k, tasks, 6, 64)
+    assert 1 <= len(rectangles) <= tasks
+    for m0, m1, n0, n1 in rectangles:
+        covered[m0:m1, n0:n1] += 1
+    assert np.all(covered == 1)
+
+
+def test_zero_k_gives_zeros_and_empty_outputs_work():
+    k = kernel("host")
+    assert np.array_equal(k(np.ones((3, 0), np.float32), np.ones((0, 4), np.float32)), np.zeros((3, 4), np.float32))
+    assert k(np.ones((0, 5), np.float32), np.ones((5, 4), np.float32)).shape == (0, 4)
+    assert k(np.ones((3, 5), np.float32), np.ones((5, 0), np.float32)).shape == (3, 0)
+
+
+def test_strided_views_and_other_layouts():
+    rng = np.random.default_rng(1)
+    big_a, big_b = random_matrix(rng, 80, 90), random_matrix(rng, 90, 100)
+    a, b = big_a[3:70:2, 5:60], big_b[5:60, 7:93]  # row strides larger than the rows
+    out_storage = np.full((40, 120), np.nan, np.float32)
+    out = out_storage[2:2 + a.shape[0], 10:10 + b.shape[1]]
+    result = kernel("tiny16")(a, b, out)
+    assert result is out
+    assert_matches_matmul(out, a, b)
+    assert np.isnan(out_storage[:2]).all() and np.isnan(out_storage[:, :10]).all()  # nothing outside `out`
+    assert np.isnan(out_storage[2 + a.shape[0]:]).all() and np.isnan(out_storage[:, 10 + b.shape[1]:]).all()
+    # Transposed (column-major) and float64 inputs are converted.
+    assert_matches_matmul(kernel("host")(big_b.T[:50, :60], big_a.T[:60].astype(np.float64)),
+                          big_b.T[:50, :60], big_a.T[:60].astype(np.float32))
+
+
+def test_shape_errors():
+    k = kernel("host")
+    with pytest.raises(ValueError, match="agree on K"):
+        k(np.ones((2, 3), np.float32), np.ones((4, 2), np.float32))
+    with pytest.raises(ValueError, match="out must be"):
+        k(np.ones((2, 3), np.float32), np.ones((3, 2), np.float32), out=np.ones((2, 3), np.float32))
+
+
+# -- epilogues ---------------------------------------------------------------------------------
+
+EPILOGUES = {
+    None: None,
+    "bias_relu": gemm.bias_add_epilogue().then(gemm.relu_epilogue()),
+    "residual": gemm.residual_add_epilogue(),
+    "scale_bias_residual_relu": gemm.compose_epilogues(
+        gemm.scale_epilogue("alpha"), gemm.bias_add_epilogue("b"), gemm.residual_add_epilogue("r"),
+        gemm.relu_epilogue()),
+}
+
+
+@pytest.mark.parametrize("config_name,threads", [("host", 1), ("host", 2), ("tiny16", 1), ("tiny8", 3), ("tiny4", 1)])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (7, 65, 3), (13, 31, 40), (64, 128, 64), (50, 70, 0), (150, 90, 600)])
+def test_bias_relu_epilogue(config_name, threads, m, n, k):
+    rng = np.random.default_rng(m + n + k)
+    a, b, bias = random_matrix(rng, m, k), random_matrix(rng, k, n), rng.uniform(-1, 1, n).astype(np.float32)
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    expected = np.maximum(product + bias, 0)
+    result = kernel(config_name, "bias_relu", threads)(a, b, bias=bias)
+    # relu is exact, so the bound of the plain product (plus the bias' rounding) still holds.
+    assert (result >= 0).all()
+    assert_matches_matmul(result, np.hstack([a, np.ones((m, 1), np.float32)]),
+                          np.vstack([b, bias[None, :]]), expected)
+
+
+@pytest.mark.parametrize("config_name", ["host", "tiny16", "tiny4"])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (9, 33, 20), (61, 131, 77)])
+def test_residual_and_composed_epilogues(config_name, m, n, k):
+    rng = np.random.default_rng(3)
+    a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)
+    residual_storage = random_matrix(rng, m, n + 5)
+    residual = residual_storage[:, 2:2 + n]  # a strided view: its own row stride is passed
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    result = kernel(config_name, "residual")(a, b, residual=residual)
+    np.testing.assert_allclose(result, product + residual, rtol=1e-5, atol=1e-5 * (k + 1))
+
+    bias = rng.uniform(-1, 1, n).astype(np.float32)
+    result = kernel(config_name, "scale_bias_residual_relu")(a, b, alpha=0.5, b=bias, r=residual)
+    np.testing.assert_allclose(result, np.maximum(0.5 * product + bias + residual, 0), rtol=1e-5, atol=1e-5 * (k + 1))
+
+
+def test_epilogue_sees_global_rows_and_columns():
+    """A custom epilogue that stores its indices: row * 1000 + col, from IR values."""
+    def emit(out: gemm.OutputVector, acc):
+        b = out.builder
+        rows = out.splat(out.row)
+        index = b.add(b.mul(rows, out.splat(gemm.ir.Constant(gemm.I64, 1000))), out.column_indices())
+        return b.fadd(acc, b.sitofp(index, out.vector_type))
+
+    compiled = gemm.SgemmKernel(TINY_AVX512, gemm.Epilogue("index", emit), num_threads=3)
+    compiled.parallel_threshold_flops = 0
+    m, n = 41, 150
+    result = compiled(np.zeros((m, 7), np.float32), np.zeros((7, n), np.float32))
+    rows, cols = np.mgrid[:m, :n]
+    assert np.array_equal(result, (rows * 1000 + cols).astype(np.float32))
+
+
+def test_epilogue_arguments_are_checked():
+    k = kernel("host", "bias_relu")
+    a, b = np.ones((4, 3), np.float32), np.ones((3, 5), np.float32)
+    with pytest.raises(TypeError, match="bias"):
+        k(a, b)
+    with pytest.raises(ValueError, match="shape"):
+        k(a, b, bias=np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="collide"):
+        gemm.compose_epilogues(gemm.bias_add_epilogue(), gemm.bias_add_epilogue())
+
+
+# -- the machine code ----------------------------------------------------------------------------
+
+
+def test_micro_kernel_uses_vector_fma():
+    assembly = jit.emit_assembly(gemm.build_sgemm_module(HOST))
+    start = assembly.index("lz_sgemm_micro_kernel:")
+    micro_kernel = assembly[start:assembly.index(".Lfunc_end", start)]
+    fma_lines = [line for line in micro_kernel.splitlines() if "vfmadd" in line]
+    features = jit.host_cpu_features()
+    if "fma" not in features:
+        pytest.skip("host CPU has no FMA")
+    register = "%zmm" if "avx512f" in features else "%ymm"
+    vector_fmas = [line for line in fma_lines if register in line]
+    # One FMA per accumulator per k step, at least (the k loop may be unrolled).
+    assert len(vector_fmas) >= HOST.mr * HOST.nr_vectors, micro_kernel[:2000]
+
+
+def test_module_emits_an_object_file():
+    """The same IR compiles to a relocatable object, for executables without Python."""
+    module = gemm.build_sgemm_module(HOST, gemm.bias_add_epilogue())
+    assert jit.emit_object(module)[:4] == b"\x7fELF"
