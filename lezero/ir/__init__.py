@@ -9,3 +9,6 @@ from lezero.ir.types import (BF16, ELEMENT_TYPES, F16, F32, F64, I1, I8, I16, I3
                              FunctionType, TensorType, Type, element_type_of, tensor, tensor_type_of)
 import lezero.ir.dialect  # noqa: E402,F401  (registers every lz op)
 from lezero.ir.interpreter import interpret  # noqa: E402
+from lezero.ir.parser import parse_module, split_input_file  # noqa: E402
+from lezero.ir.printer import print_module, print_op  # noqa: E402
+from lezero.ir.verifier import collect_diagnostics, verify  # noqa: E402

@@ -68,14 +68,26 @@ def _shape_matches(shape, want) -> bool:
 
 def run_function(module: ModuleOp | None, func: FuncOp, args: list[np.ndarray]) -> list[np.ndarray]:
     """Run ``func``'s body on already checked arguments; the values ``func.return`` returns."""
-    env = dict(zip(func.arguments, args))
+    return run_block(func.entry_block, args, module)
+
+
+def run_block(block, args: list[np.ndarray], module: ModuleOp | None = None,
+              env: dict | None = None) -> list[np.ndarray]:
+    """Run a block on values for its arguments; the operands of its terminator (``func.return``
+    or ``lz.yield``).  ``env`` holds values visible from enclosing regions."""
+    env = dict(env or {})
+    env.update(zip(block.args, args))
     with np.errstate(all="ignore"):
-        for op in func.entry_block.ops:
+        for op in block.ops:
             inputs = [env[v] for v in op.operands]
-            if op.name == "func.return":
+            if op.name in _TERMINATORS:
                 return inputs
             env.update(zip(op.results, evaluate_op(op, inputs, module)))
-    raise InterpretError(f"@{func.sym_name} has no func.return", func.location)
+    where = block.parent_op.location if block.parent_op is not None else None
+    raise InterpretError("block has no terminator", where) if where else InterpretError("block has no terminator")
+
+
+_TERMINATORS = ("func.return", "lz.yield")
 
 
 def evaluate_op(op: Operation, inputs: list[np.ndarray], module: ModuleOp | None = None) -> list[np.ndarray]:

@@ -143,7 +143,7 @@ class OpDef:
     name: str = ""
     operands: tuple = ()          # operand names; with ``variadic`` the last one takes the rest
     variadic: bool = False
-    num_results: int = 1
+    num_results: int | None = 1   # None: as many as the op says (lz.kernel)
     attributes: dict = {}
     traits: frozenset = frozenset()
     summary: str = ""
@@ -208,6 +208,11 @@ class OpDef:
             if not isinstance(t, TensorType):
                 raise OpError(f"operand #{i} must be a tensor, got {t}")
         return list(self.infer(list(operand_types), attrs))
+
+    def infer_for_op(self, op) -> list:
+        """The result types ``op`` must have; ops with regions override this (their results
+        follow from the region, not from operand types alone)."""
+        return self.infer_op(op.operand_types, self.attrs(op))
 
     def evaluate(self, op, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run the reference on concrete inputs; the interpreter calls this."""

@@ -967,9 +967,9 @@ class _Parser:
                 depth -= 1
                 if depth < 0:
                     raise self.error("unexpected ']'")
-            elif k in (">", EOF, ERROR) and depth == 0:
-                return
-            elif k in (EOF, ERROR):
+            elif k in (">", EOF, ERROR):
+                if depth == 0:
+                    return
                 raise self.wrong_token("expected ']'")
             self.i += 1
 

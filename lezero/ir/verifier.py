@@ -146,12 +146,12 @@ class _Verifier:
             valid = ", ".join(definition.attributes) or "none"
             self.error(op, f"has unknown attribute '{unknown[0]}' (valid: {valid})")
             return
-        if len(op.results) != definition.num_results:
+        if definition.num_results is not None and len(op.results) != definition.num_results:
             self.error(op, f"expects {definition.num_results} result(s), got {len(op.results)}")
             return
         try:
             attrs = definition.attrs(op)
-            inferred = definition.infer_op(op.operand_types, attrs)
+            inferred = definition.infer_for_op(op)
             definition.verify_extra(op, attrs)
         except OpError as e:
             self.error(op, str(e))

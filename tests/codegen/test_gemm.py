@@ -115,6 +115,12 @@ def test_shape_errors():
         k(np.ones((2, 3), np.float32), np.ones((4, 2), np.float32))
     with pytest.raises(ValueError, match="out must be"):
         k(np.ones((2, 3), np.float32), np.ones((3, 2), np.float32), out=np.ones((2, 3), np.float32))
+    square = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        k(square, np.ones((4, 4), np.float32), out=square)
+    with pytest.raises(ValueError, match="overlap"):
+        kernel("host", "residual")(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), out=square,
+                                   residual=square)
 
 
 # -- epilogues ---------------------------------------------------------------------------------

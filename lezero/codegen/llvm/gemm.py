@@ -338,6 +338,22 @@ def _store_vector(builder: ir.IRBuilder, value: ir.Value, address: ir.Value, mas
     builder.call(function, [value, address, ir.Constant(I32, align), mask])
 
 
+def _field_address(builder: ir.IRBuilder, struct_pointer: ir.Value, struct_type: ir.Type, index: int) -> ir.Value:
+    """&struct_pointer->field[index]."""
+    return builder.gep(struct_pointer, [ir.Constant(I32, 0), ir.Constant(I32, index)], source_etype=struct_type)
+
+
+def _alloca(builder: ir.IRBuilder, element_type: ir.Type, count: ir.Value, name: str) -> ir.Value:
+    """Stack space for ``count`` elements, as an opaque pointer.
+
+    llvmlite types an alloca as a typed pointer, and a GEP keeps its base's pointer type; the
+    opaque type keeps every address derived from it an opaque ``ptr`` (the text is the same).
+    """
+    slot = builder.alloca(element_type, size=count, name=name)
+    slot.type = PTR
+    return slot
+
+
 def _min(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     return builder.select(builder.icmp_signed("<", a, b), a, b)
 
@@ -405,7 +421,8 @@ class SgemmGenerator:
         pack_a = self._build_pack_a(module)
         pack_b = self._build_pack_b(module)
         micro_kernel = self._build_micro_kernel(module)
-        self._build_rectangle_function(module, pack_a, pack_b, micro_kernel)
+        rectangle_function = self._build_rectangle_function(module, pack_a, pack_b, micro_kernel)
+        self._build_threaded_function(module, rectangle_function)
         return module
 
     def _define(self, module: ir.Module, name: str, params: Sequence[tuple[str, ir.Type]],
@@ -642,6 +659,64 @@ class SgemmGenerator:
         return function
 
 
+    # -- threads -------------------------------------------------------------------------------
+
+    def _build_threaded_function(self, module: ir.Module, rectangle_function: ir.Function) -> ir.Function:
+        """``<name>_threaded``: the rectangles on their own POSIX threads, the first on the caller's.
+
+        Parameters: the rectangle function's, with (m_begin, m_end, n_begin, n_end, workspace)
+        replaced by ``num_tasks``, ``rectangles`` (i64[num_tasks][4]) and ``workspaces``
+        (ptr[num_tasks]). A thread that cannot be created runs its task on the caller's thread.
+        """
+        fixed = list(GEMM_PARAMS[:7])
+        params = fixed + [("num_tasks", I64), ("rectangles", PTR), ("workspaces", PTR)]
+        params += [(f"epilogue{i}", t) for i, t in enumerate(self.epilogue_param_types)]
+        # One task's arguments, in the rectangle function's order.
+        task_type = ir.LiteralStructType([t for t in rectangle_function.ftype.args])
+        pthread_create = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
+        pthread_join = ir.Function(module, ir.FunctionType(I32, [I64, PTR]), "pthread_join")
+
+        # void* task_main(void* task): unpack the arguments, compute the rectangle.
+        task_main = ir.Function(module, ir.FunctionType(PTR, [PTR]), f"{self.name}_task_main")
+        task_main.linkage = "internal"
+        b = ir.IRBuilder(task_main.append_basic_block("entry"))
+        task = task_main.args[0]
+        arguments = [b.load(_field_address(b, task, task_type, i), typ=field_type)
+                     for i, field_type in enumerate(task_type.elements)]
+        b.call(rectangle_function, arguments)
+        b.ret(ir.Constant(PTR, None))
+
+        function, b, p = self._define(module, f"{self.name}_threaded", params, exported=True)
+        num_tasks = p["num_tasks"]
+        tasks = _alloca(b, task_type, num_tasks, "tasks")
+        thread_ids = _alloca(b, I64, num_tasks, "thread_ids")
+        started = _alloca(b, I1, num_tasks, "started")
+        fixed_values = [p[name] for name, _ in fixed]
+        epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
+        with _counted_loop(b, _i64(0), num_tasks, 1, "fill") as t:
+            rectangle = b.gep(p["rectangles"], [b.mul(t, _i64(4))], source_etype=I64)
+            bounds = [b.load(b.gep(rectangle, [_i64(j)], source_etype=I64), typ=I64) for j in range(4)]
+            workspace = b.load(b.gep(p["workspaces"], [t], source_etype=PTR), typ=PTR)
+            task = b.gep(tasks, [t], source_etype=task_type)
+            for i, value in enumerate(fixed_values + bounds + [workspace] + epilogue_values):
+                b.store(value, _field_address(b, task, task_type, i))
+        with _counted_loop(b, _i64(1), num_tasks, 1, "spawn") as t:
+            task = b.gep(tasks, [t], source_etype=task_type)
+            status = b.call(pthread_create, [b.gep(thread_ids, [t], source_etype=I64), ir.Constant(PTR, None),
+                                             task_main, task])
+            ok = b.icmp_signed("==", status, ir.Constant(I32, 0))
+            b.store(ok, b.gep(started, [t], source_etype=I1))
+            with b.if_then(b.not_(ok)):
+                b.call(task_main, [task])
+        b.call(task_main, [tasks])
+        with _counted_loop(b, _i64(1), num_tasks, 1, "join") as t:
+            with b.if_then(b.load(b.gep(started, [t], source_etype=I1), typ=I1)):
+                b.call(pthread_join, [b.load(b.gep(thread_ids, [t], source_etype=I64), typ=I64),
+                                      ir.Constant(PTR, None)])
+        b.ret_void()
+        return function
+
+
 def build_sgemm_module(config: GemmConfig | None = None, epilogue: Epilogue | None = None,
                        name: str = "lz_sgemm") -> ir.Module:
     """The LLVM IR module of a float32 GEMM (see ``SgemmGenerator`` for what it defines)."""
@@ -750,8 +825,11 @@ class SgemmKernel:
     >>> kernel = SgemmKernel(epilogue=bias_add_epilogue().then(relu_epilogue()))
     >>> y = kernel(x, w, bias=b)          # relu(x @ w + b)
 
-    Arrays: float32, 2-D, rows contiguous (row strides may be larger than the width, e.g. slices).
-    ``num_threads`` defaults to ``default_num_threads()``.
+    Arrays: float32, 2-D, rows contiguous (row strides may be larger than the width, e.g. slices);
+    others are copied. ``out`` must not overlap any input. Epilogue arguments are keywords:
+    "vector" ones 1-D of length N, "matrix" ones M x N, "scalar" ones floats.
+    ``num_threads`` defaults to ``default_num_threads()``; products under
+    ``parallel_threshold_flops`` run on the calling thread.
     """
 
     def __init__(self, config: GemmConfig | None = None, epilogue: Epilogue | None = None,
@@ -775,13 +853,18 @@ class SgemmKernel:
         (m, k), (k_b, n) = a.shape, b.shape
         if k != k_b:
             raise ValueError(f"matmul shapes {a.shape} and {b.shape} do not agree on K")
-        if out is None:
-            out = np.empty((m, n), dtype=np.float32)
-        elif out.shape != (m, n) or out.dtype != np.float32 or not out.flags.aligned or \
-                out.strides[1] != FLOAT_BYTES or out.strides[0] % FLOAT_BYTES or out.strides[0] < 0:
-            raise ValueError(f"out must be a float32 {m}x{n} array with contiguous rows")
         # Epilogue arrays are checked and converted first; ``epilogue_arrays`` keeps them alive.
         epilogue_args = self._epilogue_call_args(epilogue_arrays, m, n) if self.epilogue else []
+        if out is None:
+            out = np.empty((m, n), dtype=np.float32)
+        else:
+            if out.shape != (m, n) or out.dtype != np.float32 or not out.flags.aligned or \
+                    out.strides[1] != FLOAT_BYTES or out.strides[0] % FLOAT_BYTES or out.strides[0] < 0:
+                raise ValueError(f"out must be a float32 {m}x{n} array with contiguous rows")
+            # C holds partial sums between K blocks, so no input may be read through it.
+            inputs = [a, b] + [x for x in epilogue_arrays.values() if isinstance(x, np.ndarray)]
+            if any(np.may_share_memory(out, x) for x in inputs):
+                raise ValueError("out must not overlap a, b or an epilogue argument")
         if m == 0 or n == 0:
             return out
         fixed_args = (k, a.ctypes.data, _row_stride(a), b.ctypes.data, _row_stride(b),

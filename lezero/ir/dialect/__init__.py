@@ -8,6 +8,7 @@ Importing this package registers them all.  One module per family:
 - ``reduction``: ``reduce_*`` (a table), ``argmax``
 - ``data_movement``: ``reshape``, ``transpose``, ``broadcast_to``, ``slice``, ``concat``, ``pad``,
   ``gather``; ``constant``: ``constant``
+- ``kernel``: ``kernel``, ``yield`` (a fused group, made by the fuse pass)
 - ``composite``: ``softmax``, ``log_softmax``, ``layer_norm``, ``batch_norm`` (with decompositions)
 
 Shared rules live in one helper each: ``broadcasting`` (shapes), ``axes`` (axis attributes),
@@ -15,4 +16,4 @@ Shared rules live in one helper each: ``broadcasting`` (shapes), ``axes`` (axis 
 storage of element types).
 """
 from lezero.ir.dialect import (composite, constant, contraction, data_movement, elementwise,  # noqa: F401
-                               pooling, reduction)
+                               kernel, pooling, reduction)
