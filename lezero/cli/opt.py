@@ -9,6 +9,8 @@ Python traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -40,6 +42,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-passes", action="store_true", help="report the time spent in each pass (to stderr)")
     p.add_argument("--list-passes", action="store_true", help="list the registered passes and their options")
     p.add_argument("--allow-unregistered-dialect", action="store_true", help="accept ops no dialect defines")
+    p.add_argument("--debug", default="", metavar="CHANNELS",
+                   help="print the decisions of these debug channels to stderr, a comma list (e.g. fusion, "
+                        "memory-plan; --debug=list names them all)")
     p.add_argument("--emit", choices=["mlir", "dot"], default="mlir",
                    help="output: the IR (mlir) or a Graphviz picture of each function's data flow (dot)")
     return p
@@ -72,11 +77,28 @@ def _process_chunk(text: str, first_line: int, filename: str, args, pipeline_run
 
 
 def _write_atomically(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
+    """Write through a temporary file renamed over ``path``, so a failed run leaves no half-written
+    output.  What is not a regular file (/dev/null, /dev/stdout, a pipe) is written directly, a
+    symlink is followed, and the file gets the mode a plain open() would give it (mkstemp's is 0600)."""
+    import stat
+
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    path = os.path.realpath(path)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    directory = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".lezero-opt-")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -88,11 +110,61 @@ def run(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
     stderr = stderr or sys.stderr
     args = build_arg_parser().parse_args(argv)
 
-    from lezero.passes import PipelineError, format_pass_list, make_pipeline_runner
+    from lezero.passes import debug_channels, format_pass_list
 
     if args.list_passes:
         stdout.write(format_pass_list())
         return 0
+    if args.debug.strip() == "list":
+        stdout.write("".join(f"{name}\n" for name in sorted(debug_channels())))
+        return 0
+    try:
+        with debug_output(args.debug, stderr):
+            return _run(args, stdout, stderr)
+    except UnknownDebugChannel as e:
+        stderr.write(f"lezero-opt: error: {e}\n")
+        return 1
+
+
+class UnknownDebugChannel(ValueError):
+    """``--debug`` names a channel no pass registered."""
+
+
+class _ChannelFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.name.removeprefix('lezero.').replace('_', '-')}: {record.getMessage()}"
+
+
+@contextlib.contextmanager
+def debug_output(spec: str, stream):
+    """Send the named debug channels (``"fusion,memory-plan"``) to ``stream`` while in the block."""
+    from lezero.passes import debug_channels
+
+    channels = debug_channels()
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    for n in names:
+        if n not in channels:
+            raise UnknownDebugChannel(f"unknown debug channel '{n}' (channels: {', '.join(sorted(channels))})")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(_ChannelFormatter())
+    saved = []
+    for n in names:
+        logger = channels[n]
+        saved.append((logger, logger.level, logger.propagate))
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for logger, level, propagate in saved:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
+def _run(args, stdout, stderr) -> int:
+    from lezero.passes import PipelineError, make_pipeline_runner
 
     try:
         runner = make_pipeline_runner(args.pass_pipeline, verify_each=args.verify_each,

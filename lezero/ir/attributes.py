@@ -261,8 +261,10 @@ class DenseElementsAttr(Attribute):
     def __str__(self) -> str:
         et = self.type.element_type
         splat = self.splat_value()
-        if splat is not None and (self.array.size > 1 or self.type.rank == 0):
-            body = self._scalar(splat)
+        if self.array.size == 0:
+            body = ""  # MLIR's form for a tensor with no elements, whatever its shape
+        elif splat is not None and (self.array.size > 1 or self.type.rank == 0):
+            body = self._element(self.array.reshape(-1)[0])
         elif self.array.size > DENSE_HEX_THRESHOLD:
             data = self.array
             if et.name == "bf16":
@@ -274,9 +276,18 @@ class DenseElementsAttr(Attribute):
             body = self._nested(self.array)
         return f"dense<{body}> : {self.type}"
 
+    def _element(self, v: np.generic) -> str:
+        """One stored element; a non-finite float prints its own bits (keeping a nan's payload)."""
+        et = self.type.element_type
+        if et.is_float and not np.isfinite(v):
+            bits = int(np.asarray(v).view(np.uint16 if et.name == "f16" else np.uint64 if et.name == "f64"
+                                          else np.uint32))
+            return f"0x{bits >> 16:04X}" if et.name == "bf16" else f"0x{bits:0{et.bitwidth // 4}X}"
+        return self._scalar(v.item())
+
     def _nested(self, a: np.ndarray) -> str:
         if a.ndim == 0:
-            return self._scalar(a.item())
+            return self._element(a[()])
         return "[" + ", ".join(self._nested(x) for x in a) + "]"
 
 

@@ -27,9 +27,15 @@ def interpret(module: ModuleOp, func_name: str, *arrays):
         func = module.lookup(func_name)
     except KeyError as e:
         raise InputError(e.args[0], module.location) from None
-    results = run_function(module, func, [_check_argument(func, i, a) for i, a in _enumerate(func, arrays)])
+    results = run_function(module, func, check_arguments(func, arrays))
     results = [np.array(r) for r in results]  # the caller owns them: no views of constants or inputs
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def check_arguments(func: FuncOp, arrays) -> list[np.ndarray]:
+    """``arrays`` as ``func``'s arguments: count, dtypes and static dims checked (``InputError``
+    naming the argument otherwise), converted to their storage dtype."""
+    return [check_argument(func, i, a) for i, a in _enumerate(func, arrays)]
 
 
 def _enumerate(func: FuncOp, arrays):
@@ -40,7 +46,7 @@ def _enumerate(func: FuncOp, arrays):
     return enumerate(arrays)
 
 
-def _check_argument(func: FuncOp, index: int, value) -> np.ndarray:
+def check_argument(func: FuncOp, index: int, value) -> np.ndarray:
     arg = func.arguments[index]
     t = arg.type
     name = f"argument #{index}" + (f" (%{arg.name_hint})" if arg.name_hint else "") + f" of @{func.sym_name}"
@@ -83,8 +89,10 @@ def run_block(block, args: list[np.ndarray], module: ModuleOp | None = None,
             if op.name in _TERMINATORS:
                 return inputs
             env.update(zip(op.results, evaluate_op(op, inputs, module)))
-    where = block.parent_op.location if block.parent_op is not None else None
-    raise InterpretError("block has no terminator", where) if where else InterpretError("block has no terminator")
+    owner = block.parent_op
+    if isinstance(owner, FuncOp):
+        raise InterpretError(f"@{owner.sym_name} has no func.return", owner.location)
+    raise InterpretError(f"'{owner.name}' op region has no terminator", owner.location)
 
 
 _TERMINATORS = ("func.return", "lz.yield")

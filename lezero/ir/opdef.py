@@ -28,6 +28,7 @@ COMMUTATIVE = "commutative"  # operands may be swapped
 ELEMENTWISE = "elementwise"  # result[i] depends on operands[i] (after broadcasting) only
 COMPOSITE = "composite"      # the decompose pass expands it into primitives
 TERMINATOR = "terminator"    # ends a block
+ISOLATED_FROM_ABOVE = "isolated_from_above"  # its regions see no outer values (a new SSA name scope)
 
 
 class OpError(Exception):

@@ -14,8 +14,11 @@ Each op gets the ``FileLineColLoc`` of the start of its statement unless a trail
 says otherwise; block arguments get the location of their name.  Malformed text raises
 ``ParseError`` at the offending token, never another exception.  Values must be defined before
 they are used (lezero's regions are SSA CFG regions): a use before the definition is reported as
-an undeclared value.  Following MLIR, an "expected ..." error whose offending token starts a line
-is reported at the end of the previous line of code (where the missing thing belongs).
+an undeclared value.  Names are scoped as in MLIR: a region sees the values of the regions around
+it, except that ``builtin.module``, ``func.func`` and ops whose definition has the
+``isolated_from_above`` trait start a fresh scope.  Following MLIR, an "expected ..." error whose
+offending token starts a line is reported at the end of the previous line of code (where the
+missing thing belongs).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from lezero.ir.attributes import (ArrayAttr, Attribute, BoolAttr, DenseArrayAttr
 from lezero.ir.core import Block, FuncOp, ModuleOp, Operation, Region, Value
 from lezero.ir.diagnostics import ParseError
 from lezero.ir.location import UNKNOWN, FileLineColLoc, FusedLoc, Location, NameLoc
+from lezero.ir.opdef import ISOLATED_FROM_ABOVE, lookup
 from lezero.ir.types import ELEMENT_TYPES, F64, I64, ElementType, FunctionType, TensorType, Type
 
 SPLIT_MARKER = "// -----"
@@ -150,6 +154,23 @@ class _AliasLoc(Location):
         self.token = token
 
 
+class _Bits:
+    """A float element of a dense literal written as its bit pattern (``0x7FC00001``)."""
+
+    __slots__ = ("bits",)
+
+    def __init__(self, bits: int):
+        self.bits = bits
+
+
+def _is_isolated(name: str) -> bool:
+    """Whether the op's regions start a new SSA name scope (MLIR's IsolatedFromAbove)."""
+    if name in _ISOLATED:
+        return True
+    definition = lookup(name)
+    return definition is not None and definition.has_trait(ISOLATED_FROM_ABOVE)
+
+
 def _int_range(t: ElementType) -> tuple[int, int]:
     if t.name.startswith("ui"):
         return 0, (1 << t.bitwidth) - 1
@@ -167,7 +188,7 @@ class _Parser:
         self._line_starts = None
         # SSA names: one table per isolated-from-above scope; each region records what it
         # defined so its names go out of scope at its end.
-        self.values: dict[str, tuple[list, int]] = {}
+        self.values: dict[str, list[Value]] = {}  # `%name` -> its result group (or argument)
         self.isolated_stack: list[dict] = []
         self.region_defs: list[list[str]] = []
         self.depth = 0
@@ -284,7 +305,7 @@ class _Parser:
         group = self.values.get(name)
         if group is None:
             raise self.error_at(token, f"use of undeclared SSA value name '{name}'")
-        index = int(number) if number else 0
+        index = int(number) if number and len(number) < 10 else len(group) if number else 0
         if index >= len(group):
             raise self.error_at(token, f"reference to invalid result number '{text}'")
         value = group[index]
@@ -315,8 +336,8 @@ class _Parser:
         token = self.i
         kind, name = self.kind, self.texts[self.i][1:]
         self.i += 2
-        table = self.type_aliases if kind == "bang" else self.attr_aliases
-        if name in table or name in self.loc_aliases:
+        taken = name in self.type_aliases if kind == "bang" else name in self.attr_aliases or name in self.loc_aliases
+        if taken:
             raise self.error_at(token, f"redefinition of alias id '{name}'")
         if kind == "bang":
             self.type_aliases[name] = self.parse_type()
@@ -387,7 +408,7 @@ class _Parser:
             self.i += 1
             self.parse_attr_dict_into(attributes)
             self.expect(">", "'>' to end properties")
-        isolated = name in _ISOLATED
+        isolated = _is_isolated(name)
         regions = []
         if self.kind == "(":
             self.i += 1
@@ -410,7 +431,8 @@ class _Parser:
         if not isinstance(op_type, FunctionType):
             raise self.error_at(type_token, "expected function type")
         if len(op_type.inputs) != len(operand_tokens):
-            raise self.error_at(type_token, f"expected {len(operand_tokens)} operand types "
+            plural = "" if len(operand_tokens) == 1 else "s"
+            raise self.error_at(type_token, f"expected {len(operand_tokens)} operand type{plural} "
                                             f"but had {len(op_type.inputs)}")
         if n_bound is not None and n_bound != len(op_type.results):
             raise self.error_at(type_token, f"expected {n_bound} results, got {len(op_type.results)}")
@@ -478,7 +500,10 @@ class _Parser:
             self.i += 1
         if self.at_keyword("attributes"):
             self.i += 1
+            dict_token = self.i
             self.parse_attr_dict_into(attributes)
+            if not isinstance(attributes.get("sym_name", StringAttr("")), StringAttr):
+                raise self.error_at(dict_token, "'builtin.module' op attribute 'sym_name' must be a string")
         region_token = self.i
         self.push_isolated()
         region = self.parse_region()
@@ -535,7 +560,12 @@ class _Parser:
                 results.append((self.parse_non_function_type(), None))
         if self.at_keyword("attributes"):
             self.i += 1
+            dict_token = self.i
             self.parse_attr_dict_into(attributes)
+            for key in ("sym_name", "function_type"):
+                if key in attributes:
+                    raise self.error_at(dict_token, f"'{key}' of a 'func.func' is given by its signature, "
+                                                    f"not in its attributes")
         for key, entries in (("arg_attrs", [a[2] for a in args]), ("res_attrs", [r[1] for r in results])):
             if any(e is not None for e in entries):
                 if key in attributes:
@@ -675,7 +705,8 @@ class _Parser:
         return self.parse_type()
 
     def parse_tensor_type(self) -> TensorType:
-        head = self.texts[self.i]
+        head_token = self.i
+        head = self.texts[head_token]
         self.i += 1
         if self.kind == "ident":
             key = (head, self.texts[self.i])
@@ -683,10 +714,12 @@ class _Parser:
             if cached is not None and self.kinds[self.i + 1] == ">":
                 self.i += 2
                 return cached
-        dims = _DIM.findall(head[head.index("<"):])
-        if any(len(d) > 18 for d in dims):
-            raise self.error("tensor dimension is too large")
-        dims = tuple(None if d == "?" else int(d) for d in dims)
+        dims = []
+        for m in _DIM.finditer(head, head.index("<")):
+            if len(m.group()) > 18:
+                raise ParseError("tensor dimension is too large",
+                                 self.location_at(self.starts[head_token] + m.start()))
+            dims.append(None if m.group() == "?" else int(m.group()))
         if self.kind == "*":
             raise self.error("unranked tensors are not supported")
         if self.kind != "ident":
@@ -871,8 +904,10 @@ class _Parser:
         self.expect(">", "'>' to end an array<...> attribute")
         return DenseArrayAttr(et, values)
 
-    def parse_scalar(self, et: ElementType):
-        """One element of ``array<...>`` or ``dense<...>`` as a Python value of ``et``."""
+    def parse_scalar(self, et: ElementType, raw_bits: bool = False):
+        """One element of ``array<...>`` or ``dense<...>`` as a Python value of ``et``; with
+        ``raw_bits``, a float written as its bit pattern stays one (``_Bits``), so that a nan's
+        payload survives."""
         token = self.i
         if self.kind == "ident" and self.texts[token] in ("true", "false"):
             if not et.is_bool:
@@ -890,7 +925,8 @@ class _Parser:
             if kind == "int" and text.startswith("0x"):
                 if negative:
                     raise self.error_at(token - 1, "hexadecimal float literal should not have a leading minus")
-                return self.float_bits(token, et)
+                value = self.float_bits(token, et)
+                return _Bits(int(self.texts[token], 16)) if raw_bits else value
             if kind == "int":
                 raise self.error_at(token, "unexpected decimal integer literal for a floating point value")
             value = float(text)
@@ -911,7 +947,7 @@ class _Parser:
 
     def parse_dense(self) -> DenseElementsAttr:
         self.i += 2  # dense <
-        literal = None  # (values list, shape) | ("splat", value) | ("hex", token)
+        literal = None  # ("hex", string token) or ("tokens", first token of a nested literal)
         body_token = self.i
         if self.kind == "string":
             literal = ("hex", self.i)
@@ -944,14 +980,14 @@ class _Parser:
         if shape == ():
             if n > _MAX_SPLAT_ELEMENTS:
                 raise self.error_at(body_token, "dense splat is too large")
-            return DenseElementsAttr(t, self.to_array(flat, et, body_token))
+            return DenseElementsAttr(t, self.to_array(flat, et))
         if not flat and n == 0:  # `[]` (or `[[], []]`) for any tensor with no elements
             return DenseElementsAttr(t, np.zeros(t.shape, et.numpy_dtype))
         if shape != t.shape:
             fmt = lambda s: "[" + ", ".join(map(str, s)) + "]"  # noqa: E731
             raise self.error_at(body_token, f"inferred shape of elements literal ({fmt(shape)}) does not "
                                             f"match type ({fmt(t.shape)})")
-        return DenseElementsAttr(t, self.to_array(flat, et, body_token).reshape(shape))
+        return DenseElementsAttr(t, self.to_array(flat, et).reshape(shape))
 
     def skip_dense_literal(self) -> None:
         """Step over a nested literal (its type comes after it, so it is read in a second pass)."""
@@ -976,7 +1012,7 @@ class _Parser:
     def parse_dense_literal(self, et: ElementType):
         """A scalar (shape ``()``) or nested lists: (flat values, shape)."""
         if self.kind != "[":
-            return [self.parse_scalar(et)], ()
+            return [self.parse_scalar(et, raw_bits=True)], ()
         flat: list = []
         shape = self.parse_dense_list(et, flat)
         return flat, shape
@@ -990,7 +1026,7 @@ class _Parser:
                 if self.kind == "[":
                     shapes.append(self.parse_dense_list(et, flat))
                 else:
-                    flat.append(self.parse_scalar(et))
+                    flat.append(self.parse_scalar(et, raw_bits=True))
                     shapes.append(())
                 count += 1
                 if not self.accept(","):
@@ -1001,10 +1037,18 @@ class _Parser:
                                             "between elements")
         return (count,) + (shapes[0] if shapes else ())
 
-    def to_array(self, flat: list, et: ElementType, token: int) -> np.ndarray:
+    def to_array(self, flat: list, et: ElementType) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
             if et.is_float:
-                return np.array(flat, dtype=np.float64).astype(et.numpy_dtype)
+                hex_at = [i for i, v in enumerate(flat) if type(v) is _Bits]
+                if not hex_at:
+                    return np.array(flat, dtype=np.float64).astype(et.numpy_dtype)
+                array = np.array([0.0 if type(v) is _Bits else v for v in flat], np.float64).astype(et.numpy_dtype)
+                view = array.view(np.uint16 if et.name == "f16" else np.uint64 if et.name == "f64" else np.uint32)
+                shift = 16 if et.name == "bf16" else 0
+                for i in hex_at:
+                    view[i] = flat[i].bits << shift
+                return array
             if et.is_bool:
                 return np.array(flat, dtype=np.bool_)
             return np.array(flat, dtype=object).astype(et.numpy_dtype) if flat else \
@@ -1122,6 +1166,8 @@ class _Parser:
                     raise self.error_at(loc.token, "operation location alias was never defined")
                 if loc.name in active:
                     raise self.error_at(loc.token, f"location alias '#{loc.name}' refers to itself")
+                if len(active) >= _MAX_NESTING:
+                    raise self.error_at(loc.token, f"location aliases nest deeper than {_MAX_NESTING} levels")
                 memo[loc.name] = resolve(target, active + (loc.name,))
                 return memo[loc.name]
             if isinstance(loc, NameLoc) and loc.child is not None:

@@ -21,8 +21,9 @@ Choices, all MLIR's own:
 - Locations print inline (``loc("f.py":3:7)``), never as ``#loc`` aliases.
 - The text has no trailing newline.
 - An op that the custom form cannot show faithfully (a ``func.func`` whose entry-block argument
-  types disagree with its ``function_type``, a ``func.return`` with attributes) prints generically,
-  so the printed text always says what the IR holds.
+  types disagree with its ``function_type``, a ``func.return`` with attributes, or one without
+  operands that is not last in its block) prints generically, so the printed text always reads
+  back as the IR it came from, valid or not.
 
 Printing any op nested in a function numbers values as printing the whole function would, so
 error messages name values consistently.
@@ -170,7 +171,10 @@ class _Printer:
     # --- func.return ---------------------------------------------------------------------------
     @staticmethod
     def _return_is_custom(op: Operation) -> bool:
-        return not op.results and not op.regions and not op.attributes
+        if op.results or op.regions or op.attributes:
+            return False
+        # a bare `func.return` followed by another op would read that op's results as operands
+        return bool(op.operands) or op.parent is None or op.parent.ops[-1] is op
 
     def return_op(self, op: Operation) -> None:
         self.out.append("func.return")

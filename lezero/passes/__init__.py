@@ -4,8 +4,8 @@ rewriter, and the passes themselves (one module each).
     from lezero.passes import run_pipeline
     run_pipeline(module, "canonicalize,cse,dce")
 """
-from lezero.passes.pass_base import (OptionInfo, Pass, PassInfo, PipelineError, format_pass_list, get_pass,
-                                     list_passes, option, pass_names, register_pass)
+from lezero.passes.pass_base import (OptionInfo, Pass, PassInfo, PipelineError, debug_channel, debug_channels,
+                                     format_pass_list, get_pass, list_passes, option, pass_names, register_pass)
 from lezero.passes.pipeline import format_pipeline, parse_pipeline
 from lezero.passes.pass_manager import (IRPrinter, PassError, PassInstrumentation, PassManager, PassTimer,
                                         make_pipeline_runner, run_pipeline)
@@ -15,11 +15,13 @@ from lezero.passes.rewriter import (ConvergenceError, Match, PatternRewriter, Re
 import lezero.ir.dialect  # noqa: E402,F401  (op definitions: the passes ask them about every op)
 
 # The passes register themselves on import.
-from lezero.passes import canonicalize, constant_fold, cse, dce, decompose, shape_infer  # noqa: E402,F401
+from lezero.passes import (canonicalize, constant_fold, cse, dce, decompose, fuse, memory_plan,  # noqa: E402,F401
+                           partition, shape_infer)
 
 __all__ = [
     "Pass", "PassInfo", "OptionInfo", "PipelineError", "option", "register_pass", "get_pass", "list_passes",
-    "pass_names", "format_pass_list", "parse_pipeline", "format_pipeline", "PassManager", "PassError",
+    "pass_names", "format_pass_list", "debug_channel", "debug_channels", "parse_pipeline", "format_pipeline",
+    "PassManager", "PassError",
     "PassInstrumentation", "IRPrinter", "PassTimer", "run_pipeline", "make_pipeline_runner", "RewritePattern",
     "PatternRewriter", "Rule", "RulePattern", "Match", "ConvergenceError", "apply_patterns_greedily",
     "patterns_from_rules", "is_pure", "is_trivially_dead",

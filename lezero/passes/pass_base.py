@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import typing
 from dataclasses import dataclass
 from typing import ClassVar
@@ -234,3 +235,21 @@ def format_pass_list() -> str:
             help_ = f"  {o.help}" if o.help else ""
             lines.append(f"      {o.name}: {o.type_name} = {default}{help_}")
     return "\n".join(lines) + "\n"
+
+
+# --- debug channels ----------------------------------------------------------------------------
+
+_DEBUG_CHANNELS: dict[str, logging.Logger] = {}
+
+
+def debug_channel(name: str) -> logging.Logger:
+    """The logger of debug channel ``name`` (``lezero.<name>``), which ``lezero-opt --debug=name``
+    turns on; passes log their decisions on it at DEBUG level."""
+    logger = logging.getLogger("lezero." + name.replace("-", "_"))
+    _DEBUG_CHANNELS[name] = logger
+    return logger
+
+
+def debug_channels() -> dict[str, logging.Logger]:
+    """Every registered debug channel by name."""
+    return dict(_DEBUG_CHANNELS)

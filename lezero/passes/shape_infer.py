@@ -1,6 +1,7 @@
 """shape-infer: refine ``?`` dims that shape inference can tell.
 
-Each registered op's result types are re-inferred from its operand types; where the IR says
+Each registered op's result types are re-inferred from its operand types (an ``lz.kernel``'s from
+its region, whose arguments follow the kernel's operands); where the IR says
 ``?`` and inference knows the size, the result type is refined (never the other way, and never
 against a static size: that is the verifier's business).  Function signatures follow their
 ``func.return``, and calls follow the signatures, until nothing changes.
@@ -31,16 +32,31 @@ def refine(current, inferred):
     return refined if refined != current else None
 
 
+def _refine_kernel_arguments(op: Operation) -> bool:
+    """An ``lz.kernel``'s region arguments are its operands: they follow the operands' refined types."""
+    if op.name != "lz.kernel" or len(op.regions) != 1 or not op.regions[0].blocks:
+        return False
+    changed = False
+    for arg, operand in zip(op.regions[0].blocks[0].args, op.operands):
+        new = refine(arg.type, operand.type)
+        if new is not None:
+            arg.type = new
+            changed = True
+    return changed
+
+
 def infer_op_types(op: Operation) -> bool:
     """Refine ``op``'s result types in place; return whether any changed."""
     definition = op.definition
-    if definition is None or not op.results:
+    if definition is None:
         return False
+    changed = _refine_kernel_arguments(op)
+    if not op.results:
+        return changed
     try:
-        inferred = definition.infer_op(op.operand_types, definition.attrs(op))
+        inferred = definition.infer_for_op(op)  # an op with a region (lz.kernel) infers from it
     except (OpError, NotImplementedError):
-        return False
-    changed = False
+        return changed
     for result, want in zip(op.results, inferred):
         new = refine(result.type, want)
         if new is not None:

@@ -18,11 +18,14 @@ CONFIGS = {"host": HOST, "tiny16": TINY_AVX512, "tiny8": TINY_AVX2, "tiny4": TIN
 _kernels: dict = {}
 
 
-def kernel(config_name: str = "host", epilogue_name: str | None = None, threads: int = 1) -> gemm.SgemmKernel:
-    """Compiled once per (config, epilogue, threads); threaded kernels split even tiny problems."""
-    key = (config_name, epilogue_name, threads)
+def kernel(config_name: str = "host", epilogue_name: str | None = None, threads: int = 1,
+           backend: str = "pool") -> gemm.SgemmKernel:
+    """Compiled once per (config, epilogue, threads, thread backend); threaded kernels split even
+    tiny problems."""
+    key = (config_name, epilogue_name, threads, backend)
     if key not in _kernels:
-        compiled = gemm.SgemmKernel(CONFIGS[config_name], EPILOGUES[epilogue_name], num_threads=threads)
+        compiled = gemm.SgemmKernel(CONFIGS[config_name], EPILOGUES[epilogue_name], num_threads=threads,
+                                    threads=backend)
         compiled.parallel_threshold_flops = 0
         _kernels[key] = compiled
     return _kernels[key]
@@ -60,19 +63,21 @@ def test_matches_numpy(config_name, m, n, k):
 
 
 @given(m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(1, 70),
-       config_name=st.sampled_from(["host", "tiny16", "tiny8", "tiny4"]), threads=st.sampled_from([1, 2, 3]))
-def test_matches_numpy_any_shape(m, n, k, config_name, threads):
+       config_name=st.sampled_from(["host", "tiny16", "tiny8", "tiny4"]), threads=st.sampled_from([1, 2, 3]),
+       backend=st.sampled_from(["pool", "native"]))
+def test_matches_numpy_any_shape(m, n, k, config_name, threads, backend):
     rng = np.random.default_rng(m * 4903 + n * 71 + k)
     a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)
-    assert_matches_matmul(kernel(config_name, threads=threads)(a, b), a, b)
+    assert_matches_matmul(kernel(config_name, threads=threads, backend=backend)(a, b), a, b)
 
 
+@pytest.mark.parametrize("backend", ["pool", "native"])
 @pytest.mark.parametrize("threads", [2, 3, 4])
 @pytest.mark.parametrize("m,n,k", [(300, 200, 100), (7, 1000, 40), (1000, 7, 40), (130, 130, 600)])
-def test_threads_split_the_output(threads, m, n, k):
+def test_threads_split_the_output(backend, threads, m, n, k):
     rng = np.random.default_rng(threads)
     a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)
-    assert_matches_matmul(kernel("host", threads=threads)(a, b), a, b)
+    assert_matches_matmul(kernel("host", threads=threads, backend=backend)(a, b), a, b)
 
 
 @pytest.mark.parametrize("m,n,k,tasks", [(1024, 1024, 1024, 2), (192, 192, 192, 2), (1, 1000, 9, 4), (5, 5, 5, 8),
@@ -135,14 +140,16 @@ EPILOGUES = {
 }
 
 
-@pytest.mark.parametrize("config_name,threads", [("host", 1), ("host", 2), ("tiny16", 1), ("tiny8", 3), ("tiny4", 1)])
+@pytest.mark.parametrize("config_name,threads,backend", [("host", 1, "pool"), ("host", 2, "pool"), ("host", 2, "native"),
+                                                        ("tiny16", 1, "pool"), ("tiny8", 3, "native"),
+                                                        ("tiny4", 1, "pool")])
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (7, 65, 3), (13, 31, 40), (64, 128, 64), (50, 70, 0), (150, 90, 600)])
-def test_bias_relu_epilogue(config_name, threads, m, n, k):
+def test_bias_relu_epilogue(config_name, threads, backend, m, n, k):
     rng = np.random.default_rng(m + n + k)
     a, b, bias = random_matrix(rng, m, k), random_matrix(rng, k, n), rng.uniform(-1, 1, n).astype(np.float32)
     product = a.astype(np.float64) @ b.astype(np.float64)
     expected = np.maximum(product + bias, 0)
-    result = kernel(config_name, "bias_relu", threads)(a, b, bias=bias)
+    result = kernel(config_name, "bias_relu", threads, backend)(a, b, bias=bias)
     # relu is exact, so the bound of the plain product (plus the bias' rounding) still holds.
     assert (result >= 0).all()
     assert_matches_matmul(result, np.hstack([a, np.ones((m, 1), np.float32)]),
@@ -173,7 +180,7 @@ def test_epilogue_sees_global_rows_and_columns():
         index = b.add(b.mul(rows, out.splat(gemm.ir.Constant(gemm.I64, 1000))), out.column_indices())
         return b.fadd(acc, b.sitofp(index, out.vector_type))
 
-    compiled = gemm.SgemmKernel(TINY_AVX512, gemm.Epilogue("index", emit), num_threads=3)
+    compiled = gemm.SgemmKernel(TINY_AVX512, gemm.Epilogue("index", emit), num_threads=3, threads="native")
     compiled.parallel_threshold_flops = 0
     m, n = 41, 150
     result = compiled(np.zeros((m, 7), np.float32), np.zeros((7, n), np.float32))

@@ -12,7 +12,8 @@ import pytest
 
 from lezero.ir.attributes import (ArrayAttr, BoolAttr, DenseArrayAttr, DenseElementsAttr, DictionaryAttr,
                                   FloatAttr, IntegerAttr, StringAttr, SymbolRefAttr, TypeAttr, UnitAttr)
-from lezero.ir.core import Block, BlockArgument, FuncOp, ModuleOp, Operation, OpResult, Region
+from lezero.ir.core import Block, BlockArgument, FuncOp, ModuleOp, Operation, OpResult
+from lezero.ir.diagnostics import ParseError
 from lezero.ir.location import UNKNOWN, FileLineColLoc, FusedLoc, NameLoc
 from lezero.ir.parser import parse_module, split_input_file
 from lezero.ir.printer import print_module, print_op
@@ -241,6 +242,13 @@ def test_return_with_attributes_prints_generically():
     assert '"func.return"(%arg0) {note} : (tensor<2xf32>) -> ()' in text
 
 
+def test_return_in_the_middle_of_a_block_prints_generically():
+    f = function("f", [T2], lambda block, x: [])
+    op(f.entry_block, "test.after", [f.arguments[0]], [T2])  # invalid IR (after the terminator), still printable
+    text = roundtrip(ModuleOp([f]))
+    assert '    "func.return"() : () -> ()\n    %0 = "test.after"(%arg0)' in text
+
+
 def test_debuginfo_prints_every_location():
     text = print_module(SAMPLES["locations"](), debuginfo=True)
     assert text.startswith('module {\n  func.func @located(%arg0: tensor<2xf32> loc("input_x"("model.py":16:9)), '
@@ -437,6 +445,36 @@ func.func @g(%x: tensor<2xf32>) -> tensor<2xf32> {
 }"""
     module = parse_module(text)
     assert len(module.functions) == 2
+
+
+def test_ops_with_the_isolated_from_above_trait_start_a_new_name_scope():
+    from lezero.ir.opdef import _REGISTRY, ISOLATED_FROM_ABOVE, OpDef
+
+    class Isolated(OpDef):
+        name = "test.isolated"
+        traits = frozenset({ISOLATED_FROM_ABOVE})
+
+    text = """
+func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = "t.neg"(%a) : (tensor<2xf32>) -> tensor<2xf32>
+  %1 = "test.isolated"(%0) ({
+  ^bb0(%x: tensor<2xf32>):
+    %0 = "t.neg"(%x) : (tensor<2xf32>) -> tensor<2xf32>
+    "t.yield"(%0) : (tensor<2xf32>) -> ()
+  }) : (tensor<2xf32>) -> tensor<2xf32>
+  return %1 : tensor<2xf32>
+}"""
+    outside = text.replace('"t.neg"(%x)', '"t.neg"(%a)')
+    with pytest.raises(ParseError, match="redefinition of SSA value '%0'"):
+        parse_module(text)
+    _REGISTRY["test.isolated"] = Isolated()
+    try:
+        inner = parse_module(text).functions[0].entry_block.ops[1].regions[0].blocks[0]
+        assert inner.ops[1].operands == (inner.ops[0].result,)
+        with pytest.raises(ParseError, match="use of undeclared SSA value name '%a'"):
+            parse_module(outside)
+    finally:
+        del _REGISTRY["test.isolated"]
 
 
 def test_split_input_file():

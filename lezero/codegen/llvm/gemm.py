@@ -775,6 +775,17 @@ def thread_workspace(floats: int) -> int:
     return _workspaces.address
 
 
+def thread_workspaces(floats: int, count: int) -> np.ndarray:
+    """Addresses (uint64[count]) of ``count`` aligned scratch buffers owned by this thread, for
+    the tasks of one ``<name>_threaded`` call."""
+    buffers = getattr(_workspaces, "task_buffers", None)
+    if buffers is None or buffers[0] < floats or len(buffers[1]) < count:
+        arrays = [np.empty(floats + WORKSPACE_ALIGNMENT // FLOAT_BYTES, dtype=np.float32) for _ in range(count)]
+        addresses = np.array([x.ctypes.data + (-x.ctypes.data) % WORKSPACE_ALIGNMENT for x in arrays], np.uint64)
+        buffers = _workspaces.task_buffers = (floats, arrays, addresses)
+    return buffers[2]
+
+
 def _in_pool_thread() -> bool:
     return threading.current_thread().name.startswith(_POOL_THREAD_PREFIX)
 
@@ -829,21 +840,31 @@ class SgemmKernel:
     others are copied. ``out`` must not overlap any input. Epilogue arguments are keywords:
     "vector" ones 1-D of length N, "matrix" ones M x N, "scalar" ones floats.
     ``num_threads`` defaults to ``default_num_threads()``; products under
-    ``parallel_threshold_flops`` run on the calling thread.
+    ``parallel_threshold_flops`` run on the calling thread. ``threads``: "pool" runs the
+    rectangles on a Python thread pool, one ctypes call each; "native" makes one ctypes call to
+    ``<name>_threaded``, which starts POSIX threads itself (measured equal here; see the report in
+    ``benchmarks/sgemm.py``'s docstring).
     """
 
     def __init__(self, config: GemmConfig | None = None, epilogue: Epilogue | None = None,
-                 num_threads: int | None = None, name: str = "lz_sgemm"):
+                 num_threads: int | None = None, name: str = "lz_sgemm", threads: str = "pool"):
+        if threads not in ("pool", "native"):
+            raise ValueError(f"threads must be 'pool' or 'native', not {threads!r}")
         self.config = config or GemmConfig.for_host()
         self.epilogue = epilogue
         self.num_threads = num_threads or default_num_threads()
         self.parallel_threshold_flops = PARALLEL_THRESHOLD_FLOPS
+        self.threads = threads
         self.name = name
         self.generator = SgemmGenerator(self.config, epilogue, name)
         self.ir_module = self.generator.build_module()
         self.compiled = jit.compile_module(self.ir_module)
-        param_types = [t for _, t in GEMM_PARAMS] + self.generator.epilogue_param_types
-        self.function = self.compiled.ctypes_function(name, None, [_ctypes_type(t) for t in param_types])
+        fixed_types = [_ctypes_type(t) for _, t in GEMM_PARAMS]
+        epilogue_types = [_ctypes_type(t) for t in self.generator.epilogue_param_types]
+        self.function = self.compiled.ctypes_function(name, None, fixed_types + epilogue_types)
+        self.threaded_function = self.compiled.ctypes_function(
+            f"{name}_threaded", None,
+            fixed_types[:7] + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p] + epilogue_types)
 
     def _run_rectangle(self, fixed_args: tuple, rectangle: tuple[int, int, int, int], epilogue_args: list) -> None:
         self.function(*fixed_args, *rectangle, thread_workspace(self.config.workspace_floats), *epilogue_args)
@@ -876,6 +897,11 @@ class SgemmKernel:
         rectangles = split_rectangles(m, n, k, self.num_threads, self.config.mr, self.config.nr)
         if len(rectangles) == 1:
             self._run_rectangle(fixed_args, rectangles[0], epilogue_args)
+        elif self.threads == "native":
+            bounds = np.array(rectangles, dtype=np.int64)
+            workspaces = thread_workspaces(self.config.workspace_floats, len(rectangles))
+            self.threaded_function(*fixed_args, len(rectangles), bounds.ctypes.data, workspaces.ctypes.data,
+                                   *epilogue_args)
         else:
             pool = _thread_pool()
             # The caller computes the first rectangle itself instead of waiting idle.

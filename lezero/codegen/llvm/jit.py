@@ -1,8 +1,10 @@
 """Compile llvmlite modules for the host CPU and hand back callable function addresses.
 
-One target machine for the host (its CPU name and features, so AVX2 / AVX-512 FMA are used),
-created once; modules are optimized with LLVM's new pass manager at O3 and JIT-compiled with
-MCJIT. The same target machine emits assembly (for tests) and object files (for executables).
+Target machines are made for the host's CPU name and feature string (so AVX2 / AVX-512 FMA are
+selected); modules are optimized with LLVM's new pass manager at O3 and JIT-compiled with MCJIT.
+The shared machine also emits assembly (for tests) and, position-independent, object files (for
+executables linked without Python). ``llvm.initialize()`` is gone from llvmlite (it raises);
+only the native target and its assembly printer are registered.
 """
 from __future__ import annotations
 
@@ -18,8 +20,6 @@ _compile_lock = threading.Lock()  # LLVM contexts are not safe to mutate from se
 
 @functools.cache
 def _init_native_target() -> None:
-    # llvm.initialize() is deprecated (and raises) in llvmlite >= 0.45; the native target and
-    # its assembly printer still have to be registered before a target machine can emit code.
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
 
@@ -58,9 +58,6 @@ def new_host_target_machine(jit: bool = True) -> llvm.TargetMachine:
 
 def parse_module(module: ir.Module | str, target_machine: llvm.TargetMachine) -> llvm.ModuleRef:
     """Parse and verify an llvmlite IR module, stamped with the machine's triple and layout."""
-    if isinstance(module, ir.Module):
-        module.triple = target_machine.triple
-        module.data_layout = str(target_machine.target_data)
     parsed = llvm.parse_assembly(str(module))
     parsed.triple = target_machine.triple
     parsed.data_layout = str(target_machine.target_data)

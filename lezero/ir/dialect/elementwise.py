@@ -2,7 +2,8 @@
 
 The unary and binary ops are tables: a family class says what the family shares (operands,
 traits, type rules) and each op is one ``unary(...)``/``binary(...)`` line giving its name, its
-numpy reference and the element types it accepts.  Adding an op is one line.
+numpy reference, the element types it accepts and its ``scalar`` lowering (one element of the
+result through a ``ScalarBuilder``, ``lezero/ir/scalar.py``).  Adding an op is one line.
 
 Integer semantics follow C, not numpy: ``div`` truncates toward zero (``-7 / 2 == -3``; ``x / 0 ==
 0``), arithmetic wraps on overflow.  Floats follow IEEE (``1 / 0 == inf``, nan propagates).
@@ -25,6 +26,11 @@ def _class_name(op_name: str) -> str:
     return "".join(part.capitalize() for part in op_name.split("_")) + "Op"
 
 
+def _static_facets(facets: dict) -> dict:
+    """Facets as class attributes; functions (lowering or gradient lambdas) as static methods."""
+    return {k: staticmethod(v) if callable(v) else v for k, v in facets.items()}
+
+
 # --- unary ---------------------------------------------------------------------------------------
 
 class UnaryOp(OpDef):
@@ -34,6 +40,7 @@ class UnaryOp(OpDef):
     traits = frozenset({PURE, ELEMENTWISE})
     domain: Domain = FLOAT
     fn = None  # numpy reference, set per op
+    scalar = None  # lowering facet: scalar(s, x) through a ScalarBuilder (lezero/ir/scalar.py)
 
     def infer(self, operand_types, attrs):
         (x,) = operand_types
@@ -42,6 +49,13 @@ class UnaryOp(OpDef):
 
     def reference(self, attrs, x):
         return self.fn(x)
+
+    def lower_scalar(self, s, attrs, *operands):
+        """One element of the result from one element of each operand (the lowering of every
+        elementwise op; ops with attributes override it)."""
+        if self.scalar is None:
+            raise NotImplementedError(f"{self.name} has no scalar lowering")
+        return self.scalar(s, *operands)
 
 
 UNARY_OPS: dict[str, type] = {}
@@ -52,7 +66,7 @@ def unary(name: str, fn, domain: Domain, summary: str, **facets) -> type:
     ``facets`` become class attributes (how later layers add a gradient rule or a lowering)."""
     cls = type(_class_name(name), (UnaryOp,), {
         "name": "lz." + name, "fn": staticmethod(fn), "domain": domain, "summary": summary,
-        "__doc__": summary, "__module__": __name__, **facets})
+        "__doc__": summary, "__module__": __name__, **_static_facets(facets)})
     register(cls)
     UNARY_OPS[cls.name] = cls
     return cls
@@ -84,25 +98,30 @@ def _erf(x):
     return _erf_f64(x).astype(x.dtype)
 
 
-#    name          numpy reference   accepts   summary
-unary("neg",        np.negative,     NUMERIC,  "-x")
-unary("abs",        np.abs,          NUMERIC,  "|x|")
-unary("exp",        np.exp,          FLOAT,    "e^x")
-unary("log",        np.log,          FLOAT,    "natural logarithm")
-unary("sqrt",       np.sqrt,         FLOAT,    "square root")
-unary("rsqrt",      _rsqrt,          FLOAT,    "1 / sqrt(x)")
-unary("tanh",       np.tanh,         FLOAT,    "hyperbolic tangent")
-unary("sigmoid",    _sigmoid,        FLOAT,    "1 / (1 + e^-x)")
-unary("relu",       _relu,           NUMERIC,  "max(x, 0)")
-unary("erf",        _erf,            FLOAT,    "the error function")
-unary("sin",        np.sin,          FLOAT,    "sine")
-unary("cos",        np.cos,          FLOAT,    "cosine")
-unary("floor",      np.floor,        FLOAT,    "round toward -inf")
-unary("ceil",       np.ceil,         FLOAT,    "round toward +inf")
-unary("sign",       np.sign,         NUMERIC,  "-1, 0 or 1 (nan for nan)")
-unary("reciprocal", np.reciprocal,   FLOAT,    "1 / x")
-unary("not",        np.invert,       LOGICAL,  "logical not of i1, bitwise not of integers")
+def _sign(s, x):
+    zero, one = s.constant(0, x), s.constant(1, x)
+    minus_one = s.constant(-1, x)  # never chosen for unsigned types
+    return s.select(s.cmp("gt", x, zero), one, s.select(s.cmp("lt", x, zero), minus_one, x))  # 0 and nan stay
 
+
+#    name          numpy reference   accepts   summary               scalar lowering (s: a ScalarBuilder)
+unary("neg",        np.negative,     NUMERIC,  "-x",                  scalar=lambda s, x: s.neg(x))
+unary("abs",        np.abs,          NUMERIC,  "|x|",                 scalar=lambda s, x: s.abs(x))
+unary("exp",        np.exp,          FLOAT,    "e^x",                 scalar=lambda s, x: s.exp(x))
+unary("log",        np.log,          FLOAT,    "natural logarithm",   scalar=lambda s, x: s.log(x))
+unary("sqrt",       np.sqrt,         FLOAT,    "square root",         scalar=lambda s, x: s.sqrt(x))
+unary("rsqrt",      _rsqrt,          FLOAT,    "1 / sqrt(x)",         scalar=lambda s, x: s.div(s.constant(1, x), s.sqrt(x)))
+unary("tanh",       np.tanh,         FLOAT,    "hyperbolic tangent",  scalar=lambda s, x: s.tanh(x))
+unary("sigmoid",    _sigmoid,        FLOAT,    "1 / (1 + e^-x)",      scalar=lambda s, x: s.sigmoid(x))
+unary("relu",       _relu,           NUMERIC,  "max(x, 0)",           scalar=lambda s, x: s.max(x, s.constant(0, x)))
+unary("erf",        _erf,            FLOAT,    "the error function",  scalar=lambda s, x: s.erf(x))
+unary("sin",        np.sin,          FLOAT,    "sine",                scalar=lambda s, x: s.sin(x))
+unary("cos",        np.cos,          FLOAT,    "cosine",              scalar=lambda s, x: s.cos(x))
+unary("floor",      np.floor,        FLOAT,    "round toward -inf",   scalar=lambda s, x: s.floor(x))
+unary("ceil",       np.ceil,         FLOAT,    "round toward +inf",   scalar=lambda s, x: s.ceil(x))
+unary("sign",       np.sign,         NUMERIC,  "-1, 0 or 1 (nan for nan)", scalar=_sign)
+unary("reciprocal", np.reciprocal,   FLOAT,    "1 / x",               scalar=lambda s, x: s.div(s.constant(1, x), x))
+unary("not",        np.invert,       LOGICAL,  "logical not of i1, bitwise not of integers", scalar=lambda s, x: s.not_(x))
 
 @register
 class CastOp(UnaryOp):
@@ -121,6 +140,9 @@ class CastOp(UnaryOp):
 
     def reference(self, attrs, x):
         return to_storage(x, attrs.to)
+
+    def lower_scalar(self, s, attrs, x):
+        return s.cast(x, attrs.to)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -143,6 +165,16 @@ class GeluOp(UnaryOp):
             y = 0.5 * w * (1 + _erf_f64(w / math.sqrt(2)))
         return y.astype(x.dtype)
 
+    def lower_scalar(self, s, attrs, x):
+        if attrs.approximate == "tanh":
+            # 0.5 (1 + tanh(u)) == sigmoid(2u): no cancellation for very negative x
+            cube = s.mul(s.mul(x, x), x)
+            u = s.add(x, s.mul(s.constant(0.044715, x), cube))
+            return s.mul(x, s.sigmoid(s.mul(s.constant(2 * _SQRT_2_OVER_PI, x), u)))
+        # x * Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: accurate in the negative tail too
+        phi = s.mul(s.constant(0.5, x), s.erfc(s.mul(x, s.constant(-math.sqrt(0.5), x))))
+        return s.mul(x, phi)
+
 
 # --- binary --------------------------------------------------------------------------------------
 
@@ -153,6 +185,8 @@ class BinaryOp(OpDef):
     traits = frozenset({PURE, ELEMENTWISE})
     domain: Domain = NUMERIC
     fn = None
+    scalar = None  # lowering facet: scalar(s, x, y)
+    lower_scalar = UnaryOp.lower_scalar
 
     def result_element_type(self, element_type):
         return element_type
@@ -176,7 +210,7 @@ def binary(name: str, fn, domain: Domain, summary: str, commutative: bool = Fals
     traits = BinaryOp.traits | ({COMMUTATIVE} if commutative else set())
     cls = type(_class_name(name), (BinaryOp,), {
         "name": "lz." + name, "fn": staticmethod(fn), "domain": domain, "summary": summary,
-        "traits": frozenset(traits), "__doc__": summary, "__module__": __name__, **facets})
+        "traits": frozenset(traits), "__doc__": summary, "__module__": __name__, **_static_facets(facets)})
     register(cls)
     BINARY_OPS[cls.name] = cls
     return cls
@@ -210,15 +244,19 @@ def _power(x, y):
 
 
 #     name   numpy reference   accepts   summary
-binary("add", np.add,           NUMERIC,  "x + y", commutative=True)
-binary("sub", np.subtract,      NUMERIC,  "x - y")
-binary("mul", np.multiply,      NUMERIC,  "x * y", commutative=True)
-binary("div", _divide,          NUMERIC,  "x / y (integers truncate toward zero)")
-binary("pow", _power,           NUMERIC,  "x ^ y")
-binary("max", np.maximum,       NUMERIC,  "the larger (nan if either is nan)", commutative=True)
-binary("min", np.minimum,       NUMERIC,  "the smaller (nan if either is nan)", commutative=True)
-binary("and", np.bitwise_and,   LOGICAL,  "logical and of i1, bitwise and of integers", commutative=True)
-binary("or",  np.bitwise_or,    LOGICAL,  "logical or of i1, bitwise or of integers", commutative=True)
+binary("add", np.add,           NUMERIC,  "x + y", commutative=True, scalar=lambda s, x, y: s.add(x, y))
+binary("sub", np.subtract,      NUMERIC,  "x - y", scalar=lambda s, x, y: s.sub(x, y))
+binary("mul", np.multiply,      NUMERIC,  "x * y", commutative=True, scalar=lambda s, x, y: s.mul(x, y))
+binary("div", _divide,          NUMERIC,  "x / y (integers truncate toward zero)", scalar=lambda s, x, y: s.div(x, y))
+binary("pow", _power,           NUMERIC,  "x ^ y", scalar=lambda s, x, y: s.pow(x, y))
+binary("max", np.maximum,       NUMERIC,  "the larger (nan if either is nan)", commutative=True,
+       scalar=lambda s, x, y: s.max(x, y))
+binary("min", np.minimum,       NUMERIC,  "the smaller (nan if either is nan)", commutative=True,
+       scalar=lambda s, x, y: s.min(x, y))
+binary("and", np.bitwise_and,   LOGICAL,  "logical and of i1, bitwise and of integers", commutative=True,
+       scalar=lambda s, x, y: s.and_(x, y))
+binary("or",  np.bitwise_or,    LOGICAL,  "logical or of i1, bitwise or of integers", commutative=True,
+       scalar=lambda s, x, y: s.or_(x, y))
 
 
 _PREDICATES = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
@@ -240,6 +278,9 @@ class CmpOp(BinaryOp):
     def reference(self, attrs, lhs, rhs):
         return _PREDICATES[attrs.predicate](lhs, rhs)
 
+    def lower_scalar(self, s, attrs, lhs, rhs):
+        return s.cmp(attrs.predicate, lhs, rhs)
+
 
 @register
 class SelectOp(OpDef):
@@ -258,3 +299,6 @@ class SelectOp(OpDef):
 
     def reference(self, attrs, cond, a, b):
         return np.where(cond, a, b)
+
+    def lower_scalar(self, s, attrs, cond, a, b):
+        return s.select(cond, a, b)

@@ -14,7 +14,7 @@ verifies and runs in the reference interpreter like any other op.
 """
 from __future__ import annotations
 
-from lezero.ir.opdef import PURE, TERMINATOR, AttrSpec, OpDef, OpError, register
+from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, TERMINATOR, AttrSpec, OpDef, OpError, register
 
 # What the code generators see; the partitioner decides it.
 KERNEL_KINDS = ("elementwise", "reduction", "matmul", "conv", "single")
@@ -26,7 +26,7 @@ class KernelOp(OpDef):
     operands = ()
     variadic = True
     num_results = None
-    traits = frozenset({PURE})
+    traits = frozenset({PURE, ISOLATED_FROM_ABOVE})
     attributes = {"kind": AttrSpec("str", "elementwise", choices=KERNEL_KINDS), "name": AttrSpec("str", "lz_kernel")}
     summary = "a fused group of ops compiled as one kernel"
 

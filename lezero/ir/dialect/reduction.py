@@ -28,6 +28,15 @@ class ReduceOp(OpDef):
     attributes = {"axes": AttrSpec("i64_array", None), "keepdims": AttrSpec("bool", False)}
     domain: Domain = NUMERIC
     fn = None  # fn(x, axes, keepdims), set per op
+    # Lowering facets, through a ScalarBuilder (lezero/ir/scalar.py), in the accumulator type
+    # (``accumulator_dtype``: f16 accumulates in f32): acc = combine(s, acc, x) from
+    # acc = identity(numpy dtype), then the result is finalize(s, acc, count of reduced elements).
+    combine = None
+    identity = None
+
+    @staticmethod
+    def finalize(s, acc, count: int):
+        return acc
 
     def infer(self, operand_types, attrs):
         (x,) = operand_types
@@ -47,7 +56,8 @@ def reduction(name: str, fn, domain: Domain, summary: str, **facets) -> type:
     ``facets`` become class attributes (a gradient rule, a lowering)."""
     cls = type("".join(p.capitalize() for p in name.split("_")) + "Op", (ReduceOp,), {
         "name": "lz." + name, "fn": staticmethod(fn), "domain": domain, "summary": summary,
-        "__doc__": summary, "__module__": __name__, **facets})
+        "__doc__": summary, "__module__": __name__,
+        **{k: staticmethod(v) if callable(v) else v for k, v in facets.items()}})
     register(cls)
     REDUCE_OPS[cls.name] = cls
     return cls
@@ -76,11 +86,17 @@ def _mean(x, axes, keepdims):
 
 
 #          name          reference  accepts   summary
-reduction("reduce_sum",  _sum,      NUMERIC,  "sum (0 over no elements)")
-reduction("reduce_prod", _prod,     NUMERIC,  "product (1 over no elements)")
-reduction("reduce_max",  _max,      NUMERIC,  "maximum (-inf or the smallest integer over no elements)")
-reduction("reduce_min",  _min,      NUMERIC,  "minimum (+inf or the largest integer over no elements)")
-reduction("reduce_mean", _mean,     FLOAT,    "arithmetic mean (nan over no elements)")
+reduction("reduce_sum",  _sum,      NUMERIC,  "sum (0 over no elements)",
+          combine=lambda s, acc, x: s.add(acc, x), identity=lambda dtype: 0)
+reduction("reduce_prod", _prod,     NUMERIC,  "product (1 over no elements)",
+          combine=lambda s, acc, x: s.mul(acc, x), identity=lambda dtype: 1)
+reduction("reduce_max",  _max,      NUMERIC,  "maximum (-inf or the smallest integer over no elements)",
+          combine=lambda s, acc, x: s.max(acc, x), identity=lowest)
+reduction("reduce_min",  _min,      NUMERIC,  "minimum (+inf or the largest integer over no elements)",
+          combine=lambda s, acc, x: s.min(acc, x), identity=highest)
+reduction("reduce_mean", _mean,     FLOAT,    "arithmetic mean (nan over no elements)",
+          combine=lambda s, acc, x: s.add(acc, x), identity=lambda dtype: 0,
+          finalize=lambda s, acc, count: s.div(acc, s.constant(count, acc)))
 
 
 @register

@@ -1,0 +1,356 @@
+"""The LLVM implementation of the ``ScalarBuilder`` (``lezero/ir/scalar.py``): one element's
+arithmetic, as the numpy reference defines it, in llvmlite IR.
+
+Element types live in three forms:
+
+- storage, in buffers: ``f16`` is ``half``, ``bf16`` is a ``float`` holding a bf16 value (as the
+  reference interpreter stores it, and as the runtime's numpy buffers hold it), ``i1`` is an
+  ``i8`` 0 or 1 (numpy's bool), ``ui8`` an ``i8``;
+- compute, in registers: ``f16`` and ``bf16`` compute in ``float``, ``i1`` is ``i1``;
+- each op's result is rounded to its element type (``round``): f16 through ``half``, bf16 to
+  nearest even, as the reference rounds after every op.
+
+float32 exp, log, tanh, sigmoid, erf, erfc, sin and cos are the branch-free approximations of
+``scalar_math`` (they vectorize); float64 ones call libm (``external_symbols`` lists them, an
+executable links ``-lm``).  Integer division truncates toward zero and ``x / 0 == 0``
+(``INT_MIN / -1`` wraps); integer arithmetic wraps; ``ui8`` is unsigned throughout.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+import numpy as np
+
+from lezero.codegen.llvm import scalar_math
+from lezero.codegen.llvm.scalar_math import MathBuilder
+from lezero.ir.scalar import ScalarBuilder
+from lezero.ir.types import BF16, F16, F32, F64, I1, ElementType
+
+HALF = ir.HalfType()
+FLOAT = ir.FloatType()
+DOUBLE = ir.DoubleType()
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+BOOL = ir.IntType(1)
+
+
+def compute_type(dtype: ElementType) -> ir.Type:
+    if dtype.is_float:
+        return DOUBLE if dtype == F64 else FLOAT
+    return ir.IntType(dtype.bitwidth)
+
+
+def storage_type(dtype: ElementType) -> ir.Type:
+    if dtype == F16:
+        return HALF
+    if dtype == I1:
+        return I8
+    return compute_type(dtype)
+
+
+def accumulator_type(dtype: ElementType) -> ElementType:
+    """The element type a reduction of ``dtype`` accumulates in (f16 and bf16 in f32)."""
+    return F32 if dtype in (F16, BF16) else dtype
+
+
+def is_unsigned(dtype: ElementType) -> bool:
+    return dtype.name == "ui8" or dtype == I1
+
+
+class Scalar:
+    """An LLVM value in the compute form of ``dtype``."""
+
+    __slots__ = ("value", "dtype")
+
+    def __init__(self, value: ir.Value, dtype: ElementType):
+        self.value = value
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"Scalar({self.dtype}: {self.value})"
+
+
+_FLOAT_PREDICATES = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<=", True),
+                     "gt": (">", True), "ge": (">=", True)}
+_INT_PREDICATES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+class LLVMScalarBuilder(ScalarBuilder):
+    def __init__(self, builder: ir.IRBuilder):
+        self.b = builder
+        self.m = MathBuilder(builder)
+        self.external_symbols: set[str] = set()
+
+    # --- values ---------------------------------------------------------------------------------
+    def dtype(self, x: Scalar) -> ElementType:
+        return x.dtype
+
+    def constant(self, value, like) -> Scalar:
+        dtype = like if isinstance(like, ElementType) else like.dtype
+        t = compute_type(dtype)
+        if dtype.is_float:
+            return Scalar(ir.Constant(t, float(value)), dtype)
+        if dtype == I1:
+            return Scalar(ir.Constant(t, int(bool(value))), dtype)
+        bits = dtype.bitwidth
+        v = int(value) & ((1 << bits) - 1)  # wrap to the width (ui8 -1 is 255)
+        return Scalar(ir.Constant(t, v - (1 << bits) if v >> (bits - 1) else v), dtype)
+
+    def load(self, pointer, dtype: ElementType) -> Scalar:
+        """An element of a buffer (storage form) as a compute value."""
+        v = self.b.load(pointer, typ=storage_type(dtype), align=dtype.itemsize)
+        return Scalar(self.from_storage(v, dtype), dtype)
+
+    def from_storage(self, v, dtype: ElementType):
+        if dtype == F16:
+            return self.b.fpext(v, FLOAT)
+        if dtype == I1:
+            return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return v
+
+    def to_storage(self, x: Scalar):
+        if x.dtype == F16:
+            return self.b.fptrunc(x.value, HALF)
+        if x.dtype == I1:
+            return self.b.zext(x.value, I8)
+        return x.value
+
+    def round(self, x: Scalar) -> Scalar:
+        """``x`` rounded to its element type (f16, bf16); other types are exact already."""
+        if x.dtype == F16:
+            return Scalar(self.b.fpext(self.b.fptrunc(x.value, HALF), FLOAT), F16)
+        if x.dtype == BF16:
+            return Scalar(self._round_bf16(x.value), BF16)
+        return x
+
+    def _round_bf16(self, v):
+        b = self.b
+        bits = b.bitcast(v, I32)
+        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.and_(b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb), ir.Constant(I32, -0x10000))
+        return b.select(self.m.is_nan(v), v, b.bitcast(rounded, FLOAT))
+
+    def _same(self, x: Scalar, y: Scalar) -> ElementType:
+        if x.dtype != y.dtype:
+            raise NotImplementedError(f"operands of different element types ({x.dtype} and {y.dtype})")
+        return x.dtype
+
+    # --- arithmetic -----------------------------------------------------------------------------
+    def neg(self, x):
+        if x.dtype.is_float:
+            return Scalar(self.b.fneg(x.value), x.dtype)
+        return Scalar(self.b.sub(ir.Constant(x.value.type, 0), x.value), x.dtype)
+
+    def abs(self, x):
+        if x.dtype.is_float:
+            return Scalar(self.m.fabs(x.value), x.dtype)
+        if is_unsigned(x.dtype):
+            return x
+        zero = ir.Constant(x.value.type, 0)
+        return Scalar(self.b.select(self.b.icmp_signed("<", x.value, zero), self.b.sub(zero, x.value), x.value),
+                      x.dtype)
+
+    def _arith(self, float_op, int_op, x, y):
+        dtype = self._same(x, y)
+        op = float_op if dtype.is_float else int_op
+        return Scalar(op(x.value, y.value), dtype)
+
+    def add(self, x, y):
+        return self._arith(self.b.fadd, self.b.add, x, y)
+
+    def sub(self, x, y):
+        return self._arith(self.b.fsub, self.b.sub, x, y)
+
+    def mul(self, x, y):
+        return self._arith(self.b.fmul, self.b.mul, x, y)
+
+    def div(self, x, y):
+        dtype = self._same(x, y)
+        if dtype.is_float:
+            return Scalar(self.b.fdiv(x.value, y.value), dtype)
+        b, t = self.b, x.value.type
+        zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+        by_zero = b.icmp_unsigned("==", y.value, zero)
+        if is_unsigned(dtype):
+            q = b.udiv(x.value, b.select(by_zero, one, y.value))
+            return Scalar(b.select(by_zero, zero, q), dtype)
+        # sdiv traps on 0 and on INT_MIN / -1: divide by 1 there, then pick 0 and -x
+        by_minus_one = b.icmp_signed("==", y.value, ir.Constant(t, -1))
+        q = b.sdiv(x.value, b.select(b.or_(by_zero, by_minus_one), one, y.value))
+        q = b.select(by_minus_one, b.sub(zero, x.value), q)
+        return Scalar(b.select(by_zero, zero, q), dtype)
+
+    def pow(self, x, y):
+        dtype = self._same(x, y)
+        if dtype.is_float:
+            symbol = "pow" if dtype == F64 else "powf"
+            self.external_symbols.add(symbol)
+            t = compute_type(dtype)
+            return Scalar(self.m.intrinsic(f"llvm.pow.{scalar_math._suffix(t)}", t, [x.value, y.value]), dtype)
+        return Scalar(self._int_pow(x.value, y.value, is_unsigned(dtype)), dtype)
+
+    def _int_pow(self, x, y, unsigned: bool):
+        """Square and multiply over the exponent's bits (wrapping, as any order of products does);
+        a negative exponent gives trunc(1 / x^-y): 1 for x = 1, +-1 for x = -1, else 0."""
+        b, t = self.b, x.type
+        zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+        result, base = one, x
+        for bit in range(t.width if unsigned else t.width - 1):
+            set_ = b.icmp_unsigned("!=", b.and_(b.lshr(y, ir.Constant(t, bit)), one), zero)
+            result = b.select(set_, b.mul(result, base), result)
+            base = b.mul(base, base)
+        if unsigned:
+            return result
+        odd = b.icmp_unsigned("!=", b.and_(y, one), zero)
+        minus_one_pow = b.select(odd, ir.Constant(t, -1), one)
+        small = b.select(b.icmp_signed("==", x, one), one,
+                         b.select(b.icmp_signed("==", x, ir.Constant(t, -1)), minus_one_pow, zero))
+        return b.select(b.icmp_signed("<", y, zero), small, result)
+
+    def _minmax(self, which: str, x, y):
+        dtype = self._same(x, y)
+        t = x.value.type
+        if dtype.is_float:
+            # llvm.maximum/minimum propagate nan, as np.maximum does, and vectorize (also as reductions)
+            name = f"llvm.{'maximum' if which == 'max' else 'minimum'}.{scalar_math._suffix(t)}"
+        else:
+            name = f"llvm.{'u' if is_unsigned(dtype) else 's'}{which}.i{t.width}"
+        return Scalar(self.m.intrinsic(name, t, [x.value, y.value]), dtype)
+
+    def max(self, x, y):
+        return self._minmax("max", x, y)
+
+    def min(self, x, y):
+        return self._minmax("min", x, y)
+
+    # --- logic ----------------------------------------------------------------------------------
+    def _bitwise(self, op, x, y):
+        dtype = self._same(x, y)
+        if dtype.is_float:
+            raise NotImplementedError("bitwise logic on floats")
+        return Scalar(op(x.value, y.value), dtype)
+
+    def and_(self, x, y):
+        return self._bitwise(self.b.and_, x, y)
+
+    def or_(self, x, y):
+        return self._bitwise(self.b.or_, x, y)
+
+    def not_(self, x):
+        if x.dtype.is_float:
+            raise NotImplementedError("bitwise not of a float")
+        return Scalar(self.b.not_(x.value), x.dtype)
+
+    def cmp(self, predicate, x, y):
+        dtype = self._same(x, y)
+        if dtype.is_float:
+            op, ordered = _FLOAT_PREDICATES[predicate]
+            fn = self.b.fcmp_ordered if ordered else self.b.fcmp_unordered  # ne: true for nan
+            return Scalar(fn(op, x.value, y.value), I1)
+        fn = self.b.icmp_unsigned if is_unsigned(dtype) else self.b.icmp_signed
+        return Scalar(fn(_INT_PREDICATES[predicate], x.value, y.value), I1)
+
+    def select(self, condition, a, b):
+        dtype = self._same(a, b)
+        return Scalar(self.b.select(condition.value, a.value, b.value), dtype)
+
+    def cast(self, x, to):
+        src, b, v = x.dtype, self.b, x.value
+        if src == to:
+            return x
+        if to == I1:
+            if src.is_float:
+                return Scalar(b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0)), I1)  # nan -> true
+            return Scalar(b.icmp_unsigned("!=", v, ir.Constant(v.type, 0)), I1)
+        if to.is_float:
+            if src.is_float:
+                return self._float_to_float(v, src, to)
+            # int -> float: rounds once to the target (to f32 first for bf16, as numpy does)
+            direct = {F16: HALF, F64: DOUBLE}.get(to, FLOAT)
+            f = b.uitofp(v, direct) if is_unsigned(src) else b.sitofp(v, direct)
+            if to == F16:
+                f = b.fpext(f, FLOAT)
+            return self.round(Scalar(f, to))
+        t = compute_type(to)
+        if src.is_float:
+            # float -> int truncates; out of range and nan are unspecified: saturate (no poison)
+            wide = t if t.width >= 32 else I32
+            name = f"llvm.fptosi.sat.i{wide.width}.{scalar_math._suffix(v.type)}"
+            r = self.m.intrinsic(name, wide, [v])
+            return Scalar(b.trunc(r, t) if wide != t else r, to)
+        if t.width == v.type.width:
+            return Scalar(v, to)
+        if t.width < v.type.width:
+            return Scalar(b.trunc(v, t), to)
+        return Scalar(b.zext(v, t) if is_unsigned(src) else b.sext(v, t), to)
+
+    def _float_to_float(self, v, src, to):
+        b = self.b
+        if to == F64:
+            return Scalar(b.fpext(v, DOUBLE), to)
+        if to == F16:
+            return Scalar(b.fpext(b.fptrunc(v, HALF), FLOAT), to)  # rounds once, from f64 too
+        if src == F64:
+            v = b.fptrunc(v, FLOAT)  # then bf16 rounds again, as numpy's f64 -> f32 -> bf16
+        return self.round(Scalar(v, to))
+
+    # --- float math -----------------------------------------------------------------------------
+    def _float(self, x, what: str):
+        if not x.dtype.is_float:
+            raise NotImplementedError(f"{what} of an integer")
+        return x.value
+
+    def sqrt(self, x):
+        return Scalar(self.m.unary_intrinsic("sqrt", self._float(x, "sqrt")), x.dtype)
+
+    def floor(self, x):
+        return Scalar(self.m.floor(self._float(x, "floor")), x.dtype)
+
+    def ceil(self, x):
+        return Scalar(self.m.unary_intrinsic("ceil", self._float(x, "ceil")), x.dtype)
+
+    def _transcendental(self, x, name: str, approximation, libm: str | None = None):
+        v = self._float(x, name)
+        if v.type == FLOAT:
+            return Scalar(approximation(self.m, v), x.dtype)
+        symbol = libm or name
+        self.external_symbols.add(symbol)
+        return Scalar(self.m.intrinsic(symbol, DOUBLE, [v]), x.dtype)
+
+    def exp(self, x):
+        return self._transcendental(x, "exp", scalar_math.exp_f32)
+
+    def log(self, x):
+        return self._transcendental(x, "log", scalar_math.log_f32)
+
+    def tanh(self, x):
+        return self._transcendental(x, "tanh", scalar_math.tanh_f32)
+
+    def erf(self, x):
+        return self._transcendental(x, "erf", scalar_math.erf_f32)
+
+    def erfc(self, x):
+        return self._transcendental(x, "erfc", scalar_math.erfc_f32)
+
+    def sin(self, x):
+        return self._transcendental(x, "sin", scalar_math.sin_f32)
+
+    def cos(self, x):
+        return self._transcendental(x, "cos", scalar_math.cos_f32)
+
+    def sigmoid(self, x):
+        v = self._float(x, "sigmoid")
+        if v.type == FLOAT:
+            return Scalar(scalar_math.sigmoid_f32(self.m, v), x.dtype)
+        # float64: the reference's own form, with libm's exp
+        e = self.exp(self.neg(self.abs(x)))
+        one = self.constant(1, x)
+        r = self.div(one, self.add(one, e))
+        return self.select(self.cmp("ge", x, self.constant(0, x)), r, self.mul(e, r))
+
+
+def numpy_scalar(value, dtype: ElementType):
+    """A Python number as the reference would store it in ``dtype`` (bf16 rounded)."""
+    from lezero.ir.dialect.numerics import to_storage
+
+    return to_storage(np.asarray(value), dtype).item()

@@ -1,0 +1,440 @@
+"""partition: decide which ops are compiled together, one kernel per group (issue 3).
+
+Every op of a function except ``lz.constant`` (weights stay outside, as kernel operands) and
+``lz.kernel`` (already made) lands in exactly one group; ``fuse`` then turns each group into an
+``lz.kernel``.  The decision is written on the ops as discardable attributes, so
+``lezero-opt -p partition`` shows it and ``fuse`` reads it::
+
+    lz.group = 3 : i64             the group; numbered in the order fuse emits the kernels
+    lz.group_kind = "matmul"       the kernel kind (KERNEL_KINDS in lezero/ir/dialect/kernel.py)
+    lz.stage = 1 : i64             the group's topological generation in the group graph: the
+                                   groups of one stage need nothing from each other, so a runtime
+                                   may run them at the same time
+
+How groups form: each op starts alone.  Producer -> consumer pairs of groups are merged
+greedily, the most profitable first, where profit is the memory traffic saved by not
+materializing the values passed between them (2 x their bytes, a write and a read, when nothing
+else reads them; 1 x, the read, when something still does).  A pair is merged only when
+``can_fuse`` allows it: the merged group must stay under ``max-ops``, must not close a cycle in
+the group graph (a path from one group to the other through a third), and must still be one
+kernel a code generator accepts (``classify``).  Every decision, taken or refused with its
+reason, is logged on the ``lezero.fusion`` logger (``lezero-opt --debug=fusion``).
+
+What a group of each kind may hold (the contract in docs/architecture.md):
+
+- ``elementwise``: elementwise ops and data movement whose results all have one shape, the
+  iteration space.  Data movement is index arithmetic on a load, so it reads its input from
+  memory (a kernel operand), never from an op of the same group: it folds into the kernel that
+  reads it, not into the one that produces its input.
+- ``reduction``: ``reduce_*``/``argmax`` ops that all reduce the same axes of inputs of one
+  shape, plus elementwise ops at that full shape (prologue, and epilogue broadcast back: softmax's
+  ``x - max(x)``) or at the reduced shape (kept or dropped dims).  A reduced value may feed a
+  full-shape op only if broadcasting puts it back along the reduced axes (``keepdims``, or
+  reduced axes that lead).  No data movement.
+- ``matmul`` / ``conv``: one ``lz.matmul`` / ``lz.conv2d`` whose operands come from memory (no
+  prologue), and elementwise ops over its result shape (bias, activation, residual add).
+- ``single``: one op of any other kind (pooling, composites, ...), never fused.
+
+Shapes must be static for ops to share a kernel (an op with a ``?`` dim stays alone): equal
+``?`` dims need not be equal sizes.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from dataclasses import dataclass
+
+import networkx as nx
+
+from lezero.ir.attributes import IntegerAttr, StringAttr
+from lezero.ir.core import FuncOp, ModuleOp, Operation, Value
+from lezero.ir.diagnostics import IRError
+from lezero.ir.dialect.axes import normalize_axis, reduction_axes
+from lezero.ir.dialect.reduction import REDUCE_OPS
+from lezero.ir.opdef import ELEMENTWISE
+from lezero.ir.types import I64, TensorType, format_shape
+from lezero.passes.pass_base import Pass, debug_channel, option, register_pass
+
+FUSION_LOG = debug_channel("fusion")
+
+# The discardable attributes partition writes (and fuse reads).
+GROUP_ATTR = "lz.group"
+KIND_ATTR = "lz.group_kind"
+STAGE_ATTR = "lz.stage"
+PARTITION_ATTRS = (GROUP_ATTR, KIND_ATTR, STAGE_ATTR)
+
+MOVEMENT_OPS = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.slice", "lz.pad", "lz.concat",
+                          "lz.gather"})
+REDUCTION_OPS = frozenset(REDUCE_OPS) | {"lz.argmax"}
+CONTRACTION_OPS = {"lz.matmul": "matmul", "lz.conv2d": "conv"}
+
+# Longest kernel name: this many distinct op names, then "etc".
+MAX_NAME_PARTS = 5
+
+
+class Refusal(Exception):
+    """Why a set of ops cannot be one kernel (or two groups cannot merge)."""
+
+    @property
+    def reason(self) -> str:
+        return self.args[0]
+
+
+# --- what each op is, to a kernel -----------------------------------------------------------------
+
+def op_role(op: Operation) -> str:
+    """``elementwise``, ``movement``, ``reduction``, ``matmul``, ``conv`` or ``single``."""
+    if op.name in CONTRACTION_OPS:
+        return CONTRACTION_OPS[op.name]
+    if op.name in REDUCTION_OPS:
+        return "reduction"
+    if op.name in MOVEMENT_OPS:
+        return "movement"
+    definition = op.definition
+    if definition is not None and definition.has_trait(ELEMENTWISE):
+        return "elementwise"
+    return "single"
+
+
+_KIND_OF_ROLE = {"elementwise": "elementwise", "movement": "elementwise", "reduction": "reduction",
+                 "matmul": "matmul", "conv": "conv", "single": "single"}
+
+
+def reduced_axes(op: Operation) -> tuple:
+    """The sorted normalized axes a reduction op reduces."""
+    rank = op.operands[0].type.rank
+    if op.name == "lz.argmax":
+        return (normalize_axis(op.definition.attrs(op).axis, rank),)
+    return reduction_axes(op.definition.attrs(op).axes, rank)
+
+
+def _shape(v: Value) -> tuple:
+    return v.type.shape
+
+
+def _fmt(shape) -> str:
+    return format_shape(shape) if shape else "scalar"
+
+
+def value_bytes(v: Value) -> int:
+    """Bytes of a static tensor value; 0 when its size is not known."""
+    t = v.type
+    return t.nbytes if isinstance(t, TensorType) and t.is_static else 0
+
+
+# --- legality: which sets of ops make one kernel ----------------------------------------------------
+
+def classify(ops: list[Operation]) -> str:
+    """The kind of kernel ``ops`` (a group, in program order) make; ``Refusal`` with the reason
+    when they make none."""
+    if len(ops) == 1:
+        return _KIND_OF_ROLE[op_role(ops[0])]
+    producer = {id(r): op for op in ops for r in op.results}
+    roles = [(op, op_role(op)) for op in ops]
+    for op, role in roles:
+        if role == "single":
+            raise Refusal(f"'{op.name}' is compiled on its own (a single kernel)")
+        for r in op.results:
+            if not (isinstance(r.type, TensorType) and r.type.is_static):
+                raise Refusal(f"'{op.name}' gives {r.type}: shapes must be static to fuse (bind the dims first)")
+    anchors = [op for op, role in roles if role in ("matmul", "conv")]
+    reductions = [op for op, role in roles if role == "reduction"]
+    movement = [op for op, role in roles if role == "movement"]
+    if len(anchors) > 1:
+        raise Refusal(f"a kernel holds one contraction: '{anchors[0].name}' and '{anchors[1].name}'")
+    if anchors and reductions:
+        raise Refusal(f"a {CONTRACTION_OPS[anchors[0].name]} kernel holds no reduction ('{reductions[0].name}')")
+    if (anchors or reductions) and movement:
+        kind = CONTRACTION_OPS[anchors[0].name] if anchors else "reduction"
+        raise Refusal(f"data movement ('{movement[0].name}') joins only elementwise kernels, not a {kind} kernel")
+    if anchors:
+        _check_contraction(anchors[0], ops, producer)
+        return CONTRACTION_OPS[anchors[0].name]
+    if reductions:
+        _check_reduction(reductions, ops, producer)
+        return "reduction"
+    _check_elementwise(ops, producer)
+    return "elementwise"
+
+
+def _check_elementwise(ops, producer) -> None:
+    space = _shape(ops[0].result)
+    for op in ops:
+        shape = _shape(op.result)
+        if shape != space:
+            raise Refusal(f"iteration space {_fmt(shape)} differs from {_fmt(space)}")
+        if op.name in MOVEMENT_OPS:
+            for v in op.operands:
+                if id(v) in producer:
+                    raise Refusal(f"'{op.name}' must read its input from memory, not from "
+                                  f"'{producer[id(v)].name}' in the same kernel")
+
+
+def _check_contraction(anchor, ops, producer) -> None:
+    kind = CONTRACTION_OPS[anchor.name]
+    for v in anchor.operands:
+        if id(v) in producer:
+            raise Refusal(f"a {kind} kernel takes no prologue: '{producer[id(v)].name}' feeds the {kind}")
+    space = _shape(anchor.result)
+    for op in ops:
+        if op is not anchor and _shape(op.result) != space:
+            raise Refusal(f"{kind} epilogue must have the {kind}'s shape: '{op.name}' gives "
+                          f"{_fmt(_shape(op.result))}, the {kind} {_fmt(space)}")
+
+
+def _check_reduction(reductions, ops, producer) -> None:
+    first = reductions[0]
+    full = _shape(first.operands[0])
+    axes = reduced_axes(first)
+    for r in reductions[1:]:
+        if reduced_axes(r) != axes:
+            raise Refusal(f"a reduction already in the group reduces other axes: '{r.name}' reduces "
+                          f"{list(reduced_axes(r))}, '{first.name}' {list(axes)}")
+        if _shape(r.operands[0]) != full:
+            raise Refusal(f"'{r.name}' reduces a {_fmt(_shape(r.operands[0]))} input, the group's "
+                          f"reductions a {_fmt(full)} one")
+    kept = tuple(1 if i in axes else d for i, d in enumerate(full))
+    dropped = tuple(d for i, d in enumerate(full) if i not in axes)
+    # a dropped-dims value broadcasts back along the reduced axes only when those lead
+    dropped_broadcasts_back = (1,) * (len(full) - len(dropped)) + dropped == kept
+
+    def layout(shape):
+        return "full" if shape == full else "kept" if shape == kept else "dropped" if shape == dropped else None
+
+    for op in ops:
+        if op.name in REDUCTION_OPS:
+            continue  # its input has the full shape (checked above), its result a reduced one
+        at = layout(_shape(op.result))
+        if at is None:
+            raise Refusal(f"iteration space {_fmt(_shape(op.result))} differs from {_fmt(full)} "
+                          f"(reduced: {_fmt(kept)})")
+        for v in op.operands:
+            if id(v) not in producer:
+                continue  # read from memory: any broadcast is index arithmetic
+            reads = layout(_shape(v))
+            same_index = (reads == at or (reads == "kept" and at == "full")
+                          or (reads == "dropped" and at in ("full", "kept") and dropped_broadcasts_back))
+            if not same_index:
+                raise Refusal(f"'{op.name}' reads '{producer[id(v)].name}' (shape {_fmt(_shape(v))}) broadcast "
+                              f"along other axes than the reduced {list(axes)} (keep the reduced dims)")
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+def kernel_base_name(ops: list[Operation]) -> str:
+    """``lz_fused_matmul_add_relu``: the distinct op names of a group in program order; a long
+    group keeps its first names (and its matmul, conv or reduction) and ends in ``etc``."""
+    names: list[str] = []
+    for op in ops:
+        name = op.name.removeprefix("lz.")
+        if name not in names:
+            names.append(name)
+    if len(names) > MAX_NAME_PARTS + 1:
+        keep = names[:MAX_NAME_PARTS]
+        anchors = [op.name.removeprefix("lz.") for op in ops
+                   if op_role(op) in ("matmul", "conv", "reduction")]
+        for a in anchors:
+            if a not in keep:
+                keep[-1] = a
+                break
+        names = keep + ["etc"]
+    return "lz_fused_" + "_".join(names)
+
+
+# --- the partitioner -------------------------------------------------------------------------------
+
+@dataclass
+class Group:
+    id: int
+    ops: list  # program order
+    fixed: bool = False  # an lz.kernel already made: never merged
+
+
+@dataclass
+class PartitionOptions(Pass):
+    """The options partition takes (fuse takes them too, for when it partitions itself)."""
+
+    max_ops: int = option(64, "largest number of ops in one kernel")
+    epilogues: bool = option(True, "fuse elementwise epilogues into matmul and conv kernels")
+    reductions: bool = option(True, "fuse elementwise prologues and epilogues into reduction kernels")
+    movement: bool = option(True, "fold data movement into the elementwise kernel that reads it")
+
+
+class Partitioner:
+    """The groups of one function: ``groups`` by id, and ``graph``, their producer -> consumer
+    DiGraph (acyclic throughout)."""
+
+    def __init__(self, func: FuncOp, options: PartitionOptions):
+        self.func = func
+        self.options = options
+        self.groups: dict[int, Group] = {}
+        self.graph = nx.DiGraph()
+        body = func.entry_block
+        self.ops = [op for op in body.ops if op.name not in ("lz.constant", "func.return")]
+        self.position = {id(op): i for i, op in enumerate(self.ops)}
+        self.group_of: dict[int, int] = {}
+        self.returned = {id(v) for v in body.terminator.operands} if body.terminator is not None else set()
+        self._ids = itertools.count()
+        for op in self.ops:
+            if op.name != "lz.kernel" and (op.definition is None or op.name == "func.call"):
+                raise IRError(f"partition cannot put '{op.name}' in a kernel (inline calls and lower "
+                              "unregistered ops first)", op.location)
+            self._add_group([op], fixed=op.name == "lz.kernel")
+        for op in self.ops:
+            for v in op.operands:
+                src = self._producer_group(v)
+                dst = self.group_of[id(op)]
+                if src is not None and src != dst:
+                    self.graph.add_edge(src, dst)
+
+    # --- bookkeeping ---
+    def _add_group(self, ops, fixed=False) -> int:
+        gid = next(self._ids)
+        self.groups[gid] = Group(gid, sorted(ops, key=lambda o: self.position[id(o)]), fixed)
+        for op in ops:
+            self.group_of[id(op)] = gid
+        self.graph.add_node(gid)
+        return gid
+
+    def _producer_group(self, v: Value):
+        owner = v.owner
+        if isinstance(owner, Operation) and id(owner) in self.group_of:
+            return self.group_of[id(owner)]
+        return None
+
+    def describe(self, gid: int) -> str:
+        group = self.groups[gid]
+        first = group.ops[0]
+        name = first.attributes["name"].value if group.fixed else kernel_base_name(group.ops)
+        flc = first.location.file_line_col()
+        return f"{name} (line {flc.line})" if flc is not None else name
+
+    # --- profit and legality ---
+    def profit(self, a: int, b: int) -> int:
+        """Bytes of memory traffic saved by merging producer ``a`` into consumer ``b``."""
+        members = {id(op) for g in (a, b) for op in self.groups[g].ops}
+        saved = 0
+        for op in self.groups[a].ops:
+            for r in op.results:
+                users = r.users
+                if not any(self.group_of.get(id(u)) == b for u in users):
+                    continue
+                private = id(r) not in self.returned and all(id(u) in members for u in users)
+                saved += value_bytes(r) * (2 if private else 1)
+        return saved
+
+    def cycle_through(self, a: int, b: int):
+        """A third group on a path from ``a`` to ``b`` (merging them would close a cycle), or None."""
+        for s in self.graph.successors(a):
+            if s != b and nx.has_path(self.graph, s, b):
+                return s
+        return None
+
+    def can_fuse(self, a: int, b: int) -> tuple[bool, str]:
+        """Whether producer group ``a`` and consumer group ``b`` may become one kernel, and why not."""
+        ga, gb = self.groups[a], self.groups[b]
+        if ga.fixed or gb.fixed:
+            return False, "an lz.kernel is already compiled on its own"
+        if len(ga.ops) + len(gb.ops) > self.options.max_ops:
+            return False, f"max-ops={self.options.max_ops} reached"
+        through = self.cycle_through(a, b)
+        if through is not None:
+            return False, f"would create a cycle through {self.describe(through)}"
+        ops = sorted(ga.ops + gb.ops, key=lambda o: self.position[id(o)])
+        try:
+            kind = classify(ops)
+        except Refusal as e:
+            return False, e.reason
+        reason = self._disabled_by_options(kind, ops)
+        return (False, reason) if reason else (True, "")
+
+    def _disabled_by_options(self, kind: str, ops) -> str:
+        o = self.options
+        if kind in ("matmul", "conv") and not o.epilogues:
+            return f"epilogues=false: a {kind} kernel holds only its {kind}"
+        if kind == "reduction" and not o.reductions:
+            return "reductions=false: a reduction kernel holds only its reduction"
+        if kind == "elementwise" and not o.movement and any(op.name in MOVEMENT_OPS for op in ops):
+            return "movement=false: data movement is a kernel of its own"
+        return ""
+
+    # --- the greedy merge ---
+    def run(self) -> None:
+        heap: list = []
+
+        def push(a, b):
+            key = (self.position[id(self.groups[b].ops[0])], self.position[id(self.groups[a].ops[0])])
+            heapq.heappush(heap, (-self.profit(a, b), key, a, b))
+
+        for a, b in self.graph.edges:
+            push(a, b)
+        log = FUSION_LOG.isEnabledFor(logging.DEBUG)
+        where = f"@{self.func.sym_name}: "
+        while heap:
+            neg_profit, _, a, b = heapq.heappop(heap)
+            if a not in self.groups or b not in self.groups or not self.graph.has_edge(a, b):
+                continue  # one side was merged since: its new group's pairs were pushed anew
+            ok, reason = self.can_fuse(a, b)
+            if not ok:
+                if log:
+                    FUSION_LOG.debug("%srefused %s + %s: %s (would save %d bytes)", where, self.describe(a),
+                                     self.describe(b), reason, -neg_profit)
+                continue
+            before = (self.describe(a), self.describe(b))
+            merged = self._merge(a, b)
+            if log:
+                FUSION_LOG.debug("%smerged %s + %s -> %s (%s), saves %d bytes", where, *before,
+                                 self.describe(merged), classify(self.groups[merged].ops), -neg_profit)
+            for p in self.graph.predecessors(merged):
+                push(p, merged)
+            for s in self.graph.successors(merged):
+                push(merged, s)
+
+    def _merge(self, a: int, b: int) -> int:
+        ops = self.groups[a].ops + self.groups[b].ops
+        gid = self._add_group(ops)
+        for old in (a, b):
+            self.graph.add_edges_from((p, gid) for p in self.graph.predecessors(old) if p not in (a, b))
+            self.graph.add_edges_from((gid, s) for s in self.graph.successors(old) if s not in (a, b))
+            self.graph.remove_node(old)
+            del self.groups[old]
+        return gid
+
+    # --- the result ---
+    def stages(self) -> dict[int, int]:
+        """Each group's topological generation."""
+        return {g: i for i, generation in enumerate(nx.topological_generations(self.graph)) for g in generation}
+
+    def annotate(self) -> None:
+        stage = self.stages()
+        order = sorted(self.groups, key=lambda g: (stage[g], self.position[id(self.groups[g].ops[0])]))
+        number = 0
+        for gid in order:
+            group = self.groups[gid]
+            if group.fixed:
+                group.ops[0].attributes[STAGE_ATTR] = IntegerAttr(stage[gid], I64)
+                continue
+            kind = classify(group.ops)
+            for op in group.ops:
+                op.attributes[GROUP_ATTR] = IntegerAttr(number, I64)
+                op.attributes[KIND_ATTR] = StringAttr(kind)
+                op.attributes[STAGE_ATTR] = IntegerAttr(stage[gid], I64)
+            number += 1
+
+
+def partition_function(func: FuncOp, options: PartitionOptions) -> None:
+    """Group ``func``'s ops and annotate them (``lz.group``, ``lz.group_kind``, ``lz.stage``)."""
+    p = Partitioner(func, options)
+    p.run()
+    p.annotate()
+
+
+@register_pass
+class Partition(PartitionOptions):
+    name = "partition"
+    summary = "Group ops into kernels (annotates lz.group, lz.group_kind, lz.stage); fuse makes them"
+
+    def run(self, module: ModuleOp) -> None:
+        for func in module.functions:
+            partition_function(func, self)

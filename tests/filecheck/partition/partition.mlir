@@ -1,0 +1,74 @@
+// partition: each op gets lz.group (the kernel it will be), lz.group_kind and lz.stage (the
+// topological generation of its group); constants stay outside every group.
+// RUN: lezero-opt %s -p partition | filecheck %s
+
+// A layer: the matmul takes its bias and activation as epilogue.
+// CHECK-LABEL: func.func @linear_relu
+func.func @linear_relu(%x: tensor<64x784xf32>, %w: tensor<784x256xf32>, %b: tensor<256xf32>) -> tensor<64x256xf32> {
+  // CHECK: "lz.matmul"{{.*}} {lz.group = 0 : i64, lz.group_kind = "matmul", lz.stage = 0 : i64}
+  // CHECK-NEXT: "lz.add"{{.*}} {lz.group = 0 : i64, lz.group_kind = "matmul", lz.stage = 0 : i64}
+  // CHECK-NEXT: "lz.relu"{{.*}} {lz.group = 0 : i64, lz.group_kind = "matmul", lz.stage = 0 : i64}
+  %0 = "lz.matmul"(%x, %w) : (tensor<64x784xf32>, tensor<784x256xf32>) -> tensor<64x256xf32>
+  %1 = "lz.add"(%0, %b) : (tensor<64x256xf32>, tensor<256xf32>) -> tensor<64x256xf32>
+  %2 = "lz.relu"(%1) : (tensor<64x256xf32>) -> tensor<64x256xf32>
+  func.return %2 : tensor<64x256xf32>
+}
+
+// Softmax, decomposed: both reductions and the broadcast-back epilogue are one reduction kernel.
+// CHECK-LABEL: func.func @softmax
+func.func @softmax(%x: tensor<64x10xf32>) -> tensor<64x10xf32> {
+  // CHECK-COUNT-5: lz.group = 0 : i64, lz.group_kind = "reduction", lz.stage = 0 : i64
+  // CHECK-NEXT: func.return
+  %0 = "lz.reduce_max"(%x) {axes = array<i64: 1>, keepdims = true} : (tensor<64x10xf32>) -> tensor<64x1xf32>
+  %1 = "lz.sub"(%x, %0) : (tensor<64x10xf32>, tensor<64x1xf32>) -> tensor<64x10xf32>
+  %2 = "lz.exp"(%1) : (tensor<64x10xf32>) -> tensor<64x10xf32>
+  %3 = "lz.reduce_sum"(%2) {axes = array<i64: 1>, keepdims = true} : (tensor<64x10xf32>) -> tensor<64x1xf32>
+  %4 = "lz.div"(%2, %3) : (tensor<64x10xf32>, tensor<64x1xf32>) -> tensor<64x10xf32>
+  func.return %4 : tensor<64x10xf32>
+}
+
+// The transpose folds into the kernel that reads it (index arithmetic on a load); the exp it
+// reads is a kernel of its own. The splat constant stays outside, unannotated.
+// CHECK-LABEL: func.func @movement
+func.func @movement(%x: tensor<3x4xf32>, %y: tensor<4x3xf32>) -> tensor<4x3xf32> {
+  // CHECK: "lz.constant"() {value = dense<2.0> : tensor<f32>} : () -> tensor<f32>
+  // CHECK-NEXT: "lz.exp"{{.*}} {lz.group = 0 : i64, lz.group_kind = "elementwise", lz.stage = 0 : i64}
+  // CHECK-NEXT: "lz.transpose"(%{{.*}}) {lz.group = 1 : i64, lz.group_kind = "elementwise", lz.stage = 1 : i64
+  // CHECK-NEXT: "lz.add"{{.*}} {lz.group = 1 : i64, lz.group_kind = "elementwise", lz.stage = 1 : i64}
+  // CHECK-NEXT: "lz.mul"{{.*}} {lz.group = 1 : i64, lz.group_kind = "elementwise", lz.stage = 1 : i64}
+  %two = "lz.constant"() {value = dense<2.0> : tensor<f32>} : () -> tensor<f32>
+  %0 = "lz.exp"(%x) : (tensor<3x4xf32>) -> tensor<3x4xf32>
+  %1 = "lz.transpose"(%0) {perm = array<i64: 1, 0>} : (tensor<3x4xf32>) -> tensor<4x3xf32>
+  %2 = "lz.add"(%1, %y) : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  %3 = "lz.mul"(%2, %two) : (tensor<4x3xf32>, tensor<f32>) -> tensor<4x3xf32>
+  func.return %3 : tensor<4x3xf32>
+}
+
+// Two independent branches share stage 0 (a runtime may run them at once); the reductions
+// that join them are one kernel of stage 1.
+// CHECK-LABEL: func.func @branches
+func.func @branches(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>, %v: tensor<8x8xf32>) -> tensor<8xf32> {
+  // CHECK: "lz.matmul"{{.*}} {lz.group = 0 : i64, lz.group_kind = "matmul", lz.stage = 0 : i64}
+  // CHECK-NEXT: "lz.matmul"{{.*}} {lz.group = 1 : i64, lz.group_kind = "matmul", lz.stage = 0 : i64}
+  // CHECK-NEXT: "lz.reduce_sum"{{.*}} lz.group = 2 : i64, lz.group_kind = "reduction", lz.stage = 1 : i64
+  // CHECK-NEXT: "lz.reduce_sum"{{.*}} lz.group = 2 : i64, lz.group_kind = "reduction", lz.stage = 1 : i64
+  // CHECK-NEXT: "lz.add"{{.*}} {lz.group = 2 : i64, lz.group_kind = "reduction", lz.stage = 1 : i64}
+  %0 = "lz.matmul"(%x, %w) : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %1 = "lz.matmul"(%x, %v) : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %2 = "lz.reduce_sum"(%0) {axes = array<i64: 1>} : (tensor<8x8xf32>) -> tensor<8xf32>
+  %3 = "lz.reduce_sum"(%1) {axes = array<i64: 1>} : (tensor<8x8xf32>) -> tensor<8xf32>
+  %4 = "lz.add"(%2, %3) : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  func.return %4 : tensor<8xf32>
+}
+
+// Pooling is a kernel of its own (kind single); max-ops caps a group.
+// CHECK-LABEL: func.func @single
+func.func @single(%x: tensor<1x1x4x4xf32>) -> tensor<1x1x2x2xf32> {
+  // CHECK: "lz.relu"{{.*}} {lz.group = 0 : i64, lz.group_kind = "elementwise", lz.stage = 0 : i64}
+  // CHECK-NEXT: "lz.max_pool2d"{{.*}} lz.group = 1 : i64, lz.group_kind = "single", lz.stage = 1 : i64
+  // CHECK-NEXT: "lz.exp"{{.*}} {lz.group = 2 : i64, lz.group_kind = "elementwise", lz.stage = 2 : i64}
+  %0 = "lz.relu"(%x) : (tensor<1x1x4x4xf32>) -> tensor<1x1x4x4xf32>
+  %1 = "lz.max_pool2d"(%0) {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>} : (tensor<1x1x4x4xf32>) -> tensor<1x1x2x2xf32>
+  %2 = "lz.exp"(%1) : (tensor<1x1x2x2xf32>) -> tensor<1x1x2x2xf32>
+  func.return %2 : tensor<1x1x2x2xf32>
+}

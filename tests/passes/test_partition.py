@@ -1,0 +1,255 @@
+"""partition: which ops share a kernel, and why the others do not."""
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lezero.cli.opt import run as opt_run
+from lezero.ir import parse_module
+from lezero.passes import run_pipeline
+from lezero.passes.partition import FUSION_LOG, Partitioner, PartitionOptions
+
+from fusion_testing import random_graphs
+
+MLP = """
+func.func @mlp(%x: tensor<64x784xf32>, %w1: tensor<784x256xf32>, %b1: tensor<256xf32>,
+               %w2: tensor<256x10xf32>, %b2: tensor<10xf32>) -> tensor<64x10xf32> {
+  %0 = "lz.matmul"(%x, %w1) : (tensor<64x784xf32>, tensor<784x256xf32>) -> tensor<64x256xf32>
+  %1 = "lz.add"(%0, %b1) : (tensor<64x256xf32>, tensor<256xf32>) -> tensor<64x256xf32>
+  %2 = "lz.relu"(%1) : (tensor<64x256xf32>) -> tensor<64x256xf32>
+  %3 = "lz.matmul"(%2, %w2) : (tensor<64x256xf32>, tensor<256x10xf32>) -> tensor<64x10xf32>
+  %4 = "lz.add"(%3, %b2) : (tensor<64x10xf32>, tensor<10xf32>) -> tensor<64x10xf32>
+  %5 = "lz.softmax"(%4) : (tensor<64x10xf32>) -> tensor<64x10xf32>
+  func.return %5 : tensor<64x10xf32>
+}"""
+
+
+def groups_of(module, func=None):
+    """[(kind, [op names])] per group, in group order."""
+    f = module.functions[0] if func is None else module.lookup(func)
+    out: dict[int, tuple] = {}
+    for op in f.entry_block.ops:
+        g = op.attributes.get("lz.group")
+        if g is not None:
+            out.setdefault(g.value, (op.attributes["lz.group_kind"].value, []))[1].append(op.name[3:])
+    return [out[k] for k in sorted(out)]
+
+
+def partitioned(text, pipeline="partition"):
+    m = parse_module(text)
+    run_pipeline(m, pipeline)
+    return m
+
+
+def refusals(text, pipeline="partition"):
+    """The fusion log lines of running ``pipeline`` on ``text``."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    FUSION_LOG.addHandler(handler)
+    level = FUSION_LOG.level
+    FUSION_LOG.setLevel(logging.DEBUG)
+    try:
+        partitioned(text, pipeline)
+    finally:
+        FUSION_LOG.removeHandler(handler)
+        FUSION_LOG.setLevel(level)
+    return stream.getvalue()
+
+
+def test_mlp_matmul_epilogues_and_softmax():
+    m = partitioned(MLP, "decompose,partition")
+    assert groups_of(m) == [
+        ("matmul", ["matmul", "add", "relu"]),
+        ("matmul", ["matmul", "add"]),
+        ("reduction", ["reduce_max", "sub", "exp", "reduce_sum", "div"]),
+    ]
+    stages = [op.attributes["lz.stage"].value for op in m.functions[0].entry_block.ops if "lz.stage" in op.attributes]
+    assert stages == [0, 0, 0, 1, 1, 2, 2, 2, 2, 2]
+
+
+def test_layer_norm_is_one_reduction_kernel():
+    m = partitioned("""
+    func.func @f(%x: tensor<8x16xf32>, %s: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<8x16xf32> {
+      %0 = "lz.layer_norm"(%x, %s, %b) : (tensor<8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+      func.return %0 : tensor<8x16xf32>
+    }""", "decompose,partition")
+    assert groups_of(m) == [("reduction", ["reduce_mean", "sub", "mul", "reduce_mean", "add", "rsqrt", "mul",
+                                           "mul", "add"])]
+
+
+def test_elementwise_chain_and_max_ops():
+    text = """
+    func.func @f(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+      %0 = "lz.exp"(%x) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      %1 = "lz.neg"(%0) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      %2 = "lz.relu"(%1) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      %3 = "lz.tanh"(%2) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      func.return %3 : tensor<4x4xf32>
+    }"""
+    assert groups_of(partitioned(text)) == [("elementwise", ["exp", "neg", "relu", "tanh"])]
+    assert len(groups_of(partitioned(text, "partition{max-ops=2}"))) == 2
+    assert len(groups_of(partitioned(text, "partition{max-ops=1}"))) == 4
+    assert "max-ops=2 reached" in refusals(text, "partition{max-ops=2}")
+
+
+def test_data_movement_folds_into_its_reader_not_its_producer():
+    m = partitioned("""
+    func.func @f(%x: tensor<3x4xf32>, %y: tensor<4x3xf32>) -> tensor<4x3xf32> {
+      %0 = "lz.exp"(%x) : (tensor<3x4xf32>) -> tensor<3x4xf32>
+      %1 = "lz.transpose"(%0) {perm = array<i64: 1, 0>} : (tensor<3x4xf32>) -> tensor<4x3xf32>
+      %2 = "lz.add"(%1, %y) : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+      func.return %2 : tensor<4x3xf32>
+    }""")
+    assert groups_of(m) == [("elementwise", ["exp"]), ("elementwise", ["transpose", "add"])]
+
+
+def test_refusal_reasons():
+    log = refusals("""
+    func.func @f(%x: tensor<64x256xf32>, %w: tensor<256x10xf32>) -> tensor<64xf32> {
+      %0 = "lz.relu"(%x) : (tensor<64x256xf32>) -> tensor<64x256xf32>
+      %1 = "lz.matmul"(%0, %w) : (tensor<64x256xf32>, tensor<256x10xf32>) -> tensor<64x10xf32>
+      %2 = "lz.reduce_sum"(%1) {axes = array<i64: 1>} : (tensor<64x10xf32>) -> tensor<64xf32>
+      func.return %2 : tensor<64xf32>
+    }
+    func.func @g(%x: tensor<4x4xf32>) -> tensor<4xf32> {
+      %0 = "lz.reduce_max"(%x) {axes = array<i64: 0>, keepdims = true} : (tensor<4x4xf32>) -> tensor<1x4xf32>
+      %1 = "lz.sub"(%x, %0) : (tensor<4x4xf32>, tensor<1x4xf32>) -> tensor<4x4xf32>
+      %2 = "lz.reduce_sum"(%1) {axes = array<i64: 1>} : (tensor<4x4xf32>) -> tensor<4xf32>
+      func.return %2 : tensor<4xf32>
+    }""")
+    assert "a matmul kernel takes no prologue: 'lz.relu' feeds the matmul" in log
+    assert "a matmul kernel holds no reduction ('lz.reduce_sum')" in log
+    assert "a reduction already in the group reduces other axes: 'lz.reduce_sum' reduces [1], 'lz.reduce_max' [0]" in log
+
+
+def test_reduced_value_must_broadcast_back_along_the_reduced_axes():
+    # reduce_max over axis 1 without keepdims gives 4; x - m broadcasts it along axis 0: not the
+    # reduction's outer index, so it cannot be an epilogue
+    text = """
+    func.func @f(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+      %0 = "lz.reduce_max"(%x) {axes = array<i64: 1>} : (tensor<4x4xf32>) -> tensor<4xf32>
+      %1 = "lz.sub"(%x, %0) : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4x4xf32>
+      func.return %1 : tensor<4x4xf32>
+    }"""
+    assert len(groups_of(partitioned(text))) == 2
+    assert "'lz.sub' reads 'lz.reduce_max' (shape 4) broadcast along other axes than the reduced [1]" in refusals(text)
+    # over axis 0 the dropped dim leads, so broadcasting puts it back where it came from
+    assert len(groups_of(partitioned(text.replace("array<i64: 1>", "array<i64: 0>")))) == 1
+
+
+def test_matmul_epilogue_must_have_the_matmul_shape():
+    log = refusals("""
+    func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x1xf32>, %y: tensor<4x5xf32>) -> tensor<4x5xf32> {
+      %0 = "lz.matmul"(%x, %w) : (tensor<4x3xf32>, tensor<3x1xf32>) -> tensor<4x1xf32>
+      %1 = "lz.add"(%0, %y) : (tensor<4x1xf32>, tensor<4x5xf32>) -> tensor<4x5xf32>
+      func.return %1 : tensor<4x5xf32>
+    }""")
+    assert "matmul epilogue must have the matmul's shape: 'lz.add' gives 4x5, the matmul 4x1" in log
+
+
+def test_cycle_refused_then_taken_once_the_middle_joins():
+    # a -> b -> c and a -> c: a + c first would close a cycle through b
+    m = partitioned("""
+    func.func @f(%x: tensor<8xf32>, %w: tensor<8x8xf32>) -> tensor<8xf32> {
+      %0 = "lz.exp"(%x) : (tensor<8xf32>) -> tensor<8xf32>
+      %1 = "lz.matmul"(%0, %w) : (tensor<8xf32>, tensor<8x8xf32>) -> tensor<8xf32>
+      %2 = "lz.add"(%0, %1) : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+      func.return %2 : tensor<8xf32>
+    }""")
+    assert groups_of(m) == [("elementwise", ["exp"]), ("matmul", ["matmul", "add"])]
+
+
+def test_independent_branches_share_a_stage():
+    m = partitioned("""
+    func.func @f(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>, %v: tensor<4x4xf32>) -> tensor<4x4xf32> {
+      %0 = "lz.matmul"(%x, %w) : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+      %1 = "lz.matmul"(%x, %v) : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+      %2 = "lz.matmul"(%0, %1) : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+      func.return %2 : tensor<4x4xf32>
+    }""")
+    stages = [op.attributes["lz.stage"].value for op in m.functions[0].entry_block.ops[:-1]]
+    assert stages == [0, 0, 1]
+
+
+def test_profit_counts_a_value_read_elsewhere_once():
+    m = parse_module("""
+    func.func @f(%x: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>) {
+      %0 = "lz.exp"(%x) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      %1 = "lz.neg"(%0) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      %2 = "lz.relu"(%1) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      func.return %0, %2 : tensor<4x4xf32>, tensor<4x4xf32>
+    }""")
+    p = Partitioner(m.functions[0], PartitionOptions())
+    g_exp, g_neg, g_relu = (p.group_of[id(op)] for op in m.functions[0].entry_block.ops[:3])
+    assert p.profit(g_exp, g_neg) == 64       # exp's result is returned: only the read is saved
+    assert p.profit(g_neg, g_relu) == 2 * 64  # a write and a read
+
+
+def test_dynamic_shapes_stay_alone():
+    m = partitioned("""
+    func.func @f(%x: tensor<?x3xf32>) -> tensor<?x3xf32> {
+      %0 = "lz.exp"(%x) : (tensor<?x3xf32>) -> tensor<?x3xf32>
+      %1 = "lz.neg"(%0) : (tensor<?x3xf32>) -> tensor<?x3xf32>
+      func.return %1 : tensor<?x3xf32>
+    }""")
+    assert groups_of(m) == [("elementwise", ["exp"]), ("elementwise", ["neg"])]
+
+
+def test_options_turn_fusion_kinds_off():
+    m = partitioned(MLP, "decompose,partition{epilogues=false reductions=false}")
+    kinds = groups_of(m)
+    assert ("matmul", ["matmul"]) in kinds and ("reduction", ["reduce_max"]) in kinds
+
+
+def test_debug_fusion_flag_prints_decisions(tmp_path):
+    path = tmp_path / "mlp.mlir"
+    path.write_text(MLP)
+    out, err = io.StringIO(), io.StringIO()
+    assert opt_run([str(path), "-p", "decompose,partition", "--debug=fusion"], out, err) == 0
+    assert "fusion: @mlp: merged lz_fused_matmul (line 4) + lz_fused_add (line 5)" in err.getvalue()
+    assert "refused" in err.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert opt_run([str(path), "-p", "partition", "--debug=fusoin"], out, err) == 1
+    assert "unknown debug channel 'fusoin'" in err.getvalue()
+    assert not FUSION_LOG.handlers  # the CLI leaves the logger as it found it
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(random_graphs(), st.sampled_from([1, 2, 3, 64]))
+def test_every_group_is_a_valid_kernel_and_groups_are_acyclic(module, max_ops):
+    run_pipeline(module, f"partition{{max-ops={max_ops}}}")
+    func = module.functions[0]
+    ops = [op for op in func.entry_block.ops if op.name not in ("lz.constant", "func.return")]
+    assert all("lz.group" in op.attributes for op in ops)
+    groups: dict[int, list] = {}
+    for op in ops:
+        groups.setdefault(op.attributes["lz.group"].value, []).append(op)
+    from lezero.passes.partition import classify
+    for members in groups.values():
+        assert len(members) <= max_ops
+        assert classify(members) == members[0].attributes["lz.group_kind"].value
+        assert len({op.attributes["lz.stage"].value for op in members}) == 1
+    # a consumer group is in a later stage than each producer group
+    for op in ops:
+        for v in op.operands:
+            owner = v.owner
+            if hasattr(owner, "attributes") and "lz.group" in owner.attributes \
+                    and owner.attributes["lz.group"] != op.attributes["lz.group"]:
+                assert owner.attributes["lz.stage"].value < op.attributes["lz.stage"].value
+
+
+def test_calls_are_an_error():
+    m = parse_module("""
+    func.func @g(%x: tensor<2xf32>) -> tensor<2xf32> {
+      func.return %x : tensor<2xf32>
+    }
+    func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = "func.call"(%x) {callee = @g} : (tensor<2xf32>) -> tensor<2xf32>
+      func.return %0 : tensor<2xf32>
+    }""")
+    with pytest.raises(Exception, match="partition cannot put 'func.call' in a kernel"):
+        run_pipeline(m, "partition")
