@@ -55,6 +55,9 @@ def main() -> None:
     # erf(x) = x P(x^2), |x| < 1
     coefs, err = fit(lambda z: mp.erf(mp.sqrt(z)) / mp.sqrt(z) if z else 2 / mp.sqrt(mp.pi), 0, 1, 5)
     show("ERF_P", coefs, err, "erf(x) = x * P(x^2) for |x| < 1")
+    # erfc(a) = P(a - 0.75) for 0.5 <= a < 1 (1 - erf(a) would cancel there)
+    coefs, err = fit(lambda u: mp.erfc(u + 0.75), -0.25, 0.25, 7)
+    show("ERFC_MID", coefs, err, "erfc(a) = P(a - 0.75) for 0.5 <= a < 1")
     # erfc(a) = exp(-a^2) G(1/a) for 1 <= a <= 10.1, G a polynomial in u = 1/a - center
     lo_t, hi_t = 1 / 10.1, 1.0
     center = (lo_t + hi_t) / 2

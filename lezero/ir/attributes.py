@@ -35,15 +35,40 @@ def escape_string(s: str) -> str:
     return "".join(out)
 
 
+_NARROW_FLOATS = {"f32": np.float32, "f16": np.float16}
+
+
 def format_float(value: float, type_: ElementType) -> str:
     """MLIR's float literal: always with a '.', hex bits for inf and nan."""
     if not math.isfinite(value):
         return _float_bits_hex(value, type_)
     text = repr(float(value))
+    if type_.name in _NARROW_FLOATS:
+        # the shortest text that reads back as the same value of the narrow type (1e-05, not
+        # 9.999999747378752e-06), as MLIR prints
+        with np.errstate(over="ignore"):
+            narrow = _NARROW_FLOATS[type_.name](value)
+        if np.isfinite(narrow) and float(narrow) == value:
+            text = str(narrow)
     if "e" in text and "." not in text.split("e")[0]:
         mantissa, exp = text.split("e")
         text = f"{mantissa}.0e{exp}"
     return text
+
+
+def round_to_float_type(value: float, type_: ElementType) -> float:
+    """``value`` rounded to the precision of ``type_`` (to nearest even; overflow gives inf)."""
+    if math.isnan(value):
+        return value
+    if type_.name == "bf16":
+        bits = struct.unpack("<I", struct.pack("<f", round_to_float_type(value, F32)))[0]
+        if math.isfinite(value):
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+    if type_.name in _NARROW_FLOATS:
+        with np.errstate(over="ignore"):
+            return float(_NARROW_FLOATS[type_.name](value))
+    return value
 
 
 def _float_bits_hex(value: float, type_: ElementType) -> str:
@@ -80,8 +105,14 @@ class IntegerAttr(Attribute):
 
 @dataclass(frozen=True)
 class FloatAttr(Attribute):
+    """A float of the given type; the value is held at that type's precision, as MLIR's APFloat
+    does, so printing it shortest-first reads back to the same value."""
+
     value: float
     type: ElementType = F32
+
+    def __post_init__(self):
+        object.__setattr__(self, "value", round_to_float_type(float(self.value), self.type))
 
     def __eq__(self, other):
         # nan attributes are equal to themselves (needed for CSE and round-trips)
@@ -144,7 +175,10 @@ class DenseArrayAttr(Attribute):
     values: tuple
 
     def __post_init__(self):
-        object.__setattr__(self, "values", tuple(self.values))
+        values = tuple(self.values)
+        if self.element_type.is_float:
+            values = tuple(round_to_float_type(float(v), self.element_type) for v in values)
+        object.__setattr__(self, "values", values)
 
     def __str__(self) -> str:
         if not self.values:

@@ -120,6 +120,11 @@ class ScalarBuilder:
         """``1 - erf(x)``, accurate (relative) for large x."""
         raise NotImplementedError("erfc")
 
+    def normcdf(self, x):
+        """The standard normal CDF ``erfc(-x / sqrt 2) / 2``, accurate (relative) in the lower
+        tail (CUDA's libdevice has it as ``normcdf``)."""
+        raise NotImplementedError("normcdf")
+
     def sin(self, x):
         raise NotImplementedError("sin")
 

@@ -113,8 +113,8 @@ def inputs_for(func: FuncOp, seed: int = 0) -> list[np.ndarray]:
     return [rng.standard_normal(a.type.shape).astype(np.float32) for a in func.arguments]
 
 
-def outputs(module: ModuleOp, inputs) -> tuple:
-    out = interpret(module, "f", *inputs)
+def outputs(module: ModuleOp, inputs, func: str = "f") -> tuple:
+    out = interpret(module, func, *inputs)
     return out if isinstance(out, tuple) else (out,)
 
 

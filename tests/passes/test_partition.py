@@ -216,6 +216,9 @@ def test_debug_fusion_flag_prints_decisions(tmp_path):
     assert opt_run([str(path), "-p", "partition", "--debug=fusoin"], out, err) == 1
     assert "unknown debug channel 'fusoin'" in err.getvalue()
     assert not FUSION_LOG.handlers  # the CLI leaves the logger as it found it
+    out = io.StringIO()
+    assert opt_run(["--debug=list"], out, io.StringIO()) == 0
+    assert {"fusion", "memory-plan"} <= set(out.getvalue().split())
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])

@@ -129,10 +129,10 @@ class IndexMaterializer:
         key = ("derived", term)
         if key not in self.memo:
             operand = self.value(term.operand)
-            b = term.operand.bounds()
+            bounds = term.operand.bounds()
             divisor = _i64(term.divisor)
-            if b is not None and b[0] >= 0:
-                v = b.udiv(operand, divisor) if term.op == "div" else b.urem(operand, divisor)
+            if bounds is not None and bounds[0] >= 0:
+                v = self.b.udiv(operand, divisor) if term.op == "div" else self.b.urem(operand, divisor)
             else:
                 v = self._floor_divmod(operand, divisor, term.op)
             self.memo[key] = v

@@ -17,6 +17,8 @@ executable links ``-lm``).  Integer division truncates toward zero and ``x / 0 =
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import llvmlite.ir as ir
 import numpy as np
 
@@ -80,6 +82,17 @@ class LLVMScalarBuilder(ScalarBuilder):
         self.b = builder
         self.m = MathBuilder(builder)
         self.external_symbols: set[str] = set()
+        self.float_flags: tuple = ()  # fast-math flags on float add and mul (see ``reassociating``)
+
+    @contextmanager
+    def reassociating(self):
+        """Float adds and multiplies may be reassociated: a reduction's accumulation, so that LLVM
+        vectorizes it (several partial sums, as numpy's pairwise sum also reorders)."""
+        saved, self.float_flags = self.float_flags, ("reassoc",)
+        try:
+            yield
+        finally:
+            self.float_flags = saved
 
     # --- values ---------------------------------------------------------------------------------
     def dtype(self, x: Scalar) -> ElementType:
@@ -152,8 +165,9 @@ class LLVMScalarBuilder(ScalarBuilder):
 
     def _arith(self, float_op, int_op, x, y):
         dtype = self._same(x, y)
-        op = float_op if dtype.is_float else int_op
-        return Scalar(op(x.value, y.value), dtype)
+        if dtype.is_float:
+            return Scalar(float_op(x.value, y.value, flags=self.float_flags), dtype)
+        return Scalar(int_op(x.value, y.value), dtype)
 
     def add(self, x, y):
         return self._arith(self.b.fadd, self.b.add, x, y)
@@ -265,11 +279,9 @@ class LLVMScalarBuilder(ScalarBuilder):
         if to.is_float:
             if src.is_float:
                 return self._float_to_float(v, src, to)
-            # int -> float: rounds once to the target (to f32 first for bf16, as numpy does)
-            direct = {F16: HALF, F64: DOUBLE}.get(to, FLOAT)
-            f = b.uitofp(v, direct) if is_unsigned(src) else b.sitofp(v, direct)
-            if to == F16:
-                f = b.fpext(f, FLOAT)
+            # int -> float rounds once (an int f16 can hold is exact in f32; bf16 goes through
+            # f32, as numpy's does)
+            f = b.uitofp(v, compute_type(to)) if is_unsigned(src) else b.sitofp(v, compute_type(to))
             return self.round(Scalar(f, to))
         t = compute_type(to)
         if src.is_float:
@@ -289,10 +301,26 @@ class LLVMScalarBuilder(ScalarBuilder):
         if to == F64:
             return Scalar(b.fpext(v, DOUBLE), to)
         if to == F16:
-            return Scalar(b.fpext(b.fptrunc(v, HALF), FLOAT), to)  # rounds once, from f64 too
+            if src == F64:
+                v = self._to_float_round_to_odd(v)
+            return Scalar(b.fpext(b.fptrunc(v, HALF), FLOAT), to)
         if src == F64:
             v = b.fptrunc(v, FLOAT)  # then bf16 rounds again, as numpy's f64 -> f32 -> bf16
         return self.round(Scalar(v, to))
+
+    def _to_float_round_to_odd(self, v):
+        """f64 -> f32 rounding to odd, so that rounding on to f16 gives the correctly rounded f16
+        (f32 has more than two bits beyond f16's).  A direct f64 -> half fptrunc would be a
+        libcall (``__truncdfhf2``) that a JIT cannot resolve."""
+        b = self.b
+        t = b.fptrunc(v, FLOAT)
+        back = b.fpext(t, DOUBLE)
+        bits = b.bitcast(t, I32)
+        even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(I32, 1)), ir.Constant(I32, 0))
+        inexact = b.fcmp_ordered("!=", back, v)
+        away = b.fcmp_ordered(">", self.m.fabs(v), self.m.fabs(back))  # |v| beyond |t|: the odd neighbour is above
+        odd = b.select(away, b.add(bits, ir.Constant(I32, 1)), b.sub(bits, ir.Constant(I32, 1)))
+        return b.bitcast(b.select(b.and_(inexact, even), odd, bits), FLOAT)
 
     # --- float math -----------------------------------------------------------------------------
     def _float(self, x, what: str):
@@ -334,6 +362,13 @@ class LLVMScalarBuilder(ScalarBuilder):
 
     def sin(self, x):
         return self._transcendental(x, "sin", scalar_math.sin_f32)
+
+    def normcdf(self, x):
+        v = self._float(x, "normcdf")
+        if v.type == FLOAT:
+            return Scalar(scalar_math.normcdf_f32(self.m, v), x.dtype)
+        half = self.constant(0.5, x)
+        return self.mul(half, self.erfc(self.mul(x, self.constant(-0.7071067811865476, x))))
 
     def cos(self, x):
         return self._transcendental(x, "cos", scalar_math.cos_f32)

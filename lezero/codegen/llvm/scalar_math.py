@@ -8,7 +8,7 @@ the IEEE answer for inf, nan, zeros, denormals and large inputs.
 
 Measured against float64 references (``tests/codegen/test_scalar_math.py`` checks the bounds):
 
-    exp <= 1 ulp, log <= 1 ulp, tanh <= 2 ulp, sigmoid <= 2 ulp, erf <= 2 ulp,
+    exp <= 1 ulp, log <= 1 ulp, tanh <= 2 ulp, sigmoid <= 3 ulp, erf <= 3 ulp,
     erfc <= 8 ulp (relative, to the underflow threshold), sin/cos <= 1 ulp for every finite input
 
 sin and cos reduce their argument exactly (a table of 2/pi per exponent, Payne-Hanek style, in
@@ -43,6 +43,9 @@ TANH_P = (-0.333333331722917, 0.1333330357599297, -0.053959263445850905, 0.02176
 # erf(x) = x * P(x^2) for |x| < 1
 ERF_P = (1.1283791224922668, -0.3761232617896946, 0.1128018005249237, -0.0267113096814129,
          0.004917549590281337, -0.0005631414949370786)
+# erfc(a) = P(a - 0.75) for 0.5 <= a < 1 (where 1 - erf(a) would lose bits)
+ERFC_MID = (0.2888443666096509, -0.6429310687780461, 0.48219816406927374, -0.026788670948059902,
+            -0.1506758030111064, 0.053227361864204244, 0.02658468776278833, -0.017979534469959996)
 # erfc(a) = exp(-a^2) * G(1/a - ERFC_CENTER) for 1 <= a <= 10.1
 ERFC_CENTER = 0.5495049504950495
 ERFC_G = (0.2760919437313207, 0.4090136723670208, -0.18128468348975346, 0.03363342161580472,
@@ -198,14 +201,20 @@ def sigmoid_f32(m: MathBuilder, x):
 
 # --- erf, erfc -----------------------------------------------------------------------------------
 
-def _erf_parts(m: MathBuilder, x):
-    """|x|, erf(|x|) for |x| < 1 and erfc(|x|) for |x| >= 1."""
+def _erf_parts(m: MathBuilder, x, x_lo=None):
+    """|x|, erf(|x|) for |x| < 1 and erfc(|x|) for |x| >= 1.  ``x_lo``: the argument is
+    ``x + x_lo`` (a float32 pair), which the tail's e^-x^2 honours: its relative error is about
+    2 x^2 times the argument's, so a rounded argument would cost ulps there."""
     b = m.b
     a = m.fabs(x)
     small = b.fmul(a, m.poly(b.fmul(a, a), ERF_P))
-    at = m.select(m.gt(a, 10.5), _f32(10.5), a)  # erfc is 0 beyond; keeps inf out of the fma
+    beyond = m.gt(a, 10.5)
+    at = m.select(beyond, _f32(10.5), a)  # erfc is 0 beyond; keeps inf out of the fma
     z = b.fmul(at, at)
     z_lo = m.fma(at, at, b.fneg(z))  # at^2 = z + z_lo exactly
+    if x_lo is not None:  # (at + a_lo)^2 ~ at^2 + 2 at a_lo, a_lo = x_lo with the sign that makes at = |x|
+        a_lo = m.select(beyond, _f32(0.0), m.copysign(m.fabs(x_lo), b.fmul(x, x_lo)))
+        z_lo = m.fma(b.fmul(at, _f32(2.0)), a_lo, z_lo)
     ez = exp_f32(m, b.fneg(z))
     ez = m.fma(b.fneg(ez), z_lo, ez)  # e^-(z + z_lo) ~ e^-z (1 - z_lo)
     u = b.fsub(b.fdiv(_f32(1.0), at), _f32(ERFC_CENTER))
@@ -219,13 +228,28 @@ def erf_f32(m: MathBuilder, x):
     return m.copysign(m.select(m.lt(a, 1.0), small, b.fsub(_f32(1.0), tail)), x)
 
 
-def erfc_f32(m: MathBuilder, x):
+def erfc_f32(m: MathBuilder, x, x_lo=None):
     b = m.b
-    a, small, tail = _erf_parts(m, x)
+    a, small, tail = _erf_parts(m, x, x_lo)
     inside = m.lt(a, 1.0)
-    positive = m.select(inside, b.fsub(_f32(1.0), small), tail)
+    mid = m.poly(b.fsub(a, _f32(0.75)), ERFC_MID)
+    positive = m.select(m.lt(a, 0.5), b.fsub(_f32(1.0), small), m.select(inside, mid, tail))
     negative = m.select(inside, b.fadd(_f32(1.0), small), b.fsub(_f32(2.0), tail))
     return m.select(m.lt(x, 0.0), negative, positive)
+
+
+SQRT_HALF_HI = 0.7071067690849304  # float32(sqrt(1/2)); SQRT_HALF_LO the rest
+SQRT_HALF_LO = 0.7071067811865476 - 0.7071067690849304
+
+
+def normcdf_f32(m: MathBuilder, x):
+    """Phi(x) = erfc(-x / sqrt 2) / 2, with -x / sqrt 2 carried as a float32 pair so that the
+    lower tail (gelu of negative x) keeps its relative accuracy."""
+    b = m.b
+    z = b.fmul(x, _f32(-SQRT_HALF_HI))
+    z_lo = m.fma(x, _f32(-SQRT_HALF_HI), b.fneg(z))
+    z_lo = m.fma(x, _f32(-SQRT_HALF_LO), z_lo)
+    return b.fmul(erfc_f32(m, z, z_lo), _f32(0.5))
 
 
 # --- sin, cos ------------------------------------------------------------------------------------

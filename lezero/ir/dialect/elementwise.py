@@ -171,9 +171,7 @@ class GeluOp(UnaryOp):
             cube = s.mul(s.mul(x, x), x)
             u = s.add(x, s.mul(s.constant(0.044715, x), cube))
             return s.mul(x, s.sigmoid(s.mul(s.constant(2 * _SQRT_2_OVER_PI, x), u)))
-        # x * Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: accurate in the negative tail too
-        phi = s.mul(s.constant(0.5, x), s.erfc(s.mul(x, s.constant(-math.sqrt(0.5), x))))
-        return s.mul(x, phi)
+        return s.mul(x, s.normcdf(x))  # x * Phi(x); normcdf keeps the negative tail accurate
 
 
 # --- binary --------------------------------------------------------------------------------------

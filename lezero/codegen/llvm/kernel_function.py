@@ -1,0 +1,75 @@
+"""The kernel function every kind of kernel is built in, and what its lowering works with.
+
+Every kernel has the ABI ``void @name(i8** buffers, i64 begin, i64 end)`` (operands, then
+results; ``[begin, end)`` a range of work items).  It loads the buffer pointers and calls
+``@name.body(ptr noalias %b0, ..., i64 begin, i64 end)``, which is always inlined: LLVM turns the
+``noalias`` parameters into alias scopes on the inlined loads and stores, so the loop vectorizer
+needs no runtime overlap checks.  ``noalias`` holds because buffers never overlap, except an
+in-place result (memory-plan), which an elementwise kernel writes only at the index it reads.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from lezero.codegen.llvm.index_math import Buffer, IndexMaterializer, ValueAtIndex
+from lezero.codegen.llvm.loops import i64
+from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder
+from lezero.ir.core import Operation
+
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+
+class KernelFunction:
+    """The ABI function and its always-inlined body; ``builder`` is positioned in the body."""
+
+    def __init__(self, module: ir.Module, name: str, num_buffers: int):
+        outer = ir.Function(module, ir.FunctionType(VOID, [PTR, I64, I64]), name)
+        outer.attributes.add("nounwind")
+        body = ir.Function(module, ir.FunctionType(VOID, [PTR] * num_buffers + [I64, I64]), f"{name}.body")
+        body.linkage = "internal"
+        body.attributes.add("alwaysinline")
+        body.attributes.add("nounwind")
+        for arg in body.args[:num_buffers]:
+            arg.add_attribute("noalias")
+        b = ir.IRBuilder(outer.append_basic_block("entry"))
+        pointers = [b.load(b.gep(outer.args[0], [i64(k)], source_etype=PTR), typ=PTR, align=8)
+                    for k in range(num_buffers)]
+        b.call(body, pointers + [outer.args[1], outer.args[2]])
+        b.ret_void()
+        self.function = body
+        self.entry = body.append_basic_block("entry")
+        self._start = body.append_basic_block("start")
+        self.builder = ir.IRBuilder(self._start)
+        self.buffers = list(body.args[:num_buffers])
+        self.begin, self.end = body.args[num_buffers], body.args[num_buffers + 1]
+
+    def alloca(self, element_type: ir.Type, count: int, name: str = "acc") -> ir.Value:
+        """A stack array in the entry block (static, so LLVM can promote it to registers)."""
+        return ir.IRBuilder(self.entry).alloca(element_type, size=count, name=name)
+
+    def finish(self) -> None:
+        ir.IRBuilder(self.entry).branch(self._start)
+        self.builder.ret_void()
+
+
+class KernelContext:
+    """One kernel being lowered into ``module``: its function, buffers and emitters."""
+
+    def __init__(self, kernel: Operation, module: ir.Module, name: str, target: str = "cpu"):
+        self.kernel = kernel
+        self.module = module
+        self.name = name
+        self.target = target
+        self.body = kernel.regions[0].blocks[0]
+        self.yields = list(self.body.terminator.operands)
+        self.fn = KernelFunction(module, name, len(kernel.operands) + len(kernel.results))
+        self.b = self.fn.builder
+        self.s = LLVMScalarBuilder(self.b)
+        self.index = IndexMaterializer(self.b)
+        pointers = self.fn.buffers
+        self.operand_buffers = [Buffer(p, a.type) for p, a in zip(pointers, self.body.args)]
+        self.result_buffers = [Buffer(p, r.type) for p, r in zip(pointers[len(kernel.operands):], kernel.results)]
+        self.emitter = ValueAtIndex(self.s, self.index, dict(zip(self.body.args, self.operand_buffers)),
+                                    target=target)

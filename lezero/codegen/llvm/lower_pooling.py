@@ -1,0 +1,118 @@
+"""2-D pooling (``lz.max_pool2d``, ``lz.avg_pool2d``) over NCHW, as a ``single`` kernel.
+
+A work item is one output row ``(n, c, oh)``.  The row's accumulators live in a stack array of
+``OW`` slots; for each window row ``kh`` whose input row is inside the image, and each window
+column ``kw`` (unrolled here, so that the range of ``ow`` reading inside the image is a pair of
+constants), one contiguous loop over ``ow`` folds ``x[n, c, ih, ow*sw - pl + kw*dw]`` into the
+accumulators; that loop vectorizes (a strided load when ``sw > 1``).  Padding and the part of a
+ceil-mode window past the end are skipped, never read.
+
+max: the identity is -inf (or the smallest integer), so padding never wins; nan propagates.
+avg: sums in f32 for f16, divided by the window's count, which is a product of a row count and a
+column count (tables computed here): input elements, plus padding elements when
+``count_include_pad``; the ceil-mode overhang never counts (the reference's rules).
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from lezero.codegen.llvm.index_math import _i64
+from lezero.codegen.llvm.kernel_function import KernelContext
+from lezero.codegen.llvm.loops import for_range, i64
+from lezero.codegen.llvm.scalar_builder import Scalar, accumulator_type, compute_type, storage_type
+from lezero.ir.dialect.numerics import lowest
+
+POOL_OPS = frozenset({"lz.max_pool2d", "lz.avg_pool2d"})
+
+
+def _window_counts(size: int, out: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
+                   include_pad: bool) -> list[int]:
+    """Per output position, how many window positions count toward an average."""
+    lo, hi = (-pad_begin, size + pad_end) if include_pad else (0, size)
+    return [sum(lo <= o * stride - pad_begin + k < hi for k in range(kernel)) for o in range(out)]
+
+
+def lower_pooling(ctx: KernelContext, op) -> int:
+    b, s, e = ctx.b, ctx.s, ctx.emitter
+    attrs = op.definition.attrs(op)
+    x, y = op.operands[0], op.result
+    n, c, h, w = x.type.shape
+    _, _, oh_size, ow_size = y.type.shape
+    (kh_size, kw_size), (sh, sw) = attrs.kernel, attrs.strides
+    pt, pl, pb, pr = attrs.pads
+    dh, dw = attrs.get("dilations", (1, 1))
+    is_max = op.name == "lz.max_pool2d"
+    dtype = x.type.element_type
+    acc_dtype = dtype if is_max else accumulator_type(dtype)
+    if 0 in (n, c, oh_size, ow_size):
+        ctx.fn.finish()
+        return 1
+    x_buffer = ctx.emitter.buffers.get(x)
+    y_buffer = ctx.result_buffers[ctx.yields.index(y)] if y in ctx.yields else None
+    if x_buffer is None or y_buffer is None:
+        raise e.failure(op, "a single pooling kernel reads its operand from memory and yields its result")
+    acc = ctx.fn.alloca(compute_type(acc_dtype), ow_size, "pool")
+    acc_type = acc.allocated_type
+
+    def slot(ow):
+        return b.gep(acc, [ow], source_etype=acc_type)
+
+    identity = lowest(dtype.numpy_dtype) if is_max else 0
+    if is_max and dtype.is_int:
+        identity = int(identity)
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "row") as row:
+        plane = b.udiv(row, _i64(oh_size))  # n * C + c
+        oh = b.urem(row, _i64(oh_size))
+        with for_range(b, 0, ow_size, "init") as ow:
+            b.store(s.constant(identity, acc_dtype).value, slot(ow))
+        with for_range(b, 0, kh_size, "kh") as kh:
+            ih = b.add(b.sub(b.mul(oh, _i64(sh)), _i64(pt)), b.mul(kh, _i64(dh)))
+            inside = b.and_(b.icmp_signed(">=", ih, _i64(0)), b.icmp_signed("<", ih, _i64(h)))
+            with b.if_then(inside):
+                base = b.mul(b.add(b.mul(plane, _i64(h)), ih), _i64(w))
+                for kw in range(kw_size):
+                    shift = kw * dw - pl  # iw = ow * sw + shift
+                    first = max(0, -(shift // sw))  # the ow whose iw is inside [0, w)
+                    last = min(ow_size, (w - 1 - shift) // sw + 1)
+                    if first >= last:
+                        continue
+                    with for_range(b, first, last, f"ow{kw}") as ow:
+                        iw = b.add(b.mul(ow, _i64(sw)), _i64(shift))
+                        address = b.gep(x_buffer.pointer, [b.add(base, iw)], inbounds=True,
+                                        source_etype=storage_type(dtype))
+                        value = s.cast(s.load(address, dtype), acc_dtype)
+                        current = Scalar(b.load(slot(ow), typ=acc_type), acc_dtype)
+                        out = s.max(current, value) if is_max else s.add(current, value)
+                        b.store(out.value, slot(ow))
+        divisor_row = None
+        if not is_max:
+            rows = _window_counts(h, oh_size, kh_size, sh, pt, pb, attrs.count_include_pad)
+            cols = _window_counts(w, ow_size, kw_size, sw, pl, pr, attrs.count_include_pad)
+            row_table = _count_table(ctx, f"{ctx.name}_rows", rows, acc_dtype)
+            col_table = _count_table(ctx, f"{ctx.name}_cols", cols, acc_dtype)
+            divisor_row = b.load(b.gep(row_table, [i64(0), oh], inbounds=True, source_etype=row_table.value_type),
+                                 typ=compute_type(acc_dtype))
+        out_base = b.mul(row, _i64(ow_size))
+        with for_range(b, 0, ow_size, "store") as ow:
+            value = Scalar(b.load(slot(ow), typ=acc_type), acc_dtype)
+            if not is_max:
+                divisor_col = b.load(b.gep(col_table, [i64(0), ow], inbounds=True, source_etype=col_table.value_type),
+                                     typ=compute_type(acc_dtype))
+                divisor = Scalar(b.fmul(divisor_row, divisor_col), acc_dtype)
+                value = s.div(value, divisor)
+            out = s.cast(value, y.type.element_type)
+            address = b.gep(y_buffer.pointer, [b.add(out_base, ow)], inbounds=True,
+                            source_etype=storage_type(y.type.element_type))
+            b.store(s.to_storage(out), address)
+    ctx.fn.finish()
+    return n * c * oh_size
+
+
+def _count_table(ctx: KernelContext, name: str, counts, dtype) -> ir.GlobalVariable:
+    t = compute_type(dtype)
+    array_type = ir.ArrayType(t, len(counts))
+    g = ir.GlobalVariable(ctx.module, array_type, name)
+    g.global_constant = True
+    g.linkage = "internal"
+    g.initializer = ir.Constant(array_type, [ir.Constant(t, float(v)) for v in counts])
+    return g

@@ -1,0 +1,169 @@
+"""Reduction kernels lowered to LLVM IR against the reference interpreter: every reduce op and
+argmax over random axes (leading, trailing, interleaved, all, none of size > 1), keepdims or not,
+f16 accumulating in f32, nan handling, and fused prologues and epilogues (softmax, layer norm,
+log-softmax, a centered batch statistic)."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernel_testing import assert_matches, check_kernel, make_kernel, random_array, reference, run_kernel
+from lezero.codegen.llvm import jit
+from lezero.codegen.llvm.lower_kernel import lower_kernel
+from lezero.ir.types import ELEMENT_TYPES
+
+REDUCE = ["lz.reduce_sum", "lz.reduce_prod", "lz.reduce_max", "lz.reduce_min", "lz.reduce_mean"]
+# summation order differs from numpy's pairwise sum: compare sums with a tolerance that grows with n
+SUM_TOL = {"f32": (1e-4, 1e-4), "f64": (1e-10, 1e-10), "f16": (2e-3, 2e-3)}
+
+dims = st.sampled_from([1, 2, 3, 5, 8, 17, 64])
+
+
+@settings(max_examples=20)
+@given(st.lists(dims, min_size=1, max_size=4).map(tuple), st.data())
+def test_reductions_over_random_axes(shape, draw):
+    dtype = draw.draw(st.sampled_from(["f32", "f64", "f16", "i32", "i64"]))
+    axes = draw.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape)))
+    keepdims = draw.draw(st.booleans())
+    ops = [op for op in REDUCE if not (op == "lz.reduce_mean" and dtype.startswith("i"))]
+    module, kernel = make_kernel([(shape, dtype)], lambda b, x: [b.op(op, x, axes=axes, keepdims=keepdims) for op in ops],
+                                 kind="reduction")
+    rng = np.random.default_rng(0)
+    x = random_array(rng, shape, ELEMENT_TYPES[dtype].numpy_dtype)
+    if dtype.startswith("f"):
+        x = (x * 0.5 + 1).astype(x.dtype)  # products of many values stay finite
+    lowered = lower_kernel(kernel)
+    for op, g, w in zip(ops, run_kernel(kernel, [x], 3, lowered), reference(module, [x])):
+        rtol, atol = SUM_TOL.get(dtype, (None, None)) if op in ("lz.reduce_sum", "lz.reduce_mean", "lz.reduce_prod") \
+            else (None, None)
+        assert_matches(g, w, rtol, atol * np.sqrt(x.size) if atol else None), op
+
+
+@settings(max_examples=12)
+@given(st.lists(dims, min_size=1, max_size=3).map(tuple), st.data())
+def test_argmax(shape, draw):
+    dtype = draw.draw(st.sampled_from(["f32", "f16", "i32", "i1", "ui8"]))
+    axis = draw.draw(st.integers(-len(shape), len(shape) - 1))
+    keepdims = draw.draw(st.booleans())
+    module, kernel = make_kernel([(shape, dtype)], lambda b, x: b.op("lz.argmax", x, axis=axis, keepdims=keepdims),
+                                 kind="reduction")
+    rng = np.random.default_rng(1)
+    x = random_array(rng, shape, ELEMENT_TYPES[dtype].numpy_dtype)  # small integers: ties, first wins
+    if dtype.startswith("f"):
+        x = np.round(x).astype(x.dtype)
+        x.reshape(-1)[::7] = np.nan  # nan is the maximum, the first one wins
+        x.reshape(-1)[::5] = -np.inf
+    check_kernel(module, kernel, [x], splits=2)
+
+
+def test_nan_propagates_through_max_and_sum():
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    x[1, 3] = np.nan
+    x[2, 0] = -np.inf
+    module, kernel = make_kernel([((4, 6), "f32")], lambda b, x: [
+        b.op("lz.reduce_max", x, axes=[1]), b.op("lz.reduce_min", x, axes=[1]), b.op("lz.reduce_sum", x, axes=[0])],
+        kind="reduction")
+    check_kernel(module, kernel, [x])
+
+
+def _softmax(b, x, axis=-1):
+    m = b.op("lz.reduce_max", x, axes=[axis], keepdims=True)
+    e = b.op("lz.exp", b.op("lz.sub", x, m))
+    return b.op("lz.div", e, b.op("lz.reduce_sum", e, axes=[axis], keepdims=True))
+
+
+def _layer_norm(b, x, scale, bias):
+    axes = [x.type.rank - 1]
+    mean = b.op("lz.reduce_mean", x, axes=axes, keepdims=True)
+    centered = b.op("lz.sub", x, mean)
+    var = b.op("lz.reduce_mean", b.op("lz.mul", centered, centered), axes=axes, keepdims=True)
+    eps = b.constant(np.asarray(1e-5, x.type.element_type.numpy_dtype))
+    normalized = b.op("lz.mul", centered, b.op("lz.rsqrt", b.op("lz.add", var, eps)))
+    return [b.op("lz.add", b.op("lz.mul", normalized, scale), bias), mean]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (8, 1000), (2, 3, 33)])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_softmax_and_layer_norm(shape, dtype):
+    """Reductions over the last axis consumed at the input shape: one pass per reduction per
+    row, results yielded at both shapes."""
+    rng = np.random.default_rng(2)
+    npt = ELEMENT_TYPES[dtype].numpy_dtype
+    x = (rng.standard_normal(shape) * 3).astype(npt)
+    module, kernel = make_kernel([(shape, dtype)], _softmax, kind="reduction")
+    lowered = check_kernel(module, kernel, [x], splits=3)
+    assert lowered.work_items == int(np.prod(shape[:-1]))
+    scale, bias = rng.standard_normal(shape[-1:]).astype(npt), rng.standard_normal(shape[-1:]).astype(npt)
+    module, kernel = make_kernel([(shape, dtype), (shape[-1:], dtype), (shape[-1:], dtype)], _layer_norm,
+                                 kind="reduction")
+    check_kernel(module, kernel, [x, scale, bias], splits=2, rtol=1e-4 if dtype == "f32" else None,
+                 atol=1e-4 if dtype == "f32" else None)
+
+
+def test_softmax_over_a_leading_axis_and_log_softmax():
+    """Softmax over axis 0 (a column reduction: the tile loop is innermost) and log-softmax."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((37, 700)).astype(np.float32)
+    module, kernel = make_kernel([((37, 700), "f32")], lambda b, x: _softmax(b, x, axis=0), kind="reduction")
+    lowered = check_kernel(module, kernel, [x], splits=2)
+    assert lowered.work_items == 2  # 700 columns in tiles of at most 512
+
+    def log_softmax(b, x):
+        shifted = b.op("lz.sub", x, b.op("lz.reduce_max", x, axes=[1], keepdims=True))
+        total = b.op("lz.reduce_sum", b.op("lz.exp", shifted), axes=[1], keepdims=True)
+        return b.op("lz.sub", shifted, b.op("lz.log", total))
+
+    module, kernel = make_kernel([((37, 700), "f32")], log_softmax, kind="reduction")
+    check_kernel(module, kernel, [x], splits=3, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_statistics_with_dropped_dims():
+    """Mean over the batch without keepdims, broadcast back (reduced axes lead), an epilogue at
+    the reduced shape, and interleaved reduced axes with an outer and an inner kept dim."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 3, 10)).astype(np.float32)
+
+    def body(b, x):
+        mean = b.op("lz.reduce_mean", x, axes=[0])  # 3x10
+        centered = b.op("lz.sub", x, mean)  # broadcast back over the leading axis
+        return [centered, b.op("lz.mul", mean, mean)]
+
+    module, kernel = make_kernel([((16, 3, 10), "f32")], body, kind="reduction")
+    check_kernel(module, kernel, [x], splits=2)
+    x4 = rng.standard_normal((4, 3, 5, 6)).astype(np.float32)
+    module, kernel = make_kernel([((4, 3, 5, 6), "f32")], lambda b, x: [
+        b.op("lz.reduce_sum", x, axes=[0, 2], keepdims=True), b.op("lz.argmax", x, axis=2)][:1], kind="reduction")
+    check_kernel(module, kernel, [x4], splits=3)
+
+
+def test_full_and_empty_reductions():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((7, 9)).astype(np.float32)
+    module, kernel = make_kernel([((7, 9), "f32")], lambda b, x: [b.op("lz.reduce_sum", x), b.op("lz.reduce_max", x)],
+                                 kind="reduction")
+    assert check_kernel(module, kernel, [x]).work_items == 1
+    empty = np.zeros((3, 0), np.float32)
+    module, kernel = make_kernel([((3, 0), "f32")], lambda b, x: [
+        b.op("lz.reduce_sum", x, axes=[1]), b.op("lz.reduce_max", x, axes=[1]), b.op("lz.reduce_mean", x, axes=[1])],
+        kind="reduction")
+    check_kernel(module, kernel, [empty])
+
+
+def test_row_reductions_vectorize():
+    module, kernel = make_kernel([((64, 1000), "f32")], _softmax, kind="reduction")
+    asm = jit.emit_assembly(lower_kernel(kernel).llvm_ir)
+    assert re.search(r"vmaxps\s+.*%[yz]mm", asm) and re.search(r"vaddps\s+.*%[yz]mm", asm)
+    module, kernel = make_kernel([((64, 1000), "f32")], lambda b, x: b.op("lz.reduce_sum", x, axes=[0]),
+                                 kind="reduction")
+    assert re.search(r"vaddps\s+.*%[yz]mm", jit.emit_assembly(lower_kernel(kernel).llvm_ir))
+
+
+def test_lone_reduction_in_a_single_kernel():
+    x = np.arange(12, dtype=np.int32).reshape(3, 4)
+    module, kernel = make_kernel([((3, 4), "i32")], lambda b, x: b.op("lz.reduce_prod", x, axes=[1]), kind="single")
+    got = run_kernel(kernel, [x])[0]
+    assert_matches(got, reference(module, [x])[0])

@@ -1,0 +1,102 @@
+"""Accuracy of the float32 approximations of scalar_math (exp, log, tanh, sigmoid, erf, erfc via
+gelu, sin, cos), measured in ulps against float64 references, and their special values; float64
+transcendentals (libm) and f16 against the reference interpreter."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kernel_testing import assert_matches, make_kernel, reference, run_kernel
+
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+_erfc64 = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _sigmoid64(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _gelu64(x):
+    return 0.5 * x * _erfc64(-x / math.sqrt(2)).astype(np.float64)
+
+
+# op, float64 reference, ranges sampled, ulp bound (the docstring of scalar_math states these)
+CASES = [
+    ("exp", np.exp, [(-103.9, 88.7), (-1, 1)], 1.0),
+    ("log", np.log, [(1e-6, 10), (0.5, 2)], 1.0),
+    ("tanh", np.tanh, [(-10, 10), (-1, 1)], 2.0),
+    ("sigmoid", _sigmoid64, [(-100, 40), (-5, 5)], 3.0),
+    ("erf", lambda x: _erf64(x).astype(np.float64), [(-5, 5), (-1.1, 1.1)], 3.0),
+    ("gelu", _gelu64, [(-9, 6), (-1.5, -0.5)], 6.0),
+    ("sin", np.sin, [(-10, 10), (-1e5, 1e5), (-3e38, 3e38)], 1.0),
+    ("cos", np.cos, [(-10, 10), (-1e5, 1e5), (-3e38, 3e38)], 1.0),
+]
+
+
+def _ulp_error(got, want):
+    ulp = np.maximum(np.spacing(np.abs(want.astype(np.float32))).astype(np.float64), 2.0 ** -149)
+    return np.abs(got.astype(np.float64) - want) / ulp
+
+
+@pytest.mark.parametrize("name, ref, ranges, bound", CASES, ids=[c[0] for c in CASES])
+def test_f32_ulp_error(name, ref, ranges, bound):
+    rng = np.random.default_rng(7)
+    x = np.concatenate([np.concatenate([rng.uniform(lo, hi, 20000), np.linspace(lo, hi, 20000)])
+                        for lo, hi in ranges]).astype(np.float32)
+    if name == "log":  # every binade, denormals included
+        x = np.concatenate([x, np.exp2(rng.uniform(-149, 128, 40000)).astype(np.float32)])
+    _, kernel = make_kernel([((x.size,), "f32")], lambda b, v: b.op("lz." + name, v))
+    (got,) = run_kernel(kernel, [x])
+    err = _ulp_error(got, ref(x.astype(np.float64)))
+    worst = int(np.argmax(err))
+    assert err[worst] <= bound, f"{name}({x[worst]!r}) = {got[worst]!r}: {err[worst]:.2f} ulp"
+
+
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-40, 1.17e-38, 3e38, -3e38, 88.72,
+                    88.73, -87.0, -103.9, -104.5, 10.5, -10.5, 13.0, -13.0, 1.0, -1.0, 0.5, -0.5, 0.625,
+                    -0.625, 1e6, -1e6, 1e30], np.float32)
+FLOAT_UNARY = ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "sqrt", "rsqrt", "floor", "ceil", "sign",
+               "reciprocal", "abs", "neg", "relu"]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_special_values(dtype):
+    """inf, nan, zeros, denormals, overflow and underflow thresholds, huge arguments."""
+    x = SPECIAL.astype(np.float64 if dtype == "f64" else np.float32)
+    names = FLOAT_UNARY + ["gelu"]
+    module, kernel = make_kernel([((x.size,), dtype)], lambda b, v: [b.op("lz." + n, v) for n in names])
+    got = run_kernel(kernel, [x])
+    want = reference(module, [x])
+    for name, g, w in zip(names, got, want):
+        with np.errstate(invalid="ignore"):
+            close = np.abs(g - w) <= 4 * np.spacing(np.abs(w).astype(g.dtype))
+        same = (g == w) | (np.isnan(g) & np.isnan(w)) | close
+        if name == "gelu":  # the reference is 0 where 1 + erf(x/sqrt 2) rounds to 0; lezero keeps the tail
+            same |= (w == 0) & (np.abs(g) < 1e-20)
+        assert same.all(), f"{name}: x={x[~same]} got {g[~same]} want {w[~same]}"
+
+
+def test_f64_and_f16_transcendentals():
+    """float64 calls libm (the kernel lists the symbols); f16 computes in f32 and rounds."""
+    rng = np.random.default_rng(3)
+    x64 = rng.standard_normal(257) * 3
+    names = ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos"]
+    module, kernel = make_kernel([((257,), "f64")], lambda b, v: [b.op("lz." + n, v) for n in names]
+                                 + [b.op("lz.gelu", v)])
+    from lezero.codegen.llvm.lower_kernel import lower_kernel
+
+    lowered = lower_kernel(kernel)
+    assert set(lowered.external_symbols) == {"exp", "log", "tanh", "erf", "erfc", "sin", "cos"}
+    for g, w in zip(run_kernel(kernel, [x64], lowered=lowered), reference(module, [x64])):
+        assert_matches(g, w, rtol=1e-12, atol=1e-14)
+    x16 = x64.astype(np.float16)
+    module, kernel = make_kernel([((257,), "f16")], lambda b, v: [b.op("lz." + n, v) for n in names]
+                                 + [b.op("lz.gelu", v)])
+    assert lower_kernel(kernel).external_symbols == ()
+    for name, g, w in zip(names + ["gelu"], run_kernel(kernel, [x16]), reference(module, [x16])):
+        # one f16 ulp: the reference rounds numpy's float16 math, lezero its float32 math
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-3, atol=1e-4,
+                                   equal_nan=True, err_msg=name)
