@@ -131,7 +131,7 @@ def _check(arg_shapes, dtype, body, splits=2, extra_inputs=()):
     return check_kernel(module, kernel, inputs, splits)
 
 
-@settings(max_examples=12)
+@settings(max_examples=20)
 @given(shapes, movement_dtypes, st.randoms(use_true_random=False))
 def test_transpose_and_reshape(shape, dtype, rnd):
     perm = list(range(len(shape)))
@@ -144,7 +144,7 @@ def test_transpose_and_reshape(shape, dtype, rnd):
     _check([shape], dtype, lambda b, x: b.op("lz.reshape", b.op("lz.transpose", x, perm=perm), shape=[-1]))
 
 
-@settings(max_examples=12)
+@settings(max_examples=20)
 @given(shapes, movement_dtypes, st.randoms(use_true_random=False))
 def test_slice_pad_broadcast(shape, dtype, rnd):
     rank = len(shape)
@@ -184,7 +184,7 @@ def test_gather(shape, index_dtype, axis, index_shape):
            extra_inputs=[(it, indices)])
 
 
-@settings(max_examples=15)
+@settings(max_examples=25)
 @given(st.lists(dims, min_size=0, max_size=4).map(tuple), st.data())
 def test_broadcasting_expression(shape, draw):
     """``relu(x * y + z) - y`` with y and z broadcast from random sub-shapes, in several types."""
@@ -260,15 +260,21 @@ def test_inner_loop_is_vectorized():
 
 
 def test_in_place_result():
-    """A result may share its operand's buffer (memory-plan's in-place rule): same index only."""
-    module, kernel = make_kernel([((1000,), "f32")], lambda b, x: b.op("lz.mul", b.op("lz.relu", x), x))
+    """A result may share an operand's buffer (memory-plan's in-place rule: read at the index
+    written only), also when another result reads that operand after it."""
+    module, kernel = make_kernel([((1000,), "f32"), ((1000,), "f32")], lambda b, x, y: [
+        b.op("lz.mul", b.op("lz.relu", x), y), b.op("lz.sub", x, y), b.op("lz.add", y, y)])
     lowered = lower_kernel(kernel)
     fn = compile_lowered(lowered)
-    x = np.random.default_rng(8).standard_normal(1000).astype(np.float32)
-    want = reference(module, [x])[0]
-    pointers = (ctypes.c_void_p * 2)(x.ctypes.data, x.ctypes.data)
-    fn(pointers, 0, lowered.work_items)
-    assert_matches(x, want)
+    rng = np.random.default_rng(8)
+    x, y = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    want = reference(module, [x, y])
+    out = np.empty_like(x)
+    pointers = (ctypes.c_void_p * 5)(x.ctypes.data, y.ctypes.data, y.ctypes.data, x.ctypes.data, out.ctypes.data)
+    fn(pointers, 0, lowered.work_items)  # result 0 over y, result 1 over x
+    assert_matches(y, want[0])
+    assert_matches(x, want[1])
+    assert_matches(out, want[2])
 
 
 def test_scalar_and_empty_kernels():

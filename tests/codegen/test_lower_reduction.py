@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from kernel_testing import assert_matches, check_kernel, make_kernel, random_array, reference, run_kernel
 from lezero.codegen.llvm import jit
 from lezero.codegen.llvm.lower_kernel import lower_kernel
-from lezero.ir.types import ELEMENT_TYPES
+from lezero.ir.dialect.numerics import to_storage
+from lezero.ir.types import ELEMENT_TYPES, TensorType
 
 REDUCE = ["lz.reduce_sum", "lz.reduce_prod", "lz.reduce_max", "lz.reduce_min", "lz.reduce_mean"]
 # summation order differs from numpy's pairwise sum: compare sums with a tolerance that grows with n
@@ -23,15 +24,15 @@ SUM_TOL = {"f32": (1e-4, 1e-4), "f64": (1e-10, 1e-10), "f16": (2e-3, 2e-3)}
 dims = st.sampled_from([1, 2, 3, 5, 8, 17, 64])
 
 
-@settings(max_examples=20)
+@settings(max_examples=30)
 @given(st.lists(dims, min_size=1, max_size=4).map(tuple), st.data())
 def test_reductions_over_random_axes(shape, draw):
     dtype = draw.draw(st.sampled_from(["f32", "f64", "f16", "i32", "i64"]))
     axes = draw.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape)))
     keepdims = draw.draw(st.booleans())
     ops = [op for op in REDUCE if not (op == "lz.reduce_mean" and dtype.startswith("i"))]
-    module, kernel = make_kernel([(shape, dtype)], lambda b, x: [b.op(op, x, axes=axes, keepdims=keepdims) for op in ops],
-                                 kind="reduction")
+    module, kernel = make_kernel([(shape, dtype)], lambda b, x: [b.op(op, x, axes=axes, keepdims=keepdims)
+                                                                 for op in ops], kind="reduction")
     rng = np.random.default_rng(0)
     x = random_array(rng, shape, ELEMENT_TYPES[dtype].numpy_dtype)
     if dtype.startswith("f"):
@@ -65,7 +66,7 @@ def test_nan_propagates_through_max_and_sum():
     x[1, 3] = np.nan
     x[2, 0] = -np.inf
     module, kernel = make_kernel([((4, 6), "f32")], lambda b, x: [
-        b.op("lz.reduce_max", x, axes=[1]), b.op("lz.reduce_min", x, axes=[1]), b.op("lz.reduce_sum", x, axes=[0])],
+        b.op("lz.reduce_max", x, axes=[1]), b.op("lz.reduce_min", x, axes=[1]), b.op("lz.reduce_sum", x, axes=[1])],
         kind="reduction")
     check_kernel(module, kernel, [x])
 
@@ -81,27 +82,34 @@ def _layer_norm(b, x, scale, bias):
     mean = b.op("lz.reduce_mean", x, axes=axes, keepdims=True)
     centered = b.op("lz.sub", x, mean)
     var = b.op("lz.reduce_mean", b.op("lz.mul", centered, centered), axes=axes, keepdims=True)
-    eps = b.constant(np.asarray(1e-5, x.type.element_type.numpy_dtype))
+    et = x.type.element_type
+    eps = b.constant(np.asarray(1e-5, et.numpy_dtype), TensorType((), et))
     normalized = b.op("lz.mul", centered, b.op("lz.rsqrt", b.op("lz.add", var, eps)))
     return [b.op("lz.add", b.op("lz.mul", normalized, scale), bias), mean]
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (8, 1000), (2, 3, 33)])
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_softmax_and_layer_norm(shape, dtype):
     """Reductions over the last axis consumed at the input shape: one pass per reduction per
     row, results yielded at both shapes."""
     rng = np.random.default_rng(2)
-    npt = ELEMENT_TYPES[dtype].numpy_dtype
-    x = (rng.standard_normal(shape) * 3).astype(npt)
+    et = ELEMENT_TYPES[dtype]
+    # f16 and bf16: the sums' order (not numpy's pairwise one) can move a mean or a variance by one
+    # f16/bf16 ulp, and scale * x + bias of magnitude ~16 makes that ~1e-2 in the result
+    tol = {"f32": 1e-4, "f16": 1e-2, "bf16": 2e-2}[dtype]
+
+    def make(shape):
+        return to_storage(rng.standard_normal(shape) * 3, et)
+
+    x = make(shape)
     module, kernel = make_kernel([(shape, dtype)], _softmax, kind="reduction")
-    lowered = check_kernel(module, kernel, [x], splits=3)
+    lowered = check_kernel(module, kernel, [x], splits=3, rtol=tol if dtype == "bf16" else None,
+                           atol=tol if dtype == "bf16" else None)  # softmax: f16 within 2e-3
     assert lowered.work_items == int(np.prod(shape[:-1]))
-    scale, bias = rng.standard_normal(shape[-1:]).astype(npt), rng.standard_normal(shape[-1:]).astype(npt)
     module, kernel = make_kernel([(shape, dtype), (shape[-1:], dtype), (shape[-1:], dtype)], _layer_norm,
                                  kind="reduction")
-    check_kernel(module, kernel, [x, scale, bias], splits=2, rtol=1e-4 if dtype == "f32" else None,
-                 atol=1e-4 if dtype == "f32" else None)
+    check_kernel(module, kernel, [x, make(shape[-1:]), make(shape[-1:])], splits=2, rtol=tol, atol=tol)
 
 
 def test_softmax_over_a_leading_axis_and_log_softmax():
@@ -110,7 +118,7 @@ def test_softmax_over_a_leading_axis_and_log_softmax():
     x = rng.standard_normal((37, 700)).astype(np.float32)
     module, kernel = make_kernel([((37, 700), "f32")], lambda b, x: _softmax(b, x, axis=0), kind="reduction")
     lowered = check_kernel(module, kernel, [x], splits=2)
-    assert lowered.work_items == 2  # 700 columns in tiles of at most 512
+    assert lowered.work_items == 3  # 700 columns in tiles of at most 256
 
     def log_softmax(b, x):
         shifted = b.op("lz.sub", x, b.op("lz.reduce_max", x, axes=[1], keepdims=True))
@@ -136,7 +144,7 @@ def test_batch_statistics_with_dropped_dims():
     check_kernel(module, kernel, [x], splits=2)
     x4 = rng.standard_normal((4, 3, 5, 6)).astype(np.float32)
     module, kernel = make_kernel([((4, 3, 5, 6), "f32")], lambda b, x: [
-        b.op("lz.reduce_sum", x, axes=[0, 2], keepdims=True), b.op("lz.argmax", x, axis=2)][:1], kind="reduction")
+        b.op("lz.reduce_sum", x, axes=[0, 2], keepdims=True), b.op("lz.reduce_max", x, axes=[0, 2])], kind="reduction")
     check_kernel(module, kernel, [x4], splits=3)
 
 
@@ -154,10 +162,10 @@ def test_full_and_empty_reductions():
 
 
 def test_row_reductions_vectorize():
-    module, kernel = make_kernel([((64, 1000), "f32")], _softmax, kind="reduction")
+    _, kernel = make_kernel([((64, 1000), "f32")], _softmax, kind="reduction")
     asm = jit.emit_assembly(lower_kernel(kernel).llvm_ir)
     assert re.search(r"vmaxps\s+.*%[yz]mm", asm) and re.search(r"vaddps\s+.*%[yz]mm", asm)
-    module, kernel = make_kernel([((64, 1000), "f32")], lambda b, x: b.op("lz.reduce_sum", x, axes=[0]),
+    _, kernel = make_kernel([((64, 1000), "f32")], lambda b, x: b.op("lz.reduce_sum", x, axes=[0]),
                                  kind="reduction")
     assert re.search(r"vaddps\s+.*%[yz]mm", jit.emit_assembly(lower_kernel(kernel).llvm_ir))
 

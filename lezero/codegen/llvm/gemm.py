@@ -18,9 +18,11 @@ the store of an edge tile is masked (per row a branch, per column a vector mask)
 
 The epilogue (bias, relu, a residual, ...) runs inside the micro-kernel on the accumulator
 vectors of the last K block, just before they are stored, so a fused ``relu(x @ w + b)`` costs one
-pass over C. Threads: the exported function computes one rectangle of C; ``SgemmKernel`` splits C
-into one rectangle per thread and calls it from a thread pool through ctypes, which releases the
-GIL. A native runtime can call the same function from its own threads.
+pass over C. Threads: the exported ``<name>`` computes one rectangle of C; ``<name>_threaded``
+takes a list of rectangles and runs them on POSIX threads (pthread_create / pthread_join), so an
+executable without Python gets the threading too. ``SgemmKernel`` splits C into one rectangle per
+thread and makes one ctypes call (which releases the GIL); a Python thread pool calling ``<name>``
+per rectangle is the measured alternative (``threads="pool"``).
 """
 from __future__ import annotations
 
@@ -840,14 +842,16 @@ class SgemmKernel:
     others are copied. ``out`` must not overlap any input. Epilogue arguments are keywords:
     "vector" ones 1-D of length N, "matrix" ones M x N, "scalar" ones floats.
     ``num_threads`` defaults to ``default_num_threads()``; products under
-    ``parallel_threshold_flops`` run on the calling thread. ``threads``: "pool" runs the
-    rectangles on a Python thread pool, one ctypes call each; "native" makes one ctypes call to
-    ``<name>_threaded``, which starts POSIX threads itself (measured equal here; see the report in
-    ``benchmarks/sgemm.py``'s docstring).
+    ``parallel_threshold_flops`` run on the calling thread. ``threads`` picks how the rectangles
+    run in parallel: "native" (default) makes one ctypes call to ``<name>_threaded``, which starts
+    a POSIX thread per extra rectangle and joins them, with no Python or GIL involved (~20 us per
+    call here); "pool" submits one ctypes call per rectangle to a Python thread pool (a hand-off
+    costs 17-35 us at best, more when other Python threads hold the GIL). On this 2-core machine
+    both were equal at 1024^3 when it was quiet, and "native" was faster when it was shared.
     """
 
     def __init__(self, config: GemmConfig | None = None, epilogue: Epilogue | None = None,
-                 num_threads: int | None = None, name: str = "lz_sgemm", threads: str = "pool"):
+                 num_threads: int | None = None, name: str = "lz_sgemm", threads: str = "native"):
         if threads not in ("pool", "native"):
             raise ValueError(f"threads must be 'pool' or 'native', not {threads!r}")
         self.config = config or GemmConfig.for_host()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from lezero.codegen.affine import Affine, Derived, Var, linear_index, unravel
+from lezero.codegen.affine import Affine, Var, linear_index, unravel
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, is_unsigned, numpy_scalar, storage_type
 from lezero.ir.core import BlockArgument, Operation, Value
@@ -219,6 +219,7 @@ class ValueAtIndex:
         self.overrides = overrides or {}  # Operation -> fn(op, result index, index) -> Scalar
         self.target = target
         self.memo: dict = {}
+        self.tables: dict = {}  # constant op -> its global array
 
     def new_scope(self) -> None:
         self.memo = {}
@@ -245,7 +246,8 @@ class ValueAtIndex:
             return self.memo[key]
         if isinstance(value, BlockArgument):
             if value not in self.buffers:
-                raise LoweringError("a block argument that is not a kernel operand")
+                raise LoweringError(f"failed to lower a kernel for {self.target}: a value read inside it is neither "
+                                    "an operand nor defined in it")
             out = self.load(self.buffers[value], index)
         else:
             out = self._op_value(value.owner, value, index)
@@ -283,18 +285,19 @@ class ValueAtIndex:
         dtype = op.result.type.element_type
         if array.size == 1 or (array.size and (array == array.flat[0]).all()):
             return self.s.constant(array.flat[0].item(), dtype)
-        module = self.b.module
-        name = f"lz_const_{len([g for g in module.globals if g.startswith('lz_const_')])}"
-        t = storage_type(dtype)
-        flat = array.reshape(-1)
-        values = [int(v) for v in flat] if dtype == I1 else [v.item() for v in flat]
-        array_type = ir.ArrayType(t, len(values))
-        g = ir.GlobalVariable(module, array_type, name)
-        g.global_constant = True
-        g.linkage = "internal"
-        g.initializer = ir.Constant(array_type, [ir.Constant(t, v) for v in values])
+        if op not in self.tables:
+            module = self.b.module
+            t = storage_type(dtype)
+            values = [int(v) if dtype == I1 else v.item() for v in array.reshape(-1)]
+            array_type = ir.ArrayType(t, len(values))
+            table = ir.GlobalVariable(module, array_type, f"lz_const_{len(self.tables)}")
+            table.global_constant = True
+            table.linkage = "internal"
+            table.initializer = ir.Constant(array_type, [ir.Constant(t, v) for v in values])
+            self.tables[op] = table
+        table = self.tables[op]
         offset = self.index.value(linear_index(index, array.shape))
-        address = self.b.gep(g, [_i64(0), offset], inbounds=True, source_etype=array_type)
+        address = self.b.gep(table, [_i64(0), offset], inbounds=True, source_etype=table.value_type)
         return self.s.load(address, dtype)
 
 
@@ -403,4 +406,3 @@ MOVEMENT = {
     "lz.gather": _gather,
 }
 
-__all__ = ["Buffer", "Derived", "IndexMaterializer", "MOVEMENT", "ValueAtIndex", "broadcast_index"]

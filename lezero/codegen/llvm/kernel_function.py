@@ -5,7 +5,10 @@ results; ``[begin, end)`` a range of work items).  It loads the buffer pointers 
 ``@name.body(ptr noalias %b0, ..., i64 begin, i64 end)``, which is always inlined: LLVM turns the
 ``noalias`` parameters into alias scopes on the inlined loads and stores, so the loop vectorizer
 needs no runtime overlap checks.  ``noalias`` holds because buffers never overlap, except an
-in-place result (memory-plan), which an elementwise kernel writes only at the index it reads.
+in-place result (memory-plan), which shares the buffer of an operand that an elementwise kernel
+reads only at the index it writes; the kernel computes every result of an index (all its loads)
+before it stores any.  Strictly, ``noalias`` would let LLVM move such a load below such a store;
+its passes do not (no gain in it), and ``test_in_place_result`` checks the machine code's answer.
 """
 from __future__ import annotations
 

@@ -13,9 +13,22 @@ def i64(value) -> ir.Value:
     return value if isinstance(value, ir.Value) else ir.Constant(I64, int(value))
 
 
+def loop_hints(module: ir.Module, **hints):
+    """A loop ID (``!llvm.loop``) carrying ``llvm.loop.<hint>`` values, e.g. ``interleave_count=2``:
+    a self-referential node, made unique by a serial number."""
+    operands = [module.add_metadata([ir.MetaDataString(module, "llvm.loop." + k.replace("_", ".")),
+                                     ir.Constant(ir.IntType(32), v)]) for k, v in hints.items()]
+    serial = len(module.metadata)
+    operands.append(module.add_metadata([ir.MetaDataString(module, "lz.loop"), ir.Constant(ir.IntType(32), serial)]))
+    node = module.add_metadata(operands)
+    node.operands = (node,) + tuple(node.operands)
+    return node
+
+
 @contextmanager
-def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
-    """``for i in range(start, stop)`` (i64); yields ``i``.  The builder continues after the loop."""
+def for_range(b: ir.IRBuilder, start, stop, name: str = "i", **hints):
+    """``for i in range(start, stop)`` (i64); yields ``i``.  The builder continues after the loop.
+    ``hints`` go to LLVM's loop optimizer (``loop_hints``)."""
     start, stop = i64(start), i64(stop)
     fn = b.function
     body = fn.append_basic_block(f"{name}.body")
@@ -31,7 +44,9 @@ def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
     yield i
     following = b.add(i, i64(1), flags=["nuw", "nsw"])
     i.add_incoming(following, b.block)
-    b.cbranch(b.icmp_signed("<", following, stop), body, exit_)
+    branch = b.cbranch(b.icmp_signed("<", following, stop), body, exit_)
+    if hints:
+        branch.set_metadata("llvm.loop", loop_hints(b.module, **hints))
     b.position_at_end(exit_)
 
 

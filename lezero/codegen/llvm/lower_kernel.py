@@ -26,16 +26,14 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from lezero.codegen.errors import LoweringError
+from lezero.codegen.llvm.index_math import MOVEMENT
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.lower_elementwise import lower_elementwise
 from lezero.codegen.llvm.lower_pooling import POOL_OPS, lower_pooling
 from lezero.codegen.llvm.lower_reduction import REDUCTION_OPS, lower_reduction
 from lezero.ir.core import Operation
-from lezero.ir.opdef import ELEMENTWISE
+from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
 from lezero.ir.types import TensorType
-
-_MOVEMENT = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.slice", "lz.pad", "lz.concat",
-                       "lz.gather"})
 
 
 @dataclass(frozen=True)
@@ -113,18 +111,18 @@ def _lower_single(ctx: KernelContext) -> int:
     if op.name in REDUCTION_OPS:
         return lower_reduction(ctx)
     definition = op.definition
-    if op.name in _MOVEMENT or (definition is not None and definition.has_trait(ELEMENTWISE)):
+    if op.name in MOVEMENT or (definition is not None and definition.has_trait(ELEMENTWISE)):
         return lower_elementwise(ctx)
     dtype = op.results[0].type.element_type if op.results else "none"
     why = ("composite ops are decomposed before lowering (run the decompose pass)"
-           if definition is not None and definition.has_trait("composite") else "no CPU lowering for this op")
+           if definition is not None and definition.has_trait(COMPOSITE) else "no CPU lowering for this op")
     raise LoweringError(f"failed to lower {op.name} with {dtype} for {ctx.target}: {why}", op.location)
 
 
 def estimate_flops(body) -> int:
     total = 0
     for op in body.ops:
-        if op.name in _MOVEMENT or op.name in ("lz.constant", "lz.yield"):
+        if op.name in MOVEMENT or op.name in ("lz.constant", "lz.yield"):
             continue
         if op.name in REDUCTION_OPS:
             total += math.prod(op.operands[0].type.shape)

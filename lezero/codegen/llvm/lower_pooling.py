@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from lezero.codegen.llvm.index_math import _i64
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.loops import for_range, i64
 from lezero.codegen.llvm.scalar_builder import Scalar, accumulator_type, compute_type, storage_type
@@ -61,15 +60,15 @@ def lower_pooling(ctx: KernelContext, op) -> int:
     if is_max and dtype.is_int:
         identity = int(identity)
     with for_range(b, ctx.fn.begin, ctx.fn.end, "row") as row:
-        plane = b.udiv(row, _i64(oh_size))  # n * C + c
-        oh = b.urem(row, _i64(oh_size))
+        plane = b.udiv(row, i64(oh_size))  # n * C + c
+        oh = b.urem(row, i64(oh_size))
         with for_range(b, 0, ow_size, "init") as ow:
             b.store(s.constant(identity, acc_dtype).value, slot(ow))
         with for_range(b, 0, kh_size, "kh") as kh:
-            ih = b.add(b.sub(b.mul(oh, _i64(sh)), _i64(pt)), b.mul(kh, _i64(dh)))
-            inside = b.and_(b.icmp_signed(">=", ih, _i64(0)), b.icmp_signed("<", ih, _i64(h)))
+            ih = b.add(b.sub(b.mul(oh, i64(sh)), i64(pt)), b.mul(kh, i64(dh)))
+            inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, i64(h)))
             with b.if_then(inside):
-                base = b.mul(b.add(b.mul(plane, _i64(h)), ih), _i64(w))
+                base = b.mul(b.add(b.mul(plane, i64(h)), ih), i64(w))
                 for kw in range(kw_size):
                     shift = kw * dw - pl  # iw = ow * sw + shift
                     first = max(0, -(shift // sw))  # the ow whose iw is inside [0, w)
@@ -77,7 +76,7 @@ def lower_pooling(ctx: KernelContext, op) -> int:
                     if first >= last:
                         continue
                     with for_range(b, first, last, f"ow{kw}") as ow:
-                        iw = b.add(b.mul(ow, _i64(sw)), _i64(shift))
+                        iw = b.add(b.mul(ow, i64(sw)), i64(shift))
                         address = b.gep(x_buffer.pointer, [b.add(base, iw)], inbounds=True,
                                         source_etype=storage_type(dtype))
                         value = s.cast(s.load(address, dtype), acc_dtype)
@@ -92,7 +91,7 @@ def lower_pooling(ctx: KernelContext, op) -> int:
             col_table = _count_table(ctx, f"{ctx.name}_cols", cols, acc_dtype)
             divisor_row = b.load(b.gep(row_table, [i64(0), oh], inbounds=True, source_etype=row_table.value_type),
                                  typ=compute_type(acc_dtype))
-        out_base = b.mul(row, _i64(ow_size))
+        out_base = b.mul(row, i64(ow_size))
         with for_range(b, 0, ow_size, "store") as ow:
             value = Scalar(b.load(slot(ow), typ=acc_type), acc_dtype)
             if not is_max:

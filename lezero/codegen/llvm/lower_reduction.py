@@ -4,7 +4,7 @@ reduced shape, or broadcast back to the input shape: softmax, layer norm).
 
 The input shape's dims split three ways: reduced dims; kept dims before the last reduced one
 (*outer*: fixed for a work item); kept dims after it (*inner*: the tile, flattened).  A work item
-is one position of the outer dims and a block of at most ``TILE`` tile positions.  For it:
+is one position of the outer dims and a block of at most ``TILE`` (256) tile positions.  For it:
 
     for each reduction, in program order:
         acc[t] = identity                                for t in the tile block
@@ -42,7 +42,7 @@ from lezero.ir.dialect.reduction import REDUCE_OPS
 from lezero.ir.types import I1, I64, format_shape
 
 REDUCTION_OPS = frozenset(REDUCE_OPS) | {"lz.argmax"}
-TILE = 512  # tile positions per work item (the accumulators of one block stay in L1)
+TILE = 256  # tile positions per work item: accumulators stay in L1, and columns split into items
 
 
 def reduced_axes(op) -> tuple:
@@ -75,11 +75,12 @@ def lower_reduction(ctx: KernelContext) -> int:
     axes = reduced_axes(ops[0])
     for op in ops[1:]:
         if op.operands[0].type.shape != full or reduced_axes(op) != axes:
-            raise LoweringError(f"failed to lower {op.name} with {op.result.type.element_type} for {ctx.target}: "
-                                f"it reduces axes {list(reduced_axes(op))} of {format_shape(op.operands[0].type.shape)},"
-                                f" the kernel's first reduction {list(axes)} of {format_shape(full)}", op.location)
+            raise LoweringError(
+                f"failed to lower {op.name} with {op.result.type.element_type} for {ctx.target}: it reduces axes "
+                f"{list(reduced_axes(op))} of {format_shape(op.operands[0].type.shape)}, the kernel's first "
+                f"reduction {list(axes)} of {format_shape(full)}", op.location)
     rank = len(full)
-    b, s, e = ctx.b, ctx.s, ctx.emitter
+    b, e = ctx.b, ctx.emitter
     if 0 in [d for k, d in enumerate(full) if k not in axes]:
         ctx.fn.finish()  # nothing kept: no output elements
         return 1

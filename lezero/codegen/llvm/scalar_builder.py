@@ -24,6 +24,7 @@ import numpy as np
 
 from lezero.codegen.llvm import scalar_math
 from lezero.codegen.llvm.scalar_math import MathBuilder
+from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.scalar import ScalarBuilder
 from lezero.ir.types import BF16, F16, F32, F64, I1, ElementType
 
@@ -386,6 +387,4 @@ class LLVMScalarBuilder(ScalarBuilder):
 
 def numpy_scalar(value, dtype: ElementType):
     """A Python number as the reference would store it in ``dtype`` (bf16 rounded)."""
-    from lezero.ir.dialect.numerics import to_storage
-
     return to_storage(np.asarray(value), dtype).item()

@@ -98,6 +98,10 @@ def _erf(x):
     return _erf_f64(x).astype(x.dtype)
 
 
+def _one_over(s, x):
+    return s.div(s.constant(1, x), x)
+
+
 def _sign(s, x):
     zero, one = s.constant(0, x), s.constant(1, x)
     minus_one = s.constant(-1, x)  # never chosen for unsigned types
@@ -110,7 +114,7 @@ unary("abs",        np.abs,          NUMERIC,  "|x|",                 scalar=lam
 unary("exp",        np.exp,          FLOAT,    "e^x",                 scalar=lambda s, x: s.exp(x))
 unary("log",        np.log,          FLOAT,    "natural logarithm",   scalar=lambda s, x: s.log(x))
 unary("sqrt",       np.sqrt,         FLOAT,    "square root",         scalar=lambda s, x: s.sqrt(x))
-unary("rsqrt",      _rsqrt,          FLOAT,    "1 / sqrt(x)",         scalar=lambda s, x: s.div(s.constant(1, x), s.sqrt(x)))
+unary("rsqrt",      _rsqrt,          FLOAT,    "1 / sqrt(x)",         scalar=lambda s, x: _one_over(s, s.sqrt(x)))
 unary("tanh",       np.tanh,         FLOAT,    "hyperbolic tangent",  scalar=lambda s, x: s.tanh(x))
 unary("sigmoid",    _sigmoid,        FLOAT,    "1 / (1 + e^-x)",      scalar=lambda s, x: s.sigmoid(x))
 unary("relu",       _relu,           NUMERIC,  "max(x, 0)",           scalar=lambda s, x: s.max(x, s.constant(0, x)))
@@ -120,8 +124,10 @@ unary("cos",        np.cos,          FLOAT,    "cosine",              scalar=lam
 unary("floor",      np.floor,        FLOAT,    "round toward -inf",   scalar=lambda s, x: s.floor(x))
 unary("ceil",       np.ceil,         FLOAT,    "round toward +inf",   scalar=lambda s, x: s.ceil(x))
 unary("sign",       np.sign,         NUMERIC,  "-1, 0 or 1 (nan for nan)", scalar=_sign)
-unary("reciprocal", np.reciprocal,   FLOAT,    "1 / x",               scalar=lambda s, x: s.div(s.constant(1, x), x))
-unary("not",        np.invert,       LOGICAL,  "logical not of i1, bitwise not of integers", scalar=lambda s, x: s.not_(x))
+unary("reciprocal", np.reciprocal,   FLOAT,    "1 / x",               scalar=_one_over)
+unary("not",        np.invert,       LOGICAL,  "logical not of i1, bitwise not of integers",
+      scalar=lambda s, x: s.not_(x))
+
 
 @register
 class CastOp(UnaryOp):

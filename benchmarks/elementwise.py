@@ -1,0 +1,141 @@
+"""A fused elementwise kernel: gelu(x * a + b) on 4M float32 (x 4096x1024, a and b per column),
+lezero's generated kernel against numpy and torch, all on the same number of threads.
+
+Run it as
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/elementwise.py [--threads 2]
+
+lezero: the lz.kernel lowered by lezero/codegen/llvm/lower_kernel.py (exact gelu, x * Phi(x) through
+its vectorized erfc), JIT-compiled at O3 for this CPU, called through ctypes from a thread pool
+on split work-item ranges (ctypes releases the GIL).
+numpy: has no erf, so the peer computes the tanh form of gelu,
+0.5 y (1 + tanh(sqrt(2/pi) (y + 0.044715 y^3))), y = x * a + b, in two ways: as one expression,
+and with in-place ufuncs (out=, no temporaries); numpy is single-threaded whatever --threads says.
+torch: torch.nn.functional.gelu(x * a + b) (exact erf), torch.set_num_threads(--threads).
+
+Each time is the best of several repetitions (the machine is shared: the best is the least
+disturbed).  Ratios are peer time / lezero time: above 1, lezero is faster.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--threads", type=int, default=2)
+parser.add_argument("--rows", type=int, default=4096)
+parser.add_argument("--cols", type=int, default=1024)
+parser.add_argument("--seconds", type=float, default=1.0, help="time budget per implementation")
+args = parser.parse_args()
+
+import ctypes  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from lezero.codegen.llvm import jit  # noqa: E402
+from lezero.codegen.llvm.lower_kernel import lower_kernel  # noqa: E402
+from lezero.ir import Block, Builder, FuncOp, FunctionType, Operation, Region  # noqa: E402
+from lezero.ir.opdef import lookup  # noqa: E402
+from lezero.ir.types import tensor  # noqa: E402
+
+
+def best_seconds(run, budget: float, max_reps: int = 100) -> float:
+    run()  # warm up: caches, page faults, thread start
+    times = []
+    deadline = time.perf_counter() + budget
+    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < max_reps):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def gelu_kernel(rows: int, cols: int) -> Operation:
+    """lz.kernel(x, a, b) { gelu(x * a + b) } in a function, as the fuse pass would make it."""
+    types = [tensor((rows, cols)), tensor((cols,)), tensor((cols,))]
+    block = Block(types)
+    b = Builder.at_end(block)
+    x, a, c = block.args
+    y = b.op("lz.gelu", b.op("lz.add", b.op("lz.mul", x, a), c))
+    b.create("lz.yield", [y], result_types=[])
+    func = FuncOp("f", FunctionType(types, [y.type]))
+    attributes = lookup("lz.kernel").make_attributes({"kind": "elementwise", "name": "lz_fused_mul_add_gelu"})
+    kernel = Operation("lz.kernel", func.arguments, [y.type], attributes, [Region([block])])
+    Builder.at_end(func.entry_block).insert(kernel)
+    return kernel
+
+
+def main() -> None:
+    rows, cols, threads = args.rows, args.cols, args.threads
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    a = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+    c = rng.uniform(-0.5, 0.5, cols).astype(np.float32)
+
+    lowered = lower_kernel(gelu_kernel(rows, cols))
+    compiled = jit.compile_module(lowered.llvm_ir)
+    fn = compiled.ctypes_function(lowered.name, None, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64])
+    out = np.empty_like(x)
+    pointers = (ctypes.c_void_p * 4)(x.ctypes.data, a.ctypes.data, c.ctypes.data, out.ctypes.data)
+    n = lowered.work_items
+    bounds = [n * t // threads for t in range(threads + 1)]
+    pool = ThreadPoolExecutor(threads)
+
+    def lezero_run():
+        list(pool.map(lambda r: fn(pointers, r[0], r[1]), zip(bounds, bounds[1:])))
+
+    k = math.sqrt(2 / math.pi)
+
+    def numpy_expression():
+        y = x * a + c
+        return 0.5 * y * (1 + np.tanh(k * (y + 0.044715 * y * y * y)))  # y ** 3 would be a slow pow
+
+    y_buf, t_buf = np.empty_like(x), np.empty_like(x)
+
+    def numpy_in_place():
+        y, t = y_buf, t_buf
+        np.multiply(x, a, out=y)
+        np.add(y, c, out=y)
+        np.multiply(y, y, out=t)
+        np.multiply(t, y, out=t)
+        np.multiply(t, np.float32(0.044715), out=t)
+        np.add(t, y, out=t)
+        np.multiply(t, np.float32(k), out=t)
+        np.tanh(t, out=t)
+        np.add(t, np.float32(1), out=t)
+        np.multiply(t, y, out=t)
+        np.multiply(t, np.float32(0.5), out=t)
+        return t
+
+    times = {"lezero": best_seconds(lezero_run, args.seconds)}
+    times["numpy (expression, tanh form)"] = best_seconds(numpy_expression, args.seconds)
+    times["numpy (in place, tanh form)"] = best_seconds(numpy_in_place, args.seconds)
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        tx, ta, tc = (torch.from_numpy(v) for v in (x, a, c))
+        times["torch (gelu, erf)"] = best_seconds(lambda: torch.nn.functional.gelu(tx * ta + tc), args.seconds)
+        error = float((torch.from_numpy(out) - torch.nn.functional.gelu(tx * ta + tc)).abs().max())
+    except ImportError:
+        torch, error = None, float("nan")
+
+    elements = rows * cols
+    print(f"gelu(x * a + b), x {rows}x{cols} float32 ({elements / 1e6:.1f}M elements), {threads} threads; "
+          f"kernel {lowered.name}: {n} work items")
+    print(f"max |lezero - torch| = {error:.2e}")
+    print(f"{'implementation':32s} {'ms':>8s} {'GB/s':>7s} {'peer / lezero':>14s}")
+    for name, seconds in times.items():
+        gbps = 2 * elements * 4 / seconds / 1e9  # x read, out written
+        ratio = seconds / times["lezero"]
+        print(f"{name:32s} {seconds * 1e3:8.2f} {gbps:7.1f} {ratio:14.2f}")
+    pool.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Pooling as a ``single`` kernel against the reference interpreter: random kernels, strides,
+paddings, dilations, ceil mode and count_include_pad, in f32, f64, f16 and (max) integers."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from kernel_testing import check_kernel, make_kernel, random_array
+from lezero.ir.dialect.windows import window_output_size
+from lezero.ir.opdef import OpError
+from lezero.ir.types import ELEMENT_TYPES
+
+
+@st.composite
+def pool_cases(draw):
+    kernel = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
+    strides = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    pads = [draw(st.integers(0, k // 2)) for k in kernel * 2]
+    dilations = [draw(st.integers(1, 2)), draw(st.integers(1, 2))]
+    hw = (draw(st.integers(1, 12)), draw(st.integers(1, 12)))
+    ceil_mode = draw(st.booleans())
+    return kernel, strides, pads, dilations, hw, ceil_mode
+
+
+def _valid(hw, kernel, strides, pads, dilations, ceil_mode) -> bool:
+    try:
+        for i in range(2):
+            window_output_size(hw[i], kernel[i], strides[i], pads[i], pads[i + 2], dilations[i], ceil_mode)
+    except OpError:
+        return False
+    return True
+
+
+@settings(max_examples=12)
+@given(pool_cases(), st.sampled_from(["f32", "f16", "i32", "f64"]))
+def test_max_pool2d(case, dtype):
+    kernel, strides, pads, dilations, hw, ceil_mode = case
+    assume(_valid(hw, kernel, strides, pads, dilations, ceil_mode))
+    shape = (2, 3) + hw
+    module, op = make_kernel([(shape, dtype)], lambda b, x: b.op(
+        "lz.max_pool2d", x, kernel=kernel, strides=strides, pads=pads, dilations=dilations, ceil_mode=ceil_mode),
+        kind="single")
+    x = random_array(np.random.default_rng(0), shape, ELEMENT_TYPES[dtype].numpy_dtype)
+    if dtype.startswith("f"):
+        x.reshape(-1)[::13] = np.nan
+    lowered = check_kernel(module, op, [x], splits=3)
+    assert lowered.work_items == 2 * 3 * op.results[0].type.shape[2]
+
+
+@settings(max_examples=12)
+@given(pool_cases(), st.sampled_from(["f32", "f16", "f64"]), st.booleans())
+def test_avg_pool2d(case, dtype, count_include_pad):
+    kernel, strides, pads, _, hw, ceil_mode = case
+    assume(_valid(hw, kernel, strides, pads, (1, 1), ceil_mode))
+    shape = (1, 2) + hw
+    module, op = make_kernel([(shape, dtype)], lambda b, x: b.op(
+        "lz.avg_pool2d", x, kernel=kernel, strides=strides, pads=pads, ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad), kind="single")
+    x = random_array(np.random.default_rng(1), shape, ELEMENT_TYPES[dtype].numpy_dtype)
+    check_kernel(module, op, [x], splits=2)
+
+
+def test_resnet_stem_max_pool():
+    """The 3x3 / stride 2 / pad 1 max pool of a ResNet stem on a 56x56 map."""
+    module, op = make_kernel([((1, 8, 56, 56), "f32")], lambda b, x: b.op(
+        "lz.max_pool2d", x, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), kind="single")
+    check_kernel(module, op, [np.random.default_rng(2).standard_normal((1, 8, 56, 56)).astype(np.float32)])
