@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -15,6 +16,10 @@ from lezero.ir.types import TensorType, tensor_type_of
 settings.register_profile("lezero", max_examples=25, deadline=None)
 settings.register_profile("thorough", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lezero"))
+
+# Compiled kernels go to a fresh cache per test session, never the user's ~/.cache/lezero: every
+# run exercises the cold path, and a test run never leaves files behind in the home directory.
+os.environ.setdefault("LEZERO_CACHE_DIR", tempfile.mkdtemp(prefix="lezero-test-cache-"))
 
 
 def build_function(name, arg_types, body, func_name="f"):

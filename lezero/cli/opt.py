@@ -45,8 +45,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", default="", metavar="CHANNELS",
                    help="print the decisions of these debug channels to stderr, a comma list (e.g. fusion, "
                         "memory-plan; --debug=list names them all)")
-    p.add_argument("--emit", choices=["mlir", "dot"], default="mlir",
-                   help="output: the IR (mlir) or a Graphviz picture of each function's data flow (dot)")
+    p.add_argument("--target", choices=["cpu"], default="cpu", help="the target of --emit=llvm")
+    p.add_argument("--emit", choices=["mlir", "dot", "llvm"], default="mlir",
+                   help="output: the IR (mlir), a Graphviz picture of each function's data flow (dot), or the LLVM IR of every kernel (llvm; needs static shapes)")
     return p
 
 
@@ -73,6 +74,14 @@ def _process_chunk(text: str, first_line: int, filename: str, args, pipeline_run
             return None
     if args.emit == "dot":
         return module_to_dot(module)
+    if args.emit == "llvm":
+        from lezero.codegen.pipeline import llvm_text
+
+        try:
+            return llvm_text(module)
+        except IRError as e:
+            diagnostics.extend(getattr(e, "diagnostics", None) or [e.diagnostic])
+            return None
     return print_module(module, generic=args.print_op_generic, debuginfo=args.print_debuginfo)
 
 

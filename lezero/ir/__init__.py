@@ -2,7 +2,8 @@
 from lezero.ir.attributes import *  # noqa: F401,F403
 from lezero.ir.builder import Builder
 from lezero.ir.core import Block, BlockArgument, FuncOp, ModuleOp, Operation, OpResult, Region, Use, Value
-from lezero.ir.diagnostics import Diagnostic, IRError, ParseError, SourceManager, VerifyError
+from lezero.ir.diagnostics import (Diagnostic, InputError, InterpretError, IRError, ParseError, SourceManager,
+                                   VerifyError)
 from lezero.ir.location import UNKNOWN, FileLineColLoc, FusedLoc, Location, NameLoc, UnknownLoc
 from lezero.ir.opdef import AttrSpec, OpDef, OpError, lookup, register, registered_ops
 from lezero.ir.types import (BF16, ELEMENT_TYPES, F16, F32, F64, I1, I8, I16, I32, I64, UI8, ElementType,

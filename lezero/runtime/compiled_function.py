@@ -5,8 +5,8 @@ A ``CompiledFunction`` takes numpy arrays and returns numpy arrays. On a call it
 from them, and runs the *plan* for that shape signature, building it on first use:
 
 1. specialize: a copy of the function with static argument types, ``shape-infer``;
-2. optimize and schedule: ``COMPILE_PIPELINE`` (decompose, canonicalize, cse, constant-fold, dce,
-   partition, fuse, memory-plan);
+2. optimize and schedule: ``lezero.codegen.pipeline.schedule`` (decompose, canonicalize, cse,
+   constant-fold, dce, partition, fuse, memory-plan);
 3. lower each ``lz.kernel`` to LLVM IR and load its machine code through the kernel cache;
 4. lay out buffers: inputs and outputs are the caller's arrays, kernel results live in one arena
    (a numpy byte array, allocated once per plan), weights stay in the constants' arrays.
@@ -29,11 +29,11 @@ from lezero.ir.interpreter import check_arguments
 from lezero.ir.parser import parse_module
 from lezero.ir.types import FunctionType, TensorType, format_shape
 from lezero.ir.verifier import verify
-from lezero.passes import run_pipeline
+from lezero.codegen.pipeline import schedule
+from lezero.codegen.llvm.lower_kernel import lower_kernel
 from lezero.runtime.kernel_cache import KernelCache, default_cache
 from lezero.runtime.thread_pool import ThreadPool, default_pool
 
-COMPILE_PIPELINE = "shape-infer,decompose,canonicalize,cse,constant-fold,dce,shape-infer,partition,fuse,memory-plan"
 ARENA_ALIGNMENT = 64
 # Below this many bytes of output, a kernel runs on the calling thread (a hand-off costs ~20 us).
 PARALLEL_MIN_BYTES = 1 << 18
@@ -41,19 +41,13 @@ PARALLEL_MIN_BYTES = 1 << 18
 
 def specialize(module: ModuleOp, entry: str, shapes: list[tuple]) -> ModuleOp:
     """A copy of ``module`` whose ``@entry`` has static argument types, optimized, partitioned,
-    fused and memory-planned (``COMPILE_PIPELINE``)."""
+    fused and memory-planned (``lezero.codegen.pipeline.schedule``)."""
     module = module.clone()
     func = module.lookup(entry)
     for arg, shape in zip(func.arguments, shapes):
         arg.type = TensorType(shape, arg.type.element_type)
     func.function_type = FunctionType([a.type for a in func.arguments], func.function_type.results)
-    module = run_pipeline(module, COMPILE_PIPELINE)
-    func = module.lookup(entry)
-    for op in func.entry_block.ops:
-        for r in op.results:
-            if isinstance(r.type, TensorType) and not r.type.is_static:
-                raise IRError(f"'{op.name}' op result {r.type} stays dynamic after binding the inputs", op.location)
-    return module
+    return schedule(module)
 
 
 @dataclass
@@ -86,8 +80,6 @@ def _aligned_bytes(size: int) -> np.ndarray:
 
 
 def build_plan(module: ModuleOp, entry: str, cache: KernelCache) -> Plan:
-    from lezero.codegen.llvm.lower_kernel import lower_kernel
-
     func = module.lookup(entry)
     arena_size = func.attributes.get("lz.arena_size")
     arena = _aligned_bytes(int(arena_size.value) if arena_size is not None else 0)

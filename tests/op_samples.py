@@ -1,0 +1,155 @@
+"""Sample calls of every lz op, for tests that must cover every op on a compiled path (the CPU
+runtime now, the GPU path later). ``SAMPLES[op_name]`` is a list of ``Sample``s; ``arrays(rng)``
+makes its inputs. ``test_every_op_has_a_sample`` keeps this table complete as ops are added."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp
+from lezero.ir.types import tensor_type_of
+
+# Ops that never appear in user functions (structure), with the reason.
+NOT_SAMPLED = {"lz.kernel": "made by the fuse pass; covered by every compiled sample",
+               "lz.yield": "the terminator of lz.kernel",
+               "lz.constant": "covered by samples whose functions fold or embed constants"}
+
+
+@dataclass
+class Arg:
+    shape: tuple
+    dtype: str = "float32"
+    kind: str = "normal"  # normal, positive, bool, small-int, index:<bound>
+
+    def make(self, rng) -> np.ndarray:
+        if self.kind == "bool":
+            return rng.random(self.shape) < 0.5
+        if self.kind.startswith("index:"):
+            bound = int(self.kind.split(":")[1])
+            return rng.integers(-bound, bound, self.shape).astype(self.dtype)
+        if self.kind == "small-int":
+            return rng.integers(-5, 6, self.shape).astype(self.dtype)
+        a = rng.standard_normal(self.shape)
+        if self.kind == "positive":
+            a = np.abs(a) + 0.5
+        return a.astype(self.dtype)
+
+
+@dataclass
+class Sample:
+    op: str
+    args: list
+    attrs: dict = field(default_factory=dict)
+
+    def arrays(self, rng) -> list[np.ndarray]:
+        return [a.make(rng) for a in self.args]
+
+    def module(self, arrays) -> ModuleOp:
+        func = FuncOp("f", FunctionType([tensor_type_of(a) for a in arrays], []))
+        b = Builder.at_end(func.entry_block)
+        op = b.create(self.op, func.arguments, self.attrs)
+        b.create("func.return", op.results, result_types=[])
+        func.update_function_type()
+        return ModuleOp([func])
+
+    @property
+    def id(self) -> str:
+        shapes = ",".join("x".join(map(str, a.shape)) or "scalar" for a in self.args)
+        dtypes = ",".join(sorted({a.dtype for a in self.args}))
+        attrs = ",".join(f"{k}={v}" for k, v in self.attrs.items())
+        return f"{self.op}[{shapes}:{dtypes}{':' + attrs if attrs else ''}]"
+
+
+def _unary(op, kinds=("float32", "float64"), positive=False, ints=False):
+    kind = "positive" if positive else "normal"
+    out = [Sample(op, [Arg((3, 5), dt, kind)]) for dt in kinds]
+    out.append(Sample(op, [Arg((2, 1, 7), "float32", kind)]))
+    if ints:
+        out += [Sample(op, [Arg((4, 3), dt, "small-int")]) for dt in ("int32", "int64")]
+    return out
+
+
+def _binary(op, ints=True, positive=False):
+    kind = "positive" if positive else "normal"
+    out = [Sample(op, [Arg((3, 4), "float32", kind), Arg((4,), "float32", kind)]),
+           Sample(op, [Arg((2, 1, 5), "float64", kind), Arg((3, 1), "float64", kind)]),
+           Sample(op, [Arg((), "float32", kind), Arg((6,), "float32", kind)])]
+    if ints:
+        out += [Sample(op, [Arg((3, 4), "int32", "small-int"), Arg((3, 1), "int32", "small-int")]),
+                Sample(op, [Arg((5,), "int64", "small-int"), Arg((5,), "int64", "small-int")])]
+    return out
+
+
+SAMPLES: dict[str, list[Sample]] = {}
+for _op, _kw in {"neg": dict(ints=True), "abs": dict(ints=True), "exp": {}, "log": dict(positive=True),
+                 "sqrt": dict(positive=True), "rsqrt": dict(positive=True), "tanh": {}, "sigmoid": {},
+                 "relu": dict(ints=True), "erf": {}, "sin": {}, "cos": {}, "floor": {}, "ceil": {},
+                 "sign": dict(ints=True), "reciprocal": dict(positive=True)}.items():
+    SAMPLES["lz." + _op] = _unary("lz." + _op, **_kw)
+SAMPLES["lz.not"] = [Sample("lz.not", [Arg((3, 4), "bool", "bool")]), Sample("lz.not", [Arg((5,), "int32", "small-int")])]
+SAMPLES["lz.cast"] = [Sample("lz.cast", [Arg((3, 4), "float32")], {"to": to}) for to in ("f16", "f64", "i32", "i1", "bf16")] + \
+    [Sample("lz.cast", [Arg((6,), "int64", "small-int")], {"to": "f32"}),
+     Sample("lz.cast", [Arg((6,), "bool", "bool")], {"to": "f32"})]
+SAMPLES["lz.gelu"] = [Sample("lz.gelu", [Arg((4, 9))]), Sample("lz.gelu", [Arg((4, 9))], {"approximate": "tanh"}),
+                      Sample("lz.gelu", [Arg((3,), "float64")])]
+for _op in ("add", "sub", "mul", "max", "min"):
+    SAMPLES["lz." + _op] = _binary("lz." + _op)
+SAMPLES["lz.div"] = _binary("lz.div", positive=True)
+SAMPLES["lz.pow"] = _binary("lz.pow", ints=False, positive=True)
+for _op in ("and", "or"):
+    SAMPLES["lz." + _op] = [Sample("lz." + _op, [Arg((3, 4), "bool", "bool"), Arg((4,), "bool", "bool")]),
+                            Sample("lz." + _op, [Arg((5,), "int32", "small-int"), Arg((5,), "int32", "small-int")])]
+SAMPLES["lz.cmp"] = [Sample("lz.cmp", [Arg((3, 4)), Arg((4,))], {"predicate": p}) for p in ("eq", "ne", "lt", "le", "gt", "ge")] + \
+    [Sample("lz.cmp", [Arg((5,), "int64", "small-int"), Arg((5,), "int64", "small-int")], {"predicate": "le"})]
+SAMPLES["lz.select"] = [Sample("lz.select", [Arg((3, 4), "bool", "bool"), Arg((3, 4)), Arg((4,))]),
+                        Sample("lz.select", [Arg((2, 1), "bool", "bool"), Arg((1, 3), "int32", "small-int"),
+                                             Arg((2, 3), "int32", "small-int")])]
+SAMPLES["lz.matmul"] = [Sample("lz.matmul", [Arg((5, 7)), Arg((7, 3))]),
+                        Sample("lz.matmul", [Arg((2, 1, 4, 6)), Arg((3, 6, 5))]),
+                        Sample("lz.matmul", [Arg((6,)), Arg((6, 4))]),
+                        Sample("lz.matmul", [Arg((4, 6), "float64"), Arg((6,), "float64")]),
+                        Sample("lz.matmul", [Arg((33, 65)), Arg((65, 17))]),
+                        Sample("lz.matmul", [Arg((3, 4), "int32", "small-int"), Arg((4, 2), "int32", "small-int")])]
+SAMPLES["lz.conv2d"] = [Sample("lz.conv2d", [Arg((2, 3, 9, 9)), Arg((4, 3, 3, 3))]),
+                        Sample("lz.conv2d", [Arg((1, 4, 10, 8)), Arg((6, 2, 3, 2))],
+                               {"strides": [2, 1], "pads": [1, 0, 2, 1], "dilations": [1, 2], "groups": 2}),
+                        Sample("lz.conv2d", [Arg((1, 3, 5, 5), "float64"), Arg((3, 1, 1, 1), "float64")], {"groups": 3})]
+SAMPLES["lz.max_pool2d"] = [Sample("lz.max_pool2d", [Arg((2, 3, 8, 7))], {"kernel": [2, 2], "strides": [2, 2]}),
+                            Sample("lz.max_pool2d", [Arg((1, 2, 7, 7))],
+                                   {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": True})]
+SAMPLES["lz.avg_pool2d"] = [Sample("lz.avg_pool2d", [Arg((2, 3, 8, 8))], {"kernel": [2, 2], "strides": [2, 2]}),
+                            Sample("lz.avg_pool2d", [Arg((1, 2, 7, 6))],
+                                   {"kernel": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": True})]
+for _op in ("reduce_sum", "reduce_max", "reduce_min", "reduce_mean", "reduce_prod"):
+    SAMPLES["lz." + _op] = [Sample("lz." + _op, [Arg((3, 4, 5))], {"axes": [1]}),
+                            Sample("lz." + _op, [Arg((3, 4, 5))], {"axes": [0, 2], "keepdims": True}),
+                            Sample("lz." + _op, [Arg((6, 7), "float64")]),
+                            Sample("lz." + _op, [Arg((2, 9))], {"axes": [-1]})]
+    if _op != "reduce_mean":
+        SAMPLES["lz." + _op].append(Sample("lz." + _op, [Arg((4, 3), "int32", "small-int")], {"axes": [0]}))
+SAMPLES["lz.argmax"] = [Sample("lz.argmax", [Arg((3, 5, 4))], {"axis": 1}),
+                        Sample("lz.argmax", [Arg((6, 5), "int32", "small-int")], {"axis": -1, "keepdims": True})]
+SAMPLES["lz.reshape"] = [Sample("lz.reshape", [Arg((2, 3, 4))], {"shape": [4, -1]}),
+                         Sample("lz.reshape", [Arg((6,), "int64", "small-int")], {"shape": [3, 1, 2]})]
+SAMPLES["lz.transpose"] = [Sample("lz.transpose", [Arg((2, 3, 4))], {"perm": [2, 0, 1]}),
+                           Sample("lz.transpose", [Arg((5, 3), "float64")])]
+SAMPLES["lz.broadcast_to"] = [Sample("lz.broadcast_to", [Arg((3, 1))], {"shape": [2, 3, 4]}),
+                              Sample("lz.broadcast_to", [Arg((), "int32", "small-int")], {"shape": [5]})]
+SAMPLES["lz.slice"] = [Sample("lz.slice", [Arg((5, 6))], {"starts": [1, 0], "ends": [4, 6], "steps": [1, 2]}),
+                       Sample("lz.slice", [Arg((7,))], {"starts": [-1], "ends": [-8], "steps": [-2]})]
+SAMPLES["lz.concat"] = [Sample("lz.concat", [Arg((2, 3)), Arg((2, 5)), Arg((2, 1))], {"axis": 1}),
+                        Sample("lz.concat", [Arg((1, 4), "int32", "small-int"), Arg((3, 4), "int32", "small-int")], {"axis": 0})]
+SAMPLES["lz.pad"] = [Sample("lz.pad", [Arg((3, 4))], {"pads": [1, 0, 2, 3], "value": -1.5}),
+                     Sample("lz.pad", [Arg((5, 6))], {"pads": [-1, 1, 0, -2]})]
+SAMPLES["lz.gather"] = [Sample("lz.gather", [Arg((5, 3)), Arg((4,), "int64", "index:5")]),
+                        Sample("lz.gather", [Arg((2, 6)), Arg((2, 3), "int32", "index:6")], {"axis": 1})]
+SAMPLES["lz.softmax"] = [Sample("lz.softmax", [Arg((4, 10))]), Sample("lz.softmax", [Arg((3, 5, 2))], {"axis": 1})]
+SAMPLES["lz.log_softmax"] = [Sample("lz.log_softmax", [Arg((4, 10))]),
+                             Sample("lz.log_softmax", [Arg((3, 6), "float64")], {"axis": 0})]
+SAMPLES["lz.layer_norm"] = [Sample("lz.layer_norm", [Arg((4, 8)), Arg((8,)), Arg((8,))]),
+                            Sample("lz.layer_norm", [Arg((2, 3, 4)), Arg((3, 4)), Arg((4,))], {"axis": 1})]
+SAMPLES["lz.batch_norm"] = [Sample("lz.batch_norm", [Arg((2, 3, 4, 4)), Arg((3,)), Arg((3,)), Arg((3,)),
+                                                     Arg((3,), kind="positive")], {"epsilon": 1e-3})]
+
+ALL_SAMPLES = [s for samples in SAMPLES.values() for s in samples]
