@@ -22,7 +22,6 @@ import argparse
 import math
 import os
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -42,17 +41,8 @@ from lezero.codegen.llvm.lower_kernel import lower_kernel  # noqa: E402
 from lezero.ir import Block, Builder, FuncOp, FunctionType, Operation, Region  # noqa: E402
 from lezero.ir.opdef import lookup  # noqa: E402
 from lezero.ir.types import tensor  # noqa: E402
+from timing import best_seconds  # noqa: E402
 
-
-def best_seconds(run, budget: float, max_reps: int = 100) -> float:
-    run()  # warm up: caches, page faults, thread start
-    times = []
-    deadline = time.perf_counter() + budget
-    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < max_reps):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def gelu_kernel(rows: int, cols: int) -> Operation:

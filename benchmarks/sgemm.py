@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--threads", type=int, default=2)
@@ -42,22 +41,13 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from lezero.codegen.llvm import gemm, jit  # noqa: E402
+from timing import best_seconds  # noqa: E402
 
 try:
     from threadpoolctl import threadpool_limits
 except ImportError:
     threadpool_limits = None
 
-
-def best_seconds(run, budget: float, max_reps: int = 50) -> float:
-    run()  # warm up: caches, page faults, thread start
-    times = []
-    deadline = time.perf_counter() + budget
-    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < max_reps):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def nominal_clock_ghz() -> float | None:

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp, interpret
+from lezero.ir import interpret
 from lezero.ir.types import TensorType, tensor_type_of
+
+from ir_building import build, random_array
 
 # Property tests stay small by default (the suite runs on two shared cores); no deadline, since
 # a first call may import torch.  HYPOTHESIS_PROFILE=thorough runs eight times more examples.
@@ -22,15 +24,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lezero"))
 os.environ.setdefault("LEZERO_CACHE_DIR", tempfile.mkdtemp(prefix="lezero-test-cache-"))
 
 
-def build_function(name, arg_types, body, func_name="f"):
-    """A module with ``@func_name(arg_types)`` whose results are ``body(builder, *args)``."""
-    func = FuncOp(func_name, FunctionType(arg_types, []))
-    b = Builder.at_end(func.entry_block)
-    results = body(b, *func.arguments)
-    results = list(results) if isinstance(results, (list, tuple)) else [results]
-    b.create("func.return", results, result_types=[])
-    func.update_function_type()
-    return ModuleOp([func])
+def build_function(label, arg_types, body, func_name="f"):
+    """A module with ``@func_name(arg_types)`` whose results are ``body(builder, *args)``; ``label``
+    only names the case for the reader."""
+    return build(arg_types, body, func_name)
 
 
 class Harness:
@@ -69,15 +66,6 @@ class Harness:
         return out
 
 
-def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
-    """Test data: normal floats, small integers (so products stay exact), random booleans."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return np.asarray(rng.standard_normal(shape), dtype)
-    if dtype.kind == "b":
-        return np.asarray(rng.random(shape) < 0.5)
-    lo = -5 if dtype.kind == "i" else 0
-    return np.asarray(rng.integers(lo, 6, size=shape), dtype)
 
 
 # Tolerances for comparing against a peer, by numpy dtype (bf16 tests pass their own).

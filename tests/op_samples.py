@@ -118,6 +118,12 @@ SAMPLES["lz.conv2d"] = [Sample("lz.conv2d", [Arg((2, 3, 9, 9)), Arg((4, 3, 3, 3)
 SAMPLES["lz.max_pool2d"] = [Sample("lz.max_pool2d", [Arg((2, 3, 8, 7))], {"kernel": [2, 2], "strides": [2, 2]}),
                             Sample("lz.max_pool2d", [Arg((1, 2, 7, 7))],
                                    {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": True})]
+SAMPLES["lz.max_pool2d_grad"] = [
+    Sample("lz.max_pool2d_grad", [Arg((2, 3, 8, 7)), Arg((2, 3, 4, 3))], {"kernel": [2, 2], "strides": [2, 2]}),
+    Sample("lz.max_pool2d_grad", [Arg((1, 2, 7, 7)), Arg((1, 2, 4, 4))],
+           {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": True}),
+    Sample("lz.max_pool2d_grad", [Arg((1, 2, 9, 8), "float64"), Arg((1, 2, 7, 7), "float64")],
+           {"kernel": [2, 2], "dilations": [2, 1]})]
 SAMPLES["lz.avg_pool2d"] = [Sample("lz.avg_pool2d", [Arg((2, 3, 8, 8))], {"kernel": [2, 2], "strides": [2, 2]}),
                             Sample("lz.avg_pool2d", [Arg((1, 2, 7, 6))],
                                    {"kernel": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": True})]

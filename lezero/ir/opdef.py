@@ -7,9 +7,11 @@ defaults) and traits, and implements:
   ``OpError`` with a message for bad operands or attributes;
 - ``reference(attrs, *arrays)``: the numpy reference semantics (the interpreter, the oracle);
 - ``decompose(builder, op, attrs)``: for composite ops, the primitive ops that replace it;
-- ``verify_extra(op, attrs)``: whatever the declaration cannot say.
+- ``verify_extra(op, attrs)``: whatever the declaration cannot say;
+- ``grad(b, op, attrs, dy)``: the gradient rule, IR-building code returning one gradient (or
+  None) per operand (``lezero/ir/gradient.py``; the autodiff pass calls it).
 
-Later layers add their facets (gradient rule, lowering) to the same class.  ``register``
+Later layers add their facets (the lowering) to the same class.  ``register``
 instantiates a definition and makes it known by name.
 """
 from __future__ import annotations
@@ -148,6 +150,9 @@ class OpDef:
     attributes: dict = {}
     traits: frozenset = frozenset()
     summary: str = ""
+    # The gradient rule (lezero/ir/gradient.py): grad(b, op, attrs, dy) -> [Value | None per
+    # operand]; None here means the op has no rule (a hard error in autodiff).
+    grad = None
 
     # --- attributes ---------------------------------------------------------------------------
     def attrs(self, op_or_attributes) -> Attrs:

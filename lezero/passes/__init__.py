@@ -15,8 +15,8 @@ from lezero.passes.rewriter import (ConvergenceError, Match, PatternRewriter, Re
 import lezero.ir.dialect  # noqa: E402,F401  (op definitions: the passes ask them about every op)
 
 # The passes register themselves on import.
-from lezero.passes import (canonicalize, constant_fold, cse, dce, decompose, fuse, memory_plan,  # noqa: E402,F401
-                           partition, shape_infer)
+from lezero.passes import (autodiff, canonicalize, constant_fold, cse, dce, decompose, fuse,  # noqa: E402,F401
+                           memory_plan, partition, shape_infer)
 
 __all__ = [
     "Pass", "PassInfo", "OptionInfo", "PipelineError", "option", "register_pass", "get_pass", "list_passes",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lezero.ir.core import FuncOp, ModuleOp, OpResult
+from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.diagnostics import InputError, IRError
 from lezero.ir.interpreter import check_arguments
 from lezero.ir.parser import parse_module

@@ -1,5 +1,6 @@
 """Pooling as a ``single`` kernel against the reference interpreter: random kernels, strides,
-paddings, dilations, ceil mode and count_include_pad, in f32, f64, f16 and (max) integers."""
+paddings, dilations, ceil mode and count_include_pad, in f32, f64, f16 and (max) integers; and
+max pooling's gradient, with ties, nan and -inf."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,8 @@ from hypothesis import strategies as st
 
 from kernel_testing import check_kernel, make_kernel, random_array
 from lezero.ir.dialect.windows import window_output_size
-from lezero.ir.opdef import OpError
-from lezero.ir.types import ELEMENT_TYPES
+from lezero.ir.opdef import OpError, lookup
+from lezero.ir.types import ELEMENT_TYPES, tensor
 
 
 @st.composite
@@ -66,3 +67,31 @@ def test_resnet_stem_max_pool():
     module, op = make_kernel([((1, 8, 56, 56), "f32")], lambda b, x: b.op(
         "lz.max_pool2d", x, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), kind="single")
     check_kernel(module, op, [np.random.default_rng(2).standard_normal((1, 8, 56, 56)).astype(np.float32)])
+
+
+@settings(max_examples=12)
+@given(pool_cases(), st.sampled_from(["f32", "f64", "f16"]), st.sampled_from(["normal", "ties", "special"]))
+def test_max_pool2d_grad(case, dtype, values):
+    """Overlapping windows add into one element; ties go to the first maximum, a nan wins, an
+    all -inf window to its first element inside the image (the reference's choices)."""
+    kernel, strides, pads, dilations, hw, ceil_mode = case
+    assume(_valid(hw, kernel, strides, pads, dilations, ceil_mode))
+    shape = (2, 3) + hw
+    attrs = dict(kernel=kernel, strides=strides, pads=pads, dilations=dilations, ceil_mode=ceil_mode)
+    pool = lookup("lz.max_pool2d")
+    pooled = pool.infer_op([tensor(shape)], pool.attrs(pool.make_attributes(attrs)))[0].shape
+    module, op = make_kernel([(shape, dtype), (pooled, dtype)],
+                             lambda b, x, dy: b.op("lz.max_pool2d_grad", x, dy, **attrs), kind="single")
+    rng = np.random.default_rng(3)
+    numpy_dtype = ELEMENT_TYPES[dtype].numpy_dtype
+    x = random_array(rng, shape, numpy_dtype)
+    if values == "ties":
+        x = np.round(x).astype(numpy_dtype)
+    elif values == "special":
+        x.reshape(-1)[::7] = np.nan
+        x.reshape(-1)[1::5] = -np.inf
+    dy = random_array(rng, pooled, numpy_dtype)
+    # f16 rounds after each add where windows overlap; the reference once
+    tol = dict(rtol=1e-2, atol=1e-2) if dtype == "f16" else {}
+    lowered = check_kernel(module, op, [x, dy], splits=3, **tol)
+    assert lowered.work_items == 2 * 3

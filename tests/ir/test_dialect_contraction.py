@@ -199,3 +199,69 @@ def test_pool_errors(harness):
         harness.infer("lz.max_pool2d", tensor((1, 1, 8, 4)), kernel=[2, 5])
     with pytest.raises(TypeError, match="lz.avg_pool2d has no attribute 'dilations'"):
         harness.infer("lz.avg_pool2d", tensor((1, 1, 4, 4)), kernel=[2, 2], dilations=[1, 1])
+
+
+# --- max_pool2d_grad ----------------------------------------------------------------------------
+
+def _torch_max_pool_grad(x, dy, kernel, strides, pads, dilations, ceil_mode):
+    xt = torch.from_numpy(x).requires_grad_()
+    y = F.max_pool2d(xt, kernel, strides, _torch_pads(pads), dilations, ceil_mode=ceil_mode)
+    (dx,) = torch.autograd.grad(y, xt, torch.from_numpy(dy))
+    return dx.numpy()
+
+
+@pytest.mark.parametrize("case", POOL_CASES)
+@pytest.mark.parametrize("dilations", [(1, 1), (2, 1)])
+@pytest.mark.parametrize("values", ["normal", "ties"])
+def test_max_pool2d_grad_matches_torch(harness, case, dilations, values):
+    h, w, kernel, strides, pads, ceil_mode = case
+    if (h + pads[0] + pads[2]) < dilations[0] * (kernel[0] - 1) + 1:
+        pytest.skip("window larger than input")
+    rng = np.random.default_rng(4)
+    x = harness.random_array(rng, (2, 3, h, w), np.float64)
+    if values == "ties":  # few distinct values: ties in most windows go to the first maximum
+        x = np.round(x)
+    attrs = dict(kernel=kernel, strides=strides, pads=pads, dilations=dilations, ceil_mode=ceil_mode)
+    y = harness.run("lz.max_pool2d", x, **attrs)
+    dy = harness.random_array(rng, y.shape, np.float64)
+    got = harness.run("lz.max_pool2d_grad", x, dy, **attrs)
+    np.testing.assert_allclose(got, _torch_max_pool_grad(x, dy, kernel, strides, pads, dilations, ceil_mode),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_max_pool2d_grad_nan_and_minus_infinity_as_torch(harness):
+    inf, nan = np.inf, np.nan
+    x = np.array([[[[1, nan, 3, nan], [-inf, -inf, 2, 0], [-inf, -inf, 5, 5], [-inf, -inf, 5, 1]]]])
+    dy_shape = (1, 1, 3, 3)
+    dy = np.arange(1, 10, dtype=np.float64).reshape(dy_shape)
+    for pads in ([0, 0, 0, 0], [1, 1, 1, 1]):
+        attrs = dict(kernel=[2, 2], strides=[1, 1] if pads[0] == 0 else [2, 2], pads=pads)
+        y = harness.run("lz.max_pool2d", x, **attrs)
+        dy = np.arange(1, y.size + 1, dtype=np.float64).reshape(y.shape)
+        got = harness.run("lz.max_pool2d_grad", x, dy, **attrs)
+        want = _torch_max_pool_grad(x, dy, attrs["kernel"], attrs["strides"], pads, (1, 1), False)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_max_pool2d_grad_f16_accumulates_in_f32(harness):
+    x = np.array([0, 0, 9, 0, 0], np.float16).reshape(1, 1, 1, 5)  # all three windows pick the 9
+    dy = np.array([1000, 0.25, 0.25], np.float16).reshape(1, 1, 1, 3)
+    got = harness.run("lz.max_pool2d_grad", x, dy, kernel=[1, 3])
+    # in f16, 1000 + 0.25 rounds back to 1000 (twice); in f32 the sum is 1000.5
+    np.testing.assert_array_equal(got[0, 0, 0], np.array([0, 0, 1000.5, 0, 0], np.float16))
+
+
+def test_max_pool2d_grad_shapes_and_errors(harness):
+    x = tensor((1, 3, 8, 8))
+    assert harness.infer("lz.max_pool2d_grad", x, tensor((1, 3, 4, 4)), kernel=[2, 2], strides=[2, 2]) == x
+    assert harness.infer("lz.max_pool2d_grad", tensor((None, 3, 8, 8)), tensor((None, 3, 4, 4)), kernel=[2, 2],
+                         strides=[2, 2]) == tensor((None, 3, 8, 8))
+    with pytest.raises(OpError, match="output_grad shape 1x3x5x4 is not the pooled shape 1x3x4x4"):
+        harness.infer("lz.max_pool2d_grad", x, tensor((1, 3, 5, 4)), kernel=[2, 2], strides=[2, 2])
+    with pytest.raises(OpError, match="operands must have the same element type, got f32 and f64"):
+        harness.infer("lz.max_pool2d_grad", x, tensor((1, 3, 4, 4), "f64"), kernel=[2, 2], strides=[2, 2])
+    with pytest.raises(OpError, match="must have a float element type"):
+        harness.infer("lz.max_pool2d_grad", tensor((1, 3, 8, 8), "i32"), tensor((1, 3, 4, 4), "i32"),
+                      kernel=[2, 2], strides=[2, 2])
+    with pytest.raises(OpError, match=r"output_grad must have rank 4"):
+        harness.infer("lz.max_pool2d_grad", x, tensor((3, 4, 4)), kernel=[2, 2], strides=[2, 2])

@@ -130,13 +130,19 @@ class GemmConfig:
 #   "vector": a float32 array indexed by column (bias[col])      -> ptr
 #   "matrix": a float32 2-D array indexed [row, col] (residual)  -> ptr, i64 row stride (floats)
 #   "scalar": a float32 value (alpha)                             -> float
-_ARG_KIND_PARAMS = {"vector": (PTR,), "matrix": (PTR, I64), "scalar": (F32,)}
+#   "pointer": any address (a kernel's buffer, for a TileStore)  -> ptr
+#   "index": any i64 (which batch a call computes)                -> i64
+_ARG_KIND_PARAMS = {"vector": (PTR,), "matrix": (PTR, I64), "scalar": (F32,), "pointer": (PTR,), "index": (I64,)}
 
 
 @dataclass(frozen=True)
 class EpilogueArg:
+    """``noalias``: a "pointer" the micro-kernel may assume no other pointer reaches (LLVM then
+    vectorizes the epilogue's loops without overlap checks)."""
+
     name: str
-    kind: str  # "vector" | "matrix" | "scalar"
+    kind: str  # "vector" | "matrix" | "scalar" | "pointer" | "index"
+    noalias: bool = False
 
     def __post_init__(self):
         if self.kind not in _ARG_KIND_PARAMS:
@@ -225,6 +231,43 @@ def compose_epilogues(*epilogues: Epilogue) -> Epilogue:
 
     return Epilogue("_".join(ep.name for ep in epilogues), emit,
                     tuple(arg for ep in epilogues for arg in ep.args))
+
+
+class OutputTile:
+    """What a ``TileStore`` sees: the final sums of one micro-tile,
+    C[row : row + rows, col : col + cols], in ``sums``, a float[mr * nr] stack array with row
+    stride nr (entries past ``rows``/``cols`` are not part of C). ``full`` says the tile is a whole
+    mr x nr one, and then ``rows``/``cols`` are the constants mr/nr.
+    """
+
+    def __init__(self, builder: ir.IRBuilder, row: ir.Value, col: ir.Value, rows: ir.Value, cols: ir.Value,
+                 sums: ir.Value, mr: int, nr: int, full: bool, args: dict[str, tuple[ir.Value, ...]]):
+        self.builder = builder
+        self.row, self.col = row, col  # i64: global row and column of C of the tile's corner
+        self.rows, self.cols = rows, cols
+        self.sums = sums
+        self.mr, self.nr = mr, nr
+        self.full = full
+        self._args = args
+
+    def arg(self, name: str) -> ir.Value:
+        """The IR value of a "pointer", "index", "vector" or "scalar" argument."""
+        return self._args[name][0]
+
+
+@dataclass(frozen=True)
+class TileStore:
+    """An epilogue that stores the results itself: on the last K block, the micro-kernel puts the
+    tile's sums in a stack array and calls ``emit(tile)`` (an ``OutputTile``) to generate the code
+    that computes and stores whatever the results are, wherever they go. C then only holds partial
+    sums between K blocks (untouched when K fits in one block), and may be the memory the
+    results are stored to, so C is not ``noalias`` in the micro-kernel. A code generator
+    uses it to fuse any elementwise epilogue, emitted as loops over the tile that LLVM vectorizes.
+    """
+
+    name: str
+    emit: Callable[[OutputTile], None]
+    args: tuple[EpilogueArg, ...] = ()
 
 
 def bias_add_epilogue(name: str = "bias") -> Epilogue:
@@ -403,29 +446,60 @@ class SgemmGenerator:
       ``<name>_pack_a``        A block -> MR-tall slivers, k-major, zero padded.
       ``<name>_pack_b``        B block -> NR-wide slivers, k-major, zero padded.
       ``<name>_micro_kernel``  one MR x NR tile: kc FMA steps, then accumulate / epilogue / store.
+
+    ``epilogue`` is an ``Epilogue`` (a transform of each accumulator vector before its store) or a
+    ``TileStore`` (the code generator stores the tile itself). Two options describe B for
+    callers whose B is not a plain matrix (a convolution's input read as its im2col matrix):
+
+    b_row_offsets: row k of B starts ``b_row_offsets[k]`` floats after B (a constant table in the
+        module) instead of ``k * ldb``; K must not exceed the table.
+    pack_b: False makes the micro-kernel read B's rows where they lie (unaligned vector loads, no
+        packed copy): every row must be readable, whatever it holds, up to NR - 1 floats past
+        ``n_end``; columns past ``n_end`` are computed and never stored.
     """
 
-    def __init__(self, config: GemmConfig, epilogue: Epilogue | None = None, name: str = "lz_sgemm"):
+    def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
+                 b_row_offsets: Sequence[int] | None = None, pack_b: bool = True):
         self.config = config
         self.epilogue = epilogue
         self.name = name
+        self.b_row_offsets = None if b_row_offsets is None else tuple(int(o) for o in b_row_offsets)
+        self.pack_b = pack_b
         self.vector_type = ir.VectorType(F32, config.vector_width)
         # Every vector in packed B starts a multiple of the vector size into an aligned workspace.
         self.vector_bytes = config.vector_width * FLOAT_BYTES
         self.epilogue_param_types = [t for arg in self.epilogue_args for t in _ARG_KIND_PARAMS[arg.kind]]
+        self._b_rows_table = None
 
     @property
     def epilogue_args(self) -> tuple[EpilogueArg, ...]:
         return self.epilogue.args if self.epilogue else ()
 
-    def build_module(self) -> ir.Module:
+    @property
+    def stores_tiles(self) -> bool:
+        return isinstance(self.epilogue, TileStore)
+
+    def build_module(self, threaded: bool = True) -> ir.Module:
         module = ir.Module(name=self.name)
+        self.build_into(module, threaded)
+        return module
+
+    def build_into(self, module: ir.Module, threaded: bool = False) -> ir.Function:
+        """Define the functions in ``module`` (``<name>_threaded`` too when ``threaded``); returns
+        the rectangle function ``<name>``."""
+        if self.b_row_offsets is not None:
+            table_type = ir.ArrayType(I64, max(1, len(self.b_row_offsets)))
+            self._b_rows_table = ir.GlobalVariable(module, table_type, f"{self.name}_b_rows")
+            self._b_rows_table.global_constant = True
+            self._b_rows_table.linkage = "internal"
+            self._b_rows_table.initializer = ir.Constant(table_type, list(self.b_row_offsets) or [0])
         pack_a = self._build_pack_a(module)
-        pack_b = self._build_pack_b(module)
+        pack_b = self._build_pack_b(module) if self.pack_b else None
         micro_kernel = self._build_micro_kernel(module)
         rectangle_function = self._build_rectangle_function(module, pack_a, pack_b, micro_kernel)
-        self._build_threaded_function(module, rectangle_function)
-        return module
+        if threaded:
+            self._build_threaded_function(module, rectangle_function)
+        return rectangle_function
 
     def _define(self, module: ir.Module, name: str, params: Sequence[tuple[str, ir.Type]],
                 exported: bool = False) -> tuple[ir.Function, ir.IRBuilder, dict[str, ir.Value]]:
@@ -437,6 +511,14 @@ class SgemmGenerator:
             argument.name = param_name
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         return function, builder, {param_name: arg for arg, (param_name, _) in zip(function.args, params)}
+
+    def _b_row(self, b: ir.IRBuilder, base: ir.Value, ldb: ir.Value, k: ir.Value) -> ir.Value:
+        """Address of B[k, 0] relative to ``base`` (B plus a column offset): base + k * ldb, or
+        base + b_row_offsets[k]."""
+        if self._b_rows_table is None:
+            return b.gep(base, [b.mul(k, ldb)], source_etype=F32)
+        entry = b.gep(self._b_rows_table, [_i64(0), k], source_etype=self._b_rows_table.value_type)
+        return b.gep(base, [b.load(entry, typ=I64)], source_etype=F32)
 
     # -- packing -------------------------------------------------------------------------------
 
@@ -481,10 +563,11 @@ class SgemmGenerator:
         return function
 
     def _build_pack_b(self, module: ir.Module) -> ir.Function:
-        """packed[s][k][j] = B[k, s*NR + j] for j < cols, else 0; slivers s of NR columns."""
+        """packed[s][k][j] = B[pc + k, s*NR + j] for j < cols, else 0; slivers s of NR columns
+        (``b`` points at the block's first column)."""
         w, nr = self.config.vector_width, self.config.nr
         function, b, p = self._define(module, f"{self.name}_pack_b", [
-            ("b", PTR), ("ldb", I64), ("kc", I64), ("cols", I64), ("packed", PTR)])
+            ("b", PTR), ("ldb", I64), ("pc", I64), ("kc", I64), ("cols", I64), ("packed", PTR)])
         for argument in (p["b"], p["packed"]):
             argument.add_attribute("noalias")
         with _counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
@@ -498,7 +581,7 @@ class SgemmGenerator:
                         masks = [_lane_mask(b, v * w, cols_left, w) if masked else None
                                  for v in range(self.config.nr_vectors)]
                         with _counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                            row = b.gep(source, [b.mul(k, p["ldb"])], source_etype=F32)
+                            row = self._b_row(b, source, p["ldb"], b.add(p["pc"], k))
                             destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=F32)
                             for v in range(self.config.nr_vectors):
                                 value = _load_vector(b, b.gep(row, [_i64(v * w)], source_etype=F32), w, masks[v])
@@ -510,17 +593,28 @@ class SgemmGenerator:
     # -- micro-kernel --------------------------------------------------------------------------
 
     def _build_micro_kernel(self, module: ir.Module) -> ir.Function:
+        """``b`` is the packed sliver (k-major, NR floats per k), or with ``pack_b=False`` B's
+        column ``col`` itself (rows ``pc + k`` through ``_b_row``)."""
         cfg = self.config
         w, mr, nv = cfg.vector_width, cfg.mr, cfg.nr_vectors
-        params = [("kc", I64), ("packed_a", PTR), ("packed_b", PTR), ("c", PTR), ("ldc", I64),
+        params = [("kc", I64), ("packed_a", PTR), ("b", PTR), ("ldb", I64), ("pc", I64), ("c", PTR), ("ldc", I64),
                   ("row", I64), ("col", I64), ("rows", I64), ("cols", I64),
                   ("first_k_block", I1), ("last_k_block", I1)]
         params += [(f"epilogue{i}", t) for i, t in enumerate(self.epilogue_param_types)]
         function, b, p = self._define(module, f"{self.name}_micro_kernel", params)
         function.attributes.add("noinline")
-        for argument in (p["packed_a"], p["packed_b"], p["c"]):
+        # A TileStore may store its results to the memory that C's partial sums are in.
+        for argument in (p["packed_a"], p["b"]) + (() if self.stores_tiles else (p["c"],)):
             argument.add_attribute("noalias")
+        position = 0
+        for arg in self.epilogue_args:
+            if arg.noalias and arg.kind == "pointer":
+                function.args[len(params) - len(self.epilogue_param_types) + position].add_attribute("noalias")
+            position += len(_ARG_KIND_PARAMS[arg.kind])
         zeros = ir.Constant(self.vector_type, [0.0] * w)
+        sums = _alloca(b, F32, _i64(mr * cfg.nr), "sums") if self.stores_tiles else None
+        if sums is not None:
+            sums.align = WORKSPACE_ALIGNMENT
 
         # The k loop: accumulators are loop-carried phis, so they live in vector registers.
         entry = b.block
@@ -538,9 +632,12 @@ class SgemmGenerator:
         b.cbranch(b.icmp_signed("<", k, p["kc"]), body, done)
 
         b.position_at_end(body)
-        b_row = b.gep(p["packed_b"], [b.mul(k, _i64(cfg.nr))], source_etype=F32)
+        if self.pack_b:
+            b_row, b_align = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=F32), self.vector_bytes
+        else:
+            b_row, b_align = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k)), FLOAT_BYTES
         b_vectors = [b.load(b.gep(b_row, [_i64(v * w)], source_etype=F32), typ=self.vector_type,
-                            align=self.vector_bytes) for v in range(nv)]
+                            align=b_align) for v in range(nv)]
         a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=F32)
         for i in range(mr):
             a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=F32), typ=F32)
@@ -557,19 +654,25 @@ class SgemmGenerator:
         with b.if_else(full_tile, likely=True) as (then, otherwise):
             with then:
                 for i in range(mr):
-                    self._emit_row_update(b, p, accumulators[i], i, None, epilogue_values)
+                    self._emit_row_update(b, p, accumulators[i], i, None, epilogue_values, sums)
+                if sums is not None:
+                    self._emit_tile_store(b, p, sums, True, epilogue_values)
             with otherwise:
                 masks = [_lane_mask(b, v * w, p["cols"], w) for v in range(nv)]
                 for i in range(mr):
                     with b.if_then(b.icmp_signed("<", _i64(i), p["rows"])):
-                        self._emit_row_update(b, p, accumulators[i], i, masks, epilogue_values)
+                        self._emit_row_update(b, p, accumulators[i], i, masks, epilogue_values, sums)
+                if sums is not None:
+                    self._emit_tile_store(b, p, sums, False, epilogue_values)
         b.ret_void()
         return function
 
     def _emit_row_update(self, b: ir.IRBuilder, p: dict[str, ir.Value], row_accumulators: list[ir.Value],
-                         i: int, masks: list[ir.Value] | None, epilogue_values: list[ir.Value]) -> None:
+                         i: int, masks: list[ir.Value] | None, epilogue_values: list[ir.Value],
+                         sums: ir.Value | None) -> None:
         """C[row+i, col:col+NR] = (C[...] if not the first K block) + acc, then the epilogue on the
-        last K block; masked when ``masks`` is given."""
+        last K block; masked when ``masks`` is given. With a TileStore, the last K block's values
+        go to row i of ``sums`` instead."""
         w, nv = self.config.vector_width, self.config.nr_vectors
         row = b.add(p["row"], _i64(i))
         c_row = b.gep(p["c"], [b.add(b.mul(row, p["ldc"]), p["col"])], source_etype=F32)
@@ -582,6 +685,17 @@ class SgemmGenerator:
             summed = [b.fadd(values[v], _load_vector(b, addresses[v], w, lane_masks[v])) for v in range(nv)]
             summed_block = b.block
         values = [self._phi(b, (values[v], before), (summed[v], summed_block)) for v in range(nv)]
+
+        if sums is not None:
+            with b.if_else(p["last_k_block"]) as (last, partial):
+                with last:
+                    for v in range(nv):
+                        address = b.gep(sums, [_i64(i * self.config.nr + v * w)], source_etype=F32)
+                        b.store(values[v], address, align=self.vector_bytes)
+                with partial:
+                    for v in range(nv):
+                        _store_vector(b, values[v], addresses[v], lane_masks[v])
+            return
 
         if self.epilogue is not None:
             before = b.block
@@ -597,6 +711,14 @@ class SgemmGenerator:
 
         for v in range(nv):
             _store_vector(b, values[v], addresses[v], lane_masks[v])
+
+    def _emit_tile_store(self, b: ir.IRBuilder, p: dict[str, ir.Value], sums: ir.Value, full: bool,
+                         epilogue_values: list[ir.Value]) -> None:
+        cfg = self.config
+        with b.if_then(p["last_k_block"]):
+            rows, cols = (_i64(cfg.mr), _i64(cfg.nr)) if full else (p["rows"], p["cols"])
+            self.epilogue.emit(OutputTile(b, p["row"], p["col"], rows, cols, sums, cfg.mr, cfg.nr, full,
+                                          self._epilogue_arg_values(epilogue_values)))
 
     @staticmethod
     def _phi(b: ir.IRBuilder, *incoming: tuple[ir.Value, ir.Block]) -> ir.Value:
@@ -615,7 +737,7 @@ class SgemmGenerator:
 
     # -- the loop nest -------------------------------------------------------------------------
 
-    def _build_rectangle_function(self, module: ir.Module, pack_a: ir.Function, pack_b: ir.Function,
+    def _build_rectangle_function(self, module: ir.Module, pack_a: ir.Function, pack_b: ir.Function | None,
                                   micro_kernel: ir.Function) -> ir.Function:
         cfg = self.config
         params = list(GEMM_PARAMS) + [(f"epilogue{i}", t) for i, t in enumerate(self.epilogue_param_types)]
@@ -638,28 +760,31 @@ class SgemmGenerator:
             pc_next = b.add(pc, kc)
             first_k_block = b.icmp_signed("==", pc, _i64(0))
             last_k_block = b.icmp_signed(">=", pc_next, p["K"])
-            b_block = b.gep(p["B"], [b.add(b.mul(pc, p["ldb"]), jc)], source_etype=F32)
-            b.call(pack_b, [b_block, p["ldb"], kc, nc, packed_b])
+            b_columns = b.gep(p["B"], [jc], source_etype=F32)
+            if pack_b is not None:
+                b.call(pack_b, [b_columns, p["ldb"], pc, kc, nc, packed_b])
 
             with _counted_loop(b, p["m_begin"], p["m_end"], cfg.mc, "ic") as ic:
                 mc = _min(b, _i64(cfg.mc), b.sub(p["m_end"], ic))
                 a_block = b.gep(p["A"], [b.add(b.mul(ic, p["lda"]), pc)], source_etype=F32)
                 b.call(pack_a, [a_block, p["lda"], mc, kc, packed_a])
                 with _counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
-                    b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=F32)
+                    if pack_b is not None:
+                        b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=F32)
+                    else:
+                        b_sliver = b.gep(b_columns, [jr], source_etype=F32)
                     cols = _min(b, _i64(cfg.nr), b.sub(nc, jr))
                     col = b.add(jc, jr)
                     with _counted_loop(b, _i64(0), mc, cfg.mr, "ir") as ir_:
                         a_sliver = b.gep(packed_a, [b.mul(ir_, kc)], source_etype=F32)
                         rows = _min(b, _i64(cfg.mr), b.sub(mc, ir_))
-                        b.call(micro_kernel, [kc, a_sliver, b_sliver, p["C"], p["ldc"], b.add(ic, ir_), col,
-                                              rows, cols, first_k_block, last_k_block] + epilogue_values)
+                        b.call(micro_kernel, [kc, a_sliver, b_sliver, p["ldb"], pc, p["C"], p["ldc"], b.add(ic, ir_),
+                                              col, rows, cols, first_k_block, last_k_block] + epilogue_values)
             pc.add_incoming(pc_next, b.block)
             b.cbranch(b.icmp_signed("<", pc_next, p["K"]), pc_body, pc_exit)
             b.position_at_end(pc_exit)
         b.ret_void()
         return function
-
 
     # -- threads -------------------------------------------------------------------------------
 
@@ -925,6 +1050,9 @@ class SgemmKernel:
             value = arrays[arg.name]
             if arg.kind == "scalar":
                 call_args.append(float(value))
+                continue
+            if arg.kind in ("pointer", "index"):
+                call_args.append(int(value))
                 continue
             array = np.ascontiguousarray(value, dtype=np.float32) if arg.kind == "vector" else \
                 _as_rows_contiguous_f32(value, arg.name)

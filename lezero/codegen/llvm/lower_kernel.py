@@ -10,9 +10,11 @@ Kinds (the partitioner decides):
 
 - ``elementwise``: ``lower_elementwise`` (elementwise ops, data movement, small constants);
 - ``reduction``: ``lower_reduction`` (``reduce_*``/``argmax`` with prologue and epilogue);
-- ``single``: ``lz.max_pool2d``/``lz.avg_pool2d`` (``lower_pooling``); a lone elementwise,
+- ``single``: ``lz.max_pool2d``/``lz.avg_pool2d`` (``lower_pooling``), ``lz.max_pool2d_grad``
+  (``lower_max_pool2d_grad``); a lone elementwise,
   data movement or reduction op goes through the matching lowering;
-- ``matmul``/``conv``: not here (they lower through ``gemm.py``).
+- ``matmul``/``conv``: ``lower_contraction`` (float32 through ``gemm.py``'s GEMM with the
+  epilogue in its micro-kernel; other dtypes as loops).
 
 An op no lowering handles raises ``LoweringError``: ``failed to lower lz.foo with f16 for cpu:
 <why>``.
@@ -28,8 +30,9 @@ import llvmlite.ir as ir
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm.index_math import MOVEMENT
 from lezero.codegen.llvm.kernel_function import KernelContext
+from lezero.codegen.llvm.lower_contraction import CONTRACTION_OPS, contraction_flops, lower_contraction
 from lezero.codegen.llvm.lower_elementwise import lower_elementwise
-from lezero.codegen.llvm.lower_pooling import POOL_OPS, lower_pooling
+from lezero.codegen.llvm.lower_pooling import POOL_GRAD_OPS, POOL_OPS, lower_max_pool2d_grad, lower_pooling
 from lezero.codegen.llvm.lower_reduction import REDUCTION_OPS, lower_reduction
 from lezero.ir.core import Operation
 from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
@@ -48,7 +51,8 @@ class LoweredKernel:
         ``[begin, end)`` that split ``[0, work_items)`` (any split, in any order, in parallel).
     kind: the kernel kind.
     operand_types, result_types: the buffers, in ABI order (operands, then results).
-    flops: elementwise/reduction ops times elements (an estimate, transcendentals count 1).
+    flops: elementwise/reduction ops times elements (an estimate, transcendentals count 1), plus
+        2 x the multiply-adds of a matmul or conv.
     bytes_accessed: bytes of every buffer, read or written once.
     external_symbols: libm functions the code calls (float64 transcendentals, pow); empty for
         most kernels. A native executable links ``-lm`` when it is not.
@@ -89,9 +93,11 @@ def lower_kernel(kernel_op: Operation, target: str = "cpu") -> LoweredKernel:
         work_items = lower_reduction(ctx)
     elif kind == "single":
         work_items = _lower_single(ctx)
+    elif kind in ("matmul", "conv"):
+        work_items = lower_contraction(ctx)
     else:
-        raise LoweringError(f"failed to lower lz.kernel {attrs.name} of kind '{kind}' for {target}: {kind} kernels "
-                            "lower through lezero/codegen/llvm/gemm.py, not as loops", kernel_op.location)
+        raise LoweringError(f"failed to lower lz.kernel {attrs.name} of kind '{kind}' for {target}: unknown kernel "
+                            "kind", kernel_op.location)
     return LoweredKernel(
         name=name, llvm_ir=str(module), work_items=work_items, kind=kind,
         operand_types=tuple(v.type for v in kernel_op.operands), result_types=tuple(r.type for r in kernel_op.results),
@@ -108,6 +114,8 @@ def _lower_single(ctx: KernelContext) -> int:
     (op,) = ops
     if op.name in POOL_OPS:
         return lower_pooling(ctx, op)
+    if op.name in POOL_GRAD_OPS:
+        return lower_max_pool2d_grad(ctx, op)
     if op.name in REDUCTION_OPS:
         return lower_reduction(ctx)
     definition = op.definition
@@ -124,10 +132,14 @@ def estimate_flops(body) -> int:
     for op in body.ops:
         if op.name in MOVEMENT or op.name in ("lz.constant", "lz.yield"):
             continue
-        if op.name in REDUCTION_OPS:
+        if op.name in CONTRACTION_OPS:
+            total += contraction_flops(op)
+        elif op.name in REDUCTION_OPS:
             total += math.prod(op.operands[0].type.shape)
         elif op.name in POOL_OPS:
             total += math.prod(op.results[0].type.shape) * math.prod(op.definition.attrs(op).kernel)
+        elif op.name in POOL_GRAD_OPS:  # per window: a comparison per element, one add
+            total += math.prod(op.operands[1].type.shape) * (math.prod(op.definition.attrs(op).kernel) + 1)
         else:
             total += math.prod(op.results[0].type.shape)
     return total

@@ -1,4 +1,5 @@
-"""2-D pooling (``lz.max_pool2d``, ``lz.avg_pool2d``) over NCHW, as a ``single`` kernel.
+"""2-D pooling (``lz.max_pool2d``, ``lz.avg_pool2d``) and max pooling's gradient
+(``lz.max_pool2d_grad``) over NCHW, as ``single`` kernels.
 
 A work item is one output row ``(n, c, oh)``.  The row's accumulators live in a stack array of
 ``OW`` slots; for each window row ``kh`` whose input row is inside the image, and each window
@@ -11,17 +12,23 @@ max: the identity is -inf (or the smallest integer), so padding never wins; nan 
 avg: sums in f32 for f16, divided by the window's count, which is a product of a row count and a
 column count (tables computed here): input elements, plus padding elements when
 ``count_include_pad``; the ceil-mode overhang never counts (the reference's rules).
+
+max_pool2d_grad: a work item is one ``(n, c)`` plane, since neighbouring windows overlap and add
+into the same elements: the plane is zeroed, then each window finds its winner (the first
+maximum inside the image, the last nan, PyTorch's choice) and adds its cotangent there, in the
+result's type (f16 and bf16 round after each add; the reference rounds once).
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
 from lezero.codegen.llvm.kernel_function import KernelContext
-from lezero.codegen.llvm.loops import for_range, i64
+from lezero.codegen.llvm.loops import I64, for_range, i64
 from lezero.codegen.llvm.scalar_builder import Scalar, accumulator_type, compute_type, storage_type
 from lezero.ir.dialect.numerics import lowest
 
 POOL_OPS = frozenset({"lz.max_pool2d", "lz.avg_pool2d"})
+POOL_GRAD_OPS = frozenset({"lz.max_pool2d_grad"})
 
 
 def _window_counts(size: int, out: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
@@ -115,3 +122,63 @@ def _count_table(ctx: KernelContext, name: str, counts, dtype) -> ir.GlobalVaria
     g.linkage = "internal"
     g.initializer = ir.Constant(array_type, [ir.Constant(t, float(v)) for v in counts])
     return g
+
+
+def lower_max_pool2d_grad(ctx: KernelContext, op) -> int:
+    b, s, e = ctx.b, ctx.s, ctx.emitter
+    attrs = op.definition.attrs(op)
+    x, dy = op.operands
+    n, c, h, w = x.type.shape
+    oh_size, ow_size = dy.type.shape[2:]
+    (kh_size, kw_size), (sh, sw) = attrs.kernel, attrs.strides
+    pt, pl, _, _ = attrs.pads
+    dh, dw = attrs.dilations
+    dtype = x.type.element_type
+    if 0 in (n, c, h, w):
+        ctx.fn.finish()
+        return 1
+    x_buffer, dy_buffer = e.buffers.get(x), e.buffers.get(dy)
+    dx_buffer = ctx.result_buffers[ctx.yields.index(op.result)] if op.result in ctx.yields else None
+    if x_buffer is None or dy_buffer is None or dx_buffer is None:
+        raise e.failure(op, "a single max_pool2d_grad kernel reads its operands from memory and yields its result")
+    best = ctx.fn.alloca(compute_type(dtype), 1, "best")
+    winner = ctx.fn.alloca(I64, 1, "winner")
+    plane_size = h * w
+
+    def element(buffer, index):
+        return b.gep(buffer.pointer, [index], inbounds=True, source_etype=storage_type(dtype))
+
+    def inside(index, size):
+        return b.and_(b.icmp_signed(">=", index, i64(0)), b.icmp_signed("<", index, i64(size)))
+
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "plane") as plane:
+        base = b.mul(plane, i64(plane_size))
+        zero = s.to_storage(s.constant(0, dtype))
+        with for_range(b, 0, plane_size, "zero") as i:
+            b.store(zero, element(dx_buffer, b.add(base, i)))
+        with for_range(b, 0, oh_size, "oh") as oh:
+            with for_range(b, 0, ow_size, "ow") as ow:
+                b.store(i64(-1), winner)
+                with for_range(b, 0, kh_size, "kh") as kh:
+                    ih = b.add(b.sub(b.mul(oh, i64(sh)), i64(pt)), b.mul(kh, i64(dh)))
+                    with b.if_then(inside(ih, h)):
+                        with for_range(b, 0, kw_size, "kw") as kw:
+                            iw = b.add(b.sub(b.mul(ow, i64(sw)), i64(pl)), b.mul(kw, i64(dw)))
+                            with b.if_then(inside(iw, w)):
+                                index = b.add(b.mul(ih, i64(w)), iw)
+                                value = s.load(element(x_buffer, b.add(base, index)), dtype)
+                                current = Scalar(b.load(best), dtype)
+                                first = b.icmp_signed("<", b.load(winner), i64(0))
+                                take = b.or_(b.or_(first, s.cmp("gt", value, current).value),
+                                             s.cmp("ne", value, value).value)  # a nan takes it
+                                b.store(b.select(take, value.value, current.value), best)
+                                b.store(b.select(take, index, b.load(winner)), winner)
+                found = b.load(winner)
+                with b.if_then(b.icmp_signed(">=", found, i64(0))):
+                    g_index = b.add(b.mul(b.add(b.mul(plane, i64(oh_size)), oh), i64(ow_size)), ow)
+                    g = s.load(element(dy_buffer, g_index), dtype)
+                    target = element(dx_buffer, b.add(base, found))
+                    total = s.round(s.add(s.load(target, dtype), g))
+                    b.store(s.to_storage(total), target)
+    ctx.fn.finish()
+    return n * c

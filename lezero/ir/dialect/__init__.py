@@ -4,7 +4,8 @@ Importing this package registers them all.  One module per family:
 
 - ``elementwise``: unary math (a table), ``cast``, ``gelu``, broadcasting binary ops (a table),
   ``cmp``, ``select``
-- ``contraction``: ``matmul``, ``conv2d``; ``pooling``: ``max_pool2d``, ``avg_pool2d``
+- ``contraction``: ``matmul``, ``conv2d``; ``pooling``: ``max_pool2d``, ``avg_pool2d``,
+  ``max_pool2d_grad``
 - ``reduction``: ``reduce_*`` (a table), ``argmax``
 - ``data_movement``: ``reshape``, ``transpose``, ``broadcast_to``, ``slice``, ``concat``, ``pad``,
   ``gather``; ``constant``: ``constant``

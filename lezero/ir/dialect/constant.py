@@ -1,6 +1,7 @@
 """``lz.constant {value = dense<...> : tensor<...>}``: a tensor known at compile time."""
 from __future__ import annotations
 
+from lezero.ir.gradient import no_gradient
 from lezero.ir.opdef import PURE, AttrSpec, OpDef, register
 
 
@@ -19,3 +20,5 @@ class ConstantOp(OpDef):
 
     def reference(self, attrs):
         return attrs.value.array
+
+    grad = staticmethod(no_gradient)  # no operands

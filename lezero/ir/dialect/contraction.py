@@ -1,4 +1,12 @@
-"""Contractions: matmul (numpy semantics) and conv2d (NCHW input, OIHW weights, groups)."""
+"""Contractions: matmul (numpy semantics) and conv2d (NCHW input, OIHW weights, groups).
+
+Gradients are contractions again: matmul's are matmuls with a transposed operand; conv2d's input
+gradient is the transposed convolution (``conv2d_input_grad``: the cotangent with zeros inserted
+between rows for the strides, padded, convolved with the flipped, transposed weights, through
+``transposed_conv2d``, which avg_pool2d's gradient uses too) and its weight gradient a
+convolution of the input with the cotangent as the kernel (``conv2d_weight_grad``: strides and
+dilations trade places).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +18,11 @@ from lezero.ir.dialect.numerics import accumulator_dtype
 from lezero.ir.dialect.windows import check_window_attrs, window_output_size
 from lezero.ir.opdef import PURE, AttrSpec, OpDef, OpError, register
 from lezero.ir.types import TensorType, format_shape
+
+
+def _swap_last_two(b, v):
+    r = v.type.rank
+    return b.transpose(v, list(range(r - 2)) + [r - 1, r - 2])
 
 
 @register
@@ -42,6 +55,18 @@ class MatmulOp(OpDef):
     def reference(self, attrs, a, b):
         acc = accumulator_dtype(a.dtype)
         return np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+
+    def grad(self, b, op, attrs, dy):
+        """``da = dy @ w^T``, ``dw = a^T @ dy`` on the operands made 2-D (a 1-D lhs as a row, a 1-D
+        rhs as a column), summed over the batch dims broadcasting added, reshaped back."""
+        a, w = op.operands
+        a2 = b.reshape(a, (1,) + a.type.shape) if a.type.rank == 1 else a
+        w2 = b.reshape(w, w.type.shape + (1,)) if w.type.rank == 1 else w
+        batch = broadcast_shapes(a2.type.shape[:-2], w2.type.shape[:-2])
+        dy2 = b.reshape(dy, batch + (a2.type.shape[-2], w2.type.shape[-1]))
+        da = b.sum_to(b.op("lz.matmul", dy2, _swap_last_two(b, w2)), a2.type.shape)
+        dw = b.sum_to(b.op("lz.matmul", _swap_last_two(b, a2), dy2), w2.type.shape)
+        return [b.reshape(da, a.type.shape), b.reshape(dw, w.type.shape)]
 
 
 def conv2d_output_shape(x: TensorType, w: TensorType, attrs) -> tuple:
@@ -110,3 +135,78 @@ class Conv2dOp(OpDef):
         wg = w.reshape(g, o // g, c_per_group, kh, kw)
         out = np.einsum("ngchwij,gocij->ngohw", windows, wg, optimize=True)
         return out.reshape(n, o, oh, ow)
+
+    def grad(self, b, op, attrs, dy):
+        x, w = op.operands
+        for v in (x, w, dy):
+            if not v.type.is_static:
+                raise OpError(f"autodiff of lz.conv2d needs static shapes, got {v.type} (bind the dims first)")
+        window = dict(strides=attrs.strides, pads=attrs.pads, dilations=attrs.dilations, groups=attrs.groups)
+        return [conv2d_input_grad(b, dy, w, x.type.shape, **window),
+                conv2d_weight_grad(b, x, dy, w.type.shape, **window)]
+
+
+def conv2d_input_grad(b, dy, w, x_shape, strides, pads, dilations, groups):
+    """The gradient of ``conv2d(x, w)`` to ``x`` (of shape ``x_shape``) for the cotangent ``dy``:
+    the transposed convolution, with ``w``'s channels swapped within each group and its window
+    flipped (``transposed_conv2d``)."""
+    o, c_per_group, kh, kw = w.type.shape
+    if groups == 1:
+        wt = b.transpose(w, [1, 0, 2, 3])
+    else:
+        wt = b.reshape(w, (groups, o // groups, c_per_group, kh, kw))
+        wt = b.reshape(b.transpose(wt, [0, 2, 1, 3, 4]), (x_shape[1], o // groups, kh, kw))
+    if (kh, kw) != (1, 1):
+        wt = b.op("lz.slice", wt, starts=[-1, -1], ends=[-kh - 1, -kw - 1], axes=[2, 3], steps=[-1, -1])
+    return transposed_conv2d(b, dy, wt, x_shape, strides, pads, dilations, groups)
+
+
+def transposed_conv2d(b, dy, wt, x_shape, strides, pads, dilations, groups):
+    """``dx[i] = sum_k dy_up[i + pad - k*dil] w[k]``, where ``dy_up`` is ``dy`` with ``stride - 1``
+    zeros inserted after each row and column: a correlation of ``dy_up`` padded by
+    ``dil*(k-1) - pad`` at the start (cropped where negative), to ``H + dil*(k-1)`` rows, with the
+    window ``wt`` (``C x O/groups x KH x KW``, already flipped)."""
+    n, o, oh, ow = dy.type.shape
+    _, _, h, wd = x_shape
+    kh, kw = wt.type.shape[2:]
+    (sh, sw), (pt, pl, _, _), (dh, dw) = strides, pads, dilations
+    if (sh, sw) != (1, 1):
+        # N x O x OH x 1 x OW x 1, padded to OH x sh x OW x sw, is OH*sh x OW*sw with the zeros in
+        dy = b.reshape(dy, (n, o, oh, 1, ow, 1))
+        dy = b.op("lz.pad", dy, pads=[0] * 6 + [0, 0, 0, sh - 1, 0, sw - 1])
+        dy = b.reshape(dy, (n, o, oh * sh, ow * sw))
+    begin_h, begin_w = dh * (kh - 1) - pt, dw * (kw - 1) - pl
+    end_h, end_w = h + pt - oh * sh, wd + pl - ow * sw  # the trailing stride-1 zeros count toward it
+    if any((begin_h, begin_w, end_h, end_w)):
+        dy = b.op("lz.pad", dy, pads=[0, 0, begin_h, begin_w, 0, 0, end_h, end_w])
+    return _conv2d(b, dy, wt, dilations=dilations, groups=groups)
+
+
+def _conv2d(b, x, w, **window):
+    """``lz.conv2d`` with the window attributes that differ from their defaults."""
+    def differs(key, value):
+        return (tuple(value) if isinstance(value, (list, tuple)) else value) != Conv2dOp.attributes[key].default
+    return b.op("lz.conv2d", x, w, **{k: v for k, v in window.items() if differs(k, v)})
+
+
+def conv2d_weight_grad(b, x, dy, w_shape, strides, pads, dilations, groups):
+    """The gradient of ``conv2d(x, w)`` to ``w`` (of shape ``w_shape``): a convolution of ``x``
+    with ``dy`` as the kernel, batch and channels swapped (per group), where the forward strides
+    become dilations and the dilations strides; the window may overshoot by less than a stride
+    at the end, which is sliced off."""
+    n, c, h, wd = x.type.shape
+    _, o, oh, ow = dy.type.shape
+    _, c_per_group, kh, kw = w_shape
+    g = groups
+    if g == 1:
+        xt = b.transpose(x, [1, 0, 2, 3])     # C x N x H x W: the N images are the channels
+        dyt = b.transpose(dy, [1, 0, 2, 3])   # O x N x OH x OW: the kernel
+    else:
+        xt = b.transpose(b.reshape(x, (n, g, c_per_group, h, wd)), [2, 1, 0, 3, 4])
+        xt = b.reshape(xt, (c_per_group, g * n, h, wd))
+        dyt = b.transpose(b.reshape(dy, (n, g, o // g, oh, ow)), [1, 2, 0, 3, 4])
+        dyt = b.reshape(dyt, (o, n, oh, ow))
+    r = _conv2d(b, xt, dyt, strides=dilations, pads=pads, dilations=strides, groups=g)
+    if r.type.shape[2:] != (kh, kw):
+        r = b.op("lz.slice", r, starts=[0, 0], ends=[kh, kw], axes=[2, 3])
+    return b.transpose(r, [1, 0, 2, 3])

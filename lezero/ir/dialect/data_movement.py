@@ -1,5 +1,14 @@
 """Ops that move data without arithmetic: reshape, transpose, broadcast_to, slice, concat, pad,
-gather."""
+gather.
+
+Their gradients move the cotangent back: reshape and transpose invert themselves, broadcast_to
+sums, slice pads with zeros (zeros inserted between the elements a step skipped, the order
+reversed for a negative step), concat slices, pad crops (and pads what it cropped), and gather
+adds each cotangent row to the row it was taken from, as a matmul with a one-hot matrix of the
+indices (``numel(indices) x size of the axis`` elements: fine for the classification losses and
+small tables it is used on; an ``lz.scatter_add`` primitive is the way for large embedding
+tables).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +20,12 @@ from lezero.ir.opdef import PURE, AttrSpec, OpDef, OpError, register
 from lezero.ir.types import TensorType, format_shape
 
 _PURE = frozenset({PURE})
+
+
+def _static_shape(v, op_name: str) -> tuple:
+    if not v.type.is_static:
+        raise OpError(f"autodiff of {op_name} needs static shapes, got {v.type} (bind the dims first)")
+    return v.type.shape
 
 
 def _product(dims) -> int:
@@ -57,6 +72,9 @@ class ReshapeOp(OpDef):
     def reference(self, attrs, x):
         return x.reshape(attrs.shape)
 
+    def grad(self, b, op, attrs, dy):
+        return [b.reshape(dy, op.operands[0].type.shape)]
+
 
 @register
 class TransposeOp(OpDef):
@@ -83,6 +101,13 @@ class TransposeOp(OpDef):
     def reference(self, attrs, x):
         return np.transpose(x, self.permutation(attrs, x.ndim))
 
+    def grad(self, b, op, attrs, dy):
+        perm = self.permutation(attrs, dy.type.rank)
+        inverse = [0] * len(perm)
+        for i, p in enumerate(perm):
+            inverse[p] = i
+        return [b.transpose(dy, inverse)]
+
 
 @register
 class BroadcastToOp(OpDef):
@@ -104,6 +129,9 @@ class BroadcastToOp(OpDef):
 
     def reference(self, attrs, x):
         return np.broadcast_to(x, attrs.shape)
+
+    def grad(self, b, op, attrs, dy):
+        return [b.sum_to(dy, op.operands[0].type.shape)]
 
 
 @register
@@ -149,6 +177,33 @@ class SliceOp(OpDef):
     def reference(self, attrs, x):
         return x[tuple(self.slices(attrs, x.ndim))]
 
+    def grad(self, b, op, attrs, dy):
+        """``dy`` put back where the slice took it from, zeros elsewhere: reversed along axes with a
+        negative step, zeros inserted after each element along axes with a step > 1 (reshape to
+        ``n x 1``, pad to ``n x step``, reshape to ``n*step``), then padded to the input's shape."""
+        x = op.operands[0]
+        shape = _static_shape(x, self.name)
+        picked = [range(*s.indices(d)) for d, s in zip(shape, self.slices(attrs, x.type.rank))]
+        if any(len(r) == 0 for r in picked):
+            return [b.zeros(x.type)]
+        reversed_axes = [a for a, r in enumerate(picked) if len(r) > 1 and r.step < 0]
+        if reversed_axes:
+            dy = b.op("lz.slice", dy, starts=[-1] * len(reversed_axes),
+                      ends=[-len(picked[a]) - 1 for a in reversed_axes], axes=reversed_axes,
+                      steps=[-1] * len(reversed_axes))
+        steps = [abs(r.step) if len(r) > 1 else 1 for r in picked]
+        if any(st > 1 for st in steps):
+            split = [d for r, st in zip(picked, steps) for d in ((len(r), 1) if st > 1 else (len(r),))]
+            ends = [e for st in steps for e in ((0, st - 1) if st > 1 else (0,))]
+            dy = b.reshape(dy, split)
+            dy = b.op("lz.pad", dy, pads=[0] * len(split) + ends)
+            dy = b.reshape(dy, [len(r) * st for r, st in zip(picked, steps)])
+        begins = [min(r[0], r[-1]) for r in picked]
+        ends = [d - lo - len(r) * st for d, lo, r, st in zip(shape, begins, picked, steps)]
+        if any(begins) or any(ends):
+            dy = b.op("lz.pad", dy, pads=begins + ends)
+        return [dy]
+
 
 @register
 class ConcatOp(OpDef):
@@ -183,6 +238,17 @@ class ConcatOp(OpDef):
 
     def reference(self, attrs, *inputs):
         return np.concatenate(inputs, axis=attrs.axis)
+
+    def grad(self, b, op, attrs, dy):
+        axis = normalize_axis(attrs.axis, dy.type.rank)
+        out, offset = [], 0
+        for x in op.operands:
+            size = x.type.shape[axis]
+            if size is None:
+                raise OpError(f"autodiff of {self.name} needs static sizes along the axis, got {x.type}")
+            out.append(b.op("lz.slice", dy, starts=[offset], ends=[offset + size], axes=[axis]))
+            offset += size
+        return out
 
 
 @register
@@ -223,6 +289,12 @@ class PadOp(OpDef):
         widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
         return np.pad(x, widths, constant_values=value)
 
+    def grad(self, b, op, attrs, dy):
+        """The padding cropped off again, and zeros where the pad cropped: a pad by ``-pads``."""
+        if not any(attrs.pads):
+            return [dy]
+        return [b.op("lz.pad", dy, pads=[-p for p in attrs.pads])]
+
 
 @register
 class GatherOp(OpDef):
@@ -249,3 +321,21 @@ class GatherOp(OpDef):
         if bad.any():
             raise OpError(f"index {int(indices[bad][0])} is out of range for axis {axis} of size {size}")
         return np.take(x, np.where(indices < 0, indices + size, indices), axis=axis)
+
+    def grad(self, b, op, attrs, dy):
+        """``dx[a, d, b] = sum_i [index_i == d] dy[a, i, b]``: a one-hot matrix of the (normalized)
+        indices, transposed, times the cotangent with the index dims flattened."""
+        x, indices = op.operands
+        shape = _static_shape(x, self.name)
+        _static_shape(indices, self.name)
+        axis = normalize_axis(attrs.axis, x.type.rank)
+        size, count = shape[axis], _product(indices.type.shape)
+        before, after = _product(shape[:axis]), _product(shape[axis + 1:])
+        index = b.reshape(indices, (count, 1))
+        index = b.select(b.cmp("lt", index, 0), b.add(index, size), index)
+        et = indices.type.element_type
+        iota = b.constant(np.arange(size, dtype=et.numpy_dtype).reshape(1, size), TensorType((1, size), et))
+        one_hot = b.op("lz.cast", b.op("lz.cmp", index, iota, predicate="eq"), to=x.type.element_type)
+        rows = b.reshape(dy, (count, after) if axis == 0 else (before, count, after))
+        dx = b.op("lz.matmul", b.transpose(one_hot, [1, 0]), rows)
+        return [b.reshape(dx, shape), None]

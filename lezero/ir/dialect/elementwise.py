@@ -1,9 +1,15 @@
 """Elementwise ops: unary math, cast, gelu, broadcasting binary ops, cmp and select.
 
 The unary and binary ops are tables: a family class says what the family shares (operands,
-traits, type rules) and each op is one ``unary(...)``/``binary(...)`` line giving its name, its
-numpy reference, the element types it accepts and its ``scalar`` lowering (one element of the
-result through a ``ScalarBuilder``, ``lezero/ir/scalar.py``).  Adding an op is one line.
+traits, type rules) and each op is one ``unary(...)``/``binary(...)`` entry giving its name, its
+numpy reference, the element types it accepts, its ``scalar`` lowering (one element of the
+result through a ``ScalarBuilder``, ``lezero/ir/scalar.py``) and its ``grad`` rule (IR through a
+``GradBuilder``, ``lezero/ir/gradient.py``).  Adding an op is one entry.
+
+Gradients follow PyTorch's formulas (``derivatives.yaml``), written with the result ``y`` where
+PyTorch does: ``relu`` passes the gradient where ``y > 0`` (so 0 at 0), ``abs`` uses ``sign(x)``
+(0 at 0), ``max``/``min`` split the gradient evenly between equal operands, ``pow`` gives 0 where
+the exponent is 0 (to the base) and where the base is 0 and the exponent >= 0 (to the exponent).
 
 Integer semantics follow C, not numpy: ``div`` truncates toward zero (``-7 / 2 == -3``; ``x / 0 ==
 0``), arithmetic wraps on overflow.  Floats follow IEEE (``1 / 0 == inf``, nan propagates).
@@ -18,6 +24,7 @@ from lezero.ir.dialect.broadcasting import broadcast_shapes
 from lezero.ir.dialect.constraints import (ANY, BOOL, FLOAT, LOGICAL, NUMERIC, Domain, check_element_type,
                                            same_element_type)
 from lezero.ir.dialect.numerics import to_storage
+from lezero.ir.gradient import no_gradient
 from lezero.ir.opdef import COMMUTATIVE, ELEMENTWISE, PURE, AttrSpec, OpDef, register
 from lezero.ir.types import I1, TensorType
 
@@ -108,25 +115,55 @@ def _sign(s, x):
     return s.select(s.cmp("gt", x, zero), one, s.select(s.cmp("lt", x, zero), minus_one, x))  # 0 and nan stay
 
 
+# Gradient rules: grad(b, op, attrs, dy) with b a GradBuilder, op the forward op, dy the cotangent.
+def _x(op):
+    return op.operands[0]
+
+
+def _y(op):
+    return op.result
+
+
+def _erf_grad(b, op, attrs, dy):
+    x = _x(op)
+    return [b.mul(dy, b.mul(2 / math.sqrt(math.pi), b.op("lz.exp", b.neg(b.mul(x, x)))))]
+
+
 #    name          numpy reference   accepts   summary               scalar lowering (s: a ScalarBuilder)
-unary("neg",        np.negative,     NUMERIC,  "-x",                  scalar=lambda s, x: s.neg(x))
-unary("abs",        np.abs,          NUMERIC,  "|x|",                 scalar=lambda s, x: s.abs(x))
-unary("exp",        np.exp,          FLOAT,    "e^x",                 scalar=lambda s, x: s.exp(x))
-unary("log",        np.log,          FLOAT,    "natural logarithm",   scalar=lambda s, x: s.log(x))
-unary("sqrt",       np.sqrt,         FLOAT,    "square root",         scalar=lambda s, x: s.sqrt(x))
-unary("rsqrt",      _rsqrt,          FLOAT,    "1 / sqrt(x)",         scalar=lambda s, x: _one_over(s, s.sqrt(x)))
-unary("tanh",       np.tanh,         FLOAT,    "hyperbolic tangent",  scalar=lambda s, x: s.tanh(x))
-unary("sigmoid",    _sigmoid,        FLOAT,    "1 / (1 + e^-x)",      scalar=lambda s, x: s.sigmoid(x))
-unary("relu",       _relu,           NUMERIC,  "max(x, 0)",           scalar=lambda s, x: s.max(x, s.constant(0, x)))
-unary("erf",        _erf,            FLOAT,    "the error function",  scalar=lambda s, x: s.erf(x))
-unary("sin",        np.sin,          FLOAT,    "sine",                scalar=lambda s, x: s.sin(x))
-unary("cos",        np.cos,          FLOAT,    "cosine",              scalar=lambda s, x: s.cos(x))
-unary("floor",      np.floor,        FLOAT,    "round toward -inf",   scalar=lambda s, x: s.floor(x))
-unary("ceil",       np.ceil,         FLOAT,    "round toward +inf",   scalar=lambda s, x: s.ceil(x))
-unary("sign",       np.sign,         NUMERIC,  "-1, 0 or 1 (nan for nan)", scalar=_sign)
-unary("reciprocal", np.reciprocal,   FLOAT,    "1 / x",               scalar=_one_over)
+unary("neg",        np.negative,     NUMERIC,  "-x",                  scalar=lambda s, x: s.neg(x),
+      grad=lambda b, op, attrs, dy: [b.neg(dy)])
+unary("abs",        np.abs,          NUMERIC,  "|x|",                 scalar=lambda s, x: s.abs(x),
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.op("lz.sign", _x(op)))])
+unary("exp",        np.exp,          FLOAT,    "e^x",                 scalar=lambda s, x: s.exp(x),
+      grad=lambda b, op, attrs, dy: [b.mul(dy, _y(op))])
+unary("log",        np.log,          FLOAT,    "natural logarithm",   scalar=lambda s, x: s.log(x),
+      grad=lambda b, op, attrs, dy: [b.div(dy, _x(op))])
+unary("sqrt",       np.sqrt,         FLOAT,    "square root",         scalar=lambda s, x: s.sqrt(x),
+      grad=lambda b, op, attrs, dy: [b.div(dy, b.mul(2, _y(op)))])
+unary("rsqrt",      _rsqrt,          FLOAT,    "1 / sqrt(x)",         scalar=lambda s, x: _one_over(s, s.sqrt(x)),
+      grad=lambda b, op, attrs, dy: [b.mul(b.mul(-0.5, dy), b.mul(b.mul(_y(op), _y(op)), _y(op)))])
+unary("tanh",       np.tanh,         FLOAT,    "hyperbolic tangent",  scalar=lambda s, x: s.tanh(x),
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.sub(1, b.mul(_y(op), _y(op))))])
+unary("sigmoid",    _sigmoid,        FLOAT,    "1 / (1 + e^-x)",      scalar=lambda s, x: s.sigmoid(x),
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.mul(_y(op), b.sub(1, _y(op))))])
+unary("relu",       _relu,           NUMERIC,  "max(x, 0)",           scalar=lambda s, x: s.max(x, s.constant(0, x)),
+      grad=lambda b, op, attrs, dy: [b.where_else_zero(b.cmp("gt", _y(op), 0), dy)])
+unary("erf",        _erf,            FLOAT,    "the error function",  scalar=lambda s, x: s.erf(x),
+      grad=_erf_grad)
+unary("sin",        np.sin,          FLOAT,    "sine",                scalar=lambda s, x: s.sin(x),
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.op("lz.cos", _x(op)))])
+unary("cos",        np.cos,          FLOAT,    "cosine",              scalar=lambda s, x: s.cos(x),
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.neg(b.op("lz.sin", _x(op))))])
+unary("floor",      np.floor,        FLOAT,    "round toward -inf",   scalar=lambda s, x: s.floor(x),
+      grad=no_gradient)
+unary("ceil",       np.ceil,         FLOAT,    "round toward +inf",   scalar=lambda s, x: s.ceil(x),
+      grad=no_gradient)
+unary("sign",       np.sign,         NUMERIC,  "-1, 0 or 1 (nan for nan)", scalar=_sign,
+      grad=no_gradient)
+unary("reciprocal", np.reciprocal,   FLOAT,    "1 / x",               scalar=_one_over,
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.neg(b.mul(_y(op), _y(op))))])
 unary("not",        np.invert,       LOGICAL,  "logical not of i1, bitwise not of integers",
-      scalar=lambda s, x: s.not_(x))
+      scalar=lambda s, x: s.not_(x), grad=no_gradient)
 
 
 @register
@@ -149,6 +186,13 @@ class CastOp(UnaryOp):
 
     def lower_scalar(self, s, attrs, x):
         return s.cast(x, attrs.to)
+
+    def grad(self, b, op, attrs, dy):
+        """float -> float: the cotangent cast back; nothing flows through integers or i1."""
+        x = op.operands[0]
+        if x.type.element_type.is_float and attrs.to.is_float:
+            return [b.op("lz.cast", dy, to=x.type.element_type)]
+        return [None]
 
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -178,6 +222,22 @@ class GeluOp(UnaryOp):
             u = s.add(x, s.mul(s.constant(0.044715, x), cube))
             return s.mul(x, s.sigmoid(s.mul(s.constant(2 * _SQRT_2_OVER_PI, x), u)))
         return s.mul(x, s.normcdf(x))  # x * Phi(x); normcdf keeps the negative tail accurate
+
+    def grad(self, b, op, attrs, dy):
+        x = op.operands[0]
+        if attrs.approximate == "tanh":
+            # PyTorch's: d/dx 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3)
+            x_sq = b.mul(x, x)
+            inner = b.mul(_SQRT_2_OVER_PI, b.add(x, b.mul(0.044715, b.mul(x_sq, x))))
+            t = b.op("lz.tanh", inner)
+            left = b.mul(0.5, b.add(1, t))
+            right = b.mul(b.mul(b.mul(0.5, x), b.sub(1, b.mul(t, t))),
+                          b.mul(_SQRT_2_OVER_PI, b.add(1, b.mul(3 * 0.044715, x_sq))))
+            return [b.mul(dy, b.add(left, right))]
+        # Phi(x) + x phi(x)
+        cdf = b.mul(0.5, b.add(1, b.op("lz.erf", b.mul(x, 1 / math.sqrt(2)))))
+        pdf = b.mul(1 / math.sqrt(2 * math.pi), b.op("lz.exp", b.mul(-0.5, b.mul(x, x))))
+        return [b.mul(dy, b.add(cdf, b.mul(x, pdf)))]
 
 
 # --- binary --------------------------------------------------------------------------------------
@@ -247,20 +307,56 @@ def _power(x, y):
     return np.where(negative, small, out).astype(x.dtype)
 
 
+def _binary_grad(lhs, rhs):
+    """The rule of a broadcasting binary op from its operands' gradients at the result's shape,
+    ``lhs(b, x, y, out, g)`` and ``rhs(...)`` (``g`` the cotangent): each summed back over the
+    axes broadcasting stretched."""
+    def rule(b, op, attrs, g):
+        x, y = op.operands
+        return [b.sum_to(lhs(b, x, y, op.result, g), x.type.shape),
+                b.sum_to(rhs(b, x, y, op.result, g), y.type.shape)]
+    return rule
+
+
+def _pow_base(b, x, y, out, g):
+    # y x^(y-1), and 0 where y == 0 (also at x == 0, where the formula gives 0 * inf)
+    return b.select(b.cmp("eq", y, 0), 0, b.mul(g, b.mul(y, b.op("lz.pow", x, b.sub(y, 1)))))
+
+
+def _pow_exponent(b, x, y, out, g):
+    # x^y log x, and 0 where x == 0 and y >= 0 (the limit, where the formula gives 0 * -inf)
+    base_zero = b.op("lz.and", b.cmp("eq", x, 0), b.cmp("ge", y, 0))
+    return b.select(base_zero, 0, b.mul(g, b.mul(out, b.op("lz.log", x))))
+
+
+def _split_ties(b, x, y, g):
+    return b.select(b.cmp("eq", x, y), b.div(g, 2), g)
+
+
 #     name   numpy reference   accepts   summary
-binary("add", np.add,           NUMERIC,  "x + y", commutative=True, scalar=lambda s, x, y: s.add(x, y))
-binary("sub", np.subtract,      NUMERIC,  "x - y", scalar=lambda s, x, y: s.sub(x, y))
-binary("mul", np.multiply,      NUMERIC,  "x * y", commutative=True, scalar=lambda s, x, y: s.mul(x, y))
-binary("div", _divide,          NUMERIC,  "x / y (integers truncate toward zero)", scalar=lambda s, x, y: s.div(x, y))
-binary("pow", _power,           NUMERIC,  "x ^ y", scalar=lambda s, x, y: s.pow(x, y))
+binary("add", np.add,           NUMERIC,  "x + y", commutative=True, scalar=lambda s, x, y: s.add(x, y),
+       grad=_binary_grad(lambda b, x, y, out, g: g, lambda b, x, y, out, g: g))
+binary("sub", np.subtract,      NUMERIC,  "x - y", scalar=lambda s, x, y: s.sub(x, y),
+       grad=_binary_grad(lambda b, x, y, out, g: g, lambda b, x, y, out, g: b.neg(g)))
+binary("mul", np.multiply,      NUMERIC,  "x * y", commutative=True, scalar=lambda s, x, y: s.mul(x, y),
+       grad=_binary_grad(lambda b, x, y, out, g: b.mul(g, y), lambda b, x, y, out, g: b.mul(g, x)))
+binary("div", _divide,          NUMERIC,  "x / y (integers truncate toward zero)", scalar=lambda s, x, y: s.div(x, y),
+       grad=_binary_grad(lambda b, x, y, out, g: b.div(g, y),
+                         lambda b, x, y, out, g: b.mul(b.neg(g), b.div(out, y))))
+binary("pow", _power,           NUMERIC,  "x ^ y", scalar=lambda s, x, y: s.pow(x, y),
+       grad=_binary_grad(_pow_base, _pow_exponent))
 binary("max", np.maximum,       NUMERIC,  "the larger (nan if either is nan)", commutative=True,
-       scalar=lambda s, x, y: s.max(x, y))
+       scalar=lambda s, x, y: s.max(x, y),
+       grad=_binary_grad(lambda b, x, y, out, g: b.select(b.cmp("lt", x, y), 0, _split_ties(b, x, y, g)),
+                         lambda b, x, y, out, g: b.select(b.cmp("gt", x, y), 0, _split_ties(b, x, y, g))))
 binary("min", np.minimum,       NUMERIC,  "the smaller (nan if either is nan)", commutative=True,
-       scalar=lambda s, x, y: s.min(x, y))
+       scalar=lambda s, x, y: s.min(x, y),
+       grad=_binary_grad(lambda b, x, y, out, g: b.select(b.cmp("gt", x, y), 0, _split_ties(b, x, y, g)),
+                         lambda b, x, y, out, g: b.select(b.cmp("lt", x, y), 0, _split_ties(b, x, y, g))))
 binary("and", np.bitwise_and,   LOGICAL,  "logical and of i1, bitwise and of integers", commutative=True,
-       scalar=lambda s, x, y: s.and_(x, y))
+       scalar=lambda s, x, y: s.and_(x, y), grad=no_gradient)
 binary("or",  np.bitwise_or,    LOGICAL,  "logical or of i1, bitwise or of integers", commutative=True,
-       scalar=lambda s, x, y: s.or_(x, y))
+       scalar=lambda s, x, y: s.or_(x, y), grad=no_gradient)
 
 
 _PREDICATES = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
@@ -285,6 +381,8 @@ class CmpOp(BinaryOp):
     def lower_scalar(self, s, attrs, lhs, rhs):
         return s.cmp(attrs.predicate, lhs, rhs)
 
+    grad = staticmethod(no_gradient)
+
 
 @register
 class SelectOp(OpDef):
@@ -306,3 +404,8 @@ class SelectOp(OpDef):
 
     def lower_scalar(self, s, attrs, cond, a, b):
         return s.select(cond, a, b)
+
+    def grad(self, b, op, attrs, dy):
+        cond, x, y = op.operands
+        return [None, b.sum_to(b.where_else_zero(cond, dy), x.type.shape),
+                b.sum_to(b.select(cond, 0, dy), y.type.shape)]

@@ -1,14 +1,22 @@
 """2-D pooling over NCHW tensors: max_pool2d and avg_pool2d (ONNX's attributes, PyTorch's
-ceil-mode and count_include_pad rules)."""
+ceil-mode and count_include_pad rules), and max_pool2d_grad, max pooling's gradient.
+
+Gradients: avg_pool2d is a depthwise convolution with a window of ones, divided by each window's
+count, so its gradient is the transposed convolution of ``dy / counts`` (``transposed_conv2d``).
+max_pool2d sends each window's cotangent to the element that won it, which no existing op
+expresses cheaply: that is ``lz.max_pool2d_grad``, a primitive of its own.
+"""
 from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from lezero.ir.dialect.constraints import FLOAT, NUMERIC, check_element_type, check_rank
+from lezero.ir.dialect.constraints import FLOAT, NUMERIC, check_element_type, check_rank, same_element_type
+from lezero.ir.dialect.contraction import transposed_conv2d
 from lezero.ir.dialect.numerics import accumulator_dtype, lowest
 from lezero.ir.dialect.windows import check_window_attrs, window_output_size
-from lezero.ir.opdef import PURE, AttrSpec, OpDef, register
+from lezero.ir.opdef import PURE, AttrSpec, OpDef, OpError, register
+from lezero.ir.types import TensorType, format_shape
 
 
 def _dilations(attrs) -> tuple:
@@ -76,6 +84,10 @@ class MaxPool2dOp(Pool2dOp):
     def reference(self, attrs, x):
         return self.windows(x, attrs, lowest(x.dtype)).max(axis=(-2, -1))
 
+    def grad(self, b, op, attrs, dy):
+        return [b.op("lz.max_pool2d_grad", op.operands[0], dy,
+                     **{key: attrs[key] for key in self.attributes})]
+
 
 @register
 class AvgPool2dOp(Pool2dOp):
@@ -97,3 +109,76 @@ class AvgPool2dOp(Pool2dOp):
         counts = self.windows(ones, attrs, 1 if attrs.count_include_pad else 0, 0).sum(axis=(-2, -1))
         with np.errstate(invalid="ignore", divide="ignore"):
             return sums / counts
+
+    def counts(self, hw, attrs) -> np.ndarray:
+        """Each window's divisor, ``1 x 1 x OH x OW``."""
+        ones = np.ones((1, 1) + tuple(hw), np.float64)
+        return self.windows(ones, attrs, 1 if attrs.count_include_pad else 0, 0).sum(axis=(-2, -1))
+
+    def grad(self, b, op, attrs, dy):
+        """``dy / counts``, spread over each window: the transposed convolution of every plane
+        with a window of ones."""
+        x = op.operands[0]
+        if not x.type.is_static:
+            raise OpError(f"autodiff of lz.avg_pool2d needs static shapes, got {x.type} (bind the dims first)")
+        n, c, h, w = x.type.shape
+        oh, ow = dy.type.shape[2:]
+        et = x.type.element_type
+        counts = self.counts((h, w), attrs).astype(et.numpy_dtype)
+        planes = b.reshape(b.div(dy, b.constant(counts, TensorType(counts.shape, et))), (n * c, 1, oh, ow))
+        kh, kw = attrs.kernel
+        ones = b.constant(np.ones((1, 1, kh, kw), et.numpy_dtype), TensorType((1, 1, kh, kw), et))
+        dx = transposed_conv2d(b, planes, ones, (n * c, 1, h, w), attrs.strides, attrs.pads, (1, 1), 1)
+        return [b.reshape(dx, x.type.shape)]
+
+
+@register
+class MaxPool2dGradOp(Pool2dOp):
+    """``lz.max_pool2d_grad(x, dy) {kernel, strides, pads, dilations, ceil_mode}``: the gradient of
+    ``lz.max_pool2d`` (same attributes) to its input: each ``dy[n, c, oh, ow]`` is added to the
+    element of ``x`` that won window ``(oh, ow)``, as PyTorch picks it: the first maximum in
+    row-major window order, the last nan if the window holds one, the first element inside the
+    image if all are -inf (padding never wins).  The result has ``x``'s type."""
+
+    name = "lz.max_pool2d_grad"
+    operands = ("input", "output_grad")
+    attributes = MaxPool2dOp.attributes
+    summary = "gradient of 2-D max pooling"
+
+    def infer(self, operand_types, attrs):
+        x, dy = operand_types
+        same_element_type(operand_types)
+        (y,) = super().infer([x], attrs)
+        check_rank(dy, 4, "output_grad", "N x C x OH x OW")
+        if any(a is not None and b is not None and a != b for a, b in zip(y.shape, dy.shape)):
+            raise OpError(f"output_grad shape {format_shape(dy.shape)} is not the pooled shape "
+                          f"{format_shape(y.shape)}")
+        return [x]
+
+    def winners(self, x: np.ndarray, attrs):
+        """Per window, the flat index (into ``H x W``) of the element that won it, and whether
+        any element of the image is in the window."""
+        n, c, h, w = x.shape
+        win = self.windows(x, attrs, lowest(x.dtype))                   # N C OH OW KH KW
+        inside = self.windows(np.ones((1, 1, h, w), bool), attrs, False)
+        rows = self.windows(np.arange(h * w).reshape(1, 1, h, w) // w, attrs, -1)
+        cols = self.windows(np.arange(h * w).reshape(1, 1, h, w) % w, attrs, -1)
+        oh, ow, kh, kw = win.shape[2:]
+        flat = win.reshape(n, c, oh, ow, kh * kw)
+        inside = np.broadcast_to(inside.reshape(1, 1, oh, ow, kh * kw), flat.shape)
+        nan = np.isnan(flat) & inside
+        best = np.where(inside & ~nan, flat, lowest(x.dtype)).max(axis=-1, keepdims=True)
+        first_max = np.argmax(inside & (flat == best), axis=-1)
+        last_nan = kh * kw - 1 - np.argmax(nan[..., ::-1], axis=-1)
+        k = np.where(nan.any(axis=-1), last_nan, first_max)
+        position = (rows * w + cols).reshape(1, 1, oh, ow, kh * kw)
+        winner = np.take_along_axis(np.broadcast_to(position, flat.shape), k[..., None], axis=-1)[..., 0]
+        return winner, inside.any(axis=-1)
+
+    def reference(self, attrs, x, dy):
+        n, c, h, w = x.shape
+        winner, any_inside = self.winners(x, attrs)
+        dx = np.zeros((n * c, h * w), accumulator_dtype(x.dtype))
+        planes = np.broadcast_to(np.arange(n * c).reshape(n, c, 1, 1), winner.shape)
+        np.add.at(dx, (planes[any_inside], winner[any_inside]), dy[any_inside])
+        return dx.reshape(x.shape)

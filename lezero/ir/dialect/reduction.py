@@ -1,4 +1,10 @@
-"""Reductions over a set of axes (``reduce_*``, a table like the unary ops) and argmax."""
+"""Reductions over a set of axes (``reduce_*``, a table like the unary ops) and argmax.
+
+Gradients: sum and mean broadcast the cotangent back (mean divided by the count); max and min
+split it evenly between the elements equal to the result (PyTorch's ``amax``/``amin``; nan
+elements get none); prod uses ``y / x`` where no element is 0, and the product of the others for
+the one zero of a slice (0 where a slice has two).
+"""
 from __future__ import annotations
 
 import math
@@ -8,6 +14,7 @@ import numpy as np
 from lezero.ir.dialect.axes import normalize_axis, reduction_axes
 from lezero.ir.dialect.constraints import ANY, FLOAT, NUMERIC, Domain, check_element_type
 from lezero.ir.dialect.numerics import accumulator_dtype, highest, lowest
+from lezero.ir.gradient import no_gradient
 from lezero.ir.opdef import PURE, AttrSpec, OpDef, OpError, register
 from lezero.ir.types import I64, TensorType
 
@@ -33,6 +40,8 @@ class ReduceOp(OpDef):
     # acc = identity(numpy dtype), then the result is finalize(s, acc, count of reduced elements).
     combine = None
     identity = None
+    # Gradient facet: vjp(b, x, y, dy, axes) -> dx, with y and dy at the input's rank (keepdims).
+    vjp = None
 
     @staticmethod
     def finalize(s, acc, count: int):
@@ -46,6 +55,16 @@ class ReduceOp(OpDef):
 
     def reference(self, attrs, x):
         return self.fn(x, reduction_axes(attrs.axes, x.ndim), attrs.keepdims)
+
+    def grad(self, b, op, attrs, dy):
+        """The table entry's ``vjp(b, x, y, dy, axes)`` with ``y`` and ``dy`` kept at rank (keepdims)."""
+        x = op.operands[0]
+        axes = reduction_axes(attrs.axes, x.type.rank)
+        y, dy = op.result, dy
+        if not attrs.keepdims:
+            kept = tuple(1 if i in axes else d for i, d in enumerate(x.type.shape))
+            y, dy = b.reshape(y, kept), b.reshape(dy, kept)
+        return [self.vjp(b, x, y, dy, axes)]
 
 
 REDUCE_OPS: dict[str, type] = {}
@@ -85,18 +104,50 @@ def _mean(x, axes, keepdims):
         return _sum(x, axes, keepdims) / accumulator_dtype(x.dtype).type(count)
 
 
+def _unreduce(b, x, dy):
+    return b.op("lz.broadcast_to", dy, shape=_static_shape(x)) if dy.type.shape != x.type.shape else dy
+
+
+def _static_shape(x):
+    if not x.type.is_static:
+        raise OpError(f"autodiff of a reduction needs a static input shape, got {x.type} (bind the dims first)")
+    return x.type.shape
+
+
+def _count(x, axes) -> int:
+    return math.prod(_static_shape(x)[a] for a in axes)
+
+
+def _extremum_vjp(b, x, y, dy, axes):
+    # amax/amin: an even share to every element equal to the result
+    hit = b.cmp("eq", x, y)
+    ties = b.op("lz.reduce_sum", b.op("lz.cast", hit, to=x.type.element_type), axes=list(axes), keepdims=True)
+    return b.where_else_zero(hit, b.div(dy, ties))
+
+
+def _prod_vjp(b, x, y, dy, axes):
+    zero = b.cmp("eq", x, 0)
+    zeros = b.op("lz.reduce_sum", b.op("lz.cast", zero, to=x.type.element_type), axes=list(axes), keepdims=True)
+    safe_x = b.select(zero, 1, x)
+    others = b.op("lz.reduce_prod", safe_x, axes=list(axes), keepdims=True)  # product of the nonzero elements
+    at_zero = b.where_else_zero(b.cmp("eq", zeros, 1), b.mul(dy, others))
+    return b.select(zero, at_zero, b.mul(dy, b.div(y, safe_x)))
+
+
 #          name          reference  accepts   summary
 reduction("reduce_sum",  _sum,      NUMERIC,  "sum (0 over no elements)",
-          combine=lambda s, acc, x: s.add(acc, x), identity=lambda dtype: 0)
+          combine=lambda s, acc, x: s.add(acc, x), identity=lambda dtype: 0,
+          vjp=lambda b, x, y, dy, axes: _unreduce(b, x, dy))
 reduction("reduce_prod", _prod,     NUMERIC,  "product (1 over no elements)",
-          combine=lambda s, acc, x: s.mul(acc, x), identity=lambda dtype: 1)
+          combine=lambda s, acc, x: s.mul(acc, x), identity=lambda dtype: 1, vjp=_prod_vjp)
 reduction("reduce_max",  _max,      NUMERIC,  "maximum (-inf or the smallest integer over no elements)",
-          combine=lambda s, acc, x: s.max(acc, x), identity=lowest)
+          combine=lambda s, acc, x: s.max(acc, x), identity=lowest, vjp=_extremum_vjp)
 reduction("reduce_min",  _min,      NUMERIC,  "minimum (+inf or the largest integer over no elements)",
-          combine=lambda s, acc, x: s.min(acc, x), identity=highest)
+          combine=lambda s, acc, x: s.min(acc, x), identity=highest, vjp=_extremum_vjp)
 reduction("reduce_mean", _mean,     FLOAT,    "arithmetic mean (nan over no elements)",
           combine=lambda s, acc, x: s.add(acc, x), identity=lambda dtype: 0,
-          finalize=lambda s, acc, count: s.div(acc, s.constant(count, acc)))
+          finalize=lambda s, acc, count: s.div(acc, s.constant(count, acc)),
+          vjp=lambda b, x, y, dy, axes: _unreduce(b, x, b.div(dy, _count(x, axes))))
 
 
 @register
@@ -123,3 +174,5 @@ class ArgmaxOp(OpDef):
         if x.shape[axis] == 0:
             raise OpError(f"cannot take the argmax of axis {attrs.axis}, which has size 0")
         return np.argmax(x, axis=axis, keepdims=attrs.keepdims)
+
+    grad = staticmethod(no_gradient)

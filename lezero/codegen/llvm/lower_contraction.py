@@ -1,0 +1,722 @@
+"""Matmul and conv kernels: one ``lz.matmul`` or ``lz.conv2d`` and its elementwise epilogue.
+
+**float32** goes through the blocked GEMM of ``gemm.py`` (packing, 6 x 64 register tiles of
+vector FMA).  The kernel's epilogue is emitted inside the micro-kernel, as a ``TileStore``: on
+the last K block the tile's sums go to a stack array and, for each row of the tile, a loop over
+its columns evaluates every yielded value with the same value-at-index emitter the elementwise
+kernels use (``ValueAtIndex``; the contraction's value is read from the tile), and stores it.
+LLVM vectorizes that loop like any elementwise loop, so bias, activations, residuals and any
+broadcast operand cost one pass over the tile while it is in L1.
+
+- matmul (numpy semantics): each batch index (broadcast batch dims) is one GEMM; a 1-D lhs is
+  one row, a 1-D rhs one column.
+- conv2d: each (image, group) is one GEMM out[co, pixel] = W[co, k] . col[k, pixel] with
+  k = (ci, kh, kw), which is NCHW already.  The im2col matrix is never built: pixels are numbered
+  in *q-space*, ``q = oh * WQ + ow`` over rows of the padded input wide enough for every kernel
+  column (``WQ = OW + (KW - 1) * dw`` for stride 1), so that row ``k`` of col is one contiguous
+  run of the input, ``col[k, q] = x[off[k] + q]``, with ``off`` a constant table (gemm.py's
+  ``b_row_offsets``).  The ``WQ - OW`` columns past each output row are computed and never stored
+  (3.4% for a 3x3 at 56x56).  Pads and strides go through a *slab*: the rows of the input a task
+  reads, zero padded and split into ``sh x sw`` phases (``slab[ci, a, b, r, c] = xpad[ci, r*sh + a,
+  c*sw + b]``), which makes a strided convolution a stride-1 one over the phases.  A stride-1
+  convolution without pads reads its input in place.
+- How B is read (``CONV_B``): packed (GotoBLAS: NR-wide slivers copied from the table's rows per
+  K block) or direct (the micro-kernel loads the slab's rows in place, unaligned; no packing, no
+  K blocking).  Measured on the benchmark shape (benchmarks/conv.py), direct is faster; see
+  docs/architecture.md.
+
+Work items are (batch, rectangle) tasks: each batch's output is cut by ``split_rectangles`` into
+``rectangles_per_batch`` pieces so that a run has enough tasks to share between threads, and every
+task packs its own operands.  The workspace (packed A, packed B, partial sums when the sums
+cannot live in a result buffer, the slab) is ``malloc``ed by each call of the ABI function and
+freed at its end: the ABI has no workspace argument, the stack is too small, and a call runs many
+tasks, so the cost (~1 us; glibc serves the repeated size from its heap after the first call) is
+paid once per thread per launch.  A thread-local buffer would need TLS in JIT-loaded objects.
+
+**Other dtypes** (f64, f16 and bf16 accumulating in f32 as the reference does, integers
+wrapping), and float32 shapes the GEMM tiles waste (a matmul with fewer than 4 rows or 16
+columns, a conv with fewer than 4 output channels per group, e.g. depthwise): loops.  matmul is
+i-k-j over blocks of 256 columns (the j loop vectorizes; a stack array holds the sums), a work item
+per output row; conv is a work item per output row (n, co, oh): for each (ci, kh, kw) the valid
+``ow`` range is computed once, so the inner loop has no padding test and vectorizes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from lezero.codegen.affine import Affine, Var
+from lezero.codegen.errors import LoweringError
+from lezero.codegen.llvm import gemm
+from lezero.codegen.llvm.index_math import Buffer, IndexMaterializer, ValueAtIndex
+from lezero.codegen.llvm.kernel_function import KernelContext
+from lezero.codegen.llvm.loops import for_range, i64, min_i64, unravel_values
+from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, accumulator_type, compute_type, storage_type
+from lezero.ir.core import Operation
+from lezero.ir.types import F32
+
+I8 = ir.IntType(8)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+FLOAT = ir.FloatType()
+VOID = ir.VoidType()
+
+CONTRACTION_OPS = ("lz.matmul", "lz.conv2d")
+
+# Work decomposition: a batch is cut into up to MAX_TASKS // batches rectangles (a power of two,
+# so that the runtime's contiguous split of the work items shares evenly between 2, 4 or 8
+# threads), none smaller than MIN_TASK_FLOPS (each task packs its own operands: smaller ones
+# spend more time packing than they save).  The count does not depend on the thread count, so the
+# kernel and its results are the same whatever pool runs it.
+MAX_TASKS = 8
+MIN_TASK_FLOPS = 24_000_000
+# Below these the GEMM's 6 x 64 tiles are mostly padding: the loop kernel is used instead.
+GEMM_MIN_ROWS = 4
+GEMM_MIN_COLS = 16
+CONV_GEMM_MIN_CHANNELS = 4
+# How a conv's GEMM reads its input: "direct" (the micro-kernel loads the slab's rows in place)
+# or "packed" (rows copied to NR-wide slivers per K block).
+CONV_B = "direct"
+# Direct mode keeps all of K in one block (no partial sums) up to this depth; the packed A block
+# then holds DIRECT_A_FLOATS at most.
+DIRECT_MAX_KC = 2304
+DIRECT_A_FLOATS = 96 * 1024
+# The epilogue's loops over a tile row are short (64 columns at most, split at output rows in a
+# conv): masked vector iterations rather than a scalar remainder loop, which would run a
+# transcendental epilogue up to 15 times per row one lane at a time.
+TILE_LOOP = {"vectorize_enable": 1, "vectorize_predicate_enable": 1}
+# Loop kernels: columns of sums held in a stack array (matmul), output columns per block (conv).
+LOOP_COLUMNS = 256
+
+
+def anchor_op(ctx: KernelContext) -> Operation:
+    ops = [op for op in ctx.body.ops if op.name in CONTRACTION_OPS]
+    if len(ops) != 1:
+        raise LoweringError(f"failed to lower {ctx.kernel.definition.attrs(ctx.kernel).kind} kernel {ctx.name} for "
+                            f"{ctx.target}: it holds {len(ops)} contractions, not one", ctx.kernel.location)
+    return ops[0]
+
+
+def lower_contraction(ctx: KernelContext) -> int:
+    """Emit a matmul or conv kernel; the number of work items."""
+    anchor = anchor_op(ctx)
+    for v in anchor.operands:
+        if v not in ctx.body.args:
+            raise LoweringError(f"failed to lower {anchor.name} for {ctx.target}: its operands must be kernel "
+                                "operands (a contraction kernel takes no prologue)", anchor.location)
+    for y in ctx.yields:
+        if y.type.shape != anchor.result.type.shape:
+            raise LoweringError(f"failed to lower {anchor.name} for {ctx.target}: the epilogue yields shape "
+                                f"{y.type.shape}, not the contraction's {anchor.result.type.shape}", anchor.location)
+    if 0 in anchor.result.type.shape:
+        ctx.fn.finish()
+        return 1
+    dtype = anchor.result.type.element_type
+    if anchor.name == "lz.matmul":
+        shape = MatmulShape.of(anchor)
+        if dtype == F32 and shape.k > 0 and shape.m >= GEMM_MIN_ROWS and shape.n >= GEMM_MIN_COLS:
+            return lower_gemm(ctx, anchor, MatmulGemm(shape))
+        return lower_matmul_loops(ctx, anchor, shape)
+    shape = ConvShape.of(anchor)
+    if dtype == F32 and shape.k > 0 and shape.out_per_group >= CONV_GEMM_MIN_CHANNELS:
+        return lower_gemm(ctx, anchor, ConvGemm(shape, direct=CONV_B == "direct"))
+    return lower_conv_loops(ctx, anchor, shape)
+
+
+def contraction_flops(op: Operation) -> int:
+    """2 x multiply-adds of a matmul or conv2d."""
+    if op.name == "lz.matmul":
+        s = MatmulShape.of(op)
+        return 2 * s.batches * s.m * s.n * s.k
+    s = ConvShape.of(op)
+    return 2 * math.prod(op.result.type.shape) * s.in_per_group * s.kh * s.kw
+
+
+# --------------------------------------------------------------------------------------------
+# Shapes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """numpy matmul as ``batches`` GEMMs of m x k by k x n."""
+
+    batch_shape: tuple
+    a_batch_strides: tuple  # elements, 0 along broadcast dims
+    b_batch_strides: tuple
+    m: int
+    n: int
+    k: int
+    has_rows: bool  # the result has the m dim (a 2-D+ lhs)
+    has_cols: bool  # the result has the n dim (a 2-D+ rhs)
+
+    @staticmethod
+    def of(op: Operation) -> "MatmulShape":
+        a, b = (v.type.shape for v in op.operands)
+        a2 = a if len(a) > 1 else (1,) + a
+        b2 = b if len(b) > 1 else b + (1,)
+        m, k = a2[-2:]
+        n = b2[-1]
+        result = op.result.type.shape
+        batch = tuple(result[:len(result) - (len(a) > 1) - (len(b) > 1)])
+
+        def strides(shape, matrix):
+            lead = len(batch) - len(shape)
+            out, step = [], matrix
+            for d in reversed(range(len(batch))):
+                size = shape[d - lead] if d >= lead else 1
+                out.append(step if size != 1 else 0)
+                step *= size
+            return tuple(reversed(out))
+
+        return MatmulShape(batch, strides(a2[:-2], m * k), strides(b2[:-2], k * n), m, n, k, len(a) > 1, len(b) > 1)
+
+    @property
+    def batches(self) -> int:
+        return math.prod(self.batch_shape)
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    groups: int
+    strides: tuple
+    pads: tuple  # top, left, bottom, right
+    dilations: tuple
+
+    @staticmethod
+    def of(op: Operation) -> "ConvShape":
+        attrs = op.definition.attrs(op)
+        n, c, h, w = op.operands[0].type.shape
+        o, _, kh, kw = op.operands[1].type.shape
+        _, _, oh, ow = op.result.type.shape
+        return ConvShape(n, c, h, w, o, kh, kw, oh, ow, attrs.groups, tuple(attrs.strides), tuple(attrs.pads),
+                         tuple(attrs.dilations))
+
+    @property
+    def in_per_group(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def out_per_group(self) -> int:
+        return self.o // self.groups
+
+    @property
+    def k(self) -> int:
+        return self.in_per_group * self.kh * self.kw
+
+
+# --------------------------------------------------------------------------------------------
+# float32: the GEMM
+# --------------------------------------------------------------------------------------------
+
+
+def _affine(value, extent=None, name="v") -> Affine:
+    return Affine.of(Var(name, extent, payload=value))
+
+
+def _align_up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def rectangles_per_batch(batches: int, flops_per_batch: int) -> int:
+    """A power of two, at most MAX_TASKS // batches (at least 1), each piece MIN_TASK_FLOPS."""
+    wanted = min(max(1, MAX_TASKS // max(batches, 1)), max(1, flops_per_batch // MIN_TASK_FLOPS))
+    return 1 << (wanted.bit_length() - 1)
+
+
+class MatmulGemm:
+    """matmul as GEMMs: batch index -> A, B and the output's row-major layout."""
+
+    pack_b = True
+    b_row_offsets = None
+
+    def __init__(self, shape: MatmulShape):
+        self.shape = shape
+        self.batches = shape.batches
+        self.m, self.n, self.k = shape.m, shape.n, shape.k
+        self.lda, self.ldb = shape.k, shape.n
+        self.slab_floats = 0
+
+    def config(self, host: gemm.GemmConfig, rectangles) -> gemm.GemmConfig:
+        return _shrink(host, self.k, rectangles)
+
+    def operands(self, b, ctx, a_ptr, b_ptr, batch, n_begin, n_end, slab):
+        """(A, B) of one task: the operands at the batch index's (broadcast) offsets."""
+        s = self.shape
+        coords = unravel_values(b, batch, s.batch_shape) if s.batch_shape else []
+
+        def offset(strides):
+            total = i64(0)
+            for coord, stride in zip(coords, strides):
+                if stride:
+                    total = b.add(total, b.mul(coord, i64(stride)))
+            return total
+
+        return (b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=FLOAT),
+                b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=FLOAT))
+
+    def output_layout(self):
+        """(floats per batch, ldc) of the result as a C matrix: a result buffer can hold the
+        partial sums."""
+        return self.m * self.n, self.n
+
+    def emit_tile(self, b, tile: gemm.OutputTile, batch, store) -> None:
+        s = self.shape
+        coords = [_affine(c, d, f"batch{i}") for i, (c, d) in
+                  enumerate(zip(unravel_values(b, batch, s.batch_shape) if s.batch_shape else [], s.batch_shape))]
+        with for_range(b, 0, tile.rows, "i") as i:
+            row = _affine(b.add(tile.row, i), s.m, "row")
+            with for_range(b, 0, tile.cols, "j", **TILE_LOOP) as j:
+                col = _affine(b.add(tile.col, j), s.n, "col")
+                index = coords + ([row] if s.has_rows else []) + ([col] if s.has_cols else [])
+                store(i, j, index)
+
+
+class ConvGemm:
+    """conv2d as one GEMM per (image, group) over q-space pixels (see the module docstring)."""
+
+    def __init__(self, shape: ConvShape, direct: bool):
+        s = self.shape = shape
+        sh, sw = s.strides
+        dh, dw = s.dilations
+        self.batches = s.n * s.groups
+        self.m, self.k = s.out_per_group, s.k
+        self.lda, self.ldb = s.k, 0
+        # phase rows/columns each kernel tap reads past the output's: (kh*dh) // sh
+        self.qh = [(kh * dh) // sh for kh in range(s.kh)]
+        self.qw = [(kw * dw) // sw for kw in range(s.kw)]
+        self.wq = s.ow + self.qw[-1]  # q-space row width
+        self.n = (s.oh - 1) * self.wq + s.ow
+        self.direct = direct
+        self.pack_b = not direct
+        self.in_place = not direct and s.strides == (1, 1) and s.pads == (0, 0, 0, 0)
+        self.rows_per_plane = s.h if self.in_place else None  # slab rows per phase plane, set by plan()
+        self.slab_floats = 0
+        self.b_row_offsets = None
+
+    def config(self, host: gemm.GemmConfig, rectangles) -> gemm.GemmConfig:
+        s = self.shape
+        if self.in_place:
+            self._set_offsets(s.h)
+        else:
+            rows = max((n1 - 1) // self.wq - n0 // self.wq + 1 for _, _, n0, n1 in rectangles) + self.qh[-1]
+            self._set_offsets(rows)
+            planes = s.in_per_group * s.strides[0] * s.strides[1]
+            # slack: the last tile of a task reads up to NR - 1 columns past it (direct) and a row
+            # reads qw[-1] past its end, into the next row or past the slab
+            self.slab_floats = planes * rows * self.wq + 2 * (host.nr + self.wq)
+        if not self.direct:
+            return _shrink(host, self.k, rectangles)
+        kc = self.k if self.k <= DIRECT_MAX_KC else -(-self.k // -(-self.k // DIRECT_MAX_KC))
+        mc = max(host.mr, min(host.mc, (DIRECT_A_FLOATS // kc) // host.mr * host.mr))
+        max_rows = max(m1 - m0 for m0, m1, _, _ in rectangles)
+        mc = min(mc, _align_up(max_rows, host.mr))
+        max_cols = max(n1 - n0 for _, _, n0, n1 in rectangles)
+        return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc, mc,
+                               min(host.nc, _align_up(max_cols, host.nr)))
+
+    def _set_offsets(self, rows: int) -> None:
+        s = self.shape
+        sh, sw = s.strides
+        dh, dw = s.dilations
+        self.rows_per_plane = rows
+        plane = rows * self.wq
+        offsets = []
+        for ci in range(s.in_per_group):
+            for kh in range(s.kh):
+                for kw in range(s.kw):
+                    phase = (ci * sh + (kh * dh) % sh) * sw + (kw * dw) % sw
+                    offsets.append(phase * plane + self.qh[kh] * self.wq + self.qw[kw])
+        self.b_row_offsets = tuple(offsets)
+
+    def operands(self, b, ctx, x_ptr, w_ptr, batch, n_begin, n_end, slab):
+        """(A, B) of one task: the group's weights, and its input (in place or through the slab)."""
+        s = self.shape
+        groups = i64(s.groups)
+        image, group = (b.udiv(batch, groups), b.urem(batch, groups)) if s.groups > 1 else (batch, i64(0))
+        a = b.gep(w_ptr, [b.mul(group, i64(self.m * self.k))], source_etype=FLOAT)
+        channel0 = b.add(b.mul(image, i64(s.c)), b.mul(group, i64(s.in_per_group)))
+        x = b.gep(x_ptr, [b.mul(channel0, i64(s.h * s.w))], source_etype=FLOAT)
+        if self.in_place:
+            return a, x
+        first_row = b.udiv(n_begin, i64(self.wq))
+        self._emit_slab(b, x, first_row, slab)
+        # B[k, q] = slab[off[k] + q - first_row * WQ]
+        return a, b.gep(slab, [b.mul(first_row, i64(-self.wq))], source_etype=FLOAT)
+
+    def _emit_slab(self, b, x, first_row, slab) -> None:
+        """slab[ci][a][bb][r][c] = xpad[ci, (first_row + r) * sh + a, c * sw + bb] (zero outside x)."""
+        s = self.shape
+        sh, sw = s.strides
+        pt, pl = s.pads[0], s.pads[1]
+        rows, wq = self.rows_per_plane, self.wq
+        zero = ir.Constant(FLOAT, 0.0)
+        with for_range(b, 0, s.in_per_group, "slab_ci") as ci:
+            x_plane = b.gep(x, [b.mul(ci, i64(s.h * s.w))], source_etype=FLOAT)
+            for a in range(sh):
+                for bb in range(sw):
+                    # columns c whose input column c * sw + bb - pl is inside x
+                    c_lo = min(wq, max(0, -(-(pl - bb) // sw)))
+                    c_hi = max(c_lo, min(wq, (s.w - 1 + pl - bb) // sw + 1))
+                    plane = b.mul(b.add(b.mul(ci, i64(sh * sw)), i64(a * sw + bb)), i64(rows * wq))
+                    with for_range(b, 0, rows, "slab_r") as r:
+                        out = b.gep(slab, [b.add(plane, b.mul(r, i64(wq)))], source_etype=FLOAT)
+                        xi = b.sub(b.add(b.mul(b.add(first_row, r), i64(sh)), i64(a)), i64(pt))
+                        inside = b.icmp_unsigned("<", xi, i64(s.h))  # 0 <= xi < h
+                        with b.if_else(inside) as (then, otherwise):
+                            with then:
+                                source = b.gep(x_plane, [b.mul(xi, i64(s.w))], source_etype=FLOAT)
+                                _fill(b, out, 0, c_lo, zero)
+                                with for_range(b, c_lo, c_hi, "slab_c") as c:
+                                    column = b.add(b.mul(c, i64(sw)), i64(bb - pl))
+                                    value = b.load(b.gep(source, [column], source_etype=FLOAT), typ=FLOAT, align=4)
+                                    b.store(value, b.gep(out, [c], source_etype=FLOAT), align=4)
+                                _fill(b, out, c_hi, wq, zero)
+                            with otherwise:
+                                _fill(b, out, 0, wq, zero)
+
+    def output_layout(self):
+        """A result buffer is the C matrix only when q-space has no extra columns."""
+        s = self.shape
+        return (self.m * s.oh * s.ow, s.oh * s.ow) if self.wq == s.ow else None
+
+    def output_base(self, b, batch):
+        """Element offset of (image, group's first channel) in the output."""
+        s = self.shape
+        return b.mul(batch, i64(self.m * s.oh * s.ow))  # batch = image * groups + group
+
+    def emit_tile(self, b, tile: gemm.OutputTile, batch, store) -> None:
+        s = self.shape
+        wq = i64(self.wq)
+        image, group = (b.udiv(batch, i64(s.groups)), b.urem(batch, i64(s.groups))) if s.groups > 1 \
+            else (batch, i64(0))
+        channel0 = b.add(b.mul(group, i64(self.m)), tile.row)
+        col_end = b.add(tile.col, tile.cols)
+        first = b.udiv(tile.col, wq)
+        last = b.udiv(b.sub(col_end, i64(1)), wq)
+        n_index = _affine(image, s.n, "image")
+        with for_range(b, 0, tile.rows, "i") as i:
+            channel = _affine(b.add(channel0, i), s.o, "channel")
+            with for_range(b, first, b.add(last, i64(1)), "oh") as oh:
+                row_start = b.mul(oh, wq)
+                lo = b.sub(tile.col, row_start)
+                lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo)
+                hi = min_i64(b, b.sub(col_end, row_start), s.ow)
+                oh_index = _affine(oh, s.oh, "oh")
+                with for_range(b, lo, hi, "ow", **TILE_LOOP) as ow:
+                    j = b.sub(b.add(row_start, ow), tile.col)
+                    store(i, j, [n_index, channel, oh_index, _affine(ow, s.ow, "ow")])
+
+
+def _fill(b, pointer, start: int, stop: int, value) -> None:
+    if stop > start:
+        with for_range(b, start, stop, "fill") as c:
+            b.store(value, b.gep(pointer, [c], source_etype=FLOAT), align=4)
+
+
+def _shrink(host: gemm.GemmConfig, k: int, rectangles) -> gemm.GemmConfig:
+    """The host's blocking cut down to the problem: K blocks of equal depth, and blocks no larger
+    than the largest task (so the workspace is no larger than needed)."""
+    blocks = max(1, -(-k // host.kc))
+    kc = max(1, -(-k // blocks))
+    max_rows = max(m1 - m0 for m0, m1, _, _ in rectangles)
+    max_cols = max(n1 - n0 for _, _, n0, n1 in rectangles)
+    return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc,
+                           min(host.mc, _align_up(max_rows, host.mr)), min(host.nc, _align_up(max_cols, host.nr)))
+
+
+def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
+    host = gemm.GemmConfig.for_host()
+    per_batch = rectangles_per_batch(plan.batches, 2 * plan.m * plan.n * plan.k)
+    rectangles = gemm.split_rectangles(plan.m, plan.n, plan.k, per_batch, host.mr, host.nr)
+    config = plan.config(host, rectangles)
+
+    # Where partial sums wait between K blocks: a float32 result when the output is a C matrix,
+    # else the workspace.
+    k_blocks = -(-plan.k // config.kc) if plan.k else 1
+    layout = plan.output_layout()
+    partial_result = None
+    if k_blocks > 1 and layout is not None:
+        partial_result = next((i for i, r in enumerate(ctx.kernel.results) if r.type.element_type == F32), None)
+
+    # Buffers never overlap (memory-plan shares buffers only within elementwise kernels), except
+    # that a result holding partial sums is also reached through C.
+    num_operands = len(ctx.kernel.operands)
+    args = tuple(gemm.EpilogueArg(f"buffer{i}", "pointer",
+                                  noalias=partial_result is None or i != num_operands + partial_result)
+                 for i in range(len(ctx.fn.buffers))) + (gemm.EpilogueArg("batch", "index"),)
+    tile_store = TileEpilogue(ctx, anchor, plan)
+    generator = gemm.SgemmGenerator(config, gemm.TileStore(ctx.name, tile_store.emit, args), f"{ctx.name}.gemm",
+                                    b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b)
+    rectangle_function = generator.build_into(ctx.module)
+    rectangle_function.linkage = "internal"
+    ctx.s.external_symbols |= tile_store.external_symbols
+    max_rows = max(m1 - m0 for m0, m1, _, _ in rectangles)
+    max_cols = max(n1 - n0 for _, _, n0, n1 in rectangles)
+    gemm_floats = config.packed_a_floats + (config.packed_b_floats if plan.pack_b else 0)
+    partial_floats = _align_up(max_rows * max_cols, 16) if k_blocks > 1 and partial_result is None else 0
+    slab_floats = _align_up(plan.slab_floats, 16)
+    workspace_bytes = 4 * (gemm_floats + partial_floats + slab_floats)
+
+    b = ctx.b
+    module = ctx.module
+    buffers = ctx.fn.buffers
+    first, second = (buffers[ctx.body.args.index(v)] for v in anchor.operands)
+    malloc = _declare(module, "malloc", PTR, [I64])
+    free = _declare(module, "free", VOID, [PTR])
+    raw = b.call(malloc, [i64(workspace_bytes + gemm.WORKSPACE_ALIGNMENT)])
+    with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
+        b.call(_declare(module, "llvm.trap", VOID, []), [])
+        b.unreachable()
+    address = b.ptrtoint(raw, I64)
+    aligned = b.and_(b.add(address, i64(gemm.WORKSPACE_ALIGNMENT - 1)), i64(-gemm.WORKSPACE_ALIGNMENT))
+    workspace = b.gep(raw, [b.sub(aligned, address)], source_etype=I8)
+    partials = b.gep(workspace, [i64(gemm_floats)], source_etype=FLOAT)
+    slab = b.gep(workspace, [i64(gemm_floats + partial_floats)], source_etype=FLOAT)
+
+    table_type = ir.ArrayType(I64, 4 * len(rectangles))
+    table = ir.GlobalVariable(module, table_type, f"{ctx.name}.rectangles")
+    table.global_constant = True
+    table.linkage = "internal"
+    table.initializer = ir.Constant(table_type, [v for r in rectangles for v in r])
+    count = len(rectangles)
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
+        batch, rectangle = (b.udiv(item, i64(count)), b.urem(item, i64(count))) if count > 1 else (item, i64(0))
+        m0, m1, n0, n1 = (b.load(b.gep(table, [i64(0), b.add(b.mul(rectangle, i64(4)), i64(f))],
+                                       source_etype=table_type), typ=I64) for f in range(4))
+        a, bm = plan.operands(b, ctx, first, second, batch, n0, n1, slab)
+        if k_blocks == 1:
+            c, ldc = ir.Constant(PTR, None), i64(0)
+        elif partial_result is not None:
+            per_batch_floats, ldc_value = layout
+            result = buffers[num_operands + partial_result]
+            c, ldc = b.gep(result, [b.mul(batch, i64(per_batch_floats))], source_etype=FLOAT), i64(ldc_value)
+        else:  # C[m, n] lives at partials[(m - m0) * max_cols + n - n0]
+            shift = b.add(b.mul(m0, i64(max_cols)), n0)
+            c, ldc = b.gep(partials, [b.sub(i64(0), shift)], source_etype=FLOAT), i64(max_cols)
+        b.call(rectangle_function, [i64(plan.k), a, i64(plan.lda), bm, i64(plan.ldb), c, ldc, m0, m1, n0, n1,
+                                    workspace] + list(buffers) + [batch])
+    b.call(free, [raw])
+    ctx.fn.finish()
+    return plan.batches * count
+
+
+def _declare(module: ir.Module, name: str, return_type, arg_types) -> ir.Function:
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(return_type, arg_types), name)
+
+
+class TileEpilogue:
+    """The ``TileStore`` of a contraction kernel: every yielded value at each element of the tile,
+    through a ``ValueAtIndex`` whose contraction value is the tile's sum."""
+
+    def __init__(self, ctx: KernelContext, anchor: Operation, plan):
+        self.ctx, self.anchor, self.plan = ctx, anchor, plan
+        self.external_symbols: set[str] = set()
+        self._emitter = None
+        self._builder = None
+
+    def _emitter_for(self, tile: gemm.OutputTile) -> ValueAtIndex:
+        b = tile.builder
+        if self._builder is not b:  # one emitter per micro-kernel (its constant tables are module globals)
+            ctx = self.ctx
+            pointers = [tile.arg(f"buffer{i}") for i in range(len(ctx.fn.buffers))]
+            operands = {arg: Buffer(p, arg.type) for arg, p in zip(ctx.body.args, pointers)}
+            s = LLVMScalarBuilder(b)
+            self.external_symbols = s.external_symbols  # filled as the code is emitted
+            self._emitter = ValueAtIndex(s, IndexMaterializer(b), operands, target=ctx.target)
+            self._results = [Buffer(p, r.type) for p, r in zip(pointers[len(ctx.kernel.operands):], ctx.kernel.results)]
+            self._builder = b
+        return self._emitter
+
+    def emit(self, tile: gemm.OutputTile) -> None:
+        emitter = self._emitter_for(tile)
+        b = tile.builder
+        yields = self.ctx.yields
+        results = self._results
+
+        def store(i, j, index):
+            emitter.new_scope()
+            position = b.add(b.mul(i, i64(tile.nr)), j)
+
+            def tile_value(op, value, at):
+                address = b.gep(tile.sums, [position], source_etype=FLOAT)
+                return Scalar(b.load(address, typ=FLOAT, align=4), F32)
+
+            emitter.overrides[self.anchor] = tile_value
+            values = [emitter.at(y, index) for y in yields]
+            for value, buffer in zip(values, results):
+                emitter.store(buffer, index, value)
+
+        self.plan.emit_tile(b, tile, tile.arg("batch"), store)
+
+
+# --------------------------------------------------------------------------------------------
+# Other dtypes: loops
+# --------------------------------------------------------------------------------------------
+
+
+def _accumulate(b: ir.IRBuilder, acc, x, y, dtype):
+    """acc + x * y in ``dtype``'s compute type (floats may contract to an FMA and reassociate, as
+    BLAS does)."""
+    if dtype.is_float:
+        flags = ("contract", "reassoc")
+        return b.fadd(acc, b.fmul(x, y, flags=flags), flags=flags)
+    return b.add(acc, b.mul(x, y))
+
+
+def _zero(dtype):
+    return ir.Constant(compute_type(dtype), 0.0 if dtype.is_float else 0)
+
+
+def _store_epilogue(ctx: KernelContext, anchor: Operation, index, sum_address, acc_dtype) -> None:
+    """Every yielded value at ``index``, the contraction's value being the sum at ``sum_address``
+    rounded to its element type."""
+    dtype = anchor.result.type.element_type
+    emitter = ctx.emitter
+    emitter.new_scope()
+
+    def contraction_value(op, value, at):
+        acc = ctx.b.load(sum_address, typ=compute_type(acc_dtype))
+        return ctx.s.round(Scalar(acc, dtype))  # f16/bf16 sums are float32 too: round once, like the reference
+
+    emitter.overrides[anchor] = contraction_value
+    values = [emitter.at(y, index) for y in ctx.yields]
+    for value, buffer in zip(values, ctx.result_buffers):
+        emitter.store(buffer, index, value)
+
+
+def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape) -> int:
+    """A work item per output row: for blocks of columns, sums[j] += a[i, k] * b[k, j] (i-k-j),
+    then the epilogue."""
+    b = ctx.b
+    dtype = anchor.result.type.element_type
+    acc_dtype = accumulator_type(dtype)
+    acc_type = compute_type(acc_dtype)
+    a_ptr, b_ptr = (ctx.fn.buffers[ctx.body.args.index(v)] for v in anchor.operands)
+    storage = storage_type(dtype)
+    block = min(shape.n, LOOP_COLUMNS)
+    sums = ctx.fn.alloca(acc_type, block, "sums")
+
+    def load(pointer, offset):
+        value = ctx.s.load(b.gep(pointer, [offset], source_etype=storage), dtype).value
+        return value  # f16 loads extend to float: the products are exact in float32
+
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
+        batch, row = (b.udiv(item, i64(shape.m)), b.urem(item, i64(shape.m))) if shape.m > 1 else (item, i64(0))
+        coords = unravel_values(b, batch, shape.batch_shape) if shape.batch_shape else []
+        a_offset, b_offset = i64(0), i64(0)
+        for c, sa, sb in zip(coords, shape.a_batch_strides, shape.b_batch_strides):
+            a_offset = b.add(a_offset, b.mul(c, i64(sa)))
+            b_offset = b.add(b_offset, b.mul(c, i64(sb)))
+        a_row = b.gep(a_ptr, [b.add(a_offset, b.mul(row, i64(shape.k)))], source_etype=storage)
+        b_mat = b.gep(b_ptr, [b_offset], source_etype=storage)
+        index_prefix = [_affine(c, d, f"batch{i}") for i, (c, d) in enumerate(zip(coords, shape.batch_shape))]
+        if shape.has_rows:
+            index_prefix.append(_affine(row, shape.m, "row"))
+
+        def column_block(j0, width: int):
+            with for_range(b, 0, width, "zero") as j:
+                b.store(_zero(acc_dtype), b.gep(sums, [j], source_etype=acc_type))
+            with for_range(b, 0, shape.k, "k") as k:
+                a_value = load(a_row, k)
+                b_row = b.gep(b_mat, [b.add(b.mul(k, i64(shape.n)), j0)], source_etype=storage)
+                with for_range(b, 0, width, "j") as j:
+                    address = b.gep(sums, [j], source_etype=acc_type)
+                    b.store(_accumulate(b, b.load(address, typ=acc_type), a_value, load(b_row, j), acc_dtype), address)
+            with for_range(b, 0, width, "out") as j:
+                col = [_affine(b.add(j0, j), shape.n, "col")] if shape.has_cols else []
+                _store_epilogue(ctx, anchor, index_prefix + col, b.gep(sums, [j], source_etype=acc_type), acc_dtype)
+
+        full_blocks, rest = divmod(shape.n, block)
+        if full_blocks == 1:
+            column_block(i64(0), block)
+        elif full_blocks > 1:
+            with for_range(b, 0, full_blocks, "block") as blk:
+                column_block(b.mul(blk, i64(block)), block)
+        if rest:
+            column_block(i64(full_blocks * block), rest)
+    ctx.fn.finish()
+    return shape.batches * shape.m
+
+
+def lower_conv_loops(ctx: KernelContext, anchor: Operation, s: ConvShape) -> int:
+    """A work item per output row (n, co, oh): sums[ow] += w[co, ci, kh, kw] * x[n, c, ih, iw] over
+    the taps whose input row is inside, each over the ow range whose input column is inside."""
+    b = ctx.b
+    dtype = anchor.result.type.element_type
+    acc_dtype = accumulator_type(dtype)
+    acc_type = compute_type(acc_dtype)
+    x_ptr, w_ptr = (ctx.fn.buffers[ctx.body.args.index(v)] for v in anchor.operands)
+    storage = storage_type(dtype)
+    sh, sw = s.strides
+    dh, dw = s.dilations
+    pt, pl = s.pads[0], s.pads[1]
+    block = min(s.ow, LOOP_COLUMNS)
+    sums = ctx.fn.alloca(acc_type, block, "sums")
+
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
+        image, channel, oh = unravel_values(b, item, (s.n, s.o, s.oh))
+        group = b.udiv(channel, i64(s.out_per_group)) if s.groups > 1 else i64(0)
+        x_image = b.gep(x_ptr, [b.mul(b.add(b.mul(image, i64(s.c)), b.mul(group, i64(s.in_per_group))),
+                                      i64(s.h * s.w))], source_etype=storage)
+        w_channel = b.gep(w_ptr, [b.mul(channel, i64(s.k))], source_etype=storage)
+        prefix = [_affine(image, s.n, "image"), _affine(channel, s.o, "channel"), _affine(oh, s.oh, "oh")]
+
+        def column_block(ow0, width: int):
+            ow_end = b.add(ow0, i64(width))
+            with for_range(b, 0, width, "zero") as j:
+                b.store(_zero(acc_dtype), b.gep(sums, [j], source_etype=acc_type))
+            with for_range(b, 0, s.in_per_group, "ci") as ci:
+                x_plane = b.gep(x_image, [b.mul(ci, i64(s.h * s.w))], source_etype=storage)
+                with for_range(b, 0, s.kh, "kh") as kh:
+                    ih = b.add(b.mul(oh, i64(sh)), b.sub(b.mul(kh, i64(dh)), i64(pt)))
+                    with b.if_then(b.icmp_unsigned("<", ih, i64(s.h))):
+                        x_row = b.gep(x_plane, [b.mul(ih, i64(s.w))], source_etype=storage)
+                        with for_range(b, 0, s.kw, "kw") as kw:
+                            tap = b.add(b.mul(b.add(b.mul(ci, i64(s.kh)), kh), i64(s.kw)), kw)
+                            weight = ctx.s.load(b.gep(w_channel, [tap], source_etype=storage), dtype).value
+                            shift = b.sub(b.mul(kw, i64(dw)), i64(pl))  # iw = ow * sw + shift
+                            # inside: 0 <= ow * sw + shift < w
+                            lo = _ceil_div_nonnegative(b, b.sub(i64(0), shift), sw)
+                            hi = _ceil_div_nonnegative(b, b.sub(i64(s.w), shift), sw)
+                            lo = b.select(b.icmp_signed("<", lo, ow0), ow0, lo)
+                            hi = min_i64(b, hi, ow_end)
+                            with for_range(b, lo, hi, "ow") as ow:
+                                x = ctx.s.load(b.gep(x_row, [b.add(b.mul(ow, i64(sw)), shift)], source_etype=storage),
+                                               dtype).value
+                                address = b.gep(sums, [b.sub(ow, ow0)], source_etype=acc_type)
+                                b.store(_accumulate(b, b.load(address, typ=acc_type), weight, x, acc_dtype), address)
+            with for_range(b, 0, width, "out") as j:
+                ow = _affine(b.add(ow0, j), s.ow, "ow")
+                _store_epilogue(ctx, anchor, prefix + [ow], b.gep(sums, [j], source_etype=acc_type), acc_dtype)
+
+        full_blocks, rest = divmod(s.ow, block)
+        if full_blocks == 1:
+            column_block(i64(0), block)
+        elif full_blocks > 1:
+            with for_range(b, 0, full_blocks, "block") as blk:
+                column_block(b.mul(blk, i64(block)), block)
+        if rest:
+            column_block(i64(full_blocks * block), rest)
+    ctx.fn.finish()
+    return s.n * s.o * s.oh
+
+
+def _ceil_div_nonnegative(b: ir.IRBuilder, x, d: int):
+    """max(0, ceil(x / d)) for d > 0."""
+    q = b.sdiv(b.add(x, i64(d - 1)), i64(d)) if d > 1 else x
+    return b.select(b.icmp_signed("<", x, i64(1)), i64(0), q)

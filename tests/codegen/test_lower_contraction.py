@@ -1,0 +1,293 @@
+"""matmul and conv kernels against the reference interpreter: single ops and fused epilogues (bias +
+relu, residual, gelu, operands broadcast along rows and along columns, several results), odd and
+size-1 shapes, batched and 1-D matmul, every conv2d attribute, f32 (the GEMM, both ways of reading
+a conv's input) and the loop kernels (f64, f16, bf16, integers, shapes too thin for the GEMM),
+partial sums across K blocks, work items run in any pieces, and the machine code."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from kernel_testing import check_kernel, make_kernel, random_array, reference, run_kernel, assert_matches
+from lezero.codegen.llvm import jit, lower_contraction
+from lezero.codegen.llvm.lower_kernel import lower_kernel
+from lezero.ir.dialect.windows import window_output_size
+from lezero.ir.opdef import OpError
+
+F32_TOL = dict(rtol=1e-4, atol=1e-4)  # f32 sums in another order than numpy's BLAS
+NUMPY_DTYPE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.float32, "i32": np.int32,
+               "i8": np.int8, "ui8": np.uint8}
+
+
+def tolerance(dtype: str) -> dict:
+    return F32_TOL if dtype in ("f32", "bf16") else {}
+
+
+def data(rng, shape, dtype: str):
+    array = random_array(rng, shape, NUMPY_DTYPE[dtype])
+    if dtype == "bf16":
+        from lezero.ir.dialect.numerics import round_to_bf16
+        array = round_to_bf16(array)
+    if dtype == "i8":
+        array = (array % 3).astype(np.int8)  # sums of products stay inside int8
+    return array
+
+
+# --- matmul -----------------------------------------------------------------------------------------
+
+def matmul_kernel(a_shape, b_shape, dtype="f32", extra=(), epilogue=None):
+    """lz.kernel(a, b, *extra) { epilogue(b, a @ b, *extra) or a @ b }."""
+    def body(b, x, y, *rest):
+        product = b.op("lz.matmul", x, y)
+        return epilogue(b, product, *rest) if epilogue else product
+
+    return make_kernel([(a_shape, dtype), (b_shape, dtype)] + [(s, dtype) for s in extra], body, kind="matmul")
+
+
+@settings(max_examples=10)
+@given(m=st.sampled_from([1, 2, 4, 5, 7, 13]), k=st.sampled_from([1, 3, 16, 37]), n=st.sampled_from([1, 15, 16, 17, 80]),
+       dtype=st.sampled_from(["f32", "f64"]), splits=st.integers(1, 3))
+def test_matmul_any_shape(m, k, n, dtype, splits):
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    module, kernel = matmul_kernel((m, k), (k, n), dtype)
+    check_kernel(module, kernel, [data(rng, (m, k), dtype), data(rng, (k, n), dtype)], splits, **tolerance(dtype))
+
+
+EPILOGUES = {
+    # name: (extra operand shapes for an m x n product, body)
+    "bias_relu": ([("n",)], lambda b, p, bias: b.op("lz.relu", b.op("lz.add", p, bias))),
+    "residual": ([("m", "n")], lambda b, p, r: b.op("lz.add", p, r)),
+    "gelu": ([], lambda b, p: b.op("lz.gelu", p)),
+    "along_rows": ([("m", 1)], lambda b, p, s: b.op("lz.mul", p, s)),  # one value per row
+    "along_columns": ([(1, "n")], lambda b, p, s: b.op("lz.sub", s, p)),  # one value per column
+    "several_results": ([("m", "n"), ()], lambda b, p, r, s: [p, b.op("lz.tanh", b.op("lz.mul", p, s)),
+                                                            b.op("lz.add", r, s)]),
+}
+
+
+def resolve(shape, m, n):
+    return tuple({"m": m, "n": n}.get(d, d) for d in shape)
+
+
+@pytest.mark.parametrize("name", list(EPILOGUES))
+def test_matmul_epilogues(name):
+    m, k, n = 37, 50, 70
+    rng = np.random.default_rng(len(name))
+    extra_shapes, epilogue = EPILOGUES[name]
+    extra = [resolve(s, m, n) for s in extra_shapes]
+    module, kernel = matmul_kernel((m, k), (k, n), "f32", extra, epilogue)
+    inputs = [data(rng, s, "f32") for s in [(m, k), (k, n)] + extra]
+    check_kernel(module, kernel, inputs, splits=2, **F32_TOL)
+
+
+@pytest.mark.parametrize("a_shape,b_shape,dtype", [
+    ((2, 1, 9, 20), (3, 20, 33), "f32"),  # batch dims broadcast both ways
+    ((4, 9, 20), (20, 40), "f32"),  # a 2-D rhs shared by every batch
+    ((1, 9, 20), (5, 20, 17), "f64"),
+    ((20,), (20, 33), "f32"),  # a 1-D lhs is a row
+    ((3, 20,), (2, 1, 20, 5), "f32"),
+    ((9, 20), (20,), "f32"),  # a 1-D rhs is a column
+    ((2, 9, 20), (20,), "f64"),
+    ((20,), (20,), "f32"),
+])
+def test_batched_and_one_dimensional_matmul(a_shape, b_shape, dtype):
+    rng = np.random.default_rng(len(a_shape) * 10 + len(b_shape))
+    module, kernel = matmul_kernel(a_shape, b_shape, dtype, [()], lambda b, p, s: b.op("lz.add", p, s))
+    inputs = [data(rng, a_shape, dtype), data(rng, b_shape, dtype), data(rng, (), dtype)]
+    check_kernel(module, kernel, inputs, splits=3, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "i32", "i8", "ui8"])
+def test_matmul_other_dtypes(dtype):
+    """f16 and bf16 sum in f32 and round once, as the reference; integers wrap."""
+    rng = np.random.default_rng(5)
+    shape_a, shape_b = (2, 6, 33), (33, 20)
+    module, kernel = matmul_kernel(shape_a, shape_b, dtype, [(20,)], lambda b, p, c: b.op("lz.add", p, c))
+    inputs = [data(rng, s, dtype) for s in (shape_a, shape_b, (20,))]
+    check_kernel(module, kernel, inputs, splits=2, **({"rtol": 1e-2, "atol": 1e-2} if dtype == "bf16" else {}))
+
+
+def test_matmul_partial_sums_across_k_blocks():
+    """K = 1100 is three K blocks: partial sums wait in a float32 result, or, when every result
+    is f16, in the workspace."""
+    m, k, n = 20, 1100, 40
+    rng = np.random.default_rng(7)
+    inputs = [data(rng, (m, k), "f32"), data(rng, (k, n), "f32"), data(rng, (n,), "f32")]
+    for epilogue in (lambda b, p, c: [b.op("lz.add", p, c), b.op("lz.cast", p, to="f16")],
+                     lambda b, p, c: b.op("lz.cast", b.op("lz.add", p, c), to="f16")):
+        module, kernel = matmul_kernel((m, k), (k, n), "f32", [(n,)], epilogue)
+        check_kernel(module, kernel, inputs, splits=3, rtol=1e-3, atol=1e-3)
+
+
+def test_matmul_work_items_in_any_pieces():
+    """Every (batch, rectangle) work item on its own, in reverse order, and in uneven pieces."""
+    shape_a, shape_b = (2, 300, 256), (256, 330)
+    module, kernel = matmul_kernel(shape_a, shape_b, "f32", [(330,)], lambda b, p, c: b.op("lz.add", p, c))
+    lowered = lower_kernel(kernel)
+    assert lowered.work_items > 2  # the batches are cut into rectangles
+    assert lowered.flops >= 2 * 2 * 300 * 256 * 330
+    rng = np.random.default_rng(8)
+    inputs = [data(rng, s, "f32") for s in (shape_a, shape_b, (330,))]
+    want = reference(module, inputs)[0]
+    for splits in (lowered.work_items, 2, 5):
+        assert_matches(run_kernel(kernel, inputs, splits, lowered)[0], want, **F32_TOL)
+
+
+def test_matmul_zero_sizes():
+    rng = np.random.default_rng(9)
+    module, kernel = matmul_kernel((5, 0), (0, 20), "f32", [(20,)], lambda b, p, c: b.op("lz.add", p, c))
+    check_kernel(module, kernel, [np.zeros((5, 0), np.float32), np.zeros((0, 20), np.float32),
+                                  data(rng, (20,), "f32")])
+    module, kernel = matmul_kernel((0, 4), (4, 3), "f32")
+    assert lower_kernel(kernel).work_items == 1
+    check_kernel(module, kernel, [np.zeros((0, 4), np.float32), data(rng, (4, 3), "f32")])
+
+
+# --- conv2d ----------------------------------------------------------------------------------------
+
+def conv_kernel(x_shape, w_shape, attrs, dtype="f32", extra=(), epilogue=None):
+    def body(b, x, w, *rest):
+        y = b.op("lz.conv2d", x, w, **attrs)
+        return epilogue(b, y, *rest) if epilogue else y
+
+    return make_kernel([(x_shape, dtype), (w_shape, dtype)] + [(s, dtype) for s in extra], body, kind="conv")
+
+
+def conv_output_shape(x_shape, w_shape, attrs):
+    n, _, h, w = x_shape
+    o, _, kh, kw = w_shape
+    pt, pl, pb, pr = attrs["pads"]
+    return (n, o, window_output_size(h, kh, attrs["strides"][0], pt, pb, attrs["dilations"][0]),
+            window_output_size(w, kw, attrs["strides"][1], pl, pr, attrs["dilations"][1]))
+
+
+@st.composite
+def conv_cases(draw):
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    cin = draw(st.integers(1, 4)) * groups
+    cout = draw(st.sampled_from([1, 4, 7, 9])) * groups  # fewer than 4 per group: the loop kernel
+    kernel = (draw(st.integers(1, 4)), draw(st.integers(1, 3)))
+    attrs = {"strides": [draw(st.integers(1, 3)), draw(st.integers(1, 2))],
+             "pads": [draw(st.integers(0, 2)) for _ in range(4)],
+             "dilations": [draw(st.integers(1, 2)), draw(st.integers(1, 2))], "groups": groups}
+    x_shape = (draw(st.integers(1, 2)), cin, draw(st.integers(1, 12)), draw(st.integers(1, 12)))
+    return x_shape, (cout, cin // groups) + kernel, attrs
+
+
+@settings(max_examples=14)
+@given(conv_cases(), st.sampled_from(["f32", "f32", "f64"]), st.sampled_from(["direct", "packed"]),
+       st.integers(1, 3))
+def test_conv_any_attributes(case, dtype, reading, splits):
+    x_shape, w_shape, attrs = case
+    try:
+        out_shape = conv_output_shape(x_shape, w_shape, attrs)
+    except OpError:
+        assume(False)
+    rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
+    channel = (out_shape[1], 1, 1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lower_contraction, "CONV_B", reading)
+        module, kernel = conv_kernel(x_shape, w_shape, attrs, dtype, [channel], lambda b, y, c: b.op("lz.add", y, c))
+        inputs = [data(rng, x_shape, dtype), data(rng, w_shape, dtype), data(rng, channel, dtype)]
+        check_kernel(module, kernel, inputs, splits, **tolerance(dtype))
+
+
+def attrs_of(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups=1):
+    return {"strides": list(strides), "pads": list(pads), "dilations": list(dilations), "groups": groups}
+
+
+CONV_CASES = {
+    # name: (x shape, w shape, attrs, extra operand shapes, epilogue)
+    "3x3_pad1_bias_relu": ((2, 16, 12, 12), (16, 16, 3, 3), attrs_of(pads=(1, 1, 1, 1)), [(16, 1, 1)],
+                           lambda b, y, c: b.op("lz.relu", b.op("lz.add", y, c))),
+    "stride2_residual": ((1, 8, 11, 13), (12, 8, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1)),
+                         [(1, 12, 6, 7)], lambda b, y, r: b.op("lz.add", y, r)),
+    "groups_dilation_asymmetric_pads": ((2, 6, 10, 9), (8, 3, 3, 2),
+                                        attrs_of(strides=(1, 2), pads=(2, 0, 1, 3), dilations=(2, 1), groups=2),
+                                        [], lambda b, y: b.op("lz.gelu", y)),
+    "1x1": ((1, 24, 7, 9), (20, 24, 1, 1), attrs_of(), [(7, 9)], lambda b, y, s: b.op("lz.mul", y, s)),
+    "depthwise_bias_relu": ((2, 8, 9, 9), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=8), [(8, 1, 1)],
+                            lambda b, y, c: b.op("lz.relu", b.op("lz.add", y, c))),
+}
+
+
+@pytest.mark.parametrize("reading", ["direct", "packed"])
+@pytest.mark.parametrize("name", list(CONV_CASES))
+def test_conv_epilogues(name, reading, monkeypatch):
+    monkeypatch.setattr(lower_contraction, "CONV_B", reading)
+    x_shape, w_shape, attrs, extra, epilogue = CONV_CASES[name]
+    rng = np.random.default_rng(len(name))
+    module, kernel = conv_kernel(x_shape, w_shape, attrs, "f32", extra, epilogue)
+    inputs = [data(rng, s, "f32") for s in [x_shape, w_shape] + extra]
+    check_kernel(module, kernel, inputs, splits=2, **F32_TOL)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f64"])
+def test_conv_other_dtypes(dtype):
+    x_shape, w_shape = (1, 4, 7, 6), (6, 2, 3, 3)
+    attrs = attrs_of(strides=(2, 1), pads=(1, 0, 2, 1), dilations=(1, 2), groups=2)
+    rng = np.random.default_rng(11)
+    module, kernel = conv_kernel(x_shape, w_shape, attrs, dtype, [(6, 1, 1)], lambda b, y, c: b.op("lz.add", y, c))
+    inputs = [data(rng, s, dtype) for s in (x_shape, w_shape, (6, 1, 1))]
+    check_kernel(module, kernel, inputs, splits=2, **({"rtol": 1e-2, "atol": 1e-2} if dtype == "bf16" else {}))
+
+
+@pytest.mark.parametrize("reading,x_shape,w_shape,pads", [
+    ("direct", (1, 257, 4, 5), (4, 257, 3, 3), (1, 1, 1, 1)),  # K = 2313: two K blocks, sums in the workspace
+    ("packed", (1, 600, 3, 5), (5, 600, 1, 1), (0, 0, 0, 0)),  # K = 600 in place: sums in the result
+    ("packed", (1, 70, 5, 4), (6, 70, 3, 3), (1, 0, 1, 2)),  # K = 630 through the slab: in the workspace
+])
+def test_conv_partial_sums_across_k_blocks(reading, x_shape, w_shape, pads, monkeypatch):
+    monkeypatch.setattr(lower_contraction, "CONV_B", reading)
+    rng = np.random.default_rng(12)
+    module, kernel = conv_kernel(x_shape, w_shape, attrs_of(pads=pads), "f32")
+    check_kernel(module, kernel, [data(rng, x_shape, "f32"), data(rng, w_shape, "f32")], splits=2,
+                 rtol=1e-3, atol=1e-3)
+
+
+def test_conv_work_items_in_any_pieces():
+    x_shape, w_shape = (3, 8, 20, 20), (16, 4, 3, 3)
+    module, kernel = conv_kernel(x_shape, w_shape, attrs_of(pads=(1, 1, 1, 1), groups=2))
+    lowered = lower_kernel(kernel)
+    assert lowered.work_items == 3 * 2  # (image, group) GEMMs, each too small to cut
+    rng = np.random.default_rng(13)
+    inputs = [data(rng, x_shape, "f32"), data(rng, w_shape, "f32")]
+    want = reference(module, inputs)[0]
+    for splits in (lowered.work_items, 4):
+        assert_matches(run_kernel(kernel, inputs, splits, lowered)[0], want, **F32_TOL)
+
+
+# --- the machine code --------------------------------------------------------------------------------
+
+def micro_kernel_assembly(kernel) -> str:
+    asm = jit.emit_assembly(lower_kernel(kernel).llvm_ir)
+    start = asm.index("micro_kernel:")
+    return asm[start:asm.index(".Lfunc_end", start)]
+
+
+def test_epilogue_is_vectorized_inside_the_micro_kernel():
+    """gelu(conv + bias) + residual: vector FMAs in the K loop, and the epilogue's loops are
+    vectorized with masked tails: no scalar float code, no calls."""
+    features = jit.host_cpu_features()
+    if "fma" not in features:
+        pytest.skip("host CPU has no FMA")
+    x_shape = (1, 16, 14, 14)
+    module, kernel = conv_kernel(x_shape, (16, 16, 3, 3), attrs_of(pads=(1, 1, 1, 1)), "f32",
+                                 [(16, 1, 1), x_shape],
+                                 lambda b, y, c, r: b.op("lz.add", b.op("lz.gelu", b.op("lz.add", y, c)), r))
+    asm = micro_kernel_assembly(kernel)
+    register = "zmm" if "avx512f" in features else "ymm"
+    assert len(re.findall(rf"vfmadd\S*\s+.*%{register}", asm)) >= 24
+    assert not re.search(r"v(fmadd|fmsub|fnmadd|add|mul|sub|max|min|div)\d*ss\s", asm), "scalar float code"
+    assert "call" not in asm
+
+
+def test_float64_epilogue_reports_its_libm_calls():
+    module, kernel = matmul_kernel((8, 5), (5, 20), "f32", [], lambda b, p: b.op("lz.exp", b.op("lz.cast", p, to="f64")))
+    assert lower_kernel(kernel).external_symbols == ("exp",)
+    rng = np.random.default_rng(14)
+    check_kernel(module, kernel, [data(rng, (8, 5), "f32") * 0.3, data(rng, (5, 20), "f32")], rtol=1e-5, atol=1e-6)
