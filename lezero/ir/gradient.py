@@ -50,7 +50,7 @@ class GradBuilder(Builder):
         """A splat zero of type ``t`` (static shapes only)."""
         if not t.is_static:
             raise OpError(f"autodiff needs a zero of {t}, whose shape is dynamic (bind the dims first)")
-        return self.constant(np.zeros(t.shape, t.element_type.numpy_dtype), t)
+        return self.constant(np.zeros((), t.element_type.numpy_dtype), t)
 
     def _values(self, *xs):
         """Python numbers become rank-0 constants of the first Value's element type."""

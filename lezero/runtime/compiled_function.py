@@ -192,7 +192,7 @@ class CompiledFunction:
         return plan
 
     def __call__(self, *arrays):
-        inputs = [np.ascontiguousarray(a) for a in check_arguments(self.func, arrays)]
+        inputs = [np.require(a, requirements="C") for a in check_arguments(self.func, arrays)]
         plan = self.plan_for([a.shape for a in inputs])
         results = run_plan(plan, inputs, self.pool)
         return results[0] if len(results) == 1 else tuple(results)

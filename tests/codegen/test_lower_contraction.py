@@ -128,12 +128,12 @@ def test_matmul_work_items_in_any_pieces():
     shape_a, shape_b = (2, 300, 256), (256, 330)
     module, kernel = matmul_kernel(shape_a, shape_b, "f32", [(330,)], lambda b, p, c: b.op("lz.add", p, c))
     lowered = lower_kernel(kernel)
-    assert lowered.work_items > 2  # the batches are cut into rectangles
+    assert lowered.work_items == 2 * lower_contraction.MAX_SLICES  # 50 tiles of 6 rows per batch, in 32 slices
     assert lowered.flops >= 2 * 2 * 300 * 256 * 330
     rng = np.random.default_rng(8)
     inputs = [data(rng, s, "f32") for s in (shape_a, shape_b, (330,))]
     want = reference(module, inputs)[0]
-    for splits in (lowered.work_items, 2, 5):
+    for splits in (lowered.work_items, 2, 5):  # slices alone, whole batches, pieces across batches
         assert_matches(run_kernel(kernel, inputs, splits, lowered)[0], want, **F32_TOL)
 
 
@@ -253,11 +253,11 @@ def test_conv_work_items_in_any_pieces():
     x_shape, w_shape = (3, 8, 20, 20), (16, 4, 3, 3)
     module, kernel = conv_kernel(x_shape, w_shape, attrs_of(pads=(1, 1, 1, 1), groups=2))
     lowered = lower_kernel(kernel)
-    assert lowered.work_items == 3 * 2  # (image, group) GEMMs, each too small to cut
+    assert lowered.work_items == 3 * 2 * 7  # (image, group) GEMMs of 19 * 22 + 20 q-space columns: 7 slices of 64
     rng = np.random.default_rng(13)
     inputs = [data(rng, x_shape, "f32"), data(rng, w_shape, "f32")]
     want = reference(module, inputs)[0]
-    for splits in (lowered.work_items, 4):
+    for splits in (lowered.work_items, 4, 5):
         assert_matches(run_kernel(kernel, inputs, splits, lowered)[0], want, **F32_TOL)
 
 

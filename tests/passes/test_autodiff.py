@@ -1,6 +1,6 @@
 """autodiff: every op's gradient rule against central finite differences (float64) and against
 torch autograd; second derivatives; whole models (an MLP, a small CNN); the pass, its options and
-its errors; a gradient function compiled for the CPU."""
+its errors; gradient functions compiled for the CPU (elementwise, an MLP, a CNN)."""
 from __future__ import annotations
 
 import numpy as np

@@ -133,3 +133,15 @@ def test_compile_rejects_unknown_targets_and_ambiguous_entries():
     two = MLP + MLP.replace("@mlp", "@other")
     with pytest.raises(ValueError, match="name the entry"):
         lezero.compile(two)
+
+
+def test_rank_zero_arguments_and_results():
+    f = lezero.compile("""
+    func.func @f(%s: tensor<f32>, %x: tensor<3xf32>) -> (tensor<3xf32>, tensor<f32>) {
+      %0 = "lz.mul"(%x, %s) : (tensor<3xf32>, tensor<f32>) -> tensor<3xf32>
+      %1 = "lz.reduce_sum"(%0) : (tensor<3xf32>) -> tensor<f32>
+      func.return %0, %1 : tensor<3xf32>, tensor<f32>
+    }""")
+    y, total = f(np.float32(2.0), np.array([1, 2, 3], np.float32))
+    assert total.shape == () and float(total) == 12.0
+    np.testing.assert_array_equal(y, [2, 4, 6])

@@ -65,13 +65,10 @@ VOID = ir.VoidType()
 
 CONTRACTION_OPS = ("lz.matmul", "lz.conv2d")
 
-# Work decomposition: a batch is cut into up to MAX_TASKS // batches rectangles (a power of two,
-# so that the runtime's contiguous split of the work items shares evenly between 2, 4 or 8
-# threads), none smaller than MIN_TASK_FLOPS (each task packs its own operands: smaller ones
-# spend more time packing than they save).  The count does not depend on the thread count, so the
-# kernel and its results are the same whatever pool runs it.
-MAX_TASKS = 8
-MIN_TASK_FLOPS = 24_000_000
+# Work items: each batch's output is cut into at most MAX_SLICES slices along its longer dim
+# (whole register tiles), and a call of the kernel computes the slices of its range as one
+# rectangle per batch (see lower_gemm).
+MAX_SLICES = 32
 # Below these the GEMM's 6 x 64 tiles are mostly padding: the loop kernel is used instead.
 GEMM_MIN_ROWS = 4
 GEMM_MIN_COLS = 16
@@ -229,12 +226,6 @@ def _align_up(x: int, to: int) -> int:
     return -(-x // to) * to
 
 
-def rectangles_per_batch(batches: int, flops_per_batch: int) -> int:
-    """A power of two, at most MAX_TASKS // batches (at least 1), each piece MIN_TASK_FLOPS."""
-    wanted = min(max(1, MAX_TASKS // max(batches, 1)), max(1, flops_per_batch // MIN_TASK_FLOPS))
-    return 1 << (wanted.bit_length() - 1)
-
-
 class MatmulGemm:
     """matmul as GEMMs: batch index -> A, B and the output's row-major layout."""
 
@@ -248,8 +239,8 @@ class MatmulGemm:
         self.lda, self.ldb = shape.k, shape.n
         self.slab_floats = 0
 
-    def config(self, host: gemm.GemmConfig, rectangles) -> gemm.GemmConfig:
-        return _shrink(host, self.k, rectangles)
+    def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
+        return _shrink(host, self.m, self.n, self.k)
 
     def operands(self, b, ctx, a_ptr, b_ptr, batch, n_begin, n_end, slab):
         """(A, B) of one task: the operands at the batch index's (broadcast) offsets."""
@@ -305,26 +296,22 @@ class ConvGemm:
         self.slab_floats = 0
         self.b_row_offsets = None
 
-    def config(self, host: gemm.GemmConfig, rectangles) -> gemm.GemmConfig:
+    def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
         s = self.shape
-        if self.in_place:
-            self._set_offsets(s.h)
-        else:
-            rows = max((n1 - 1) // self.wq - n0 // self.wq + 1 for _, _, n0, n1 in rectangles) + self.qh[-1]
-            self._set_offsets(rows)
+        # The slab holds every row of the image's phases (a call may compute all of q-space); a
+        # call fills the rows its columns read.
+        self._set_offsets(s.h if self.in_place else s.oh + self.qh[-1])
+        if not self.in_place:
             planes = s.in_per_group * s.strides[0] * s.strides[1]
-            # slack: the last tile of a task reads up to NR - 1 columns past it (direct) and a row
-            # reads qw[-1] past its end, into the next row or past the slab
-            self.slab_floats = planes * rows * self.wq + 2 * (host.nr + self.wq)
+            # slack: the last tile of a call reads up to NR - 1 columns past it (direct), and a
+            # row up to qw[-1] past its end
+            self.slab_floats = planes * self.rows_per_plane * self.wq + 2 * (host.nr + self.wq)
         if not self.direct:
-            return _shrink(host, self.k, rectangles)
+            return _shrink(host, self.m, self.n, self.k)
         kc = self.k if self.k <= DIRECT_MAX_KC else -(-self.k // -(-self.k // DIRECT_MAX_KC))
         mc = max(host.mr, min(host.mc, (DIRECT_A_FLOATS // kc) // host.mr * host.mr))
-        max_rows = max(m1 - m0 for m0, m1, _, _ in rectangles)
-        mc = min(mc, _align_up(max_rows, host.mr))
-        max_cols = max(n1 - n0 for _, _, n0, n1 in rectangles)
-        return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc, mc,
-                               min(host.nc, _align_up(max_cols, host.nr)))
+        return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc, min(mc, _align_up(self.m, host.mr)),
+                               min(host.nc, _align_up(self.n, host.nr)))
 
     def _set_offsets(self, rows: int) -> None:
         s = self.shape
@@ -351,12 +338,14 @@ class ConvGemm:
         if self.in_place:
             return a, x
         first_row = b.udiv(n_begin, i64(self.wq))
-        self._emit_slab(b, x, first_row, slab)
+        rows = b.add(b.sub(b.udiv(b.sub(n_end, i64(1)), i64(self.wq)), first_row), i64(1 + self.qh[-1]))
+        self._emit_slab(b, x, first_row, rows, slab)
         # B[k, q] = slab[off[k] + q - first_row * WQ]
         return a, b.gep(slab, [b.mul(first_row, i64(-self.wq))], source_etype=FLOAT)
 
-    def _emit_slab(self, b, x, first_row, slab) -> None:
-        """slab[ci][a][bb][r][c] = xpad[ci, (first_row + r) * sh + a, c * sw + bb] (zero outside x)."""
+    def _emit_slab(self, b, x, first_row, rows_used, slab) -> None:
+        """slab[ci][a][bb][r][c] = xpad[ci, (first_row + r) * sh + a, c * sw + bb] (zero outside
+        x), for r < rows_used."""
         s = self.shape
         sh, sw = s.strides
         pt, pl = s.pads[0], s.pads[1]
@@ -370,7 +359,7 @@ class ConvGemm:
                     c_lo = min(wq, max(0, -(-(pl - bb) // sw)))
                     c_hi = max(c_lo, min(wq, (s.w - 1 + pl - bb) // sw + 1))
                     plane = b.mul(b.add(b.mul(ci, i64(sh * sw)), i64(a * sw + bb)), i64(rows * wq))
-                    with for_range(b, 0, rows, "slab_r") as r:
+                    with for_range(b, 0, min_i64(b, rows_used, rows), "slab_r") as r:
                         out = b.gep(slab, [b.add(plane, b.mul(r, i64(wq)))], source_etype=FLOAT)
                         xi = b.sub(b.add(b.mul(b.add(first_row, r), i64(sh)), i64(a)), i64(pt))
                         inside = b.icmp_unsigned("<", xi, i64(s.h))  # 0 <= xi < h
@@ -425,22 +414,33 @@ def _fill(b, pointer, start: int, stop: int, value) -> None:
             b.store(value, b.gep(pointer, [c], source_etype=FLOAT), align=4)
 
 
-def _shrink(host: gemm.GemmConfig, k: int, rectangles) -> gemm.GemmConfig:
-    """The host's blocking cut down to the problem: K blocks of equal depth, and blocks no larger
-    than the largest task (so the workspace is no larger than needed)."""
+def _shrink(host: gemm.GemmConfig, m: int, n: int, k: int) -> gemm.GemmConfig:
+    """The host's blocking cut down to the problem: K blocks of equal depth, and M and N blocks no
+    larger than the matrix (so the workspace is no larger than needed)."""
     blocks = max(1, -(-k // host.kc))
     kc = max(1, -(-k // blocks))
-    max_rows = max(m1 - m0 for m0, m1, _, _ in rectangles)
-    max_cols = max(n1 - n0 for _, _, n0, n1 in rectangles)
-    return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc,
-                           min(host.mc, _align_up(max_rows, host.mr)), min(host.nc, _align_up(max_cols, host.nr)))
+    return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc, min(host.mc, _align_up(m, host.mr)),
+                           min(host.nc, _align_up(n, host.nr)))
+
+
+def slice_cuts(m: int, n: int, mr: int, nr: int) -> tuple[str, list[int]]:
+    """Which dim the work items slice ("rows" or "cols", the one with more register tiles) and
+    where: at most MAX_SLICES + 1 cuts on tile boundaries, 0 first and the extent last."""
+    row_tiles, col_tiles = -(-m // mr), -(-n // nr)
+    dim, extent, unit, tiles = ("rows", m, mr, row_tiles) if row_tiles > col_tiles else ("cols", n, nr, col_tiles)
+    count = max(1, min(MAX_SLICES, tiles))
+    return dim, [min(extent, (tiles * s // count) * unit) for s in range(count + 1)]
 
 
 def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
+    """The ABI function: work item ``batch * S + s`` is slice s of batch ``batch``'s output (S
+    slices along one dim); a call computes, for each batch its range touches, the slices of the
+    range as one rectangle, so that each thread packs its operands once whatever the number of
+    threads (the runtime gives each thread one contiguous range)."""
     host = gemm.GemmConfig.for_host()
-    per_batch = rectangles_per_batch(plan.batches, 2 * plan.m * plan.n * plan.k)
-    rectangles = gemm.split_rectangles(plan.m, plan.n, plan.k, per_batch, host.mr, host.nr)
-    config = plan.config(host, rectangles)
+    config = plan.config(host)
+    dim, cuts = slice_cuts(plan.m, plan.n, config.mr, config.nr)
+    slices = len(cuts) - 1
 
     # Where partial sums wait between K blocks: a float32 result when the output is a C matrix,
     # else the workspace.
@@ -449,6 +449,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     partial_result = None
     if k_blocks > 1 and layout is not None:
         partial_result = next((i for i, r in enumerate(ctx.kernel.results) if r.type.element_type == F32), None)
+    partials_in_workspace = k_blocks > 1 and partial_result is None
 
     # Buffers never overlap (memory-plan shares buffers only within elementwise kernels), except
     # that a result holding partial sums is also reached through C.
@@ -462,54 +463,69 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     rectangle_function = generator.build_into(ctx.module)
     rectangle_function.linkage = "internal"
     ctx.s.external_symbols |= tile_store.external_symbols
-    max_rows = max(m1 - m0 for m0, m1, _, _ in rectangles)
-    max_cols = max(n1 - n0 for _, _, n0, n1 in rectangles)
-    gemm_floats = config.packed_a_floats + (config.packed_b_floats if plan.pack_b else 0)
-    partial_floats = _align_up(max_rows * max_cols, 16) if k_blocks > 1 and partial_result is None else 0
-    slab_floats = _align_up(plan.slab_floats, 16)
-    workspace_bytes = 4 * (gemm_floats + partial_floats + slab_floats)
 
     b = ctx.b
     module = ctx.module
     buffers = ctx.fn.buffers
+    begin, end = ctx.fn.begin, ctx.fn.end
     first, second = (buffers[ctx.body.args.index(v)] for v in anchor.operands)
-    malloc = _declare(module, "malloc", PTR, [I64])
-    free = _declare(module, "free", VOID, [PTR])
-    raw = b.call(malloc, [i64(workspace_bytes + gemm.WORKSPACE_ALIGNMENT)])
-    with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
-        b.call(_declare(module, "llvm.trap", VOID, []), [])
-        b.unreachable()
-    address = b.ptrtoint(raw, I64)
-    aligned = b.and_(b.add(address, i64(gemm.WORKSPACE_ALIGNMENT - 1)), i64(-gemm.WORKSPACE_ALIGNMENT))
-    workspace = b.gep(raw, [b.sub(aligned, address)], source_etype=I8)
-    partials = b.gep(workspace, [i64(gemm_floats)], source_etype=FLOAT)
-    slab = b.gep(workspace, [i64(gemm_floats + partial_floats)], source_etype=FLOAT)
+    cut_type = ir.ArrayType(I64, len(cuts))
+    cut_table = ir.GlobalVariable(module, cut_type, f"{ctx.name}.cuts")
+    cut_table.global_constant = True
+    cut_table.linkage = "internal"
+    cut_table.initializer = ir.Constant(cut_type, cuts)
 
-    table_type = ir.ArrayType(I64, 4 * len(rectangles))
-    table = ir.GlobalVariable(module, table_type, f"{ctx.name}.rectangles")
-    table.global_constant = True
-    table.linkage = "internal"
-    table.initializer = ir.Constant(table_type, [v for r in rectangles for v in r])
-    count = len(rectangles)
-    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
-        batch, rectangle = (b.udiv(item, i64(count)), b.urem(item, i64(count))) if count > 1 else (item, i64(0))
-        m0, m1, n0, n1 = (b.load(b.gep(table, [i64(0), b.add(b.mul(rectangle, i64(4)), i64(f))],
-                                       source_etype=table_type), typ=I64) for f in range(4))
-        a, bm = plan.operands(b, ctx, first, second, batch, n0, n1, slab)
-        if k_blocks == 1:
-            c, ldc = ir.Constant(PTR, None), i64(0)
-        elif partial_result is not None:
-            per_batch_floats, ldc_value = layout
-            result = buffers[num_operands + partial_result]
-            c, ldc = b.gep(result, [b.mul(batch, i64(per_batch_floats))], source_etype=FLOAT), i64(ldc_value)
-        else:  # C[m, n] lives at partials[(m - m0) * max_cols + n - n0]
-            shift = b.add(b.mul(m0, i64(max_cols)), n0)
-            c, ldc = b.gep(partials, [b.sub(i64(0), shift)], source_etype=FLOAT), i64(max_cols)
-        b.call(rectangle_function, [i64(plan.k), a, i64(plan.lda), bm, i64(plan.ldb), c, ldc, m0, m1, n0, n1,
-                                    workspace] + list(buffers) + [batch])
-    b.call(free, [raw])
+    def cut(s):
+        return b.load(b.gep(cut_table, [i64(0), s], source_etype=cut_type), typ=I64)
+
+    with b.if_then(b.icmp_signed("<", begin, end)):
+        first_batch = b.udiv(begin, i64(slices))
+        last_batch = b.udiv(b.sub(end, i64(1)), i64(slices))
+        # Workspace: packed A and B, partial sums (for the largest rectangle of the call: a whole
+        # batch's when the range spans batches), the slab.
+        gemm_floats = config.packed_a_floats + (config.packed_b_floats if plan.pack_b else 0)
+        slab_floats = _align_up(plan.slab_floats, 16)
+        partial_floats = i64(0)
+        if partials_in_workspace:
+            one_batch = b.icmp_unsigned("==", first_batch, last_batch)
+            extent = b.select(one_batch, b.sub(cut(b.add(b.urem(b.sub(end, i64(1)), i64(slices)), i64(1))),
+                                               cut(b.urem(begin, i64(slices)))), i64(cuts[-1]))
+            other = plan.n if dim == "rows" else plan.m
+            partial_floats = b.mul(extent, i64(other))
+        workspace_bytes = b.add(b.mul(b.add(partial_floats, i64(gemm_floats + slab_floats)), i64(4)),
+                                i64(gemm.WORKSPACE_ALIGNMENT))
+        raw = b.call(_declare(module, "malloc", PTR, [I64]), [workspace_bytes])
+        with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
+            b.call(_declare(module, "llvm.trap", VOID, []), [])
+            b.unreachable()
+        address = b.ptrtoint(raw, I64)
+        aligned = b.and_(b.add(address, i64(gemm.WORKSPACE_ALIGNMENT - 1)), i64(-gemm.WORKSPACE_ALIGNMENT))
+        workspace = b.gep(raw, [b.sub(aligned, address)], source_etype=I8)
+        slab = b.gep(workspace, [i64(gemm_floats)], source_etype=FLOAT)
+        partials = b.gep(slab, [i64(slab_floats)], source_etype=FLOAT)
+
+        with for_range(b, first_batch, b.add(last_batch, i64(1)), "batch") as batch:
+            base = b.mul(batch, i64(slices))
+            s0 = b.sub(b.select(b.icmp_signed("<", begin, base), base, begin), base)
+            s1 = b.sub(min_i64(b, end, b.add(base, i64(slices))), base)
+            lo, hi = cut(s0), cut(s1)
+            m0, m1, n0, n1 = (lo, hi, i64(0), i64(plan.n)) if dim == "rows" else (i64(0), i64(plan.m), lo, hi)
+            a, bm = plan.operands(b, ctx, first, second, batch, n0, n1, slab)
+            if k_blocks == 1:
+                c, ldc = ir.Constant(PTR, None), i64(0)
+            elif partial_result is not None:
+                per_batch_floats, ldc_value = layout
+                result = buffers[num_operands + partial_result]
+                c, ldc = b.gep(result, [b.mul(batch, i64(per_batch_floats))], source_etype=FLOAT), i64(ldc_value)
+            else:  # C[m, n] lives at partials[(m - m0) * ldc + n - n0]
+                ldc = b.sub(n1, n0)
+                shift = b.add(b.mul(m0, ldc), n0)
+                c = b.gep(partials, [b.sub(i64(0), shift)], source_etype=FLOAT)
+            b.call(rectangle_function, [i64(plan.k), a, i64(plan.lda), bm, i64(plan.ldb), c, ldc, m0, m1, n0, n1,
+                                        workspace] + list(buffers) + [batch])
+        b.call(_declare(module, "free", VOID, [PTR]), [raw])
     ctx.fn.finish()
-    return plan.batches * count
+    return plan.batches * slices
 
 
 def _declare(module: ir.Module, name: str, return_type, arg_types) -> ir.Function:

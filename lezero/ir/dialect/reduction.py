@@ -60,7 +60,7 @@ class ReduceOp(OpDef):
         """The table entry's ``vjp(b, x, y, dy, axes)`` with ``y`` and ``dy`` kept at rank (keepdims)."""
         x = op.operands[0]
         axes = reduction_axes(attrs.axes, x.type.rank)
-        y, dy = op.result, dy
+        y = op.result
         if not attrs.keepdims:
             kept = tuple(1 if i in axes else d for i, d in enumerate(x.type.shape))
             y, dy = b.reshape(y, kept), b.reshape(dy, kept)
