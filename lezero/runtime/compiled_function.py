@@ -35,8 +35,10 @@ from lezero.runtime.kernel_cache import KernelCache, default_cache
 from lezero.runtime.thread_pool import ThreadPool, default_pool
 
 ARENA_ALIGNMENT = 64
-# Below this many bytes of output, a kernel runs on the calling thread (a hand-off costs ~20 us).
+# A kernel runs on the calling thread unless it writes this many bytes or does this many flops:
+# handing work to another thread costs ~20-80 us.
 PARALLEL_MIN_BYTES = 1 << 18
+PARALLEL_MIN_FLOPS = 20_000_000
 
 
 def specialize(module: ModuleOp, entry: str, shapes: list[tuple]) -> ModuleOp:
@@ -118,7 +120,8 @@ def build_plan(module: ModuleOp, entry: str, cache: KernelCache) -> Plan:
                     patches.append((slot, kind[0], kind[1]))
             out_bytes = sum(r.type.nbytes for r in op.results)
             launches.append(_Launch(loaded.function, pointers, patches, lowered.work_items,
-                                    out_bytes >= PARALLEL_MIN_BYTES and lowered.work_items > 1,
+                                    (out_bytes >= PARALLEL_MIN_BYTES or lowered.flops >= PARALLEL_MIN_FLOPS)
+                                    and lowered.work_items > 1,
                                     lowered.name))
             keepalive.append(loaded)
         elif op.name != "func.return":
@@ -190,6 +193,14 @@ class CompiledFunction:
                     plan = build_plan(specialized, self.entry, self.cache)
                     self._plans[key] = plan
         return plan
+
+    def runner(self, shapes):
+        """The plan for argument ``shapes`` as a lean ``run(inputs, outs=None) -> list of arrays``
+        (``lezero.runtime.launch``) that checks nothing: the caller guarantees C-contiguous arrays
+        of the argument dtypes and exactly these shapes.  For the eager frontend and optimizers."""
+        from lezero.runtime.launch import lean_runner
+
+        return lean_runner(self.plan_for([tuple(s) for s in shapes]), self.pool)
 
     def __call__(self, *arrays):
         inputs = [np.require(a, requirements="C") for a in check_arguments(self.func, arrays)]

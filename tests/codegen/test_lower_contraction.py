@@ -49,8 +49,8 @@ def matmul_kernel(a_shape, b_shape, dtype="f32", extra=(), epilogue=None):
 
 
 @settings(max_examples=10)
-@given(m=st.sampled_from([1, 2, 4, 5, 7, 13]), k=st.sampled_from([1, 3, 16, 37]), n=st.sampled_from([1, 15, 16, 17, 80]),
-       dtype=st.sampled_from(["f32", "f64"]), splits=st.integers(1, 3))
+@given(m=st.sampled_from([1, 2, 4, 5, 7, 13]), k=st.sampled_from([1, 3, 16, 37]),
+       n=st.sampled_from([1, 15, 16, 17, 80]), dtype=st.sampled_from(["f32", "f64"]), splits=st.integers(1, 3))
 def test_matmul_any_shape(m, k, n, dtype, splits):
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     module, kernel = matmul_kernel((m, k), (k, n), dtype)
@@ -287,7 +287,8 @@ def test_epilogue_is_vectorized_inside_the_micro_kernel():
 
 
 def test_float64_epilogue_reports_its_libm_calls():
-    module, kernel = matmul_kernel((8, 5), (5, 20), "f32", [], lambda b, p: b.op("lz.exp", b.op("lz.cast", p, to="f64")))
+    module, kernel = matmul_kernel((8, 5), (5, 20), "f32", [],
+                                   lambda b, p: b.op("lz.exp", b.op("lz.cast", p, to="f64")))
     assert lower_kernel(kernel).external_symbols == ("exp",)
     rng = np.random.default_rng(14)
     check_kernel(module, kernel, [data(rng, (8, 5), "f32") * 0.3, data(rng, (5, 20), "f32")], rtol=1e-5, atol=1e-6)

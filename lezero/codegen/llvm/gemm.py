@@ -18,11 +18,19 @@ the store of an edge tile is masked (per row a branch, per column a vector mask)
 
 The epilogue (bias, relu, a residual, ...) runs inside the micro-kernel on the accumulator
 vectors of the last K block, just before they are stored, so a fused ``relu(x @ w + b)`` costs one
-pass over C. Threads: the exported ``<name>`` computes one rectangle of C; ``<name>_threaded``
-takes a list of rectangles and runs them on POSIX threads (pthread_create / pthread_join), so an
-executable without Python gets the threading too. ``SgemmKernel`` splits C into one rectangle per
-thread and makes one ctypes call (which releases the GIL); a Python thread pool calling ``<name>``
-per rectangle is the measured alternative (``threads="pool"``).
+pass over C. An ``Epilogue`` transforms each accumulator vector; a ``TileStore`` instead receives
+the whole tile's sums and generates the stores itself (how ``lower_contraction`` fuses a kernel's
+elementwise epilogue, whatever its results are). ``SgemmGenerator``'s ``b_row_offsets`` and
+``pack_b`` let B be a matrix whose rows lie at arbitrary offsets (a convolution's input read as
+its im2col matrix), packed or read in place.
+
+Threads: the exported ``<name>`` computes one rectangle of C; ``<name>_threaded`` takes a list of
+rectangles and runs them on POSIX threads (pthread_create / pthread_join), so an executable without
+Python gets the threading too. ``SgemmKernel`` (the standalone float32 GEMM, for tests and
+benchmarks/sgemm.py) splits C into one rectangle per thread and makes one ctypes call (which
+releases the GIL); a Python thread pool calling ``<name>`` per rectangle is the measured
+alternative (``threads="pool"``). Compiled kernels (``lower_contraction``) use neither: they call
+``<name>`` from the kernel ABI function, on the runtime's thread pool.
 """
 from __future__ import annotations
 

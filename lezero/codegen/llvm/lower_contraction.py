@@ -21,17 +21,25 @@ broadcast operand cost one pass over the tile while it is in L1.
   c*sw + b]``), which makes a strided convolution a stride-1 one over the phases.  A stride-1
   convolution without pads reads its input in place.
 - How B is read (``CONV_B``): packed (GotoBLAS: NR-wide slivers copied from the table's rows per
-  K block) or direct (the micro-kernel loads the slab's rows in place, unaligned; no packing, no
-  K blocking).  Measured on the benchmark shape (benchmarks/conv.py), direct is faster; see
-  docs/architecture.md.
+  K block) or direct (the micro-kernel loads the slab's rows in place, unaligned; no packing and,
+  up to K = 2304, no K blocking).  "auto" packs from the input itself when it needs no slab
+  (stride 1, no pads) and reads directly otherwise: the faster of the two on each kind of shape
+  (numbers in docs/architecture.md; benchmarks/conv.py --lowerings measures them).
 
-Work items are (batch, rectangle) tasks: each batch's output is cut by ``split_rectangles`` into
-``rectangles_per_batch`` pieces so that a run has enough tasks to share between threads, and every
-task packs its own operands.  The workspace (packed A, packed B, partial sums when the sums
-cannot live in a result buffer, the slab) is ``malloc``ed by each call of the ABI function and
-freed at its end: the ABI has no workspace argument, the stack is too small, and a call runs many
-tasks, so the cost (~1 us; glibc serves the repeated size from its heap after the first call) is
-paid once per thread per launch.  A thread-local buffer would need TLS in JIT-loaded objects.
+Work items are slices: each batch's output (each GEMM's C) is cut into at most ``MAX_SLICES``
+slices of whole register tiles along its longer dim, and work item ``batch * S + s`` is slice s.
+A call of the ABI function on ``[begin, end)`` computes, for each batch the range touches, the
+slices it covers as *one* rectangle: the runtime gives each thread one contiguous range, so every
+thread packs its operands once, with any number of threads (fixed rectangles would pack once per
+rectangle, and a count tuned for one thread count wastes packing or balance at another).  Results
+do not depend on the split: the sum of each element runs over the same K blocks in the same order.
+
+The workspace (packed A, packed B, the slab, partial sums when they cannot wait in a float32
+result) is ``malloc``ed by each call of the ABI function and freed at its end: the ABI has no
+workspace argument, the stack is too small (megabytes), and a thread-local buffer would need TLS
+in JIT-loaded objects.  A call does a thread's whole share, so this is once per thread per launch,
+and glibc serves the repeated size warm from its heap (a handful of page faults per launch on the
+benchmark).  A failed malloc traps.
 
 **Other dtypes** (f64, f16 and bf16 accumulating in f32 as the reference does, integers
 wrapping), and float32 shapes the GEMM tiles waste (a matmul with fewer than 4 rows or 16
@@ -73,9 +81,11 @@ MAX_SLICES = 32
 GEMM_MIN_ROWS = 4
 GEMM_MIN_COLS = 16
 CONV_GEMM_MIN_CHANNELS = 4
-# How a conv's GEMM reads its input: "direct" (the micro-kernel loads the slab's rows in place)
-# or "packed" (rows copied to NR-wide slivers per K block).
-CONV_B = "direct"
+# How a conv's GEMM reads its input: "direct" (the micro-kernel loads the slab's rows in place),
+# "packed" (rows copied to NR-wide slivers per K block), or "auto": packed straight from the input
+# when it needs no slab (stride 1, no pads: 1x1 convolutions mostly; 10-20% faster there, as it
+# saves the slab's copy), direct otherwise (7% faster than packed on the 3x3 benchmark).
+CONV_B = "auto"
 # Direct mode keeps all of K in one block (no partial sums) up to this depth; the packed A block
 # then holds DIRECT_A_FLOATS at most.
 DIRECT_MAX_KC = 2304
@@ -118,7 +128,9 @@ def lower_contraction(ctx: KernelContext) -> int:
         return lower_matmul_loops(ctx, anchor, shape)
     shape = ConvShape.of(anchor)
     if dtype == F32 and shape.k > 0 and shape.out_per_group >= CONV_GEMM_MIN_CHANNELS:
-        return lower_gemm(ctx, anchor, ConvGemm(shape, direct=CONV_B == "direct"))
+        in_place = shape.strides == (1, 1) and shape.pads == (0, 0, 0, 0)
+        direct = CONV_B == "direct" or (CONV_B == "auto" and not in_place)
+        return lower_gemm(ctx, anchor, ConvGemm(shape, direct))
     return lower_conv_loops(ctx, anchor, shape)
 
 
@@ -292,7 +304,7 @@ class ConvGemm:
         self.direct = direct
         self.pack_b = not direct
         self.in_place = not direct and s.strides == (1, 1) and s.pads == (0, 0, 0, 0)
-        self.rows_per_plane = s.h if self.in_place else None  # slab rows per phase plane, set by plan()
+        self.rows_per_plane = None  # rows per phase plane of the slab (or of the input in place): config()
         self.slab_floats = 0
         self.b_row_offsets = None
 
@@ -379,11 +391,6 @@ class ConvGemm:
         """A result buffer is the C matrix only when q-space has no extra columns."""
         s = self.shape
         return (self.m * s.oh * s.ow, s.oh * s.ow) if self.wq == s.ow else None
-
-    def output_base(self, b, batch):
-        """Element offset of (image, group's first channel) in the output."""
-        s = self.shape
-        return b.mul(batch, i64(self.m * s.oh * s.ow))  # batch = image * groups + group
 
     def emit_tile(self, b, tile: gemm.OutputTile, batch, store) -> None:
         s = self.shape
@@ -542,7 +549,8 @@ class TileEpilogue:
     def __init__(self, ctx: KernelContext, anchor: Operation, plan):
         self.ctx, self.anchor, self.plan = ctx, anchor, plan
         self.external_symbols: set[str] = set()
-        self._emitter = None
+        self._emitter: ValueAtIndex | None = None
+        self._results: list[Buffer] = []
         self._builder = None
 
     def _emitter_for(self, tile: gemm.OutputTile) -> ValueAtIndex:

@@ -1,0 +1,151 @@
+"""Eager ops: how a frontend op becomes IR, and the cache of compiled one-op functions.
+
+An ``EagerOp`` is a frontend op: a name and ``emit(b, attrs, *values) -> [Value, ...]``, which
+builds its IR with a ``Builder`` (one lz op for most; a few for composites such as ``linear`` or
+``cross_entropy``, which the pipeline then fuses).  The same ``emit`` serves twice: to compile the
+op on its own (eager execution) and to replay a recorded graph into one function (``backward``,
+``lezero.autograd.trace``), so eager and traced code are the same IR.
+
+Eager execution looks up ``(op, attributes, shape and dtype of each input)`` in ``_RUNNERS``; on a
+miss it builds ``@f`` around one ``emit``, compiles it through the whole CPU pipeline
+(``CompiledFunction``) and keeps the plan's lean runner (``lezero.runtime.launch``): after that
+an op is a dict lookup and one launch.  A shape mismatch is found while building (shape
+inference), so errors cost nothing on the hot path; they name the op, the shapes and the user's
+line (``OperatorError``).
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+
+import numpy as np
+
+from lezero.ir.builder import Builder
+from lezero.ir.core import FuncOp, ModuleOp
+from lezero.ir.diagnostics import IRError
+from lezero.ir.location import UNKNOWN, FileLineColLoc, Location
+from lezero.ir.opdef import OpError
+from lezero.ir.types import FunctionType, TensorType, element_type_of
+from lezero.runtime.compiled_function import CompiledFunction
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class OperatorError(IRError, RuntimeError):
+    """An eager op cannot run on its inputs: ``model.py:12:9: error: matmul: 'lz.matmul' op
+    contracting dimensions differ: 4x3 has 3 columns, 5x2 has 5 rows``, then the user's line with
+    a caret.  A ``RuntimeError``, as PyTorch raises for shape mismatches."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        flc = self.location.file_line_col()
+        if flc is not None:
+            line = linecache.getline(flc.filename, flc.line).rstrip("\n")
+            if line:
+                text += f"\n{line}\n{' ' * max(flc.col - 1, 0)}^"
+        return text
+
+
+def user_location(skip_package: bool = True) -> Location:
+    """The first frame outside the lezero package, as ``file:line:col`` (the column where the
+    call starts).  Walks the stack, so it runs only when an error is raised or a trace records."""
+    frame = sys._getframe(1)
+    while frame is not None and skip_package and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return UNKNOWN
+    col = 1
+    try:
+        positions = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        if positions[2] is not None:
+            col = positions[2] + 1
+    except (AttributeError, IndexError):  # Python < 3.11
+        pass
+    return FileLineColLoc(frame.f_code.co_filename, frame.f_lineno, col)
+
+
+class EagerOp:
+    """A frontend op: ``emit(b, attrs, *values) -> list of Values`` (``attrs`` a dict)."""
+
+    __slots__ = ("name", "emit", "num_results", "__weakref__")
+
+    def __init__(self, name: str, emit, num_results: int = 1):
+        self.name = name
+        self.emit = emit
+        self.num_results = num_results
+
+    def build(self, b: Builder, attrs: tuple, values) -> list:
+        """Emit into ``b``; an op error becomes an ``OperatorError`` at the user's line."""
+        try:
+            results = self.emit(b, dict(attrs), *values)
+        except OpError as e:
+            raise OperatorError(f"{self.name}: {e}", user_location()) from None
+        except IRError as e:
+            raise OperatorError(f"{self.name}: {e.message}", user_location()) from None
+        return list(results) if isinstance(results, (list, tuple)) else [results]
+
+    def __repr__(self) -> str:
+        return f"<EagerOp {self.name}>"
+
+
+_LZ_OPS: dict[str, EagerOp] = {}
+
+
+def lz_op(name: str) -> EagerOp:
+    """The eager op of one lz op: ``lz_op("lz.add")``."""
+    op = _LZ_OPS.get(name)
+    if op is None:
+        def emit(b, attrs, *values, _name=name):
+            return [b.op(_name, *values, **attrs)]
+        op = _LZ_OPS[name] = EagerOp(name[3:] if name.startswith("lz.") else name, emit)
+    return op
+
+
+def one_op_function(op: EagerOp, attrs: tuple, types: list) -> FuncOp:
+    """``@f(types...)`` returning ``op``'s results."""
+    func = FuncOp("f", FunctionType(types, []))
+    b = Builder.at_end(func.entry_block)
+    results = op.build(b, attrs, func.arguments)
+    b.create("func.return", results, result_types=[])
+    func.update_function_type()
+    return func
+
+
+def tensor_type(array: np.ndarray) -> TensorType:
+    return TensorType(array.shape, element_type_of(array.dtype))
+
+
+# (op, attrs, shape0, dtype0, shape1, dtype1, ...) -> run(inputs, outs=None) -> [arrays]
+_RUNNERS: dict[tuple, object] = {}
+
+
+def runner_for(key: tuple, op: EagerOp, attrs: tuple, arrays) -> object:
+    """Compile ``op`` for the types of ``arrays`` and remember it under ``key``."""
+    run = _RUNNERS.get(key)
+    if run is None:
+        func = one_op_function(op, attrs, [tensor_type(a) for a in arrays])
+        try:
+            compiled = CompiledFunction(ModuleOp([func]), "f")
+            run = compiled.runner([a.shape for a in arrays])
+        except IRError as e:
+            raise OperatorError(f"{op.name}: {e.message}", user_location()) from None
+        _RUNNERS[key] = run
+    return run
+
+
+def run_op(op: EagerOp, attrs: tuple, arrays: list) -> list:
+    """Run ``op`` on numpy arrays (C-contiguous, of lezero dtypes): its results, as arrays."""
+    key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
+    run = _RUNNERS.get(key)
+    if run is None:
+        run = runner_for(key, op, attrs, arrays)
+    return run(arrays)
+
+
+def cache_size() -> int:
+    return len(_RUNNERS)
+
+
+def clear_cache() -> None:
+    _RUNNERS.clear()

@@ -1,0 +1,191 @@
+"""Lean plan runners, for callers that guarantee their inputs (the eager frontend, optimizers).
+
+``CompiledFunction.__call__`` checks every input and patches pointers through numpy's ``ctypes``
+attribute, which costs microseconds per array: fine for a whole model, too much for an eager
+``a + b`` whose kernel runs in a microsecond.  ``lean_runner(plan, pool)`` turns a plan into
+``run(inputs, outs=None) -> list of arrays`` that checks nothing and patches pointers in machine
+code: a tiny *launcher*, JIT-compiled once per number of patched buffers, takes the kernel's
+address, its work range, its fixed pointer table (constants, arena slots), the slots to patch and
+the numpy arrays themselves (as ``PyObject*``), reads each array's data pointer from its
+``PyArrayObject`` (the ``data`` field follows ``PyObject_HEAD``, checked at start-up) into a copy
+of the table on its stack, and calls the kernel.  It holds no shared state, so plans without an
+arena run without a lock.
+
+``outs`` lets a caller name the arrays the results go to, e.g. an optimizer writing a parameter's
+update into the parameter itself (safe for an elementwise kernel that reads the aliased operand
+at the index it writes, which the kernel ABI guarantees: all results of an index are computed
+before any is stored).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+from lezero.codegen.llvm.jit import compile_module
+
+# offsetof(PyArrayObject, data): PyObject_HEAD is a refcount and a type pointer.
+_DATA_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
+
+
+def _data_offset_ok() -> bool:
+    """Whether ``PyArrayObject.data`` sits where the launcher reads it (not on a debug build)."""
+    probe = [np.empty(n, np.float32) for n in (1, 7, 1024)]
+    return all(ctypes.c_void_p.from_address(id(a) + _DATA_OFFSET).value == a.ctypes.data for a in probe)
+
+
+USE_LAUNCHER = _data_offset_ok()
+
+
+class _Descriptor(ctypes.Structure):
+    """What a launcher reads besides the arrays (one per launch, never written after set-up)."""
+
+    _fields_ = [("kernel", ctypes.c_void_p), ("work_items", ctypes.c_int64), ("total", ctypes.c_int64),
+                ("fixed", ctypes.c_void_p), ("slots", ctypes.c_void_p)]
+
+
+_DESCRIPTOR_TYPE = "{void (i8**, i64, i64)*, i64, i64, i8**, i64*}"
+
+
+def _launcher_ir(n: int) -> str:
+    """``lz_launch_<n>(descriptor, obj_0 .. obj_{n-1})`` runs every work item;
+    ``lz_launch_range_<n>(descriptor, begin, end, obj_0 ..)`` runs ``[begin, end)``."""
+    objects = "".join(f", i8* %o{i}" for i in range(n))
+    names = "".join(f", i8* %o{i}" for i in range(n))
+    lines = [
+        f"define void @lz_launch_{n}({_DESCRIPTOR_TYPE}* %d{objects}) {{",
+        f"  %wp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 1",
+        "  %w = load i64, i64* %wp",
+        f"  call void @lz_launch_range_{n}({_DESCRIPTOR_TYPE}* %d, i64 0, i64 %w{names})",
+        "  ret void",
+        "}",
+        f"define void @lz_launch_range_{n}({_DESCRIPTOR_TYPE}* %d, i64 %begin, i64 %end{objects}) alwaysinline {{",
+        "entry:",
+        f"  %kp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 0",
+        "  %kernel = load void (i8**, i64, i64)*, void (i8**, i64, i64)** %kp",
+        f"  %tp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 2",
+        "  %total = load i64, i64* %tp",
+        f"  %fp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 3",
+        "  %fixed = load i8**, i8*** %fp",
+        f"  %sp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 4",
+        "  %slots = load i64*, i64** %sp",
+        "  %buf = alloca i8*, i64 %total, align 16",
+        "  %empty = icmp eq i64 %total, 0",
+        "  br i1 %empty, label %patch, label %copy",
+        "copy:",
+        "  %i = phi i64 [0, %entry], [%next, %copy]",
+        "  %src = getelementptr i8*, i8** %fixed, i64 %i",
+        "  %p = load i8*, i8** %src",
+        "  %dst = getelementptr i8*, i8** %buf, i64 %i",
+        "  store i8* %p, i8** %dst",
+        "  %next = add i64 %i, 1",
+        "  %done = icmp eq i64 %next, %total",
+        "  br i1 %done, label %patch, label %copy",
+        "patch:",
+    ]
+    for i in range(n):
+        lines += [
+            f"  %field{i} = getelementptr i8, i8* %o{i}, i64 {_DATA_OFFSET}",
+            f"  %fieldp{i} = bitcast i8* %field{i} to i8**",
+            f"  %data{i} = load i8*, i8** %fieldp{i}",
+            f"  %slotp{i} = getelementptr i64, i64* %slots, i64 {i}",
+            f"  %slot{i} = load i64, i64* %slotp{i}",
+            f"  %at{i} = getelementptr i8*, i8** %buf, i64 %slot{i}",
+            f"  store i8* %data{i}, i8** %at{i}",
+        ]
+    lines += ["  call void %kernel(i8** %buf, i64 %begin, i64 %end)", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
+
+
+@functools.cache
+def launcher(n: int):
+    """The launchers for ``n`` patched buffers, as ctypes functions (calls release the GIL):
+    ``(whole, ranged)``."""
+    module = compile_module(_launcher_ir(n))
+    whole = module.ctypes_function(f"lz_launch_{n}", None, [ctypes.c_void_p] + [ctypes.py_object] * n)
+    ranged = module.ctypes_function(f"lz_launch_range_{n}", None,
+                                    [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.py_object] * n)
+    return whole, ranged
+
+
+class _LeanLaunch:
+    """One kernel launch: its descriptor (kernel, fixed pointer table, slots to patch)."""
+
+    def __init__(self, launch):
+        total = len(launch.pointers)
+        self.fixed = (ctypes.c_void_p * max(total, 1))(*[launch.pointers[i] for i in range(total)])
+        # inputs first (in argument order), then outputs: the order the objects are passed in
+        patches = sorted(launch.patches, key=lambda p: (p[1] != "input", p[2], p[0]))
+        self.inputs = [index for _, kind, index in patches if kind == "input"]
+        self.outputs = [index for _, kind, index in patches if kind == "output"]
+        self.slots = (ctypes.c_int64 * max(len(patches), 1))(*[slot for slot, _, _ in patches])
+        self.descriptor = _Descriptor(ctypes.cast(launch.function, ctypes.c_void_p).value, launch.work_items,
+                                      total, ctypes.addressof(self.fixed), ctypes.addressof(self.slots))
+        self.address = ctypes.addressof(self.descriptor)
+        self.work_items = launch.work_items
+        self.parallel = launch.parallel
+        self.name = launch.name
+        self.whole, self.ranged = launcher(len(patches))
+
+    def objects(self, inputs, outs) -> list:
+        return [inputs[i] for i in self.inputs] + [outs[j] for j in self.outputs]
+
+    def run(self, objects, pool) -> None:
+        if self.parallel:
+            ranged, d = self.ranged, self.address
+            pool.parallel_for(lambda _, begin, end: ranged(d, begin, end, *objects), None, self.work_items)
+        else:
+            self.whole(self.address, *objects)
+
+
+def lean_runner(plan, pool):
+    """``run(inputs, outs=None) -> list[np.ndarray]`` for ``plan``: no checks (the caller passes
+    C-contiguous arrays of the argument dtypes and the plan's shapes; ``outs``, when given, are
+    arrays of the result types to write into)."""
+    from lezero.runtime.compiled_function import run_plan
+
+    specs = [(tuple(t.shape), t.element_type.numpy_dtype) for _, _, t in plan.outputs]
+    all_in_place = all(in_place for in_place, _, _ in plan.outputs)
+    if not USE_LAUNCHER or not all_in_place:
+        def run_generic(inputs, outs=None):
+            results = run_plan(plan, inputs, pool)
+            if outs is None:
+                return results
+            for out, r in zip(outs, results):
+                np.copyto(out, r)
+            return outs
+        return run_generic
+
+    launches = [_LeanLaunch(launch) for launch in plan.launches]
+    empty = np.empty
+    if len(launches) == 1 and plan.arena.size == 0 and not launches[0].parallel:
+        (only,) = launches
+        f, d = only.whole, only.address
+        n_in = len(only.inputs)
+        if only.outputs == list(range(len(specs))) and len(specs) == 1:
+            (shape, dtype), = specs
+            if only.inputs == list(range(n_in)):
+                def run_one(inputs, outs=None, _keep=(plan, only)):  # _keep: the tables and kernels
+                    out = empty(shape, dtype) if outs is None else outs[0]
+                    f(d, *inputs, out)
+                    return [out]
+                return run_one
+
+        def run_single(inputs, outs=None, _keep=plan):
+            if outs is None:
+                outs = [empty(shape, dtype) for shape, dtype in specs]
+            f(d, *only.objects(inputs, outs))
+            return outs
+        return run_single
+
+    lock = plan.lock
+
+    def run_launches(inputs, outs=None, _keep=plan):
+        if outs is None:
+            outs = [empty(shape, dtype) for shape, dtype in specs]
+        with lock:  # the arena is shared between calls
+            for launch in launches:
+                launch.run(launch.objects(inputs, outs), pool)
+        return outs
+    return run_launches

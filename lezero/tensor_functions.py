@@ -1,0 +1,116 @@
+"""The function forms of tensor ops (``lz.exp(x)``, ``lz.cat([...], dim)``, ``lz.where(c, a, b)``),
+as PyTorch spells them; most forward to the ``Tensor`` method of the same name."""
+from __future__ import annotations
+
+from lezero import dtypes as _dt
+from lezero.tensor import _CONCAT, _SELECT, Tensor, _cast_to, _dim, _is_number, _scalar, apply
+
+
+def _as_tensor(x) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    from lezero.creation import tensor
+    return tensor(x)
+
+
+def cat(tensors, dim: int = 0) -> Tensor:
+    """Join tensors along ``dim`` (their dtypes promoted to one)."""
+    tensors = [_as_tensor(t) for t in tensors]
+    if not tensors:
+        raise RuntimeError("cat(): expected a non-empty list of Tensors")
+    target = _dt.result_type([t.dtype for t in tensors])
+    tensors = [_cast_to(t, target) for t in tensors]
+    if len(tensors) == 1:
+        return tensors[0]
+    axis = _dim(dim, tensors[0].ndim)
+    return apply(_CONCAT, (("axis", axis), ("stack", False), ("stacked_shape", None)), *tensors)
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim: int = 0) -> Tensor:
+    """Join same-shaped tensors along a new dim ``dim``."""
+    tensors = [_as_tensor(t) for t in tensors]
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    shape = tensors[0].shape
+    for i, t in enumerate(tensors[1:], 1):
+        if t.shape != shape:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
+                               f"{list(t.shape)} at entry {i}")
+    target = _dt.result_type([t.dtype for t in tensors])
+    tensors = [_cast_to(t, target) for t in tensors]
+    axis = _dim(dim, len(shape) + 1)
+    stacked = shape[:axis] + (1,) + shape[axis:]
+    if len(tensors) == 1:
+        return tensors[0].reshape(stacked)
+    return apply(_CONCAT, (("axis", axis), ("stack", True), ("stacked_shape", stacked)), *tensors)
+
+
+def where(condition, input, other) -> Tensor:  # noqa: A002 - PyTorch's names
+    """``input`` where ``condition`` holds, else ``other`` (tensors or numbers; they broadcast)."""
+    condition = _cast_to(_as_tensor(condition), _dt.bool_)
+    tensors = [v for v in (input, other) if isinstance(v, Tensor)]
+    if not tensors:
+        raise TypeError("where() needs at least one of input and other to be a tensor")
+    dims = [t.dtype for t in tensors if t.ndim]
+    zero = [t.dtype for t in tensors if not t.ndim]
+    scalars = [v for v in (input, other) if _is_number(v)]
+    target = _dt.result_type(dims, zero, scalars)
+    a = _cast_to(input, target) if isinstance(input, Tensor) else _scalar(input, target.numpy)
+    b = _cast_to(other, target) if isinstance(other, Tensor) else _scalar(other, target.numpy)
+    return apply(_SELECT, (), condition, a, b)
+
+
+def maximum(a, b) -> Tensor:
+    return _as_tensor(a).maximum(b)
+
+
+def minimum(a, b) -> Tensor:
+    return _as_tensor(a).minimum(b)
+
+
+def matmul(a, b) -> Tensor:
+    return _as_tensor(a).matmul(b)
+
+
+mm = bmm = matmul
+
+
+def clamp(x, min=None, max=None) -> Tensor:  # noqa: A002
+    return x.clamp(min, max)
+
+
+clip = clamp
+
+
+def _method(name: str):
+    def function(x, *args, **kwargs):
+        return getattr(_as_tensor(x), name)(*args, **kwargs)
+    function.__name__ = name
+    function.__doc__ = f"``lz.{name}(x, ...)`` is ``x.{name}(...)``."
+    return function
+
+
+_METHODS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "abs", "neg", "sign", "floor", "ceil",
+            "square", "erf", "sin", "cos", "reciprocal", "log1p", "expm1", "sum", "mean", "prod", "var", "std",
+            "max", "min", "amax", "amin", "argmax", "argmin", "any", "all", "softmax", "log_softmax", "logsumexp",
+            "norm", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "t",
+            "expand", "chunk", "split", "narrow", "unbind", "select", "index_select", "add", "sub", "mul", "div",
+            "pow", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "clone", "detach", "lerp", "masked_fill",
+            "repeat", "numel")
+for _name in _METHODS:
+    globals()[_name] = _method(_name)
+
+subtract, multiply, divide, negative, swapaxes = sub, mul, div, neg, transpose  # noqa: F821 - made above
+
+__all__ = ["cat", "concat", "concatenate", "stack", "where", "maximum", "minimum", "matmul", "mm", "bmm", "clamp",
+           "clip", "subtract", "multiply", "divide", "negative", "swapaxes", *_METHODS]
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, Tensor)
+
+
+__all__.append("is_tensor")
