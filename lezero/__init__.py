@@ -2,6 +2,8 @@
 
 Everything becomes one typed SSA IR (``lezero.ir``), goes through pass pipelines
 (``lezero.passes``) and is compiled for the CPU with LLVM (``lezero.codegen``, ``lezero.runtime``).
+``import lezero as lz`` gives the eager, PyTorch-like API on top of that one path: ``lz.Tensor``,
+autograd, ``lz.nn``, ``lz.optim``, ``lz.utils.data``, ``lz.save``/``lz.load``.
 """
 __version__ = "0.1.0"
 
@@ -11,3 +13,21 @@ def compile(module_or_text, entry=None, target="cpu"):  # noqa: A001 - the name 
     from lezero.runtime.compiled_function import compile as _compile
 
     return _compile(module_or_text, entry, target)
+
+
+from lezero.dtypes import (bool_ as bool, double, dtype, float16, float32, float64, get_default_dtype,  # noqa: E402,A001
+                           half, int8, int16, int32, int64, long, set_default_dtype, uint8)
+from lezero.dtypes import int_ as int  # noqa: E402,A001
+from lezero.dispatch import OperatorError  # noqa: E402
+from lezero.tensor import Tensor  # noqa: E402
+from lezero.creation import (Generator, arange, as_tensor, bernoulli, default_generator, empty, empty_like,  # noqa: E402
+                             eye, from_numpy, full, full_like, initial_seed, linspace, manual_seed, normal, ones,
+                             ones_like, rand, rand_like, randint, randn, randn_like, randperm, seed, tensor, zeros,
+                             zeros_like)
+from lezero.tensor_functions import *  # noqa: E402,F401,F403
+from lezero.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled,  # noqa: E402
+                             value_and_grad)
+from lezero.autograd import grad_transform as grad  # noqa: E402
+from lezero import autograd  # noqa: E402
+from lezero.serialization import load, save  # noqa: E402
+from lezero import nn, optim, utils  # noqa: E402

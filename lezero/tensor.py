@@ -35,22 +35,26 @@ _ndarray = np.ndarray
 class _Mode:
     """Process-wide recording switches (class attributes: one lookup on the hot path)."""
 
-    grad = True   # grad mode: record ops whose inputs require grad
-    trace = 0     # > 0 while tracing: record every op, with its location
+    grad = True     # grad mode: record ops whose inputs require grad
+    trace = 0       # > 0 while tracing: record every op, with its location
+    session = None  # the trace recording now (lezero.autograd.trace)
 
 
 class Node:
     """One recorded op: what ``backward`` and ``trace`` replay.  ``inputs`` are tensors;
     ``versions`` their versions when recorded (an in-place change after that is an error)."""
 
-    __slots__ = ("op", "attrs", "inputs", "versions", "location", "__weakref__")
+    __slots__ = ("op", "attrs", "inputs", "versions", "location", "session", "__weakref__")
 
-    def __init__(self, op: EagerOp, attrs: tuple, inputs: tuple, location=None):
+    def __init__(self, op: EagerOp, attrs: tuple, inputs: tuple):
         self.op = op
         self.attrs = attrs
         self.inputs = inputs
         self.versions = tuple(t._version for t in inputs)
-        self.location = location
+        if _Mode.trace:
+            self.location, self.session = user_location(), _Mode.session
+        else:
+            self.location = self.session = None
 
     def name(self) -> str:
         return self.op.name.capitalize() + "Backward"
@@ -73,7 +77,7 @@ def _record(op: EagerOp, attrs: tuple, inputs: tuple, outputs) -> None:
         outputs = [t for t in outputs if t._data.dtype.kind == "f"]
         if not outputs:
             return
-    node = Node(op, attrs, inputs, user_location() if _Mode.trace else None)
+    node = Node(op, attrs, inputs)
     for i, t in enumerate(outputs):
         t._node = node
         t._index = i

@@ -1,0 +1,494 @@
+"""Autograd: grad mode, recordings replayed as IR functions, ``backward``, ``grad``, ``trace``.
+
+Eager ops record ``Node``s (``lezero.tensor``).  Everything here starts from a *recording*: the
+nodes between some output tensors and the tensors the walk stops at (given inputs, leaves,
+tensors that need no grad), found by ``walk`` together with a structural key: each node's op,
+attributes and operand references, and each argument's shape and dtype, never a value.
+
+- ``build_function(recording)`` replays the nodes through the same ``EagerOp.emit`` that eager
+  execution compiles, into ``@f(inputs..., captured...) -> outputs``: one IR function.
+- ``backward()`` differentiates that function with the autodiff pass (``differentiate``), then
+  feeds the values the forward pass already computed into it instead of recomputing them: each
+  recorded output's op is tagged ``lz.eager_value = array<i64: node, result>``; in ``@f_grad`` the
+  tagged values the gradient needs become arguments, the forward ops die, and what remains is the
+  backward pass alone.  It is compiled once per structure (``_GRADIENTS``), so a training loop
+  compiles its backward pass on the first step and then only walks and launches.
+- ``create_graph=True`` records that gradient function as one node (an ``EagerOp`` that inlines
+  it), so gradients of gradients differentiate through it again: ``grad(grad(f))``.
+- ``trace(fn, *examples)`` runs ``fn`` with every op recorded, at the user's lines: the function
+  ``lezero.jit`` compiles whole.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lezero.dispatch import EagerOp, tensor_type
+from lezero.ir.attributes import DenseArrayAttr
+from lezero.ir.builder import Builder
+from lezero.ir.core import FuncOp, ModuleOp, OpResult
+from lezero.ir.types import I64, FunctionType
+from lezero.passes.autodiff import differentiate
+from lezero.passes.dce import erase_dead_ops
+from lezero.runtime.compiled_function import CompiledFunction
+from lezero.tensor import Tensor, _Mode, _record, _wrap
+
+TAG = "lz.eager_value"
+
+
+# --- grad mode ---------------------------------------------------------------------------------------
+
+class _GradMode:
+    """A context manager and decorator: grad mode is ``self.mode`` while it is active."""
+
+    mode = True
+
+    def __enter__(self):
+        self.previous = _Mode.grad
+        _Mode.grad = self.mode
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _Mode.grad = self.previous
+        return False
+
+    def __call__(self, fn):
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            previous, _Mode.grad = _Mode.grad, mode
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _Mode.grad = previous
+        return wrapper
+
+
+class no_grad(_GradMode):  # noqa: N801 - PyTorch's names
+    """``with lz.no_grad():`` records nothing (evaluation, optimizer updates)."""
+
+    mode = False
+
+
+class enable_grad(_GradMode):  # noqa: N801
+    mode = True
+
+
+class inference_mode(_GradMode):  # noqa: N801
+    def __init__(self, mode: bool = True):
+        self.mode = not mode
+
+
+class set_grad_enabled(_GradMode):  # noqa: N801
+    """``set_grad_enabled(False)`` switches at once (as PyTorch's); as a context manager it
+    switches back on exit."""
+
+    def __init__(self, mode: bool):
+        self.mode = bool(mode)
+        self.previous = _Mode.grad
+        _Mode.grad = self.mode
+
+    def __enter__(self):
+        return self
+
+
+def is_grad_enabled() -> bool:
+    return _Mode.grad
+
+
+# --- recordings ---------------------------------------------------------------------------------------
+
+@dataclass
+class Recording:
+    """The nodes between ``outputs`` and the tensors the walk stopped at.
+
+    ``args``: the function's arguments, the given inputs first, then each captured tensor (a leaf,
+    a constant, a tensor that needs no grad) in the order first met.  ``nodes`` in topological
+    order, ``refs[n]`` the operands of node ``n`` (``("a", i)`` argument i, ``("n", m, k)`` result
+    k of node m), ``outputs`` the references of the outputs, ``tensors[(m, k)]`` the tensor of each
+    node result met.  ``key`` says everything that decides the function, and nothing else.
+    """
+
+    args: list
+    nodes: list
+    refs: list
+    outputs: list
+    tensors: dict
+    key: tuple = ()
+    used_args: set = field(default_factory=set)
+
+
+def walk(outputs, inputs=(), stop_at_constants: bool = False, session=None) -> Recording:
+    """Find the nodes between ``outputs`` and ``inputs``.  The walk also stops at tensors without
+    a node, at those that need no grad when ``stop_at_constants`` (backward), and at nodes not
+    recorded in trace ``session`` when one is given (``trace``)."""
+    args = list(inputs)
+    arg_index = {id(t): i for i, t in enumerate(args)}
+    number: dict[int, int] = {}
+    expanded: set[int] = set()
+    nodes, refs, tensors = [], [], {}
+
+    def stops(t: Tensor) -> bool:
+        if id(t) in arg_index:
+            return True
+        node = t._node
+        if node is None or (stop_at_constants and not t.requires_grad):
+            return True
+        return session is not None and node.session is not session
+
+    def ref(t: Tensor) -> tuple:
+        i = arg_index.get(id(t))
+        if i is not None:
+            return ("a", i)
+        if stops(t):
+            arg_index[id(t)] = len(args)
+            args.append(t)
+            return ("a", len(args) - 1)
+        r = ("n", number[id(t._node)], t._index)
+        tensors.setdefault(r[1:], t)
+        return r
+
+    for root in outputs:
+        stack = [root]
+        while stack:
+            t = stack[-1]
+            if stops(t) or id(t._node) in number:
+                stack.pop()
+                continue
+            node = t._node
+            if node.inputs is None:
+                raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
+                                   "tensors after they have already been freed). Specify retain_graph=True if you "
+                                   "need to backward through the graph a second time.")
+            if id(node) not in expanded:
+                expanded.add(id(node))
+                stack.extend(x for x in reversed(node.inputs) if not (stops(x) or id(x._node) in number))
+                continue
+            stack.pop()
+            for x, version in zip(node.inputs, node.versions):
+                if x._version != version:
+                    raise RuntimeError(
+                        f"one of the variables needed for gradient computation has been modified by an inplace "
+                        f"operation: a tensor of shape {list(x.shape)} used by {node.op.name} is at version "
+                        f"{x._version}; expected version {version} instead.")
+            number[id(node)] = len(nodes)
+            nodes.append(node)
+            refs.append(tuple(ref(x) for x in node.inputs))
+    out_refs = [ref(t) for t in outputs]
+    key = (tuple((a._data.shape, a._data.dtype) for a in args),
+           tuple((node.op, node.attrs, r) for node, r in zip(nodes, refs)), tuple(out_refs))
+    used = {r[1] for rs in refs for r in rs if r[0] == "a"} | {r[1] for r in out_refs if r[0] == "a"}
+    return Recording(args, nodes, refs, out_refs, tensors, key, used)
+
+
+def build_function(rec: Recording, name: str = "f", locations: bool = False, tag: bool = False) -> FuncOp:
+    """``@name(args...) -> outputs``: the recorded nodes replayed through their ``emit``.  With
+    ``locations``, ops carry the user's lines the nodes were recorded at; with ``tag``, each node
+    result's op carries ``lz.eager_value = array<i64: node, result>``."""
+    func = FuncOp(name, FunctionType([tensor_type(a._data) for a in rec.args], []))
+    block = func.entry_block
+    b = Builder.at_end(block)
+    values: list[list] = []
+
+    def value(r):
+        return block.args[r[1]] if r[0] == "a" else values[r[1]][r[2]]
+
+    for n, (node, refs) in enumerate(zip(rec.nodes, rec.refs)):
+        if locations and node.location is not None:
+            b.location = node.location
+        results = node.op.build(b, node.attrs, [value(r) for r in refs])
+        if tag:
+            for k, v in enumerate(results):
+                if isinstance(v, OpResult) and TAG not in v.op.attributes and len(v.op.results) == 1:
+                    v.op.attributes[TAG] = DenseArrayAttr(I64, (n, k))
+        values.append(results)
+    b.create("func.return", [value(r) for r in rec.outputs], result_types=[])
+    func.update_function_type()
+    return func
+
+
+# --- gradient functions --------------------------------------------------------------------------------
+
+@dataclass
+class GradientFunction:
+    """``@backward_grad`` for one recorded structure, compiled: ``sources`` say what feeds each
+    argument (``("a", i)`` recording argument i, ``("seed", j)`` output j's cotangent,
+    ``("n", m, k)`` the forward value of node m's result k)."""
+
+    func: FuncOp
+    sources: list
+    run: object
+    op: EagerOp  # inlines ``func``: how create_graph records it
+
+
+_GRADIENTS: dict[tuple, GradientFunction] = {}
+
+
+def gradient_function(rec: Recording, wrt: tuple) -> GradientFunction:
+    key = (rec.key, wrt)
+    cached = _GRADIENTS.get(key)
+    if cached is None:
+        cached = _GRADIENTS[key] = _build_gradient_function(rec, wrt)
+    return cached
+
+
+def _build_gradient_function(rec: Recording, wrt: tuple) -> GradientFunction:
+    forward = build_function(rec, "backward", tag=True)
+    grad = differentiate(forward, wrt=list(wrt))
+    block = grad.entry_block
+    n_args, n_out = len(rec.args), len(rec.outputs)
+    sources = [("a", i) for i in range(n_args)] + [("seed", j) for j in range(n_out)]
+    # the forward values the gradient reads become arguments
+    for op in list(block.ops):
+        tag = op.attributes.pop(TAG, None)
+        if tag is None:
+            continue
+        n, k = tag.values
+        if (n, k) in rec.tensors and op.result.uses:
+            arg = block.add_argument(op.result.type)
+            op.result.replace_all_uses_with(arg)
+            sources.append(("n", n, k))
+    ret = grad.return_op
+    ret.set_operands(list(ret.operands)[n_out:])  # the gradients only: the forward results are known
+    erase_dead_ops(grad)
+    for i in reversed(range(len(block.args))):
+        if not block.args[i].uses:
+            block.erase_argument(i)
+            del sources[i]
+    grad.update_function_type()
+    module = ModuleOp([grad])
+    shapes = [a.type.shape for a in block.args]
+    run = CompiledFunction(module, grad.sym_name).runner(shapes)
+    return GradientFunction(grad, sources, run, EagerOp("backward", functools.partial(_inline, grad),
+                                                           len(grad.function_type.results)))
+
+
+def _inline(func: FuncOp, b: Builder, attrs: dict, *values) -> list:
+    """Emit ``func``'s body into ``b`` on ``values``; its returned values."""
+    value_map = dict(zip(func.arguments, values))
+    for op in func.entry_block.ops[:-1]:
+        b.insert(op.clone(value_map))
+    return [value_map.get(v, v) for v in func.return_op.operands]
+
+
+def _run_gradient(rec: Recording, wrt: tuple, seeds: list, create_graph: bool) -> list:
+    """The gradients of ``rec``'s outputs (weighted by ``seeds``) to the arguments ``wrt``."""
+    gf = gradient_function(rec, wrt)
+    inputs = []
+    for src in gf.sources:
+        if src[0] == "a":
+            inputs.append(rec.args[src[1]])
+        elif src[0] == "seed":
+            inputs.append(seeds[src[1]])
+        else:
+            inputs.append(rec.tensors[src[1:]])
+    outs = [_wrap(a) for a in gf.run([t._data for t in inputs])]
+    if create_graph and _Mode.grad or _Mode.trace:
+        _record(gf.op, (), tuple(inputs), outs)
+    return outs
+
+
+def _seeds(outputs, grad_outputs) -> list:
+    seeds = []
+    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
+        if g is None:
+            if out._data.size != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            seeds.append(_wrap(np.ones(out.shape, out._data.dtype)))
+            continue
+        g = g if isinstance(g, Tensor) else _wrap(np.ascontiguousarray(np.asarray(g, out._data.dtype)))
+        if g.shape != out.shape:
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(g.shape)} and output[{i}] "
+                               f"has a shape of {list(out.shape)}.")
+        if g._data.dtype != out._data.dtype:
+            g = g.to(out.dtype)
+        seeds.append(g)
+    return seeds
+
+
+def _free(rec: Recording) -> None:
+    for node in rec.nodes:
+        node.inputs = None
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
+    """Accumulate into each leaf's ``.grad`` the gradient of ``tensors`` (weighted by
+    ``grad_tensors``; required for non-scalars)."""
+    outputs = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    if grad_tensors is None or isinstance(grad_tensors, Tensor):
+        grad_tensors = [grad_tensors] * len(outputs) if grad_tensors is None else [grad_tensors]
+    for i, t in enumerate(outputs):
+        if not t.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    seeds = _seeds(outputs, grad_tensors)
+    retain_graph = create_graph if retain_graph is None else retain_graph
+    stop = list(inputs) if inputs is not None else []
+    if isinstance(inputs, Tensor):
+        stop = [inputs]
+    rec = walk(outputs, stop, stop_at_constants=True)
+    if stop:
+        wrt = tuple(range(len(stop)))
+    else:
+        wrt = tuple(i for i, t in enumerate(rec.args) if t.requires_grad and t._node is None)
+    if wrt:
+        with set_grad_enabled(create_graph):
+            grads = _run_gradient(rec, wrt, seeds, create_graph)
+            for i, g in zip(wrt, grads):
+                leaf = rec.args[i]
+                if leaf.grad is None:
+                    leaf.grad = g
+                else:
+                    leaf.grad = leaf.grad + g
+    if not retain_graph:
+        _free(rec)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
+         allow_unused: bool = False, materialize_grads: bool = False):
+    """``torch.autograd.grad``: the gradients of ``outputs`` to ``inputs``, as a tuple (nothing
+    accumulates into ``.grad``)."""
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    single = isinstance(inputs, Tensor)
+    inputs = [inputs] if single else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    for i, t in enumerate(outputs):
+        if not t.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    for t in inputs:
+        if not t.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    seeds = _seeds(outputs, grad_outputs)
+    retain_graph = create_graph if retain_graph is None else retain_graph
+    rec = walk(outputs, inputs, stop_at_constants=True)
+    unused = [i for i in range(len(inputs)) if i not in rec.used_args]
+    if unused and not (allow_unused or materialize_grads):
+        raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
+                           "Set allow_unused=True if this is the desired behavior.")
+    with set_grad_enabled(create_graph):
+        grads = _run_gradient(rec, tuple(range(len(inputs))), seeds, create_graph)
+    if not retain_graph:
+        _free(rec)
+    if not materialize_grads:
+        grads = [None if i in unused else g for i, g in enumerate(grads)]
+    return tuple(grads)
+
+
+# --- functional transforms ------------------------------------------------------------------------------
+
+def _differentiable(x) -> Tensor:
+    """``x`` as a tensor a gradient can be taken to: itself if it already requires grad (it may be
+    an outer derivative's input), else a new leaf on the same memory; while tracing, a recorded
+    copy, so the traced function still reads its input."""
+    from lezero.creation import tensor
+
+    t = x if isinstance(x, Tensor) else tensor(x, dtype=np.float32 if isinstance(x, float) else None)
+    if t.requires_grad and _Mode.grad:
+        return t
+    if _Mode.trace:
+        with enable_grad():
+            c = t.clone()
+        c.requires_grad = True
+        return c
+    return t.detach().requires_grad_()
+
+
+def grad_transform(fn, argnums=0, has_aux: bool = False):
+    """``lz.grad(fn)``: a function returning the gradient of ``fn`` (a scalar function) to its
+    argument(s) ``argnums``.  ``fn`` is recorded into IR, differentiated by the autodiff pass and
+    compiled; nested, ``lz.grad(lz.grad(f))`` differentiates the gradient function again."""
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+    @functools.wraps(fn)
+    def gradient(*args, **kwargs):
+        args = list(args)
+        # the gradient must be differentiable again when an outer derivative or trace is running
+        nested = bool(_Mode.trace) or any(isinstance(args[i], Tensor) and args[i].requires_grad and _Mode.grad
+                                          for i in nums)
+        for i in nums:
+            args[i] = _differentiable(args[i])
+        with enable_grad():
+            out = fn(*args, **kwargs)
+        aux = None
+        if has_aux:
+            out, aux = out
+        if not isinstance(out, Tensor) or out._data.size != 1:
+            raise RuntimeError(f"lz.grad(f): f must return a tensor with a single element, got "
+                               f"{type(out).__name__}{'' if not isinstance(out, Tensor) else list(out.shape)}")
+        wrt = [args[i] for i in nums]
+        if not out.requires_grad:
+            grads = [None] * len(wrt)
+        else:
+            grads = grad([out], wrt, create_graph=nested, allow_unused=True)
+        from lezero.creation import zeros_like
+        grads = [zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
+        result = grads[0] if isinstance(argnums, int) else tuple(grads)
+        return (result, aux) if has_aux else result
+
+    return gradient
+
+
+def value_and_grad(fn, argnums=0, has_aux: bool = False):
+    """``fn``'s value and its gradient, from one recording."""
+    holder = {}
+
+    def keep(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        holder["value"] = out
+        return out
+
+    g = grad_transform(keep, argnums, has_aux)
+
+    def both(*args, **kwargs):
+        grads = g(*args, **kwargs)
+        value = holder.pop("value")
+        return value, grads
+    return both
+
+
+# --- tracing ------------------------------------------------------------------------------------------
+
+@dataclass
+class Trace:
+    """``fn`` recorded over example inputs: ``func`` is ``@name(inputs..., captured...) ->
+    outputs``; ``captured`` are the tensors ``fn`` read that are not inputs (parameters, buffers,
+    constants), in argument order; ``outputs`` the example outputs (flattened)."""
+
+    func: FuncOp
+    inputs: list
+    captured: list
+    outputs: list
+    recording: Recording
+
+
+def trace(fn, *example_inputs, name: str = "traced", **kwargs) -> Trace:
+    """Run ``fn`` on ``example_inputs`` recording every op (at the user's source lines) and return
+    it as one IR function.  ``fn`` returns a tensor or a (nested) tuple/list of tensors."""
+    from lezero.creation import tensor
+
+    inputs = [_wrap(x._data) if isinstance(x, Tensor) else tensor(x) for x in example_inputs]
+    session = object()  # marks the nodes this trace records: earlier recordings are constants to it
+    previous = (_Mode.trace, _Mode.session)
+    _Mode.trace, _Mode.session = previous[0] + 1, session
+    try:
+        outputs = fn(*inputs, **kwargs)
+    finally:
+        _Mode.trace, _Mode.session = previous
+    flat = _flatten(outputs)
+    rec = walk(flat, inputs, session=session)
+    func = build_function(rec, name, locations=True)
+    return Trace(func, inputs, rec.args[len(inputs):], flat, rec)
+
+
+def _flatten(outputs) -> list:
+    if isinstance(outputs, Tensor):
+        return [outputs]
+    if isinstance(outputs, (list, tuple)):
+        return [t for o in outputs for t in _flatten(o)]
+    if isinstance(outputs, dict):
+        return [t for o in outputs.values() for t in _flatten(o)]
+    raise TypeError(f"a traced function must return tensors (or tuples, lists, dicts of them), got "
+                    f"{type(outputs).__name__}")
