@@ -5,9 +5,10 @@ Run it as
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/elementwise.py [--threads 2]
 
-lezero: the lz.kernel lowered by lezero/codegen/llvm/lower_kernel.py (exact gelu, x * Phi(x) through
-its vectorized erfc), JIT-compiled at O3 for this CPU, called through ctypes from a thread pool
-on split work-item ranges (ctypes releases the GIL).
+lezero: the function through lezero.compile (the user's path): partitioned and fused into one
+lz.kernel (exact gelu, x * Phi(x) through its vectorized erfc), JIT-compiled at O3 for this CPU,
+run by the runtime's thread pool on split work-item ranges (ctypes releases the GIL); the output
+is allocated per call, as the caller gets a fresh array.
 numpy: has no erf, so the peer computes the tanh form of gelu,
 0.5 y (1 + tanh(sqrt(2/pi) (y + 0.044715 y^3))), y = x * a + b, in two ways: as one expression,
 and with in-place ufuncs (out=, no temporaries); numpy is single-threaded whatever --threads says.
@@ -22,7 +23,6 @@ import argparse
 import math
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--threads", type=int, default=2)
@@ -31,33 +31,25 @@ parser.add_argument("--cols", type=int, default=1024)
 parser.add_argument("--seconds", type=float, default=1.0, help="time budget per implementation")
 args = parser.parse_args()
 
-import ctypes  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from lezero.codegen.llvm import jit  # noqa: E402
-from lezero.codegen.llvm.lower_kernel import lower_kernel  # noqa: E402
-from lezero.ir import Block, Builder, FuncOp, FunctionType, Operation, Region  # noqa: E402
-from lezero.ir.opdef import lookup  # noqa: E402
-from lezero.ir.types import tensor  # noqa: E402
+from lezero.ir import parse_module  # noqa: E402
+from lezero.runtime.compiled_function import CompiledFunction  # noqa: E402
+from lezero.runtime.thread_pool import ThreadPool  # noqa: E402
 from timing import best_seconds  # noqa: E402
 
 
 
-def gelu_kernel(rows: int, cols: int) -> Operation:
-    """lz.kernel(x, a, b) { gelu(x * a + b) } in a function, as the fuse pass would make it."""
-    types = [tensor((rows, cols)), tensor((cols,)), tensor((cols,))]
-    block = Block(types)
-    b = Builder.at_end(block)
-    x, a, c = block.args
-    y = b.op("lz.gelu", b.op("lz.add", b.op("lz.mul", x, a), c))
-    b.create("lz.yield", [y], result_types=[])
-    func = FuncOp("f", FunctionType(types, [y.type]))
-    attributes = lookup("lz.kernel").make_attributes({"kind": "elementwise", "name": "lz_fused_mul_add_gelu"})
-    kernel = Operation("lz.kernel", func.arguments, [y.type], attributes, [Region([block])])
-    Builder.at_end(func.entry_block).insert(kernel)
-    return kernel
+def gelu_function(rows: int, cols: int) -> str:
+    """``gelu(x * a + b)`` as lz IR: the partitioner fuses it into one elementwise kernel."""
+    t, v = f"tensor<{rows}x{cols}xf32>", f"tensor<{cols}xf32>"
+    return "\n".join([f'func.func @f(%x: {t}, %a: {v}, %b: {v}) -> {t} {{',
+                      f'  %0 = "lz.mul"(%x, %a) : ({t}, {v}) -> {t}',
+                      f'  %1 = "lz.add"(%0, %b) : ({t}, {v}) -> {t}',
+                      f'  %2 = "lz.gelu"(%1) : ({t}) -> {t}',
+                      f'  func.return %2 : {t}', '}'])
 
 
 def main() -> None:
@@ -67,17 +59,13 @@ def main() -> None:
     a = rng.uniform(0.5, 1.5, cols).astype(np.float32)
     c = rng.uniform(-0.5, 0.5, cols).astype(np.float32)
 
-    lowered = lower_kernel(gelu_kernel(rows, cols))
-    compiled = jit.compile_module(lowered.llvm_ir)
-    fn = compiled.ctypes_function(lowered.name, None, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64])
-    out = np.empty_like(x)
-    pointers = (ctypes.c_void_p * 4)(x.ctypes.data, a.ctypes.data, c.ctypes.data, out.ctypes.data)
-    n = lowered.work_items
-    bounds = [n * t // threads for t in range(threads + 1)]
-    pool = ThreadPoolExecutor(threads)
+    compiled = CompiledFunction(parse_module(gelu_function(rows, cols)), "f", pool=ThreadPool(threads))
+    compiled(x, a, c)
+    (kernel,) = [op for op in compiled.plan_for([x.shape, a.shape, c.shape]).func.entry_block.ops
+                 if op.name == "lz.kernel"]
 
     def lezero_run():
-        list(pool.map(lambda r: fn(pointers, r[0], r[1]), zip(bounds, bounds[1:])))
+        return compiled(x, a, c)
 
     k = math.sqrt(2 / math.pi)
 
@@ -111,20 +99,19 @@ def main() -> None:
         torch.set_num_threads(threads)
         tx, ta, tc = (torch.from_numpy(v) for v in (x, a, c))
         times["torch (gelu, erf)"] = best_seconds(lambda: torch.nn.functional.gelu(tx * ta + tc), args.seconds)
-        error = float((torch.from_numpy(out) - torch.nn.functional.gelu(tx * ta + tc)).abs().max())
+        error = float((torch.from_numpy(lezero_run()) - torch.nn.functional.gelu(tx * ta + tc)).abs().max())
     except ImportError:
         torch, error = None, float("nan")
 
     elements = rows * cols
     print(f"gelu(x * a + b), x {rows}x{cols} float32 ({elements / 1e6:.1f}M elements), {threads} threads; "
-          f"kernel {lowered.name}: {n} work items")
+          f"one kernel: {kernel.attributes['name'].value}")
     print(f"max |lezero - torch| = {error:.2e}")
     print(f"{'implementation':32s} {'ms':>8s} {'GB/s':>7s} {'peer / lezero':>14s}")
     for name, seconds in times.items():
         gbps = 2 * elements * 4 / seconds / 1e9  # x read, out written
         ratio = seconds / times["lezero"]
         print(f"{name:32s} {seconds * 1e3:8.2f} {gbps:7.1f} {ratio:14.2f}")
-    pool.shutdown()
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import llvmlite.ir as ir  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import lezero  # noqa: E402
 from lezero.codegen.llvm import gemm, jit  # noqa: E402
 from timing import best_seconds  # noqa: E402
 
@@ -153,6 +154,11 @@ def main() -> None:
     for backend, kernel in kernels.items():
         for n, (a, b, c) in problems.items():
             seconds[backend, n] = best_seconds(lambda: kernel(a, b, c), args.seconds)
+    for n, (a, b, c) in problems.items():  # the user's path: an lz.matmul function through lezero.compile
+        t = f"tensor<{n}x{n}xf32>"
+        compiled = lezero.compile(f'func.func @mm(%a: {t}, %b: {t}) -> {t} {{\n'
+                                  f'  %0 = "lz.matmul"(%a, %b) : ({t}, {t}) -> {t}\n  func.return %0 : {t}\n}}')
+        seconds["compiled", n] = best_seconds(lambda: compiled(a, b), args.seconds)
     with threadpool_limits(limits=threads) if threadpool_limits else contextlib.nullcontext():
         for n, (a, b, c) in problems.items():
             seconds["numpy", n] = best_seconds(lambda: np.matmul(a, b, out=c), args.seconds)
@@ -160,12 +166,16 @@ def main() -> None:
         np.testing.assert_allclose(kernels["native"](a, b), a.astype(np.float64) @ b, rtol=1e-3,
                                    atol=1e-3 * np.sqrt(n))
 
-    print("lezero: POSIX threads started by the generated code (the default); pool: a Python thread pool")
-    print(f"{'size':>6} {'lezero GFLOP/s':>15} {'(pool)':>8} {'numpy GFLOP/s':>14} {'lezero/numpy':>13}")
+    print("lezero: the SgemmKernel with POSIX threads started by the generated code; pool: the same with a "
+          "Python thread pool;\ncompile: an lz.matmul function through lezero.compile (the runtime's pool, output "
+          "allocated per call)")
+    print(f"{'size':>6} {'lezero GFLOP/s':>15} {'(pool)':>8} {'(compile)':>10} {'numpy GFLOP/s':>14} "
+          f"{'lezero/numpy':>13} {'compile/numpy':>14}")
     for n in sizes:
-        gflops = {key: 2.0 * n ** 3 / seconds[key, n] / 1e9 for key in ("native", "pool", "numpy")}
-        print(f"{n:>6} {gflops['native']:>15.1f} {gflops['pool']:>8.1f} {gflops['numpy']:>14.1f} "
-              f"{gflops['native'] / gflops['numpy']:>13.2f}")
+        gflops = {key: 2.0 * n ** 3 / seconds[key, n] / 1e9 for key in ("native", "pool", "compiled", "numpy")}
+        print(f"{n:>6} {gflops['native']:>15.1f} {gflops['pool']:>8.1f} {gflops['compiled']:>10.1f} "
+              f"{gflops['numpy']:>14.1f} {gflops['native'] / gflops['numpy']:>13.2f} "
+              f"{gflops['compiled'] / gflops['numpy']:>14.2f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,224 @@
+"""``lz.save`` / ``lz.load``: checkpoints without pickle, so loading runs no code.
+
+A file is::
+
+    b"LZCKPT01"                      magic and format version
+    u64 little-endian                 length of the JSON header
+    JSON header                       {"structure": ..., "tensors": [{dtype, shape, offset, nbytes}],
+                                       "sha256": digest of the data section}
+    padding to 64 bytes
+    data section                      each tensor's bytes, little-endian, C order, 64-byte aligned
+
+``structure`` is the saved object with each tensor replaced by ``{"__tensor__": i}``; dicts with
+non-string keys, tuples, and non-finite floats get tagged forms (``__dict__``, ``__tuple__``,
+``__float__``), so a state dict, an optimizer's state dict or any nesting of dicts, lists,
+tuples, numbers, strings, None and tensors comes back as it went in (tensors as ``lz.Tensor``,
+numpy arrays too).
+
+Writes are atomic: a temporary file in the same directory, flushed and fsynced, then renamed over
+the target (and the directory fsynced), so a crash leaves the old file or the new one, never half
+of one.  Reading checks the magic, the header, every tensor's extent and the data's SHA-256: a
+truncated or corrupt file raises ``CheckpointError`` saying what is wrong.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import mmap
+import os
+import struct
+import tempfile
+
+import numpy as np
+
+from lezero import dtypes as _dt
+from lezero.tensor import Tensor, _wrap
+
+MAGIC = b"LZCKPT01"
+ALIGNMENT = 64
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be read: truncated, corrupt, or not a lezero checkpoint."""
+
+
+def _encode(obj, arrays: list):
+    if isinstance(obj, Tensor):
+        arrays.append(obj._data)
+        return {"__tensor__": len(arrays) - 1}
+    if isinstance(obj, np.ndarray):
+        _dt.from_numpy_dtype(obj.dtype)
+        arrays.append(obj)
+        return {"__tensor__": len(arrays) - 1}
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj) and not any(k.startswith("__") and k.endswith("__") for k in obj):
+            return {k: _encode(v, arrays) for k, v in obj.items()}
+        return {"__dict__": [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, arrays) for v in obj]}
+    if isinstance(obj, list):
+        return [_encode(v, arrays) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else {"__float__": repr(float(obj))}
+    if obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, _dt.dtype):
+        return {"__dtype__": obj.name}
+    raise TypeError(f"lz.save cannot store a {type(obj).__name__}: only tensors, numpy arrays, numbers, strings, "
+                    "None, and dicts, lists and tuples of them")
+
+
+def _decode(obj, tensors: list):
+    if isinstance(obj, list):
+        return [_decode(v, tensors) for v in obj]
+    if isinstance(obj, dict):
+        if len(obj) == 1:
+            (key, value), = obj.items()
+            if key == "__tensor__":
+                return tensors[value]
+            if key == "__tuple__":
+                return tuple(_decode(v, tensors) for v in value)
+            if key == "__dict__":
+                return {_decode(k, tensors): _decode(v, tensors) for k, v in value}
+            if key == "__float__":
+                return float(value)
+            if key == "__dtype__":
+                return _dt.as_dtype(value)
+        return {k: _decode(v, tensors) for k, v in obj.items()}
+    return obj
+
+
+def _pad(n: int) -> int:
+    return -n % ALIGNMENT
+
+
+def save(obj, f) -> None:
+    """Write ``obj`` (a state dict, or any nesting of dicts/lists/tuples of tensors, numbers,
+    strings) to the path ``f`` atomically, or to a binary file object."""
+    arrays: list = []
+    structure = _encode(obj, arrays)
+    entries, offset = [], 0
+    digest = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        entries.append({"dtype": _dt.from_numpy_dtype(a.dtype).name, "shape": list(a.shape), "offset": offset,
+                        "nbytes": a.nbytes})
+        offset += a.nbytes + _pad(a.nbytes)
+    blobs = [np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False) for a in arrays]
+    for blob in blobs:
+        digest.update(memoryview(blob).cast("B") if blob.nbytes else b"")
+        digest.update(b"\0" * _pad(blob.nbytes))
+    header = json.dumps({"structure": structure, "tensors": entries, "sha256": digest.hexdigest(),
+                         "data_bytes": offset}, separators=(",", ":"), allow_nan=False).encode()
+    prefix = MAGIC + struct.pack("<Q", len(header)) + header
+    prefix += b"\0" * _pad(len(prefix))
+
+    def write(out) -> None:
+        out.write(prefix)
+        for blob in blobs:
+            if blob.nbytes:
+                out.write(memoryview(blob).cast("B"))
+            out.write(b"\0" * _pad(blob.nbytes))
+
+    if hasattr(f, "write"):
+        write(f)
+        return
+    path = os.fspath(f)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+
+
+def load(f, map_location=None, weights_only: bool = True):
+    """Read what ``save`` wrote; tensors come back as ``lz.Tensor`` (``map_location`` may only be
+    the CPU; ``weights_only`` is always true: nothing but data is ever loaded)."""
+    if map_location is not None and str(map_location).split(":")[0] != "cpu":
+        raise RuntimeError(f"lz.load: map_location {map_location!r} is not available (only 'cpu')")
+    if hasattr(f, "read"):
+        data = f.read()
+        name = getattr(f, "name", "<stream>")
+        return _parse(memoryview(data), name)
+    name = os.fspath(f)
+    with open(name, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if not size:
+            return _parse(memoryview(b""), name)
+        with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as mapped:  # no second copy in memory
+            view = memoryview(mapped)
+            try:
+                return _parse(view, name)
+            finally:
+                view.release()
+
+
+def _parse(data: memoryview, name: str):
+    def fail(why: str):
+        raise CheckpointError(f"{name}: not a valid lezero checkpoint: {why}")
+
+    if len(data) < len(MAGIC) + 8:
+        fail(f"the file is {len(data)} bytes long, shorter than the header (truncated?)")
+    if bytes(data[:len(MAGIC)]) != MAGIC:
+        if bytes(data[:len(MAGIC) - 2]) == MAGIC[:-2]:
+            fail(f"format version {bytes(data[len(MAGIC) - 2:len(MAGIC)])!r} is not supported (expected {MAGIC[-2:]!r})")
+        fail("the magic bytes are missing (was it written by lz.save?)")
+    (header_len,) = struct.unpack("<Q", data[len(MAGIC):len(MAGIC) + 8])
+    start = len(MAGIC) + 8
+    if start + header_len > len(data):
+        fail(f"the header says it is {header_len} bytes but the file ends after {len(data) - start} (truncated?)")
+    try:
+        header = json.loads(bytes(data[start:start + header_len]))
+        structure, entries, expected = header["structure"], header["tensors"], header["sha256"]
+        data_bytes = int(header["data_bytes"])
+    except (ValueError, KeyError, TypeError) as e:
+        fail(f"the header is corrupt ({e})")
+    base = start + header_len
+    base += _pad(base)
+    if base + data_bytes > len(data):
+        fail(f"the data section should hold {data_bytes} bytes but the file has {max(len(data) - base, 0)} "
+             "(truncated?)")
+    if base + data_bytes < len(data):
+        fail(f"{len(data) - base - data_bytes} unexpected bytes after the data section")
+    payload = data[base:base + data_bytes]
+    if hashlib.sha256(payload).hexdigest() != expected:
+        fail("the data does not match its checksum (the file is corrupt)")
+    tensors = []
+    for i, e in enumerate(entries):
+        try:
+            d = _dt.as_dtype(e["dtype"])
+            shape = tuple(int(s) for s in e["shape"])
+            offset, nbytes = int(e["offset"]), int(e["nbytes"])
+        except (KeyError, TypeError, ValueError) as err:
+            fail(f"tensor #{i} has a corrupt entry ({err})")
+        if nbytes != math.prod(shape) * d.itemsize or offset < 0 or offset + nbytes > data_bytes:
+            fail(f"tensor #{i} ({e['dtype']}, shape {list(shape)}) does not fit the data section")
+        array = np.frombuffer(payload[offset:offset + nbytes], dtype=d.numpy.newbyteorder("<")).reshape(shape)
+        tensors.append(_wrap(np.array(array, dtype=d.numpy, order="C")))  # a writable, native copy
+    try:
+        return _decode(structure, tensors)
+    except (IndexError, TypeError, ValueError) as e:
+        fail(f"the structure refers to data that is not there ({e})")
+

@@ -1,0 +1,2 @@
+"""Utilities: ``lezero.utils.data`` (datasets and loaders)."""
+from lezero.utils import data  # noqa: F401
