@@ -692,11 +692,7 @@ class _Parser:
         if kind == "(":
             return self.parse_function_type()
         if kind == "bang":
-            t = self.type_aliases.get(self.texts[self.i][1:])
-            if t is None:
-                raise self.error(f"undefined symbol alias id '{self.texts[self.i][1:]}'")
-            self.i += 1
-            return t
+            return self.use_alias(self.type_aliases)
         raise self.wrong_token("expected type")
 
     def parse_non_function_type(self) -> Type:
@@ -834,12 +830,16 @@ class _Parser:
             self.i += 1
             return SymbolRefAttr(name)
         if kind == "hash":
-            attr = self.attr_aliases.get(self.texts[self.i][1:])
-            if attr is None:
-                raise self.error(f"undefined symbol alias id '{self.texts[self.i][1:]}'")
-            self.i += 1
-            return attr
+            return self.use_alias(self.attr_aliases)
         raise self.wrong_token("expected attribute value")
+
+    def use_alias(self, aliases: dict):
+        """The value of the ``!name``/``#name`` alias at the current token, consumed."""
+        value = aliases.get(self.texts[self.i][1:])
+        if value is None:
+            raise self.error(f"undefined symbol alias id '{self.texts[self.i][1:]}'")
+        self.i += 1
+        return value
 
     def parse_number_attribute(self) -> Attribute:
         start = self.i

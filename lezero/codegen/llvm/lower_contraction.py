@@ -665,14 +665,7 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
                 col = [_affine(b.add(j0, j), shape.n, "col")] if shape.has_cols else []
                 _store_epilogue(ctx, anchor, index_prefix + col, b.gep(sums, [j], source_etype=acc_type), acc_dtype)
 
-        full_blocks, rest = divmod(shape.n, block)
-        if full_blocks == 1:
-            column_block(i64(0), block)
-        elif full_blocks > 1:
-            with for_range(b, 0, full_blocks, "block") as blk:
-                column_block(b.mul(blk, i64(block)), block)
-        if rest:
-            column_block(i64(full_blocks * block), rest)
+        _over_column_blocks(b, shape.n, block, column_block)
     ctx.fn.finish()
     return shape.batches * shape.m
 
@@ -728,16 +721,22 @@ def lower_conv_loops(ctx: KernelContext, anchor: Operation, s: ConvShape) -> int
                 ow = _affine(b.add(ow0, j), s.ow, "ow")
                 _store_epilogue(ctx, anchor, prefix + [ow], b.gep(sums, [j], source_etype=acc_type), acc_dtype)
 
-        full_blocks, rest = divmod(s.ow, block)
-        if full_blocks == 1:
-            column_block(i64(0), block)
-        elif full_blocks > 1:
-            with for_range(b, 0, full_blocks, "block") as blk:
-                column_block(b.mul(blk, i64(block)), block)
-        if rest:
-            column_block(i64(full_blocks * block), rest)
+        _over_column_blocks(b, s.ow, block, column_block)
     ctx.fn.finish()
     return s.n * s.o * s.oh
+
+
+def _over_column_blocks(b, columns: int, block: int, column_block) -> None:
+    """Emit ``column_block(first_column, width)`` over ``columns`` in blocks of ``block`` (a loop for
+    the full blocks, then the rest)."""
+    full_blocks, rest = divmod(columns, block)
+    if full_blocks == 1:
+        column_block(i64(0), block)
+    elif full_blocks > 1:
+        with for_range(b, 0, full_blocks, "block") as blk:
+            column_block(b.mul(blk, i64(block)), block)
+    if rest:
+        column_block(i64(full_blocks * block), rest)
 
 
 def _ceil_div_nonnegative(b: ir.IRBuilder, x, d: int):
