@@ -452,13 +452,7 @@ class _Parser:
         if sym_name is not None and not isinstance(sym_name, StringAttr):
             raise self.error_at(token, f"'{name}' op attribute 'sym_name' must be a string")
         if name == "builtin.module":
-            if len(region.blocks) > 1 or (region.blocks and region.blocks[0].args):
-                raise self.error_at(token, "'builtin.module' op expects one block without arguments")
-            op = ModuleOp(attributes=attributes)
-            if region.blocks:
-                op.regions = []
-                op.add_region(region)
-            return op
+            return self.module_from_region(region, attributes, token)
         if sym_name is None:
             raise self.error_at(token, "'func.func' op requires attribute 'sym_name'")
         ft = attributes.get("function_type")
@@ -508,8 +502,11 @@ class _Parser:
         self.push_isolated()
         region = self.parse_region()
         self.pop_isolated()
+        return self.module_from_region(region, attributes, region_token)
+
+    def module_from_region(self, region, attributes, token) -> ModuleOp:
         if len(region.blocks) > 1 or (region.blocks and region.blocks[0].args):
-            raise self.error_at(region_token, "'builtin.module' op expects one block without arguments")
+            raise self.error_at(token, "'builtin.module' op expects one block without arguments")
         op = ModuleOp(attributes=attributes)
         if region.blocks:
             op.regions = []
