@@ -19,7 +19,7 @@ from lezero.dtypes import (bool_ as bool, double, dtype, float16, float32, float
                            half, int8, int16, int32, int64, long, set_default_dtype, uint8)
 from lezero.dtypes import int_ as int  # noqa: E402,A001
 from lezero.dispatch import OperatorError  # noqa: E402
-from lezero.tensor import Tensor  # noqa: E402
+from lezero.tensor import Tensor, device  # noqa: E402
 from lezero.creation import (Generator, arange, as_tensor, bernoulli, default_generator, empty, empty_like,  # noqa: E402
                              eye, from_numpy, full, full_like, initial_seed, linspace, manual_seed, normal, ones,
                              ones_like, rand, rand_like, randint, randn, randn_like, randperm, seed, tensor, zeros,
@@ -31,3 +31,4 @@ from lezero.autograd import grad_transform as grad  # noqa: E402
 from lezero import autograd  # noqa: E402
 from lezero.serialization import load, save  # noqa: E402
 from lezero import nn, optim, utils  # noqa: E402
+from lezero import jit  # noqa: E402  (lz.jit.trace, lz.jit.compile_train_step)

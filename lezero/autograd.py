@@ -30,10 +30,7 @@ from lezero.ir.attributes import DenseArrayAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp, OpResult
 from lezero.ir.types import I64, FunctionType
-from lezero.passes.autodiff import differentiate
-from lezero.passes.dce import erase_dead_ops
-from lezero.runtime.compiled_function import CompiledFunction
-from lezero.tensor import Tensor, _Mode, _record, _wrap
+from lezero.tensor import Tensor, _Mode, _record, _wrap, storage
 
 TAG = "lz.eager_value"
 
@@ -236,6 +233,10 @@ def gradient_function(rec: Recording, wrt: tuple) -> GradientFunction:
 
 
 def _build_gradient_function(rec: Recording, wrt: tuple) -> GradientFunction:
+    from lezero.passes.autodiff import differentiate  # the compiler loads on first use
+    from lezero.passes.dce import erase_dead_ops
+    from lezero.runtime.compiled_function import CompiledFunction
+
     forward = build_function(rec, "backward", tag=True)
     grad = differentiate(forward, wrt=list(wrt))
     block = grad.entry_block
@@ -299,7 +300,7 @@ def _seeds(outputs, grad_outputs) -> list:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             seeds.append(_wrap(np.ones(out.shape, out._data.dtype)))
             continue
-        g = g if isinstance(g, Tensor) else _wrap(np.ascontiguousarray(np.asarray(g, out._data.dtype)))
+        g = g if isinstance(g, Tensor) else _wrap(storage(g, out._data.dtype))
         if g.shape != out.shape:
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(g.shape)} and output[{i}] "
                                f"has a shape of {list(out.shape)}.")
@@ -340,8 +341,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
                 leaf = rec.args[i]
                 if leaf.grad is None:
                     leaf.grad = g
-                else:
+                elif create_graph or leaf.grad.shape != g.shape:
                     leaf.grad = leaf.grad + g
+                else:
+                    leaf.grad.add_(g)  # in place, as PyTorch accumulates
     if not retain_graph:
         _free(rec)
 

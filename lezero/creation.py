@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from lezero import dtypes as _dt
-from lezero.tensor import Tensor, _wrap
+from lezero.tensor import Tensor, _wrap, storage
 
 
 class Generator:
@@ -58,7 +58,7 @@ def _generator(generator: Generator | None) -> np.random.Generator:
 
 
 def _finish(array: np.ndarray, requires_grad: bool) -> Tensor:
-    t = _wrap(np.ascontiguousarray(array))
+    t = _wrap(storage(array))
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -67,8 +67,8 @@ def _finish(array: np.ndarray, requires_grad: bool) -> Tensor:
 def _infer_dtype(data) -> "_dt.dtype":
     """PyTorch's inference from Python data: floats -> the default float, ints -> int64,
     bools -> bool; numpy arrays keep their dtype."""
-    if isinstance(data, (np.ndarray, np.generic)):
-        return _dt.from_numpy_dtype(data.dtype)
+    if isinstance(data, (np.ndarray, np.generic)) or (hasattr(data, "__array__") and hasattr(data, "dtype")):
+        return _dt.from_numpy_dtype(np.asarray(data).dtype)  # numpy arrays (and torch tensors) keep theirs
     array = np.asarray(_unwrap(data))
     if array.dtype.kind == "f":
         return _dt.get_default_dtype()
@@ -111,9 +111,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     _dt.from_numpy_dtype(array.dtype)  # a clear error for unsupported dtypes
-    if not array.dtype.isnative:
-        array = array.astype(array.dtype.newbyteorder("="))
-    return _wrap(np.ascontiguousarray(array))
+    return _wrap(storage(array))
 
 
 def _check(device) -> None:

@@ -27,7 +27,6 @@ from lezero.ir.diagnostics import IRError
 from lezero.ir.location import UNKNOWN, FileLineColLoc, Location
 from lezero.ir.opdef import OpError
 from lezero.ir.types import FunctionType, TensorType, element_type_of
-from lezero.runtime.compiled_function import CompiledFunction
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -124,6 +123,8 @@ def runner_for(key: tuple, op: EagerOp, attrs: tuple, arrays) -> object:
     """Compile ``op`` for the types of ``arrays`` and remember it under ``key``."""
     run = _RUNNERS.get(key)
     if run is None:
+        from lezero.runtime.compiled_function import CompiledFunction  # the compiler loads on first use
+
         func = one_op_function(op, attrs, [tensor_type(a) for a in arrays])
         try:
             compiled = CompiledFunction(ModuleOp([func]), "f")

@@ -33,7 +33,7 @@ import tempfile
 import numpy as np
 
 from lezero import dtypes as _dt
-from lezero.tensor import Tensor, _wrap
+from lezero.tensor import Tensor, _wrap, storage
 
 MAGIC = b"LZCKPT01"
 ALIGNMENT = 64
@@ -105,11 +105,10 @@ def save(obj, f) -> None:
     entries, offset = [], 0
     digest = hashlib.sha256()
     for a in arrays:
-        a = np.ascontiguousarray(a)
         entries.append({"dtype": _dt.from_numpy_dtype(a.dtype).name, "shape": list(a.shape), "offset": offset,
                         "nbytes": a.nbytes})
         offset += a.nbytes + _pad(a.nbytes)
-    blobs = [np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False) for a in arrays]
+    blobs = [storage(a).astype(a.dtype.newbyteorder("<"), copy=False) for a in arrays]
     for blob in blobs:
         digest.update(memoryview(blob).cast("B") if blob.nbytes else b"")
         digest.update(b"\0" * _pad(blob.nbytes))
@@ -175,6 +174,23 @@ def load(f, map_location=None, weights_only: bool = True):
                 view.release()
 
 
+def _read_tensor(payload: memoryview, i: int, entry: dict, data_bytes: int, fail) -> np.ndarray:
+    """Tensor ``i`` of the data section: a writable, native-order copy."""
+    try:
+        d = _dt.as_dtype(entry["dtype"])
+        shape = tuple(int(s) for s in entry["shape"])
+        offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
+    except (KeyError, TypeError, ValueError) as err:
+        fail(f"tensor #{i} has a corrupt entry ({err})")
+    if nbytes != math.prod(shape) * d.itemsize or offset < 0 or offset + nbytes > data_bytes:
+        fail(f"tensor #{i} ({entry['dtype']}, shape {list(shape)}) does not fit the data section")
+    with payload[offset:offset + nbytes] as chunk:
+        stored = np.frombuffer(chunk, dtype=d.numpy.newbyteorder("<")).reshape(shape)
+        array = np.array(stored, dtype=d.numpy, order="C")
+        del stored
+    return array
+
+
 def _parse(data: memoryview, name: str):
     def fail(why: str):
         raise CheckpointError(f"{name}: not a valid lezero checkpoint: {why}")
@@ -202,21 +218,11 @@ def _parse(data: memoryview, name: str):
              "(truncated?)")
     if base + data_bytes < len(data):
         fail(f"{len(data) - base - data_bytes} unexpected bytes after the data section")
-    payload = data[base:base + data_bytes]
-    if hashlib.sha256(payload).hexdigest() != expected:
-        fail("the data does not match its checksum (the file is corrupt)")
-    tensors = []
-    for i, e in enumerate(entries):
-        try:
-            d = _dt.as_dtype(e["dtype"])
-            shape = tuple(int(s) for s in e["shape"])
-            offset, nbytes = int(e["offset"]), int(e["nbytes"])
-        except (KeyError, TypeError, ValueError) as err:
-            fail(f"tensor #{i} has a corrupt entry ({err})")
-        if nbytes != math.prod(shape) * d.itemsize or offset < 0 or offset + nbytes > data_bytes:
-            fail(f"tensor #{i} ({e['dtype']}, shape {list(shape)}) does not fit the data section")
-        array = np.frombuffer(payload[offset:offset + nbytes], dtype=d.numpy.newbyteorder("<")).reshape(shape)
-        tensors.append(_wrap(np.array(array, dtype=d.numpy, order="C")))  # a writable, native copy
+    # every view of the (mapped) file is released before returning or raising
+    with data[base:base + data_bytes] as payload:
+        if hashlib.sha256(payload).hexdigest() != expected:
+            fail("the data does not match its checksum (the file is corrupt)")
+        tensors = [_wrap(_read_tensor(payload, i, e, data_bytes, fail)) for i, e in enumerate(entries)]
     try:
         return _decode(structure, tensors)
     except (IndexError, TypeError, ValueError) as e:

@@ -29,7 +29,6 @@ from lezero.dispatch import _RUNNERS, EagerOp, OperatorError, lz_op, runner_for,
 from lezero.ir.types import ELEMENT_TYPES
 
 _new = object.__new__
-_ndarray = np.ndarray
 
 
 class _Mode:
@@ -57,7 +56,7 @@ class Node:
             self.location = self.session = None
 
     def name(self) -> str:
-        return self.op.name.capitalize() + "Backward"
+        return "".join(part.capitalize() for part in self.op.name.split("_")) + "Backward"
 
     @property
     def next_functions(self) -> tuple:
@@ -73,16 +72,24 @@ def _record(op: EagerOp, attrs: tuple, inputs: tuple, outputs) -> None:
     """Attach a node to ``outputs``; they require grad when grad mode is on, an input requires
     grad and they are floats."""
     grad = _Mode.grad and any(t.requires_grad for t in inputs)
-    if not _Mode.trace:
-        outputs = [t for t in outputs if t._data.dtype.kind == "f"]
-        if not outputs:
-            return
+    floats = [t._data.dtype.kind == "f" for t in outputs]
+    if not (_Mode.trace or any(floats)):
+        return  # integer and boolean results carry no gradient: nothing to record
     node = Node(op, attrs, inputs)
-    for i, t in enumerate(outputs):
-        t._node = node
-        t._index = i
-        if grad and t._data.dtype.kind == "f":
-            t.requires_grad = True
+    for i, (t, is_float) in enumerate(zip(outputs, floats)):
+        if is_float or _Mode.trace:
+            t._node, t._index = node, i
+            if grad and is_float:
+                t.requires_grad = True
+
+
+def storage(value, dtype=None) -> np.ndarray:
+    """``value`` as an array a tensor can hold: C-contiguous, aligned, native byte order (a 0-d
+    array stays 0-d, unlike ``np.ascontiguousarray``)."""
+    a = np.asarray(value, dtype)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return a if a.flags.c_contiguous and a.flags.aligned else np.array(a, order="C")
 
 
 def _wrap(array: np.ndarray) -> "Tensor":
@@ -256,6 +263,7 @@ _MAX, _MIN, _AND, _OR = (lz_op(f"lz.{n}") for n in ("max", "min", "and", "or"))
 _CMP, _SELECT, _MATMUL, _TRANSPOSE = (lz_op(f"lz.{n}") for n in ("cmp", "select", "matmul", "transpose"))
 _BROADCAST, _ARGMAX = lz_op("lz.broadcast_to"), lz_op("lz.argmax")
 _SOFTMAX, _LOG_SOFTMAX = lz_op("lz.softmax"), lz_op("lz.log_softmax")
+_SWAP_2D = (("perm", (1, 0)),)
 _CMP_ATTRS = {p: (("predicate", p),) for p in ("eq", "ne", "lt", "le", "gt", "ge")}
 _UNARY = {n: lz_op(f"lz.{n}") for n in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
                                           "erf", "sin", "cos", "floor", "ceil", "sign", "reciprocal", "not")}
@@ -320,6 +328,31 @@ def _binary(op: EagerOp, x: "Tensor", other, reverse: bool = False, attrs: tuple
     return _apply2(op, attrs, a, b)
 
 
+def _binary_method(op: EagerOp, reverse: bool = False, true_divide: bool = False):
+    """A binary operator: straight to ``_apply2`` for two tensors of one dtype, else promote."""
+    def method(self, other):
+        if other.__class__ is Tensor and self._data.dtype is other._data.dtype and \
+                not (true_divide and self._data.dtype.kind != "f"):
+            return _apply2(op, (), other, self) if reverse else _apply2(op, (), self, other)
+        return _binary(op, self, other, reverse, true_divide=true_divide)
+    method.__name__ = f"__{'r' if reverse else ''}{op.name}__"
+    return method
+
+
+def _compare_method(predicate: str):
+    attrs = _CMP_ATTRS[predicate]
+
+    def method(self, other):
+        if other.__class__ is Tensor and self._data.dtype is other._data.dtype:
+            return _apply2(_CMP, attrs, self, other)
+        return _compare(self, other, predicate)
+    method.__name__ = f"__{predicate}__"
+    return method
+
+
+_EQ, _NE = _compare_method("eq"), _compare_method("ne")
+
+
 def _compare(x: "Tensor", other, predicate: str):
     pair = _operands(x, other)
     if pair is None:
@@ -371,13 +404,12 @@ class Tensor:
     _node = None
     _index = 0
     _version = 0
-    _retains_grad = False
     __array_priority__ = 1000  # numpy defers to our reflected operators
     __hash__ = object.__hash__
 
     def __init__(self, data=()):
         """``lz.Tensor(data)``: a float tensor (PyTorch's legacy constructor); prefer ``lz.tensor``."""
-        self._data = np.ascontiguousarray(np.asarray(data, _dt.get_default_dtype().numpy))
+        self._data = storage(data, _dt.get_default_dtype().numpy)
 
     # --- properties -------------------------------------------------------------------------------
     @property
@@ -393,8 +425,8 @@ class Tensor:
         return self._data.ndim
 
     @property
-    def device(self) -> str:
-        return "cpu"
+    def device(self) -> "device":
+        return _CPU
 
     @property
     def is_leaf(self) -> bool:
@@ -411,7 +443,7 @@ class Tensor:
 
     @data.setter
     def data(self, value) -> None:
-        value = value._data if isinstance(value, Tensor) else np.ascontiguousarray(value)
+        value = value._data if isinstance(value, Tensor) else storage(value)
         self._data = value
         self._version += 1
 
@@ -526,56 +558,39 @@ class Tensor:
         self.requires_grad = False
         return self
 
-    def retain_grad(self) -> None:
-        """Keep ``.grad`` of this non-leaf tensor at the next backward."""
-        if self._node is not None:
-            self._retains_grad = True
-
     def clone(self) -> "Tensor":
         return _apply1(_CLONE, (), self)
 
+    def new_zeros(self, *size, dtype=None) -> "Tensor":
+        return _wrap(np.zeros(_shape_args(size), (_dt.as_dtype(dtype).numpy if dtype else self._data.dtype)))
+
+    def new_ones(self, *size, dtype=None) -> "Tensor":
+        return _wrap(np.ones(_shape_args(size), (_dt.as_dtype(dtype).numpy if dtype else self._data.dtype)))
+
+    def new_full(self, size, fill_value, dtype=None) -> "Tensor":
+        return _wrap(np.full(tuple(size), fill_value, (_dt.as_dtype(dtype).numpy if dtype else self._data.dtype)))
+
+    def new_empty(self, *size, dtype=None) -> "Tensor":
+        return _wrap(np.empty(_shape_args(size), (_dt.as_dtype(dtype).numpy if dtype else self._data.dtype)))
+
+    def new_tensor(self, data, dtype=None) -> "Tensor":
+        return _wrap(storage(data, _dt.as_dtype(dtype).numpy if dtype else self._data.dtype))
+
     # --- arithmetic --------------------------------------------------------------------------------
-    def __add__(self, other):
-        return _binary(_ADD, self, other)
-
-    def __radd__(self, other):
-        return _binary(_ADD, self, other, reverse=True)
-
-    def __sub__(self, other):
-        return _binary(_SUB, self, other)
-
-    def __rsub__(self, other):
-        return _binary(_SUB, self, other, reverse=True)
-
-    def __mul__(self, other):
-        return _binary(_MUL, self, other)
-
-    def __rmul__(self, other):
-        return _binary(_MUL, self, other, reverse=True)
-
-    def __truediv__(self, other):
-        return _binary(_DIV, self, other, true_divide=True)
-
-    def __rtruediv__(self, other):
-        return _binary(_DIV, self, other, reverse=True, true_divide=True)
-
-    def __floordiv__(self, other):
-        return _binary(_FLOOR_DIVIDE, self, other)
-
-    def __rfloordiv__(self, other):
-        return _binary(_FLOOR_DIVIDE, self, other, reverse=True)
-
-    def __mod__(self, other):
-        return _binary(_REMAINDER, self, other)
-
-    def __rmod__(self, other):
-        return _binary(_REMAINDER, self, other, reverse=True)
-
-    def __pow__(self, other):
-        return _binary(_POW, self, other)
-
-    def __rpow__(self, other):
-        return _binary(_POW, self, other, reverse=True)
+    __add__ = _binary_method(_ADD)
+    __radd__ = _binary_method(_ADD, reverse=True)
+    __sub__ = _binary_method(_SUB)
+    __rsub__ = _binary_method(_SUB, reverse=True)
+    __mul__ = _binary_method(_MUL)
+    __rmul__ = _binary_method(_MUL, reverse=True)
+    __truediv__ = _binary_method(_DIV, true_divide=True)
+    __rtruediv__ = _binary_method(_DIV, reverse=True, true_divide=True)
+    __floordiv__ = _binary_method(_FLOOR_DIVIDE)
+    __rfloordiv__ = _binary_method(_FLOOR_DIVIDE, reverse=True)
+    __mod__ = _binary_method(_REMAINDER)
+    __rmod__ = _binary_method(_REMAINDER, reverse=True)
+    __pow__ = _binary_method(_POW)
+    __rpow__ = _binary_method(_POW, reverse=True)
 
     def __matmul__(self, other):
         return self.matmul(other)
@@ -607,26 +622,15 @@ class Tensor:
     __ror__ = __or__
 
     def __eq__(self, other):  # noqa: D105 - elementwise, as in PyTorch
-        if other is None:
-            return False
-        return _compare(self, other, "eq")
+        return False if other is None else _EQ(self, other)
 
     def __ne__(self, other):
-        if other is None:
-            return True
-        return _compare(self, other, "ne")
+        return True if other is None else _NE(self, other)
 
-    def __lt__(self, other):
-        return _compare(self, other, "lt")
-
-    def __le__(self, other):
-        return _compare(self, other, "le")
-
-    def __gt__(self, other):
-        return _compare(self, other, "gt")
-
-    def __ge__(self, other):
-        return _compare(self, other, "ge")
+    __lt__ = _compare_method("lt")
+    __le__ = _compare_method("le")
+    __gt__ = _compare_method("gt")
+    __ge__ = _compare_method("ge")
 
     def __iadd__(self, other):
         return self.add_(other)
@@ -775,11 +779,11 @@ class Tensor:
     clip = clamp
 
     def where(self, condition, other):
-        from lezero.creation import where
+        from lezero.tensor_functions import where
         return where(condition, self, other)
 
     def masked_fill(self, mask, value):
-        from lezero.creation import where
+        from lezero.tensor_functions import where
         return where(mask, value, self)
 
     def lerp(self, end, weight):
@@ -933,9 +937,11 @@ class Tensor:
     swapaxes = transpose
 
     def t(self) -> "Tensor":
-        if self.ndim > 2:
+        if self._data.ndim < 2:
+            return self
+        if self._data.ndim > 2:
             raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
-        return self.T
+        return _apply1(_TRANSPOSE, _SWAP_2D, self)
 
     def expand(self, *sizes) -> "Tensor":
         sizes = _shape_args(sizes)
@@ -1009,15 +1015,12 @@ class Tensor:
                 _check_device(a)
             else:
                 target = _dt.as_dtype(a)
-        return self if target is None else self.type_as_dtype(target)
-
-    def type_as_dtype(self, d) -> "Tensor":
-        return _cast_to(self, _dt.as_dtype(d))
+        return self if target is None else _cast_to(self, _dt.as_dtype(target))
 
     def type(self, d=None):
         if d is None:
             return f"lezero.{self.dtype.name.capitalize()}Tensor"
-        return self.type_as_dtype(d)
+        return _cast_to(self, _dt.as_dtype(d))
 
     def type_as(self, other: "Tensor") -> "Tensor":
         return _cast_to(self, other.dtype)
@@ -1146,10 +1149,33 @@ class Tensor:
 
 
 def _rebuild(data, requires_grad):
-    t = _wrap(np.ascontiguousarray(data))
+    t = _wrap(storage(data))
     if requires_grad:
         t.requires_grad = True
     return t
+
+
+class device:  # noqa: N801 - PyTorch's name
+    """Where a tensor lives: always the CPU (``lz.device("cpu")`` equals ``"cpu"``)."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type: str = "cpu", index: int | None = None):  # noqa: A002
+        name = str(type)
+        _check_device(name)
+        self.type, self.index = "cpu", index
+
+    def __eq__(self, other) -> bool:
+        return str(other).split(":")[0] == "cpu"
+
+    def __hash__(self) -> int:
+        return hash("cpu")
+
+    def __str__(self) -> str:
+        return "cpu"
+
+    def __repr__(self) -> str:
+        return "device(type='cpu')"
 
 
 def _check_device(device) -> None:
@@ -1160,6 +1186,9 @@ def _check_device(device) -> None:
 
 # --- indexing ------------------------------------------------------------------------------------------
 
+_CPU = device("cpu")
+
+
 def _numpy_key(key):
     if isinstance(key, Tensor):
         return key._data
@@ -1168,14 +1197,54 @@ def _numpy_key(key):
     return key
 
 
+def _is_int_index(k) -> bool:
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        return True
+    array = k._data if isinstance(k, Tensor) else k if isinstance(k, np.ndarray) else None
+    return array is not None and array.ndim == 0 and array.dtype.kind in "iu"
+
+
 def _is_index_array(k) -> bool:
     return isinstance(k, (Tensor, np.ndarray, list))
+
+
+def _basic_index(x: Tensor, key: tuple):
+    """Indexing by ints and slices only (the common case, parsed lean), or None."""
+    shape = x._data.shape
+    if len(key) > len(shape):
+        return None
+    starts, ends, axes, steps, out = [], [], [], [], []
+    for dim, k in enumerate(key):
+        size = shape[dim]
+        if k.__class__ is int:
+            i = k + size if k < 0 else k
+            if not 0 <= i < size:
+                raise IndexError(f"index {k} is out of bounds for dimension {dim} with size {size}")
+            starts.append(i), ends.append(i + 1), axes.append(dim), steps.append(1)
+        elif k.__class__ is slice:
+            start, stop, step = k.indices(size)
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            n = len(range(start, stop, step))
+            if n != size:
+                starts.append(start), ends.append(stop if n else start), axes.append(dim), steps.append(step)
+            out.append(n)
+        else:
+            return None
+    out.extend(shape[len(key):])
+    if not starts:
+        return x
+    return _apply1(_INDEX, (("starts", tuple(starts)), ("ends", tuple(ends)), ("axes", tuple(axes)),
+                            ("steps", tuple(steps)), ("gather_axis", None), ("shape", tuple(out))), x)
 
 
 def _getitem(x: Tensor, key) -> Tensor:
     """ints, slices (positive steps), None, Ellipsis, and one integer-array or boolean-mask index."""
     if not isinstance(key, tuple):
         key = (key,)
+    result = _basic_index(x, key)
+    if result is not None:
+        return result
     # a boolean mask over the leading dims: the indices of its true elements, gathered
     for i, k in enumerate(key):
         mask = k._data if isinstance(k, Tensor) else k if isinstance(k, np.ndarray) else None
@@ -1206,15 +1275,14 @@ def _getitem(x: Tensor, key) -> Tensor:
     starts, ends, axes, steps = [], [], [], []
     shape: list = []
     gather_axis, index_array, sliced_shape = None, None, list(x.shape)
-    kinds = ["int" if isinstance(k, (int, np.integer)) or (isinstance(k, Tensor) and k.ndim == 0)
-             else "array" if _is_index_array(k) else "other" for k in expanded]
+    kinds = ["int" if _is_int_index(k) else "array" if _is_index_array(k) else "other" for k in expanded]
     dim = 0
     for k in expanded:
         if k is None:
             shape.append(1)
             continue
         size = x.shape[dim]
-        if isinstance(k, (int, np.integer)) or (isinstance(k, Tensor) and k.ndim == 0 and k._data.dtype.kind in "iu"):
+        if _is_int_index(k):
             i = int(k)
             if not -size <= i < size:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
@@ -1239,7 +1307,7 @@ def _getitem(x: Tensor, key) -> Tensor:
             if array.size and (array.min() < -size or array.max() >= size):
                 bad = array[(array < -size) | (array >= size)].flat[0]
                 raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size}")
-            index_array = np.ascontiguousarray(array, np.int64)
+            index_array = storage(array, np.int64)
             gather_axis = dim
             shape.extend(array.shape)
         else:

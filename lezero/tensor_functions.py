@@ -100,13 +100,14 @@ _METHODS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "abs", "ne
             "expand", "chunk", "split", "narrow", "unbind", "select", "index_select", "add", "sub", "mul", "div",
             "pow", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "clone", "detach", "lerp", "masked_fill",
             "repeat", "numel")
+_ALIASES = {"subtract": "sub", "multiply": "mul", "divide": "div", "negative": "neg", "swapaxes": "transpose"}
 for _name in _METHODS:
     globals()[_name] = _method(_name)
-
-subtract, multiply, divide, negative, swapaxes = sub, mul, div, neg, transpose  # noqa: F821 - made above
+for _alias, _name in _ALIASES.items():
+    globals()[_alias] = _method(_name)
 
 __all__ = ["cat", "concat", "concatenate", "stack", "where", "maximum", "minimum", "matmul", "mm", "bmm", "clamp",
-           "clip", "subtract", "multiply", "divide", "negative", "swapaxes", *_METHODS]
+           "clip", *_METHODS, *_ALIASES]
 
 
 def is_tensor(x) -> bool:

@@ -406,7 +406,9 @@ def _emit_nll(b, attrs, x, target, *weight):
     t_shape = target.type.shape
     t = b.op("lz.reshape", target, shape=[t_shape[0], 1] + list(t_shape[1:]))
     iota = b.constant(np.arange(c, dtype=np.int64).reshape([1, c] + [1] * (rank - 2)))
-    hit = b.op("lz.cmp", t, iota, predicate="eq")
+    ignore = b.constant(np.asarray(attrs["ignore_index"], np.int64))
+    valid = b.op("lz.cmp", target, ignore, predicate="ne")  # ignore_index may be a class: mask it out
+    hit = b.op("lz.and", b.op("lz.cmp", t, iota, predicate="eq"), b.op("lz.cmp", t, ignore, predicate="ne"))
     zero = _const(b, 0, x)
     picked = b.op("lz.reduce_sum", b.op("lz.select", hit, x, zero), axes=[1])
     loss = b.op("lz.neg", picked)
@@ -416,7 +418,6 @@ def _emit_nll(b, attrs, x, target, *weight):
         per_target = b.op("lz.reduce_sum", b.op("lz.select", hit, w, zero), axes=[1])
         loss = b.op("lz.mul", loss, per_target)
     else:
-        valid = b.op("lz.cmp", target, b.constant(np.asarray(attrs["ignore_index"], np.int64)), predicate="ne")
         per_target = b.op("lz.cast", valid, to=et)
     smoothing = attrs["label_smoothing"]
     if smoothing:

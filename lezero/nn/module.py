@@ -7,7 +7,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from lezero import dtypes as _dt
-from lezero.tensor import Tensor, _check_device
+from lezero.tensor import Tensor, _check_device, storage
 
 
 class Parameter(Tensor):
@@ -21,7 +21,7 @@ class Parameter(Tensor):
         elif isinstance(data, Tensor):
             array = data._data
         else:
-            array = np.ascontiguousarray(np.asarray(data))
+            array = storage(data)
         t._data = array
         if requires_grad:
             t.requires_grad_(True)
@@ -42,7 +42,7 @@ class Buffer(Tensor):
 
     def __new__(cls, data, persistent: bool = True):
         t = object.__new__(cls)
-        t._data = data._data if isinstance(data, Tensor) else np.ascontiguousarray(np.asarray(data))
+        t._data = data._data if isinstance(data, Tensor) else storage(data)
         t.persistent = persistent
         return t
 
@@ -271,7 +271,7 @@ class Module:
             for key, array in arrays.items():
                 target = own[key]
                 if assign:
-                    target._data = np.ascontiguousarray(array, target._data.dtype)
+                    target._data = storage(array, target._data.dtype)
                     target._version += 1
                 else:
                     target.copy_(_wrap_array(array.astype(target._data.dtype, copy=False)))
@@ -430,4 +430,4 @@ class _HookHandle:
 
 def _wrap_array(array: np.ndarray) -> Tensor:
     from lezero.tensor import _wrap
-    return _wrap(np.ascontiguousarray(array))
+    return _wrap(storage(array))

@@ -1,1 +1,6 @@
-"""x"""
+"""``lz.optim``: optimizers whose per-parameter update is one compiled, fused kernel, and
+learning-rate schedules (``lz.optim.lr_scheduler``)."""
+from lezero.optim.optimizer import Optimizer  # noqa: F401
+from lezero.optim.sgd import SGD  # noqa: F401
+from lezero.optim.adam import Adam, AdamW  # noqa: F401
+from lezero.optim import lr_scheduler  # noqa: F401

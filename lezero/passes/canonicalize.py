@@ -101,6 +101,20 @@ def _transpose_transpose(m, x):
     return m.op_like([inner.operands[0]], perm=[p_inner[i] for i in p_outer])
 
 
+def _transpose_of_product(m, x):
+    """(a^T b)^T -> b^T a for matrices: one transpose of ``b`` instead of one of ``a`` and one of the
+    product (autodiff writes the weight gradient of ``x @ w.T`` as ``(x^T dy)^T``)."""
+    product = defined_by(x, "lz.matmul")
+    if product is None or len(x.uses) != 1 or x.type.rank != 2 or _perm(m.op) != (1, 0):
+        return None
+    inner = defined_by(product.operands[0], "lz.transpose")
+    b = product.operands[1]
+    if inner is None or b.type.rank != 2 or _perm(inner) != (1, 0):
+        return None
+    b_t = m.create("lz.transpose", [b], {"perm": [1, 0]}).result
+    return m.create("lz.matmul", [b_t, inner.operands[0]], dict(product.attributes)).result
+
+
 def _is_identity_reshape(m, x):
     t = x.type
     dynamic = [i for i, d in enumerate(t.shape) if d is None]
@@ -187,6 +201,7 @@ CASTS = [
 DATA_MOVEMENT = [
     Rule("lz.transpose", _is_identity_transpose, "transpose with perm 0,1,... -> x"),
     Rule("lz.transpose", _transpose_transpose, "transpose(transpose(x)) -> transpose(x), perms composed"),
+    Rule("lz.transpose", _transpose_of_product, "transpose(matmul(transpose(a), b)) -> matmul(transpose(b), a)"),
     Rule("lz.reshape", _is_identity_reshape, "reshape of x to its own shape -> x"),
     Rule("lz.reshape", lambda m, x: _collapse_source(m, x, "lz.reshape"), "reshape(reshape(x)) -> reshape(x)"),
     Rule("lz.broadcast_to", _is_static_same, "broadcast_to of x to its own shape -> x"),

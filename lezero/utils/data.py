@@ -1,1 +1,276 @@
-"""x"""
+"""``lz.utils.data``: datasets, samplers and ``DataLoader`` (batching, seeded shuffling,
+``drop_last``), yielding lezero tensors.
+
+Collation stacks samples with numpy (loading data is not a tensor op: nothing to compile), and a
+``TensorDataset`` batch is one numpy ``take`` per tensor rather than a stack of samples.  Loading
+runs in the calling process (``num_workers`` is accepted and ignored).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from lezero import dtypes as _dt
+from lezero.creation import Generator, _generator, default_generator
+from lezero.tensor import Tensor, _wrap, storage
+
+
+class Dataset:
+    """A map-style dataset: ``__getitem__(i)`` and ``__len__``."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError
+
+    def __add__(self, other: "Dataset") -> "ConcatDataset":
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A dataset that is an iterable of samples."""
+
+    def __iter__(self):
+        raise NotImplementedError
+
+
+class TensorDataset(Dataset):
+    """Samples are the ``i``-th rows of each tensor (all with the same first dim)."""
+
+    def __init__(self, *tensors: Tensor):
+        if not tensors:
+            raise ValueError("TensorDataset needs at least one tensor")
+        n = tensors[0].shape[0]
+        if any(t.shape[0] != n for t in tensors):
+            raise ValueError("Size mismatch between tensors")
+        self.tensors = tensors
+
+    def __getitem__(self, index):
+        return tuple(_wrap(storage(t._data[index])) for t in self.tensors)
+
+    def __getitems__(self, indices):
+        """A whole batch at once: each tensor's rows taken in one go (``DataLoader`` uses it)."""
+        index = np.asarray(indices, np.int64)
+        return _Batch(tuple(_wrap(np.take(t._data, index, axis=0)) for t in self.tensors))
+
+    def __len__(self) -> int:
+        return self.tensors[0].shape[0]
+
+
+class _Batch(tuple):
+    """Rows already stacked into a batch: ``default_collate`` passes them through."""
+
+
+class Subset(Dataset):
+    def __init__(self, dataset: Dataset, indices):
+        self.dataset, self.indices = dataset, list(indices)
+
+    def __getitem__(self, index):
+        if isinstance(index, list):
+            return self.dataset[[self.indices[i] for i in index]]
+        return self.dataset[self.indices[index]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class ConcatDataset(Dataset):
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        self.cumulative_sizes = list(np.cumsum([len(d) for d in self.datasets]))
+
+    def __len__(self) -> int:
+        return int(self.cumulative_sizes[-1]) if self.cumulative_sizes else 0
+
+    def __getitem__(self, index: int):
+        if index < 0:
+            index += len(self)
+        which = int(np.searchsorted(self.cumulative_sizes, index, side="right"))
+        start = 0 if which == 0 else int(self.cumulative_sizes[which - 1])
+        return self.datasets[which][index - start]
+
+
+def random_split(dataset: Dataset, lengths, generator: Generator | None = None) -> list:
+    """Split into non-overlapping subsets of ``lengths`` (counts, or fractions summing to 1)."""
+    n = len(dataset)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        counts = [int(math.floor(n * f)) for f in lengths]
+        for i in range(n - sum(counts)):
+            counts[i % len(counts)] += 1
+        lengths = counts
+    if sum(lengths) != n:
+        raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
+    order = _generator(generator).permutation(n).tolist()
+    out, start = [], 0
+    for length in lengths:
+        out.append(Subset(dataset, order[start:start + length]))
+        start += length
+    return out
+
+
+# --- samplers -------------------------------------------------------------------------------------------------
+
+class Sampler:
+    def __iter__(self):
+        raise NotImplementedError
+
+
+class SequentialSampler(Sampler):
+    def __init__(self, data_source):
+        self.data_source = data_source
+
+    def __iter__(self):
+        return iter(range(len(self.data_source)))
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A fresh permutation each epoch from ``generator`` (else from the default generator, which
+    ``lz.manual_seed`` seeds)."""
+
+    def __init__(self, data_source, replacement: bool = False, num_samples: int | None = None,
+                 generator: Generator | None = None):
+        self.data_source, self.replacement = data_source, replacement
+        self._num_samples, self.generator = num_samples, generator
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self):
+        rng = (self.generator or default_generator)._rng
+        n = len(self.data_source)
+        if self.replacement:
+            return iter(rng.integers(0, n, self.num_samples).tolist())
+        order = np.concatenate([rng.permutation(n) for _ in range(-(-self.num_samples // max(n, 1)))]) \
+            if n else np.zeros(0, np.int64)
+        return iter(order[:self.num_samples].tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    def __init__(self, sampler, batch_size: int, drop_last: bool):
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+
+    def __iter__(self):
+        batch = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+# --- collation ----------------------------------------------------------------------------------------------------
+
+def default_collate(batch):
+    """Stack a list of samples into a batch, field by field: tensors and numpy arrays stack along
+    a new dim 0, Python ints become int64, floats float64 (as PyTorch's), tuples, lists and dicts
+    collate per element."""
+    if isinstance(batch, _Batch):
+        return tuple(batch)
+    first = batch[0]
+    if isinstance(first, Tensor):
+        return _wrap(np.stack([t._data for t in batch]))
+    if isinstance(first, np.ndarray):
+        _dt.from_numpy_dtype(first.dtype)
+        return _wrap(np.stack(batch))
+    if isinstance(first, (bool, np.bool_)):
+        return _wrap(np.asarray(batch, np.bool_))
+    if isinstance(first, numbers.Integral):
+        return _wrap(np.asarray(batch, np.int64))
+    if isinstance(first, numbers.Real):
+        return _wrap(np.asarray(batch, np.float64))
+    if isinstance(first, (str, bytes)):
+        return list(batch)
+    if isinstance(first, Mapping):
+        return {key: default_collate([sample[key] for sample in batch]) for key in first}
+    if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple
+        return type(first)(*(default_collate(list(field)) for field in zip(*batch)))
+    if isinstance(first, Sequence):
+        if any(len(sample) != len(first) for sample in batch):
+            raise RuntimeError("each element in list of batch should be of equal size")
+        collated = [default_collate(list(field)) for field in zip(*batch)]
+        return tuple(collated) if isinstance(first, tuple) else collated
+    raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found "
+                    f"{type(first).__name__}")
+
+
+class DataLoader:
+    """Batches of a dataset: ``DataLoader(dataset, batch_size=64, shuffle=True, drop_last=True,
+    generator=lz.Generator().manual_seed(0))``."""
+
+    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
+                 batch_sampler=None, num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
+                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, generator: Generator | None = None,
+                 *, prefetch_factor=None, persistent_workers: bool = False):
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.generator = generator
+        self.collate_fn = collate_fn or default_collate
+        self._iterable = isinstance(dataset, IterableDataset)
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, "
+                                 "and drop_last")
+            batch_size, drop_last = None, False
+        elif batch_size is None and drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with drop_last")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if self._iterable and (shuffle or sampler is not None or batch_sampler is not None):
+            raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle, sampler and "
+                             "batch_sampler options")
+        if sampler is None and not self._iterable:
+            sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        if batch_size is not None and batch_sampler is None and not self._iterable:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.sampler, self.batch_sampler = sampler, batch_sampler
+
+    def __iter__(self):
+        if self._iterable:
+            yield from self._iterate_iterable()
+            return
+        if self.batch_sampler is None:
+            for index in self.sampler:
+                yield self.dataset[index]
+            return
+        # a whole batch at once, unless a custom collate_fn wants the samples
+        fetch_many = getattr(self.dataset, "__getitems__", None) if self.collate_fn is default_collate else None
+        for indices in self.batch_sampler:
+            samples = fetch_many(indices) if fetch_many is not None else [self.dataset[i] for i in indices]
+            yield self.collate_fn(samples)
+
+    def _iterate_iterable(self):
+        if self.batch_size is None:
+            yield from iter(self.dataset)
+            return
+        batch = []
+        for sample in self.dataset:
+            batch.append(sample)
+            if len(batch) == self.batch_size:
+                yield self.collate_fn(batch)
+                batch = []
+        if batch and not self.drop_last:
+            yield self.collate_fn(batch)
+
+    def __len__(self) -> int:
+        if self._iterable:
+            n = len(self.dataset)
+            return n if self.batch_size is None else (n // self.batch_size if self.drop_last else
+                                                      -(-n // self.batch_size))
+        return len(self.batch_sampler) if self.batch_sampler is not None else len(self.sampler)

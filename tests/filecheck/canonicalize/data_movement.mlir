@@ -1,6 +1,6 @@
 // canonicalize, data movement rules: identity transpose, transpose(transpose x) (perms composed),
 // identity reshape, reshape(reshape x), identity broadcast_to, broadcast_to(broadcast_to x), whole
-// slice, concat of one operand, zero pad; and the cases that must stay.
+// slice, concat of one operand, zero pad, transpose(matmul(transpose a, b)); and the cases that must stay.
 // RUN: lezero-opt %s -p canonicalize --split-input-file | filecheck %s
 
 // CHECK-LABEL: func.func @identity_transpose
@@ -168,4 +168,30 @@ func.func @zero_pad(%x: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>, t
   %2 = "lz.pad"(%x) {pads = array<i64: 0, 1, 0, -1>} : (tensor<2x3xf32>) -> tensor<2x3xf32>
   // CHECK-NEXT: func.return %[[X]], %[[X]], %[[P]] :
   func.return %0, %1, %2 : tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>
+}
+
+// -----
+
+// (a^T b)^T -> b^T a: one transpose of b instead of a's and the product's (autodiff writes the
+// weight gradient of x @ w^T this way).  A product something else reads stays.
+// CHECK-LABEL: func.func @transpose_of_product
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<64x784xf32>, %[[DY:[^:]+]]: tensor<64x256xf32>)
+func.func @transpose_of_product(%x: tensor<64x784xf32>, %dy: tensor<64x256xf32>) -> tensor<256x784xf32> {
+  %0 = "lz.transpose"(%x) {perm = array<i64: 1, 0>} : (tensor<64x784xf32>) -> tensor<784x64xf32>
+  %1 = "lz.matmul"(%0, %dy) : (tensor<784x64xf32>, tensor<64x256xf32>) -> tensor<784x256xf32>
+  %2 = "lz.transpose"(%1) {perm = array<i64: 1, 0>} : (tensor<784x256xf32>) -> tensor<256x784xf32>
+  // CHECK-NEXT: %[[T:.+]] = "lz.transpose"(%[[DY]]) {perm = array<i64: 1, 0>} : (tensor<64x256xf32>) -> tensor<256x64xf32>
+  // CHECK-NEXT: %[[P:.+]] = "lz.matmul"(%[[T]], %[[X]]) : (tensor<256x64xf32>, tensor<64x784xf32>) -> tensor<256x784xf32>
+  // CHECK-NEXT: func.return %[[P]]
+  func.return %2 : tensor<256x784xf32>
+}
+
+// CHECK-LABEL: func.func @transpose_of_shared_product_stays
+func.func @transpose_of_shared_product_stays(%a: tensor<3x2xf32>, %b: tensor<3x4xf32>) -> (tensor<4x2xf32>, tensor<2x4xf32>) {
+  %0 = "lz.transpose"(%a) {perm = array<i64: 1, 0>} : (tensor<3x2xf32>) -> tensor<2x3xf32>
+  %1 = "lz.matmul"(%0, %b) : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  // CHECK: "lz.matmul"
+  // CHECK-NEXT: "lz.transpose"
+  %2 = "lz.transpose"(%1) {perm = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
+  func.return %2, %1 : tensor<4x2xf32>, tensor<2x4xf32>
 }

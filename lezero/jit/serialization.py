@@ -1,0 +1,65 @@
+"""``lz.jit.save(traced, path)`` / ``lz.jit.load(path)``: a traced module as its IR text and weights.
+
+The file is an ``lz.save`` checkpoint (no pickle: loading runs no code; written atomically;
+checksummed) holding::
+
+    {"format": "lezero.jit.TracedModule", "version": 1,
+     "graph": the module's MLIR text, with locations (the user's source lines),
+     "entry": the function's name, "inputs": how many data inputs it takes,
+     "outputs": the output structure (tensor indices in tuples, lists, dicts),
+     "tensors": {state-dict name: tensor}, one per argument after the inputs}
+
+Loading parses and verifies the text and binds each named argument (``{lz.name = ...}``) to its
+saved tensor, checking shapes and dtypes, so a loaded module runs exactly as the traced one did.
+"""
+from __future__ import annotations
+
+import os
+
+from lezero.ir.parser import parse_module
+from lezero.ir.printer import print_module
+from lezero.ir.verifier import verify
+from lezero.jit.trace import TracedModule, argument_names
+from lezero.serialization import CheckpointError, load as load_checkpoint, save as save_checkpoint
+from lezero.tensor import Tensor, _wrap
+
+FORMAT = "lezero.jit.TracedModule"
+VERSION = 1
+
+
+def save(traced: TracedModule, f) -> None:
+    """Write ``traced`` to the path (or binary file) ``f``."""
+    if not isinstance(traced, TracedModule):
+        raise TypeError(f"lz.jit.save takes a TracedModule (from lz.jit.trace), got {type(traced).__name__}")
+    save_checkpoint({"format": FORMAT, "version": VERSION, "graph": print_module(traced.module, debuginfo=True),
+                     "entry": traced.entry, "inputs": traced.n_inputs, "outputs": traced.structure,
+                     "tensors": {name: t._data for name, t in traced.named_tensors}}, f)
+
+
+def load(f) -> TracedModule:
+    """Read what ``save`` wrote."""
+    name = getattr(f, "name", None) or (os.fspath(f) if not hasattr(f, "read") else "<stream>")
+    obj = load_checkpoint(f)
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise CheckpointError(f"{name}: not a traced module saved by lz.jit.save (an lz.save checkpoint? read it "
+                              f"with lz.load)")
+    if obj.get("version") != VERSION:
+        raise CheckpointError(f"{name}: traced-module format version {obj.get('version')} is not supported "
+                              f"(expected {VERSION})")
+    module = parse_module(obj["graph"], filename=str(name))
+    verify(module)
+    entry, n_inputs, tensors = obj["entry"], int(obj["inputs"]), obj["tensors"]
+    func = module.lookup(entry)
+    names = argument_names(func)[n_inputs:]
+    if sorted(names) != sorted(tensors):
+        raise CheckpointError(f"{name}: the graph's arguments {names} and the saved tensors {list(tensors)} differ")
+    named = []
+    for arg, key in zip(func.arguments[n_inputs:], names):
+        t = tensors[key]
+        t = t if isinstance(t, Tensor) else _wrap(t)
+        want = arg.type
+        if t._data.shape != tuple(want.shape) or t._data.dtype != want.element_type.numpy_dtype:
+            raise CheckpointError(f"{name}: tensor {key!r} is {t._data.dtype}{list(t._data.shape)}, the graph "
+                                  f"expects {want}")
+        named.append((key, t))
+    return TracedModule(module, entry, named, obj["outputs"], n_inputs)

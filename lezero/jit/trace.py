@@ -1,0 +1,352 @@
+"""``lz.jit.trace``: run a model once, recording every op, and compile the whole graph.
+
+``trace(model, example_inputs)`` records the forward pass through the eager frontend
+(``lezero.autograd.trace``: the ops replayed through the same ``emit`` eager execution compiles)
+into one IR function, ``@forward(inputs..., parameters and buffers...) -> outputs``, and returns a
+``TracedModule`` that runs it through ``lezero.compile``: fused, memory-planned, one plan per input
+shape.
+
+**Parameters are arguments, not constants.**  Each parameter and buffer the forward pass reads is
+a function argument named by its state-dict key (``arg_attrs``: ``{lz.name = "fc1.weight"}``), bound
+at every call from the module's *current* tensors.  So ``.graph`` stays a readable page rather than
+megabytes of hex, the traced module follows the model when it trains on, the compiled kernels do
+not depend on weight values (the kernel cache is shared with eager code and other models of the
+same shapes), and ``jit.save`` stores weights as tensors beside the text.  The cost is what
+constant folding would have done once: e.g. ``Linear``'s weight transpose runs per call.  Other
+tensors the forward reads (made from Python values inside ``forward``) are baked in as
+``lz.constant``s: they were fixed when traced.
+
+**The batch dimension is dynamic.**  Dim 0 of every input whose leading size equals the first
+input's becomes ``?``: the recorded function's types are inferred again from those arguments (a
+``reshape`` whose leading size was the batch takes ``-1`` there), and the result is checked at a
+second batch size, so a graph that bakes the batch size in fails at trace time, naming the op and
+the user's line, not at the first call of another size.
+
+**What a trace cannot see**: Python control flow runs once, on the example.  Converting a tensor
+the trace computed into a Python value (``bool()``, ``if``, ``.item()``, ``float()``, ``.tolist()``,
+``.numpy()``) would bake the example's value into the graph, so it raises ``TraceError`` at the
+user's line.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import numpy as np
+
+from lezero.autograd import trace as record
+from lezero.dispatch import OperatorError, user_location
+from lezero.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
+from lezero.ir.builder import Builder
+from lezero.ir.core import FuncOp, ModuleOp
+from lezero.ir.interpreter import check_argument
+from lezero.ir.opdef import OpError
+from lezero.ir.printer import print_module
+from lezero.ir.types import TensorType
+from lezero.ir.verifier import verify
+from lezero.runtime.compiled_function import CompiledFunction
+from lezero.tensor import Tensor, _Mode, _wrap
+
+NAME_ATTR = "lz.name"
+
+
+class TraceError(OperatorError):
+    """A model that cannot be traced as written: ``model.py:12:9: error: ...`` then the user's line
+    with a caret (rendered as ``OperatorError``)."""
+
+
+# --- recording ------------------------------------------------------------------------------------------
+
+_ESCAPES = ("__bool__", "item", "tolist", "numpy", "__array__")
+
+
+def _escape_guard(name: str, original):
+    def guarded(self, *args, **kwargs):
+        node = self._node
+        if _Mode.trace and node is not None and node.session is _Mode.session:
+            what = {"__bool__": "bool()", "__array__": "np.asarray()"}.get(name, f".{name}()")
+            raise TraceError(
+                f"jit.trace: {what} of a tensor computed inside the traced function would bake the example's value "
+                f"into the graph: data-dependent Python control flow (if/while on a tensor, .item(), float(), int()) "
+                f"cannot be traced; express it with tensor ops (lz.where, masks) or compute it outside the model",
+                user_location())
+        return original(self, *args, **kwargs)
+    guarded.__name__ = name
+    guarded.__doc__ = original.__doc__
+    return guarded
+
+
+@contextlib.contextmanager
+def escapes_raise():
+    """While tracing, turning a recorded tensor into a Python value raises ``TraceError``.
+
+    The guards wrap ``Tensor``'s conversion methods for the duration of the trace only; they check
+    the tensor's node against the running trace session, so tensors made before the trace (and
+    every tensor outside one) convert as usual."""
+    originals = {name: Tensor.__dict__[name] for name in _ESCAPES}
+    for name, original in originals.items():
+        setattr(Tensor, name, _escape_guard(name, original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(Tensor, name, original)
+
+
+def state_tensors(model) -> tuple[dict, set]:
+    """``id(tensor) -> state-dict name`` of a module's parameters and buffers (none for a plain
+    function), and the ids of its buffers."""
+    names, buffers = {}, set()
+    if hasattr(model, "named_parameters") and hasattr(model, "named_buffers"):
+        for name, p in model.named_parameters():
+            names.setdefault(id(p), name)
+        for name, b in model.named_buffers():
+            if b is not None:
+                names.setdefault(id(b), name)
+                buffers.add(id(b))
+    return names, buffers
+
+
+@contextlib.contextmanager
+def preserved_buffers(model):
+    """Run a trace without side effects on the module's buffers (BatchNorm's running statistics,
+    counters): their contents are restored afterwards.  Yields the names of the buffers the traced
+    code changed in place."""
+    saved = []
+    if hasattr(model, "named_buffers"):
+        saved = [(name, b, b._data.copy(), b._version) for name, b in model.named_buffers() if b is not None]
+    changed: list[str] = []
+    try:
+        yield changed
+    finally:
+        for name, b, data, version in saved:
+            if b._version != version or not np.array_equal(b._data, data, equal_nan=True):
+                changed.append(name)
+                if b._data.shape == data.shape:
+                    b._data[...] = data
+                else:
+                    b._data = data
+
+
+def as_input_tuple(example_inputs) -> tuple:
+    if isinstance(example_inputs, (Tensor, np.ndarray)):
+        return (example_inputs,)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs)
+    raise TypeError(f"example_inputs must be a tensor or a tuple of tensors, got {type(example_inputs).__name__}")
+
+
+def output_structure(outputs, counter=None):
+    """``outputs`` with each tensor replaced by its index in the flattened outputs (the order
+    ``lezero.autograd.trace`` flattens them in)."""
+    counter = counter if counter is not None else [0]
+    if isinstance(outputs, Tensor):
+        counter[0] += 1
+        return counter[0] - 1
+    if isinstance(outputs, tuple):
+        return tuple(output_structure(o, counter) for o in outputs)
+    if isinstance(outputs, list):
+        return [output_structure(o, counter) for o in outputs]
+    if isinstance(outputs, dict):
+        return {k: output_structure(v, counter) for k, v in outputs.items()}
+    raise TypeError(f"a traced function must return tensors (or tuples, lists, dicts of them), got "
+                    f"{type(outputs).__name__}")
+
+
+def rebuild(structure, flat: list):
+    if isinstance(structure, int):
+        return flat[structure]
+    if isinstance(structure, tuple):
+        return tuple(rebuild(s, flat) for s in structure)
+    if isinstance(structure, list):
+        return [rebuild(s, flat) for s in structure]
+    return {k: rebuild(v, flat) for k, v in structure.items()}
+
+
+def record_function(fn, inputs: tuple, name: str, module=None):
+    """Record ``fn(*inputs)``: the ``Trace`` (``lezero.autograd.Trace``), the output structure,
+    and the names of the buffers of ``module`` (default ``fn``) it changed in place (restored)."""
+    holder = {}
+
+    def run(*args):
+        out = fn(*args)
+        holder["structure"] = output_structure(out)
+        return out
+
+    with preserved_buffers(fn if module is None else module) as changed, escapes_raise():
+        traced = record(run, *inputs, name=name)
+    return traced, holder["structure"], changed
+
+
+def bind_arguments(func: FuncOp, inputs: list, captured: list, names: dict) -> list:
+    """Turn the recorded function's captured arguments into named arguments (parameters and
+    buffers, in first-use order) or constants (anything else); returns the named tensors in
+    argument order, after the inputs."""
+    block = func.entry_block
+    n_inputs = len(inputs)
+    b = Builder(block, 0)
+    for i in reversed(range(len(captured))):
+        t = captured[i]
+        arg = block.args[n_inputs + i]
+        if id(t) in names:
+            continue
+        constant = b.constant(np.ascontiguousarray(t._data))
+        arg.replace_all_uses_with(constant)
+        block.erase_argument(n_inputs + i)
+    bound = [t for t in captured if id(t) in names]
+    attrs = [DictionaryAttr({NAME_ATTR: StringAttr(f"input{i}" if n_inputs > 1 else "input")}) for i in range(n_inputs)]
+    attrs += [DictionaryAttr({NAME_ATTR: StringAttr(names[id(t)])}) for t in bound]
+    func.attributes["arg_attrs"] = ArrayAttr(attrs)
+    func.update_function_type()
+    return bound
+
+
+def argument_names(func: FuncOp) -> list[str]:
+    dicts = func.attributes.get("arg_attrs")
+    if dicts is None:
+        return [f"arg{i}" for i in range(len(func.arguments))]
+    return [d.get(NAME_ATTR).value if d.get(NAME_ATTR) is not None else f"arg{i}" for i, d in enumerate(dicts.values)]
+
+
+# --- the dynamic batch dimension --------------------------------------------------------------------------
+
+def reinfer(func: FuncOp, batch: int | None = None) -> None:
+    """Infer every op's result types again from the (changed) argument types, in program order.
+    With ``batch``, a ``reshape`` of a value whose leading dim is now ``?`` and whose target shape
+    starts with ``batch`` takes ``-1`` there.  Raises ``TraceError`` at the op's location."""
+    for op in func.entry_block.ops:
+        definition = op.definition
+        if definition is None or not op.results:
+            continue
+        if batch is not None and op.name == "lz.reshape":
+            x = op.operands[0].type
+            shape = list(op.attributes["shape"].values)
+            if x.rank and x.shape[0] is None and shape and shape[0] == batch and -1 not in shape:
+                op.attributes["shape"] = type(op.attributes["shape"])(op.attributes["shape"].element_type,
+                                                                      tuple([-1] + shape[1:]))
+        try:
+            types = definition.infer_for_op(op)
+        except OpError as e:
+            raise TraceError(f"'{op.name}' op {e}", op.location) from None
+        for result, t in zip(op.results, types):
+            result.type = t
+    func.update_function_type()
+
+
+def with_batch(func: FuncOp, batch_args: list[int], size) -> FuncOp:
+    """A copy of ``func`` whose ``batch_args`` have leading dim ``size`` (None: ``?``)."""
+    func = func.clone()
+    for i in batch_args:
+        arg = func.arguments[i]
+        arg.type = TensorType((size,) + tuple(arg.type.shape[1:]), arg.type.element_type)
+    return func
+
+
+def generalize_batch(func: FuncOp, batch_args: list[int], batch: int) -> FuncOp:
+    """``func`` with dim 0 of ``batch_args`` dynamic, checked at another batch size."""
+    general = with_batch(func, batch_args, None)
+    reinfer(general, batch)
+    other = batch + 1 if batch > 1 else 2
+    probe = with_batch(general, batch_args, other)
+    try:
+        reinfer(probe)
+    except TraceError as e:
+        raise TraceError(f"jit.trace: the traced graph bakes the batch size {batch} in and cannot run at batch "
+                         f"{other}: {e.message} (trace with dynamic_batch=False to keep every shape static)",
+                         e.location) from None
+    return general
+
+
+# --- the traced module ----------------------------------------------------------------------------------
+
+def bound_arrays(named_tensors: list, args) -> list:
+    """The arrays of the tensors bound to ``args``, checked against the argument types (the
+    compiled code trusts them: a model moved to another dtype after tracing must fail here)."""
+    arrays = []
+    for (name, t), arg in zip(named_tensors, args):
+        a = t._data
+        want = arg.type
+        if a.dtype != want.element_type.numpy_dtype or a.shape != want.shape or not a.flags.c_contiguous:
+            raise RuntimeError(f"{name} is now {a.dtype}{list(a.shape)}; it was traced as {want} (trace again)")
+        arrays.append(a)
+    return arrays
+
+
+class TracedModule:
+    """A traced model: ``.graph`` (MLIR text), ``.module`` (the IR), callable on lz tensors or numpy
+    arrays (numpy in, numpy out), running the whole graph compiled.  Parameters and buffers are
+    read from ``named_tensors`` at every call: for a traced ``nn.Module`` these are its own
+    tensors, so the traced module follows its weights."""
+
+    def __init__(self, module: ModuleOp, entry: str, named_tensors: list, structure, n_inputs: int):
+        self.module = module
+        self.entry = entry
+        self.func = module.lookup(entry)
+        self.named_tensors = list(named_tensors)   # [(name, Tensor)] in argument order after the inputs
+        self.structure = structure
+        self.n_inputs = n_inputs
+        self.compiled = CompiledFunction(module, entry)
+        self._runners: dict[tuple, object] = {}
+
+    @property
+    def graph(self) -> str:
+        """The IR, in MLIR's syntax."""
+        return print_module(self.module)
+
+    @property
+    def code(self) -> str:
+        return self.graph
+
+    def state_dict(self) -> dict:
+        return {name: t for name, t in self.named_tensors}
+
+    def __call__(self, *inputs):
+        if len(inputs) != self.n_inputs:
+            raise TypeError(f"the traced module takes {self.n_inputs} input{'s' if self.n_inputs != 1 else ''}, "
+                            f"got {len(inputs)}")
+        as_numpy = all(not isinstance(x, Tensor) for x in inputs)
+        arrays = [x._data if isinstance(x, Tensor) else x for x in inputs]
+        key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in arrays)
+        run = self._runners.get(key)
+        if run is None or not all(isinstance(a, np.ndarray) for a in arrays):
+            arrays = [np.ascontiguousarray(check_argument(self.func, i, a)) for i, a in enumerate(arrays)]
+            key = tuple((a.shape, a.dtype) for a in arrays)
+            run = self._runners.get(key)
+            if run is None:
+                shapes = [a.shape for a in arrays] + [t._data.shape for _, t in self.named_tensors]
+                run = self._runners[key] = self.compiled.runner(shapes)
+        else:
+            arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+        results = run(arrays + bound_arrays(self.named_tensors, self.func.arguments[self.n_inputs:]))
+        flat = list(results) if as_numpy else [_wrap(r) for r in results]
+        return rebuild(self.structure, flat)
+
+    forward = __call__
+
+    def __repr__(self) -> str:
+        return f"<TracedModule @{self.entry}: {self.func.function_type}>"
+
+
+def trace(model, example_inputs, *, dynamic_batch: bool = True, name: str = "forward") -> TracedModule:
+    """Trace ``model`` (an ``nn.Module`` or a function of tensors) on ``example_inputs`` (a tensor or
+    a tuple of them) into one compiled function; see the module docstring."""
+    inputs = as_input_tuple(example_inputs)
+    if not inputs:
+        raise TypeError("jit.trace needs at least one example input")
+    names, buffers = state_tensors(model)
+    traced, structure, changed = record_function(model, inputs, name)
+    if changed:
+        warnings.warn(f"jit.trace: the model changed buffer(s) {', '.join(changed)} in place while traced (a "
+                      f"BatchNorm in training mode?); the graph does not carry those updates (call model.eval() "
+                      f"before tracing for inference)", stacklevel=2)
+    func = traced.func
+    bound = bind_arguments(func, traced.inputs, traced.captured, names)
+    if dynamic_batch:
+        shapes = [t._data.shape for t in traced.inputs]
+        if shapes[0]:
+            batch = shapes[0][0]
+            batch_args = [i for i, s in enumerate(shapes) if s and s[0] == batch]
+            func = generalize_batch(func, batch_args, batch)
+    module = ModuleOp([func])
+    verify(module)
+    return TracedModule(module, func.sym_name, [(names[id(t)], t) for t in bound], structure, len(inputs))

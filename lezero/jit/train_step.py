@@ -1,0 +1,310 @@
+"""The compiler-first training path: a whole training step as one compiled function.
+
+``compile_train_step(model, loss_fn, optimizer, example_inputs, example_target)`` builds::
+
+    @train_step(inputs..., target, parameters and buffers..., optimizer state..., hyperparameters...)
+        -> (loss, new parameters..., new optimizer state...)
+
+1. **forward and loss**: ``loss_fn(model(*inputs), target)`` recorded as in ``jit.trace``
+   (parameters and buffers are named arguments, the batch dim dynamic);
+2. **gradients**: the autodiff pass (``differentiate``) on that function, for a batch size made
+   static (gradient rules materialize shapes), with the loss's cotangent a constant 1;
+3. **the update**: per parameter, the optimizer's own update rule (the very ``emit`` the eager
+   ``Adam``/``AdamW``/``SGD`` compile into their fused kernel) on the parameter, its gradient and its
+   state; the hyperparameters (learning rate, bias corrections) are rank-0 arguments computed per
+   step in Python exactly as the eager optimizer computes them, so a learning-rate schedule never
+   recompiles and the compiled step follows the eager loop's numbers;
+
+compiled by ``lezero.compile``'s pipeline (gradient kernels fuse with the update: the Adam step of
+a weight becomes the epilogue of the matmul computing its gradient), once per input shape.
+
+**State lives in numpy buffers, double-buffered.**  A call reads each parameter's array and its
+optimizer state (``optimizer.state[p]``, PyTorch's layout: ``exp_avg``, ``exp_avg_sq``, ``step``;
+``momentum_buffer``) and writes the new values into a second set of arrays, which then become the
+tensors' storage (the old ones are the next call's outputs).  Writing in place instead would be
+wrong in general: a kernel updating ``W2`` could run before the kernel that still reads the old
+``W2`` for the previous layer's gradient.  The model, the optimizer and its ``state_dict`` always
+see the current values, so eager and compiled steps can be mixed freely.
+
+Not supported yet (each raises ``TraceError``): a forward that changes buffers in place (BatchNorm
+in training mode updates its running statistics: the graph would drop those updates) and dropout in
+training mode (the trace would freeze one mask).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from lezero.creation import tensor
+from lezero.dispatch import EagerOp
+from lezero.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
+from lezero.ir.builder import Builder
+from lezero.ir.core import FuncOp, ModuleOp
+from lezero.ir.interpreter import check_argument
+from lezero.ir.location import UNKNOWN
+from lezero.ir.printer import print_module
+from lezero.ir.types import FunctionType, TensorType, element_type_of
+from lezero.jit.trace import (NAME_ATTR, TraceError, argument_names, as_input_tuple, bind_arguments,
+                              bound_arrays, generalize_batch, record_function, reinfer, state_tensors,
+                              with_batch)
+from lezero.optim.adam import _ADAM, Adam
+from lezero.optim.sgd import _SGD, SGD
+from lezero.passes.autodiff import differentiate
+from lezero.runtime.compiled_function import CompiledFunction
+from lezero.tensor import Tensor, _wrap
+
+
+# --- optimizers as IR -------------------------------------------------------------------------------------
+
+@dataclass
+class GroupUpdate:
+    """How one parameter group updates: the eager optimizer's update ``op`` with ``attrs``, its
+    per-parameter ``state_keys`` (arrays of the parameter's shape) and the rank-0 hyperparameters
+    of this step (``scalars``).  ``emit(b, attrs, p, g, *states, *scalars) -> [p, *states]``."""
+
+    op: EagerOp
+    attrs: tuple
+    state_keys: tuple
+    scalars: list
+
+
+def _adam_update(optimizer: Adam, group: dict, steps: float) -> GroupUpdate:
+    """``Adam._update_group``'s attributes and scalars for step number ``steps``."""
+    beta1, beta2 = group["betas"]
+    lr, wd, amsgrad = group["lr"], group["weight_decay"], group["amsgrad"]
+    decay = "none" if wd == 0 else "decoupled" if optimizer._decoupled else "l2"
+    bias_correction1 = 1 - beta1 ** steps
+    bias_correction2 = 1 - beta2 ** steps
+    step_size = lr / bias_correction1
+    attrs = (("amsgrad", bool(amsgrad)), ("maximize", bool(group["maximize"])), ("weight_decay", decay),
+             ("lerp_high", 1 - beta1 >= 0.5))
+    wd_scalar = 1 - lr * wd if decay == "decoupled" else wd
+    scalars = [1 - beta1, beta2, 1 - beta2, group["eps"], -step_size, math.sqrt(bias_correction2), wd_scalar]
+    keys = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
+    return GroupUpdate(_ADAM, attrs, keys, scalars)
+
+
+def _sgd_update(optimizer: SGD, group: dict, first: bool) -> GroupUpdate:
+    """``SGD._update_group``'s update, always in its steady form: on the first step the momentum
+    buffer is zeros and the gradient's weight ``1 - dampening`` is 1, which gives ``buf = g``
+    exactly, as the eager first step does."""
+    momentum, wd = group["momentum"], group["weight_decay"]
+    attrs = (("momentum", momentum != 0), ("first", False), ("weight_decay", wd != 0),
+             ("nesterov", bool(group["nesterov"])), ("maximize", bool(group["maximize"])))
+    scalars = [group["lr"]] + ([wd] if wd != 0 else []) + \
+        ([momentum, 1.0 if first else 1 - group["dampening"]] if momentum != 0 else [])
+    return GroupUpdate(_SGD, attrs, ("momentum_buffer",) if momentum != 0 else (), scalars)
+
+
+# --- building the step ----------------------------------------------------------------------------------
+
+def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: str = "train_step") -> FuncOp:
+    """``@train_step`` from a static ``@forward(data..., parameters and buffers...) -> loss``.
+
+    ``updated``: ``(argument index, parameter, group index)`` per parameter to update;
+    ``structure``: per group ``(update op, attrs, state keys, number of scalars)``."""
+    grad = differentiate(forward.clone(), wrt=[index for index, _, _ in updated])
+    step = FuncOp(name, FunctionType([], []), forward.location)
+    block = step.entry_block
+    b = Builder.at_end(block)
+    names = argument_names(forward)
+    value_map = {old: block.add_argument(old.type) for old in grad.arguments[:len(forward.arguments)]}
+    (seed,) = grad.arguments[len(forward.arguments):]
+    value_map[seed] = b.constant(np.ones(seed.type.shape, seed.type.element_type.numpy_dtype))
+    states = []
+    for index, p, g in updated:
+        keys = structure[g][2]
+        t = TensorType(p._data.shape, element_type_of(p._data.dtype))
+        states.append([block.add_argument(t) for _ in keys])
+        names += [f"{names[index]}.{key}" for key in keys]
+    scalars = []
+    for g, (_, _, _, count) in enumerate(structure):
+        p = next(p for _, p, gi in updated if gi == g)
+        scalars.append([block.add_argument(TensorType((), element_type_of(p._data.dtype))) for _ in range(count)])
+        names += [f"group{g}.scalar{i}" for i in range(count)]
+    for op in grad.entry_block.ops[:-1]:
+        b.insert(op.clone(value_map))
+    loss, *grads = [value_map.get(v, v) for v in grad.return_op.operands]
+    new_params, new_states = [], []
+    for (index, _, g), gradient, state in zip(updated, grads, states):
+        update_op, attrs, _, _ = structure[g]
+        results = update_op.build(b, attrs, [block.args[index], gradient, *state, *scalars[g]])
+        new_params.append(results[0])
+        new_states += results[1:]
+    b.create("func.return", [loss] + new_params + new_states, result_types=[])
+    step.update_function_type()
+    step.attributes["arg_attrs"] = ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n in names])
+    return step
+
+
+class TrainStep:
+    """``loss = step(*inputs, target)``: one compiled training step (see the module docstring).
+    ``.graph`` is the step's IR at the example shapes, ``.forward_graph`` the recorded forward
+    pass and loss (batch dim dynamic)."""
+
+    def __init__(self, forward: FuncOp, batch_args: list[int], n_inputs: int, bound: list, optimizer,
+                 example_shapes: list):
+        self.forward = forward
+        self.batch_args = batch_args        # data arguments whose dim 0 is the (dynamic) batch
+        self.n_inputs = n_inputs
+        self.bound = bound                  # (name, tensor) bound to the arguments after the data
+        self.optimizer = optimizer
+        self.example_shapes = example_shapes
+        position = {id(t): i for i, (_, t) in enumerate(bound)}
+        n_data = n_inputs + 1
+        self.updated = []                   # (argument index, parameter, group index)
+        self.groups = []
+        for group in optimizer.param_groups:
+            members = [p for p in group["params"] if id(p) in position and p.requires_grad]
+            if members:
+                self.groups.append(group)
+                self.updated += [(n_data + position[id(p)], p, len(self.groups) - 1) for p in members]
+        if not self.updated:
+            raise TraceError("compile_train_step: the loss depends on none of the optimizer's parameters", UNKNOWN)
+        self._dtypes = [next(p._data.dtype for _, p, gi in self.updated if gi == g) for g in range(len(self.groups))]
+        self._steps: dict[tuple, tuple] = {}    # (shapes, structure) -> (CompiledFunction, runner)
+        self._spares: dict[int, np.ndarray] = {}
+        self._compiled_for(example_shapes, self._updates())
+
+    def _updates(self) -> list[GroupUpdate]:
+        """Each group's update for the coming step (the state it needs is created by ``_advance``)."""
+        updates, state = [], self.optimizer.state
+        for g, group in enumerate(self.groups):
+            params = [p for _, p, gi in self.updated if gi == g]
+            if isinstance(self.optimizer, Adam):
+                steps = {float(state[p]["step"]._data) if "step" in state[p] else 0.0 for p in params}
+                if len(steps) != 1:
+                    raise RuntimeError("compile_train_step: the parameters of one group have taken different "
+                                       "numbers of optimizer steps")
+                updates.append(_adam_update(self.optimizer, group, steps.pop() + 1))
+            else:
+                first = group["momentum"] != 0 and any("momentum_buffer" not in state[p] for p in params)
+                updates.append(_sgd_update(self.optimizer, group, first))
+        return updates
+
+    def _advance(self, updates: list[GroupUpdate]) -> None:
+        """Count the step and create missing state, as the eager optimizer does (zeros where its first
+        step would start from them; see ``_sgd_update`` for the momentum buffer)."""
+        state = self.optimizer.state
+        for _, p, g in self.updated:
+            s = state[p]
+            for key in updates[g].state_keys:
+                if key not in s:
+                    s[key] = _wrap(np.zeros_like(p._data))
+            if isinstance(self.optimizer, Adam):
+                if "step" not in s:
+                    s["step"] = tensor(0.0)
+                s["step"]._data[...] += 1
+
+    def _compiled_for(self, shapes: list, updates: list[GroupUpdate]) -> tuple:
+        structure = tuple((u.op, u.attrs, u.state_keys, len(u.scalars)) for u in updates)
+        key = (tuple(shapes), structure)
+        entry = self._steps.get(key)
+        if entry is None:
+            func = build_step_function(self._forward_at(shapes), self.updated, structure)
+            compiled = CompiledFunction(ModuleOp([func]), func.sym_name)
+            entry = self._steps[key] = (compiled, compiled.runner([a.type.shape for a in func.arguments]))
+        return entry
+
+    def _forward_at(self, shapes: list) -> FuncOp:
+        """The forward function with static data shapes ``shapes``."""
+        args = self.forward.arguments
+        batch = shapes[self.batch_args[0]][0] if self.batch_args else None
+        for i, (arg, shape) in enumerate(zip(args, shapes)):
+            want = tuple(arg.type.shape)
+            if i in self.batch_args:
+                want = (batch,) + want[1:]
+            if tuple(shape) != want:
+                name = argument_names(self.forward)[i]
+                raise TraceError(f"compile_train_step: data argument #{i} ({name}) has shape {tuple(shape)}; the "
+                                 f"step was built for {self.example_shapes[i]}"
+                                 f"{' with any batch size' if i in self.batch_args else ''}", UNKNOWN)
+        if not self.batch_args:
+            return self.forward
+        forward = with_batch(self.forward, self.batch_args, batch)
+        reinfer(forward)
+        return forward
+
+    @property
+    def graph(self) -> str:
+        compiled, _ = self._compiled_for(self.example_shapes, self._updates())
+        return print_module(compiled.module)
+
+    @property
+    def forward_graph(self) -> str:
+        return print_module(self.forward)
+
+    def __call__(self, *data) -> Tensor:
+        if len(data) != self.n_inputs + 1:
+            raise TypeError(f"the train step takes {self.n_inputs} input(s) and a target, got {len(data)} arguments")
+        arrays = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in data]
+        updates = self._updates()
+        compiled, run = self._compiled_for([a.shape for a in arrays], updates)
+        func = compiled.func
+        for i, a in enumerate(arrays):
+            if a.dtype != func.arguments[i].type.element_type.numpy_dtype or not a.flags.c_contiguous:
+                arrays[i] = np.ascontiguousarray(check_argument(func, i, a))
+        bound = bound_arrays(self.bound, func.arguments[len(arrays):])
+        self._advance(updates)
+        # the tensors whose storage this step replaces, in result order: parameters, then states
+        state = self.optimizer.state
+        owners = [p for _, p, _ in self.updated]
+        owners += [state[p][key] for (_, p, g) in self.updated for key in updates[g].state_keys]
+        scalars = [np.asarray(s, self._dtypes[g]) for g, u in enumerate(updates) for s in u.scalars]
+        inputs = arrays + bound + [t._data for t in owners[len(self.updated):]] + scalars
+        outs = [np.empty((), func.function_type.results[0].element_type.numpy_dtype)]
+        for t in owners:
+            spare = self._spares.get(id(t))
+            if spare is None or spare is t._data or spare.shape != t._data.shape or spare.dtype != t._data.dtype:
+                spare = np.empty_like(t._data)
+            outs.append(spare)
+        results = run(inputs, outs)
+        for t, new in zip(owners, results[1:]):
+            self._spares[id(t)] = t._data
+            t._data = new
+            t._version += 1
+        return _wrap(results[0])
+
+    def __repr__(self) -> str:
+        return f"<TrainStep: {len(self.updated)} parameters, {len(self._steps)} compiled shape(s)>"
+
+
+def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target, *,
+                       dynamic_batch: bool = True) -> TrainStep:
+    """One compiled function for a whole training step; ``step(*inputs, target)`` runs it and returns
+    the loss (a rank-0 tensor).  See the module docstring."""
+    if not isinstance(optimizer, (Adam, SGD)):
+        raise TypeError(f"compile_train_step supports lz.optim.SGD, Adam and AdamW, got {type(optimizer).__name__}")
+    for m in (model.modules() if hasattr(model, "modules") else ()):
+        if type(m).__name__.startswith("Dropout") and m.training and getattr(m, "p", 0) > 0:
+            raise TraceError(f"compile_train_step: {type(m).__name__}(p={m.p}) in training mode draws a new mask every "
+                             f"step, which a traced step would freeze; not supported yet (use the eager loop)", UNKNOWN)
+    inputs = as_input_tuple(example_inputs)
+    names, _ = state_tensors(model)
+
+    def loss_of(*args):
+        return loss_fn(model(*args[:-1]), args[-1])
+
+    traced, _, changed = record_function(loss_of, inputs + (example_target,), "forward", module=model)
+    if changed:
+        raise TraceError(f"compile_train_step: the forward pass changes buffer(s) {', '.join(changed)} in place (a "
+                         f"BatchNorm in training mode updates its running statistics); a compiled step cannot carry "
+                         f"in-place buffer updates yet: use the eager loop, or put those layers in eval mode", UNKNOWN)
+    outputs = traced.outputs
+    if len(outputs) != 1 or outputs[0]._data.size != 1 or outputs[0]._data.dtype.kind != "f":
+        raise TraceError("compile_train_step: loss_fn(model(inputs), target) must return one float tensor with a "
+                         "single element", UNKNOWN)
+    func = traced.func
+    bound = bind_arguments(func, traced.inputs, traced.captured, names)
+    shapes = [t._data.shape for t in traced.inputs]
+    batch_args = []
+    if dynamic_batch and shapes[0]:
+        batch = shapes[0][0]
+        candidates = [i for i, s in enumerate(shapes) if s and s[0] == batch]
+        try:
+            func, batch_args = generalize_batch(func, candidates, batch), candidates
+        except TraceError:
+            pass  # the step runs at the example shapes only; another shape raises, naming them
+    return TrainStep(func, batch_args, len(inputs), [(names[id(t)], t) for t in bound], optimizer, shapes)

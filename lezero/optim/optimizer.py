@@ -1,0 +1,158 @@
+"""The optimizer base: parameter groups, per-parameter state, state dicts (PyTorch's layout), and
+the fused update every optimizer runs.
+
+An update is one IR function per (optimizer, options, shape, dtype): the parameter, its gradient
+and its state in, the new parameter and state out, the hyperparameters as rank-0 inputs (so a
+learning-rate schedule never recompiles).  Compiled through the usual pipeline it is one fused
+elementwise kernel, which writes the results straight into the parameter's and the state's
+memory.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from lezero.dispatch import _RUNNERS, EagerOp, runner_for
+from lezero.tensor import Tensor, _wrap
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _Required()
+
+
+def fused_update(op: EagerOp, attrs: tuple, inputs: list, outs: list, scalars: list) -> None:
+    """Run the update ``op`` on ``inputs`` (arrays) and the rank-0 ``scalars`` (Python numbers,
+    in the first input's dtype), writing its results into ``outs`` (arrays, which may be inputs)."""
+    dtype = inputs[0].dtype
+    arrays = list(inputs) + [np.asarray(s, dtype) for s in scalars]
+    key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
+    run = _RUNNERS.get(key)
+    if run is None:
+        run = runner_for(key, op, attrs, arrays)
+    if run.kernel_count == 1:
+        run(arrays, outs)  # one elementwise kernel: it reads each element before writing it
+    else:
+        for out, result in zip(outs, run(arrays)):
+            out[...] = result
+
+
+class Optimizer:
+    """``params``: tensors, or dicts of parameter groups (``{"params": [...], "lr": ...}``)."""
+
+    def __init__(self, params, defaults: dict):
+        self.defaults = defaults
+        self.state: dict = defaultdict(dict)
+        self.param_groups: list[dict] = []
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                            "but got a Tensor")
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, group: dict) -> None:
+        group = dict(group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        for p in group["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
+        for key, default in self.defaults.items():
+            if default is required and key not in group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {key}")
+            group.setdefault(key, default)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in group["params"]):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad = p.grad.detach().zero_()
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            from lezero.autograd import enable_grad
+            with enable_grad():
+                loss = closure()
+        from lezero.autograd import no_grad
+        with no_grad():
+            for group in self.param_groups:
+                self._update_group(group)
+        return loss
+
+    def _update_group(self, group: dict) -> None:
+        raise NotImplementedError
+
+    # --- state dicts: PyTorch's layout (parameters numbered in group order) -------------------------------
+    def state_dict(self) -> dict:
+        index, groups, n = {}, [], 0
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            ids = []
+            for p in group["params"]:
+                if id(p) not in index:
+                    index[id(p)] = n
+                    n += 1
+                ids.append(index[id(p)])
+            packed["params"] = ids
+            groups.append(packed)
+        state = {index[id(p)]: {k: (v.detach() if isinstance(v, Tensor) else v) for k, v in s.items()}
+                 for g in self.param_groups for p in g["params"] for s in [self.state.get(p)] if s}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        params = [p for g in self.param_groups for p in g["params"]]
+        for mine, saved in zip(self.param_groups, groups):
+            if len(mine["params"]) != len(saved["params"]):
+                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                                 "optimizer's group")
+        by_id = {}
+        for mine, saved in zip(self.param_groups, groups):
+            for p, i in zip(mine["params"], saved["params"]):
+                by_id[i] = p
+            for key, value in saved.items():
+                if key != "params":
+                    mine[key] = value
+        self.state = defaultdict(dict)
+        for i, s in state_dict["state"].items():
+            p = by_id[int(i)]
+            restored = {}
+            for key, value in s.items():
+                if isinstance(value, Tensor) or isinstance(value, np.ndarray):
+                    array = value._data if isinstance(value, Tensor) else value
+                    dtype = p._data.dtype if array.dtype.kind == "f" and array.ndim else array.dtype
+                    value = _wrap(np.array(array, dtype=dtype))
+                restored[key] = value
+            self.state[p] = restored
+        _ = params
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for key in sorted(k for k in group if k != "params"):
+                lines.append(f"    {key}: {group[key]}")
+        lines.append(")")
+        return "\n".join(lines)

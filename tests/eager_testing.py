@@ -1,0 +1,72 @@
+"""What the eager-frontend tests share (imported as a plain module): run a function on lezero and
+on torch with the same float64 inputs, compare results and input gradients; copy modules'
+weights across through their state dicts."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import lezero as lz
+
+F64 = dict(rtol=1e-9, atol=1e-11)
+F32 = dict(rtol=2e-5, atol=2e-6)
+
+
+def flat(out) -> list:
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in flat(o)]
+    return [out]
+
+
+def assert_same(lz_value, torch_value, tol=F64, what: str = "") -> None:
+    got = lz_value.detach().numpy() if isinstance(lz_value, lz.Tensor) else np.asarray(lz_value)
+    want = torch_value.detach().numpy() if isinstance(torch_value, torch.Tensor) else np.asarray(torch_value)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != torch's {want.shape}"
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), err_msg=what, **tol)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def compare(lz_fn, torch_fn, *arrays, grad: bool = True, tol=F64, seed: int = 0):
+    """``lz_fn`` and ``torch_fn`` on the same inputs (numpy arrays; float ones require grad when
+    ``grad``): results equal, and for a random cotangent on every float result, the gradients of
+    every float input equal."""
+    def inputs(lib):
+        return [lib.tensor(a, requires_grad=grad and a.dtype.kind == "f") if isinstance(a, np.ndarray) else a
+                for a in arrays]
+    lz_in, torch_in = inputs(lz), inputs(torch)
+    lz_out, torch_out = flat(lz_fn(*lz_in)), flat(torch_fn(*torch_in))
+    assert len(lz_out) == len(torch_out)
+    for i, (l, t) in enumerate(zip(lz_out, torch_out)):
+        assert str(l.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], f"result {i}: {l.dtype} vs {t.dtype}"
+        assert_same(l, t, tol, f"result {i}")
+    if not grad:
+        return lz_out
+    rng = np.random.default_rng(seed)
+    pairs = [(l, t) for l, t in zip(lz_out, torch_out) if t.requires_grad]
+    assert pairs, "nothing to differentiate"
+    cotangents = [rng.standard_normal(t.shape) for _, t in pairs]
+    lz.autograd.backward([l for l, _ in pairs], [lz.tensor(c, dtype=l.dtype) for (l, _), c in zip(pairs, cotangents)])
+    torch.autograd.backward([t for _, t in pairs], [torch.tensor(c, dtype=t.dtype) for (_, t), c in
+                                                    zip(pairs, cotangents)])
+    for i, (l, t) in enumerate(zip(lz_in, torch_in)):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            if t.grad is None:
+                assert l.grad is None or not np.any(l.grad.numpy()), f"input {i}: torch has no gradient"
+            else:
+                assert l.grad is not None, f"input {i}: no gradient"
+                assert_same(l.grad, t.grad, tol, f"gradient of input {i}")
+    return lz_out
+
+
+def copy_weights(torch_module: torch.nn.Module, lz_module) -> None:
+    """``torch_module``'s state dict into ``lz_module`` through numpy (names and layouts must match)."""
+    lz_module.load_state_dict({k: v.detach().numpy() for k, v in torch_module.state_dict().items()})
+
+
+def assert_same_grads(torch_module, lz_module, tol=F64) -> None:
+    lz_params = dict(lz_module.named_parameters())
+    for name, p in torch_module.named_parameters():
+        assert name in lz_params, name
+        assert_same(lz_params[name].grad, p.grad, tol, f"gradient of {name}")

@@ -1,0 +1,179 @@
+"""lz.jit.trace: the traced graph equals eager execution at the example's and other batch sizes,
+its text is MLIR that parses back, it follows the module's weights, and what cannot be traced
+fails clearly at the user's line."""
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lezero as lz
+from lezero import nn
+from lezero.ir import parse_module, print_module
+from lezero.jit import TraceError, TracedModule
+
+
+class SimpleMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 256)
+        self.fc2 = nn.Linear(256, 10)
+
+    def forward(self, x):
+        x = nn.functional.relu(self.fc1(x))
+        return self.fc2(x)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x):
+        return self.fc(self.pool(self.bn(self.conv(x)).relu()).flatten(1))
+
+
+def eager(model, x):
+    with lz.no_grad():
+        return model(x).numpy()
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    lz.manual_seed(0)
+    model = SimpleMLP()
+    return model, lz.jit.trace(model, example_inputs=lz.randn(1, 784))
+
+
+@pytest.mark.parametrize("batch", [1, 64, 7])
+def test_traced_equals_eager_at_any_batch(mlp, batch):
+    model, traced = mlp
+    x = lz.randn(batch, 784)
+    got = traced(x)
+    assert isinstance(got, lz.Tensor) and got.shape == (batch, 10)
+    np.testing.assert_allclose(got.numpy(), eager(model, x), rtol=1e-6, atol=1e-6)
+
+
+def test_graph_is_mlir_with_a_dynamic_batch_and_named_weights(mlp):
+    _, traced = mlp
+    text = traced.graph
+    assert "func.func @forward(%arg0: tensor<?x784xf32> {lz.name = \"input\"}" in text
+    assert '{lz.name = "fc1.weight"}' in text and '{lz.name = "fc2.bias"}' in text
+    assert "-> tensor<?x10xf32>" in text
+    assert "lz.constant" not in text  # weights are arguments, not hex blobs
+    assert print_module(parse_module(text)) == text
+
+
+def test_xdsl_reads_the_graph_and_its_locations(mlp):
+    xdsl_opt = pathlib.Path(sys.executable).parent / "xdsl-opt"
+    xdsl_opt = str(xdsl_opt) if xdsl_opt.exists() else shutil.which("xdsl-opt")
+    if xdsl_opt is None:
+        pytest.skip("xdsl-opt is not installed")
+    _, traced = mlp
+    text = print_module(traced.module, debuginfo=True)  # what jit.save stores
+    assert 'loc("' in text and "test_jit_trace.py" in text  # ops point at the model's source lines
+    result = subprocess.run([xdsl_opt, "--allow-unregistered-dialect"], input=text, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_numpy_in_numpy_out(mlp):
+    model, traced = mlp
+    x = np.random.default_rng(0).standard_normal((3, 784)).astype(np.float32)
+    got = traced(x)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, eager(model, lz.from_numpy(x)), rtol=1e-6, atol=1e-6)
+
+
+def test_follows_the_modules_current_weights():
+    lz.manual_seed(1)
+    model = SimpleMLP()
+    traced = lz.jit.trace(model, example_inputs=lz.randn(2, 784))
+    with lz.no_grad():
+        model.fc2.bias.add_(1.0)
+    x = lz.randn(2, 784)
+    np.testing.assert_allclose(traced(x).numpy(), eager(model, x), rtol=1e-6, atol=1e-6)
+
+
+def test_cnn_with_flatten_and_batchnorm_in_eval_mode():
+    lz.manual_seed(2)
+    model = SmallCNN()
+    with lz.no_grad():
+        model.bn.running_mean.copy_(lz.randn(4) * 0.1)
+        model.bn.running_var.copy_(lz.rand(4) + 0.5)
+    model.eval()
+    traced = lz.jit.trace(model, lz.randn(2, 1, 8, 8))
+    assert "tensor<?x1x8x8xf32>" in traced.graph
+    for batch in (2, 5):
+        x = lz.randn(batch, 1, 8, 8)
+        np.testing.assert_allclose(traced(x).numpy(), eager(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_functions_tuples_and_dicts_and_constants():
+    w = lz.randn(4, 3)
+
+    def f(x, y):
+        return {"sum": x @ w + 2.0, "pair": (y.exp(), x.sum(dim=1))}
+
+    traced = lz.jit.trace(f, (lz.randn(5, 4), lz.randn(5)))
+    x, y = lz.randn(6, 4), lz.randn(6)
+    got, want = traced(x, y), f(x, y)
+    assert set(got) == {"sum", "pair"} and isinstance(got["pair"], tuple)
+    np.testing.assert_allclose(got["sum"].numpy(), want["sum"].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got["pair"][0].numpy(), want["pair"][0].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got["pair"][1].numpy(), want["pair"][1].numpy(), rtol=1e-6)
+    assert "lz.constant" in traced.graph  # a plain function's captured tensor is baked in
+
+
+def test_data_dependent_control_flow_is_a_clear_error():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # depends on the data: a trace would bake one branch in
+                return x * 2
+            return x
+
+    with pytest.raises(TraceError) as info:
+        lz.jit.trace(Branchy(), lz.randn(2, 3))
+    text = str(info.value)
+    assert "data-dependent Python control flow" in text and "bool()" in text
+    assert "test_jit_trace.py" in text and "if x.sum() > 0" in text  # the user's line, with a caret
+    assert bool(lz.tensor(1.0) > 0)  # outside a trace tensors convert as usual
+
+    with pytest.raises(TraceError, match=r"\.item\(\)"):
+        lz.jit.trace(lambda x: x * x.max().item(), lz.randn(3))
+
+
+def test_baking_the_batch_size_in_fails_at_trace_time():
+    def f(x):
+        return x + lz.ones(x.shape[0], 10)  # a constant of the example's batch size
+
+    with pytest.raises(TraceError, match="bakes the batch size 3 in"):
+        lz.jit.trace(f, lz.randn(3, 10))
+    traced = lz.jit.trace(f, lz.randn(3, 10), dynamic_batch=False)
+    assert "tensor<3x10xf32>" in traced.graph
+
+
+def test_batchnorm_in_training_mode_warns_and_leaves_its_statistics_alone():
+    lz.manual_seed(3)
+    model = SmallCNN()
+    before = model.bn.running_mean.numpy().copy()
+    with pytest.warns(UserWarning, match="bn.running_mean"):
+        lz.jit.trace(model, lz.randn(2, 1, 8, 8))
+    np.testing.assert_array_equal(model.bn.running_mean.numpy(), before)
+    assert int(model.bn.num_batches_tracked.item()) == 0
+
+
+def test_repr_and_wrong_inputs(mlp):
+    _, traced = mlp
+    assert isinstance(traced, TracedModule) and "@forward" in repr(traced)
+    with pytest.raises(TypeError, match="takes 1 input"):
+        traced(lz.randn(2, 784), lz.randn(2, 784))
+    with pytest.raises(Exception, match="784"):
+        traced(lz.randn(2, 783))
