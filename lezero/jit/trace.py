@@ -36,13 +36,13 @@ import numpy as np
 
 from lezero.autograd import trace as record
 from lezero.dispatch import OperatorError, user_location
-from lezero.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
+from lezero.ir.attributes import ArrayAttr, DenseArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.interpreter import check_argument
 from lezero.ir.opdef import OpError
 from lezero.ir.printer import print_module
-from lezero.ir.types import TensorType
+from lezero.ir.types import I64, TensorType
 from lezero.ir.verifier import verify
 from lezero.runtime.compiled_function import CompiledFunction
 from lezero.tensor import Tensor, _Mode, _wrap
@@ -93,18 +93,15 @@ def escapes_raise():
             setattr(Tensor, name, original)
 
 
-def state_tensors(model) -> tuple[dict, set]:
-    """``id(tensor) -> state-dict name`` of a module's parameters and buffers (none for a plain
-    function), and the ids of its buffers."""
-    names, buffers = {}, set()
+def state_tensors(model) -> dict:
+    """``id(tensor) -> state-dict name`` of a module's parameters and buffers (empty for a plain
+    function)."""
+    names = {}
     if hasattr(model, "named_parameters") and hasattr(model, "named_buffers"):
-        for name, p in model.named_parameters():
-            names.setdefault(id(p), name)
-        for name, b in model.named_buffers():
-            if b is not None:
-                names.setdefault(id(b), name)
-                buffers.add(id(b))
-    return names, buffers
+        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+            if t is not None:
+                names.setdefault(id(t), name)
+    return names
 
 
 @contextlib.contextmanager
@@ -222,8 +219,7 @@ def reinfer(func: FuncOp, batch: int | None = None) -> None:
             x = op.operands[0].type
             shape = list(op.attributes["shape"].values)
             if x.rank and x.shape[0] is None and shape and shape[0] == batch and -1 not in shape:
-                op.attributes["shape"] = type(op.attributes["shape"])(op.attributes["shape"].element_type,
-                                                                      tuple([-1] + shape[1:]))
+                op.attributes["shape"] = DenseArrayAttr(I64, tuple([-1] + shape[1:]))
         try:
             types = definition.infer_for_op(op)
         except OpError as e:
@@ -251,8 +247,8 @@ def generalize_batch(func: FuncOp, batch_args: list[int], batch: int) -> FuncOp:
     try:
         reinfer(probe)
     except TraceError as e:
-        raise TraceError(f"jit.trace: the traced graph bakes the batch size {batch} in and cannot run at batch "
-                         f"{other}: {e.message} (trace with dynamic_batch=False to keep every shape static)",
+        raise TraceError(f"the traced graph bakes the batch size {batch} in and cannot run at batch {other}: "
+                         f"{e.message} (pass dynamic_batch=False to keep every shape static)",
                          e.location) from None
     return general
 
@@ -333,7 +329,7 @@ def trace(model, example_inputs, *, dynamic_batch: bool = True, name: str = "for
     inputs = as_input_tuple(example_inputs)
     if not inputs:
         raise TypeError("jit.trace needs at least one example input")
-    names, buffers = state_tensors(model)
+    names = state_tensors(model)
     traced, structure, changed = record_function(model, inputs, name)
     if changed:
         warnings.warn(f"jit.trace: the model changed buffer(s) {', '.join(changed)} in place while traced (a "

@@ -38,12 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from lezero.creation import tensor
-from lezero.dispatch import EagerOp
+from lezero.dispatch import EagerOp, user_location
 from lezero.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.interpreter import check_argument
-from lezero.ir.location import UNKNOWN
 from lezero.ir.printer import print_module
 from lezero.ir.types import FunctionType, TensorType, element_type_of
 from lezero.jit.trace import (NAME_ATTR, TraceError, argument_names, as_input_tuple, bind_arguments,
@@ -145,8 +144,9 @@ class TrainStep:
     pass and loss (batch dim dynamic)."""
 
     def __init__(self, forward: FuncOp, batch_args: list[int], n_inputs: int, bound: list, optimizer,
-                 example_shapes: list):
+                 example_shapes: list, static_reason: str = ""):
         self.forward = forward
+        self.static_reason = static_reason  # why the batch dim could not be made dynamic
         self.batch_args = batch_args        # data arguments whose dim 0 is the (dynamic) batch
         self.n_inputs = n_inputs
         self.bound = bound                  # (name, tensor) bound to the arguments after the data
@@ -162,7 +162,7 @@ class TrainStep:
                 self.groups.append(group)
                 self.updated += [(n_data + position[id(p)], p, len(self.groups) - 1) for p in members]
         if not self.updated:
-            raise TraceError("compile_train_step: the loss depends on none of the optimizer's parameters", UNKNOWN)
+            raise TraceError("compile_train_step: the loss depends on none of the optimizer's parameters", user_location())
         self._dtypes = [next(p._data.dtype for _, p, gi in self.updated if gi == g) for g in range(len(self.groups))]
         self._steps: dict[tuple, tuple] = {}    # (shapes, structure) -> (CompiledFunction, runner)
         self._spares: dict[int, np.ndarray] = {}
@@ -220,7 +220,8 @@ class TrainStep:
                 name = argument_names(self.forward)[i]
                 raise TraceError(f"compile_train_step: data argument #{i} ({name}) has shape {tuple(shape)}; the "
                                  f"step was built for {self.example_shapes[i]}"
-                                 f"{' with any batch size' if i in self.batch_args else ''}", UNKNOWN)
+                                 f"{' with any batch size' if i in self.batch_args else ''}"
+                                 f"{' (' + self.static_reason + ')' if self.static_reason else ''}", user_location())
         if not self.batch_args:
             return self.forward
         forward = with_batch(self.forward, self.batch_args, batch)
@@ -280,9 +281,9 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
     for m in (model.modules() if hasattr(model, "modules") else ()):
         if type(m).__name__.startswith("Dropout") and m.training and getattr(m, "p", 0) > 0:
             raise TraceError(f"compile_train_step: {type(m).__name__}(p={m.p}) in training mode draws a new mask every "
-                             f"step, which a traced step would freeze; not supported yet (use the eager loop)", UNKNOWN)
+                             f"step, which a traced step would freeze; not supported yet (use the eager loop)", user_location())
     inputs = as_input_tuple(example_inputs)
-    names, _ = state_tensors(model)
+    names = state_tensors(model)
 
     def loss_of(*args):
         return loss_fn(model(*args[:-1]), args[-1])
@@ -291,20 +292,20 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
     if changed:
         raise TraceError(f"compile_train_step: the forward pass changes buffer(s) {', '.join(changed)} in place (a "
                          f"BatchNorm in training mode updates its running statistics); a compiled step cannot carry "
-                         f"in-place buffer updates yet: use the eager loop, or put those layers in eval mode", UNKNOWN)
+                         f"in-place buffer updates yet: use the eager loop, or put those layers in eval mode", user_location())
     outputs = traced.outputs
     if len(outputs) != 1 or outputs[0]._data.size != 1 or outputs[0]._data.dtype.kind != "f":
         raise TraceError("compile_train_step: loss_fn(model(inputs), target) must return one float tensor with a "
-                         "single element", UNKNOWN)
+                         "single element", user_location())
     func = traced.func
     bound = bind_arguments(func, traced.inputs, traced.captured, names)
     shapes = [t._data.shape for t in traced.inputs]
-    batch_args = []
+    batch_args, reason = [], ""
     if dynamic_batch and shapes[0]:
         batch = shapes[0][0]
         candidates = [i for i, s in enumerate(shapes) if s and s[0] == batch]
         try:
             func, batch_args = generalize_batch(func, candidates, batch), candidates
-        except TraceError:
-            pass  # the step runs at the example shapes only; another shape raises, naming them
-    return TrainStep(func, batch_args, len(inputs), [(names[id(t)], t) for t in bound], optimizer, shapes)
+        except TraceError as e:  # the step runs at the example shapes only; another shape says why
+            reason = f"{e.location.describe()}: {e.message}"
+    return TrainStep(func, batch_args, len(inputs), [(names[id(t)], t) for t in bound], optimizer, shapes, reason)

@@ -100,6 +100,34 @@ def emit_object(module: ir.Module | str) -> bytes:
         return target_machine.emit_object(parsed)
 
 
+def emit_linked_object(modules, exported) -> bytes:
+    """One relocatable (PIC) object file holding several modules, for native executables.
+
+    Each module is O3-optimized on its own (exactly as the JIT compiles it), then they are linked
+    into one. The functions named in ``exported`` keep external linkage with hidden visibility
+    (the driver linked beside them calls them; a shared library does not export them); every
+    other definition becomes internal, so equal helper names in different modules cannot clash.
+    """
+    target_machine = host_target_machine(jit=False)
+    exported = set(exported)
+    with _compile_lock:
+        linked = llvm.parse_assembly("")
+        linked.triple = target_machine.triple
+        linked.data_layout = str(target_machine.target_data)
+        for module in modules:
+            parsed = parse_module(module, target_machine)
+            optimize_module(parsed, target_machine)
+            for value in list(parsed.functions) + list(parsed.global_variables):
+                if value.is_declaration or value.name.startswith("llvm."):
+                    continue
+                if value.name in exported:
+                    value.visibility = "hidden"
+                else:
+                    value.linkage = "internal"
+            linked.link_in(parsed)
+        return target_machine.emit_object(linked)
+
+
 class CompiledModule:
     """A JIT-compiled module. Keep it alive as long as any of its function addresses is used."""
 

@@ -1,0 +1,372 @@
+"""Compile a model to a native executable or shared library that runs without Python.
+
+``lezero-compile`` (``lezero/cli/compile.py``) is the command; this is the library under it:
+
+1. **bind** (``bind_shapes``): every dynamic dim of the entry function's arguments takes a size
+   from ``--shape``; what stays dynamic is an error listing each dim and how to bind it.
+2. **schedule**: the function specialized at those shapes (``runtime.compiled_function.specialize``:
+   shape-infer, then ``codegen.pipeline.schedule``: optimize, partition, fuse, memory-plan).
+3. **plan** (``plan_program``): the ``NativeProgram``, what ``runtime.compiled_function.build_plan``
+   builds for Python, as data: per kernel its symbol, work items, whether to split it over threads,
+   and its buffers as references (a graph input, an output, an arena offset, a weights offset);
+   where each output comes from; the weights laid out in one blob (64-byte aligned, equal
+   constants stored once). Kernels whose LLVM IR differs only in their name (ResNet's repeated
+   blocks) share one symbol, so they are compiled once.
+4. **build** (``build_native``), in a temporary directory beside the destination:
+   - ``kernels.o``: every kernel's LLVM module, each O3-optimized as the JIT does, linked into one
+     module and emitted as one PIC object (``codegen.llvm.jit.emit_linked_object``);
+   - ``weights.S``: ``.incbin`` of the weights blob into ``.rodata`` (the assembler copies the file:
+     weights of any size cost about their disk write, never a C compiler's parse);
+   - ``driver.c``: ``native_runtime.c`` with the generated tables (``native_driver``);
+   then one ``cc -O2`` call compiles and links them (``-lm -lpthread``), and the results are
+   renamed into place, so a failed build never leaves a partial output.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lezero.codegen.llvm.jit import emit_linked_object
+from lezero.codegen.llvm.lower_kernel import lower_kernel
+from lezero.ir.attributes import ArrayAttr, StringAttr
+from lezero.ir.core import FuncOp, ModuleOp
+from lezero.ir.diagnostics import IRError
+from lezero.ir.types import TensorType, format_shape
+from lezero.onnx import native_driver
+from lezero.runtime.compiled_function import PARALLEL_MIN_BYTES, PARALLEL_MIN_FLOPS, specialize
+
+WEIGHT_ALIGNMENT = 64
+
+
+class NativeCompileError(Exception):
+    """A user's mistake or a missing tool, with a message saying what to do (no traceback)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# The program: the schedule as data
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class NativeTensor:
+    name: str
+    type: TensorType
+    file_stem: str = ""  # outputs: the executable writes <output-dir>/<file_stem>.npy
+
+
+@dataclass(frozen=True)
+class BufferRef:
+    kind: str   # "input" | "output" | "arena" | "weights"
+    where: int  # an input or output index, or a byte offset
+
+
+@dataclass
+class NativeLaunch:
+    name: str       # the kernel's name in the IR
+    symbol: str     # the function called (shared between identical kernels)
+    work_items: int
+    parallel: bool
+    buffers: list   # BufferRef per operand, then per result
+
+
+@dataclass
+class OutputSource:
+    written_by_kernel: bool
+    source: BufferRef | None  # copied from here after the last kernel when not written in place
+
+
+@dataclass
+class NativeProgram:
+    name: str
+    source: str
+    inputs: list
+    outputs: list
+    launches: list
+    output_sources: list
+    arena_size: int
+    kernels: dict = field(default_factory=dict)   # symbol -> LLVM IR
+    weights: list = field(default_factory=list)   # (offset, C-contiguous array)
+    weights_size: int = 0
+    external_symbols: set = field(default_factory=set)
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.launches)
+
+
+def entry_function(module: ModuleOp, entry: str | None = None) -> FuncOp:
+    if entry is not None:
+        return module.lookup(entry)
+    functions = module.functions
+    if len(functions) == 1:
+        return functions[0]
+    for f in functions:
+        if f.sym_name == "main":
+            return f
+    names = ", ".join("@" + f.sym_name for f in functions)
+    raise NativeCompileError(f"the module has {len(functions)} functions ({names}) and none is @main")
+
+
+def io_names(func: FuncOp) -> tuple[list[str], list[str]]:
+    """The graph's input and output names (``lz.input_names`` / ``lz.output_names``), else
+    ``input<i>`` / ``output<i>``."""
+    def names(key: str, count: int, default: str) -> list[str]:
+        attr = func.attributes.get(key)
+        if isinstance(attr, ArrayAttr) and len(attr.values) == count and \
+                all(isinstance(v, StringAttr) for v in attr.values):
+            return [v.value for v in attr.values]
+        return [f"{default}{i}" for i in range(count)]
+
+    return (names("lz.input_names", len(func.arguments), "input"),
+            names("lz.output_names", len(func.function_type.results), "output"))
+
+
+def bind_shapes(func: FuncOp, shapes: dict, dim_names: dict | None = None) -> list[tuple]:
+    """The static shape of every argument: its own where static, else the one ``shapes`` (input
+    name -> tuple) gives. Raises ``NativeCompileError`` naming every problem at once: an unknown
+    name, a shape that does not fit the input, a dim left dynamic (with the ``--shape`` to add).
+    ``dim_names`` (input name -> [ONNX dim_param or None per dim]) makes that message name the dims."""
+    input_names, _ = io_names(func)
+    problems = []
+    for name in shapes:
+        if name not in input_names:
+            problems.append(f"--shape names '{name}', which is not an input (inputs: "
+                            f"{', '.join(repr(n) for n in input_names) or 'none'})")
+    bound = []
+    for name, arg in zip(input_names, func.arguments):
+        t = arg.type
+        declared = format_shape(t.shape) if t.shape else "() (a scalar)"
+        given = shapes.get(name)
+        if given is not None:
+            given = tuple(given)
+            if len(given) != t.rank or any(d is not None and d != g for d, g in zip(t.shape, given)):
+                problems.append(f"--shape {name}={_dims(given)} does not fit input '{name}' of shape {declared}")
+            bound.append(given)
+        elif not t.is_static:
+            where = [f"dim {i}" + (f" ('{dim_names[name][i]}')" if dim_names and name in dim_names and
+                                   i < len(dim_names[name]) and dim_names[name][i] else "")
+                     for i, d in enumerate(t.shape) if d is None]
+            example = "x".join(str(1 if d is None else d) for d in t.shape)
+            problems.append(f"input '{name}' has dynamic dims: {declared}, {', '.join(where)} unbound; "
+                            f"bind them with --shape {name}={example} (your sizes)")
+            bound.append(None)
+        else:
+            bound.append(tuple(t.shape))
+    if problems:
+        raise NativeCompileError("\n".join(problems))
+    return bound
+
+
+def _dims(shape) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def schedule_for_shapes(module: ModuleOp, func: FuncOp, shapes: list[tuple]) -> ModuleOp:
+    """A copy of ``module`` whose ``func`` is specialized at ``shapes`` and scheduled."""
+    return specialize(module, func.sym_name, shapes)
+
+
+def _file_stems(names: list[str]) -> list[str]:
+    """Output file names: the output's name, other characters than [A-Za-z0-9._-] made '_', no
+    leading '.', unique."""
+    stems, seen = [], set()
+    for i, name in enumerate(names):
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", name) or f"output{i}"
+        if stem.startswith("."):
+            stem = "_" + stem
+        base, n = stem, 1
+        while stem in seen:
+            stem, n = f"{base}_{n}", n + 1
+        seen.add(stem)
+        stems.append(stem)
+    return stems
+
+
+def plan_program(module: ModuleOp, func: FuncOp, name: str, source: str) -> NativeProgram:
+    """The ``NativeProgram`` of a scheduled function (see the module docstring)."""
+    input_names, output_names = io_names(func)
+    returned = list(func.return_op.operands)
+    inputs = [NativeTensor(n, a.type) for n, a in zip(input_names, func.arguments)]
+    outputs = [NativeTensor(n, v.type, stem) for n, v, stem in zip(output_names, returned,
+                                                                     _file_stems(output_names))]
+    arena_attr = func.attributes.get("lz.arena_size")
+    program = NativeProgram(name, source, inputs, outputs, [], [], int(arena_attr.value) if arena_attr else 0)
+
+    output_slot: dict[int, int] = {}
+    for i, v in enumerate(returned):
+        output_slot.setdefault(id(v), i)
+    where: dict[int, BufferRef] = {id(a): BufferRef("input", i) for i, a in enumerate(func.arguments)}
+    constants: dict[int, np.ndarray] = {}
+    weight_offsets: dict[tuple, int] = {}
+
+    def weight(value) -> BufferRef:
+        array = constants[id(value)]
+        key = (array.nbytes, hashlib.sha256(array.view(np.uint8).reshape(-1)).digest())
+        if key not in weight_offsets:
+            offset = -(-program.weights_size // WEIGHT_ALIGNMENT) * WEIGHT_ALIGNMENT
+            program.weights.append((offset, array))
+            program.weights_size = offset + array.nbytes
+            weight_offsets[key] = offset
+        return BufferRef("weights", weight_offsets[key])
+
+    def ref(value) -> BufferRef:
+        if id(value) in constants:
+            return weight(value)
+        return where[id(value)]
+
+    symbols_by_code: dict[str, str] = {}
+    for op in func.entry_block.ops:
+        if op.name == "lz.constant":
+            t = op.result.type
+            constants[id(op.result)] = np.ascontiguousarray(op.attributes["value"].array, t.element_type.numpy_dtype)
+        elif op.name == "lz.kernel":
+            for r, offset in zip(op.results, op.attributes["lz.offsets"].values):
+                where[id(r)] = BufferRef("output", output_slot[id(r)]) if offset < 0 else BufferRef("arena", offset)
+            lowered = lower_kernel(op)
+            code = lowered.llvm_ir.replace(lowered.name, "\0kernel\0")
+            symbol = symbols_by_code.setdefault(code, lowered.name)
+            if symbol == lowered.name:
+                program.kernels[symbol] = lowered.llvm_ir
+            program.external_symbols.update(lowered.external_symbols)
+            out_bytes = sum(r.type.nbytes for r in op.results)
+            parallel = lowered.work_items > 1 and (out_bytes >= PARALLEL_MIN_BYTES or lowered.flops >= PARALLEL_MIN_FLOPS)
+            program.launches.append(NativeLaunch(lowered.name, symbol, lowered.work_items, parallel,
+                                                 [ref(v) for v in list(op.operands) + list(op.results)]))
+        elif op.name != "func.return":
+            raise IRError(f"'{op.name}' op is left outside any kernel after fusion", op.location)
+
+    for i, v in enumerate(returned):
+        r = ref(v)
+        in_place = r == BufferRef("output", i)
+        program.output_sources.append(OutputSource(in_place, None if in_place else r))
+    return program
+
+
+# ------------------------------------------------------------------------------------------------
+# Building
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BuildResult:
+    paths: list            # what was written
+    program: NativeProgram
+    seconds: dict          # stage -> seconds
+
+
+def c_compiler() -> str:
+    cc = os.environ.get("CC", "cc")
+    found = shutil.which(cc.split()[0]) if cc.strip() else None
+    if not found:
+        raise NativeCompileError(f"no C compiler: '{cc}' is not on PATH (install gcc or clang, or set CC)")
+    return cc
+
+
+_RUNTIME_IDENTIFIERS: set | None = None
+
+
+def _check_symbols(program: NativeProgram) -> None:
+    global _RUNTIME_IDENTIFIERS
+    if _RUNTIME_IDENTIFIERS is None:
+        _RUNTIME_IDENTIFIERS = set(re.findall(r"\blz_\w+", native_driver.RUNTIME_SOURCE.read_text()))
+    clash = sorted(s for s in program.kernels if s in _RUNTIME_IDENTIFIERS or s in ("main", "lz_weights"))
+    if clash:
+        raise NativeCompileError(f"kernel names clash with the native runtime: {', '.join(clash)}")
+
+
+def write_sources(program: NativeProgram, directory: pathlib.Path) -> None:
+    """The generated sources and the weights blob, in ``directory``."""
+    (directory / "lz_model_api.h").write_text(native_driver.render_api_header(program))
+    (directory / "lz_model_tables.h").write_text(native_driver.render_tables(program))
+    shutil.copyfile(native_driver.RUNTIME_SOURCE, directory / "driver.c")
+    with open(directory / "weights.bin", "wb") as f:
+        position = 0
+        for offset, array in program.weights:
+            f.write(b"\0" * (offset - position))
+            f.write(memoryview(array.view(np.uint8).reshape(-1)))
+            position = offset + array.nbytes
+    (directory / "weights.S").write_text(native_driver.render_weights_assembly("weights.bin",
+                                                                               program.weights_size))
+
+
+def _run_compiler(command: list[str], cwd: pathlib.Path) -> None:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise NativeCompileError(f"the C compiler failed ({' '.join(command)}):\n{done.stderr.strip()}")
+
+
+def build_native(program: NativeProgram, output: str | os.PathLike, shared: bool = False,
+                 keep_build_dir: bool = False) -> BuildResult:
+    """Build ``program``: an executable at ``output``, or with ``shared`` the library
+    ``output/lib<name>.so`` and its header ``output/<name>.h``. Files appear only when complete."""
+    cc = c_compiler()
+    _check_symbols(program)
+    output = pathlib.Path(output)
+    destination = output if shared else output.parent
+    try:
+        destination.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise NativeCompileError(f"cannot create '{destination}': {e.strerror}") from None
+    if shared and not destination.is_dir():
+        raise NativeCompileError(f"'{destination}' is not a directory (--shared writes lib<name>.so and <name>.h there)")
+    if not shared and output.is_dir():
+        raise NativeCompileError(f"'{output}' is a directory: -o names the executable to write")
+    seconds = {}
+    build_dir = pathlib.Path(tempfile.mkdtemp(prefix=".lezero-compile-", dir=destination))
+    try:
+        start = time.perf_counter()
+        (build_dir / "kernels.o").write_bytes(emit_linked_object(list(program.kernels.values()), program.kernels))
+        seconds["kernels (LLVM)"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        write_sources(program, build_dir)
+        seconds["sources and weights"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        flags = cc.split() + ["-O2", "-std=gnu11", "-fno-strict-aliasing"]
+        inputs = ["driver.c", "weights.S", "kernels.o"]
+        libraries = ["-lm", "-lpthread", "-Wl,-z,noexecstack"]
+        if shared:
+            built = [(f"lib{program.name}.so", destination / f"lib{program.name}.so"),
+                     ("lz_model_api.h", destination / f"{program.name}.h")]
+            _run_compiler(flags + ["-shared", "-fPIC", "-o", built[0][0]] + inputs + libraries, build_dir)
+        else:
+            built = [(output.name, output)]
+            _run_compiler(flags + ["-DLZ_EXECUTABLE", "-o", output.name] + inputs + libraries, build_dir)
+        seconds["C compile and link"] = time.perf_counter() - start
+
+        for name, target in built:
+            os.replace(build_dir / name, target)
+    finally:
+        if keep_build_dir:
+            seconds["build directory: " + str(build_dir)] = 0.0
+        else:
+            shutil.rmtree(build_dir, ignore_errors=True)
+    return BuildResult([target for _, target in built], program, seconds)
+
+
+def compile_module_native(module: ModuleOp, output: str | os.PathLike, *, shapes: dict | None = None,
+                          shared: bool = False, name: str = "model", source: str = "<module>",
+                          dim_names: dict | None = None, keep_build_dir: bool = False) -> BuildResult:
+    """Bind, schedule, plan and build ``module``'s entry function (``@main``, or its only one)."""
+    seconds = {}
+    start = time.perf_counter()
+    func = entry_function(module)
+    bound = bind_shapes(func, shapes or {}, dim_names)
+    scheduled = schedule_for_shapes(module, func, bound)
+    seconds["schedule (passes)"] = time.perf_counter() - start
+    start = time.perf_counter()
+    program = plan_program(scheduled, scheduled.lookup(func.sym_name), name, source)
+    seconds["plan and lower kernels"] = time.perf_counter() - start
+    result = build_native(program, output, shared=shared, keep_build_dir=keep_build_dir)
+    result.seconds = {**seconds, **result.seconds}
+    return result
