@@ -7,7 +7,8 @@
     lezero-compile --check model.onnx
         every unsupported op or attribute and every dynamic dim, with its node; exit 1 if any
 
-An lz IR file (``.mlir``) is accepted too: its ``@main`` (or only function) is compiled, named by
+Models older than opset 11 are converted with ONNX's version converter first. An lz IR file
+(``.mlir``) is accepted too: its ``@main`` (or only function) is compiled, named by
 its ``lz.input_names`` / ``lz.output_names`` attributes. A user's mistake gets
 ``lezero-compile: error: ...`` naming the file, node or input, and exit code 1, never a traceback.
 The library is ``lezero/onnx/native.py``.
@@ -45,11 +46,15 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "dynamic dims (exit 0 when there is nothing)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                    help="bind an input's shape, e.g. --shape x=1x3x224x224 (needed for dynamic dims; repeatable)")
+    p.add_argument("--constant-input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="compile with this graph input fixed to the array in FILE.npy (it is no longer an input)")
     p.add_argument("--name", default=None,
                    help="the model's name: lib<name>.so and <name>.h (default: the model file's name)")
+    p.add_argument("-j", "--jobs", type=int, default=None,
+                   help="processes compiling kernels (default: the CPUs this process may use)")
     p.add_argument("-v", "--verbose", action="store_true", help="report the kernels and the time of each stage")
     p.add_argument("--keep-build-dir", action="store_true",
-                   help="keep the generated sources and objects (the directory is named with -v)")
+                   help="keep the generated sources and objects (their directory is reported)")
     p.add_argument("--traceback", action="store_true", help="show Python tracebacks of internal errors")
     return p
 
@@ -76,111 +81,125 @@ def model_name(path: str, given: str | None) -> str:
     return cleaned
 
 
-def load_module(path: str):
-    """The lz module of ``path`` and, for ONNX, the ``dim_param`` names of each graph input."""
+def check_readable(path: str) -> None:
     if not os.path.exists(path):
         raise UsageError(f"cannot read '{path}': No such file or directory")
     if os.path.isdir(path):
         raise UsageError(f"cannot read '{path}': it is a directory")
-    if path.endswith(".mlir"):
-        from lezero.ir.parser import parse_module
-        from lezero.ir.verifier import verify
-
-        try:
-            text = open(path, encoding="utf-8").read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise UsageError(f"cannot read '{path}': {getattr(e, 'strerror', None) or e}") from None
-        module = parse_module(text, filename=path)
-        verify(module)
-        return module, {}
-    model = load_onnx(path)
-    from lezero.onnx import import_model
-
-    return import_model(model), onnx_dim_names(model)
 
 
-def load_onnx(path: str):
-    import onnx
+def load_mlir(path: str):
+    from lezero.ir.parser import parse_module
+    from lezero.ir.verifier import verify
 
     try:
-        return onnx.load(path)
-    except Exception as e:  # protobuf's DecodeError, a truncated file, missing external data
-        raise UsageError(f"cannot read '{path}' as an ONNX model: {e}") from None
+        text = open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read '{path}': {getattr(e, 'strerror', None) or e}") from None
+    module = parse_module(text, filename=path)
+    verify(module)
+    return module
 
 
-def onnx_dim_names(model) -> dict:
-    """Input name -> the ``dim_param`` (or None) of each dim, for messages about dynamic dims."""
-    names = {}
-    for value in model.graph.input:
-        t = value.type.tensor_type
-        if t.HasField("shape"):
-            names[value.name] = [d.dim_param if d.HasField("dim_param") else None for d in t.shape.dim]
-    return names
+def load_constant_inputs(specs: list[str]) -> dict:
+    """``--constant-input NAME=FILE.npy`` as ``{name: array}``."""
+    import numpy as np
+
+    arrays = {}
+    for spec in specs:
+        name, eq, path = spec.partition("=")
+        if not eq or not name or not path:
+            raise UsageError(f"--constant-input takes NAME=FILE.npy, got '{spec}'")
+        try:
+            arrays[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--constant-input {name}: cannot read '{path}' as a .npy file: "
+                             f"{getattr(e, 'strerror', None) or e}") from None
+    return arrays
 
 
 def _report_times(stderr, seconds: dict, total: float) -> None:
     for stage, s in seconds.items():
-        stderr.write(f"{PROG}: {stage}: {s:.2f} s\n" if s else f"{PROG}: {stage}\n")
+        stderr.write(f"{PROG}: {stage}: {s:.2f} s\n")
     stderr.write(f"{PROG}: total: {total:.2f} s\n")
 
 
 def _compile(args, stdout, stderr) -> int:
-    from lezero.onnx.native import compile_module_native
+    from lezero.onnx.native import compile_module_native, compile_onnx_native
 
     shapes = dict(parse_shape(s) for s in args.shape)
+    constant_inputs = load_constant_inputs(args.constant_input)
     name = model_name(args.model, args.name)
     if args.shared:
         output = pathlib.Path(args.output or ".")
+        if output.suffix == ".so" and not output.is_dir():
+            raise UsageError(f"with --shared, -o names a directory (lib<name>.so and <name>.h go there; --name "
+                             f"sets <name>), got '{args.output}'")
     else:
         output = pathlib.Path(args.output or name)
         if (args.output or "").endswith(os.sep) or output.is_dir():
             output = output / name
+    check_readable(args.model)
     start = time.perf_counter()
-    module, dim_names = load_module(args.model)
-    load_seconds = time.perf_counter() - start
-    result = compile_module_native(module, output, shapes=shapes, shared=args.shared, name=name,
-                                   source=os.path.basename(args.model), dim_names=dim_names,
-                                   keep_build_dir=args.keep_build_dir)
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs takes a positive number, got {args.jobs}")
+    common = dict(shared=args.shared, name=name, keep_build_dir=args.keep_build_dir, jobs=args.jobs)
+    if args.model.endswith(".mlir"):
+        if constant_inputs:
+            raise UsageError("--constant-input applies to ONNX models")
+        result = compile_module_native(load_mlir(args.model), output, shapes=shapes,
+                                       source=os.path.basename(args.model), **common)
+    else:
+        result = compile_onnx_native(args.model, output, shapes=shapes, constant_inputs=constant_inputs, **common)
     if args.verbose:
         program = result.program
-        stderr.write(f"{PROG}: {len(program.launches)} kernels ({len(program.kernels)} distinct), "
+        folded = f", {program.folded_kernels} evaluated at build time" if program.folded_kernels else ""
+        stderr.write(f"{PROG}: {len(program.launches)} kernels ({len(program.kernels)} distinct{folded}), "
                      f"{program.weights_size} bytes of weights, arena {program.arena_size} bytes\n")
-        _report_times(stderr, {"load and import": load_seconds, **result.seconds}, time.perf_counter() - start)
+        _report_times(stderr, result.seconds, time.perf_counter() - start)
+    if result.build_dir is not None:
+        stderr.write(f"{PROG}: the generated sources and objects are in {result.build_dir}\n")
     for path in result.paths:
         stdout.write(f"{path}\n")
     return 0
 
 
 def _check(args, stdout, stderr) -> int:
+    from lezero.onnx.loading import load_model
     from lezero.onnx.preflight import check_model
 
     if args.model.endswith(".mlir"):
         raise UsageError("--check reads ONNX models")
-    if not os.path.exists(args.model):
-        raise UsageError(f"cannot read '{args.model}': No such file or directory")
+    check_readable(args.model)
     shapes = dict(parse_shape(s) for s in args.shape)
-    findings = check_model(load_onnx(args.model), shapes)
+    findings = check_model(load_model(args.model), shapes, load_constant_inputs(args.constant_input))
     for finding in findings:
         stdout.write(f"{args.model}: {finding}\n")
     if findings:
-        stdout.write(f"{args.model}: {len(findings)} problem(s): the model does not compile as it is\n")
+        stdout.write(f"{args.model}: {len(findings)} problem(s) stop the model from compiling\n")
         return 1
     stdout.write(f"{args.model}: every op is supported and every dim is bound\n")
     return 0
 
 
 def run(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
-    from lezero.onnx.native import NativeCompileError
+    from lezero.onnx.native import NativeCompileError, ShapeBindingError
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     args = build_arg_parser().parse_args(argv)
     try:
         return _check(args, stdout, stderr) if args.check else _compile(args, stdout, stderr)
+    except ShapeBindingError as e:
+        for line in str(e).splitlines():
+            stderr.write(f"{PROG}: error: {args.model}: {line}\n")
     except (UsageError, NativeCompileError) as e:
         stderr.write(f"{PROG}: error: {e}\n")
-    except IRError as e:
-        stderr.write(f"{PROG}: error: {args.model}: {e.diagnostic}\n")
+    except IRError as e:  # the importer's and the compiler's, located at an ONNX node when one is to blame
+        where = e.location.describe()
+        where = "" if where == "<unknown>" or e.message.startswith(f"node '{where}'") else f"node '{where}': "
+        model = "" if args.model in e.message else f"{args.model}: "
+        stderr.write(f"{PROG}: error: {model}{where}{e.message}\n")
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # a bug, not the user's mistake: one line unless asked

@@ -60,6 +60,11 @@ class ScalarBuilder:
         """IEEE ``pow`` for floats; integers as ``lz.pow`` (wrapping, negative exponents)."""
         raise NotImplementedError("pow")
 
+    def rem(self, x, y):
+        """The remainder of truncated division (C's ``fmod``; the sign of ``x``): IEEE ``fmod`` for
+        floats; integers give ``x % 0 == 0`` (and ``INT_MIN % -1 == 0``)."""
+        raise NotImplementedError("rem")
+
     def max(self, x, y):
         """The larger; nan if either is nan."""
         raise NotImplementedError("max")
@@ -77,6 +82,15 @@ class ScalarBuilder:
 
     def not_(self, x):
         raise NotImplementedError("not")
+
+    def shift_left(self, x, y):
+        """``x << y`` on integers; 0 when ``y`` is at least the bit width (or negative)."""
+        raise NotImplementedError("shift_left")
+
+    def shift_right(self, x, y):
+        """``x >> y`` on integers, arithmetic for signed types; a shift by at least the bit width
+        (or a negative one) gives 0, or -1 for a negative signed ``x``."""
+        raise NotImplementedError("shift_right")
 
     def cmp(self, predicate: str, x, y):
         """An i1: ``eq ne lt le gt ge``; nan compares unequal."""

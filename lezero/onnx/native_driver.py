@@ -54,6 +54,8 @@ def render_api_header(program) -> str:
                        for i, x in enumerate(program.inputs)) or " *   (none)"
     outputs = "\n".join(f" *   {i}  {_comment_safe(describe_tensor(x.name, x.type))}"
                         for i, x in enumerate(program.outputs)) or " *   (none)"
+    example_in = _comment_safe(", ".join(c_string(x.name) for x in program.inputs))
+    example_out = _comment_safe(", ".join(c_string(x.name) for x in program.outputs))
     return f"""\
 /* {_comment_safe(program.name)}.h: the C API of a model compiled by lezero-compile from {_comment_safe(program.source)}.
  *
@@ -68,9 +70,9 @@ def render_api_header(program) -> str:
  *
  *     lz_model *m = lz_model_create(0);            // 0 threads: $LEZERO_NUM_THREADS, else all CPUs
  *     if (!m) fprintf(stderr, "%s\\n", lz_model_last_error(NULL));
- *     const char *in_names[] = {{"x"}};  const void *in[] = {{x}};
- *     const char *out_names[] = {{"y"}}; void *out[] = {{y}};
- *     if (lz_model_run(m, in_names, in, 1, out_names, out, 1) != 0)
+ *     const char *in_names[] = {{{example_in}}};  const void *in[] = {{...}};
+ *     const char *out_names[] = {{{example_out}}}; void *out[] = {{...}};
+ *     if (lz_model_run(m, in_names, in, {len(program.inputs)}, out_names, out, {len(program.outputs)}) != 0)
  *         fprintf(stderr, "%s\\n", lz_model_last_error(m));
  *     lz_model_destroy(m);
  */

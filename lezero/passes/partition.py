@@ -31,8 +31,11 @@ What a group of each kind may hold (the contract in docs/architecture.md):
   ``x - max(x)``) or at the reduced shape (kept or dropped dims).  A reduced value may feed a
   full-shape op only if broadcasting puts it back along the reduced axes (``keepdims``, or
   reduced axes that lead).  No data movement.
-- ``matmul`` / ``conv``: one ``lz.matmul`` / ``lz.conv2d`` whose operands come from memory (no
-  prologue), and elementwise ops over its result shape (bias, activation, residual add).
+- ``matmul`` / ``conv``: one ``lz.matmul`` / ``lz.conv2d`` whose operands come from memory, and
+  elementwise ops over its result shape (bias, activation, residual add).  The one prologue: a
+  matmul may read an operand through an ``lz.transpose`` of memory (``x @ w.T``, ONNX Gemm's
+  ``transB``), when the transpose keeps the operand's contiguous dim among the two matrix dims
+  (the GEMM packs rows or columns with other strides) and nothing outside the kernel reads it.
 - ``single``: one op of any other kind (pooling, composites, ...), never fused.
 
 Shapes must be static for ops to share a kernel (an op with a ``?`` dim stays alone): equal
@@ -51,6 +54,7 @@ from lezero.ir.attributes import IntegerAttr, StringAttr
 from lezero.ir.core import FuncOp, ModuleOp, Operation, Value
 from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.axes import normalize_axis, reduction_axes
+from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.dialect.reduction import REDUCE_OPS
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType, format_shape
@@ -145,9 +149,12 @@ def classify(ops: list[Operation]) -> str:
         raise Refusal(f"a kernel holds one contraction: '{anchors[0].name}' and '{anchors[1].name}'")
     if anchors and reductions:
         raise Refusal(f"a {CONTRACTION_OPS[anchors[0].name]} kernel holds no reduction ('{reductions[0].name}')")
-    if (anchors or reductions) and movement:
-        kind = CONTRACTION_OPS[anchors[0].name] if anchors else "reduction"
-        raise Refusal(f"data movement ('{movement[0].name}') joins only elementwise kernels, not a {kind} kernel")
+    if anchors:
+        members = {id(op) for op in ops}
+        for op in movement:
+            _check_prologue(op, anchors[0], producer, members)
+    elif reductions and movement:
+        raise Refusal(f"data movement ('{movement[0].name}') joins only elementwise kernels, not a reduction kernel")
     if anchors:
         _check_contraction(anchors[0], ops, producer)
         return CONTRACTION_OPS[anchors[0].name]
@@ -171,14 +178,40 @@ def _check_elementwise(ops, producer) -> None:
                                   f"'{producer[id(v)].name}' in the same kernel")
 
 
+def is_transposed_operand(op: Operation, anchor: Operation) -> bool:
+    """Whether ``op`` is an ``lz.transpose`` that ``anchor``, an ``lz.matmul``, reads as an operand."""
+    return (op.name == "lz.transpose" and anchor.name == "lz.matmul"
+            and any(v is op.result for v in anchor.operands))
+
+
+def _check_prologue(op, anchor, producer, members) -> None:
+    """A contraction kernel holds data movement only as a matmul operand's transpose of memory
+    whose result nothing outside the kernel reads, and that keeps the operand's contiguous dim
+    (the stored last one) among the two matrix dims."""
+    kind = CONTRACTION_OPS[anchor.name]
+    if not is_transposed_operand(op, anchor):
+        raise Refusal(f"data movement ('{op.name}') joins only elementwise kernels, not a {kind} kernel "
+                      "(except a transpose a matmul reads)")
+    (x,) = op.operands
+    if id(x) in producer:
+        raise Refusal(f"'{op.name}' must read its input from memory, not from '{producer[id(x)].name}' in the same "
+                      "kernel")
+    if any(id(u) not in members for u in op.result.users):
+        raise Refusal(f"'{op.name}' feeding the matmul is also read outside the kernel")
+    rank = x.type.rank
+    perm = TransposeOp.permutation(op.definition.attrs(op), rank)
+    if rank > 1 and rank - 1 not in perm[-2:]:
+        raise Refusal(f"'{op.name}' with perm {list(perm)} makes the contiguous dim a batch dim of the matmul")
+
+
 def _check_contraction(anchor, ops, producer) -> None:
     kind = CONTRACTION_OPS[anchor.name]
     for v in anchor.operands:
-        if id(v) in producer:
+        if id(v) in producer and not is_transposed_operand(producer[id(v)], anchor):
             raise Refusal(f"a {kind} kernel takes no prologue: '{producer[id(v)].name}' feeds the {kind}")
     space = _shape(anchor.result)
     for op in ops:
-        if op is not anchor and _shape(op.result) != space:
+        if op is not anchor and op.name not in MOVEMENT_OPS and _shape(op.result) != space:
             raise Refusal(f"{kind} epilogue must have the {kind}'s shape: '{op.name}' gives "
                           f"{_fmt(_shape(op.result))}, the {kind} {_fmt(space)}")
 
@@ -259,6 +292,7 @@ class PartitionOptions(Pass):
     epilogues: bool = option(True, "fuse elementwise epilogues into matmul and conv kernels")
     reductions: bool = option(True, "fuse elementwise prologues and epilogues into reduction kernels")
     movement: bool = option(True, "fold data movement into the elementwise kernel that reads it")
+    prologues: bool = option(True, "fold a transpose into the matmul kernel that reads it")
 
 
 class Partitioner:
@@ -351,8 +385,10 @@ class Partitioner:
 
     def _disabled_by_options(self, kind: str, ops) -> str:
         o = self.options
-        if kind in ("matmul", "conv") and not o.epilogues:
-            return f"epilogues=false: a {kind} kernel holds only its {kind}"
+        if kind in ("matmul", "conv") and not o.epilogues and any(op_role(op) == "elementwise" for op in ops):
+            return f"epilogues=false: a {kind} kernel holds no epilogue"
+        if kind == "matmul" and not o.prologues and any(op.name in MOVEMENT_OPS for op in ops):
+            return "prologues=false: a matmul kernel reads its operands from memory"
         if kind == "reduction" and not o.reductions:
             return "reductions=false: a reduction kernel holds only its reduction"
         if kind == "elementwise" and not o.movement and any(op.name in MOVEMENT_OPS for op in ops):

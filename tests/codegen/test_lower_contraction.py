@@ -1,7 +1,8 @@
 """matmul and conv kernels against the reference interpreter: single ops and fused epilogues (bias +
 relu, residual, gelu, operands broadcast along rows and along columns, several results), odd and
-size-1 shapes, batched and 1-D matmul, every conv2d attribute, f32 (the GEMM, both ways of reading
-a conv's input) and the loop kernels (f64, f16, bf16, integers, shapes too thin for the GEMM),
+size-1 shapes, batched and 1-D matmul, operands read through a transpose, every conv2d attribute,
+f32 (the GEMM with thin tiles for thin shapes, both ways of reading a conv's input) and the loop
+kernels (f64, f16, bf16, integers, convolutions too thin for the GEMM),
 partial sums across K blocks, work items run in any pieces, and the machine code."""
 from __future__ import annotations
 
@@ -145,6 +146,93 @@ def test_matmul_zero_sizes():
     module, kernel = matmul_kernel((0, 4), (4, 3), "f32")
     assert lower_kernel(kernel).work_items == 1
     check_kernel(module, kernel, [np.zeros((0, 4), np.float32), data(rng, (4, 3), "f32")])
+
+
+# --- operands read through a transpose ---------------------------------------------------------------
+
+def swapped(shape):
+    return shape[:-2] + (shape[-1], shape[-2])
+
+
+def transposed_matmul_kernel(a_shape, b_shape, transpose_a, transpose_b, dtype="f32", extra=(), epilogue=None):
+    """lz.kernel(a, b, *extra) { a @ b } where a or b is stored transposed (the last two dims
+    swapped) and read through lz.transpose, as partition folds ``x @ w.T`` (``a_shape``/``b_shape``
+    are the matmul's operand shapes)."""
+    def read(b, v, transposed):
+        rank = v.type.rank
+        return b.op("lz.transpose", v, perm=list(range(rank - 2)) + [rank - 1, rank - 2]) if transposed else v
+
+    def body(b, x, y, *rest):
+        product = b.op("lz.matmul", read(b, x, transpose_a), read(b, y, transpose_b))
+        return epilogue(b, product, *rest) if epilogue else product
+
+    stored = [swapped(a_shape) if transpose_a else a_shape, swapped(b_shape) if transpose_b else b_shape]
+    return make_kernel([(s, dtype) for s in stored] + [(s, dtype) for s in extra], body, kind="matmul"), stored
+
+
+@settings(max_examples=25)
+@given(m=st.sampled_from([1, 2, 3, 4, 7, 13, 64]), k=st.sampled_from([1, 3, 16, 37]),
+       n=st.sampled_from([1, 5, 10, 16, 17, 80]), which=st.sampled_from(["a", "b", "both"]),
+       dtype=st.sampled_from(["f32", "f32", "f64"]), splits=st.integers(1, 3))
+def test_matmul_reads_transposed_operands(m, k, n, which, dtype, splits):
+    """x.T @ w, x @ w.T and x.T @ w.T over thin, odd and size-1 shapes: the GEMM packs from the
+    transposed layout (or computes C^T for a few rows times a transposed B); f64 loops read any
+    strides."""
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    (module, kernel), stored = transposed_matmul_kernel((m, k), (k, n), which in ("a", "both"), which in ("b", "both"),
+                                                        dtype)
+    check_kernel(module, kernel, [data(rng, s, dtype) for s in stored], splits, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("a_shape,b_shape,transpose_a,transpose_b", [
+    ((64, 784), (784, 256), False, True),  # Linear: x @ w.T
+    ((256, 64), (64, 784), True, False),  # its weight gradient: dy.T @ x
+    ((64, 256), (256, 10), False, True),  # the logits layer: ten columns
+    ((1, 784), (784, 256), False, True),  # one row times a transposed B: C^T = B^T A^T
+    ((3, 50), (50, 33), True, True),
+    ((2, 3, 9, 20), (3, 20, 33), True, True),  # batched, B broadcast along the first batch dim
+    ((4, 9, 20), (20, 40), False, True),
+])
+def test_transposed_operands_with_an_epilogue(a_shape, b_shape, transpose_a, transpose_b):
+    n = b_shape[-1]
+    rng = np.random.default_rng(a_shape[-1] + n)
+    (module, kernel), stored = transposed_matmul_kernel(
+        a_shape, b_shape, transpose_a, transpose_b, "f32", [(n,)],
+        lambda b, p, c: [b.op("lz.relu", b.op("lz.add", p, c)), b.op("lz.cast", p, to="f16")])
+    inputs = [data(rng, s, "f32") for s in stored + [(n,)]]
+    check_kernel(module, kernel, inputs, splits=3, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("m,k,n", [(20, 1100, 40), (2, 1100, 37)])
+def test_transposed_b_partial_sums_across_k_blocks(m, k, n):
+    """Three K blocks with B stored transposed (the K remainder of each block is packed one
+    vector at a time); with two rows the GEMM computes C^T, its partial sums in the workspace."""
+    rng = np.random.default_rng(m)
+    (module, kernel), stored = transposed_matmul_kernel((m, k), (k, n), False, True, "f32", [(n,)],
+                                                        lambda b, p, c: b.op("lz.add", p, c))
+    check_kernel(module, kernel, [data(rng, s, "f32") for s in stored + [(n,)]], splits=2, rtol=1e-3, atol=1e-3)
+
+
+def test_epilogue_reads_the_transposed_operand():
+    """The transposed value is also read by the epilogue, at the result's index."""
+    rng = np.random.default_rng(15)
+    (module, kernel), stored = transposed_matmul_kernel(
+        (24, 24), (24, 24), False, True, "f32", [],
+        lambda b, p: b.op("lz.add", p, p.owner.operands[1]))
+    check_kernel(module, kernel, [data(rng, s, "f32") for s in stored], splits=2, **F32_TOL)
+
+
+def test_thin_matmuls_get_thin_tiles():
+    """Ten columns: one vector wide, eight rows tall; one row: a row of vectors over B read in
+    place (no packing)."""
+    host = lower_contraction.gemm.GemmConfig.for_host()
+    thin_n = lower_contraction.matmul_config(host, 64, 10, 256, direct=False)
+    assert (thin_n.mr, thin_n.nr_vectors) == (max(host.mr, 8), 1)
+    one_row = lower_contraction.matmul_config(host, 1, 256, 784, direct=True)
+    assert one_row.mr == 1 and one_row.nr_vectors == min(-(-256 // host.vector_width), host.mr * host.nr_vectors, 16)
+    assert one_row.kc == 784  # B in place: no K blocks
+    module, kernel = matmul_kernel((1, 784), (784, 256))
+    assert "pack_b" not in lower_kernel(kernel).llvm_ir
 
 
 # --- conv2d ----------------------------------------------------------------------------------------

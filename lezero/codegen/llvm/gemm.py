@@ -365,6 +365,26 @@ def _interleave(builder: ir.IRBuilder, vectors: Sequence[ir.Value]) -> ir.Value:
     return builder.shuffle_vector(everything, everything, ir.Constant(ir.VectorType(I32, count * width), mask))
 
 
+def transpose_square(builder: ir.IRBuilder, rows: Sequence[ir.Value]) -> list[ir.Value]:
+    """The transpose of a W x W matrix held as W vectors of W lanes (W a power of two):
+    result[l][i] = rows[i][l]. Round d (W/2, W/4, ..., 1) swaps bit d of the row number with
+    bit d of the lane number, one two-input shuffle per vector (vpermt2ps on AVX-512)."""
+    w = len(rows)
+    rows = list(rows)
+    d = w // 2
+    while d:
+        low = ir.Constant(ir.VectorType(I32, w), [l if not l & d else w + l - d for l in range(w)])
+        high = ir.Constant(ir.VectorType(I32, w), [l + d if not l & d else w + l for l in range(w)])
+        out = list(rows)
+        for i in range(w):
+            if not i & d:
+                out[i] = builder.shuffle_vector(rows[i], rows[i + d], low)
+                out[i + d] = builder.shuffle_vector(rows[i], rows[i + d], high)
+        rows = out
+        d //= 2
+    return rows
+
+
 def _lane_mask(builder: ir.IRBuilder, first_lane: int, lanes_valid: ir.Value, width: int) -> ir.Value:
     """<width x i1>: lane l is on when first_lane + l < lanes_valid."""
     lanes = ir.Constant(ir.VectorType(I64, width), [first_lane + l for l in range(width)])
@@ -464,15 +484,30 @@ class SgemmGenerator:
     pack_b: False makes the micro-kernel read B's rows where they lie (unaligned vector loads, no
         packed copy): every row must be readable, whatever it holds, up to NR - 1 floats past
         ``n_end``; columns past ``n_end`` are computed and never stored.
+    mask_b: with ``pack_b=False``, the micro-kernel's loads of B stop at the tile's last column
+        (masked loads), so B may be any matrix: nothing past ``n_end`` is read.
+
+    Either operand may be stored transposed (a matmul reading ``x @ w.T`` packs ``w`` as it is):
+    with ``transpose_a``, A[i, k] is at ``A[k * lda + i]``; with ``transpose_b``, B[k, j] is at
+    ``B[j * ldb + k]``. Packing is where the layout matters: A's slivers then copy MR contiguous
+    floats per k, and B's are W x W blocks transposed in registers.
     """
 
     def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
-                 b_row_offsets: Sequence[int] | None = None, pack_b: bool = True):
+                 b_row_offsets: Sequence[int] | None = None, pack_b: bool = True, mask_b: bool = False,
+                 transpose_a: bool = False, transpose_b: bool = False):
+        if transpose_b and (not pack_b or b_row_offsets is not None):
+            raise ValueError("a transposed B is packed, and has no row offsets")
+        if mask_b and pack_b:
+            raise ValueError("mask_b is for a B read in place (pack_b=False)")
         self.config = config
         self.epilogue = epilogue
         self.name = name
         self.b_row_offsets = None if b_row_offsets is None else tuple(int(o) for o in b_row_offsets)
         self.pack_b = pack_b
+        self.mask_b = mask_b
+        self.transpose_a = transpose_a
+        self.transpose_b = transpose_b
         self.vector_type = ir.VectorType(F32, config.vector_width)
         # Every vector in packed B starts a multiple of the vector size into an aligned workspace.
         self.vector_bytes = config.vector_width * FLOAT_BYTES
@@ -501,8 +536,10 @@ class SgemmGenerator:
             self._b_rows_table.global_constant = True
             self._b_rows_table.linkage = "internal"
             self._b_rows_table.initializer = ir.Constant(table_type, list(self.b_row_offsets) or [0])
-        pack_a = self._build_pack_a(module)
-        pack_b = self._build_pack_b(module) if self.pack_b else None
+        pack_a = self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
+        pack_b = None
+        if self.pack_b:
+            pack_b = self._build_pack_b_transposed(module) if self.transpose_b else self._build_pack_b(module)
         micro_kernel = self._build_micro_kernel(module)
         rectangle_function = self._build_rectangle_function(module, pack_a, pack_b, micro_kernel)
         if threaded:
@@ -598,6 +635,75 @@ class SgemmGenerator:
         b.ret_void()
         return function
 
+    def _build_pack_a_transposed(self, module: ir.Module) -> ir.Function:
+        """packed[s][k][i] = A[s*MR + i, k] for i < rows, else 0, from A stored transposed (``a``
+        points at A[ic, pc], ``lda`` is the stored row stride): each k's MR floats are contiguous.
+        Rows past the block are read at a clamped (valid) row and replaced by zeros."""
+        mr = self.config.mr
+        function, b, p = self._define(module, f"{self.name}_pack_a", [
+            ("a", PTR), ("lda", I64), ("rows", I64), ("kc", I64), ("packed", PTR)])
+        for argument in (p["a"], p["packed"]):
+            argument.add_attribute("noalias")
+        zero = ir.Constant(F32, 0.0)
+        with _counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
+            last_row = b.sub(p["rows"], _i64(1))
+            sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=F32)
+            columns, valid = [], []
+            for i in range(mr):
+                row = b.add(row0, _i64(i))
+                valid.append(b.icmp_signed("<=", row, last_row))
+                columns.append(_min(b, row, last_row))
+            with _counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+                source = b.gep(p["a"], [b.mul(k, p["lda"])], source_etype=F32)
+                destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
+                for i in range(mr):
+                    value = b.load(b.gep(source, [columns[i]], source_etype=F32), typ=F32)
+                    b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=F32))
+        b.ret_void()
+        return function
+
+    def _build_pack_b_transposed(self, module: ir.Module) -> ir.Function:
+        """packed[s][k][j] = B[pc + k, s*NR + j] for j < cols, else 0, from B stored transposed
+        (``b`` points at B's column jc, a stored row; ``ldb`` is the stored row stride).
+
+        Each W columns of a sliver are W stored rows: W floats of each along k are loaded as W
+        vectors, transposed in registers and stored as W rows of the sliver; the last kc % W
+        values of k one vector at a time. Columns past the block are read at a clamped (valid)
+        column and replaced by zeros."""
+        w, nr = self.config.vector_width, self.config.nr
+        function, b, p = self._define(module, f"{self.name}_pack_b", [
+            ("b", PTR), ("ldb", I64), ("pc", I64), ("kc", I64), ("cols", I64), ("packed", PTR)])
+        for argument in (p["b"], p["packed"]):
+            argument.add_attribute("noalias")
+        zeros = ir.Constant(self.vector_type, [0.0] * w)
+        zero = ir.Constant(F32, 0.0)
+        last_col = b.sub(p["cols"], _i64(1))
+        kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
+        with _counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
+            sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=F32)
+            for v in range(self.config.nr_vectors):
+                rows, valid = [], []
+                for i in range(w):
+                    col = b.add(col0, _i64(v * w + i))
+                    valid.append(b.icmp_signed("<=", col, last_col))
+                    offset = b.add(b.mul(_min(b, col, last_col), p["ldb"]), p["pc"])
+                    rows.append(b.gep(p["b"], [offset], source_etype=F32))
+                with _counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
+                    block = [b.select(valid[i], b.load(b.gep(rows[i], [k0], source_etype=F32), typ=self.vector_type,
+                                                       align=FLOAT_BYTES), zeros) for i in range(w)]
+                    for kk, column in enumerate(transpose_square(b, block)):
+                        at = b.add(b.mul(b.add(k0, _i64(kk)), _i64(nr)), _i64(v * w))
+                        b.store(column, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
+                with _counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
+                    vector = zeros
+                    for i in range(w):
+                        value = b.load(b.gep(rows[i], [k], source_etype=F32), typ=F32)
+                        vector = b.insert_element(vector, b.select(valid[i], value, zero), ir.Constant(I32, i))
+                    at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
+                    b.store(vector, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
+        b.ret_void()
+        return function
+
     # -- micro-kernel --------------------------------------------------------------------------
 
     def _build_micro_kernel(self, module: ir.Module) -> ir.Function:
@@ -620,6 +726,7 @@ class SgemmGenerator:
                 function.args[len(params) - len(self.epilogue_param_types) + position].add_attribute("noalias")
             position += len(_ARG_KIND_PARAMS[arg.kind])
         zeros = ir.Constant(self.vector_type, [0.0] * w)
+        b_masks = [_lane_mask(b, v * w, p["cols"], w) for v in range(nv)] if self.mask_b else [None] * nv
         sums = _alloca(b, F32, _i64(mr * cfg.nr), "sums") if self.stores_tiles else None
         if sums is not None:
             sums.align = WORKSPACE_ALIGNMENT
@@ -644,8 +751,8 @@ class SgemmGenerator:
             b_row, b_align = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=F32), self.vector_bytes
         else:
             b_row, b_align = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k)), FLOAT_BYTES
-        b_vectors = [b.load(b.gep(b_row, [_i64(v * w)], source_etype=F32), typ=self.vector_type,
-                            align=b_align) for v in range(nv)]
+        b_vectors = [_load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=F32), w, b_masks[v], b_align)
+                     for v in range(nv)]
         a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=F32)
         for i in range(mr):
             a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=F32), typ=F32)
@@ -768,13 +875,14 @@ class SgemmGenerator:
             pc_next = b.add(pc, kc)
             first_k_block = b.icmp_signed("==", pc, _i64(0))
             last_k_block = b.icmp_signed(">=", pc_next, p["K"])
-            b_columns = b.gep(p["B"], [jc], source_etype=F32)
+            b_columns = b.gep(p["B"], [b.mul(jc, p["ldb"]) if self.transpose_b else jc], source_etype=F32)
             if pack_b is not None:
                 b.call(pack_b, [b_columns, p["ldb"], pc, kc, nc, packed_b])
 
             with _counted_loop(b, p["m_begin"], p["m_end"], cfg.mc, "ic") as ic:
                 mc = _min(b, _i64(cfg.mc), b.sub(p["m_end"], ic))
-                a_block = b.gep(p["A"], [b.add(b.mul(ic, p["lda"]), pc)], source_etype=F32)
+                a_offset = b.add(b.mul(pc, p["lda"]), ic) if self.transpose_a else b.add(b.mul(ic, p["lda"]), pc)
+                a_block = b.gep(p["A"], [a_offset], source_etype=F32)
                 b.call(pack_a, [a_block, p["lda"], mc, kc, packed_a])
                 with _counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
                     if pack_b is not None:

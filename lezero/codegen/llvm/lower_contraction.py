@@ -63,6 +63,7 @@ from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.loops import for_range, i64, min_i64, unravel_values
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, accumulator_type, compute_type, storage_type
 from lezero.ir.core import Operation
+from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.types import F32
 
 I8 = ir.IntType(8)
@@ -77,9 +78,11 @@ CONTRACTION_OPS = ("lz.matmul", "lz.conv2d")
 # (whole register tiles), and a call of the kernel computes the slices of its range as one
 # rectangle per batch (see lower_gemm).
 MAX_SLICES = 32
-# Below these the GEMM's 6 x 64 tiles are mostly padding: the loop kernel is used instead.
-GEMM_MIN_ROWS = 4
-GEMM_MIN_COLS = 16
+# A matmul with fewer rows gets a register tile of its own height, and reads B in place
+# (matmul_config, MatmulGemm); a tile is at most this many vectors wide.
+THIN_ROWS = 4
+MAX_THIN_VECTORS = 16
+# Below this the GEMM's 6 x 64 tiles are mostly padding: the loop kernel is used instead.
 CONV_GEMM_MIN_CHANNELS = 4
 # How a conv's GEMM reads its input: "direct" (the micro-kernel loads the slab's rows in place),
 # "packed" (rows copied to NR-wide slivers per K block), or "auto": packed straight from the input
@@ -106,13 +109,33 @@ def anchor_op(ctx: KernelContext) -> Operation:
     return ops[0]
 
 
+def stored_operand(ctx: KernelContext, v, anchor: Operation):
+    """The kernel operand (block argument) that contraction operand ``v`` reads, and ``v``'s strides
+    in it (elements per step along each of ``v``'s dims): ``v`` itself, or a matmul operand
+    read through ``lz.transpose`` (the only prologue a contraction kernel takes)."""
+    if v in ctx.body.args:
+        return v, _row_major(v.type.shape)
+    op = v.owner
+    if anchor.name == "lz.matmul" and isinstance(op, Operation) and op.name == "lz.transpose":
+        source, strides = stored_operand(ctx, op.operands[0], anchor)
+        perm = TransposeOp.permutation(op.definition.attrs(op), len(strides))
+        return source, tuple(strides[p] for p in perm)
+    raise LoweringError(f"failed to lower {anchor.name} for {ctx.target}: its operands must be kernel operands "
+                        "(a contraction kernel takes no prologue but a matmul operand's transpose)", anchor.location)
+
+
+def _row_major(shape) -> tuple:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
 def lower_contraction(ctx: KernelContext) -> int:
     """Emit a matmul or conv kernel; the number of work items."""
     anchor = anchor_op(ctx)
-    for v in anchor.operands:
-        if v not in ctx.body.args:
-            raise LoweringError(f"failed to lower {anchor.name} for {ctx.target}: its operands must be kernel "
-                                "operands (a contraction kernel takes no prologue)", anchor.location)
+    stored = [stored_operand(ctx, v, anchor) for v in anchor.operands]
     for y in ctx.yields:
         if y.type.shape != anchor.result.type.shape:
             raise LoweringError(f"failed to lower {anchor.name} for {ctx.target}: the epilogue yields shape "
@@ -122,9 +145,11 @@ def lower_contraction(ctx: KernelContext) -> int:
         return 1
     dtype = anchor.result.type.element_type
     if anchor.name == "lz.matmul":
-        shape = MatmulShape.of(anchor)
-        if dtype == F32 and shape.k > 0 and shape.m >= GEMM_MIN_ROWS and shape.n >= GEMM_MIN_COLS:
-            return lower_gemm(ctx, anchor, MatmulGemm(shape))
+        shape = MatmulShape.of(anchor, stored[0][1], stored[1][1])
+        a_layout = gemm_layout(shape.m, shape.k, *shape.a_matrix_strides)
+        b_layout = gemm_layout(shape.k, shape.n, *shape.b_matrix_strides)
+        if dtype == F32 and shape.k > 0 and a_layout and b_layout:
+            return lower_gemm(ctx, anchor, MatmulGemm(shape, a_layout, b_layout))
         return lower_matmul_loops(ctx, anchor, shape)
     shape = ConvShape.of(anchor)
     if dtype == F32 and shape.k > 0 and shape.out_per_group >= CONV_GEMM_MIN_CHANNELS:
@@ -150,7 +175,8 @@ def contraction_flops(op: Operation) -> int:
 
 @dataclass(frozen=True)
 class MatmulShape:
-    """numpy matmul as ``batches`` GEMMs of m x k by k x n."""
+    """numpy matmul as ``batches`` GEMMs of m x k by k x n, with each operand's strides in the
+    buffer it is read from (row-major, or permuted by a transpose the kernel reads it through)."""
 
     batch_shape: tuple
     a_batch_strides: tuple  # elements, 0 along broadcast dims
@@ -160,27 +186,29 @@ class MatmulShape:
     k: int
     has_rows: bool  # the result has the m dim (a 2-D+ lhs)
     has_cols: bool  # the result has the n dim (a 2-D+ rhs)
+    a_matrix_strides: tuple = (0, 1)  # elements per step of (row, k) of A
+    b_matrix_strides: tuple = (0, 1)  # elements per step of (k, column) of B
 
     @staticmethod
-    def of(op: Operation) -> "MatmulShape":
+    def of(op: Operation, a_strides: tuple | None = None, b_strides: tuple | None = None) -> "MatmulShape":
+        """``a_strides``/``b_strides``: per dim of each operand (row-major when not given)."""
         a, b = (v.type.shape for v in op.operands)
-        a2 = a if len(a) > 1 else (1,) + a
-        b2 = b if len(b) > 1 else b + (1,)
+        a_strides = _row_major(a) if a_strides is None else tuple(a_strides)
+        b_strides = _row_major(b) if b_strides is None else tuple(b_strides)
+        a2, as2 = (a, a_strides) if len(a) > 1 else ((1,) + a, (0,) + a_strides)
+        b2, bs2 = (b, b_strides) if len(b) > 1 else (b + (1,), b_strides + (0,))
         m, k = a2[-2:]
         n = b2[-1]
         result = op.result.type.shape
         batch = tuple(result[:len(result) - (len(a) > 1) - (len(b) > 1)])
 
-        def strides(shape, matrix):
+        def strides(shape, operand_strides):
             lead = len(batch) - len(shape)
-            out, step = [], matrix
-            for d in reversed(range(len(batch))):
-                size = shape[d - lead] if d >= lead else 1
-                out.append(step if size != 1 else 0)
-                step *= size
-            return tuple(reversed(out))
+            return tuple(operand_strides[d - lead] if d >= lead and shape[d - lead] != 1 else 0
+                         for d in range(len(batch)))
 
-        return MatmulShape(batch, strides(a2[:-2], m * k), strides(b2[:-2], k * n), m, n, k, len(a) > 1, len(b) > 1)
+        return MatmulShape(batch, strides(a2[:-2], as2[:-2]), strides(b2[:-2], bs2[:-2]), m, n, k, len(a) > 1,
+                           len(b) > 1, tuple(as2[-2:]), tuple(bs2[-2:]))
 
     @property
     def batches(self) -> int:
@@ -238,21 +266,69 @@ def _align_up(x: int, to: int) -> int:
     return -(-x // to) * to
 
 
-class MatmulGemm:
-    """matmul as GEMMs: batch index -> A, B and the output's row-major layout."""
+def gemm_layout(rows: int, cols: int, row_stride: int, col_stride: int):
+    """How the GEMM reads a rows x cols operand with these strides (elements): ``(False, ld)`` for
+    contiguous rows ``ld`` apart, ``(True, ld)`` for contiguous columns ``ld`` apart (stored
+    transposed), None for neither (the loop kernel reads any strides)."""
+    if col_stride == 1 or cols == 1:
+        return False, max(row_stride, 1) if rows > 1 else 1
+    if row_stride == 1 or rows == 1:
+        return True, max(col_stride, 1)
+    return None
 
-    pack_b = True
+
+def matmul_config(host: gemm.GemmConfig, m: int, n: int, k: int, direct: bool) -> gemm.GemmConfig:
+    """The host's blocking for a GEMM of m x k by k x n, with a register tile cut to a thin
+    product: fewer than THIN_ROWS rows make a tile of m rows and as many column vectors as the
+    host's tile has registers for; fewer columns than the host's tile make a tile of that many
+    vectors (8 rows when one vector: 8 independent FMA chains).  ``direct`` (B read in place):
+    all of K in one block, there is no packed B to keep in cache."""
+    w = host.vector_width
+    vectors = -(-n // w)
+    if m < THIN_ROWS:
+        mr = m
+        nv = min(vectors, (host.mr * host.nr_vectors) // mr, MAX_THIN_VECTORS)
+    else:
+        nv = min(host.nr_vectors, vectors)
+        mr = host.mr if nv > 1 else max(host.mr, 8)
+    if (mr, nv) == (host.mr, host.nr_vectors) and not direct:
+        return _shrink(host, m, n, k)
+    blocks = 1 if direct else max(1, -(-k // host.kc))
+    nr = nv * w
+    return gemm.GemmConfig(w, mr, nv, max(1, -(-k // blocks)), min(host.mc // mr * mr, _align_up(m, mr)),
+                           min(host.nc // nr * nr, _align_up(n, nr)))
+
+
+class MatmulGemm:
+    """matmul as GEMMs: batch index -> A, B and the output's row-major layout.
+
+    Operands may be stored transposed (read through a transpose in the kernel): the GEMM packs
+    them from that layout.  A thin product gets a register tile of its shape (``matmul_config``);
+    with fewer than THIN_ROWS rows, B's rows are read in place (each element of B is used m
+    times, not worth a packed copy), and when B is stored transposed the GEMM computes
+    C^T = B^T A^T instead (``swapped``: the tile's rows are C's columns), whose packed A is B's
+    contiguous rows and whose B is A's few rows."""
+
     b_row_offsets = None
 
-    def __init__(self, shape: MatmulShape):
+    def __init__(self, shape: MatmulShape, a_layout: tuple, b_layout: tuple):
         self.shape = shape
         self.batches = shape.batches
-        self.m, self.n, self.k = shape.m, shape.n, shape.k
-        self.lda, self.ldb = shape.k, shape.n
+        (a_transposed, lda), (b_transposed, ldb) = a_layout, b_layout
+        self.swapped = shape.m < THIN_ROWS and b_transposed
+        if self.swapped:
+            self.m, self.n = shape.n, shape.m
+            self.transpose_a, self.lda, self.transpose_b, self.ldb = False, ldb, not a_transposed, lda
+        else:
+            self.m, self.n = shape.m, shape.n
+            self.transpose_a, self.lda, self.transpose_b, self.ldb = a_transposed, lda, b_transposed, ldb
+        self.k = shape.k
+        self.pack_b = self.transpose_b or self.m >= THIN_ROWS
+        self.mask_b = not self.pack_b
         self.slab_floats = 0
 
     def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
-        return _shrink(host, self.m, self.n, self.k)
+        return matmul_config(host, self.m, self.n, self.k, direct=not self.pack_b)
 
     def operands(self, b, ctx, a_ptr, b_ptr, batch, n_begin, n_end, slab):
         """(A, B) of one task: the operands at the batch index's (broadcast) offsets."""
@@ -266,28 +342,39 @@ class MatmulGemm:
                     total = b.add(total, b.mul(coord, i64(stride)))
             return total
 
-        return (b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=FLOAT),
-                b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=FLOAT))
+        a = b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=FLOAT)
+        bm = b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=FLOAT)
+        return (bm, a) if self.swapped else (a, bm)
 
     def output_layout(self):
         """(floats per batch, ldc) of the result as a C matrix: a result buffer can hold the
-        partial sums."""
-        return self.m * self.n, self.n
+        partial sums (not when the GEMM computes C^T)."""
+        return None if self.swapped else (self.m * self.n, self.n)
 
     def emit_tile(self, b, tile: gemm.OutputTile, batch, store) -> None:
         s = self.shape
         coords = [_affine(c, d, f"batch{i}") for i, (c, d) in
                   enumerate(zip(unravel_values(b, batch, s.batch_shape) if s.batch_shape else [], s.batch_shape))]
+
+        def index(row, col):
+            return coords + ([row] if s.has_rows else []) + ([col] if s.has_cols else [])
+
+        if self.swapped:  # tile rows are C's columns: a loop over C's rows, then along each row
+            with for_range(b, 0, tile.cols, "i") as i:
+                row = _affine(b.add(tile.col, i), s.m, "row")
+                with for_range(b, 0, tile.rows, "j", **TILE_LOOP) as j:
+                    store(j, i, index(row, _affine(b.add(tile.row, j), s.n, "col")))
+            return
         with for_range(b, 0, tile.rows, "i") as i:
             row = _affine(b.add(tile.row, i), s.m, "row")
             with for_range(b, 0, tile.cols, "j", **TILE_LOOP) as j:
-                col = _affine(b.add(tile.col, j), s.n, "col")
-                index = coords + ([row] if s.has_rows else []) + ([col] if s.has_cols else [])
-                store(i, j, index)
+                store(i, j, index(row, _affine(b.add(tile.col, j), s.n, "col")))
 
 
 class ConvGemm:
     """conv2d as one GEMM per (image, group) over q-space pixels (see the module docstring)."""
+
+    transpose_a = transpose_b = mask_b = False
 
     def __init__(self, shape: ConvShape, direct: bool):
         s = self.shape = shape
@@ -466,7 +553,8 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                  for i in range(len(ctx.fn.buffers))) + (gemm.EpilogueArg("batch", "index"),)
     tile_store = TileEpilogue(ctx, anchor, plan)
     generator = gemm.SgemmGenerator(config, gemm.TileStore(ctx.name, tile_store.emit, args), f"{ctx.name}.gemm",
-                                    b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b)
+                                    b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
+                                    transpose_a=plan.transpose_a, transpose_b=plan.transpose_b)
     rectangle_function = generator.build_into(ctx.module)
     rectangle_function.linkage = "internal"
     ctx.s.external_symbols |= tile_store.external_symbols
@@ -475,7 +563,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     module = ctx.module
     buffers = ctx.fn.buffers
     begin, end = ctx.fn.begin, ctx.fn.end
-    first, second = (buffers[ctx.body.args.index(v)] for v in anchor.operands)
+    first, second = (buffers[ctx.body.args.index(stored_operand(ctx, v, anchor)[0])] for v in anchor.operands)
     cut_type = ir.ArrayType(I64, len(cuts))
     cut_table = ir.GlobalVariable(module, cut_type, f"{ctx.name}.cuts")
     cut_table.global_constant = True
@@ -630,7 +718,8 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
     dtype = anchor.result.type.element_type
     acc_dtype = accumulator_type(dtype)
     acc_type = compute_type(acc_dtype)
-    a_ptr, b_ptr = (ctx.fn.buffers[ctx.body.args.index(v)] for v in anchor.operands)
+    a_ptr, b_ptr = (ctx.fn.buffers[ctx.body.args.index(stored_operand(ctx, v, anchor)[0])] for v in anchor.operands)
+    (_, a_k_stride), (b_k_stride, b_col_stride) = shape.a_matrix_strides, shape.b_matrix_strides
     storage = storage_type(dtype)
     block = min(shape.n, LOOP_COLUMNS)
     sums = ctx.fn.alloca(acc_type, block, "sums")
@@ -646,7 +735,7 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
         for c, sa, sb in zip(coords, shape.a_batch_strides, shape.b_batch_strides):
             a_offset = b.add(a_offset, b.mul(c, i64(sa)))
             b_offset = b.add(b_offset, b.mul(c, i64(sb)))
-        a_row = b.gep(a_ptr, [b.add(a_offset, b.mul(row, i64(shape.k)))], source_etype=storage)
+        a_row = b.gep(a_ptr, [b.add(a_offset, b.mul(row, i64(shape.a_matrix_strides[0])))], source_etype=storage)
         b_mat = b.gep(b_ptr, [b_offset], source_etype=storage)
         index_prefix = [_affine(c, d, f"batch{i}") for i, (c, d) in enumerate(zip(coords, shape.batch_shape))]
         if shape.has_rows:
@@ -656,11 +745,13 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
             with for_range(b, 0, width, "zero") as j:
                 b.store(_zero(acc_dtype), b.gep(sums, [j], source_etype=acc_type))
             with for_range(b, 0, shape.k, "k") as k:
-                a_value = load(a_row, k)
-                b_row = b.gep(b_mat, [b.add(b.mul(k, i64(shape.n)), j0)], source_etype=storage)
+                a_value = load(a_row, b.mul(k, i64(a_k_stride)))
+                b_row = b.gep(b_mat, [b.add(b.mul(k, i64(b_k_stride)), b.mul(j0, i64(b_col_stride)))],
+                              source_etype=storage)
                 with for_range(b, 0, width, "j") as j:
                     address = b.gep(sums, [j], source_etype=acc_type)
-                    b.store(_accumulate(b, b.load(address, typ=acc_type), a_value, load(b_row, j), acc_dtype), address)
+                    b_value = load(b_row, b.mul(j, i64(b_col_stride)))
+                    b.store(_accumulate(b, b.load(address, typ=acc_type), a_value, b_value, acc_dtype), address)
             with for_range(b, 0, width, "out") as j:
                 col = [_affine(b.add(j0, j), shape.n, "col")] if shape.has_cols else []
                 _store_epilogue(ctx, anchor, index_prefix + col, b.gep(sums, [j], source_etype=acc_type), acc_dtype)

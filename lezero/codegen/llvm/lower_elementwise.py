@@ -11,6 +11,20 @@ loop separate, recording each index form the materializer was asked for, and mer
 
 Work items: the innermost (merged) loop runs contiguously; a work item is a block of about
 ``CHUNK`` elements of it when it is long, else enough whole rows of it to make about ``CHUNK``.
+
+Transposes: a kernel that is one ``lz.transpose`` of an operand moving its contiguous dim away
+from the innermost one copies blocks of W x W elements (W = 16 floats with AVX-512): W vectors
+loaded along the operand's contiguous dim, transposed in registers (``gemm.transpose_square``),
+stored as W vectors along the result's rows, so every cache line read or written is used whole
+at once (power-of-two strides make lines evict each other in L1 otherwise); a work item is a
+band of W rows of the result, the ragged edges are scalar loops.
+
+Tiles: otherwise, when a read moves through memory with a large stride along the innermost loop (a
+transpose: ``y[i, j] = x[j, i]``) and is contiguous along an outer loop, those two loops are cut
+into ``TILE`` blocks: a work item is a band of ``TILE[0]`` values of the outer loop, walked one
+tile at a time, so that the ``TILE[1]`` cache lines a tile reads are read whole (one per
+``TILE[0]`` rows) while they are in L1, and the stores stay contiguous along the innermost loop
+(LLVM vectorizes the strided reads as gathers).
 """
 from __future__ import annotations
 
@@ -20,9 +34,15 @@ import llvmlite.ir as ir
 
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.errors import LoweringError
+from lezero.codegen.llvm import gemm, jit
+from lezero.codegen.llvm.index_math import Buffer
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.loops import for_range, min_i64, unravel_values
+from lezero.ir.core import Operation
+from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.types import format_shape
+
+I64 = ir.IntType(64)
 
 CHUNK = 16384  # elements per work item: a call's overhead amortized, and threads still balance
 # A long inner loop runs four vector iterations at once: the transcendentals are long dependency
@@ -31,6 +51,12 @@ CHUNK = 16384  # elements per work item: a call's overhead amortized, and thread
 # few elements still fill a vector iteration.
 INTERLEAVE = {"interleave_count": 4}
 INTERLEAVE_MIN_TRIP_COUNT = 512
+# A read whose stride along the innermost loop is at least STRIDED_READ elements (every element
+# in its own cache line) tiles that loop with the outer loop it reads contiguously: tiles of
+# TILE[0] x TILE[1] (outer x innermost): 16 x 16 floats, 16 whole lines in L1 (more lines
+# conflict in L1 when the stride is a power of two: measured on 256 x 256 and 4096 x 1024).
+STRIDED_READ = 16
+TILE = (16, 16)
 
 
 def iteration_space(ctx: KernelContext) -> tuple:
@@ -60,6 +86,20 @@ def coalesce(forms, loop_vars: list) -> list[list]:
     return groups
 
 
+def tiled_group(forms, groups: list[list]) -> int | None:
+    """The outer loop group to tile with the innermost one (``groups[-1]``): along which a read
+    that strides through memory on the innermost loop is contiguous; None when no read strides
+    (or none is contiguous along another loop)."""
+    inner = groups[-1][-1]
+    for form in forms:
+        if abs(form.coef(inner)) < STRIDED_READ:
+            continue
+        for g in range(len(groups) - 1):
+            if abs(form.coef(groups[g][-1])) == 1:
+                return g
+    return None
+
+
 def _store_yields(ctx: KernelContext, index) -> None:
     """Every result at ``index``: all computed (every operand element loaded) before any is
     stored, as an in-place result (memory-plan) needs."""
@@ -86,9 +126,16 @@ def lower_elementwise(ctx: KernelContext) -> int:
     if 0 in shape:
         ctx.fn.finish()
         return 1
+    copy = transposed_copy(ctx)
+    if copy is not None:
+        return _lower_transposed_copy(ctx, *copy)
     loop_vars, index = loop_variables(shape)
-    groups = coalesce(_analyze(ctx.kernel, ctx.name, ctx.target, loop_vars, index), loop_vars)
+    forms = _analyze(ctx.kernel, ctx.name, ctx.target, loop_vars, index)
+    groups = coalesce(forms, loop_vars)
     extents = [math.prod(v.extent for v in g) for g in groups]
+    tiled = tiled_group(forms, groups) if len(groups) > 1 else None
+    if tiled is not None:
+        return _tiled_loops(ctx, groups, extents, tiled, index)
 
     def inner_loop(lo, hi):
         hints = INTERLEAVE if extents[-1] >= INTERLEAVE_MIN_TRIP_COUNT else {}
@@ -130,3 +177,178 @@ def lower_elementwise(ctx: KernelContext) -> int:
                     inner_loop(0, length)
     ctx.fn.finish()
     return work_items
+
+
+# --- scatter: a single kernel ---------------------------------------------------------------------
+
+SCATTER_OPS = frozenset({"lz.scatter_nd"})
+
+
+def lower_scatter_nd(ctx: KernelContext, op) -> int:
+    """One work item (updates apply in order, and may hit one place twice): copy the data, then
+    for each index tuple inside the data combine its slice of updates into place (a tuple out of
+    range is skipped; the reference rejects it)."""
+    from lezero.codegen.llvm.loops import i64
+    from lezero.codegen.llvm.lower_reduction import _element, _single_buffers
+    from lezero.codegen.llvm.scalar_builder import storage_type
+    from lezero.ir.types import I64
+
+    b, s = ctx.b, ctx.s
+    attrs = op.definition.attrs(op)
+    (data_buffer, indices_buffer, updates_buffer), (out_buffer,) = _single_buffers(ctx, op)
+    data, indices, _ = op.operands
+    dtype, index_dtype = data.type.element_type, indices.type.element_type
+    shape = data.type.shape
+    k = indices.type.shape[-1]
+    count = math.prod(indices.type.shape[:-1])
+    piece = math.prod(shape[k:])
+    total = math.prod(shape)
+    if out_buffer is None:
+        ctx.fn.finish()
+        return 1
+    with for_range(b, 0, total, "copy") as e:
+        b.store(b.load(_element(b, data_buffer, e, dtype), typ=storage_type(dtype)), _element(b, out_buffer, e, dtype))
+    if count and piece:
+        combine = {"none": None, "add": s.add, "mul": s.mul, "max": s.max, "min": s.min}[attrs.reduction]
+        strides = [math.prod(shape[j + 1:k]) * piece for j in range(k)]
+        with for_range(b, 0, count, "update") as u:
+            offset, valid = i64(0), ir.Constant(ir.IntType(1), 1)
+            for j in range(k):
+                raw = s.load(_element(b, indices_buffer, b.add(b.mul(u, i64(k)), i64(j)), index_dtype), index_dtype)
+                index = s.cast(raw, I64).value
+                index = b.select(b.icmp_signed("<", index, i64(0)), b.add(index, i64(shape[j])), index)
+                inside = b.and_(b.icmp_signed(">=", index, i64(0)), b.icmp_signed("<", index, i64(shape[j])))
+                valid = b.and_(valid, inside)
+                offset = b.add(offset, b.mul(index, i64(strides[j])))
+            with b.if_then(valid):
+                with for_range(b, 0, piece, "e") as e:
+                    target = _element(b, out_buffer, b.add(offset, e), dtype)
+                    update = s.load(_element(b, updates_buffer, b.add(b.mul(u, i64(piece)), e), dtype), dtype)
+                    if combine is not None:
+                        update = s.round(combine(s.load(target, dtype), update))
+                    b.store(s.to_storage(update), target)
+    ctx.fn.finish()
+    return 1
+
+
+def _tiled_loops(ctx: KernelContext, groups, extents, tiled: int, index) -> int:
+    """Loops over TILE blocks of ``groups[tiled]`` x the innermost group; a work item is a band
+    of TILE[0] values of ``groups[tiled]`` (for one value of every other outer group)."""
+    b = ctx.b
+    rows, cols = TILE
+    row_extent, col_extent = extents[tiled], extents[-1]
+    others = [g for g in range(len(groups) - 1) if g != tiled]
+    item_extents = [extents[g] for g in others] + [math.ceil(row_extent / rows)]
+
+    def block(start, size: int, extent: int):
+        stop = b.add(start, ir.Constant(start.type, size))
+        return stop if extent % size == 0 else min_i64(b, stop, extent)
+
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
+        coords = unravel_values(b, item, item_extents)
+        for g, value in zip(others, coords[:-1]):
+            ctx.index.bind_group(groups[g], value)
+        first_row = b.mul(coords[-1], ir.Constant(item.type, rows))
+        last_row = block(first_row, rows, row_extent)
+        with for_range(b, 0, math.ceil(col_extent / cols), "tile") as tile:
+            first_col = b.mul(tile, ir.Constant(tile.type, cols))
+            last_col = block(first_col, cols, col_extent)
+            with for_range(b, first_row, last_row, "row") as row:
+                ctx.index.bind_group(groups[tiled], row)
+                with for_range(b, first_col, last_col, "t") as t:
+                    ctx.index.bind_group(groups[-1], t)
+                    _store_yields(ctx, index)
+    ctx.fn.finish()
+    return math.prod(item_extents)
+
+
+# --- transposes: W x W blocks through registers -----------------------------------------------------
+
+def transposed_copy(ctx: KernelContext):
+    """``(operand, dims, p)`` when the kernel is one ``lz.transpose`` of operand ``operand`` that
+    reads memory with a stride along the result's innermost dim: ``dims`` are the result's dims
+    (size-1 dims dropped, neighbours the operand also holds row-major merged) as (extent, stride
+    in the operand), ``p`` the one the operand is contiguous along; else None."""
+    if len(ctx.yields) != 1:
+        return None
+    (y,) = ctx.yields
+    op = y.owner
+    if not isinstance(op, Operation) or op.name != "lz.transpose" or op.operands[0] not in ctx.body.args:
+        return None
+    x = op.operands[0]
+    perm = TransposeOp.permutation(op.definition.attrs(op), x.type.rank)
+    x_strides = Buffer(None, x.type).strides
+    dims: list[tuple[int, int]] = []
+    for d, extent in enumerate(y.type.shape):
+        stride = x_strides[perm[d]]
+        if extent == 1:
+            continue
+        if dims and dims[-1][1] == stride * extent:
+            dims[-1] = (dims[-1][0] * extent, stride)
+        else:
+            dims.append((extent, stride))
+    if len(dims) < 2 or dims[-1][1] == 1 or 1 not in [stride for _, stride in dims]:
+        return None
+    return x, dims, [stride for _, stride in dims].index(1)
+
+
+def _vector_bytes() -> int:
+    features = jit.host_cpu_features()
+    return 64 if "avx512f" in features else 32 if "avx2" in features else 16
+
+
+def _lower_transposed_copy(ctx: KernelContext, x, dims, p: int) -> int:
+    """out[..., i, ..., t] = x[... + i + t * stride]: W x W blocks of (i along dim ``p``, t along
+    the innermost dim) through registers; a work item is W values of dim ``p`` (and one value of
+    every other outer dim) over all of t."""
+    b = ctx.b
+    itemsize = x.type.element_type.itemsize
+    w = min(16, _vector_bytes() // itemsize)
+    element = ir.IntType(8 * itemsize)  # bits are copied, whatever the type
+    vector = ir.VectorType(element, w)
+    extents = [extent for extent, _ in dims]
+    in_strides = [stride for _, stride in dims]
+    out_strides = [math.prod(extents[d + 1:]) for d in range(len(dims))]
+    q = len(dims) - 1
+    others = [d for d in range(q) if d != p]
+    rows, cols = extents[p], extents[q]
+    item_extents = [extents[d] for d in others] + [math.ceil(rows / w)]
+    source = ctx.fn.buffers[ctx.body.args.index(x)]
+    result = ctx.fn.buffers[len(ctx.kernel.operands)]
+
+    def c(v):
+        return ir.Constant(I64, v)
+
+    def copy_elements(x_base, out_base, row_count, col_first):
+        with for_range(b, 0, row_count, "i") as i:
+            x_row = b.gep(source, [b.add(x_base, i)], source_etype=element)
+            out_row = b.gep(result, [b.add(out_base, b.mul(i, c(out_strides[p])))], source_etype=element)
+            with for_range(b, col_first, cols, "t") as t:
+                value = b.load(b.gep(x_row, [b.mul(t, c(in_strides[q]))], source_etype=element), typ=element)
+                b.store(value, b.gep(out_row, [t], source_etype=element))
+
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
+        coords = unravel_values(b, item, item_extents)
+        first_row = b.mul(coords[-1], c(w))
+        x_base, out_base = first_row, b.mul(first_row, c(out_strides[p]))
+        for d, value in zip(others, coords[:-1]):
+            x_base = b.add(x_base, b.mul(value, c(in_strides[d])))
+            out_base = b.add(out_base, b.mul(value, c(out_strides[d])))
+        vector_cols = cols - cols % w
+        full = b.icmp_signed("<=", b.add(first_row, c(w)), c(rows))
+        with b.if_else(full) as (then, otherwise):
+            with then:
+                if vector_cols:
+                    with for_range(b, 0, vector_cols // w, "block") as block:
+                        t0 = b.mul(block, c(w))
+                        loaded = [b.load(b.gep(source, [b.add(x_base, b.mul(b.add(t0, c(j)), c(in_strides[q])))],
+                                               source_etype=element), typ=vector, align=itemsize) for j in range(w)]
+                        for i, row in enumerate(gemm.transpose_square(b, loaded)):
+                            at = b.add(out_base, b.add(c(i * out_strides[p]), t0))
+                            b.store(row, b.gep(result, [at], source_etype=element), align=itemsize)
+                if cols % w:
+                    copy_elements(x_base, out_base, w, vector_cols)
+            with otherwise:  # the last band, fewer than W rows
+                copy_elements(x_base, out_base, b.sub(c(rows), first_row), 0)
+    ctx.fn.finish()
+    return math.prod(item_extents)

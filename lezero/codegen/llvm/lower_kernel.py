@@ -11,8 +11,9 @@ Kinds (the partitioner decides):
 - ``elementwise``: ``lower_elementwise`` (elementwise ops, data movement, small constants);
 - ``reduction``: ``lower_reduction`` (``reduce_*``/``argmax`` with prologue and epilogue);
 - ``single``: ``lz.max_pool2d``/``lz.avg_pool2d`` (``lower_pooling``), ``lz.max_pool2d_grad``
-  (``lower_max_pool2d_grad``); a lone elementwise,
-  data movement or reduction op goes through the matching lowering;
+  (``lower_max_pool2d_grad``), ``lz.cumulative``/``lz.topk`` (``lower_reduction``), ``lz.scatter_nd``
+  (``lower_elementwise``); a lone elementwise, data movement or reduction op goes through the
+  matching lowering;
 - ``matmul``/``conv``: ``lower_contraction`` (float32 through ``gemm.py``'s GEMM with the
   epilogue in its micro-kernel; other dtypes as loops).
 
@@ -31,9 +32,9 @@ from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm.index_math import MOVEMENT
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.lower_contraction import CONTRACTION_OPS, contraction_flops, lower_contraction
-from lezero.codegen.llvm.lower_elementwise import lower_elementwise
+from lezero.codegen.llvm.lower_elementwise import SCATTER_OPS, lower_elementwise, lower_scatter_nd
 from lezero.codegen.llvm.lower_pooling import POOL_GRAD_OPS, POOL_OPS, lower_max_pool2d_grad, lower_pooling
-from lezero.codegen.llvm.lower_reduction import REDUCTION_OPS, lower_reduction
+from lezero.codegen.llvm.lower_reduction import REDUCTION_OPS, lower_cumulative, lower_reduction, lower_topk
 from lezero.ir.core import Operation
 from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
 from lezero.ir.types import TensorType
@@ -118,6 +119,12 @@ def _lower_single(ctx: KernelContext) -> int:
         return lower_max_pool2d_grad(ctx, op)
     if op.name in REDUCTION_OPS:
         return lower_reduction(ctx)
+    if op.name == "lz.cumulative":
+        return lower_cumulative(ctx, op)
+    if op.name == "lz.topk":
+        return lower_topk(ctx, op)
+    if op.name in SCATTER_OPS:
+        return lower_scatter_nd(ctx, op)
     definition = op.definition
     if op.name in MOVEMENT or (definition is not None and definition.has_trait(ELEMENTWISE)):
         return lower_elementwise(ctx)

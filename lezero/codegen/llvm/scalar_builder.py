@@ -195,6 +195,24 @@ class LLVMScalarBuilder(ScalarBuilder):
         q = b.select(by_minus_one, b.sub(zero, x.value), q)
         return Scalar(b.select(by_zero, zero, q), dtype)
 
+    def rem(self, x, y):
+        dtype = self._same(x, y)
+        b = self.b
+        if dtype.is_float:
+            # frem is fmod; on the CPU a libcall (fmodf/fmod) that the JIT resolves from libm
+            self.external_symbols.add("fmod" if dtype == F64 else "fmodf")
+            return Scalar(b.frem(x.value, y.value), dtype)
+        t = x.value.type
+        zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+        by_zero = b.icmp_unsigned("==", y.value, zero)
+        if is_unsigned(dtype):
+            r = b.urem(x.value, b.select(by_zero, one, y.value))
+            return Scalar(b.select(by_zero, zero, r), dtype)
+        # srem traps on 0 and on INT_MIN % -1 (whose remainder is 0): divide by 1 there
+        trivial = b.or_(by_zero, b.icmp_signed("==", y.value, ir.Constant(t, -1)))
+        r = b.srem(x.value, b.select(trivial, one, y.value))
+        return Scalar(b.select(trivial, zero, r), dtype)
+
     def pow(self, x, y):
         dtype = self._same(x, y)
         if dtype.is_float:
@@ -255,6 +273,27 @@ class LLVMScalarBuilder(ScalarBuilder):
         if x.dtype.is_float:
             raise NotImplementedError("bitwise not of a float")
         return Scalar(self.b.not_(x.value), x.dtype)
+
+    def _shift(self, x, y, left: bool):
+        dtype = self._same(x, y)
+        if not dtype.is_int:
+            raise NotImplementedError(f"shifts of {dtype}")
+        b, t = self.b, x.value.type
+        width = ir.Constant(t, t.width)
+        too_far = b.icmp_unsigned(">=", y.value, width)  # negative amounts are huge unsigned
+        amount = b.select(too_far, ir.Constant(t, 0), y.value)
+        if left:
+            return Scalar(b.select(too_far, ir.Constant(t, 0), b.shl(x.value, amount)), dtype)
+        if is_unsigned(dtype):
+            return Scalar(b.select(too_far, ir.Constant(t, 0), b.lshr(x.value, amount)), dtype)
+        fill = b.ashr(x.value, ir.Constant(t, t.width - 1))  # 0 or -1
+        return Scalar(b.select(too_far, fill, b.ashr(x.value, amount)), dtype)
+
+    def shift_left(self, x, y):
+        return self._shift(x, y, True)
+
+    def shift_right(self, x, y):
+        return self._shift(x, y, False)
 
     def cmp(self, predicate, x, y):
         dtype = self._same(x, y)

@@ -17,7 +17,7 @@ from lezero.ir.dialect.axes import normalize_axes, normalize_axis
 from lezero.ir.dialect.broadcasting import broadcasts_to
 from lezero.ir.dialect.constraints import INTEGER, check_element_type, same_element_type
 from lezero.ir.opdef import PURE, AttrSpec, OpDef, OpError, register
-from lezero.ir.types import TensorType, format_shape
+from lezero.ir.types import I64, TensorType, format_shape
 
 _PURE = frozenset({PURE})
 
@@ -339,3 +339,82 @@ class GatherOp(OpDef):
         rows = b.reshape(dy, (count, after) if axis == 0 else (before, count, after))
         dx = b.op("lz.matmul", b.transpose(one_hot, [1, 0]), rows)
         return [b.reshape(dx, shape), None]
+
+
+_SCATTER_COMBINE = {"none": lambda old, new: new, "add": np.add, "mul": np.multiply, "max": np.maximum,
+                    "min": np.minimum}
+
+
+@register
+class ScatterNdOp(OpDef):
+    """``lz.scatter_nd(data, indices, updates) {reduction = "none"}`` as ONNX's ScatterND: a copy
+    of ``data`` where, in order, each ``indices[i]`` (a tuple of the first ``k`` coordinates,
+    ``k = indices.shape[-1]``; negative ones count from the end) receives ``updates[i]`` (a slice
+    of the remaining dims), replacing or combining (``add``, ``mul``, ``max``, ``min``) with what
+    is there.  The result has ``data``'s type."""
+
+    name = "lz.scatter_nd"
+    operands = ("data", "indices", "updates")
+    traits = _PURE
+    attributes = {"reduction": AttrSpec("str", "none", choices=tuple(_SCATTER_COMBINE))}
+    summary = "write slices at index tuples"
+
+    def infer(self, operand_types, attrs):
+        data, indices, updates = operand_types
+        same_element_type([data, updates], "data and updates")
+        check_element_type(indices, INTEGER, "indices")
+        if indices.rank < 1:
+            raise OpError(f"indices must have rank at least 1, got {indices}")
+        k = indices.shape[-1]
+        if k is not None and k > data.rank:
+            raise OpError(f"index tuples of {k} coordinates do not fit data {data}")
+        if k is not None:
+            want = indices.shape[:-1] + data.shape[k:]
+            if len(want) != updates.rank or any(a is not None and b is not None and a != b
+                                                for a, b in zip(want, updates.shape)):
+                raise OpError(f"updates must have shape {format_shape(want)}, got {format_shape(updates.shape)}")
+        return [data]
+
+    def reference(self, attrs, data, indices, updates):
+        combine = _SCATTER_COMBINE[attrs.reduction]
+        out = np.array(data, copy=True)
+        k = indices.shape[-1]
+        dims = data.shape[:k]
+        for i in np.ndindex(indices.shape[:-1]):
+            where = []
+            for j, size in zip(indices[i], dims):
+                j = int(j)
+                if not -size <= j < size:
+                    raise OpError(f"index {j} is out of range for a dim of size {size}")
+                where.append(j % size)
+            where = tuple(where)
+            out[where] = combine(out[where], updates[i])
+        return out
+
+    def grad(self, b, op, attrs, dy):
+        """``none``: the data's cotangent with the written slices zeroed, the updates' the
+        cotangent gathered there; ``add``: the cotangent passes to data, gathered to updates."""
+        data, indices, updates = op.operands
+        if attrs.reduction not in ("none", "add"):
+            raise OpError(f"no gradient rule for lz.scatter_nd with reduction = {attrs.reduction}")
+        for v in op.operands:
+            _static_shape(v, self.name)
+        d_updates = _gather_nd(b, dy, indices)
+        if attrs.reduction == "add":
+            return [dy, None, d_updates]
+        return [b.op("lz.scatter_nd", dy, indices, b.zeros(updates.type)), None, d_updates]
+
+
+def _gather_nd(b, x, indices):
+    """``x[indices[i]]`` slices (ScatterND's addressing) as ``lz.gather`` on ``x`` flattened over
+    the indexed dims."""
+    shape, ishape = x.type.shape, indices.type.shape
+    k = ishape[-1]
+    head, rest = shape[:k], shape[k:]
+    strides = np.asarray([_product(head[j + 1:]) for j in range(k)], np.int64)
+    index = b.op("lz.cast", indices, to=I64) if indices.type.element_type != I64 else indices
+    sizes = b.constant(np.asarray(head, np.int64))
+    index = b.select(b.cmp("lt", index, 0), b.add(index, sizes), index)
+    flat = b.op("lz.reduce_sum", b.mul(index, b.constant(strides)), axes=[len(ishape) - 1])
+    table = b.reshape(x, (_product(head),) + tuple(rest))
+    return b.op("lz.gather", table, flat, axis=0)

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from lezero.ir.dialect.broadcasting import broadcast_shapes
-from lezero.ir.dialect.constraints import (ANY, BOOL, FLOAT, LOGICAL, NUMERIC, Domain, check_element_type,
+from lezero.ir.dialect.constraints import (ANY, BOOL, FLOAT, INTEGER, LOGICAL, NUMERIC, Domain, check_element_type,
                                            same_element_type)
 from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.gradient import no_gradient
@@ -164,6 +164,125 @@ unary("reciprocal", np.reciprocal,   FLOAT,    "1 / x",               scalar=_on
       grad=lambda b, op, attrs, dy: [b.mul(dy, b.neg(b.mul(_y(op), _y(op))))])
 unary("not",        np.invert,       LOGICAL,  "logical not of i1, bitwise not of integers",
       scalar=lambda s, x: s.not_(x), grad=no_gradient)
+
+
+# Inverse and hyperbolic trigonometry and rounding, written with the primitives (no backend
+# needs new math): atan is Cephes' rational approximation after range reduction (accurate to
+# float64), asin and acos go through it, sinh uses a Taylor polynomial near 0 (no cancellation).
+_ATAN_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1, -7.500855792314704667340e1,
+           -1.228866684490136173410e2, -6.485021904942025371773e1)
+_ATAN_Q = (2.485846490142306297962e1, 1.650270098316988542046e2, 4.328810604912902668951e2,
+           4.853903996359136964868e2, 1.945506571482613964425e2)
+_PIO2_LOW = 6.123233995736765886130e-17  # pi/2 - float64(pi/2)
+
+
+def _polynomial(s, x, coefficients, leading_one=False):
+    acc = s.constant(1 if leading_one else coefficients[0], x)
+    for c in coefficients if leading_one else coefficients[1:]:
+        acc = s.add(s.mul(acc, x), s.constant(c, x))
+    return acc
+
+
+def _atan(s, x):
+    a = s.abs(x)
+    c = lambda v: s.constant(v, x)  # noqa: E731
+    big = s.cmp("gt", a, c(2.414213562373095))  # tan(3 pi / 8): atan(a) = pi/2 - atan(1/a)
+    mid = s.cmp("gt", a, c(0.66))               # atan(a) = pi/4 + atan((a - 1) / (a + 1))
+    z = s.select(big, s.neg(s.div(c(1), a)), s.select(mid, s.div(s.sub(a, c(1)), s.add(a, c(1))), a))
+    base = s.select(big, c(math.pi / 2), s.select(mid, c(math.pi / 4), c(0)))
+    low = s.select(big, c(_PIO2_LOW), s.select(mid, c(0.5 * _PIO2_LOW), c(0)))
+    zz = s.mul(z, z)
+    r = s.add(s.mul(z, s.div(s.mul(zz, _polynomial(s, zz, _ATAN_P)), _polynomial(s, zz, _ATAN_Q, True))), z)
+    y = s.add(base, s.add(r, low))
+    return s.select(s.cmp("lt", x, c(0)), s.neg(y), y)
+
+
+def _asin(s, x):
+    one = s.constant(1, x)
+    return _atan(s, s.div(x, s.sqrt(s.mul(s.sub(one, x), s.add(one, x)))))  # +-1 -> +-inf -> +-pi/2
+
+
+def _acos(s, x):
+    one = s.constant(1, x)
+    return s.mul(s.constant(2, x), _atan(s, s.sqrt(s.div(s.sub(one, x), s.add(one, x)))))
+
+
+def _sinh(s, x):
+    e = s.exp(x)
+    wide = s.mul(s.constant(0.5, x), s.sub(e, s.div(s.constant(1, x), e)))
+    xx = s.mul(x, x)
+    taylor = s.mul(x, _polynomial(s, xx, [1 / math.factorial(k) for k in range(13, 2, -2)] + [1]))
+    return s.select(s.cmp("lt", s.abs(x), s.constant(0.5, x)), taylor, wide)
+
+
+def _cosh(s, x):
+    e = s.exp(x)
+    return s.mul(s.constant(0.5, x), s.add(e, s.div(s.constant(1, x), e)))
+
+
+def _log_of_large(s, a, small):
+    """``log(a + sqrt(a^2 +- 1))`` for ``a >= 1`` given ``small`` (that value where it is safe);
+    ``log(a) + log(2)`` where a^2 would overflow."""
+    huge = s.cmp("gt", a, s.constant(1e8, a))
+    return s.select(huge, s.add(s.log(a), s.constant(math.log(2), a)), small)
+
+
+def _log1p(s, u):
+    """``log(1 + u)`` accurate for small ``u`` (Goldberg: ``log(w) * u / (w - 1)`` with ``w = 1 + u``)."""
+    w = s.add(s.constant(1, u), u)
+    exact = s.cmp("eq", w, s.constant(1, u))
+    large = s.cmp("gt", u, s.constant(1e6, u))  # the correction is 1 there (and nan for u = inf)
+    log_w = s.log(w)
+    return s.select(exact, u, s.select(large, log_w, s.mul(log_w, s.div(u, s.sub(w, s.constant(1, u))))))
+
+
+def _asinh(s, x):
+    a = s.abs(x)
+    one = s.constant(1, x)
+    aa = s.mul(a, a)
+    # log(a + sqrt(a^2 + 1)) = log1p(a + a^2 / (1 + sqrt(a^2 + 1)))
+    y = _log_of_large(s, a, _log1p(s, s.add(a, s.div(aa, s.add(one, s.sqrt(s.add(aa, one)))))))
+    return s.select(s.cmp("lt", x, s.constant(0, x)), s.neg(y), y)
+
+
+def _acosh(s, x):
+    return _log_of_large(s, x, s.log(s.add(x, s.sqrt(s.sub(s.mul(x, x), s.constant(1, x))))))
+
+
+def _atanh(s, x):
+    one = s.constant(1, x)
+    return s.mul(s.constant(0.5, x), _log1p(s, s.div(s.mul(s.constant(2, x), x), s.sub(one, x))))
+
+
+def _round_half_even(s, x):
+    f = s.floor(x)
+    d = s.sub(x, f)
+    half = s.constant(0.5, x)
+    odd = s.cmp("ne", s.sub(f, s.mul(s.constant(2, x), s.floor(s.mul(f, half)))), s.constant(0, x))
+    up = s.or_(s.cmp("gt", d, half), s.and_(s.cmp("eq", d, half), odd))
+    return s.select(up, s.add(f, s.constant(1, x)), f)
+
+
+unary("tan",   np.tan,     FLOAT, "tangent",                   scalar=lambda s, x: s.div(s.sin(x), s.cos(x)),
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.add(1, b.mul(_y(op), _y(op))))])
+unary("atan",  np.arctan,  FLOAT, "inverse tangent",           scalar=_atan,
+      grad=lambda b, op, attrs, dy: [b.div(dy, b.add(1, b.mul(_x(op), _x(op))))])
+unary("asin",  np.arcsin,  FLOAT, "inverse sine",              scalar=_asin,
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.op("lz.rsqrt", b.sub(1, b.mul(_x(op), _x(op)))))])
+unary("acos",  np.arccos,  FLOAT, "inverse cosine",            scalar=_acos,
+      grad=lambda b, op, attrs, dy: [b.neg(b.mul(dy, b.op("lz.rsqrt", b.sub(1, b.mul(_x(op), _x(op))))))])
+unary("sinh",  np.sinh,    FLOAT, "hyperbolic sine",           scalar=_sinh,
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.op("lz.cosh", _x(op)))])
+unary("cosh",  np.cosh,    FLOAT, "hyperbolic cosine",         scalar=_cosh,
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.op("lz.sinh", _x(op)))])
+unary("asinh", np.arcsinh, FLOAT, "inverse hyperbolic sine",   scalar=_asinh,
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.op("lz.rsqrt", b.add(b.mul(_x(op), _x(op)), 1)))])
+unary("acosh", np.arccosh, FLOAT, "inverse hyperbolic cosine", scalar=_acosh,
+      grad=lambda b, op, attrs, dy: [b.mul(dy, b.op("lz.rsqrt", b.sub(b.mul(_x(op), _x(op)), 1)))])
+unary("atanh", np.arctanh, FLOAT, "inverse hyperbolic tangent", scalar=_atanh,
+      grad=lambda b, op, attrs, dy: [b.div(dy, b.sub(1, b.mul(_x(op), _x(op))))])
+unary("round", np.round,   FLOAT, "round to nearest, ties to even", scalar=_round_half_even,
+      grad=no_gradient)
 
 
 @register
@@ -353,10 +472,52 @@ binary("min", np.minimum,       NUMERIC,  "the smaller (nan if either is nan)", 
        scalar=lambda s, x, y: s.min(x, y),
        grad=_binary_grad(lambda b, x, y, out, g: b.select(b.cmp("gt", x, y), 0, _split_ties(b, x, y, g)),
                          lambda b, x, y, out, g: b.select(b.cmp("lt", x, y), 0, _split_ties(b, x, y, g))))
+def _trunc(b, q):
+    return b.select(b.cmp("lt", q, 0), b.op("lz.ceil", q), b.op("lz.floor", q))
+
+
+def _remainder(x, y):
+    """C's ``fmod``: the sign of ``x``; an integer remainder by 0 is 0."""
+    if x.dtype.kind == "f":
+        return np.fmod(x, y)
+    zero = y == 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.fmod(x, np.where(zero, np.ones((), y.dtype), y))
+    return np.where(zero, np.zeros((), r.dtype), r).astype(np.result_type(x, y))
+
+
+def _shift_amount_too_far(x, y):
+    bits = x.dtype.itemsize * 8
+    return (y < 0) | (y >= bits) if y.dtype.kind == "i" else y >= bits
+
+
+def _shift_left(x, y):
+    x, y = np.broadcast_arrays(x, y)
+    far = _shift_amount_too_far(x, y)
+    return np.where(far, np.zeros((), x.dtype), np.left_shift(x, np.where(far, np.zeros((), y.dtype), y)))
+
+
+def _shift_right(x, y):
+    x, y = np.broadcast_arrays(x, y)
+    far = _shift_amount_too_far(x, y)
+    fill = np.where(x < 0, -np.ones((), x.dtype), np.zeros((), x.dtype)) if x.dtype.kind == "i" else np.zeros((), x.dtype)
+    return np.where(far, fill, np.right_shift(x, np.where(far, np.zeros((), y.dtype), y))).astype(x.dtype)
+
+
+binary("rem", _remainder,       NUMERIC,  "remainder of truncated division (C fmod: the sign of x; x % 0 == 0 "
+       "for integers)", scalar=lambda s, x, y: s.rem(x, y),
+       grad=_binary_grad(lambda b, x, y, out, g: g,
+                         lambda b, x, y, out, g: b.neg(b.mul(g, _trunc(b, b.div(x, y))))))
 binary("and", np.bitwise_and,   LOGICAL,  "logical and of i1, bitwise and of integers", commutative=True,
        scalar=lambda s, x, y: s.and_(x, y), grad=no_gradient)
 binary("or",  np.bitwise_or,    LOGICAL,  "logical or of i1, bitwise or of integers", commutative=True,
        scalar=lambda s, x, y: s.or_(x, y), grad=no_gradient)
+binary("xor", np.bitwise_xor,   LOGICAL,  "logical xor of i1, bitwise xor of integers", commutative=True,
+       scalar=lambda s, x, y: s.and_(s.or_(x, y), s.not_(s.and_(x, y))), grad=no_gradient)
+binary("shift_left", _shift_left,   INTEGER,  "x << y (0 for shifts of at least the bit width)",
+       scalar=lambda s, x, y: s.shift_left(x, y), grad=no_gradient)
+binary("shift_right", _shift_right, INTEGER,  "x >> y, arithmetic for signed types (0 or -1 for shifts of at "
+       "least the bit width)", scalar=lambda s, x, y: s.shift_right(x, y), grad=no_gradient)
 
 
 _PREDICATES = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,

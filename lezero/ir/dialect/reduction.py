@@ -176,3 +176,111 @@ class ArgmaxOp(OpDef):
         return np.argmax(x, axis=axis, keepdims=attrs.keepdims)
 
     grad = staticmethod(no_gradient)
+
+
+# --- scans and selection --------------------------------------------------------------------------
+
+_CUMULATIVE = {"add": (np.add, lambda dtype: 0), "mul": (np.multiply, lambda dtype: 1),
+               "max": (np.maximum, lowest), "min": (np.minimum, highest)}
+
+
+@register
+class CumulativeOp(OpDef):
+    """``lz.cumulative {combine = "add"|"mul"|"max"|"min", axis, exclusive = false, reverse =
+    false}``: running sums (products, maxima, minima) along ``axis``, each partial result in the
+    element type (as numpy's ``cumsum``).  ``exclusive`` leaves the current element out (the first
+    result is the identity); ``reverse`` runs from the end."""
+
+    name = "lz.cumulative"
+    operands = ("input",)
+    traits = frozenset({PURE})
+    attributes = {"combine": AttrSpec("str", choices=tuple(_CUMULATIVE)), "axis": AttrSpec("i64"),
+                  "exclusive": AttrSpec("bool", False), "reverse": AttrSpec("bool", False)}
+    summary = "running sum, product, maximum or minimum along an axis"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        check_element_type(x, NUMERIC)
+        normalize_axis(attrs.axis, x.rank)
+        return [x]
+
+    def reference(self, attrs, x):
+        from lezero.ir.dialect.numerics import to_storage
+        from lezero.ir.types import element_type_of
+
+        combine, identity = _CUMULATIVE[attrs.combine]
+        axis = normalize_axis(attrs.axis, x.ndim)
+        et = element_type_of(x.dtype)
+        moved = np.moveaxis(x, axis, 0)
+        out = np.empty_like(moved)
+        acc = np.full(moved.shape[1:], identity(x.dtype), x.dtype)
+        order = range(moved.shape[0] - 1, -1, -1) if attrs.reverse else range(moved.shape[0])
+        with np.errstate(over="ignore", invalid="ignore"):
+            for k in order:
+                if attrs.exclusive:
+                    out[k] = acc
+                    acc = to_storage(combine(acc, moved[k]), et)
+                else:
+                    acc = to_storage(combine(acc, moved[k]), et)
+                    out[k] = acc
+        return np.moveaxis(out, 0, axis)
+
+    def grad(self, b, op, attrs, dy):
+        if attrs.combine != "add":
+            raise OpError(f"no gradient rule for lz.cumulative with combine = {attrs.combine}")
+        return [b.op("lz.cumulative", dy, combine="add", axis=attrs.axis, exclusive=attrs.exclusive,
+                     reverse=not attrs.reverse)]
+
+
+@register
+class TopkOp(OpDef):
+    """``lz.topk {k, axis = -1, largest = true}``: the ``k`` largest (smallest) elements along
+    ``axis``, sorted, and their i64 indices; equal elements keep index order, nan counts as the
+    largest value (ONNX's TopK)."""
+
+    name = "lz.topk"
+    operands = ("input",)
+    num_results = 2
+    traits = frozenset({PURE})
+    attributes = {"k": AttrSpec("i64"), "axis": AttrSpec("i64", -1), "largest": AttrSpec("bool", True)}
+    summary = "the k largest or smallest elements along an axis"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        check_element_type(x, NUMERIC)
+        axis = normalize_axis(attrs.axis, x.rank)
+        n = x.shape[axis]
+        if attrs.k < 0 or (n is not None and attrs.k > n):
+            raise OpError(f"k = {attrs.k} is out of range for axis {attrs.axis} of size {n}")
+        shape = x.shape[:axis] + (attrs.k,) + x.shape[axis + 1:]
+        return [x.with_shape(shape), TensorType(shape, I64)]
+
+    def reference(self, attrs, x):
+        axis = normalize_axis(attrs.axis, x.ndim)
+        position = np.indices(x.shape)[axis]
+        # lexsort: the last key is primary; ties by index (first index first after any flip)
+        order = np.lexsort((-position if attrs.largest else position, x), axis=axis)
+        if attrs.largest:
+            order = np.flip(order, axis=axis)
+        order = np.take(order, np.arange(attrs.k), axis=axis)
+        return np.take_along_axis(x, order, axis=axis), order.astype(np.int64)
+
+    def grad(self, b, op, attrs, dy):
+        """The values' cotangent scattered back to where they were taken (``lz.scatter_nd``)."""
+        x = op.operands[0]
+        if not x.type.is_static:
+            raise OpError(f"autodiff of lz.topk needs static shapes, got {x.type} (bind the dims first)")
+        axis = normalize_axis(attrs.axis, x.type.rank)
+        indices = op.results[1]
+        shape = indices.type.shape
+        columns = []
+        for d in range(len(shape)):
+            if d == axis:
+                columns.append(b.reshape(indices, shape + (1,)))
+            else:
+                view = [1] * len(shape)
+                view[d] = shape[d]
+                grid = np.broadcast_to(np.arange(shape[d], dtype=np.int64).reshape(view), shape)
+                columns.append(b.constant(np.ascontiguousarray(grid).reshape(shape + (1,))))
+        full = b.op("lz.concat", *columns, axis=len(shape)) if len(columns) > 1 else columns[0]
+        return [b.op("lz.scatter_nd", b.zeros(x.type), full, dy, reduction="add")]

@@ -1,0 +1,31 @@
+"""lezero's ONNX frontend.
+
+- ``import_model(path_or_model) -> ModuleOp``: the graph as ``func.func @main`` of lz ops
+  (``lezero/onnx/importer.py``; one converter per ONNX operator in ``lezero/onnx/ops``);
+- ``compile(path_or_model) -> CompiledModel``: imported and compiled for the CPU,
+  ``.run({name: array}) -> {name: array}``;
+- ``lezero.onnx.backend``: ``onnx.backend.base.Backend`` for ONNX's own test suites.
+
+Errors: ``OnnxError`` (a model lezero cannot read), ``UnsupportedError`` (something lezero does
+not implement, naming the node and operator), ``ValueDependentError`` (a shape computed from graph
+inputs' values).
+"""
+from lezero.onnx.errors import OnnxError, UnsupportedError, ValueDependentError
+from lezero.onnx.importer import CONVERTERS, MIN_OPSET, import_model
+from lezero.onnx.compiled_model import CompiledModel, FeedError, compile  # noqa: A004
+
+__all__ = ["import_model", "compile", "CompiledModel", "OnnxError", "UnsupportedError", "ValueDependentError",
+           "FeedError", "CONVERTERS", "MIN_OPSET", "supported_operators"]
+
+
+def supported_operators() -> list[str]:
+    """``domain::op_type`` (just ``op_type`` in the default domain) of every converter."""
+    return sorted(f"{d}::{t}" if d else t for d, t in CONVERTERS)
+
+
+def __getattr__(name):
+    if name == "backend":  # imported on use: it pulls in onnx.backend
+        import importlib
+
+        return importlib.import_module("lezero.onnx.backend")
+    raise AttributeError(name)

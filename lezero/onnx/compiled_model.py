@@ -1,0 +1,142 @@
+"""``lezero.onnx.compile(model) -> CompiledModel``: an ONNX model compiled for the CPU through
+``lezero.compile``, run with ``.run({name: array}) -> {name: array}``.
+
+When a shape (or another compile-time parameter) is computed from graph inputs -- Reshape's target
+shape fed as an input, Range's bounds, TopK's K -- the model compiles on its first ``run`` for the
+values given there, and again for each new set of values of those inputs (``ValueDependentError``
+names them; the rest of the inputs stay arguments).  Dynamic dims are bound per call by the
+compiled function itself (one plan per input shape).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from lezero.ir.attributes import ArrayAttr
+from lezero.ir.core import ModuleOp
+from lezero.onnx import element_types
+from lezero.onnx.errors import OnnxError, ValueDependentError
+from lezero.onnx.importer import Importer, tensor_type_of, upgrade
+from lezero.onnx.loading import load_model
+from lezero.runtime.compiled_function import CompiledFunction
+
+
+class FeedError(OnnxError, ValueError):
+    """Wrong feeds: an unknown or missing input name, or an array of the wrong dtype or rank."""
+
+
+def _names(func, key: str) -> list[str]:
+    attr = func.attributes.get(key)
+    return [a.value for a in attr.values] if isinstance(attr, ArrayAttr) else []
+
+
+class _Program:
+    """One import + compilation: the module, its argument names, the compiled function."""
+
+    def __init__(self, module: ModuleOp):
+        self.module = module
+        self.func = module.lookup("main")
+        self.argument_names = _names(self.func, "lz.input_names")
+        self.output_names = _names(self.func, "lz.output_names")
+        self.result_types = list(self.func.function_type.results)
+        self.compiled = CompiledFunction(module, "main")
+
+    def __call__(self, feeds: dict) -> list:
+        arrays = [feeds[name] for name in self.argument_names]
+        out = self.compiled(*arrays)
+        out = list(out) if isinstance(out, tuple) else [out]
+        return [element_types.from_storage_array(a, t.element_type) for a, t in zip(out, self.result_types)]
+
+
+class CompiledModel:
+    """An ONNX model compiled for the CPU; see the module docstring."""
+
+    def __init__(self, source, *, upgrade_opset: bool = False, base_dir=None):
+        model = load_model(source, base_dir)
+        if upgrade_opset:
+            model = upgrade(model)
+        self.model = model
+        graph = model.graph
+        initializers = {t.name for t in graph.initializer}
+        self._inputs = [i for i in graph.input if i.name not in initializers]
+        self.input_names = [i.name for i in self._inputs]
+        self.output_names = [o.name for o in graph.output]
+        self._input_types = {i.name: tensor_type_of(i, "graph input") for i in self._inputs}
+        self._lock = threading.Lock()
+        self._programs: dict[tuple, _Program] = {}
+        self.value_inputs: tuple[str, ...] = ()  # inputs whose values the program is specialized on
+        try:
+            self._programs[()] = _Program(Importer(model).run())
+        except ValueDependentError as e:
+            self.value_inputs = e.inputs
+
+    @property
+    def module(self) -> ModuleOp | None:
+        """The lz module of the program compiled without input values (None when the model needs
+        some inputs' values to compile: ``value_inputs``)."""
+        program = self._programs.get(())
+        return program.module if program is not None else None
+
+    def _checked(self, feeds: dict) -> dict:
+        if not isinstance(feeds, dict):
+            raise TypeError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
+        unknown = [k for k in feeds if k not in self._input_types]
+        if unknown:
+            raise FeedError(f"unknown input {unknown[0]!r}; the model's inputs are "
+                            f"{', '.join(map(repr, self.input_names)) or 'none'}")
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise FeedError(f"missing input {missing[0]!r}; the model's inputs are "
+                            f"{', '.join(map(repr, self.input_names))}")
+        out = {}
+        for name, value in feeds.items():
+            t = self._input_types[name]
+            array = np.asarray(value)
+            want = t.element_type.numpy_dtype
+            bf16 = element_types.bfloat16_dtype()
+            if t.element_type.name == "bf16" and bf16 is not None and array.dtype == bf16:
+                array = array.astype(np.float32)
+            elif array.dtype != want:
+                raise FeedError(f"input {name!r} expects {t} (numpy {want}), got an array of dtype {array.dtype}")
+            if array.ndim != t.rank or any(d is not None and d != s for d, s in zip(t.shape, array.shape)):
+                raise FeedError(f"input {name!r} expects {t}, got an array of shape {array.shape}")
+            out[name] = array
+        return out
+
+    def _program(self, feeds: dict) -> _Program:
+        program = self._programs.get(())
+        if program is not None:
+            return program
+        bound = tuple(self.value_inputs)
+        while True:
+            key = tuple((n, feeds[n].dtype.str, feeds[n].shape, feeds[n].tobytes()) for n in bound)
+            program = self._programs.get(key)
+            if program is not None:
+                return program
+            try:
+                with self._lock:
+                    module = Importer(self.model, {n: feeds[n] for n in bound}).run()
+                    program = _Program(module)
+                    self._programs[key] = program
+                return program
+            except ValueDependentError as e:
+                new = [n for n in e.inputs if n not in bound]
+                if not new:
+                    raise
+                bound = tuple(bound) + tuple(new)
+                self.value_inputs = bound
+
+    def run(self, feeds: dict) -> dict:
+        """``{input name: array}`` -> ``{output name: array}`` (in the graph's output order)."""
+        feeds = self._checked(feeds)
+        program = self._program(feeds)
+        return dict(zip(self.output_names, program(feeds)))
+
+    def __repr__(self) -> str:
+        return f"<CompiledModel inputs={self.input_names} outputs={self.output_names}>"
+
+
+def compile(source, *, upgrade_opset: bool = False, base_dir=None) -> CompiledModel:  # noqa: A001
+    """Import and compile an ONNX model (a path, bytes or an ``onnx.ModelProto``) for the CPU."""
+    return CompiledModel(source, upgrade_opset=upgrade_opset, base_dir=base_dir)

@@ -1,0 +1,706 @@
+"""Shape and data-movement operators: Shape, Reshape, Slice, Gather, Concat, Pad, Einsum, ...
+
+Shapes are static wherever the graph inputs' shapes are: Shape and Size give constants, and the
+operators taking a shape, axes or indices as an input (Reshape, Expand, Slice, Unsqueeze, ...)
+read it at import (``ctx.require_const``).  Gathers of single elements (GatherElements, GatherND,
+ReverseSequence) are ``lz.gather`` on the flattened input with flat indices computed from the
+index tensor.
+"""
+from __future__ import annotations
+
+import math
+import string
+
+import numpy as np
+
+from lezero.ir.dialect.broadcasting import try_broadcast_shapes
+from lezero.ir.types import I1, I64
+from lezero.onnx import element_types
+from lezero.onnx.importer import converter
+from lezero.onnx.ops.common import axes_of, axis_of, product
+
+
+@converter("Shape")
+def shape_(ctx):
+    x = ctx.input(0)
+    start, end = ctx.attr("start", 0), ctx.attr("end", None)
+    dims = x.type.shape[slice(start, end)] if (start, end) != (0, None) else x.type.shape
+    if any(d is None for d in dims):
+        raise ctx.unsupported(f"the shape of {x.type} has dynamic dims: lezero needs them static to compute with "
+                              "them (give the graph input static dims)")
+    return ctx.constant(np.asarray(dims, np.int64))
+
+
+@converter("Size")
+def size(ctx):
+    return ctx.constant(np.asarray(product(ctx.shape(ctx.input(0))), np.int64))
+
+
+@converter("Reshape")
+def reshape(ctx):
+    x = ctx.input(0)
+    target = ctx.ints(1, "the target shape") if ctx.opset >= 5 else list(ctx.attr("shape"))
+    allowzero = ctx.attr("allowzero", 0)
+    return ctx.reshape(x, resolve_reshape(ctx, x, target, allowzero))
+
+
+def resolve_reshape(ctx, x, target, allowzero=0) -> list[int]:
+    """ONNX's target shape as ``lz.reshape``'s: a 0 copies the input's dim (unless allowzero)."""
+    out = []
+    for i, d in enumerate(target):
+        if d == 0 and not allowzero:
+            if i >= ctx.rank(x):
+                raise ctx.error(f"target shape {target} copies dim {i} (a 0), but the input {x.type} has rank "
+                                f"{ctx.rank(x)}")
+            d = x.type.shape[i]
+            if d is None:
+                if -1 in target:
+                    raise ctx.unsupported(f"target shape {target} copies dynamic dim {i} and also has a -1")
+                d = -1
+        out.append(d)
+    if allowzero and 0 in out and -1 in out:
+        raise ctx.error(f"target shape {target} has both a 0 and a -1 with allowzero=1")
+    return out
+
+
+@converter("Flatten")
+def flatten(ctx):
+    x = ctx.input(0)
+    rank = ctx.rank(x)
+    axis = ctx.attr("axis", 1)
+    if not -rank <= axis <= rank:
+        raise ctx.error(f"axis {axis} is out of range for rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    shape = x.type.shape
+    outer, inner = shape[:axis], shape[axis:]
+    sizes = [None if None in part else product(part) for part in (outer, inner)]
+    if sizes.count(None) == 2:
+        raise ctx.unsupported(f"cannot flatten {x.type} at axis {axis}: both parts have dynamic dims")
+    return ctx.reshape(x, [-1 if s is None else s for s in sizes])
+
+
+@converter("Squeeze")
+def squeeze(ctx):
+    x = ctx.input(0)
+    axes = ctx.ints(1, "axes") if ctx.opset >= 13 else ctx.attr("axes", None)
+    shape = x.type.shape
+    if axes is None:
+        if None in shape:
+            raise ctx.unsupported(f"squeezing every size-1 dim of {x.type} needs static dims")
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    axes = axes_of(ctx, axes, len(shape))
+    for a in axes:
+        if shape[a] not in (1, None):
+            raise ctx.error(f"cannot squeeze dim {a} of {x.type}: its size is not 1")
+    return ctx.reshape(x, [1 if d is None and i in axes else (-1 if d is None else d)
+                           for i, d in enumerate(shape) if i not in axes])
+
+
+@converter("Unsqueeze")
+def unsqueeze(ctx):
+    x = ctx.input(0)
+    axes = ctx.ints(1, "axes") if ctx.opset >= 13 else ctx.attr("axes")
+    rank = ctx.rank(x) + len(axes)
+    axes = axes_of(ctx, axes, rank)
+    dims = iter(x.type.shape)
+    shape = [1 if i in axes else next(dims) for i in range(rank)]
+    if shape.count(None) > 1:
+        raise ctx.unsupported(f"unsqueezing {x.type} needs at most one dynamic dim")
+    return ctx.reshape(x, [-1 if d is None else d for d in shape])
+
+
+@converter("Transpose")
+def transpose(ctx):
+    x = ctx.input(0)
+    perm = ctx.attr("perm", None)
+    perm = list(reversed(range(ctx.rank(x)))) if perm is None else axes_of(ctx, perm, ctx.rank(x), "perm")
+    return ctx.transpose(x, perm)
+
+
+def broadcast_to(ctx, x, shape):
+    shape = tuple(int(d) for d in shape)
+    return x if x.type.shape == shape else ctx.op("lz.broadcast_to", x, shape=list(shape))
+
+
+@converter("Expand")
+def expand(ctx):
+    x = ctx.input(0)
+    target = ctx.ints(1, "the target shape")
+    shape = try_broadcast_shapes(ctx.shape(x), tuple(target))
+    if shape is None:
+        raise ctx.error(f"cannot expand {x.type} to {target}: the shapes do not broadcast")
+    return broadcast_to(ctx, x, shape)
+
+
+@converter("Tile")
+def tile(ctx):
+    x = ctx.input(0)
+    repeats = ctx.ints(1, "repeats")
+    shape = ctx.shape(x)
+    if len(repeats) != len(shape):
+        raise ctx.error(f"repeats {repeats} must have one entry per dim of {x.type}")
+    if all(r == 1 for r in repeats):
+        return x
+    interleaved = [d for s in shape for d in (1, s)]
+    v = ctx.reshape(x, interleaved)
+    v = broadcast_to(ctx, v, [d for r, s in zip(repeats, shape) for d in (r, s)])
+    return ctx.reshape(v, [r * s for r, s in zip(repeats, shape)])
+
+
+@converter("Concat")
+def concat(ctx):
+    values = [v for v in ctx.inputs if v is not None]
+    axis = ctx.attr("axis")
+    rank = ctx.rank(values[0])
+    axis = axis_of(ctx, axis, rank)
+    values = [v for v in values if v.type.shape[axis] != 0] or values[:1]
+    if len(values) == 1:
+        return values[0]
+    return ctx.op("lz.concat", *values, axis=axis)
+
+
+def slice_axis(ctx, x, axis: int, start: int, end: int, step: int = 1):
+    if (start, step) == (0, 1) and end >= (x.type.shape[axis] or math.inf):
+        return x
+    return ctx.op("lz.slice", x, starts=[start], ends=[end], axes=[axis], steps=[step])
+
+
+@converter("Split")
+def split(ctx):
+    x = ctx.input(0)
+    axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(x))
+    size = x.type.shape[axis]
+    if size is None:
+        raise ctx.unsupported(f"splitting dynamic dim {axis} of {x.type}")
+    sizes = ctx.ints(1, "split") if ctx.opset >= 13 else ctx.attr("split", None)
+    outputs = len(ctx.node.output)
+    if sizes is None:
+        n = ctx.attr("num_outputs", None) if ctx.opset >= 18 else None
+        n = n or outputs
+        chunk = size // n if size % n == 0 else size // n + 1
+        sizes = [chunk] * n
+        sizes[-1] += size - sum(sizes)
+    if sum(sizes) != size or any(s < 0 for s in sizes):
+        raise ctx.error(f"split sizes {list(sizes)} do not add up to dim {axis} of {x.type}")
+    out, start = [], 0
+    for s in sizes:
+        out.append(ctx.op("lz.slice", x, starts=[start], ends=[start + s], axes=[axis]))
+        start += s
+    return out
+
+
+@converter("Slice")
+def slice_(ctx):
+    x = ctx.input(0)
+    if ctx.opset >= 10:
+        starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
+        axes, steps = ctx.ints(3, "axes"), ctx.ints(4, "steps")
+    else:
+        starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
+        axes, steps = ctx.attr("axes", None), None
+    axes = list(range(len(starts))) if axes is None else axes_of(ctx, axes, ctx.rank(x))
+    steps = [1] * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ctx.error("starts, ends, axes and steps must have the same length")
+    clamp = (-(1 << 62), 1 << 62)
+    starts = [min(max(s, clamp[0]), clamp[1]) for s in starts]
+    ends = [min(max(e, clamp[0]), clamp[1]) for e in ends]
+    if not starts:
+        return x
+    return ctx.op("lz.slice", x, starts=starts, ends=ends, axes=axes, steps=steps)
+
+
+@converter("Pad")
+def pad(ctx):
+    x = ctx.input(0)
+    rank = ctx.rank(x)
+    mode = ctx.attr("mode", "constant")
+    if ctx.opset >= 11:
+        pads = ctx.ints(1, "pads")
+        value = ctx.const(2)
+        if ctx.has_input(2) and value is None:
+            value = ctx.require_const(2, "the constant value")
+        axes = ctx.ints(3, "axes")
+    else:
+        pads, value, axes = list(ctx.attr("pads")), ctx.attr("value", 0.0), None
+    value = 0 if value is None else np.asarray(value).reshape(-1)[0].item() if np.size(value) else 0
+    axes = list(range(rank)) if axes is None else axes_of(ctx, axes, rank)
+    if len(pads) != 2 * len(axes):
+        raise ctx.error(f"pads {pads} must have two entries per padded axis ({len(axes)} axes)")
+    full = [0] * (2 * rank)
+    for i, a in enumerate(axes):
+        full[a], full[rank + a] = pads[i], pads[len(axes) + i]
+    if not any(full):
+        return x
+    if mode == "constant":
+        if ctx.dtype(x) == I1:
+            value = float(bool(value))
+        return ctx.op("lz.pad", x, pads=full, value=float(value))
+    if mode not in ("reflect", "edge", "wrap"):
+        raise ctx.unsupported(f"pad mode {mode!r} is not supported (constant, reflect, edge, wrap are)")
+    shape = ctx.shape(x)
+    for a in range(rank):
+        begin, end = full[a], full[rank + a]
+        if begin < 0 or end < 0:
+            x = ctx.op("lz.slice", x, starts=[max(-begin, 0)], ends=[shape[a] - max(-end, 0)], axes=[a])
+            shape = x.type.shape
+            begin, end = max(begin, 0), max(end, 0)
+        if begin or end:
+            x = _pad_axis(ctx, x, a, begin, end, mode)
+            shape = x.type.shape
+    return x
+
+
+def _pad_axis(ctx, x, axis, begin, end, mode):
+    n = x.type.shape[axis]
+    pieces = []
+    if mode == "reflect" and (begin >= n or end >= n):
+        raise ctx.unsupported(f"reflect padding of {max(begin, end)} along a dim of size {n}")
+    if mode == "wrap" and (begin > n or end > n):
+        raise ctx.unsupported(f"wrap padding of {max(begin, end)} along a dim of size {n}")
+    if begin:
+        if mode == "edge":
+            edge = ctx.op("lz.slice", x, starts=[0], ends=[1], axes=[axis])
+            shape = list(x.type.shape)
+            shape[axis] = begin
+            pieces.append(broadcast_to(ctx, edge, shape))
+        elif mode == "reflect":
+            pieces.append(ctx.op("lz.slice", x, starts=[begin], ends=[0], axes=[axis], steps=[-1]))
+        else:
+            pieces.append(ctx.op("lz.slice", x, starts=[n - begin], ends=[n], axes=[axis]))
+    pieces.append(x)
+    if end:
+        if mode == "edge":
+            edge = ctx.op("lz.slice", x, starts=[n - 1], ends=[n], axes=[axis])
+            shape = list(x.type.shape)
+            shape[axis] = end
+            pieces.append(broadcast_to(ctx, edge, shape))
+        elif mode == "reflect":
+            pieces.append(ctx.op("lz.slice", x, starts=[n - 2], ends=[n - 2 - end], axes=[axis], steps=[-1]))
+        else:
+            pieces.append(ctx.op("lz.slice", x, starts=[0], ends=[end], axes=[axis]))
+    return ctx.op("lz.concat", *pieces, axis=axis)
+
+
+@converter("Gather")
+def gather(ctx):
+    x, indices = ctx.input(0), ctx.input(1)
+    axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(x))
+    return ctx.op("lz.gather", x, indices, axis=axis)
+
+
+def normalized_indices(ctx, indices, size):
+    """Indices as i64, negative ones counted from the end (``size`` a number or an i64 value)."""
+    indices = ctx.cast(indices, I64)
+    size = ctx.scalar(size, I64) if isinstance(size, (int, np.integer)) else size
+    negative = ctx.op("lz.cmp", indices, ctx.scalar(0, I64), predicate="lt")
+    return ctx.op("lz.select", negative, ctx.op("lz.add", indices, size), indices)
+
+
+def gather_elements(ctx, x, indices, axis):
+    """``out[i, j, k] = x[i, indices[i, j, k], k]`` (for axis 1): ``lz.gather`` on the flattened
+    input at ``sum(coordinate * stride)``."""
+    shape = ctx.shape(x)
+    ishape = ctx.shape(indices, "the indices")
+    if len(shape) != len(ishape):
+        raise ctx.error(f"indices {indices.type} must have the rank of the data {x.type}")
+    strides = [product(shape[d + 1:]) for d in range(len(shape))]
+    base = np.zeros(ishape, np.int64)
+    for d in range(len(shape)):
+        if d != axis:
+            view = [1] * len(shape)
+            view[d] = ishape[d]
+            base = base + np.arange(ishape[d], dtype=np.int64).reshape(view) * strides[d]
+    flat = normalized_indices(ctx, indices, shape[axis])
+    if strides[axis] != 1:
+        flat = ctx.op("lz.mul", flat, ctx.scalar(strides[axis], I64))
+    if base.any():
+        flat = ctx.op("lz.add", flat, ctx.constant(base))
+    return ctx.op("lz.gather", ctx.reshape(x, [product(shape)]), flat, axis=0)
+
+
+@converter("GatherElements")
+def gather_elements_(ctx):
+    x = ctx.input(0)
+    return gather_elements(ctx, x, ctx.input(1), axis_of(ctx, ctx.attr("axis", 0), ctx.rank(x)))
+
+
+@converter("GatherND")
+def gather_nd(ctx):
+    x, indices = ctx.input(0), ctx.input(1)
+    b = ctx.attr("batch_dims", 0)
+    shape, ishape = ctx.shape(x), ctx.shape(indices, "the indices")
+    k = ishape[-1]
+    if b + k > len(shape) or ishape[:b] != shape[:b]:
+        raise ctx.error(f"indices {indices.type} do not fit data {x.type} with batch_dims={b}")
+    batch, picked, rest = shape[:b], shape[b:b + k], shape[b + k:]
+    strides = np.asarray([product(picked[j + 1:]) for j in range(k)], np.int64)
+    idx = ctx.cast(indices, I64)
+    sizes = ctx.constant(np.asarray(picked, np.int64))
+    idx = ctx.op("lz.select", ctx.op("lz.cmp", idx, ctx.scalar(0, I64), predicate="lt"),
+                 ctx.op("lz.add", idx, sizes), idx)
+    flat = ctx.op("lz.reduce_sum", ctx.op("lz.mul", idx, ctx.constant(strides)), axes=[len(ishape) - 1])
+    if b:
+        view = ishape[:-1]
+        base = np.zeros(view, np.int64)
+        batch_strides = [product(batch[d + 1:]) for d in range(b)]
+        for d in range(b):
+            shape_d = [1] * len(view)
+            shape_d[d] = view[d]
+            base = base + np.arange(view[d], dtype=np.int64).reshape(shape_d) * batch_strides[d]
+        flat = ctx.op("lz.add", flat, ctx.constant(base * product(picked)))
+    table = ctx.reshape(x, [product(batch) * product(picked)] + list(rest))
+    return ctx.op("lz.gather", table, flat, axis=0)
+
+
+@converter("Constant")
+def constant(ctx):
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if ctx.has_attr(key):
+            value = ctx.attr(key)
+            break
+    else:
+        for key in ("value_string", "value_strings", "sparse_value"):
+            if ctx.has_attr(key):
+                raise ctx.unsupported(f"attribute '{key}': string and sparse constants are not supported")
+        raise ctx.error("has no value attribute")
+    if key in ("value_float", "value_floats"):
+        value = np.asarray(value, np.float32)
+    elif key in ("value_int", "value_ints"):
+        value = np.asarray(value, np.int64)
+    return ctx.constant(value)
+
+
+@converter("ConstantOfShape")
+def constant_of_shape(ctx):
+    shape = ctx.ints(0, "the shape")
+    value = ctx.attr("value", None)
+    value = np.zeros((), np.float32) if value is None else np.asarray(value).reshape(-1)[:1].reshape(())
+    v = ctx.constant(value)
+    return broadcast_to(ctx, v, shape)
+
+
+@converter("Range")
+def range_(ctx):
+    start, limit, delta = (ctx.require_const(i, name) for i, name in enumerate(("start", "limit", "delta")))
+    dtype = start.dtype
+    count = max(int(math.ceil((limit.item() - start.item()) / delta.item())), 0)
+    return ctx.constant((start + np.arange(count) * delta).astype(dtype))
+
+
+@converter("EyeLike")
+def eye_like(ctx):
+    x = ctx.input(0)
+    shape = ctx.shape(x)
+    if len(shape) != 2:
+        raise ctx.error(f"input must be 2-D, got {x.type}")
+    dtype = ctx.attr("dtype", None)
+    et = ctx.dtype(x) if dtype is None else element_types.from_onnx(dtype)
+    if et is None:
+        raise ctx.unsupported(f"dtype {element_types.onnx_type_name(dtype)} is not supported")
+    return ctx.constant(np.eye(shape[0], shape[1], k=ctx.attr("k", 0)), et)
+
+
+@converter("Trilu")
+def trilu(ctx):
+    x = ctx.input(0)
+    k = ctx.ints(1, "k")
+    k = 0 if k is None else k[0]
+    upper = ctx.attr("upper", 1)
+    shape = ctx.shape(x)
+    rows, cols = shape[-2], shape[-1]
+    i = np.arange(rows).reshape(rows, 1)
+    j = np.arange(cols).reshape(1, cols)
+    keep = (j - i >= k) if upper else (j - i <= k)
+    return ctx.op("lz.select", ctx.constant(keep), x, ctx.scalar(0, x))
+
+
+@converter("SpaceToDepth")
+def space_to_depth(ctx):
+    x = ctx.input(0)
+    bs = ctx.attr("blocksize")
+    n, c, h, w = ctx.shape(x)
+    v = ctx.reshape(x, [n, c, h // bs, bs, w // bs, bs])
+    v = ctx.transpose(v, [0, 3, 5, 1, 2, 4])
+    return ctx.reshape(v, [n, c * bs * bs, h // bs, w // bs])
+
+
+@converter("DepthToSpace")
+def depth_to_space(ctx):
+    x = ctx.input(0)
+    bs = ctx.attr("blocksize")
+    mode = ctx.attr("mode", "DCR")
+    n, c, h, w = ctx.shape(x)
+    if mode == "DCR":
+        v = ctx.transpose(ctx.reshape(x, [n, bs, bs, c // (bs * bs), h, w]), [0, 3, 4, 1, 5, 2])
+    elif mode == "CRD":
+        v = ctx.transpose(ctx.reshape(x, [n, c // (bs * bs), bs, bs, h, w]), [0, 1, 4, 2, 5, 3])
+    else:
+        raise ctx.error(f"attribute 'mode' must be DCR or CRD, got {mode!r}")
+    return ctx.reshape(v, [n, c // (bs * bs), h * bs, w * bs])
+
+
+@converter("CenterCropPad")
+def center_crop_pad(ctx):
+    x = ctx.input(0)
+    target = ctx.ints(1, "the shape")
+    rank = ctx.rank(x)
+    axes = ctx.attr("axes", None)
+    axes = list(range(rank)) if axes is None else axes_of(ctx, axes, rank)
+    if len(target) != len(axes):
+        raise ctx.error(f"shape {target} must have one entry per axis {axes}")
+    for a, t in zip(axes, target):
+        n = ctx.shape(x)[a]
+        if t < n:
+            start = (n - t) // 2
+            x = ctx.op("lz.slice", x, starts=[start], ends=[start + t], axes=[a])
+        elif t > n:
+            pads = [0] * (2 * rank)
+            pads[a] = (t - n) // 2
+            pads[rank + a] = t - n - pads[a]
+            x = ctx.op("lz.pad", x, pads=pads)
+    return x
+
+
+@converter("ReverseSequence")
+def reverse_sequence(ctx):
+    x, lengths = ctx.input(0), ctx.input(1)
+    batch_axis, time_axis = ctx.attr("batch_axis", 1), ctx.attr("time_axis", 0)
+    shape = ctx.shape(x)
+    rank = len(shape)
+    view_t = [1] * rank
+    view_t[time_axis] = shape[time_axis]
+    view_b = [1] * rank
+    view_b[batch_axis] = shape[batch_axis]
+    t = ctx.constant(np.arange(shape[time_axis], dtype=np.int64).reshape(view_t))
+    n = ctx.reshape(ctx.cast(lengths, I64), view_b)
+    reversed_t = ctx.op("lz.sub", ctx.op("lz.sub", n, ctx.scalar(1, I64)), t)
+    source = ctx.op("lz.select", ctx.op("lz.cmp", t, n, predicate="lt"), reversed_t, t)
+    source = broadcast_to(ctx, source, shape)
+    return gather_elements(ctx, x, source, time_axis)
+
+
+@converter("OneHot")
+def one_hot(ctx):
+    indices, values = ctx.input(0), ctx.input(2)
+    depth = int(np.asarray(ctx.require_const(1, "depth")).reshape(-1)[0])
+    rank = ctx.rank(indices) + 1
+    axis = axis_of(ctx, ctx.attr("axis", -1), rank)
+    idx = ctx.cast(indices, I64) if not ctx.dtype(indices).is_float else ctx.cast(indices, I64)
+    idx = normalized_indices(ctx, idx, depth)
+    idx = ctx.reshape(idx, list(idx.type.shape[:axis]) + [1] + list(idx.type.shape[axis:]))
+    view = [1] * rank
+    view[axis] = depth
+    hit = ctx.op("lz.cmp", idx, ctx.constant(np.arange(depth, dtype=np.int64).reshape(view)), predicate="eq")
+    off = ctx.reshape(ctx.op("lz.slice", values, starts=[0], ends=[1]), [])
+    on = ctx.reshape(ctx.op("lz.slice", values, starts=[1], ends=[2]), [])
+    return ctx.op("lz.select", hit, on, off)
+
+
+@converter("Compress")
+def compress(ctx):
+    x = ctx.input(0)
+    condition = np.asarray(ctx.require_const(1, "the condition")).astype(bool).reshape(-1)
+    axis = ctx.attr("axis", None)
+    if axis is None:
+        x = ctx.reshape(x, [product(ctx.shape(x))])
+        axis = 0
+    axis = axis_of(ctx, axis, ctx.rank(x))
+    picked = np.nonzero(condition[: x.type.shape[axis]])[0].astype(np.int64)
+    return ctx.op("lz.gather", x, ctx.constant(picked), axis=axis)
+
+
+@converter("Dropout")
+def dropout(ctx):
+    """Inference: the input unchanged and a mask of ones.  Training mode with a nonzero ratio
+    draws random numbers, which lezero does not do."""
+    ctx.ignore_attrs("seed")
+    x = ctx.input(0)
+    if ctx.opset >= 12:
+        ratio = ctx.const(1)
+        training = ctx.const(2)
+        if ctx.has_input(2) and training is None:
+            training = ctx.require_const(2, "training_mode")
+        ratio = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+        training = bool(training is not None and np.asarray(training).reshape(-1)[0])
+    else:
+        ratio = ctx.attr("ratio", 0.5)
+        training = not ctx.attr("is_test", 1) if ctx.opset < 7 else False
+    if training and ratio != 0:
+        raise ctx.unsupported("training mode with a nonzero ratio draws random numbers, which lezero does not do")
+    outputs = [x]
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        outputs.append(broadcast_to(ctx, ctx.constant(np.ones((), bool)), ctx.shape(x)))
+    return outputs
+
+
+@converter("ArrayFeatureExtractor", domain="ai.onnx.ml")
+def array_feature_extractor(ctx):
+    x = ctx.input(0)
+    indices = ctx.reshape(ctx.input(1), [-1]) if ctx.rank(ctx.input(1)) != 1 else ctx.input(1)
+    return ctx.op("lz.gather", x, indices, axis=ctx.rank(x) - 1)
+
+
+@converter("CumSum")
+def cumsum(ctx):
+    x = ctx.input(0)
+    axis = int(np.asarray(ctx.require_const(1, "axis")).reshape(-1)[0])
+    return ctx.op("lz.cumulative", x, combine="add", axis=axis_of(ctx, axis, ctx.rank(x)),
+                  exclusive=bool(ctx.attr("exclusive", 0)), reverse=bool(ctx.attr("reverse", 0)))
+
+
+@converter("CumProd")
+def cumprod(ctx):
+    x = ctx.input(0)
+    axis = int(np.asarray(ctx.require_const(1, "axis")).reshape(-1)[0])
+    return ctx.op("lz.cumulative", x, combine="mul", axis=axis_of(ctx, axis, ctx.rank(x)),
+                  exclusive=bool(ctx.attr("exclusive", 0)), reverse=bool(ctx.attr("reverse", 0)))
+
+
+# --- Einsum ---------------------------------------------------------------------------------------
+
+@converter("Einsum")
+def einsum(ctx):
+    """Operands contracted pairwise as batched matmuls (transpose + reshape around ``lz.matmul``);
+    repeated letters within an operand take its diagonal, letters no one else needs are summed
+    first."""
+    equation = ctx.attr("equation").replace(" ", "")
+    values = [v for v in ctx.inputs if v is not None]
+    lhs, arrow, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(values):
+        raise ctx.error(f"equation {equation!r} has {len(terms)} operands, the node {len(values)}")
+    pool = [c for c in string.ascii_letters if c not in equation]
+    ellipsis = max((ctx.rank(v) - (len(t) - 3) for t, v in zip(terms, values) if "..." in t), default=0)
+    extra = "".join(pool[:ellipsis])
+    parsed = []
+    for t, v in zip(terms, values):
+        if "..." in t:
+            n = ctx.rank(v) - (len(t) - 3)
+            t = t.replace("...", extra[ellipsis - n:])
+        if len(t) != ctx.rank(v) or not all(c.isalpha() for c in t):
+            raise ctx.error(f"term {t!r} of equation {equation!r} does not fit operand {v.type}")
+        parsed.append(t)
+    if arrow:
+        out = rhs.replace("...", extra)
+    else:
+        counts = {c: lhs.count(c) for c in set(lhs) if c.isalpha()}
+        out = extra + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in extra))
+    sizes: dict = {}
+    for t, v in zip(parsed, values):
+        for c, d in zip(t, ctx.shape(v)):
+            if sizes.get(c, 1) == 1:
+                sizes[c] = d
+            elif d not in (1, sizes[c]):
+                raise ctx.error(f"letter {c!r} of equation {equation!r} has sizes {sizes[c]} and {d}")
+    operands = [_diagonal(ctx, v, t) for t, v in zip(parsed, values)]
+    # sum letters only one operand has and the output does not
+    pending = []
+    for i, (v, t) in enumerate(operands):
+        others = out + "".join(tt for j, (_, tt) in enumerate(operands) if j != i)
+        pending.append(_sum_letters(ctx, v, t, [c for c in t if c not in others]))
+    v, t = pending[0]
+    for i in range(1, len(pending)):
+        w, u = pending[i]
+        keep = out + "".join(tt for _, tt in pending[i + 1:])
+        v, t = _contract(ctx, v, t, w, u, keep, sizes)
+    v, t = _sum_letters(ctx, v, t, [c for c in t if c not in out])
+    if sorted(t) != sorted(out):
+        raise ctx.error(f"equation {equation!r}: output letters {out!r} are not all in the inputs")
+    v = ctx.transpose(v, [t.index(c) for c in out])
+    return broadcast_to(ctx, v, [sizes[c] for c in out])
+
+
+def _diagonal(ctx, v, term):
+    """Repeated letters: keep the diagonal (a gather on the two dims flattened into one)."""
+    while len(set(term)) != len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        p, q = term.index(c), term.index(c, term.index(c) + 1)
+        rest = [i for i in range(len(term)) if i not in (p, q)]
+        v = ctx.transpose(v, rest + [p, q])
+        shape = v.type.shape
+        n = shape[-1]
+        v = ctx.reshape(v, list(shape[:-2]) + [n * n])
+        v = ctx.op("lz.gather", v, ctx.constant(np.arange(n, dtype=np.int64) * (n + 1)), axis=len(shape) - 2)
+        term = "".join(term[i] for i in rest) + c
+    return v, term
+
+
+def _sum_letters(ctx, v, term, letters):
+    if not letters:
+        return v, term
+    axes = [term.index(c) for c in letters]
+    return ctx.op("lz.reduce_sum", v, axes=axes), "".join(c for c in term if c not in letters)
+
+
+def _contract(ctx, a, ta, b, tb, keep, sizes):
+    batch = [c for c in ta if c in tb and c in keep]
+    contracted = [c for c in ta if c in tb and c not in keep]
+    a_free = [c for c in ta if c not in tb]
+    b_free = [c for c in tb if c not in ta]
+
+    def arrange(v, t, order, groups):
+        v = ctx.transpose(v, [t.index(c) for c in order])
+        v = broadcast_to(ctx, v, [sizes[c] if c in batch or c in contracted else v.type.shape[i]
+                                  for i, c in enumerate(order)])
+        return ctx.reshape(v, [product(sizes[c] if c in batch or c in contracted else v.type.shape[order.index(c)]
+                                       for c in g) for g in groups])
+
+    a3 = arrange(a, ta, batch + a_free + contracted, [batch, a_free, contracted])
+    b3 = arrange(b, tb, batch + contracted + b_free, [batch, contracted, b_free])
+    product_ = ctx.op("lz.matmul", a3, b3)
+    dims = [sizes[c] for c in batch] + [a.type.shape[ta.index(c)] for c in a_free] + \
+        [b.type.shape[tb.index(c)] for c in b_free]
+    return ctx.reshape(product_, dims), "".join(batch + a_free + b_free)
+
+
+# --- scatter and selection ------------------------------------------------------------------------
+
+def element_index_tuples(ctx, indices, axis):
+    """ScatterElements' addressing as ScatterND's: each index with the coordinates of its
+    position along the other dims, stacked on a new last axis."""
+    shape = ctx.shape(indices, "the indices")
+    columns = []
+    for d in range(len(shape)):
+        if d == axis:
+            columns.append(ctx.reshape(ctx.cast(indices, I64), list(shape) + [1]))
+        else:
+            view = [1] * len(shape)
+            view[d] = shape[d]
+            grid = np.broadcast_to(np.arange(shape[d], dtype=np.int64).reshape(view), shape)
+            columns.append(ctx.constant(np.ascontiguousarray(grid).reshape(list(shape) + [1])))
+    return ctx.op("lz.concat", *columns, axis=len(shape)) if len(columns) > 1 else columns[0]
+
+
+def _reduction(ctx):
+    reduction = ctx.attr("reduction", "none")
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise ctx.error(f"attribute 'reduction' must be none, add, mul, max or min, got {reduction!r}")
+    return reduction
+
+
+@converter("ScatterElements", "Scatter")
+def scatter_elements(ctx):
+    data, indices, updates = ctx.input(0), ctx.input(1), ctx.input(2)
+    axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(data))
+    reduction = _reduction(ctx) if ctx.op_type == "ScatterElements" else "none"
+    if ctx.rank(indices) != ctx.rank(data):
+        raise ctx.error(f"indices {indices.type} must have the rank of the data {data.type}")
+    tuples = element_index_tuples(ctx, indices, axis)
+    return ctx.op("lz.scatter_nd", data, tuples, updates, reduction=reduction)
+
+
+@converter("ScatterND")
+def scatter_nd(ctx):
+    return ctx.op("lz.scatter_nd", ctx.input(0), ctx.input(1), ctx.input(2), reduction=_reduction(ctx))
+
+
+@converter("TopK")
+def top_k(ctx):
+    x = ctx.input(0)
+    k = ctx.ints(1, "K")[0] if ctx.opset >= 10 else ctx.attr("k")
+    axis = axis_of(ctx, ctx.attr("axis", -1), ctx.rank(x))
+    ctx.attr("sorted", 1)  # the results are always sorted, which 'sorted = 0' allows too
+    values, indices = ctx.create("lz.topk", [x], {"k": int(k), "axis": axis,
+                                                  "largest": bool(ctx.attr("largest", 1))})
+    return [values, indices]
