@@ -20,7 +20,7 @@ NOT_SAMPLED = {"lz.kernel": "made by the fuse pass; covered by every compiled sa
 class Arg:
     shape: tuple
     dtype: str = "float32"
-    kind: str = "normal"  # normal, positive, bool, small-int, index:<bound>
+    kind: str = "normal"  # normal, positive, bool, small-int, index:<bound>, shift, unit, small-float, above-one, halves
 
     def make(self, rng) -> np.ndarray:
         if self.kind == "bool":
@@ -30,6 +30,16 @@ class Arg:
             return rng.integers(-bound, bound, self.shape).astype(self.dtype)
         if self.kind == "small-int":
             return rng.integers(-5, 6, self.shape).astype(self.dtype)
+        if self.kind == "shift":  # shift amounts, some past the bit width
+            return rng.integers(0, 8 * np.dtype(self.dtype).itemsize + 3, self.shape).astype(self.dtype)
+        if self.kind == "unit":
+            return rng.uniform(-0.95, 0.95, self.shape).astype(self.dtype)
+        if self.kind == "small-float":
+            return rng.uniform(-1.2, 1.2, self.shape).astype(self.dtype)
+        if self.kind == "above-one":
+            return (1 + np.abs(rng.standard_normal(self.shape)) * 3).astype(self.dtype)
+        if self.kind == "halves":  # ties of round-half-to-even among ordinary values
+            return (rng.integers(-8, 8, self.shape) / 2 + (rng.random(self.shape) < 0.5) * 0.3).astype(self.dtype)
         a = rng.standard_normal(self.shape)
         if self.kind == "positive":
             a = np.abs(a) + 0.5
@@ -87,6 +97,12 @@ for _op, _kw in {"neg": dict(ints=True), "abs": dict(ints=True), "exp": {}, "log
                  "relu": dict(ints=True), "erf": {}, "sin": {}, "cos": {}, "floor": {}, "ceil": {},
                  "sign": dict(ints=True), "reciprocal": dict(positive=True)}.items():
     SAMPLES["lz." + _op] = _unary("lz." + _op, **_kw)
+# issue 5 (ONNX): inverse and hyperbolic trigonometry, rounding; arguments inside each domain
+SAMPLES["lz.tan"] = [Sample("lz.tan", [Arg((3, 5), dt, "small-float")]) for dt in ("float32", "float64")]
+for _op, _kind in (("atan", "normal"), ("asin", "unit"), ("acos", "unit"), ("sinh", "normal"), ("cosh", "normal"),
+                   ("asinh", "normal"), ("acosh", "above-one"), ("atanh", "unit"), ("round", "halves")):
+    SAMPLES["lz." + _op] = [Sample("lz." + _op, [Arg((3, 5), dt, _kind)]) for dt in ("float32", "float64")] + \
+        [Sample("lz." + _op, [Arg((2, 1, 7), "float16", _kind)])]
 SAMPLES["lz.not"] = [Sample("lz.not", [Arg((3, 4), "bool", "bool")]), Sample("lz.not", [Arg((5,), "int32", "small-int")])]
 SAMPLES["lz.cast"] = [Sample("lz.cast", [Arg((3, 4), "float32")], {"to": to}) for to in ("f16", "f64", "i32", "i1", "bf16")] + \
     [Sample("lz.cast", [Arg((6,), "int64", "small-int")], {"to": "f32"}),
@@ -100,6 +116,20 @@ SAMPLES["lz.pow"] = _binary("lz.pow", ints=False, positive=True)
 for _op in ("and", "or"):
     SAMPLES["lz." + _op] = [Sample("lz." + _op, [Arg((3, 4), "bool", "bool"), Arg((4,), "bool", "bool")]),
                             Sample("lz." + _op, [Arg((5,), "int32", "small-int"), Arg((5,), "int32", "small-int")])]
+SAMPLES["lz.rem"] = _binary("lz.rem", positive=True) + \
+    [Sample("lz.rem", [Arg((6,), "int32", "small-int"), Arg((6,), "int32", "small-int")]),
+     Sample("lz.rem", [Arg((6,), "uint8", "small-int"), Arg((6,), "uint8", "small-int")])]
+SAMPLES["lz.xor"] = [Sample("lz.xor", [Arg((3, 4), "bool", "bool"), Arg((4,), "bool", "bool")]),
+                     Sample("lz.xor", [Arg((5,), "int32", "small-int"), Arg((5,), "int32", "small-int")]),
+                     Sample("lz.xor", [Arg((5,), "uint16", "small-int"), Arg((1,), "uint16", "small-int")])]
+for _op in ("shift_left", "shift_right"):
+    SAMPLES["lz." + _op] = [Sample("lz." + _op, [Arg((3, 4), dt, "small-int"), Arg((4,), dt, "shift")])
+                            for dt in ("uint8", "int32", "uint32", "int64", "uint64")]
+SAMPLES["lz.bitcast"] = [Sample("lz.bitcast", [Arg((3, 4))], {"to": "i32"}),
+                         Sample("lz.bitcast", [Arg((5,), "int64", "small-int")], {"to": "f64"}),
+                         Sample("lz.bitcast", [Arg((4,), "float16")], {"to": "i16"}),
+                         Sample("lz.bitcast", [Arg((6,), "bool", "bool")], {"to": "ui8"}),
+                         Sample("lz.bitcast", [Arg((6,), "int8", "small-int")], {"to": "ui8"})]
 SAMPLES["lz.cmp"] = [Sample("lz.cmp", [Arg((3, 4)), Arg((4,))], {"predicate": p}) for p in ("eq", "ne", "lt", "le", "gt", "ge")] + \
     [Sample("lz.cmp", [Arg((5,), "int64", "small-int"), Arg((5,), "int64", "small-int")], {"predicate": "le"})]
 SAMPLES["lz.select"] = [Sample("lz.select", [Arg((3, 4), "bool", "bool"), Arg((3, 4)), Arg((4,))]),
@@ -136,6 +166,20 @@ for _op in ("reduce_sum", "reduce_max", "reduce_min", "reduce_mean", "reduce_pro
         SAMPLES["lz." + _op].append(Sample("lz." + _op, [Arg((4, 3), "int32", "small-int")], {"axes": [0]}))
 SAMPLES["lz.argmax"] = [Sample("lz.argmax", [Arg((3, 5, 4))], {"axis": 1}),
                         Sample("lz.argmax", [Arg((6, 5), "int32", "small-int")], {"axis": -1, "keepdims": True})]
+SAMPLES["lz.cumulative"] = [
+    Sample("lz.cumulative", [Arg((3, 5, 4))], {"combine": "add", "axis": 1}),
+    Sample("lz.cumulative", [Arg((3, 5, 4))], {"combine": "add", "axis": -1, "exclusive": True, "reverse": True}),
+    Sample("lz.cumulative", [Arg((6, 3), "float64")], {"combine": "mul", "axis": 0, "reverse": True}),
+    Sample("lz.cumulative", [Arg((4, 7), "int32", "small-int")], {"combine": "max", "axis": 1, "exclusive": True}),
+    Sample("lz.cumulative", [Arg((4, 7), "float16")], {"combine": "min", "axis": 1})]
+SAMPLES["lz.topk"] = [Sample("lz.topk", [Arg((3, 9))], {"k": 4}),
+                      Sample("lz.topk", [Arg((5, 6, 2), "int64", "small-int")], {"k": 3, "axis": 1, "largest": False}),
+                      Sample("lz.topk", [Arg((7,), "float64")], {"k": 7, "largest": False})]
+SAMPLES["lz.scatter_nd"] = [
+    Sample("lz.scatter_nd", [Arg((5, 3)), Arg((4, 1), "int64", "index:5"), Arg((4, 3))], {"reduction": "add"}),
+    Sample("lz.scatter_nd", [Arg((4, 6)), Arg((3, 2), "int32", "index:4"), Arg((3,))]),
+    Sample("lz.scatter_nd", [Arg((2, 3, 4), "int32", "small-int"), Arg((2, 2), "int64", "index:2"),
+                             Arg((2, 4), "int32", "small-int")], {"reduction": "max"})]
 SAMPLES["lz.reshape"] = [Sample("lz.reshape", [Arg((2, 3, 4))], {"shape": [4, -1]}),
                          Sample("lz.reshape", [Arg((6,), "int64", "small-int")], {"shape": [3, 1, 2]})]
 SAMPLES["lz.transpose"] = [Sample("lz.transpose", [Arg((2, 3, 4))], {"perm": [2, 0, 1]}),

@@ -6,8 +6,8 @@ from lezero.ir.diagnostics import (Diagnostic, InputError, InterpretError, IRErr
                                    VerifyError)
 from lezero.ir.location import UNKNOWN, FileLineColLoc, FusedLoc, Location, NameLoc, UnknownLoc
 from lezero.ir.opdef import AttrSpec, OpDef, OpError, lookup, register, registered_ops
-from lezero.ir.types import (BF16, ELEMENT_TYPES, F16, F32, F64, I1, I8, I16, I32, I64, UI8, ElementType,
-                             FunctionType, TensorType, Type, element_type_of, tensor, tensor_type_of)
+from lezero.ir.types import (BF16, ELEMENT_TYPES, F16, F32, F64, I1, I8, I16, I32, I64, UI8, UI16, UI32, UI64,
+                             ElementType, FunctionType, TensorType, Type, element_type_of, tensor, tensor_type_of)
 import lezero.ir.dialect  # noqa: E402,F401  (registers every lz op)
 from lezero.ir.interpreter import interpret  # noqa: E402
 from lezero.ir.parser import parse_module, split_input_file  # noqa: E402

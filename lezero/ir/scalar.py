@@ -104,6 +104,10 @@ class ScalarBuilder:
         nearest even."""
         raise NotImplementedError("cast")
 
+    def bitcast(self, x, to: ElementType):
+        """As ``lz.bitcast``: the same bits (of the storage form) as ``to``."""
+        raise NotImplementedError("bitcast")
+
     # --- float math ---------------------------------------------------------------------------------
     def sqrt(self, x):
         raise NotImplementedError("sqrt")

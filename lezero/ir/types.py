@@ -57,8 +57,12 @@ I16 = ElementType("i16", "int", 16)
 I32 = ElementType("i32", "int", 32)
 I64 = ElementType("i64", "int", 64)
 UI8 = ElementType("ui8", "int", 8)
+UI16 = ElementType("ui16", "int", 16)
+UI32 = ElementType("ui32", "int", 32)
+UI64 = ElementType("ui64", "int", 64)
 
-ELEMENT_TYPES: dict[str, ElementType] = {t.name: t for t in (F16, BF16, F32, F64, I1, I8, I16, I32, I64, UI8)}
+ELEMENT_TYPES: dict[str, ElementType] = {t.name: t for t in (F16, BF16, F32, F64, I1, I8, I16, I32, I64,
+                                                              UI8, UI16, UI32, UI64)}
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "f16": np.dtype(np.float16),
@@ -71,6 +75,9 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "i32": np.dtype(np.int32),
     "i64": np.dtype(np.int64),
     "ui8": np.dtype(np.uint8),
+    "ui16": np.dtype(np.uint16),
+    "ui32": np.dtype(np.uint32),
+    "ui64": np.dtype(np.uint64),
 }
 
 _FROM_NUMPY = {np.dtype(v): ELEMENT_TYPES[k] for k, v in NUMPY_DTYPES.items() if k != "bf16"}

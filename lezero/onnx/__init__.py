@@ -8,13 +8,14 @@
 
 Errors: ``OnnxError`` (a model lezero cannot read), ``UnsupportedError`` (something lezero does
 not implement, naming the node and operator), ``ValueDependentError`` (a shape computed from graph
-inputs' values).
+inputs' values), ``DynamicShapeError`` (a computation with a dim the graph leaves dynamic).
 """
-from lezero.onnx.errors import OnnxError, UnsupportedError, ValueDependentError
+from lezero.onnx.errors import DynamicShapeError, OnnxError, UnsupportedError, ValueDependentError
 from lezero.onnx.importer import CONVERTERS, MIN_OPSET, import_model
 from lezero.onnx.compiled_model import CompiledModel, FeedError, compile  # noqa: A004
 
 __all__ = ["import_model", "compile", "CompiledModel", "OnnxError", "UnsupportedError", "ValueDependentError",
+           "DynamicShapeError",
            "FeedError", "CONVERTERS", "MIN_OPSET", "supported_operators"]
 
 

@@ -5,18 +5,21 @@ When a shape (or another compile-time parameter) is computed from graph inputs -
 shape fed as an input, Range's bounds, TopK's K -- the model compiles on its first ``run`` for the
 values given there, and again for each new set of values of those inputs (``ValueDependentError``
 names them; the rest of the inputs stay arguments).  Dynamic dims are bound per call by the
-compiled function itself (one plan per input shape).
+compiled function itself (one plan per input shape); when the graph computes with a dynamic dim
+(``Shape`` of it: ``DynamicShapeError``), the model is imported per input shape instead, with the
+inputs' dims set from the feeds.
 """
 from __future__ import annotations
 
 import threading
 
 import numpy as np
+import onnx
 
 from lezero.ir.attributes import ArrayAttr
 from lezero.ir.core import ModuleOp
 from lezero.onnx import element_types
-from lezero.onnx.errors import OnnxError, ValueDependentError
+from lezero.onnx.errors import DynamicShapeError, OnnxError, ValueDependentError
 from lezero.onnx.importer import Importer, tensor_type_of, upgrade
 from lezero.onnx.loading import load_model
 from lezero.runtime.compiled_function import CompiledFunction
@@ -66,10 +69,13 @@ class CompiledModel:
         self._lock = threading.Lock()
         self._programs: dict[tuple, _Program] = {}
         self.value_inputs: tuple[str, ...] = ()  # inputs whose values the program is specialized on
+        self.shape_specialized = False  # whether programs are imported per input shape
         try:
             self._programs[()] = _Program(Importer(model).run())
         except ValueDependentError as e:
             self.value_inputs = e.inputs
+        except DynamicShapeError:
+            self.shape_specialized = True
 
     @property
     def module(self) -> ModuleOp | None:
@@ -104,20 +110,33 @@ class CompiledModel:
             out[name] = array
         return out
 
+    def _with_static_dims(self, feeds: dict) -> onnx.ModelProto:
+        """The model with every graph input's dims set to its feed's shape."""
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        for i in model.graph.input:
+            if i.name in feeds and i.type.HasField("tensor_type"):
+                dims = i.type.tensor_type.shape.dim
+                for d, size in zip(dims, feeds[i.name].shape):
+                    d.Clear()
+                    d.dim_value = int(size)
+        return model
+
     def _program(self, feeds: dict) -> _Program:
         program = self._programs.get(())
         if program is not None:
             return program
         bound = tuple(self.value_inputs)
         while True:
-            key = tuple((n, feeds[n].dtype.str, feeds[n].shape, feeds[n].tobytes()) for n in bound)
+            shapes = tuple(feeds[n].shape for n in self.input_names) if self.shape_specialized else ()
+            key = (shapes,) + tuple((n, feeds[n].dtype.str, feeds[n].shape, feeds[n].tobytes()) for n in bound)
             program = self._programs.get(key)
             if program is not None:
                 return program
             try:
                 with self._lock:
-                    module = Importer(self.model, {n: feeds[n] for n in bound}).run()
-                    program = _Program(module)
+                    model = self._with_static_dims(feeds) if self.shape_specialized else self.model
+                    program = _Program(Importer(model, {n: feeds[n] for n in bound}).run())
                     self._programs[key] = program
                 return program
             except ValueDependentError as e:
@@ -126,6 +145,10 @@ class CompiledModel:
                     raise
                 bound = tuple(bound) + tuple(new)
                 self.value_inputs = bound
+            except DynamicShapeError:
+                if self.shape_specialized:
+                    raise
+                self.shape_specialized = True
 
     def run(self, feeds: dict) -> dict:
         """``{input name: array}`` -> ``{output name: array}`` (in the graph's output order)."""

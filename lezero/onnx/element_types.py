@@ -4,17 +4,14 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from lezero.ir.types import BF16, ELEMENT_TYPES, F16, F32, F64, I1, I8, I16, I32, I64, UI8, ElementType
+from lezero.ir.types import BF16, F16, F32, F64, I1, I8, I16, I32, I64, UI8, UI16, UI32, UI64, ElementType
 
 _FROM_ONNX: dict[int, ElementType] = {
     TensorProto.FLOAT: F32, TensorProto.DOUBLE: F64, TensorProto.FLOAT16: F16, TensorProto.BFLOAT16: BF16,
     TensorProto.BOOL: I1, TensorProto.INT8: I8, TensorProto.INT16: I16, TensorProto.INT32: I32,
-    TensorProto.INT64: I64, TensorProto.UINT8: UI8,
+    TensorProto.INT64: I64, TensorProto.UINT8: UI8, TensorProto.UINT16: UI16, TensorProto.UINT32: UI32,
+    TensorProto.UINT64: UI64,
 }
-# Unsigned types wider than 8 bits exist in lezero once the IR has them.
-for _onnx, _name in ((TensorProto.UINT16, "ui16"), (TensorProto.UINT32, "ui32"), (TensorProto.UINT64, "ui64")):
-    if _name in ELEMENT_TYPES:
-        _FROM_ONNX[_onnx] = ELEMENT_TYPES[_name]
 _TO_ONNX = {v: k for k, v in _FROM_ONNX.items()}
 
 
@@ -31,7 +28,7 @@ def supports(code: int) -> bool:
 
 def from_onnx(code: int) -> ElementType | None:
     """lezero's element type for an ONNX data type, or None when lezero has none (strings,
-    complex numbers, float8 and the 4- and 2-bit types)."""
+    complex numbers, float8, float4 and the 4- and 2-bit integers)."""
     return _FROM_ONNX.get(code)
 
 

@@ -14,6 +14,11 @@ class UnsupportedError(OnnxError):
     an element type, an opset."""
 
 
+class DynamicShapeError(UnsupportedError):
+    """A computation needs a dim the graph leaves dynamic (``?``): Shape of it, a reshape that
+    copies it, ... ``CompiledModel`` then compiles per input shape, with the inputs' dims bound."""
+
+
 class ValueDependentError(UnsupportedError):
     """A shape (or another compile-time parameter, such as Reshape's target or TopK's K) is
     computed from graph inputs.  ``inputs`` names them: binding their values with

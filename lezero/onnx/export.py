@@ -25,13 +25,16 @@ OPSET = 18
 
 _ONNX_TYPES = {"f16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16, "f32": TensorProto.FLOAT,
                "f64": TensorProto.DOUBLE, "i1": TensorProto.BOOL, "i8": TensorProto.INT8, "i16": TensorProto.INT16,
-               "i32": TensorProto.INT32, "i64": TensorProto.INT64, "ui8": TensorProto.UINT8}
+               "i32": TensorProto.INT32, "i64": TensorProto.INT64, "ui8": TensorProto.UINT8,
+               "ui16": TensorProto.UINT16, "ui32": TensorProto.UINT32, "ui64": TensorProto.UINT64}
 
 _SAME_NAME = {"neg": "Neg", "abs": "Abs", "exp": "Exp", "log": "Log", "sqrt": "Sqrt", "tanh": "Tanh",
               "sigmoid": "Sigmoid", "relu": "Relu", "erf": "Erf", "sin": "Sin", "cos": "Cos", "floor": "Floor",
               "ceil": "Ceil", "sign": "Sign", "reciprocal": "Reciprocal", "not": "Not", "add": "Add", "sub": "Sub",
               "mul": "Mul", "div": "Div", "pow": "Pow", "max": "Max", "min": "Min", "and": "And", "or": "Or",
-              "matmul": "MatMul", "select": "Where"}
+              "matmul": "MatMul", "select": "Where", "acos": "Acos", "acosh": "Acosh", "asin": "Asin",
+              "asinh": "Asinh", "atan": "Atan", "atanh": "Atanh", "cosh": "Cosh", "sinh": "Sinh", "tan": "Tan",
+              "round": "Round"}
 _BITWISE = {"and": "BitwiseAnd", "or": "BitwiseOr", "not": "BitwiseNot"}
 _COMPARISONS = {"eq": "Equal", "lt": "Less", "le": "LessOrEqual", "gt": "Greater", "ge": "GreaterOrEqual"}
 

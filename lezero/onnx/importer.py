@@ -35,11 +35,11 @@ from lezero.ir.core import FuncOp, ModuleOp, Value
 from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.location import NameLoc
-from lezero.ir.opdef import OpError, lookup
+from lezero.ir.opdef import OpError
 from lezero.ir.types import ElementType, FunctionType, TensorType, format_shape
 from lezero.ir.verifier import verify
 from lezero.onnx import element_types
-from lezero.onnx.errors import OnnxError, UnsupportedError, ValueDependentError
+from lezero.onnx.errors import DynamicShapeError, OnnxError, UnsupportedError, ValueDependentError
 from lezero.onnx.loading import load_model
 
 MIN_OPSET = 11
@@ -118,8 +118,10 @@ class NodeContext:
     input), attributes, opset version, and a builder whose ops fold when their operands are known."""
 
     def __init__(self, importer: "Importer", node: onnx.NodeProto, name: str, opset: int,
-                 inputs: list, attributes: dict):
+                 inputs: list, attributes: dict, env: dict | None = None, opsets: dict | None = None):
         self.importer = importer
+        self.env = env if env is not None else {}
+        self.opsets = opsets if opsets is not None else {}
         self.node = node
         self.op_type = node.op_type
         self.name = name
@@ -139,6 +141,10 @@ class NodeContext:
 
     def unsupported(self, message: str) -> UnsupportedError:
         return UnsupportedError(f"{self.describe()}: {message}", self.location)
+
+    def dynamic(self, message: str) -> DynamicShapeError:
+        """Unsupported because a dim is dynamic (binding the inputs' dims would make it work)."""
+        return DynamicShapeError(f"{self.describe()}: {message}", self.location)
 
     # --- attributes -----------------------------------------------------------------------------
     def attr(self, name: str, default=_REQUIRED):
@@ -200,6 +206,22 @@ class NodeContext:
             return None
         return [int(v) for v in np.asarray(self.require_const(i, what)).reshape(-1)]
 
+    def inline_graph(self, graph: onnx.GraphProto, values: list, what: str) -> list[Value]:
+        """The values a subgraph attribute computes from ``values`` (its inputs, in order); it
+        also sees every value of the enclosing graph."""
+        if len(graph.input) != len(values):
+            raise self.error(f"{what} takes {len(graph.input)} inputs, given {len(values)}")
+        scope = dict(self.env)
+        for i, v in zip(graph.input, values):
+            scope[i.name] = v
+        for t in graph.initializer:
+            scope[t.name] = self.importer.constant(_tensor_array(t), None, NameLoc(f"{self.name}/{what}/{t.name}"))
+        self.importer.convert_nodes(graph.node, scope, self.opsets, prefix=f"{self.name}/{what}/")
+        missing = [o.name for o in graph.output if scope.get(o.name) is None]
+        if missing:
+            raise self.error(f"{what} does not compute its output '{missing[0]}'")
+        return [scope[o.name] for o in graph.output]
+
     # --- types ----------------------------------------------------------------------------------
     @staticmethod
     def dtype(v: Value) -> ElementType:
@@ -212,7 +234,7 @@ class NodeContext:
     def shape(self, v: Value, what: str = "the input") -> tuple:
         """``v``'s shape, which must be static."""
         if not v.type.is_static:
-            raise self.unsupported(f"needs a static shape for {what}, got {v.type}")
+            raise self.dynamic(f"needs a static shape for {what}, got {v.type}")
         return v.type.shape
 
     # --- building ---------------------------------------------------------------------------------
@@ -424,13 +446,18 @@ class Importer:
         if domain not in opsets:
             raise OnnxError(f"node '{name}' ({node.op_type}) is in domain '{domain}', which the model does not "
                             "import (opset_import)", location)
-        ctx = NodeContext(self, node, name, opsets[domain], inputs, attributes)
+        ctx = NodeContext(self, node, name, opsets[domain], inputs, attributes, env, opsets)
         try:
             outputs = fn(ctx)
         except IRError as e:
             if e.location is location or isinstance(e.location, NameLoc):
                 raise
             raise OnnxError(f"node '{name}' ({node.op_type}): {e.message}", location) from None
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as e:
+            # inputs a converter did not anticipate (a malformed attribute, an impossible shape):
+            # still an error naming the node; the cause stays chained for a bug report
+            raise OnnxError(f"node '{name}' ({node.op_type}): cannot convert: {type(e).__name__}: {e}",
+                            location) from e
         outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
         ignored = set(attributes) - ctx.used_attributes
         if ignored:

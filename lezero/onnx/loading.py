@@ -13,6 +13,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
+from lezero.ir.location import NameLoc
 from lezero.onnx.errors import OnnxError
 
 
@@ -33,7 +34,7 @@ def load_model(source, base_dir: str | os.PathLike | None = None) -> onnx.ModelP
         try:
             data = path.read_bytes()
         except OSError as e:
-            raise OnnxError(f"cannot read ONNX model {str(path)!r}: {e.strerror or e}") from None
+            raise OnnxError(f"cannot read ONNX model: {e.strerror or e}", NameLoc(str(path))) from None
         model = _parse(data, str(path))
         if base_dir is None:
             base_dir = path.parent
@@ -46,15 +47,16 @@ def load_model(source, base_dir: str | os.PathLike | None = None) -> onnx.ModelP
 
 
 def _parse(data: bytes, what: str) -> onnx.ModelProto:
+    where = NameLoc(what)
     if not data:
-        raise OnnxError(f"{what} is empty, not an ONNX model")
+        raise OnnxError("the file is empty, not an ONNX model", where)
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
     except (DecodeError, ValueError, RuntimeError) as e:
-        raise OnnxError(f"{what} is not a valid ONNX model (truncated or not protobuf): {e}") from None
+        raise OnnxError(f"not a valid ONNX model (truncated or not protobuf): {e}", where) from None
     if not model.HasField("graph"):
-        raise OnnxError(f"{what} is not an ONNX model: it has no graph")
+        raise OnnxError("not an ONNX model: it has no graph", where)
     return model
 
 

@@ -48,7 +48,7 @@ def zeros(m):
 
 # --- casts -----------------------------------------------------------------------------------------
 
-_INT_BITS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64, "ui8": 8}
+_INT_BITS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64, "ui8": 8, "ui16": 16, "ui32": 32, "ui64": 64}
 _FLOAT_MANTISSA = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}  # significant bits, implicit one included
 _FLOAT_RANGE = {"f16": 15, "bf16": 127, "f32": 127, "f64": 1023}   # largest binary exponent
 

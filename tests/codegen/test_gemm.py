@@ -71,6 +71,32 @@ def test_matches_numpy_any_shape(m, n, k, config_name, threads, backend):
     assert_matches_matmul(kernel(config_name, threads=threads, backend=backend)(a, b), a, b)
 
 
+LAYOUTS = {"a.T": dict(transpose_a=True), "b.T": dict(transpose_b=True),
+           "both.T": dict(transpose_a=True, transpose_b=True), "b in place": dict(b_in_place=True)}
+
+
+# A tile taller than a vector (a thin product's tile with SSE): A's transposed slivers copy
+# element by element.
+TALL_SSE = gemm.GemmConfig(vector_width=4, mr=8, nr_vectors=1, kc=5, mc=16, nc=8)
+
+
+@pytest.mark.parametrize("config_name", list(CONFIGS) + ["tall4"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_operands_stored_transposed_or_read_in_place(config_name, layout):
+    """a.T @ b and a @ b.T packed from the arrays as stored (B's slivers transposed in registers,
+    W x W for every vector width), and B read in place with masked loads at its last columns."""
+    options = LAYOUTS[layout]
+    compiled = gemm.SgemmKernel(CONFIGS.get(config_name, TALL_SSE), num_threads=2, **options)
+    compiled.parallel_threshold_flops = 0
+    for m, n, k in [(1, 1, 1), (7, 65, 3), (13, 31, 129), (37, 91, 53), (145, 70, 17), (5, 300, 600)]:
+        rng = np.random.default_rng(m * 10007 + n * 101 + k)
+        a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)
+        stored_a = np.ascontiguousarray(a.T) if options.get("transpose_a") else a
+        stored_b = np.ascontiguousarray(b.T) if options.get("transpose_b") else b
+        out = np.full((m, n), np.nan, np.float32)
+        assert_matches_matmul(compiled(stored_a, stored_b, out), a, b)
+
+
 @pytest.mark.parametrize("backend", ["pool", "native"])
 @pytest.mark.parametrize("threads", [2, 3, 4])
 @pytest.mark.parametrize("m,n,k", [(300, 200, 100), (7, 1000, 40), (1000, 7, 40), (130, 130, 600)])

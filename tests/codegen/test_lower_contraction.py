@@ -222,6 +222,31 @@ def test_epilogue_reads_the_transposed_operand():
     check_kernel(module, kernel, [data(rng, s, "f32") for s in stored], splits=2, **F32_TOL)
 
 
+@pytest.mark.parametrize("a_shape,b_shape,transpose_b", [
+    ((2, 3, 9, 20), (3, 20, 5), False),  # batched, B broadcast: copied transposed once per batch
+    ((64, 256), (256, 10), False),
+    ((1, 37), (37, 300), True),  # one row; K % 16 = 5 columns read by masked loads
+    ((7, 1), (1, 3), False),  # K = 1
+    ((33, 50), (50,), False),  # a matrix times a vector
+])
+def test_dot_product_matmuls(a_shape, b_shape, transpose_b):
+    """Few columns (or one row times a transposed B): dot products along k, no GEMM."""
+    n = b_shape[-1] if len(b_shape) > 1 else 1
+    rng = np.random.default_rng(a_shape[-1] * n)
+    epilogue = (lambda b, p, c: b.op("lz.mul", p, c)) if len(b_shape) > 1 else None
+    extra = [(n,)] if epilogue else []
+    (module, kernel), stored = transposed_matmul_kernel(a_shape, b_shape, False, transpose_b, "f32", extra, epilogue)
+    lowered = check_kernel(module, kernel, [data(rng, s, "f32") for s in stored + extra], splits=3, **F32_TOL)
+    assert "micro_kernel" not in lowered.llvm_ir
+
+
+def test_dot_tiles_cover_few_columns_or_one_row():
+    """Tiles of at most 12 accumulators: ten columns as 5 x 2 (whole along n), one row 1 x 12."""
+    assert lower_contraction.dot_tile(64, 10, 12) == (5, 2)
+    assert lower_contraction.dot_tile(1, 256, 12) == (1, 12)
+    assert lower_contraction.dot_tile(4096, 1, 12) == (12, 1)
+
+
 def test_thin_matmuls_get_thin_tiles():
     """Ten columns: one vector wide, eight rows tall; one row: a row of vectors over B read in
     place (no packing)."""

@@ -1,6 +1,7 @@
 """Elementwise kernels lowered to LLVM IR against the reference interpreter: every unary, binary,
 compare, select and cast op on every element type it accepts, data movement with random shapes
-(size-1 and odd dims, broadcasting), the kernel ABI's work-item ranges, vectorization, in-place
+(size-1 and odd dims, broadcasting), transposes copied through registers and strided reads in
+tiles, the kernel ABI's work-item ranges, vectorization, in-place
 buffers and the errors for what cannot be lowered."""
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from kernel_testing import (assert_matches, check_kernel, compile_lowered, make_kernel, random_array, reference,
                             run_kernel)
 from lezero.codegen.errors import LoweringError
-from lezero.codegen.llvm import jit
+from lezero.codegen.llvm import jit, lower_elementwise
 from lezero.codegen.llvm.lower_kernel import lower_kernel
 from lezero.ir.dialect.elementwise import BINARY_OPS, UNARY_OPS
 from lezero.ir.dialect.numerics import to_storage
@@ -142,6 +143,42 @@ def test_transpose_and_reshape(shape, dtype, rnd):
     _check([shape], dtype, lambda b, x: b.op("lz.transpose", x, perm=perm))
     _check([shape], dtype, lambda b, x: b.op("lz.reshape", x, shape=new_shape))
     _check([shape], dtype, lambda b, x: b.op("lz.reshape", b.op("lz.transpose", x, perm=perm), shape=[-1]))
+
+
+@settings(max_examples=30)
+@given(st.lists(st.sampled_from([1, 3, 16, 17, 40]), min_size=2, max_size=4).map(tuple),
+       st.sampled_from(["f32", "f64", "f16", "ui8", "i1", "bf16"]), st.randoms(use_true_random=False),
+       st.integers(1, 3))
+def test_transposes_copy_blocks_through_registers(shape, dtype, rnd, splits):
+    """A kernel that is one transpose moving the contiguous dim copies W x W blocks through
+    registers (full blocks, ragged edges, bands of fewer rows, batch dims, every element size)."""
+    perm = list(range(len(shape)))
+    rnd.shuffle(perm)
+    _check([shape], dtype, lambda b, x: b.op("lz.transpose", x, perm=perm), splits)
+
+
+def test_transposed_copy_is_taken_for_a_transpose_only():
+    """The register path: 16 x 16 blocks of the 2-D transpose (two-input shuffles), a band of
+    rows per work item; a transpose that keeps the contiguous dim innermost is a plain copy."""
+    module, kernel = make_kernel([((48, 40), "f32")], lambda b, x: b.op("lz.transpose", x, perm=[1, 0]))
+    lowered = check_kernel(module, kernel, [np.arange(48 * 40, dtype=np.float32).reshape(48, 40)], splits=3)
+    assert "shufflevector" in lowered.llvm_ir
+    w = min(16, lower_elementwise.host_vector_bytes() // 4)
+    assert lowered.work_items == -(-40 // w)  # bands of w of the result's 40 rows
+    _, kernel = make_kernel([((4, 5, 6), "f32")], lambda b, x: b.op("lz.transpose", x, perm=[1, 0, 2]))
+    assert "shufflevector" not in lower_kernel(kernel).llvm_ir
+
+
+@pytest.mark.parametrize("shape", [(40, 70), (33, 17), (16, 100)])
+def test_strided_reads_are_tiled(shape):
+    """transpose(x) + y reads x with a stride along the innermost loop: the loops run in tiles
+    (a band of TILE[0] rows per work item), ragged at both edges."""
+    rows, cols = shape
+    module, kernel = make_kernel([((cols, rows), "f32"), ((rows, cols), "f32")],
+                                 lambda b, x, y: b.op("lz.add", b.op("lz.transpose", x), y))
+    rng = np.random.default_rng(rows)
+    lowered = check_kernel(module, kernel, [data(rng, (cols, rows), "f32"), data(rng, (rows, cols), "f32")], splits=2)
+    assert lowered.work_items == -(-rows // lower_elementwise.TILE[0])
 
 
 @settings(max_examples=20)

@@ -46,6 +46,16 @@ UNARY_PEERS = {
     "lz.sign": (_torch(torch.sign), FLOATS + INTS),
     "lz.reciprocal": (_torch(torch.reciprocal), FLOATS),
     "lz.not": (_torch(torch.bitwise_not), [np.bool_] + INTS),
+    "lz.tan": (_torch(torch.tan), FLOATS),
+    "lz.asin": (_torch(torch.asin), FLOATS),
+    "lz.acos": (_torch(torch.acos), FLOATS),
+    "lz.atan": (_torch(torch.atan), FLOATS),
+    "lz.sinh": (_torch(torch.sinh), FLOATS),
+    "lz.cosh": (_torch(torch.cosh), FLOATS),
+    "lz.asinh": (_torch(torch.asinh), FLOATS),
+    "lz.acosh": (_torch(torch.acosh), FLOATS),
+    "lz.atanh": (_torch(torch.atanh), FLOATS),
+    "lz.round": (_torch(torch.round), FLOATS),
 }
 
 
@@ -173,7 +183,26 @@ BINARY_PEERS = {
     "lz.min": (np.minimum, FLOATS + INTS),
     "lz.and": (np.bitwise_and, [np.bool_] + INTS),
     "lz.or": (np.bitwise_or, [np.bool_] + INTS),
+    "lz.xor": (np.bitwise_xor, [np.bool_] + INTS),
+    "lz.rem": (lambda x, y: torch.fmod(torch.from_numpy(x), torch.from_numpy(y)).numpy(), FLOATS + INTS),
+    "lz.shift_left": (lambda x, y: _shift_peer(x, y, left=True), INTS),
+    "lz.shift_right": (lambda x, y: _shift_peer(x, y, left=False), INTS),
 }
+
+
+def _shift_peer(x, y, left):
+    """Shifts on Python integers, wrapped to the dtype; amounts outside [0, bits) give 0 (or -1
+    for a right shift of a negative number)."""
+    bits = 8 * x.dtype.itemsize
+    out = []
+    for a, n in zip(x.ravel().tolist(), y.ravel().tolist()):
+        if not 0 <= n < bits:
+            out.append(-1 if (not left and a < 0) else 0)
+        else:
+            out.append((a << n) if left else (a >> n))
+    wrapped = [(v + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1)) for v in out] if x.dtype.kind == "i" \
+        else [v % (1 << bits) for v in out]
+    return np.array(wrapped, dtype=x.dtype).reshape(x.shape)
 
 
 def test_every_binary_op_has_a_peer():
@@ -188,7 +217,7 @@ def test_binary_broadcasts_like_numpy(harness, name, shapes, seed, data):
     dtype = data.draw(st.sampled_from(dtypes))
     rng = np.random.default_rng(seed)
     x, y = (harness.random_array(rng, s, dtype) for s in shapes.input_shapes)
-    if name == "lz.div" and np.dtype(dtype).kind == "i":
+    if name in ("lz.div", "lz.rem") and np.dtype(dtype).kind == "i":
         y = np.where(y == 0, np.ones((), dtype), y)
     if name == "lz.pow":
         x = np.abs(x)

@@ -24,11 +24,12 @@ from pass_testing import build, op_names
 # Ops through which no gradient flows (their rule is ``no_gradient``): rounding, logic,
 # comparisons, indices, constants.
 NOT_DIFFERENTIABLE = {"lz.floor", "lz.ceil", "lz.sign", "lz.not", "lz.and", "lz.or", "lz.cmp", "lz.argmax",
-                      "lz.constant"}
+                      "lz.constant", "lz.round", "lz.xor", "lz.shift_left", "lz.shift_right", "lz.bitcast"}
 # Ops with no rule at all, and why.
 NO_RULE = {"lz.kernel": "made after autodiff, by the fuse pass",
            "lz.yield": "the terminator of lz.kernel",
-           "lz.max_pool2d_grad": "second derivatives through max pooling are not supported yet"}
+           "lz.max_pool2d_grad": "second derivatives through max pooling are not supported yet",
+           "lz.topk": "two results: the autodiff pass differentiates one-result ops"}
 
 
 def test_every_op_has_a_rule_or_is_listed():
@@ -53,6 +54,29 @@ def _torch_slice(x, attrs):
     for axis, s in enumerate(SliceOp.slices(lookup("lz.slice").attrs(_attributes("lz.slice", attrs)), x.dim())):
         x = torch.index_select(x, axis, torch.tensor(list(range(*s.indices(x.shape[axis]))), dtype=torch.long))
     return x
+
+
+def _torch_cumsum(x, attrs):
+    axis = attrs["axis"]
+    if attrs.get("reverse"):
+        x = x.flip(axis)
+    y = torch.cumsum(x, axis)
+    if attrs.get("exclusive"):
+        y = y - x
+    return y.flip(axis) if attrs.get("reverse") else y
+
+
+def _torch_scatter_nd(data, indices, updates, attrs):
+    out = data.clone()
+    k = indices.shape[-1]
+    for position in np.ndindex(*indices.shape[:-1]):
+        where = tuple(int(j) for j in indices[position])
+        where = tuple(j % n for j, n in zip(where, data.shape[:k]))
+        if attrs.get("reduction", "none") == "add":
+            out[where] = out[where] + updates[position]
+        else:
+            out[where] = updates[position]
+    return out
 
 
 def _torch_pad(x, attrs):
@@ -102,6 +126,13 @@ TORCH = {
     "lz.erf": lambda a, x: torch.erf(x), "lz.sin": lambda a, x: x.sin(), "lz.cos": lambda a, x: x.cos(),
     "lz.floor": lambda a, x: x.floor(), "lz.ceil": lambda a, x: x.ceil(), "lz.sign": lambda a, x: x.sign(),
     "lz.reciprocal": lambda a, x: x.reciprocal(),
+    "lz.tan": lambda a, x: x.tan(), "lz.asin": lambda a, x: x.asin(), "lz.acos": lambda a, x: x.acos(),
+    "lz.atan": lambda a, x: x.atan(), "lz.sinh": lambda a, x: x.sinh(), "lz.cosh": lambda a, x: x.cosh(),
+    "lz.asinh": lambda a, x: x.asinh(), "lz.acosh": lambda a, x: x.acosh(), "lz.atanh": lambda a, x: x.atanh(),
+    "lz.round": lambda a, x: x.round(),
+    "lz.rem": lambda a, x, y: torch.fmod(x, y),
+    "lz.cumulative": lambda a, x: _torch_cumsum(x, a),
+    "lz.scatter_nd": lambda a, d, i, u: _torch_scatter_nd(d, i, u, a),
     "lz.gelu": lambda a, x: F.gelu(x, approximate=a.get("approximate", "none")),
     "lz.cast": lambda a, x: x.to(_TORCH_DTYPES[a["to"]]),
     "lz.add": lambda a, x, y: x + y, "lz.sub": lambda a, x, y: x - y, "lz.mul": lambda a, x, y: x * y,
@@ -237,8 +268,18 @@ def _differentiable(sample: Sample) -> bool:
         d.startswith("int") and a.kind == "small-int" for d, a in zip(dtypes, sample.args))
 
 
+def _has_rule(sample: Sample) -> bool:
+    """Gradient rules that exist only for some attributes: cumulative sums (not products or
+    extrema), replacing and adding scatters."""
+    if sample.op == "lz.cumulative":
+        return sample.attrs["combine"] == "add"
+    if sample.op == "lz.scatter_nd":
+        return sample.attrs.get("reduction", "none") in ("none", "add")
+    return True
+
+
 GRADIENT_SAMPLES = [s for name, samples in SAMPLES.items() for s in samples
-                    if _differentiable(s) and name not in NO_RULE
+                    if _differentiable(s) and _has_rule(s) and name not in NO_RULE
                     and name not in NOT_DIFFERENTIABLE - {"lz.floor", "lz.ceil", "lz.sign"}]
 
 

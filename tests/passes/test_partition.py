@@ -107,6 +107,54 @@ def test_data_movement_folds_into_its_reader_not_its_producer():
     assert groups_of(m) == [("elementwise", ["exp"]), ("elementwise", ["transpose", "add"])]
 
 
+LINEAR = """
+func.func @linear(%x: tensor<64x784xf32>, %w: tensor<256x784xf32>, %b: tensor<256xf32>,
+                  %dy: tensor<64x256xf32>) -> (tensor<64x256xf32>, tensor<256x784xf32>) {
+  %wt = "lz.transpose"(%w) {perm = array<i64: 1, 0>} : (tensor<256x784xf32>) -> tensor<784x256xf32>
+  %0 = "lz.matmul"(%x, %wt) : (tensor<64x784xf32>, tensor<784x256xf32>) -> tensor<64x256xf32>
+  %1 = "lz.add"(%0, %b) : (tensor<64x256xf32>, tensor<256xf32>) -> tensor<64x256xf32>
+  %dyt = "lz.transpose"(%dy) {perm = array<i64: 1, 0>} : (tensor<64x256xf32>) -> tensor<256x64xf32>
+  %2 = "lz.matmul"(%dyt, %x) : (tensor<256x64xf32>, tensor<64x784xf32>) -> tensor<256x784xf32>
+  func.return %1, %2 : tensor<64x256xf32>, tensor<256x784xf32>
+}"""
+
+
+def test_a_transposed_operand_folds_into_the_matmul():
+    """x @ w.T + b and dy.T @ x: each transpose is the matmul's prologue (its GEMM packs the
+    operand from the transposed layout), not a kernel of its own."""
+    assert groups_of(partitioned(LINEAR)) == [("matmul", ["transpose", "matmul", "add"]),
+                                              ("matmul", ["transpose", "matmul"])]
+    no_prologues = groups_of(partitioned(LINEAR, "partition{prologues=false}"))
+    assert ("elementwise", ["transpose"]) in no_prologues and ("matmul", ["matmul", "add"]) in no_prologues
+    assert "prologues=false: a matmul kernel reads its operands from memory" in refusals(
+        LINEAR, "partition{prologues=false}")
+    # epilogues=false keeps the transpose, not the bias
+    assert ("matmul", ["transpose", "matmul"]) in groups_of(partitioned(LINEAR, "partition{epilogues=false}"))
+
+
+def test_transposes_a_matmul_cannot_read():
+    log = refusals("""
+    func.func @f(%x: tensor<8x4xf32>, %w: tensor<6x4xf32>, %v: tensor<2x3x4xf32>, %u: tensor<3x4xf32>,
+                 %y: tensor<4x4xf32>) -> (tensor<8x6xf32>, tensor<4x6xf32>, tensor<4x2x4xf32>, tensor<4x4xf32>,
+                                          tensor<4x8xf32>) {
+      %wt = "lz.transpose"(%w) {perm = array<i64: 1, 0>} : (tensor<6x4xf32>) -> tensor<4x6xf32>
+      %0 = "lz.matmul"(%x, %wt) : (tensor<8x4xf32>, tensor<4x6xf32>) -> tensor<8x6xf32>
+      %vt = "lz.transpose"(%v) {perm = array<i64: 2, 0, 1>} : (tensor<2x3x4xf32>) -> tensor<4x2x3xf32>
+      %1 = "lz.matmul"(%vt, %u) : (tensor<4x2x3xf32>, tensor<3x4xf32>) -> tensor<4x2x4xf32>
+      %e = "lz.exp"(%y) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      %et = "lz.transpose"(%e) {perm = array<i64: 1, 0>} : (tensor<4x4xf32>) -> tensor<4x4xf32>
+      %2 = "lz.matmul"(%y, %et) : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+      %r = "lz.reshape"(%x) {shape = array<i64: 4, 8>} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+      %3 = "lz.matmul"(%y, %r) : (tensor<4x4xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+      func.return %0, %wt, %1, %2, %3 : tensor<8x6xf32>, tensor<4x6xf32>, tensor<4x2x4xf32>, tensor<4x4xf32>,
+                                       tensor<4x8xf32>
+    }""")
+    assert "'lz.transpose' feeding the matmul is also read outside the kernel" in log
+    assert "'lz.transpose' with perm [2, 0, 1] makes the contiguous dim a batch dim of the matmul" in log
+    assert "'lz.transpose' must read its input from memory, not from 'lz.exp' in the same kernel" in log
+    assert "data movement ('lz.reshape') joins only elementwise kernels, not a matmul kernel" in log
+
+
 def test_refusal_reasons():
     log = refusals("""
     func.func @f(%x: tensor<64x256xf32>, %w: tensor<256x10xf32>) -> tensor<64xf32> {

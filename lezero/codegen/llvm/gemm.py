@@ -22,7 +22,9 @@ pass over C. An ``Epilogue`` transforms each accumulator vector; a ``TileStore``
 the whole tile's sums and generates the stores itself (how ``lower_contraction`` fuses a kernel's
 elementwise epilogue, whatever its results are). ``SgemmGenerator``'s ``b_row_offsets`` and
 ``pack_b`` let B be a matrix whose rows lie at arbitrary offsets (a convolution's input read as
-its im2col matrix), packed or read in place.
+its im2col matrix), packed or read in place (``mask_b``: a plain matrix read in place, its last
+columns by masked loads); ``transpose_a``/``transpose_b`` pack an operand stored transposed
+(``x @ w.T`` without materializing ``w.T``: B's slivers are transposed in registers).
 
 Threads: the exported ``<name>`` computes one rectangle of C; ``<name>_threaded`` takes a list of
 rectangles and runs them on POSIX threads (pthread_create / pthread_join), so an executable without
@@ -637,9 +639,10 @@ class SgemmGenerator:
 
     def _build_pack_a_transposed(self, module: ir.Module) -> ir.Function:
         """packed[s][k][i] = A[s*MR + i, k] for i < rows, else 0, from A stored transposed (``a``
-        points at A[ic, pc], ``lda`` is the stored row stride): each k's MR floats are contiguous.
-        Rows past the block are read at a clamped (valid) row and replaced by zeros."""
-        mr = self.config.mr
+        points at A[ic, pc], ``lda`` is the stored row stride): each k's MR floats are contiguous,
+        copied as one masked vector (zeros past the block's rows). Without a vector as wide as
+        MR, rows past the block are read at a clamped (valid) row and replaced by zeros."""
+        mr, w = self.config.mr, self.config.vector_width
         function, b, p = self._define(module, f"{self.name}_pack_a", [
             ("a", PTR), ("lda", I64), ("rows", I64), ("kc", I64), ("packed", PTR)])
         for argument in (p["a"], p["packed"]):
@@ -648,17 +651,25 @@ class SgemmGenerator:
         with _counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
             last_row = b.sub(p["rows"], _i64(1))
             sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=F32)
-            columns, valid = [], []
-            for i in range(mr):
-                row = b.add(row0, _i64(i))
-                valid.append(b.icmp_signed("<=", row, last_row))
-                columns.append(_min(b, row, last_row))
-            with _counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                source = b.gep(p["a"], [b.mul(k, p["lda"])], source_etype=F32)
-                destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
+            if mr <= w:
+                inside = _lane_mask(b, 0, _min(b, _i64(mr), b.sub(p["rows"], row0)), w)
+                sliver_lanes = ir.Constant(ir.VectorType(I1, w), [lane < mr for lane in range(w)])
+                with _counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+                    source = b.gep(p["a"], [b.add(b.mul(k, p["lda"]), row0)], source_etype=F32)
+                    values = _load_vector(b, source, w, inside)
+                    _store_vector(b, values, b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32), sliver_lanes)
+            else:
+                columns, valid = [], []
                 for i in range(mr):
-                    value = b.load(b.gep(source, [columns[i]], source_etype=F32), typ=F32)
-                    b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=F32))
+                    row = b.add(row0, _i64(i))
+                    valid.append(b.icmp_signed("<=", row, last_row))
+                    columns.append(_min(b, row, last_row))
+                with _counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+                    source = b.gep(p["a"], [b.mul(k, p["lda"])], source_etype=F32)
+                    destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
+                    for i in range(mr):
+                        value = b.load(b.gep(source, [columns[i]], source_etype=F32), typ=F32)
+                        b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=F32))
         b.ret_void()
         return function
 
@@ -1080,8 +1091,10 @@ class SgemmKernel:
     >>> y = kernel(x, w, bias=b)          # relu(x @ w + b)
 
     Arrays: float32, 2-D, rows contiguous (row strides may be larger than the width, e.g. slices);
-    others are copied. ``out`` must not overlap any input. Epilogue arguments are keywords:
-    "vector" ones 1-D of length N, "matrix" ones M x N, "scalar" ones floats.
+    others are copied. With ``transpose_a``/``transpose_b`` the kernel computes ``a.T @ b`` /
+    ``a @ b.T`` from the arrays as they are; ``b_in_place`` reads B's rows where they lie.
+    ``out`` must not overlap any input. Epilogue arguments are keywords: "vector" ones 1-D of
+    length N, "matrix" ones M x N, "scalar" ones floats.
     ``num_threads`` defaults to ``default_num_threads()``; products under
     ``parallel_threshold_flops`` run on the calling thread. ``threads`` picks how the rectangles
     run in parallel: "native" (default) makes one ctypes call to ``<name>_threaded``, which starts
@@ -1092,7 +1105,8 @@ class SgemmKernel:
     """
 
     def __init__(self, config: GemmConfig | None = None, epilogue: Epilogue | None = None,
-                 num_threads: int | None = None, name: str = "lz_sgemm", threads: str = "native"):
+                 num_threads: int | None = None, name: str = "lz_sgemm", threads: str = "native",
+                 transpose_a: bool = False, transpose_b: bool = False, b_in_place: bool = False):
         if threads not in ("pool", "native"):
             raise ValueError(f"threads must be 'pool' or 'native', not {threads!r}")
         self.config = config or GemmConfig.for_host()
@@ -1101,7 +1115,9 @@ class SgemmKernel:
         self.parallel_threshold_flops = PARALLEL_THRESHOLD_FLOPS
         self.threads = threads
         self.name = name
-        self.generator = SgemmGenerator(self.config, epilogue, name)
+        self.transpose_a, self.transpose_b = transpose_a, transpose_b
+        self.generator = SgemmGenerator(self.config, epilogue, name, pack_b=not b_in_place, mask_b=b_in_place,
+                                        transpose_a=transpose_a, transpose_b=transpose_b)
         self.ir_module = self.generator.build_module()
         self.compiled = jit.compile_module(self.ir_module)
         fixed_types = [_ctypes_type(t) for _, t in GEMM_PARAMS]
@@ -1116,7 +1132,8 @@ class SgemmKernel:
 
     def __call__(self, a: np.ndarray, b: np.ndarray, /, out: np.ndarray | None = None, **epilogue_arrays) -> np.ndarray:
         a, b = _as_rows_contiguous_f32(a, "a"), _as_rows_contiguous_f32(b, "b")
-        (m, k), (k_b, n) = a.shape, b.shape
+        m, k = a.shape[::-1] if self.transpose_a else a.shape
+        k_b, n = b.shape[::-1] if self.transpose_b else b.shape
         if k != k_b:
             raise ValueError(f"matmul shapes {a.shape} and {b.shape} do not agree on K")
         # Epilogue arrays are checked and converted first; ``epilogue_arrays`` keeps them alive.

@@ -41,12 +41,21 @@ in JIT-loaded objects.  A call does a thread's whole share, so this is once per 
 and glibc serves the repeated size warm from its heap (a handful of page faults per launch on the
 benchmark).  A failed malloc traps.
 
+**Transposed operands**: a matmul operand may be read through ``lz.transpose`` of a kernel
+operand (partition's one prologue: ``x @ w.T``); it is that buffer with permuted strides
+(``stored_operand``), and the GEMM packs it from its stored layout (``gemm_layout``).
+
+**Thin float32 matmuls** keep every vector lane busy: with A's rows contiguous along k, fewer
+than DOT_MAX_COLS columns (or fewer than THIN_ROWS rows times a B whose columns are contiguous)
+are dot products along k (``lower_matmul_dots``); the GEMM's other thin shapes get a register
+tile of their own shape (``matmul_config``), B read in place for fewer than THIN_ROWS rows.
+
 **Other dtypes** (f64, f16 and bf16 accumulating in f32 as the reference does, integers
-wrapping), and float32 shapes the GEMM tiles waste (a matmul with fewer than 4 rows or 16
-columns, a conv with fewer than 4 output channels per group, e.g. depthwise): loops.  matmul is
-i-k-j over blocks of 256 columns (the j loop vectorizes; a stack array holds the sums), a work item
-per output row; conv is a work item per output row (n, co, oh): for each (ci, kh, kw) the valid
-``ow`` range is computed once, so the inner loop has no padding test and vectorizes.
+wrapping), float32 operands the GEMM cannot pack, and convs the GEMM tiles waste (fewer than 4
+output channels per group, e.g. depthwise): loops.  matmul is i-k-j over blocks of 256 columns
+(the j loop vectorizes; a stack array holds the sums), a work item per output row; conv is a
+work item per output row (n, co, oh): for each (ci, kh, kw) the valid ``ow`` range is computed
+once, so the inner loop has no padding test and vectorizes.
 """
 from __future__ import annotations
 
@@ -82,6 +91,12 @@ MAX_SLICES = 32
 # (matmul_config, MatmulGemm); a tile is at most this many vectors wide.
 THIN_ROWS = 4
 MAX_THIN_VECTORS = 16
+# A float32 matmul with fewer columns whose A rows are contiguous along k is dot products
+# (lower_matmul_dots), as is one with fewer than THIN_ROWS rows whose B columns are contiguous
+# too; a tile of C then holds this many vector accumulators, by vector width (the A and B
+# vectors of a step stay in registers too).
+DOT_MAX_COLS = 16
+DOT_ACCUMULATORS = {16: 12, 8: 6, 4: 4}
 # Below this the GEMM's 6 x 64 tiles are mostly padding: the loop kernel is used instead.
 CONV_GEMM_MIN_CHANNELS = 4
 # How a conv's GEMM reads its input: "direct" (the micro-kernel loads the slab's rows in place),
@@ -148,6 +163,8 @@ def lower_contraction(ctx: KernelContext) -> int:
         shape = MatmulShape.of(anchor, stored[0][1], stored[1][1])
         a_layout = gemm_layout(shape.m, shape.k, *shape.a_matrix_strides)
         b_layout = gemm_layout(shape.k, shape.n, *shape.b_matrix_strides)
+        if dtype == F32 and shape.k > 0 and dot_products(shape):
+            return lower_matmul_dots(ctx, anchor, shape)
         if dtype == F32 and shape.k > 0 and a_layout and b_layout:
             return lower_gemm(ctx, anchor, MatmulGemm(shape, a_layout, b_layout))
         return lower_matmul_loops(ctx, anchor, shape)
@@ -674,6 +691,144 @@ class TileEpilogue:
                 emitter.store(buffer, index, value)
 
         self.plan.emit_tile(b, tile, tile.arg("batch"), store)
+
+
+# --------------------------------------------------------------------------------------------
+# float32 dot products: a few rows or columns, both operands contiguous along k
+# --------------------------------------------------------------------------------------------
+
+
+def dot_products(shape: MatmulShape) -> bool:
+    """Whether a matmul is a set of dot products: A's rows contiguous along k, and too few
+    columns (DOT_MAX_COLS) to fill the GEMM's register tile, whose lanes run along columns (B's
+    columns are copied contiguous first when they are not), or too few rows (THIN_ROWS) with
+    B's columns contiguous (x @ w.T at batch 1; with B's rows contiguous the GEMM reads them in
+    place)."""
+    (_, a_k), (b_k, _) = shape.a_matrix_strides, shape.b_matrix_strides
+    if not (a_k == 1 or shape.k == 1):
+        return False
+    return shape.n < DOT_MAX_COLS or (shape.m < THIN_ROWS and (b_k == 1 or shape.k == 1))
+
+
+def dot_tile(m: int, n: int, accumulators: int) -> tuple[int, int]:
+    """Rows x columns of C per work item (each element a vector of partial sums along k), at
+    most ``accumulators`` of them: the fewest FMAs and loads over all of C, counting the tiles'
+    padding at the edges and a load as half an FMA (R + C loads feed R x C FMAs)."""
+    def cost(tile):
+        r, c = tile
+        return -(-m // r) * -(-n // c) * (r * c + (r + c) / 2)
+
+    return min(((r, min(n, accumulators // r)) for r in range(1, min(m, accumulators) + 1)), key=cost)
+
+
+def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape) -> int:
+    """A work item per tile of R x C elements of C (``dot_tile``): R rows of A and C columns of
+    B (both contiguous along k) are read a vector at a time, R x C vector FMAs per step, the last
+    K % W columns by masked loads; each sum is the horizontal sum of its vector, then the
+    epilogue.  Every element of A and B is loaded once per tile it meets, nothing is packed and
+    every lane does useful work (the GEMM's tiles would be 1 to 3 columns of 16 lanes).  When
+    B's columns are not contiguous (a plain K x N matrix of few columns), a call first copies
+    each batch's B transposed to a workspace (K x N floats, ``malloc``ed per call)."""
+    b = ctx.b
+    w = gemm.GemmConfig.for_host().vector_width
+    rows, cols = dot_tile(shape.m, shape.n, DOT_ACCUMULATORS.get(w, 8))
+    vector = ir.VectorType(FLOAT, w)
+    zeros = ir.Constant(vector, [0.0] * w)
+    a_ptr, b_ptr = (ctx.fn.buffers[ctx.body.args.index(stored_operand(ctx, v, anchor)[0])] for v in anchor.operands)
+    a_row_stride, (b_k_stride, b_col_stride) = shape.a_matrix_strides[0], shape.b_matrix_strides
+    row_tiles, col_tiles = -(-shape.m // rows), -(-shape.n // cols)
+    copy_b = b_k_stride != 1 and shape.k > 1
+    if copy_b:  # B transposed into a workspace, per batch (the one copied last is remembered)
+        raw = b.call(_declare(ctx.module, "malloc", PTR, [I64]), [i64(4 * shape.k * shape.n)])
+        with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
+            b.call(_declare(ctx.module, "llvm.trap", VOID, []), [])
+            b.unreachable()
+        copied_batch = ctx.fn.alloca(I64, 1, "copied_batch")
+        b.store(i64(-1), copied_batch)
+    sums = ctx.fn.alloca(FLOAT, rows * cols, "sums")
+    vectors, rest = divmod(shape.k, w)
+    tail_mask = ir.Constant(ir.VectorType(ir.IntType(1), w), [lane < rest for lane in range(w)])
+    masked_load = _declare(ctx.module, f"llvm.masked.load.v{w}f32.p0", vector,
+                           [PTR, ir.IntType(32), tail_mask.type, vector])
+    fma = _declare(ctx.module, f"llvm.fma.v{w}f32", vector, [vector] * 3)
+
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
+        batch, row_tile, col_tile = unravel_values(b, item, (shape.batches, row_tiles, col_tiles))
+        coords = unravel_values(b, batch, shape.batch_shape) if shape.batch_shape else []
+        a_base, b_base = i64(0), i64(0)
+        for c, sa, sb in zip(coords, shape.a_batch_strides, shape.b_batch_strides):
+            a_base = b.add(a_base, b.mul(c, i64(sa)))
+            b_base = b.add(b_base, b.mul(c, i64(sb)))
+        b_source = b_ptr
+        if copy_b:
+            with b.if_then(b.icmp_unsigned("!=", b.load(copied_batch, typ=I64), batch)):
+                with for_range(b, 0, shape.n, "copy_j") as j:
+                    column = b.gep(b_ptr, [b.add(b_base, b.mul(j, i64(b_col_stride)))], source_etype=FLOAT)
+                    copy = b.gep(raw, [b.mul(j, i64(shape.k))], source_etype=FLOAT)
+                    with for_range(b, 0, shape.k, "copy_k") as k:
+                        value = b.load(b.gep(column, [b.mul(k, i64(b_k_stride))], source_etype=FLOAT), typ=FLOAT)
+                        b.store(value, b.gep(copy, [k], source_etype=FLOAT))
+                b.store(batch, copied_batch)
+            b_source, b_base, b_col_stride = raw, i64(0), shape.k
+        first_row, first_col = b.mul(row_tile, i64(rows)), b.mul(col_tile, i64(cols))
+        # edge tiles read their last row / column again (in bounds) and store only what is inside
+        a_rows = [b.gep(a_ptr, [b.add(a_base, b.mul(min_i64(b, b.add(first_row, i64(r)), shape.m - 1),
+                                                    i64(a_row_stride)))], source_etype=FLOAT) for r in range(rows)]
+        b_cols = [b.gep(b_source, [b.add(b_base, b.mul(min_i64(b, b.add(first_col, i64(c)), shape.n - 1),
+                                                    i64(b_col_stride)))], source_etype=FLOAT) for c in range(cols)]
+
+        def step(accumulators, k, mask=None):
+            def load(pointer):
+                address = b.gep(pointer, [k], source_etype=FLOAT)
+                if mask is None:
+                    return b.load(address, typ=vector, align=4)
+                return b.call(masked_load, [address, ir.Constant(ir.IntType(32), 4), mask, zeros])
+
+            a_vectors, b_vectors = [load(p) for p in a_rows], [load(p) for p in b_cols]
+            return [[b.call(fma, [a_vectors[r], b_vectors[c], accumulators[r][c]]) for c in range(cols)]
+                    for r in range(rows)]
+
+        accumulators = [[zeros] * cols for _ in range(rows)]
+        if vectors:
+            entry = b.block
+            with for_range(b, 0, vectors, "k") as kv:
+                phis = [[b.phi(vector, name=f"acc{r}_{c}") for c in range(cols)] for r in range(rows)]
+                for r in range(rows):
+                    for c in range(cols):
+                        phis[r][c].add_incoming(zeros, entry)
+                accumulators = step(phis, b.mul(kv, i64(w)))
+                for r in range(rows):
+                    for c in range(cols):
+                        phis[r][c].add_incoming(accumulators[r][c], b.block)
+        if rest:
+            accumulators = step(accumulators, i64(vectors * w), tail_mask)
+        for r in range(rows):
+            for c in range(cols):
+                b.store(_horizontal_sum(b, accumulators[r][c], w), b.gep(sums, [i64(r * cols + c)], source_etype=FLOAT))
+        row_count = min_i64(b, i64(rows), b.sub(i64(shape.m), first_row))
+        col_count = min_i64(b, i64(cols), b.sub(i64(shape.n), first_col))
+        index_prefix = [_affine(c, d, f"batch{i}") for i, (c, d) in enumerate(zip(coords, shape.batch_shape))]
+        with for_range(b, 0, row_count, "r") as r:
+            row = [_affine(b.add(first_row, r), shape.m, "row")] if shape.has_rows else []
+            with for_range(b, 0, col_count, "c") as c:
+                col = [_affine(b.add(first_col, c), shape.n, "col")] if shape.has_cols else []
+                address = b.gep(sums, [b.add(b.mul(r, i64(cols)), c)], source_etype=FLOAT)
+                _store_epilogue(ctx, anchor, index_prefix + row + col, address, F32)
+    if copy_b:
+        b.call(_declare(ctx.module, "free", VOID, [PTR]), [raw])
+    ctx.fn.finish()
+    return shape.batches * row_tiles * col_tiles
+
+
+def _horizontal_sum(b: ir.IRBuilder, v, width: int):
+    """The sum of a vector's lanes: halves added until one lane is left."""
+    while width > 1:
+        half = width // 2
+        low = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half))))
+        high = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half, width))))
+        v = b.fadd(low, high)
+        width = half
+    return b.extract_element(v, ir.Constant(ir.IntType(32), 0))
 
 
 # --------------------------------------------------------------------------------------------

@@ -133,7 +133,8 @@ def lower_elementwise(ctx: KernelContext) -> int:
     forms = _analyze(ctx.kernel, ctx.name, ctx.target, loop_vars, index)
     groups = coalesce(forms, loop_vars)
     extents = [math.prod(v.extent for v in g) for g in groups]
-    tiled = tiled_group(forms, groups) if len(groups) > 1 else None
+    # (a short innermost loop reads few lines, which stay in L1 from one row to the next anyway)
+    tiled = tiled_group(forms, groups) if len(groups) > 1 and extents[-1] > TILE[1] else None
     if tiled is not None:
         return _tiled_loops(ctx, groups, extents, tiled, index)
 
@@ -292,7 +293,7 @@ def transposed_copy(ctx: KernelContext):
     return x, dims, [stride for _, stride in dims].index(1)
 
 
-def _vector_bytes() -> int:
+def host_vector_bytes() -> int:
     features = jit.host_cpu_features()
     return 64 if "avx512f" in features else 32 if "avx2" in features else 16
 
@@ -303,7 +304,7 @@ def _lower_transposed_copy(ctx: KernelContext, x, dims, p: int) -> int:
     every other outer dim) over all of t."""
     b = ctx.b
     itemsize = x.type.element_type.itemsize
-    w = min(16, _vector_bytes() // itemsize)
+    w = min(16, host_vector_bytes() // itemsize)
     element = ir.IntType(8 * itemsize)  # bits are copied, whatever the type
     vector = ir.VectorType(element, w)
     extents = [extent for extent, _ in dims]

@@ -5,7 +5,7 @@ Element types live in three forms:
 
 - storage, in buffers: ``f16`` is ``half``, ``bf16`` is a ``float`` holding a bf16 value (as the
   reference interpreter stores it, and as the runtime's numpy buffers hold it), ``i1`` is an
-  ``i8`` 0 or 1 (numpy's bool), ``ui8`` an ``i8``;
+  ``i8`` 0 or 1 (numpy's bool), ``ui8``..``ui64`` their signless widths;
 - compute, in registers: ``f16`` and ``bf16`` compute in ``float``, ``i1`` is ``i1``;
 - each op's result is rounded to its element type (``round``): f16 through ``half``, bf16 to
   nearest even, as the reference rounds after every op.
@@ -13,7 +13,7 @@ Element types live in three forms:
 float32 exp, log, tanh, sigmoid, erf, erfc, sin and cos are the branch-free approximations of
 ``scalar_math`` (they vectorize); float64 ones call libm (``external_symbols`` lists them, an
 executable links ``-lm``).  Integer division truncates toward zero and ``x / 0 == 0``
-(``INT_MIN / -1`` wraps); integer arithmetic wraps; ``ui8`` is unsigned throughout.
+(``INT_MIN / -1`` wraps); integer arithmetic wraps; the ``ui*`` types are unsigned throughout.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from lezero.codegen.llvm import scalar_math
 from lezero.codegen.llvm.scalar_math import MathBuilder
 from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.scalar import ScalarBuilder
-from lezero.ir.types import BF16, F16, F32, F64, I1, ElementType
+from lezero.ir.types import BF16, ELEMENT_TYPES, F16, F32, F64, I1, ElementType
 
 HALF = ir.HalfType()
 FLOAT = ir.FloatType()
@@ -57,7 +57,7 @@ def accumulator_type(dtype: ElementType) -> ElementType:
 
 
 def is_unsigned(dtype: ElementType) -> bool:
-    return dtype.name == "ui8" or dtype == I1
+    return dtype.name.startswith("ui") or dtype == I1
 
 
 class Scalar:
@@ -335,6 +335,14 @@ class LLVMScalarBuilder(ScalarBuilder):
         if t.width < v.type.width:
             return Scalar(b.trunc(v, t), to)
         return Scalar(b.zext(v, t) if is_unsigned(src) else b.sext(v, t), to)
+
+    def bitcast(self, x, to):
+        if x.dtype == to:
+            return x
+        if to == I1:
+            return self.cast(self.bitcast(x, ELEMENT_TYPES["ui8"]), I1)
+        stored = self.to_storage(x)
+        return Scalar(self.from_storage(self.b.bitcast(stored, storage_type(to)), to), to)
 
     def _float_to_float(self, v, src, to):
         b = self.b

@@ -402,7 +402,16 @@ class ScatterNdOp(OpDef):
         d_updates = _gather_nd(b, dy, indices)
         if attrs.reduction == "add":
             return [dy, None, d_updates]
-        return [b.op("lz.scatter_nd", dy, indices, b.zeros(updates.type)), None, d_updates]
+        # an update overwritten by a later one at the same place gets nothing: scatter each
+        # update's number, read back which number won each place
+        count = _product(indices.type.shape[:-1])
+        et = data.type.element_type
+        numbers = np.broadcast_to(np.arange(count, dtype=et.numpy_dtype).reshape(
+            indices.type.shape[:-1] + (1,) * (updates.type.rank - indices.type.rank + 1)), updates.type.shape)
+        numbers = b.constant(np.ascontiguousarray(numbers), updates.type)
+        winners = b.op("lz.scatter_nd", b.sub(b.zeros(data.type), 1), indices, numbers)
+        won = b.cmp("eq", _gather_nd(b, winners, indices), numbers)
+        return [b.op("lz.scatter_nd", dy, indices, b.zeros(updates.type)), None, b.where_else_zero(won, d_updates)]
 
 
 def _gather_nd(b, x, indices):

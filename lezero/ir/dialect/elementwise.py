@@ -25,7 +25,7 @@ from lezero.ir.dialect.constraints import (ANY, BOOL, FLOAT, INTEGER, LOGICAL, N
                                            same_element_type)
 from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.gradient import no_gradient
-from lezero.ir.opdef import COMMUTATIVE, ELEMENTWISE, PURE, AttrSpec, OpDef, register
+from lezero.ir.opdef import COMMUTATIVE, ELEMENTWISE, PURE, AttrSpec, OpDef, OpError, register
 from lezero.ir.types import I1, TensorType
 
 
@@ -246,7 +246,8 @@ def _asinh(s, x):
 
 
 def _acosh(s, x):
-    return _log_of_large(s, x, s.log(s.add(x, s.sqrt(s.sub(s.mul(x, x), s.constant(1, x))))))
+    y = _log_of_large(s, x, s.log(s.add(x, s.sqrt(s.sub(s.mul(x, x), s.constant(1, x))))))
+    return s.select(s.cmp("lt", x, s.constant(1, x)), s.constant(math.nan, x), y)  # also x^2 = inf for x << 0
 
 
 def _atanh(s, x):
@@ -312,6 +313,41 @@ class CastOp(UnaryOp):
         if x.type.element_type.is_float and attrs.to.is_float:
             return [b.op("lz.cast", dy, to=x.type.element_type)]
         return [None]
+
+
+def _storage_bits(et) -> int:
+    return 8 * et.numpy_dtype.itemsize
+
+
+@register
+class BitcastOp(UnaryOp):
+    """``lz.bitcast {to = i32}``: the same bits read as another element type of the same width (i1
+    is a byte, 0 or 1; a byte read as i1 is ``!= 0``).  bf16 is not allowed: numpy stores it in
+    32 bits."""
+
+    name = "lz.bitcast"
+    domain = ANY
+    attributes = {"to": AttrSpec("type")}
+    summary = "reinterpret the bits as another element type"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        src, to = x.element_type, attrs.to
+        if "bf16" in (src.name, to.name):
+            raise OpError("cannot bit cast bf16 (stored as f32)")
+        if _storage_bits(src) != _storage_bits(to):
+            raise OpError(f"cannot bit cast {src} to {to}: their widths differ")
+        return [x.with_element_type(to)]
+
+    def reference(self, attrs, x):
+        if attrs.to.is_bool:
+            return x.view(np.uint8 if x.dtype.itemsize == 1 else x.dtype) != 0
+        return np.ascontiguousarray(x).view(attrs.to.numpy_dtype)
+
+    def lower_scalar(self, s, attrs, x):
+        return s.bitcast(x, attrs.to)
+
+    grad = staticmethod(no_gradient)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)

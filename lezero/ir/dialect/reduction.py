@@ -265,22 +265,6 @@ class TopkOp(OpDef):
         order = np.take(order, np.arange(attrs.k), axis=axis)
         return np.take_along_axis(x, order, axis=axis), order.astype(np.int64)
 
-    def grad(self, b, op, attrs, dy):
-        """The values' cotangent scattered back to where they were taken (``lz.scatter_nd``)."""
-        x = op.operands[0]
-        if not x.type.is_static:
-            raise OpError(f"autodiff of lz.topk needs static shapes, got {x.type} (bind the dims first)")
-        axis = normalize_axis(attrs.axis, x.type.rank)
-        indices = op.results[1]
-        shape = indices.type.shape
-        columns = []
-        for d in range(len(shape)):
-            if d == axis:
-                columns.append(b.reshape(indices, shape + (1,)))
-            else:
-                view = [1] * len(shape)
-                view[d] = shape[d]
-                grid = np.broadcast_to(np.arange(shape[d], dtype=np.int64).reshape(view), shape)
-                columns.append(b.constant(np.ascontiguousarray(grid).reshape(shape + (1,))))
-        full = b.op("lz.concat", *columns, axis=len(shape)) if len(columns) > 1 else columns[0]
-        return [b.op("lz.scatter_nd", b.zeros(x.type), full, dy, reduction="add")]
+    # No gradient rule: the autodiff pass differentiates one-result ops (the values' rule would
+    # be an lz.scatter_nd of the cotangent at the indices).
+    grad = None

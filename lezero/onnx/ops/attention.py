@@ -257,3 +257,118 @@ def tensor_scatter(ctx):
     columns.append(ctx.reshape(broadcast_to(ctx, position, lead), lead + [1]))
     tuples = ctx.op("lz.concat", *columns, axis=len(lead)) if len(columns) > 1 else columns[0]
     return ctx.op("lz.scatter_nd", cache, tuples, update)
+
+
+@converter("FlexAttention", domain="ai.onnx.preview")
+def flex_attention(ctx):
+    """Attention whose scores and probabilities pass through optional subgraphs (``score_mod``,
+    ``prob_mod``), inlined here."""
+    q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
+    et = ctx.dtype(q)
+    heads, kv_heads = ctx.shape(q)[1], ctx.shape(k)[1]
+    if heads != kv_heads:
+        if heads % kv_heads:
+            raise ctx.error(f"{heads} query heads are not a multiple of {kv_heads} key heads")
+        k, v = _repeat_heads(ctx, k, heads // kv_heads), _repeat_heads(ctx, v, heads // kv_heads)
+    scale = ctx.attr("scale", None)
+    scale = 1 / math.sqrt(ctx.shape(q)[3]) if scale is None else scale
+    factor = float(np.sqrt(np.float32(scale)).astype(et.numpy_dtype if et.name != "bf16" else np.float32))
+    scores = ctx.op("lz.matmul", ctx.op("lz.mul", q, ctx.scalar(factor, q)),
+                    ctx.transpose(ctx.op("lz.mul", k, ctx.scalar(factor, k)), [0, 1, 3, 2]))
+    precision = ctx.attr("softmax_precision", None)
+    if precision is not None:
+        work = element_types.from_onnx(precision)
+        if work is None:
+            raise ctx.unsupported(f"softmax_precision {element_types.onnx_type_name(precision)}")
+    else:
+        work = et if et.bitwidth >= 32 else element_types.from_onnx(1)
+    scores = ctx.cast(scores, work)
+    score_mod, prob_mod = ctx.attr("score_mod", None), ctx.attr("prob_mod", None)
+    if score_mod is not None:
+        scores = ctx.cast(ctx.inline_graph(score_mod, [scores], "score_mod")[0], work)
+    probabilities = ctx.op("lz.softmax", scores, axis=-1)
+    if prob_mod is not None:
+        probabilities = ctx.cast(ctx.inline_graph(prob_mod, [probabilities], "prob_mod")[0], work)
+    return ctx.cast(ctx.op("lz.matmul", probabilities, ctx.cast(v, work)), ctx.dtype(v))
+
+
+@converter("CausalConvWithState")
+def causal_conv_with_state(ctx):
+    """A depthwise 1-D convolution over the past state and the input; the new state is the last
+    ``k - 1`` columns of that concatenation."""
+    x, w, bias, past = ctx.input(0), ctx.input(1), ctx.optional(2), ctx.optional(3)
+    activation = ctx.attr("activation", "none")
+    if activation not in ("none", "silu", "swish"):
+        raise ctx.error(f"attribute 'activation' must be none, silu or swish, got {activation!r}")
+    b, c, _ = ctx.shape(x)
+    k = ctx.shape(w)[2]
+    if past is None:
+        past = ctx.constant(np.zeros((b, c, k - 1)), ctx.dtype(x))
+    padded = ctx.op("lz.concat", past, x, axis=2) if k > 1 else x
+    from lezero.onnx.ops.nn import conv2d
+
+    y = conv2d(ctx, padded, w, [1], [0, 0], [1], c)
+    if bias is not None:
+        y = ctx.op("lz.add", y, ctx.reshape(bias, [-1, 1]))
+    if activation != "none":
+        f = ctx.cast(y, element_types.from_onnx(1))
+        y = ctx.cast(ctx.op("lz.mul", f, ctx.op("lz.sigmoid", f)), ctx.dtype(x))
+    length = ctx.shape(padded)[2]
+    state = ctx.op("lz.slice", padded, starts=[length - (k - 1)], ends=[length], axes=[2])
+    return [y, state]
+
+
+@converter("LinearAttention")
+def linear_attention(ctx):
+    """The recurrence of ONNX's reference, unrolled over the sequence (its length must be at most
+    ``MAX_UNROLLED_STEPS``): per step the state decays (gated), is corrected toward the value
+    (delta), takes the key-value outer product, and is read by the query."""
+    q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
+    past, decay, beta = ctx.optional(3), ctx.optional(4), ctx.optional(5)
+    ctx.attr("chunk_size", 64)  # a tuning hint: no effect on the result
+    rule = ctx.attr("update_rule", "gated_delta")
+    q_heads, kv_heads = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads")
+    scale = ctx.attr("scale", 0.0)
+    if rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise ctx.error(f"attribute 'update_rule' must be linear, gated, delta or gated_delta, got {rule!r}")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating != (decay is not None) or delta != (beta is not None):
+        raise ctx.error(f"update_rule {rule!r} {'needs' if gating else 'forbids'} decay and "
+                        f"{'needs' if delta else 'forbids'} beta")
+    f32 = element_types.from_onnx(1)
+    b, t, _ = ctx.shape(q)
+    if t > MAX_UNROLLED_STEPS:
+        raise ctx.unsupported(f"a sequence of {t} steps (lezero unrolls at most {MAX_UNROLLED_STEPS})")
+    d_k = ctx.shape(q)[2] // q_heads
+    d_v = ctx.shape(v)[2] // kv_heads
+    group = q_heads // kv_heads
+    q4, k4, v4 = (ctx.cast(_heads(ctx, x, h), f32) for x, h in ((q, q_heads), (k, kv_heads), (v, kv_heads)))
+    if decay is not None:
+        last = ctx.shape(decay)[2]
+        decay4 = ctx.transpose(ctx.reshape(decay, [b, t, kv_heads, last // kv_heads]), [0, 2, 1, 3])
+        decay4 = ctx.op("lz.exp", ctx.cast(decay4, f32))
+    if beta is not None:
+        beta4 = ctx.cast(ctx.transpose(ctx.reshape(beta, [b, t, ctx.shape(beta)[2], 1]), [0, 2, 1, 3]), f32)
+    state = ctx.cast(past, f32) if past is not None else ctx.constant(np.zeros((b, kv_heads, d_k, d_v)), f32)
+    factor = 1 / math.sqrt(d_k) if not scale else float(scale)
+
+    def step(x4, i):
+        return ctx.op("lz.slice", x4, starts=[i], ends=[i + 1], axes=[2])  # B x H x 1 x D
+
+    outputs = []
+    for i in range(t):
+        q_t, k_t, v_t = step(q4, i), step(k4, i), step(v4, i)
+        if gating:
+            state = ctx.op("lz.mul", state, ctx.transpose(step(decay4, i), [0, 1, 3, 2]))  # B x H x (1|dk) x 1
+        if delta:
+            retrieved = ctx.op("lz.matmul", k_t, state)                                    # B x H x 1 x dv
+            v_t = ctx.op("lz.mul", step(beta4, i), ctx.op("lz.sub", v_t, retrieved))
+        state = ctx.op("lz.add", state, ctx.op("lz.mul", ctx.transpose(k_t, [0, 1, 3, 2]), v_t))
+        read = _repeat_heads(ctx, state, group) if group > 1 else state
+        outputs.append(ctx.op("lz.mul", ctx.op("lz.matmul", q_t, read), ctx.scalar(factor, f32)))
+    out = ctx.op("lz.concat", *outputs, axis=2) if len(outputs) > 1 else outputs[0]  # B x Hq x T x dv
+    out = ctx.cast(ctx.reshape(ctx.transpose(out, [0, 2, 1, 3]), [b, t, q_heads * d_v]), ctx.dtype(q))
+    return [out, ctx.cast(state, ctx.dtype(past) if past is not None else ctx.dtype(q))]
+
+
+MAX_UNROLLED_STEPS = 256

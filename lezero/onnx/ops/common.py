@@ -1,11 +1,7 @@
-"""Helpers the converters share: axes, broadcasting, scalars, static shapes."""
+"""Helpers the converters share: axes, sizes, broadcasting binary ops, scaling."""
 from __future__ import annotations
 
 import math
-
-import numpy as np
-
-from lezero.ir.types import F64
 
 
 def axis_of(ctx, axis: int, rank: int, what: str = "axis") -> int:
@@ -32,42 +28,6 @@ def binary(ctx, name: str, a, b, **attrs):
     return ctx.op(name, a, b, **attrs)
 
 
-def add(ctx, a, b):
-    return ctx.op("lz.add", a, b)
-
-
-def sub(ctx, a, b):
-    return ctx.op("lz.sub", a, b)
-
-
-def mul(ctx, a, b):
-    return ctx.op("lz.mul", a, b)
-
-
-def div(ctx, a, b):
-    return ctx.op("lz.div", a, b)
-
-
 def scaled(ctx, x, factor: float):
     """``x * factor``, or ``x`` when the factor is 1."""
     return x if factor == 1 else ctx.op("lz.mul", x, ctx.scalar(factor, x))
-
-
-def compute_type(et):
-    """The float type arithmetic on ``et`` runs in when it is not a float (integers in f64)."""
-    return et if et.is_float else F64
-
-
-def iota(ctx, shape, axis: int, dtype=np.int64):
-    """A constant holding each element's index along ``axis`` (other dims of size 1)."""
-    view = [1] * len(shape)
-    view[axis] = shape[axis]
-    return ctx.constant(np.arange(shape[axis], dtype=dtype).reshape(view))
-
-
-def float_type(ctx, v):
-    et = ctx.dtype(v)
-    if not et.is_float:
-        raise ctx.unsupported(f"needs a float input, got {v.type}")
-    return et
-

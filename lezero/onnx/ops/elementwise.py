@@ -188,6 +188,10 @@ def leaky_relu(ctx):
 @converter("PRelu")
 def prelu(ctx):
     x, slope = ctx.input(0), ctx.input(1)
+    shape, slope_shape = x.type.shape, slope.type.shape
+    if len(slope_shape) == 1 and len(shape) > 2 and slope_shape[0] == shape[1] != shape[-1]:
+        # one slope per channel, as opset 6 meant it (models converted from it keep the 1-D slope)
+        slope = ctx.reshape(slope, [-1] + [1] * (len(shape) - 2))
     return _where_positive(ctx, x, x, binary(ctx, "lz.mul", x, slope), predicate="ge")
 
 

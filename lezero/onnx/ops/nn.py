@@ -54,10 +54,10 @@ def matmul_integer(ctx):
 
 # --- convolution --------------------------------------------------------------------------------------
 
-def spatial_rank(ctx, x, what: str) -> int:
+def spatial_rank(ctx, x, what: str, most: int = 2) -> int:
     n = ctx.rank(x) - 2
-    if n not in (1, 2):
-        raise ctx.unsupported(f"{n}-D {what} is not supported (1-D and 2-D are)")
+    if not 1 <= n <= most:
+        raise ctx.unsupported(f"{n}-D {what} is not supported (1-D to {most}-D are)")
     return n
 
 
@@ -71,7 +71,7 @@ def window_pads(ctx, sizes, kernel, strides, dilations, pads, auto_pad, ceil_mod
     if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
         raise ctx.error(f"attribute 'auto_pad' must be NOTSET, VALID, SAME_UPPER or SAME_LOWER, got {auto_pad!r}")
     if any(s is None for s in sizes):
-        raise ctx.unsupported(f"auto_pad={auto_pad} needs static spatial dims")
+        raise ctx.dynamic(f"auto_pad={auto_pad} needs static spatial dims")
     begins, ends = [], []
     for size, k, s, d in zip(sizes, kernel, strides, dilations):
         out = -(-size // s)
@@ -112,9 +112,37 @@ def _bias(ctx, y, bias):
     return ctx.op("lz.add", y, ctx.reshape(bias, [-1] + [1] * (ctx.rank(y) - 2)))
 
 
+def conv3d(ctx, x, w, strides, pads, dilations, group):
+    """A 3-D convolution as a sum over the window's depth of 2-D convolutions: for each kernel
+    slice ``kd``, the input planes it meets (a strided slice of the depth-padded input) are
+    batched as N * OD images and convolved with ``w[:, :, kd]``."""
+    n, c, depth, h, width = ctx.shape(x)
+    o, _, kd_size, kh, kw = ctx.shape(w)
+    (sd, sh, sw), (dd, dh, dw) = strides, dilations
+    front, back = pads[0], pads[3]
+    from lezero.ir.dialect.windows import window_output_size
+
+    od = window_output_size(depth, kd_size, sd, front, back, dd)
+    if front or back:
+        x = ctx.op("lz.pad", x, pads=[0, 0, front, 0, 0, 0, 0, back, 0, 0])
+    total = None
+    for kd in range(kd_size):
+        start = kd * dd
+        planes = ctx.op("lz.slice", x, starts=[start], ends=[start + sd * (od - 1) + 1], axes=[2], steps=[sd])
+        images = ctx.reshape(ctx.transpose(planes, [0, 2, 1, 3, 4]), [n * od, c, h, width])
+        kernel = ctx.reshape(ctx.op("lz.slice", w, starts=[kd], ends=[kd + 1], axes=[2]), [o, -1, kh, kw])
+        y = ctx.op("lz.conv2d", images, kernel, strides=[sh, sw], pads=[pads[1], pads[2], pads[4], pads[5]],
+                   dilations=[dh, dw], groups=group)
+        total = y if total is None else ctx.op("lz.add", total, y)
+    oh, ow = total.type.shape[2:]
+    return ctx.transpose(ctx.reshape(total, [n, od, o, oh, ow]), [0, 2, 1, 3, 4])
+
+
 def conv2d(ctx, x, w, strides, pads, dilations, group):
-    """``lz.conv2d`` on N x C x (L | H x W) operands (``pads`` as [begin..., end...])."""
+    """``lz.conv2d`` on N x C x (L | H x W | D x H x W) operands (``pads`` as [begin..., end...])."""
     n = ctx.rank(x) - 2
+    if n == 3:
+        return conv3d(ctx, x, w, strides, pads, dilations, group)
     if n == 1:
         s, p, d = _lift(strides, pads, dilations)
         y = ctx.op("lz.conv2d", _as_2d(ctx, x), _as_2d(ctx, w), strides=s, pads=p, dilations=d, groups=group)
@@ -126,7 +154,7 @@ def conv2d(ctx, x, w, strides, pads, dilations, group):
 @converter("Conv")
 def conv(ctx):
     x, w, bias = ctx.input(0), ctx.input(1), ctx.optional(2)
-    n = spatial_rank(ctx, x, "convolution")
+    n = spatial_rank(ctx, x, "convolution", most=3)
     kernel = list(ctx.attr("kernel_shape", w.type.shape[2:]))
     strides, pads, dilations = _window_attrs(ctx, x, n, kernel)
     y = conv2d(ctx, x, w, strides, pads, dilations, ctx.attr("group", 1))
@@ -193,12 +221,14 @@ def conv_transpose(ctx):
 
 def _pool(ctx, name, extra):
     x = ctx.input(0)
+    if ctx.rank(x) == 5:
+        return _pool3d(ctx, name, extra)
     n = spatial_rank(ctx, x, "pooling")
     kernel = list(ctx.attr("kernel_shape"))
     strides, pads, dilations = _window_attrs(ctx, x, n, kernel)
     ceil_mode = bool(ctx.attr("ceil_mode", 0))
     if name == "lz.avg_pool2d" and any(d != 1 for d in dilations):
-        raise ctx.unsupported(f"average pooling with dilations {dilations}")
+        return _dilated_average(ctx, x, kernel, strides, pads, dilations, ceil_mode, extra["count_include_pad"])
     if name == "lz.avg_pool2d":
         extra = dict(extra)
     else:
@@ -211,6 +241,30 @@ def _pool(ctx, name, extra):
                    **extra)
         return _from_2d(ctx, y)
     return ctx.op(name, x, kernel=kernel, strides=strides, pads=pads, ceil_mode=ceil_mode, **extra)
+
+
+def _pool3d(ctx, name, extra):
+    """3-D max and average pooling are separable: a 2-D pool over H x W, then one over D (as a
+    2-D pool with a D x 1 window); an average's count is the product of the per-dim counts."""
+    x = ctx.input(0)
+    kernel = list(ctx.attr("kernel_shape"))
+    strides, pads, dilations = _window_attrs(ctx, x, 3, kernel)
+    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    if name == "lz.avg_pool2d" and any(d != 1 for d in dilations):
+        return _dilated_average(ctx, x, kernel, strides, pads, dilations, ceil_mode, extra["count_include_pad"])
+    n, c, d, h, w = ctx.shape(x)
+
+    def pool(v, k, s, p, dil):
+        attrs = dict(extra, kernel=k, strides=s, pads=p, ceil_mode=ceil_mode)
+        if name == "lz.max_pool2d":
+            attrs["dilations"] = dil
+        return ctx.op(name, v, **attrs)
+    planes = pool(ctx.reshape(x, [n, c * d, h, w]), kernel[1:], strides[1:],
+                  [pads[1], pads[2], pads[4], pads[5]], dilations[1:])
+    oh, ow = planes.type.shape[2:]
+    columns = pool(ctx.reshape(planes, [n, c, d, oh * ow]), [kernel[0], 1], [strides[0], 1],
+                   [pads[0], 0, pads[3], 0], [dilations[0], 1])
+    return ctx.reshape(columns, [n, c, columns.type.shape[2], oh, ow])
 
 
 @converter("MaxPool")
@@ -226,9 +280,28 @@ def average_pool(ctx):
     return _pool(ctx, "lz.avg_pool2d", {"count_include_pad": bool(ctx.attr("count_include_pad", 0))})
 
 
+def _dilated_average(ctx, x, kernel, strides, pads, dilations, ceil_mode, include_pad):
+    """Average pooling with dilations: window sums (a convolution with ones, padded at the end
+    for ceil mode's last windows) divided by each window's count, the product of its per-dim
+    counts (input elements, plus padding with count_include_pad; never the ceil-mode overhang)."""
+    from lezero.ir.dialect.windows import window_output_size
+
+    sizes = ctx.shape(x)[2:]
+    n = len(sizes)
+    begins, ends = list(pads[:n]), list(pads[n:])
+    counts = np.ones(())
+    for i, (size, k, s, d) in enumerate(zip(sizes, kernel, strides, dilations)):
+        out = window_output_size(size, k, s, begins[i], ends[i], d, ceil_mode)
+        lo, hi = (-begins[i], size + ends[i]) if include_pad else (0, size)
+        per = np.array([sum(lo <= o * s - begins[i] + j * d < hi for j in range(k)) for o in range(out)], np.float64)
+        counts = np.multiply.outer(counts, per)
+        ends[i] += max(0, (out - 1) * s + (k - 1) * d + 1 - (size + begins[i] + ends[i]))
+    sums = _window_sum_nd(ctx, x, kernel, strides, begins + ends, dilations)
+    return ctx.op("lz.div", sums, ctx.constant(counts, ctx.dtype(x)))
+
+
 def _window_sum(ctx, x, kernel, strides, pads, dilations):
     """Sums over each window (zero padding): a depthwise convolution with a window of ones."""
-    n = ctx.rank(x) - 2
     c = ctx.shape(x)[1]
     ones = ctx.constant(np.ones([c, 1] + list(kernel)), ctx.dtype(x))
     return conv2d(ctx, x, ones, strides, pads, dilations, c)
@@ -237,6 +310,11 @@ def _window_sum(ctx, x, kernel, strides, pads, dilations):
 @converter("LpPool")
 def lp_pool(ctx):
     x = ctx.input(0)
+    if ctx.rank(x) == 5:
+        if ctx.attr("ceil_mode", 0):
+            raise ctx.unsupported("LpPool with ceil_mode")
+        p = ctx.attr("p", 2)
+        return _root(ctx, _window_sum_3d(ctx, _abs_pow(ctx, x, p)), p)
     n = spatial_rank(ctx, x, "pooling")
     kernel = list(ctx.attr("kernel_shape"))
     strides, pads, dilations = _window_attrs(ctx, x, n, kernel)
@@ -245,6 +323,25 @@ def lp_pool(ctx):
     p = ctx.attr("p", 2)
     powered = _abs_pow(ctx, x, p)
     return _root(ctx, _window_sum(ctx, powered, kernel, strides, pads, dilations), p)
+
+
+def _window_sum_3d(ctx, x):
+    kernel = list(ctx.attr("kernel_shape"))
+    strides, pads, dilations = _window_attrs(ctx, x, 3, kernel)
+    return _window_sum_nd(ctx, x, kernel, strides, pads, dilations)
+
+
+def _window_sum_nd(ctx, x, kernel, strides, pads, dilations):
+    """Window sums (zero padding) of a 1-, 2- or 3-D image; 3-D separably: over H x W, then D."""
+    if ctx.rank(x) < 5:
+        return _window_sum(ctx, x, kernel, strides, pads, dilations)
+    n, c, d, h, w = ctx.shape(x)
+    planes = _window_sum(ctx, ctx.reshape(x, [n, c * d, h, w]), kernel[1:], strides[1:],
+                         [pads[1], pads[2], pads[4], pads[5]], dilations[1:])
+    oh, ow = planes.type.shape[2:]
+    columns = _window_sum(ctx, ctx.reshape(planes, [n, c, d, oh * ow]), [kernel[0], 1], [strides[0], 1],
+                          [pads[0], 0, pads[3], 0], [dilations[0], 1])
+    return ctx.reshape(columns, [n, c, columns.type.shape[2], oh, ow])
 
 
 def _abs_pow(ctx, x, p):
@@ -409,7 +506,8 @@ def lp_norm(ctx):
     if p not in (1, 2):
         raise ctx.error(f"attribute 'p' must be 1 or 2, got {p}")
     norm = _root(ctx, ctx.op("lz.reduce_sum", _abs_pow(ctx, x, p), axes=[axis], keepdims=True), p)
-    return ctx.op("lz.div", x, norm)
+    zero = ctx.op("lz.cmp", norm, ctx.scalar(0, norm), predicate="eq")  # 0 / 0 gives 0
+    return ctx.op("lz.select", zero, ctx.scalar(0, x), ctx.op("lz.div", x, norm))
 
 
 @converter("LRN")

@@ -1,1 +1,196 @@
-"""placeholder"""
+"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul,
+QLinearConv, ConvInteger, as ONNX's reference computes them (round half to even, saturate to
+the integer type).  Integer quantized types only: float8, float4 and the 4- and 2-bit integers
+have no lezero element type.  Integer convolutions run in float64, which is exact for them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lezero.ir.types import F32, F64, I32, UI8
+from lezero.onnx import element_types
+from lezero.onnx.importer import converter
+from lezero.onnx.ops.nn import _window_attrs, conv2d, spatial_rank
+from lezero.onnx.ops.tensor import broadcast_to
+
+_RANGES = {"ui8": (0, 255), "i8": (-128, 127), "ui16": (0, 65535), "i16": (-32768, 32767)}
+
+
+def per_axis(ctx, value, shape, axis, block_size=0):
+    """A scale or zero point broadcastable to ``shape``: a scalar, one per slice of ``axis``, or
+    (``block_size``) one per block of that many slices."""
+    vshape = ctx.shape(value, "the scale")
+    if len(vshape) == 0:
+        return value
+    if np.prod(vshape) == 1:
+        return ctx.reshape(value, [])
+    rank = len(shape)
+    axis = axis % rank
+    if not block_size:
+        if len(vshape) != 1:
+            raise ctx.error(f"a per-axis scale or zero point must be 1-D, got {value.type}")
+        view = [1] * rank
+        view[axis] = vshape[0]
+        return ctx.reshape(value, view)
+    blocks = list(vshape)
+    expanded = ctx.reshape(value, blocks[:axis + 1] + [1] + blocks[axis + 1:])
+    expanded = broadcast_to(ctx, expanded, blocks[:axis + 1] + [block_size] + blocks[axis + 1:])
+    merged = ctx.reshape(expanded, blocks[:axis] + [blocks[axis] * block_size] + blocks[axis + 1:])
+    if blocks[axis] * block_size != shape[axis]:
+        merged = ctx.op("lz.slice", merged, starts=[0], ends=[shape[axis]], axes=[axis])
+    return merged
+
+
+def saturate(ctx, v, et):
+    lo, hi = _RANGES[et.name]
+    return ctx.op("lz.min", ctx.op("lz.max", v, ctx.scalar(lo, v)), ctx.scalar(hi, v))
+
+
+def _quantized_type(ctx, code, what):
+    et = element_types.from_onnx(code)
+    if et is None or et.name not in _RANGES:
+        raise ctx.unsupported(f"{what} {element_types.onnx_type_name(code)} (lezero quantizes to 8- and 16-bit "
+                              "integers)")
+    return et
+
+
+@converter("QuantizeLinear")
+def quantize_linear(ctx):
+    x, scale, zero = ctx.input(0), ctx.input(1), ctx.optional(2)
+    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
+    ctx.attr("saturate", 1)  # only float8 outputs do not saturate
+    output_dtype = ctx.attr("output_dtype", 0)
+    precision = ctx.attr("precision", 0)
+    shape = ctx.shape(x)
+    if zero is not None:
+        out = ctx.dtype(zero)
+        if out.name not in _RANGES:
+            raise ctx.unsupported(f"zero point of type {out}")
+    else:
+        out = _quantized_type(ctx, output_dtype or 2, "output type")
+    scale = per_axis(ctx, scale, shape, axis, block)
+    if precision:
+        p = element_types.from_onnx(precision)
+        if p is None:
+            raise ctx.unsupported(f"precision {element_types.onnx_type_name(precision)}")
+        x, scale = ctx.cast(x, p), ctx.cast(scale, p)
+    else:
+        scale = ctx.cast(scale, ctx.dtype(x))
+    q = ctx.cast(ctx.op("lz.round", ctx.op("lz.div", x, scale)), I32)
+    if zero is not None:
+        q = ctx.op("lz.add", q, ctx.cast(per_axis(ctx, zero, shape, axis, block), I32))
+    return ctx.cast(saturate(ctx, q, out), out)
+
+
+@converter("DequantizeLinear")
+def dequantize_linear(ctx):
+    x, scale, zero = ctx.input(0), ctx.input(1), ctx.optional(2)
+    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
+    output_dtype = ctx.attr("output_dtype", 0)
+    shape = ctx.shape(x)
+    dx = ctx.cast(x, F32)
+    if zero is not None:
+        dx = ctx.op("lz.sub", dx, ctx.cast(per_axis(ctx, zero, shape, axis, block), F32))
+    y = ctx.op("lz.mul", dx, ctx.cast(per_axis(ctx, scale, shape, axis, block), F32))
+    out = ctx.dtype(scale)
+    if output_dtype:
+        out = element_types.from_onnx(output_dtype)
+        if out is None:
+            raise ctx.unsupported(f"output_dtype {element_types.onnx_type_name(output_dtype)}")
+    return ctx.cast(y, out)
+
+
+@converter("DynamicQuantizeLinear")
+def dynamic_quantize_linear(ctx):
+    x = ctx.input(0)
+    everything = list(range(ctx.rank(x)))
+    zero = ctx.scalar(0, x)
+    high = ctx.op("lz.max", ctx.op("lz.reduce_max", x, axes=everything), zero)
+    low = ctx.op("lz.min", ctx.op("lz.reduce_min", x, axes=everything), zero)
+    span = ctx.op("lz.sub", high, low)
+    span = ctx.op("lz.select", ctx.op("lz.cmp", high, low, predicate="eq"), ctx.scalar(1, x), span)
+    scale = ctx.op("lz.div", span, ctx.scalar(255, x))
+    initial = ctx.op("lz.sub", zero, ctx.op("lz.div", low, scale))
+    zero_point = ctx.op("lz.round", ctx.op("lz.max", ctx.scalar(0, x), ctx.op("lz.min", ctx.scalar(255, x), initial)))
+    y = ctx.op("lz.add", ctx.op("lz.round", ctx.op("lz.div", x, scale)), zero_point)
+    y = ctx.op("lz.min", ctx.op("lz.max", y, ctx.scalar(0, y)), ctx.scalar(255, y))
+    return [ctx.cast(y, UI8), scale, ctx.cast(zero_point, UI8)]
+
+
+def _minus_zero(ctx, v, zero, reshape=None):
+    v = ctx.cast(v, I32)
+    if zero is None:
+        return v
+    zero = ctx.cast(zero, I32)
+    if reshape is not None:
+        zero = reshape(zero)
+    return ctx.op("lz.sub", v, zero)
+
+
+@converter("QLinearMatMul")
+def qlinear_matmul(ctx):
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = (ctx.optional(i) for i in range(8))
+    product = ctx.op("lz.matmul", _minus_zero(ctx, a, a_zero), _minus_zero(ctx, b, b_zero))
+    factor = ctx.op("lz.div", ctx.op("lz.mul", a_scale, ctx.cast(b_scale, ctx.dtype(a_scale))),
+                    ctx.cast(y_scale, ctx.dtype(a_scale)))
+    d = ctx.op("lz.mul", ctx.cast(product, F64), ctx.cast(factor, F64))
+    out = ctx.dtype(y_zero) if y_zero is not None else ctx.dtype(a)
+    if y_zero is not None:
+        d = ctx.op("lz.add", d, ctx.cast(y_zero, F64))
+    if out.name not in _RANGES:
+        raise ctx.unsupported(f"output type {out}")
+    return ctx.cast(saturate(ctx, ctx.op("lz.round", d), out), out)
+
+
+def _integer_conv(ctx, x, w, x_zero, w_zero_shaped):
+    """``conv(x - x_zero, w - w_zero)`` in int32, computed in float64 (exact for 8-bit operands)."""
+    n = spatial_rank(ctx, x, "convolution")
+    kernel = list(ctx.attr("kernel_shape", w.type.shape[2:]))
+    strides, pads, dilations = _window_attrs(ctx, x, n, kernel)
+    group = ctx.attr("group", 1)
+    xs = _minus_zero(ctx, x, x_zero)
+    ws = w_zero_shaped
+    y = conv2d(ctx, ctx.cast(xs, F64), ctx.cast(ws, F64), strides, pads, dilations, group)
+    return ctx.cast(y, I32)
+
+
+def _weights_minus_zero(ctx, w, w_zero):
+    if w_zero is None:
+        return ctx.cast(w, I32)
+    rank = ctx.rank(w)
+
+    def per_channel(z):
+        if ctx.rank(z) == 1 and ctx.shape(z)[0] == ctx.shape(w)[0] and ctx.shape(z)[0] != 1:
+            return ctx.reshape(z, [-1] + [1] * (rank - 1))
+        return ctx.reshape(z, []) if ctx.rank(z) else z
+    return _minus_zero(ctx, w, w_zero, per_channel)
+
+
+@converter("ConvInteger")
+def conv_integer(ctx):
+    x, w, x_zero, w_zero = ctx.input(0), ctx.input(1), ctx.optional(2), ctx.optional(3)
+    if x_zero is not None and ctx.rank(x_zero):
+        x_zero = ctx.reshape(x_zero, [])
+    return _integer_conv(ctx, x, w, x_zero, _weights_minus_zero(ctx, w, w_zero))
+
+
+@converter("QLinearConv")
+def qlinear_conv(ctx):
+    x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias = (ctx.optional(i) for i in range(9))
+    if x_zero is not None and ctx.rank(x_zero):
+        x_zero = ctx.reshape(x_zero, [])
+    acc = _integer_conv(ctx, x, w, x_zero, _weights_minus_zero(ctx, w, w_zero))
+    rank = ctx.rank(acc)
+    if bias is not None:
+        acc = ctx.op("lz.add", acc, ctx.reshape(ctx.cast(bias, I32), [-1] + [1] * (rank - 2)))
+    if ctx.rank(w_scale) == 1 and ctx.shape(w_scale)[0] > 1:
+        w_scale = ctx.reshape(w_scale, [-1] + [1] * (rank - 2))
+    factor = ctx.op("lz.div", ctx.op("lz.mul", x_scale, ctx.cast(w_scale, ctx.dtype(x_scale))),
+                    ctx.cast(y_scale, ctx.dtype(x_scale)))
+    r = ctx.op("lz.mul", ctx.cast(acc, F64), ctx.cast(factor, F64))
+    out = ctx.dtype(y_zero) if y_zero is not None else ctx.dtype(x)
+    if y_zero is not None:
+        r = ctx.op("lz.add", r, ctx.cast(y_zero, F64))
+    if out.name not in ("ui8", "i8"):
+        raise ctx.unsupported(f"output type {out}")
+    return ctx.cast(ctx.op("lz.round", saturate(ctx, r, out)), out)

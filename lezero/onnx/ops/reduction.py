@@ -96,7 +96,7 @@ def arg_extremum(ctx):
     if last:
         n = x.type.shape[axis]
         if n is None:
-            raise ctx.unsupported("select_last_index along a dynamic dim")
+            raise ctx.dynamic("select_last_index along a dynamic dim")
         x = ctx.op("lz.slice", x, starts=[-1], ends=[-n - 1], axes=[axis], steps=[-1])
         index = ctx.op("lz.argmax", x, axis=axis, keepdims=keepdims)
         return ctx.op("lz.sub", ctx.scalar(n - 1, index), index)

@@ -26,7 +26,7 @@ def shape_(ctx):
     start, end = ctx.attr("start", 0), ctx.attr("end", None)
     dims = x.type.shape[slice(start, end)] if (start, end) != (0, None) else x.type.shape
     if any(d is None for d in dims):
-        raise ctx.unsupported(f"the shape of {x.type} has dynamic dims: lezero needs them static to compute with "
+        raise ctx.dynamic(f"the shape of {x.type} has dynamic dims: lezero needs them static to compute with "
                               "them (give the graph input static dims)")
     return ctx.constant(np.asarray(dims, np.int64))
 
@@ -55,7 +55,7 @@ def resolve_reshape(ctx, x, target, allowzero=0) -> list[int]:
             d = x.type.shape[i]
             if d is None:
                 if -1 in target:
-                    raise ctx.unsupported(f"target shape {target} copies dynamic dim {i} and also has a -1")
+                    raise ctx.dynamic(f"target shape {target} copies dynamic dim {i} and also has a -1")
                 d = -1
         out.append(d)
     if allowzero and 0 in out and -1 in out:
@@ -75,7 +75,7 @@ def flatten(ctx):
     outer, inner = shape[:axis], shape[axis:]
     sizes = [None if None in part else product(part) for part in (outer, inner)]
     if sizes.count(None) == 2:
-        raise ctx.unsupported(f"cannot flatten {x.type} at axis {axis}: both parts have dynamic dims")
+        raise ctx.dynamic(f"cannot flatten {x.type} at axis {axis}: both parts have dynamic dims")
     return ctx.reshape(x, [-1 if s is None else s for s in sizes])
 
 
@@ -86,7 +86,7 @@ def squeeze(ctx):
     shape = x.type.shape
     if axes is None:
         if None in shape:
-            raise ctx.unsupported(f"squeezing every size-1 dim of {x.type} needs static dims")
+            raise ctx.dynamic(f"squeezing every size-1 dim of {x.type} needs static dims")
         axes = [i for i, d in enumerate(shape) if d == 1]
     axes = axes_of(ctx, axes, len(shape))
     for a in axes:
@@ -105,7 +105,7 @@ def unsqueeze(ctx):
     dims = iter(x.type.shape)
     shape = [1 if i in axes else next(dims) for i in range(rank)]
     if shape.count(None) > 1:
-        raise ctx.unsupported(f"unsqueezing {x.type} needs at most one dynamic dim")
+        raise ctx.dynamic(f"unsqueezing {x.type} needs at most one dynamic dim")
     return ctx.reshape(x, [-1 if d is None else d for d in shape])
 
 
@@ -171,7 +171,7 @@ def split(ctx):
     axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(x))
     size = x.type.shape[axis]
     if size is None:
-        raise ctx.unsupported(f"splitting dynamic dim {axis} of {x.type}")
+        raise ctx.dynamic(f"splitting dynamic dim {axis} of {x.type}")
     sizes = ctx.ints(1, "split") if ctx.opset >= 13 else ctx.attr("split", None)
     outputs = len(ctx.node.output)
     if sizes is None:
@@ -276,7 +276,9 @@ def _pad_axis(ctx, x, axis, begin, end, mode):
             shape[axis] = end
             pieces.append(broadcast_to(ctx, edge, shape))
         elif mode == "reflect":
-            pieces.append(ctx.op("lz.slice", x, starts=[n - 2], ends=[n - 2 - end], axes=[axis], steps=[-1]))
+            stop = n - 2 - end
+            pieces.append(ctx.op("lz.slice", x, starts=[n - 2], ends=[stop if stop >= 0 else -n - 1], axes=[axis],
+                                 steps=[-1]))
         else:
             pieces.append(ctx.op("lz.slice", x, starts=[0], ends=[end], axes=[axis]))
     return ctx.op("lz.concat", *pieces, axis=axis)
@@ -382,10 +384,36 @@ def constant_of_shape(ctx):
 
 @converter("Range")
 def range_(ctx):
+    """A constant: its length depends on the values, which must be known at import."""
     start, limit, delta = (ctx.require_const(i, name) for i, name in enumerate(("start", "limit", "delta")))
-    dtype = start.dtype
     count = max(int(math.ceil((limit.item() - start.item()) / delta.item())), 0)
-    return ctx.constant((start + np.arange(count) * delta).astype(dtype))
+    return ctx.constant((start + np.arange(count) * delta).astype(start.dtype), ctx.dtype(ctx.input(0)))
+
+
+def _window(ctx, formula):
+    size = int(np.asarray(ctx.require_const(0, "size")).reshape(-1)[0])
+    periodic = ctx.attr("periodic", 1)
+    code = ctx.attr("output_datatype", 1)
+    et = element_types.from_onnx(code)
+    if et is None:
+        raise ctx.unsupported(f"output_datatype {element_types.onnx_type_name(code)}")
+    n = np.arange(size, dtype=np.float64)
+    return ctx.constant(formula(n, size if periodic else size - 1), et)
+
+
+@converter("HannWindow")
+def hann_window(ctx):
+    return _window(ctx, lambda n, m: np.sin(n * np.pi / m) ** 2)
+
+
+@converter("HammingWindow")
+def hamming_window(ctx):
+    return _window(ctx, lambda n, m: 25 / 46 - np.cos(n * np.pi * 2 / m) * (1 - 25 / 46))
+
+
+@converter("BlackmanWindow")
+def blackman_window(ctx):
+    return _window(ctx, lambda n, m: 0.42 - 0.5 * np.cos(n * np.pi * 2 / m) + 0.08 * np.cos(n * np.pi * 4 / m))
 
 
 @converter("EyeLike")
@@ -419,9 +447,12 @@ def trilu(ctx):
 def space_to_depth(ctx):
     x = ctx.input(0)
     bs = ctx.attr("blocksize")
+    mode = ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise ctx.error(f"attribute 'mode' must be DCR or CRD, got {mode!r}")
     n, c, h, w = ctx.shape(x)
     v = ctx.reshape(x, [n, c, h // bs, bs, w // bs, bs])
-    v = ctx.transpose(v, [0, 3, 5, 1, 2, 4])
+    v = ctx.transpose(v, [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4])
     return ctx.reshape(v, [n, c * bs * bs, h // bs, w // bs])
 
 
@@ -517,10 +548,12 @@ def dropout(ctx):
     ctx.ignore_attrs("seed")
     x = ctx.input(0)
     if ctx.opset >= 12:
-        ratio = ctx.const(1)
         training = ctx.const(2)
         if ctx.has_input(2) and training is None:
             training = ctx.require_const(2, "training_mode")
+        ratio = ctx.const(1)
+        if ctx.has_input(1) and ratio is None and training is not None and np.asarray(training).reshape(-1)[0]:
+            ratio = ctx.require_const(1, "ratio")
         ratio = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
         training = bool(training is not None and np.asarray(training).reshape(-1)[0])
     else:
@@ -539,6 +572,15 @@ def array_feature_extractor(ctx):
     x = ctx.input(0)
     indices = ctx.reshape(ctx.input(1), [-1]) if ctx.rank(ctx.input(1)) != 1 else ctx.input(1)
     return ctx.op("lz.gather", x, indices, axis=ctx.rank(x) - 1)
+
+
+@converter("BitCast")
+def bit_cast(ctx):
+    to = ctx.attr("to")
+    et = element_types.from_onnx(to)
+    if et is None:
+        raise ctx.unsupported(f"bit cast to {element_types.onnx_type_name(to)}, which lezero does not support")
+    return ctx.op("lz.bitcast", ctx.input(0), to=et)
 
 
 @converter("CumSum")
@@ -704,3 +746,13 @@ def top_k(ctx):
     values, indices = ctx.create("lz.topk", [x], {"k": int(k), "axis": axis,
                                                   "largest": bool(ctx.attr("largest", 1))})
     return [values, indices]
+
+
+@converter("If")
+def if_(ctx):
+    """An If whose condition is known at import (a shape test, or bound with constant_inputs):
+    the chosen branch, inlined.  A condition computed from run-time data is not supported."""
+    condition = bool(np.asarray(ctx.require_const(0, "the condition")).reshape(-1)[0])
+    then_branch, else_branch = ctx.attr("then_branch"), ctx.attr("else_branch")
+    branch, what = (then_branch, "then_branch") if condition else (else_branch, "else_branch")
+    return ctx.inline_graph(branch, [], what)

@@ -43,3 +43,16 @@ func.func @shapes(%x: tensor<4x4xf32>, %w: tensor<4x1xf32>)
   %7 = "lz.add"(%6, %1) : (tensor<4x1xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   func.return %3, %5, %7, %2 : tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x1xf32>
 }
+
+// A matmul reads its weight through a transpose (x @ w.T): the transpose joins its kernel, unless
+// something else reads the transposed value too.
+// CHECK: fusion: @linear: merged lz_fused_transpose (line 53) + lz_fused_matmul (line 54) -> lz_fused_transpose_matmul (line 53) (matmul), saves 32768 bytes
+// CHECK: fusion: @linear: refused lz_fused_transpose (line 55) + lz_fused_matmul (line 56): 'lz.transpose' feeding the matmul is also read outside the kernel (would save 4096 bytes)
+func.func @linear(%x: tensor<64x32xf32>, %w: tensor<128x32xf32>, %v: tensor<32x32xf32>)
+    -> (tensor<64x128xf32>, tensor<64x32xf32>, tensor<32x32xf32>) {
+  %wt = "lz.transpose"(%w) {perm = array<i64: 1, 0>} : (tensor<128x32xf32>) -> tensor<32x128xf32>
+  %0 = "lz.matmul"(%x, %wt) : (tensor<64x32xf32>, tensor<32x128xf32>) -> tensor<64x128xf32>
+  %vt = "lz.transpose"(%v) {perm = array<i64: 1, 0>} : (tensor<32x32xf32>) -> tensor<32x32xf32>
+  %1 = "lz.matmul"(%x, %vt) : (tensor<64x32xf32>, tensor<32x32xf32>) -> tensor<64x32xf32>
+  func.return %0, %1, %vt : tensor<64x128xf32>, tensor<64x32xf32>, tensor<32x32xf32>
+}

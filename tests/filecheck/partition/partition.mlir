@@ -44,6 +44,20 @@ func.func @movement(%x: tensor<3x4xf32>, %y: tensor<4x3xf32>) -> tensor<4x3xf32>
   func.return %3 : tensor<4x3xf32>
 }
 
+// x @ w.T: the matmul reads its weight through the transpose, which joins its kernel as the
+// prologue (the GEMM packs w as it is stored), so w.T is never materialized.
+// CHECK-LABEL: func.func @linear_transposed
+func.func @linear_transposed(%x: tensor<64x784xf32>, %w: tensor<256x784xf32>, %b: tensor<256xf32>) -> tensor<64x256xf32> {
+  // CHECK: "lz.transpose"(%{{.*}}) {lz.group = 0 : i64, lz.group_kind = "matmul", lz.stage = 0 : i64
+  // CHECK-NEXT: "lz.matmul"{{.*}} {lz.group = 0 : i64, lz.group_kind = "matmul", lz.stage = 0 : i64}
+  // CHECK-NEXT: "lz.add"{{.*}} {lz.group = 0 : i64, lz.group_kind = "matmul", lz.stage = 0 : i64}
+  // CHECK-NEXT: func.return
+  %wt = "lz.transpose"(%w) {perm = array<i64: 1, 0>} : (tensor<256x784xf32>) -> tensor<784x256xf32>
+  %0 = "lz.matmul"(%x, %wt) : (tensor<64x784xf32>, tensor<784x256xf32>) -> tensor<64x256xf32>
+  %1 = "lz.add"(%0, %b) : (tensor<64x256xf32>, tensor<256xf32>) -> tensor<64x256xf32>
+  func.return %1 : tensor<64x256xf32>
+}
+
 // Two independent branches share stage 0 (a runtime may run them at once); the reductions
 // that join them are one kernel of stage 1.
 // CHECK-LABEL: func.func @branches
