@@ -4,7 +4,8 @@
   (``lezero/onnx/importer.py``; one converter per ONNX operator in ``lezero/onnx/ops``);
 - ``compile(path_or_model) -> CompiledModel``: imported and compiled for the CPU,
   ``.run({name: array}) -> {name: array}``;
-- ``lezero.onnx.backend``: ``onnx.backend.base.Backend`` for ONNX's own test suites.
+- ``lezero.onnx.backend``: ``onnx.backend.base.Backend`` for ONNX's own test suites;
+- ``export(traced_or_ir_module, path)``: lz IR (or a ``lz.jit.trace`` result) to an ONNX file.
 
 Errors: ``OnnxError`` (a model lezero cannot read), ``UnsupportedError`` (something lezero does
 not implement, naming the node and operator), ``ValueDependentError`` (a shape computed from graph
@@ -13,10 +14,11 @@ inputs' values), ``DynamicShapeError`` (a computation with a dim the graph leave
 from lezero.onnx.errors import DynamicShapeError, OnnxError, UnsupportedError, ValueDependentError
 from lezero.onnx.importer import CONVERTERS, MIN_OPSET, import_model
 from lezero.onnx.compiled_model import CompiledModel, FeedError, compile  # noqa: A004
+from lezero.onnx.export import ExportError, export, to_onnx  # noqa: E402
 
 __all__ = ["import_model", "compile", "CompiledModel", "OnnxError", "UnsupportedError", "ValueDependentError",
            "DynamicShapeError",
-           "FeedError", "CONVERTERS", "MIN_OPSET", "supported_operators"]
+           "FeedError", "export", "to_onnx", "ExportError", "CONVERTERS", "MIN_OPSET", "supported_operators"]
 
 
 def supported_operators() -> list[str]:

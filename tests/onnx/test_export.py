@@ -112,3 +112,15 @@ def test_ops_without_an_onnx_form_are_named(tmp_path):
     with pytest.raises(ExportError, match="'lz.kernel' op has no ONNX form"):
         export(module, tmp_path / "m.onnx")
     assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_export_then_import_round_trips_through_lezero(tmp_path):
+    import lezero.onnx
+
+    lz.manual_seed(0)
+    model = lz.nn.Sequential(lz.nn.Linear(6, 5), lz.nn.GELU(), lz.nn.Linear(5, 3))
+    traced = lz.jit.trace(model, example_inputs=lz.randn(1, 6))
+    lezero.onnx.export(traced, tmp_path / "m.onnx")  # the package-level name users call
+    x = np.random.default_rng(2).standard_normal((4, 6)).astype(np.float32)
+    out = lezero.onnx.compile(tmp_path / "m.onnx").run({"input": x})["output"]
+    np.testing.assert_allclose(out, traced(x), rtol=1e-5, atol=1e-6)
