@@ -1,7 +1,8 @@
 """lezero: a compiler-first deep learning framework.
 
 Everything becomes one typed SSA IR (``lezero.ir``), goes through pass pipelines
-(``lezero.passes``) and is compiled for the CPU with LLVM (``lezero.codegen``, ``lezero.runtime``).
+(``lezero.passes``) and is compiled for the CPU with LLVM and for the GPU with Triton
+(``lezero.codegen``, ``lezero.runtime``).
 ``import lezero as lz`` gives the eager, PyTorch-like API on top of that one path: ``lz.Tensor``,
 autograd, ``lz.nn``, ``lz.optim``, ``lz.utils.data``, ``lz.save``/``lz.load``.
 """
@@ -9,7 +10,8 @@ __version__ = "0.1.0"
 
 
 def compile(module_or_text, entry=None, target="cpu"):  # noqa: A001 - the name users expect
-    """Compile ``@entry`` of an IR module (or MLIR text); see ``lezero.runtime.compiled_function``."""
+    """Compile ``@entry`` of an IR module (or MLIR text) for ``target`` (``"cpu"`` or ``"cuda"``);
+    see ``lezero.runtime.compiled_function`` and ``lezero.runtime.cuda``."""
     from lezero.runtime.compiled_function import compile as _compile
 
     return _compile(module_or_text, entry, target)
@@ -19,7 +21,9 @@ from lezero.dtypes import (bool_ as bool, double, dtype, float16, float32, float
                            half, int8, int16, int32, int64, long, set_default_dtype, uint8)
 from lezero.dtypes import int_ as int  # noqa: E402,A001
 from lezero.dispatch import OperatorError  # noqa: E402
-from lezero.tensor import Tensor, device  # noqa: E402
+from lezero.runtime.devices import Device, DeviceError, device  # noqa: E402
+from lezero.tensor import Tensor  # noqa: E402
+from lezero import cuda  # noqa: E402  (lz.cuda.is_available)
 from lezero.creation import (Generator, arange, as_tensor, bernoulli, default_generator, empty, empty_like,  # noqa: E402
                              eye, from_numpy, full, full_like, initial_seed, linspace, manual_seed, normal, ones,
                              ones_like, rand, rand_like, randint, randn, randn_like, randperm, seed, tensor, zeros,

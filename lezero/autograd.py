@@ -12,7 +12,8 @@ attributes and operand references, and each argument's shape and dtype, never a 
   recorded output's op is tagged ``lz.eager_value = array<i64: node, result>``; in ``@f_grad`` the
   tagged values the gradient needs become arguments, the forward ops die, and what remains is the
   backward pass alone.  It is compiled once per structure (``_GRADIENTS``), so a training loop
-  compiles its backward pass on the first step and then only walks and launches.
+  compiles its backward pass on the first step and then only walks and launches; for the device
+  the recording's tensors are on (the key holds their storage dtypes, which tell it).
 - ``create_graph=True`` records that gradient function as one node (an ``EagerOp`` that inlines
   it), so gradients of gradients differentiate through it again: ``grad(grad(f))``.
 - ``trace(fn, *examples)`` runs ``fn`` with every op recorded, at the user's lines: the function
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lezero.dispatch import EagerOp, tensor_type
+from lezero.device_arrays import like, numpy_dtype, size
+from lezero.dispatch import EagerOp, compile_for, device_of_arrays, tensor_type
 from lezero.ir.attributes import DenseArrayAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp, OpResult
@@ -235,7 +237,6 @@ def gradient_function(rec: Recording, wrt: tuple) -> GradientFunction:
 def _build_gradient_function(rec: Recording, wrt: tuple) -> GradientFunction:
     from lezero.passes.autodiff import differentiate  # the compiler loads on first use
     from lezero.passes.dce import erase_dead_ops
-    from lezero.runtime.compiled_function import CompiledFunction
 
     forward = build_function(rec, "backward", tag=True)
     grad = differentiate(forward, wrt=list(wrt))
@@ -262,7 +263,8 @@ def _build_gradient_function(rec: Recording, wrt: tuple) -> GradientFunction:
     grad.update_function_type()
     module = ModuleOp([grad])
     shapes = [a.type.shape for a in block.args]
-    run = CompiledFunction(module, grad.sym_name).runner(shapes)
+    device = device_of_arrays("backward", [a._data for a in rec.args])
+    run = compile_for(module, grad.sym_name, device).runner(shapes)
     return GradientFunction(grad, sources, run, EagerOp("backward", functools.partial(_inline, grad),
                                                            len(grad.function_type.results)))
 
@@ -296,11 +298,11 @@ def _seeds(outputs, grad_outputs) -> list:
     seeds = []
     for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
         if g is None:
-            if out._data.size != 1:
+            if size(out._data) != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            seeds.append(_wrap(np.ones(out.shape, out._data.dtype)))
+            seeds.append(_wrap(like(np.ones(out.shape, numpy_dtype(out._data)), out._data)))
             continue
-        g = g if isinstance(g, Tensor) else _wrap(storage(g, out._data.dtype))
+        g = g if isinstance(g, Tensor) else _wrap(like(storage(g, numpy_dtype(out._data)), out._data))
         if g.shape != out.shape:
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(g.shape)} and output[{i}] "
                                f"has a shape of {list(out.shape)}.")
@@ -418,7 +420,7 @@ def grad_transform(fn, argnums=0, has_aux: bool = False):
         aux = None
         if has_aux:
             out, aux = out
-        if not isinstance(out, Tensor) or out._data.size != 1:
+        if not isinstance(out, Tensor) or out.numel() != 1:
             raise RuntimeError(f"lz.grad(f): f must return a tensor with a single element, got "
                                f"{type(out).__name__}{'' if not isinstance(out, Tensor) else list(out.shape)}")
         wrt = [args[i] for i in nums]

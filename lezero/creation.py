@@ -1,6 +1,8 @@
 """Making tensors: from data (``tensor``, ``from_numpy``), filled (``zeros`` ... ``arange``), and
 random (``randn`` ..., seeded by ``manual_seed`` or a ``Generator``).
 
+``device="cuda"`` makes the values on the host and copies them to the device (``to_device``).
+
 Random numbers come from numpy's PCG64 generator: seeded runs repeat exactly, but the numbers
 differ from PyTorch's for the same seed (tests copy weights instead).
 """
@@ -9,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from lezero import dtypes as _dt
+from lezero.device_arrays import CPU, device_of, host, to_device
+from lezero.runtime.devices import device as _device
 from lezero.tensor import Tensor, _wrap, storage
 
 
@@ -57,8 +61,9 @@ def _generator(generator: Generator | None) -> np.random.Generator:
     return (generator or default_generator)._rng
 
 
-def _finish(array: np.ndarray, requires_grad: bool) -> Tensor:
-    t = _wrap(storage(array))
+def _finish(array: np.ndarray, requires_grad: bool, device=None) -> Tensor:
+    """A tensor of ``array`` on ``device`` (default the CPU)."""
+    t = _wrap(storage(array) if device is None else _on(storage(array), device))
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -79,9 +84,14 @@ def _infer_dtype(data) -> "_dt.dtype":
     raise TypeError(f"cannot make a tensor from {type(data).__name__} holding {array.dtype}")
 
 
+def _on(array: np.ndarray, device):
+    d = _device(device)
+    return array if d == CPU else to_device(array, d)
+
+
 def _unwrap(data):
     if isinstance(data, Tensor):
-        return data._data
+        return host(data._data)
     if isinstance(data, (list, tuple)):
         return [_unwrap(d) for d in data]
     return data
@@ -89,20 +99,19 @@ def _unwrap(data):
 
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays, tensors)."""
-    _check(device)
     d = _dt.as_dtype(dtype) if dtype is not None else \
         data.dtype if isinstance(data, Tensor) else _infer_dtype(data)
-    return _finish(np.array(_unwrap(data), dtype=d.numpy, order="C"), requires_grad)
+    return _finish(np.array(_unwrap(data), dtype=d.numpy, order="C"), requires_grad, device)
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
     """``data`` as a tensor, without a copy when it already is one (or a suitable numpy array)."""
-    _check(device)
     if isinstance(data, Tensor):
-        return data if dtype is None else data.to(dtype)
+        return data.to(dtype=dtype, device=device)
     if isinstance(data, np.ndarray) and (dtype is None or _dt.as_dtype(dtype).numpy == data.dtype):
-        return from_numpy(data)
-    return tensor(data, dtype)
+        t = from_numpy(data)
+        return t if device is None else t.to(device)
+    return tensor(data, dtype, device)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
@@ -112,11 +121,6 @@ def from_numpy(array: np.ndarray) -> Tensor:
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     _dt.from_numpy_dtype(array.dtype)  # a clear error for unsupported dtypes
     return _wrap(storage(array))
-
-
-def _check(device) -> None:
-    if device is not None and str(device).split(":")[0] != "cpu":
-        raise RuntimeError(f"lezero's eager tensors live on the CPU; device {str(device)!r} is not available")
 
 
 def _shape(size) -> tuple:
@@ -130,28 +134,23 @@ def _float_dtype(dtype) -> "_dt.dtype":
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    _check(device)
-    return _finish(np.zeros(_shape(size), _float_dtype(dtype).numpy), requires_grad)
+    return _finish(np.zeros(_shape(size), _float_dtype(dtype).numpy), requires_grad, device)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    _check(device)
-    return _finish(np.ones(_shape(size), _float_dtype(dtype).numpy), requires_grad)
+    return _finish(np.ones(_shape(size), _float_dtype(dtype).numpy), requires_grad, device)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    _check(device)
-    return _finish(np.empty(_shape(size), _float_dtype(dtype).numpy), requires_grad)
+    return _finish(np.empty(_shape(size), _float_dtype(dtype).numpy), requires_grad, device)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
-    _check(device)
     d = _dt.as_dtype(dtype) if dtype is not None else _dt.scalar_dtype(fill_value)
-    return _finish(np.full(tuple(size), fill_value, d.numpy), requires_grad)
+    return _finish(np.full(tuple(size), fill_value, d.numpy), requires_grad, device)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
-    _check(device)
     if end is None:
         start, end = 0, start
     if dtype is None:
@@ -159,76 +158,81 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
             _dt.get_default_dtype()
     else:
         d = _dt.as_dtype(dtype)
-    return _finish(np.arange(start, end, step).astype(d.numpy), requires_grad)
+    return _finish(np.arange(start, end, step).astype(d.numpy), requires_grad, device)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False) -> Tensor:
-    _check(device)
-    return _finish(np.linspace(start, end, steps).astype(_float_dtype(dtype).numpy), requires_grad)
+    return _finish(np.linspace(start, end, steps).astype(_float_dtype(dtype).numpy), requires_grad, device)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
-    _check(device)
-    return _finish(np.eye(n, m, dtype=_float_dtype(dtype).numpy), requires_grad)
+    return _finish(np.eye(n, m, dtype=_float_dtype(dtype).numpy), requires_grad, device)
 
 
-def zeros_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
-    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def zeros_like(t: Tensor, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return zeros(t.shape, dtype=dtype or t.dtype, device=_like_device(t, device), requires_grad=requires_grad)
 
 
-def ones_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
-    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def ones_like(t: Tensor, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return ones(t.shape, dtype=dtype or t.dtype, device=_like_device(t, device), requires_grad=requires_grad)
 
 
-def empty_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
-    return empty(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def empty_like(t: Tensor, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return empty(t.shape, dtype=dtype or t.dtype, device=_like_device(t, device), requires_grad=requires_grad)
 
 
-def full_like(t: Tensor, fill_value, dtype=None, requires_grad=False) -> Tensor:
-    return full(t.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def _like_device(t: Tensor, device):
+    """``*_like``'s device: ``t``'s unless given (None for the CPU, which needs no copy)."""
+    if device is not None:
+        return device
+    d = device_of(t._data)
+    return None if d == CPU else d
+
+
+def full_like(t: Tensor, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=_like_device(t, device),
+                requires_grad=requires_grad)
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform on [0, 1)."""
-    _check(device)
     d = _float_dtype(dtype)
-    return _finish(_generator(generator).random(_shape(size)).astype(d.numpy), requires_grad)
+    return _finish(_generator(generator).random(_shape(size)).astype(d.numpy), requires_grad, device)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal."""
-    _check(device)
     d = _float_dtype(dtype)
-    return _finish(_generator(generator).standard_normal(_shape(size)).astype(d.numpy), requires_grad)
+    return _finish(_generator(generator).standard_normal(_shape(size)).astype(d.numpy), requires_grad, device)
 
 
 def randint(low, high=None, size=(), generator=None, dtype=None, device=None) -> Tensor:
-    _check(device)
     if high is None:
         low, high = 0, low
     d = _dt.as_dtype(dtype) if dtype is not None else _dt.int64
-    return _finish(_generator(generator).integers(low, high, tuple(size)).astype(d.numpy), False)
+    return _finish(_generator(generator).integers(low, high, tuple(size)).astype(d.numpy), False, device)
 
 
 def randperm(n: int, generator=None, dtype=None, device=None) -> Tensor:
-    _check(device)
     d = _dt.as_dtype(dtype) if dtype is not None else _dt.int64
-    return _finish(_generator(generator).permutation(n).astype(d.numpy), False)
+    return _finish(_generator(generator).permutation(n).astype(d.numpy), False, device)
 
 
-def rand_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
-    return rand(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def rand_like(t: Tensor, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return rand(t.shape, dtype=dtype or t.dtype, device=_like_device(t, device), requires_grad=requires_grad)
 
 
-def randn_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
-    return randn(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def randn_like(t: Tensor, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return randn(t.shape, dtype=dtype or t.dtype, device=_like_device(t, device), requires_grad=requires_grad)
 
 
-def normal(mean: float, std: float, size, generator=None, dtype=None) -> Tensor:
+def normal(mean: float, std: float, size, generator=None, dtype=None, device=None) -> Tensor:
     d = _float_dtype(dtype)
-    return _finish((_generator(generator).standard_normal(tuple(size)) * std + mean).astype(d.numpy), False)
+    return _finish((_generator(generator).standard_normal(tuple(size)) * std + mean).astype(d.numpy), False, device)
 
 
 def bernoulli(p: Tensor, generator=None) -> Tensor:
     """1 with probability ``p`` (elementwise), else 0, in ``p``'s dtype."""
-    return _finish((_generator(generator).random(p.shape) < p._data).astype(p._data.dtype), False)
+    probabilities = np.asarray(p)
+    return _finish((_generator(generator).random(p.shape) < probabilities).astype(probabilities.dtype), False,
+                   _like_device(p, None))

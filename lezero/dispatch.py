@@ -12,6 +12,11 @@ miss it builds ``@f`` around one ``emit``, compiles it through the whole CPU pip
 an op is a dict lookup and one launch.  A shape mismatch is found while building (shape
 inference), so errors cost nothing on the hot path; they name the op, the shapes and the user's
 line (``OperatorError``).
+
+On cuda (inputs that are torch tensors, ``lezero.device_arrays``) the same key holds the lean
+runner of ``lezero.compile(..., target="cuda")``: a torch dtype in the key tells the device, so the
+CPU path pays nothing for it.  Inputs on two devices are found on the miss and raise
+``OperatorError`` at the user's line, as PyTorch's "expected all tensors to be on the same device".
 """
 from __future__ import annotations
 
@@ -19,14 +24,14 @@ import linecache
 import os
 import sys
 
-import numpy as np
-
+from lezero.device_arrays import device_of, numpy_dtype, same_device
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.diagnostics import IRError
 from lezero.ir.location import UNKNOWN, FileLineColLoc, Location
 from lezero.ir.opdef import OpError
 from lezero.ir.types import FunctionType, TensorType, element_type_of
+from lezero.runtime.devices import Device
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -111,8 +116,27 @@ def one_op_function(op: EagerOp, attrs: tuple, types: list) -> FuncOp:
     return func
 
 
-def tensor_type(array: np.ndarray) -> TensorType:
-    return TensorType(array.shape, element_type_of(array.dtype))
+def tensor_type(array) -> TensorType:
+    """The IR type of an array (numpy, or a cuda tensor's torch storage)."""
+    return TensorType(tuple(array.shape), element_type_of(numpy_dtype(array)))
+
+
+def device_of_arrays(name: str, arrays) -> Device:
+    """The device all ``arrays`` are on; on several, an ``OperatorError`` naming ``name``."""
+    device = same_device(arrays)
+    if device is None:
+        found = sorted({device_of(a).type for a in arrays}, reverse=True)
+        raise OperatorError(f"{name}: expected all tensors to be on the same device, but found at least two "
+                            f"devices, {' and '.join(found)}", user_location())
+    return device
+
+
+def compile_for(module: ModuleOp, entry: str, device: Device):
+    """``lezero.compile`` of ``@entry`` for ``device``; its lean ``runner(shapes)`` runs numpy
+    arrays on the CPU (``run(arrays, outs=None)``), torch tensors on cuda."""
+    import lezero  # the compiler loads on first use
+
+    return lezero.compile(module, entry, target=device.type)
 
 
 # (op, attrs, shape0, dtype0, shape1, dtype1, ...) -> run(inputs, outs=None) -> [arrays]
@@ -123,12 +147,10 @@ def runner_for(key: tuple, op: EagerOp, attrs: tuple, arrays) -> object:
     """Compile ``op`` for the types of ``arrays`` and remember it under ``key``."""
     run = _RUNNERS.get(key)
     if run is None:
-        from lezero.runtime.compiled_function import CompiledFunction  # the compiler loads on first use
-
+        device = device_of_arrays(op.name, arrays)
         func = one_op_function(op, attrs, [tensor_type(a) for a in arrays])
         try:
-            compiled = CompiledFunction(ModuleOp([func]), "f")
-            run = compiled.runner([a.shape for a in arrays])
+            run = compile_for(ModuleOp([func]), "f", device).runner([tuple(a.shape) for a in arrays])
         except IRError as e:
             raise OperatorError(f"{op.name}: {e.message}", user_location()) from None
         _RUNNERS[key] = run
@@ -136,7 +158,7 @@ def runner_for(key: tuple, op: EagerOp, attrs: tuple, arrays) -> object:
 
 
 def run_op(op: EagerOp, attrs: tuple, arrays: list) -> list:
-    """Run ``op`` on numpy arrays (C-contiguous, of lezero dtypes): its results, as arrays."""
+    """Run ``op`` on arrays of one device (C-contiguous, of lezero dtypes): its results, as arrays."""
     key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
     run = _RUNNERS.get(key)
     if run is None:

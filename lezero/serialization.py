@@ -33,6 +33,8 @@ import tempfile
 import numpy as np
 
 from lezero import dtypes as _dt
+from lezero.device_arrays import host, to_device
+from lezero.runtime.devices import device
 from lezero.tensor import Tensor, _wrap, storage
 
 MAGIC = b"LZCKPT01"
@@ -45,7 +47,7 @@ class CheckpointError(RuntimeError):
 
 def _encode(obj, arrays: list):
     if isinstance(obj, Tensor):
-        arrays.append(obj._data)
+        arrays.append(host(obj._data))  # a cuda tensor's values, copied to the host
         return {"__tensor__": len(arrays) - 1}
     if isinstance(obj, np.ndarray):
         _dt.from_numpy_dtype(obj.dtype)
@@ -153,23 +155,22 @@ def save(obj, f) -> None:
 
 
 def load(f, map_location=None, weights_only: bool = True):
-    """Read what ``save`` wrote; tensors come back as ``lz.Tensor`` (``map_location`` may only be
-    the CPU; ``weights_only`` is always true: nothing but data is ever loaded)."""
-    if map_location is not None and str(map_location).split(":")[0] != "cpu":
-        raise RuntimeError(f"lz.load: map_location {map_location!r} is not available (only 'cpu')")
+    """Read what ``save`` wrote; tensors come back as ``lz.Tensor``, on the CPU or on the device
+    ``map_location`` names (``weights_only`` is always true: nothing but data is ever loaded)."""
+    target = device("cpu" if map_location is None else str(map_location))
     if hasattr(f, "read"):
         data = f.read()
         name = getattr(f, "name", "<stream>")
-        return _parse(memoryview(data), name)
+        return _parse(memoryview(data), name, target)
     name = os.fspath(f)
     with open(name, "rb") as stream:
         size = os.fstat(stream.fileno()).st_size
         if not size:
-            return _parse(memoryview(b""), name)
+            return _parse(memoryview(b""), name, target)
         with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as mapped:  # no second copy in memory
             view = memoryview(mapped)
             try:
-                return _parse(view, name)
+                return _parse(view, name, target)
             finally:
                 view.release()
 
@@ -191,7 +192,7 @@ def _read_tensor(payload: memoryview, i: int, entry: dict, data_bytes: int, fail
     return array
 
 
-def _parse(data: memoryview, name: str):
+def _parse(data: memoryview, name: str, target):
     def fail(why: str):
         raise CheckpointError(f"{name}: not a valid lezero checkpoint: {why}")
 
@@ -222,7 +223,8 @@ def _parse(data: memoryview, name: str):
     with data[base:base + data_bytes] as payload:
         if hashlib.sha256(payload).hexdigest() != expected:
             fail("the data does not match its checksum (the file is corrupt)")
-        tensors = [_wrap(_read_tensor(payload, i, e, data_bytes, fail)) for i, e in enumerate(entries)]
+        tensors = [_wrap(to_device(_read_tensor(payload, i, e, data_bytes, fail), target))
+                   for i, e in enumerate(entries)]
     try:
         return _decode(structure, tensors)
     except (IndexError, TypeError, ValueError) as e:

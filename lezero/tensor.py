@@ -1,8 +1,11 @@
 """``lezero.Tensor``: the eager tensor.
 
-A tensor holds a C-contiguous numpy array (``_data``) of a lezero dtype.  Every op on tensors is
+A tensor holds a C-contiguous numpy array (``_data``) of a lezero dtype; a cuda tensor a torch
+tensor on the device instead (``lezero.device_arrays``: ``x.to("cuda")``, ``device=`` on creation,
+``.numpy()``/``.item()`` copy to the host).  Every op on tensors is
 an ``EagerOp`` (``lezero.dispatch``) run through ``_apply``: a dict lookup of ``(op, attributes,
-input shapes and dtypes)`` to a compiled one-op function, one launch, a new tensor.  Python numbers
+input shapes and dtypes)`` to a compiled one-op function (compiled for the inputs' device), one
+launch, a new tensor.  Python numbers
 become rank-0 inputs, never constants, so ``x * lr`` compiles once whatever ``lr`` is.
 
 Autograd: when grad mode is on and an input requires grad, the op is recorded as a ``Node``
@@ -24,9 +27,13 @@ import numbers
 
 import numpy as np
 
+from lezero import device_arrays as _dev
 from lezero import dtypes as _dt
+from lezero.device_arrays import CATEGORY, FLOATS, KIND
 from lezero.dispatch import _RUNNERS, EagerOp, OperatorError, lz_op, runner_for, user_location
 from lezero.ir.types import ELEMENT_TYPES
+from lezero.runtime.devices import Device
+from lezero.runtime.devices import device as _device
 
 _new = object.__new__
 
@@ -72,7 +79,7 @@ def _record(op: EagerOp, attrs: tuple, inputs: tuple, outputs) -> None:
     """Attach a node to ``outputs``; they require grad when grad mode is on, an input requires
     grad and they are floats."""
     grad = _Mode.grad and any(t.requires_grad for t in inputs)
-    floats = [t._data.dtype.kind == "f" for t in outputs]
+    floats = [t._data.dtype in FLOATS for t in outputs]
     if not (_Mode.trace or any(floats)):
         return  # integer and boolean results carry no gradient: nothing to record
     node = Node(op, attrs, inputs)
@@ -144,11 +151,11 @@ def _reshaped(x: "Tensor", shape: tuple) -> "Tensor":
     out = _new(Tensor)
     try:
         out._data = x._data.reshape(shape)
-    except ValueError:
+    except (ValueError, RuntimeError):  # numpy's and torch's complaint
         raise OperatorError(f"reshape: cannot reshape a tensor of shape {_fmt(x.shape)} ({x.numel()} elements) "
                             f"to {_fmt(shape)}", user_location()) from None
     if _Mode.trace or (x.requires_grad and _Mode.grad):
-        _record(_RESHAPE, (("shape", out._data.shape),), (x,), (out,))
+        _record(_RESHAPE, (("shape", tuple(out._data.shape)),), (x,), (out,))
     return out
 
 
@@ -278,14 +285,30 @@ def _is_number(v) -> bool:
     return isinstance(v, (numbers.Number, np.bool_)) and not isinstance(v, complex)
 
 
-def _scalar(value, np_dtype) -> "Tensor":
+def _scalar(value, np_dtype, on=None) -> "Tensor":
+    """``value`` as a rank-0 tensor of ``np_dtype``, on the device of the array ``on`` (default
+    the CPU)."""
     t = _new(Tensor)
-    t._data = np.asarray(value, np_dtype)
+    a = np.asarray(value, np_dtype)
+    t._data = a if on is None else _dev.like(a, on)
     return t
 
 
+def _scalar_like(value, a) -> "Tensor":
+    """``value`` as a rank-0 tensor of the array ``a``'s dtype, on its device."""
+    t = _new(Tensor)
+    t._data = np.asarray(value, a.dtype) if a.__class__ is np.ndarray else _dev.scalar_like(value, a)
+    return t
+
+
+def _kind(a) -> str:
+    """numpy's kind letter of an array's elements (either kind of array)."""
+    return a.dtype.kind if a.__class__ is np.ndarray else KIND[a.dtype]
+
+
 def _cast_to(t: "Tensor", d: "_dt.dtype") -> "Tensor":
-    if t._data.dtype == d.numpy:
+    a = t._data
+    if a.dtype == d.numpy or (a.__class__ is not np.ndarray and _dev.numpy_dtype(a) == d.numpy):
         return t
     return _apply1(_CAST, (("to", d.element_type),), t)
 
@@ -294,7 +317,7 @@ def _operands(x: "Tensor", other, true_divide: bool = False):
     """``x`` and ``other`` (a tensor, a number, a numpy array) as tensors of one dtype, PyTorch's
     promotion; ``true_divide`` makes integers floats."""
     if isinstance(other, Tensor):
-        if x._data.dtype is other._data.dtype and not (true_divide and x._data.dtype.kind != "f"):
+        if x._data.dtype is other._data.dtype and not (true_divide and x._data.dtype not in FLOATS):
             return x, other
         a, b = x.dtype, other.dtype
         dims, zero = [], []
@@ -305,16 +328,17 @@ def _operands(x: "Tensor", other, true_divide: bool = False):
             target = _dt.get_default_dtype()
         return _cast_to(x, target), _cast_to(other, target)
     if _is_number(other):
-        d = x._data.dtype
-        kind = 2 if d.kind == "f" else 0 if d.kind == "b" else 1
+        a = x._data
+        kind = CATEGORY[a.dtype]
         cat = _dt.scalar_category(other)
         if cat <= kind and not (true_divide and kind < 2):
-            return x, _scalar(other, d)
+            return x, _scalar_like(other, a)
         target = _dt.get_default_dtype() if (cat == 2 or true_divide) else _dt.int64
-        return _cast_to(x, target), _scalar(other, target.numpy)
+        x = _cast_to(x, target)
+        return x, _scalar_like(other, x._data)
     if isinstance(other, (np.ndarray, list, tuple)):
         from lezero.creation import tensor
-        return _operands(x, tensor(other), true_divide)
+        return _operands(x, tensor(other, device=_dev.device_of(x._data)), true_divide)
     return None
 
 
@@ -332,7 +356,7 @@ def _binary_method(op: EagerOp, reverse: bool = False, true_divide: bool = False
     """A binary operator: straight to ``_apply2`` for two tensors of one dtype, else promote."""
     def method(self, other):
         if other.__class__ is Tensor and self._data.dtype is other._data.dtype and \
-                not (true_divide and self._data.dtype.kind != "f"):
+                not (true_divide and self._data.dtype not in FLOATS):
             return _apply2(op, (), other, self) if reverse else _apply2(op, (), self, other)
         return _binary(op, self, other, reverse, true_divide=true_divide)
     method.__name__ = f"__{'r' if reverse else ''}{op.name}__"
@@ -362,7 +386,7 @@ def _compare(x: "Tensor", other, predicate: str):
 
 def _float_input(x: "Tensor") -> "Tensor":
     """Integer inputs of float functions (exp, sqrt, ...) compute in the default float, as PyTorch."""
-    if x._data.dtype.kind == "f":
+    if x._data.dtype in FLOATS:
         return x
     return _cast_to(x, _dt.get_default_dtype())
 
@@ -396,7 +420,7 @@ def _shape_args(args) -> tuple:
 
 
 class Tensor:
-    """An n-dimensional array on the CPU; see the module docstring."""
+    """An n-dimensional array on the CPU or on cuda; see the module docstring."""
 
     # Defaults as class attributes: a new tensor sets only ``_data``.
     requires_grad = False
@@ -414,19 +438,25 @@ class Tensor:
     # --- properties -------------------------------------------------------------------------------
     @property
     def dtype(self) -> "_dt.dtype":
-        return _dt.from_numpy_dtype(self._data.dtype)
+        a = self._data
+        return _dt.from_numpy_dtype(a.dtype if a.__class__ is np.ndarray else _dev.numpy_dtype(a))
 
     @property
     def shape(self) -> tuple:
-        return self._data.shape
+        s = self._data.shape
+        return s if s.__class__ is tuple else tuple(s)
 
     @property
     def ndim(self) -> int:
         return self._data.ndim
 
     @property
-    def device(self) -> "device":
-        return _CPU
+    def device(self) -> Device:
+        return _dev.device_of(self._data)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._data.__class__ is not np.ndarray
 
     @property
     def is_leaf(self) -> bool:
@@ -456,19 +486,19 @@ class Tensor:
         return self.transpose(-2, -1)
 
     def size(self, dim=None):
-        return self._data.shape if dim is None else self._data.shape[dim]
+        return self.shape if dim is None else self._data.shape[dim]
 
     def dim(self) -> int:
         return self._data.ndim
 
     def numel(self) -> int:
-        return self._data.size
+        return _dev.size(self._data)
 
     def element_size(self) -> int:
         return self._data.itemsize
 
     def is_floating_point(self) -> bool:
-        return self._data.dtype.kind == "f"
+        return self._data.dtype in FLOATS
 
     def is_contiguous(self) -> bool:
         return True
@@ -478,19 +508,21 @@ class Tensor:
 
     # --- numpy and Python interop -----------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        """The tensor's memory as a numpy array (no copy)."""
+        """The tensor's memory as a numpy array (no copy); a cuda tensor's copied to the host."""
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        return self._data
+        return _dev.host(self._data)
 
     def __array__(self, dtype=None, copy=None):
-        if dtype is not None and np.dtype(dtype) != self._data.dtype:
-            return self._data.astype(dtype)
-        return self._data.copy() if copy else self._data
+        a = _dev.host(self._data)
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
 
     def item(self):
-        if self._data.size != 1:
-            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+        n = _dev.size(self._data)
+        if n != 1:
+            raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
         return self._data.reshape(()).item()
 
     def tolist(self):
@@ -507,8 +539,9 @@ class Tensor:
         return (self[i] for i in range(self._data.shape[0]))
 
     def __bool__(self) -> bool:
-        if self._data.size != 1:
-            raise RuntimeError(f"Boolean value of Tensor with {self._data.size} values is ambiguous")
+        n = _dev.size(self._data)
+        if n != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {n} values is ambiguous")
         return bool(self._data.reshape(()))
 
     def __float__(self) -> float:
@@ -518,15 +551,16 @@ class Tensor:
         return int(self.item())
 
     def __index__(self) -> int:
-        if self._data.dtype.kind not in "iub" or self._data.size != 1:
+        if _kind(self._data) not in "iub" or _dev.size(self._data) != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
 
     def __repr__(self) -> str:
-        body = np.array2string(self._data, separator=", ", prefix="tensor(")
-        extras = []
-        d = self._data.dtype
-        if d not in (_dt.get_default_dtype().numpy, np.dtype(np.int64), np.dtype(np.bool_)) or self._data.size == 0:
+        a = _dev.host(self._data)
+        body = np.array2string(a, separator=", ", prefix="tensor(")
+        extras = [] if self._data is a else [f"device='{self.device}'"]
+        d = a.dtype
+        if d not in (_dt.get_default_dtype().numpy, np.dtype(np.int64), np.dtype(np.bool_)) or a.size == 0:
             extras.append(f"dtype={self.dtype!r}")
         if self.grad_fn is not None:
             extras.append(f"grad_fn=<{self.grad_fn.name()}>")
@@ -535,7 +569,9 @@ class Tensor:
         return "tensor(" + body + "".join(", " + e for e in extras) + ")"
 
     def __reduce__(self):
-        return (_rebuild, (self._data, self.requires_grad))
+        if self._data.__class__ is np.ndarray:
+            return (_rebuild, (self._data, self.requires_grad))
+        return (_rebuild, (_dev.host(self._data), self.requires_grad, str(self.device)))
 
     # --- autograd ---------------------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
@@ -545,7 +581,7 @@ class Tensor:
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         if not requires_grad and self._node is not None and self.requires_grad:
             raise RuntimeError("you can only change requires_grad flags of leaf variables.")
-        if requires_grad and self._data.dtype.kind != "f":
+        if requires_grad and self._data.dtype not in FLOATS:
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
         self.requires_grad = requires_grad
         return self
@@ -561,20 +597,26 @@ class Tensor:
     def clone(self) -> "Tensor":
         return _apply1(_CLONE, (), self)
 
+    def _new_like(self, make, dtype) -> "Tensor":
+        """A new tensor on ``self``'s device: ``make(numpy dtype)`` (a numpy array) of ``dtype``,
+        default ``self``'s."""
+        array = make(_dt.as_dtype(dtype).numpy if dtype else _dev.numpy_dtype(self._data))
+        return _wrap(_dev.like(array, self._data))
+
     def new_zeros(self, *size, dtype=None) -> "Tensor":
-        return _wrap(np.zeros(_shape_args(size), (_dt.as_dtype(dtype).numpy if dtype else self._data.dtype)))
+        return self._new_like(lambda d: np.zeros(_shape_args(size), d), dtype)
 
     def new_ones(self, *size, dtype=None) -> "Tensor":
-        return _wrap(np.ones(_shape_args(size), (_dt.as_dtype(dtype).numpy if dtype else self._data.dtype)))
+        return self._new_like(lambda d: np.ones(_shape_args(size), d), dtype)
 
     def new_full(self, size, fill_value, dtype=None) -> "Tensor":
-        return _wrap(np.full(tuple(size), fill_value, (_dt.as_dtype(dtype).numpy if dtype else self._data.dtype)))
+        return self._new_like(lambda d: np.full(tuple(size), fill_value, d), dtype)
 
     def new_empty(self, *size, dtype=None) -> "Tensor":
-        return _wrap(np.empty(_shape_args(size), (_dt.as_dtype(dtype).numpy if dtype else self._data.dtype)))
+        return self._new_like(lambda d: np.empty(_shape_args(size), d), dtype)
 
     def new_tensor(self, data, dtype=None) -> "Tensor":
-        return _wrap(storage(data, _dt.as_dtype(dtype).numpy if dtype else self._data.dtype))
+        return self._new_like(lambda d: storage(data, d), dtype)
 
     # --- arithmetic --------------------------------------------------------------------------------
     __add__ = _binary_method(_ADD)
@@ -752,10 +794,10 @@ class Tensor:
         return _apply1(_UNARY["sign"], (), self)
 
     def floor(self):
-        return self if self._data.dtype.kind != "f" else _apply1(_UNARY["floor"], (), self)
+        return self if self._data.dtype not in FLOATS else _apply1(_UNARY["floor"], (), self)
 
     def ceil(self):
-        return self if self._data.dtype.kind != "f" else _apply1(_UNARY["ceil"], (), self)
+        return self if self._data.dtype not in FLOATS else _apply1(_UNARY["ceil"], (), self)
 
     def square(self):
         return self * self
@@ -773,7 +815,7 @@ class Tensor:
                 raise TypeError(f"clamp bound must be a number or a tensor, got {type(bound).__name__}")
             x, b = pair
             bounds.append(b)
-        bounds = [_cast_to(b, _dt.from_numpy_dtype(x._data.dtype)) for b in bounds]
+        bounds = [_cast_to(b, x.dtype) for b in bounds]
         return apply(_CLAMP, (("min", min is not None), ("max", max is not None)), x, *bounds)
 
     clip = clamp
@@ -799,13 +841,13 @@ class Tensor:
         x = self
         if dtype is not None:
             x = _cast_to(x, _dt.as_dtype(dtype))
-        elif x._data.dtype.kind in "bu" or x._data.dtype.kind == "i" and x._data.dtype != np.int64:
+        elif _kind(x._data) in "bui" and x.dtype is not _dt.int64:
             x = _cast_to(x, _dt.int64)
         return x._reduce("sum", dim, keepdim)
 
     def mean(self, dim=None, keepdim=False, dtype=None):
         x = self if dtype is None else _cast_to(self, _dt.as_dtype(dtype))
-        if x._data.dtype.kind != "f":
+        if x._data.dtype not in FLOATS:
             raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
                                f"or complex dtype. Got: {x.dtype.name.capitalize()}")
         return x._reduce("mean", dim, keepdim)
@@ -1004,18 +1046,16 @@ class Tensor:
 
     # --- dtype and device -------------------------------------------------------------------------
     def to(self, *args, **kwargs) -> "Tensor":
-        """``to(dtype)``, ``to("cpu")``, ``to(device, dtype)``, ``to(other)``."""
-        target = kwargs.get("dtype")
-        for a in list(args) + [kwargs.get("device")]:
-            if a is None:
-                continue
-            if isinstance(a, Tensor):
-                target = a.dtype
-            elif isinstance(a, str) or type(a).__name__ == "device":
-                _check_device(a)
-            else:
-                target = _dt.as_dtype(a)
-        return self if target is None else _cast_to(self, _dt.as_dtype(target))
+        """``to(dtype)``, ``to("cuda")``, ``to(device, dtype)``, ``to(other)`` (its device and dtype).
+        ``self`` when nothing changes; moving to another device copies (a cast happens on the CPU
+        side of the move)."""
+        dtype, target = _to_arguments(args, kwargs)
+        if target is None or target == self.device:
+            return self if dtype is None else _cast_to(self, dtype)
+        if dtype is not None and target.type != "cpu":
+            return _moved(_cast_to(self, dtype), target)
+        moved = _moved(self, target)
+        return moved if dtype is None else _cast_to(moved, dtype)
 
     def type(self, d=None):
         if d is None:
@@ -1026,10 +1066,10 @@ class Tensor:
         return _cast_to(self, other.dtype)
 
     def cpu(self) -> "Tensor":
-        return self
+        return self if self._data.__class__ is np.ndarray else _moved(self, _dev.CPU)
 
-    def cuda(self, *args, **kwargs):
-        raise RuntimeError("lezero's eager tensors live on the CPU (no CUDA device)")
+    def cuda(self, device=None, non_blocking: bool = False) -> "Tensor":
+        return self.to(_cuda_device(device))
 
     def float(self):
         return _cast_to(self, _dt.float32)
@@ -1060,7 +1100,12 @@ class Tensor:
         if isinstance(value, Tensor):
             value = value._data
         key = _numpy_key(key)
-        self._data[key] = value
+        a = self._data
+        if a.__class__ is np.ndarray:
+            a[key] = _dev.host(value) if _dev.is_torch(value) else value
+        else:
+            a[key] = value if _dev.is_torch(value) or _is_number(value) else \
+                _dev.like(np.asarray(value, _dev.numpy_dtype(a)), a)
         self._version += 1
 
     # --- in place ----------------------------------------------------------------------------------
@@ -1083,7 +1128,7 @@ class Tensor:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
                                f"{list(result.shape)}")
         if (self.requires_grad or result.requires_grad) and _Mode.grad:
-            self._data = result._data.astype(self._data.dtype, copy=False)
+            self._data = _dev.cast(result._data, _dev.numpy_dtype(self._data))
             self._node, self._index, self.requires_grad = result._node, result._index, result.requires_grad
         else:
             self._data[...] = result._data
@@ -1092,13 +1137,15 @@ class Tensor:
 
     def _overwrite(self, array_or_value) -> "Tensor":
         """Fill ``self`` with data that does not depend on a graph (fill_, uniform_, copy_ of a
-        constant)."""
+        constant): a number or an array on either device, broadcast."""
         self._old()
         if self.requires_grad and _Mode.grad:
-            self._data = np.array(np.broadcast_to(array_or_value, self._data.shape), self._data.dtype)
+            fresh = _dev.empty_like(self._data)
+            _dev.copy_into(fresh, array_or_value)
+            self._data = fresh
             self._node, self.requires_grad = None, False
         else:
-            self._data[...] = array_or_value
+            _dev.copy_into(self._data, array_or_value)
         self._version += 1
         return self
 
@@ -1140,53 +1187,62 @@ class Tensor:
 
     def uniform_(self, a=0.0, b=1.0, generator=None) -> "Tensor":
         from lezero.creation import _generator
-        return self._overwrite(_generator(generator).uniform(a, b, self.shape).astype(self._data.dtype))
+        return self._overwrite(_generator(generator).uniform(a, b, self.shape).astype(_dev.numpy_dtype(self._data)))
 
     def normal_(self, mean=0.0, std=1.0, generator=None) -> "Tensor":
         from lezero.creation import _generator
         values = _generator(generator).standard_normal(self.shape) * std + mean
-        return self._overwrite(values.astype(self._data.dtype))
+        return self._overwrite(values.astype(_dev.numpy_dtype(self._data)))
 
 
-def _rebuild(data, requires_grad):
-    t = _wrap(storage(data))
+def _rebuild(data, requires_grad, device=None):
+    t = _wrap(storage(data) if device is None else _dev.to_device(storage(data), device))
     if requires_grad:
         t.requires_grad = True
     return t
 
 
-class device:  # noqa: N801 - PyTorch's name
-    """Where a tensor lives: always the CPU (``lz.device("cpu")`` equals ``"cpu"``)."""
+# --- devices --------------------------------------------------------------------------------------------
 
-    __slots__ = ("type", "index")
-
-    def __init__(self, type: str = "cpu", index: int | None = None):  # noqa: A002
-        name = str(type)
-        _check_device(name)
-        self.type, self.index = "cpu", index
-
-    def __eq__(self, other) -> bool:
-        return str(other).split(":")[0] == "cpu"
-
-    def __hash__(self) -> int:
-        return hash("cpu")
-
-    def __str__(self) -> str:
-        return "cpu"
-
-    def __repr__(self) -> str:
-        return "device(type='cpu')"
+def _is_device_spec(value) -> bool:
+    """Whether ``value`` names a device: a string, a ``Device``, a ``torch.device``."""
+    return isinstance(value, (str, Device)) or type(value).__name__ == "device"
 
 
-def _check_device(device) -> None:
-    name = str(device)
-    if name.split(":")[0] != "cpu":
-        raise RuntimeError(f"lezero's eager tensors live on the CPU; device {name!r} is not available")
+def _to_arguments(args, kwargs) -> tuple:
+    """``to``'s arguments (``to(dtype)``, ``to(device, dtype)``, ``to(other)``, keywords) as
+    ``(lz dtype or None, Device or None)``."""
+    dtype, target = kwargs.get("dtype"), kwargs.get("device")
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype, target = a.dtype, a.device
+        elif _is_device_spec(a):
+            target = a
+        elif a is not None:
+            dtype = a
+    return (None if dtype is None else _dt.as_dtype(dtype)), (None if target is None else _device(str(target)))
+
+
+def _cuda_device(index) -> Device:
+    """``cuda()``'s argument: None, an index or a device."""
+    if index is None:
+        return _dev.CUDA
+    return _device(f"cuda:{index}" if isinstance(index, int) else str(index))
+
+
+def _moved(x: Tensor, target: Device) -> Tensor:
+    """A copy of ``x`` on ``target``.  Autograd does not record moves: moving a tensor the graph
+    needs would cut it, so that is an error."""
+    if _Mode.trace:
+        raise OperatorError(f"jit.trace: moving a tensor to {target} inside a traced function is not supported: "
+                            f"move the model and the inputs before tracing", user_location())
+    if x.requires_grad and _Mode.grad:
+        raise RuntimeError(f"moving a tensor that requires grad to {target} is not recorded by autograd: move it "
+                           f"before it requires grad (x.to(device).requires_grad_()) or under lz.no_grad()")
+    return _wrap(_dev.to_device(x._data, target))
 
 
 # --- indexing ------------------------------------------------------------------------------------------
-
-_CPU = device("cpu")
 
 
 def _numpy_key(key):
@@ -1201,7 +1257,7 @@ def _is_int_index(k) -> bool:
     if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
         return True
     array = k._data if isinstance(k, Tensor) else k if isinstance(k, np.ndarray) else None
-    return array is not None and array.ndim == 0 and array.dtype.kind in "iu"
+    return array is not None and array.ndim == 0 and _kind(array) in "iu"
 
 
 def _is_index_array(k) -> bool:
@@ -1248,7 +1304,7 @@ def _getitem(x: Tensor, key) -> Tensor:
     # a boolean mask over the leading dims: the indices of its true elements, gathered
     for i, k in enumerate(key):
         mask = k._data if isinstance(k, Tensor) else k if isinstance(k, np.ndarray) else None
-        if mask is not None and mask.dtype == np.bool_:
+        if mask is not None and _kind(mask) == "b":
             if any(_is_index_array(other) for j, other in enumerate(key) if j != i) or \
                     any(kk is Ellipsis or kk is None for kk in key[:i]):
                 raise IndexError("a boolean mask index combines only with slices after it")
@@ -1257,8 +1313,8 @@ def _getitem(x: Tensor, key) -> Tensor:
                 raise IndexError(f"the shape of the mask {list(mask.shape)} at index {i} does not match the shape "
                                  f"of the indexed tensor {list(x.shape)}")
             flat = x.reshape(x.shape[:i] + (-1,) + x.shape[i + mask.ndim:])
-            from lezero.creation import from_numpy
-            return flat[key[:i] + (from_numpy(np.flatnonzero(mask)),) + key[i + 1:]]
+            positions = _wrap(_dev.like(np.flatnonzero(_dev.host(mask)), x._data))
+            return flat[key[:i] + (positions,) + key[i + 1:]]
     explicit = sum(1 for k in key if k is not None and k is not Ellipsis)
     if explicit > x.ndim:
         raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
@@ -1301,7 +1357,7 @@ def _getitem(x: Tensor, key) -> Tensor:
         elif _is_index_array(k):
             if index_array is not None:
                 raise IndexError("lezero supports one integer-array index per indexing expression")
-            array = k._data if isinstance(k, Tensor) else np.asarray(k)
+            array = _dev.host(k._data) if isinstance(k, Tensor) else np.asarray(k)
             if array.dtype.kind not in "iu":
                 raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {array.dtype}")
             if array.size and (array.min() < -size or array.max() >= size):
@@ -1325,6 +1381,6 @@ def _getitem(x: Tensor, key) -> Tensor:
         if not starts:
             return _reshaped(x, tuple(shape)) if tuple(shape) != x.shape else x
         return _apply1(_INDEX, attrs, x)
-    return _apply2(_INDEX, attrs, x, _wrap(index_array))
+    return _apply2(_INDEX, attrs, x, _wrap(_dev.like(index_array, x._data)))
 
 

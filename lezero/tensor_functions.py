@@ -58,8 +58,9 @@ def where(condition, input, other) -> Tensor:  # noqa: A002 - PyTorch's names
     zero = [t.dtype for t in tensors if not t.ndim]
     scalars = [v for v in (input, other) if _is_number(v)]
     target = _dt.result_type(dims, zero, scalars)
-    a = _cast_to(input, target) if isinstance(input, Tensor) else _scalar(input, target.numpy)
-    b = _cast_to(other, target) if isinstance(other, Tensor) else _scalar(other, target.numpy)
+    on = tensors[0]._data  # numbers go to the tensors' device
+    a = _cast_to(input, target) if isinstance(input, Tensor) else _scalar(input, target.numpy, on)
+    b = _cast_to(other, target) if isinstance(other, Tensor) else _scalar(other, target.numpy, on)
     return apply(_SELECT, (), condition, a, b)
 
 

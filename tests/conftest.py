@@ -22,6 +22,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lezero"))
 # Compiled kernels go to a fresh cache per test session, never the user's ~/.cache/lezero: every
 # run exercises the cold path, and a test run never leaves files behind in the home directory.
 os.environ.setdefault("LEZERO_CACHE_DIR", tempfile.mkdtemp(prefix="lezero-test-cache-"))
+# Triton's own cache too: a kernel left in ~/.triton/cache by an earlier run must not stand in for
+# a PTX build the test means to do.
+os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="lezero-test-triton-cache-"))
 
 
 def build_function(label, arg_types, body, func_name="f"):

@@ -201,5 +201,8 @@ SAMPLES["lz.layer_norm"] = [Sample("lz.layer_norm", [Arg((4, 8)), Arg((8,)), Arg
                             Sample("lz.layer_norm", [Arg((2, 3, 4)), Arg((3, 4)), Arg((4,))], {"axis": 1})]
 SAMPLES["lz.batch_norm"] = [Sample("lz.batch_norm", [Arg((2, 3, 4, 4)), Arg((3,)), Arg((3,)), Arg((3,)),
                                                      Arg((3,), kind="positive")], {"epsilon": 1e-3})]
+SAMPLES["lz.transfer"] = [Sample("lz.transfer", [Arg((3, 4))], {"device": "cuda"}),
+                         Sample("lz.transfer", [Arg((5,), "int32", "small-int")], {"device": "cpu"}),
+                         Sample("lz.transfer", [Arg((2, 3), "bool", "bool")], {"device": "cuda"})]
 
 ALL_SAMPLES = [s for samples in SAMPLES.values() for s in samples]

@@ -2,8 +2,13 @@
 
     lezero-opt model.mlir -p canonicalize,cse,dce
     lezero-opt invalid.mlir --split-input-file --verify-diagnostics
+    lezero-opt model.mlir --emit=llvm                  # each CPU kernel's LLVM IR
+    lezero-opt model.mlir --target=cuda --emit=triton  # each GPU kernel's Triton source
+    lezero-opt model.mlir --target=cuda --emit=ptx     # ... built to PTX for sm_90
 
-Malformed input gets ``file:line:col: error: ...`` with the source line and exit code 1, never a
+``--emit=llvm`` is the CPU's code and ``--emit=triton``/``--emit=ptx`` the GPU's: each implies its
+target (``--target`` may be left out), and a ``--target`` that contradicts the emitted code is an
+error.  Malformed input gets ``file:line:col: error: ...`` with the source line and exit code 1, never a
 Python traceback.
 """
 from __future__ import annotations
@@ -23,6 +28,8 @@ from lezero.ir.printer import print_module
 from lezero.ir.verifier import collect_diagnostics
 
 SPLIT_MARKER = "// -----"
+# The code each --emit value prints is compiled for one target.
+EMIT_TARGET = {"llvm": "cpu", "triton": "cuda", "ptx": "cuda"}
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -45,9 +52,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", default="", metavar="CHANNELS",
                    help="print the decisions of these debug channels to stderr, a comma list (e.g. fusion, "
                         "memory-plan; --debug=list names them all)")
-    p.add_argument("--target", choices=["cpu"], default="cpu", help="the target of --emit=llvm")
-    p.add_argument("--emit", choices=["mlir", "dot", "llvm"], default="mlir",
-                   help="output: the IR (mlir), a Graphviz picture of each function's data flow (dot), or the LLVM IR of every kernel (llvm; needs static shapes)")
+    p.add_argument("--target", choices=sorted(set(EMIT_TARGET.values())), default=None,
+                   help="the target the kernels are compiled for: cpu (--emit=llvm) or cuda (--emit=triton, "
+                        "--emit=ptx); implied by --emit")
+    p.add_argument("--emit", choices=["mlir", "dot", "llvm", "triton", "ptx"], default="mlir",
+                   help="output: the IR (mlir), a Graphviz picture of each function's data flow (dot), the LLVM "
+                        "IR of every CPU kernel (llvm), the Triton source of every GPU kernel (triton) or its PTX "
+                        "for sm_90 (ptx; needs the triton package); the last three need static shapes")
     return p
 
 
@@ -74,15 +85,57 @@ def _process_chunk(text: str, first_line: int, filename: str, args, pipeline_run
             return None
     if args.emit == "dot":
         return module_to_dot(module)
-    if args.emit == "llvm":
-        from lezero.codegen.pipeline import llvm_text
-
+    if args.emit in EMIT_TARGET:
         try:
-            return llvm_text(module)
+            return _kernel_text(module, args.emit)
         except IRError as e:
             diagnostics.extend(getattr(e, "diagnostics", None) or [e.diagnostic])
             return None
     return print_module(module, generic=args.print_op_generic, debuginfo=args.print_debuginfo)
+
+
+def _kernel_text(module, emit: str) -> str:
+    """The code of every kernel of ``module``, scheduled for the target of ``emit``."""
+    if emit == "llvm":
+        from lezero.codegen.pipeline import llvm_text
+
+        return llvm_text(module)
+    if emit == "triton":
+        from lezero.codegen.triton.lower_kernel import triton_text
+
+        return triton_text(module)
+    return _ptx_text(module)
+
+
+def _ptx_text(module) -> str:
+    """``--emit=ptx``: each GPU kernel built for sm_90, under a comment naming it and its launch."""
+    from lezero.codegen.pipeline import schedule
+    from lezero.codegen.triton.jit import build_ptx
+    from lezero.codegen.triton.lower_kernel import lower_kernel
+
+    parts = []
+    for f in schedule(module, target="cuda").functions:
+        for op in f.entry_block.ops:
+            if op.name != "lz.kernel" or op.definition.attrs(op).device != "cuda" or \
+                    op.definition.attrs(op).kind == "transfer":
+                continue
+            kernel = lower_kernel(op)
+            config = kernel.configs[0]
+            parts.append(f"// ---- kernel {kernel.name}: {kernel.kind}, grid {list(config.grid)}, "
+                         f"num_warps={config.num_warps}\n{build_ptx(kernel, config).strip()}\n")
+    return "\n".join(parts)
+
+
+def _target_error(args) -> str | None:
+    """Why ``--target`` does not fit ``--emit`` (None when it does)."""
+    if args.target is None:
+        return None
+    if args.emit not in EMIT_TARGET:
+        return f"--target={args.target} needs code to emit: --emit=llvm (cpu), --emit=triton or --emit=ptx (cuda)"
+    if EMIT_TARGET[args.emit] != args.target:
+        wanted = " or ".join(f"--emit={e}" for e, t in EMIT_TARGET.items() if t == args.target)
+        return f"--emit={args.emit} is code for {EMIT_TARGET[args.emit]}, not --target={args.target} (use {wanted})"
+    return None
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -174,6 +227,20 @@ def debug_output(spec: str, stream):
 
 def _run(args, stdout, stderr) -> int:
     from lezero.passes import PipelineError, make_pipeline_runner
+
+    problem = _target_error(args)
+    if problem is None and args.emit == "ptx":
+        from lezero.codegen.triton.jit import MISSING_TRITON
+
+        try:
+            import triton  # noqa: F401  (--emit=ptx builds with triton.compile)
+        except ImportError:
+            problem = f"--emit=ptx: {MISSING_TRITON}"
+    if problem is not None:
+        stderr.write(f"lezero-opt: error: {problem}\n")
+        return 1
+
+    import lezero.codegen.triton  # noqa: F401  (registers the "cuda" target: partition{target=cuda})
 
     try:
         runner = make_pipeline_runner(args.pass_pipeline, verify_each=args.verify_each,

@@ -2,7 +2,9 @@
 
 ``KERNEL_PIPELINE`` is what every compilation runs before code generation (the runtime after
 binding the dims, ``lezero-opt --emit=llvm``, the ONNX compiler): optimize, then partition, fuse
-and plan memory.
+and plan memory.  ``schedule(module, target="cuda")`` partitions with ``target=cuda``: ops the
+Triton backend cannot run are placed on the CPU, with ``lz.transfer`` kernels between
+(``lezero.passes.placement``).
 """
 from __future__ import annotations
 
@@ -14,20 +16,35 @@ from lezero.passes import run_pipeline
 
 KERNEL_PIPELINE = ("shape-infer,decompose,canonicalize,cse,constant-fold,dce,shape-infer,"
                    "partition,fuse,memory-plan")
+TARGETS = ("cpu", "cuda")
 
 
-def is_scheduled(module: ModuleOp) -> bool:
-    """Whether every function already holds only constants, kernels and its return."""
-    return all(op.name in ("lz.constant", "lz.kernel", "func.return")
-               for f in module.functions for op in f.entry_block.ops) and \
-        all("lz.arena_size" in f.attributes for f in module.functions)
+def kernel_pipeline(target: str = "cpu") -> str:
+    """``KERNEL_PIPELINE`` partitioning for ``target``."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r} (targets: {', '.join(map(repr, TARGETS))})")
+    if target == "cpu":
+        return KERNEL_PIPELINE
+    import lezero.codegen.triton  # noqa: F401  (registers "cuda" with lezero.passes.placement)
+
+    return KERNEL_PIPELINE.replace("partition,", f"partition{{target={target}}},")
 
 
-def schedule(module: ModuleOp) -> ModuleOp:
-    """Run ``KERNEL_PIPELINE`` (unless the module is already scheduled); every value must then have
-    a static type."""
-    if not is_scheduled(module):
-        module = run_pipeline(module, KERNEL_PIPELINE)
+def is_scheduled(module: ModuleOp, target: str = "cpu") -> bool:
+    """Whether every function already holds only constants, kernels and its return (for a target
+    other than the CPU: placed kernels, each with its ``device``)."""
+    ops = [op for f in module.functions for op in f.entry_block.ops]
+    return all(op.name in ("lz.constant", "lz.kernel", "func.return") for op in ops) and \
+        all("lz.arena_size" in f.attributes for f in module.functions) and \
+        (target == "cpu" or all("device" in op.attributes for op in ops if op.name == "lz.kernel"))
+
+
+def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
+    """Run ``kernel_pipeline(target)`` (unless the module is already scheduled for it: kernels
+    scheduled for the CPU are placed again, each on the CPU, with transfers); every value must then
+    have a static type."""
+    if not is_scheduled(module, target):
+        module = run_pipeline(module, kernel_pipeline(target))
     for f in module.functions:
         for op in f.entry_block.ops:
             for r in op.results:

@@ -33,7 +33,7 @@ def save(traced: TracedModule, f) -> None:
         raise TypeError(f"lz.jit.save takes a TracedModule (from lz.jit.trace), got {type(traced).__name__}")
     save_checkpoint({"format": FORMAT, "version": VERSION, "graph": print_module(traced.module, debuginfo=True),
                      "entry": traced.entry, "inputs": traced.n_inputs, "outputs": traced.structure,
-                     "tensors": {name: t._data for name, t in traced.named_tensors}}, f)
+                     "tensors": {name: t for name, t in traced.named_tensors}}, f)  # cuda ones copied to the host
 
 
 def load(f) -> TracedModule:

@@ -22,6 +22,11 @@ input's becomes ``?``: the recorded function's types are inferred again from tho
 second batch size, so a graph that bakes the batch size in fails at trace time, naming the op and
 the user's line, not at the first call of another size.
 
+**It runs where the parameters are.**  A traced model whose parameters and buffers are on cuda
+runs its graph compiled for cuda (``lezero.compile(..., target="cuda")``), and follows the model
+when ``model.to(device)`` moves it later; a function without parameters runs on its inputs'
+device.  Numpy inputs go to that device and the results come back as numpy arrays.
+
 **What a trace cannot see**: Python control flow runs once, on the example.  Converting a tensor
 the trace computed into a Python value (``bool()``, ``if``, ``.item()``, ``float()``, ``.tolist()``,
 ``.numpy()``) would bake the example's value into the graph, so it raises ``TraceError`` at the
@@ -35,7 +40,8 @@ import warnings
 import numpy as np
 
 from lezero.autograd import trace as record
-from lezero.dispatch import OperatorError, user_location
+from lezero.device_arrays import CPU, copy_into, device_of, host, is_torch, like, numpy_dtype, to_device
+from lezero.dispatch import OperatorError, compile_for, device_of_arrays, user_location
 from lezero.ir.attributes import ArrayAttr, DenseArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
@@ -111,18 +117,19 @@ def preserved_buffers(model):
     code changed in place."""
     saved = []
     if hasattr(model, "named_buffers"):
-        saved = [(name, b, b._data.copy(), b._version) for name, b in model.named_buffers() if b is not None]
+        saved = [(name, b, np.array(host(b._data)), b._version) for name, b in model.named_buffers()
+                 if b is not None]
     changed: list[str] = []
     try:
         yield changed
     finally:
         for name, b, data, version in saved:
-            if b._version != version or not np.array_equal(b._data, data, equal_nan=True):
+            if b._version != version or not np.array_equal(host(b._data), data, equal_nan=True):
                 changed.append(name)
                 if b._data.shape == data.shape:
-                    b._data[...] = data
+                    copy_into(b._data, data)
                 else:
-                    b._data = data
+                    b._data = like(data, b._data)
 
 
 def as_input_tuple(example_inputs) -> tuple:
@@ -187,7 +194,7 @@ def bind_arguments(func: FuncOp, inputs: list, captured: list, names: dict) -> l
         arg = block.args[n_inputs + i]
         if id(t) in names:
             continue
-        constant = b.constant(np.ascontiguousarray(t._data))
+        constant = b.constant(np.ascontiguousarray(host(t._data)))
         arg.replace_all_uses_with(constant)
         block.erase_argument(n_inputs + i)
     bound = [t for t in captured if id(t) in names]
@@ -255,24 +262,61 @@ def generalize_batch(func: FuncOp, batch_args: list[int], batch: int) -> FuncOp:
 
 # --- the traced module ----------------------------------------------------------------------------------
 
-def bound_arrays(named_tensors: list, args) -> list:
-    """The arrays of the tensors bound to ``args``, checked against the argument types (the
-    compiled code trusts them: a model moved to another dtype after tracing must fail here)."""
+def bound_arrays(named_tensors: list, args, device=CPU) -> list:
+    """The arrays of the tensors bound to ``args``, checked against the argument types and
+    ``device`` (the compiled code trusts them: a model moved to another dtype after tracing, or
+    partly to another device, must fail here)."""
     arrays = []
+    on_host = device == CPU
     for (name, t), arg in zip(named_tensors, args):
         a = t._data
         want = arg.type
-        if a.dtype != want.element_type.numpy_dtype or a.shape != want.shape or not a.flags.c_contiguous:
+        if (a.__class__ is np.ndarray) is not on_host:
+            raise RuntimeError(f"{name} is on {device_of(a)}, the other tensors the graph reads on {device}: "
+                               f"expected all tensors to be on the same device")
+        if on_host and (a.dtype != want.element_type.numpy_dtype or a.shape != want.shape or not a.flags.c_contiguous):
             raise RuntimeError(f"{name} is now {a.dtype}{list(a.shape)}; it was traced as {want} (trace again)")
+        if not on_host and (numpy_dtype(a) != want.element_type.numpy_dtype or tuple(a.shape) != want.shape):
+            raise RuntimeError(f"{name} is now {numpy_dtype(a)}{list(a.shape)}; it was traced as {want} (trace again)")
         arrays.append(a)
     return arrays
+
+
+def run_device(what: str, named_tensors: list, inputs: tuple):
+    """The device a graph runs on: its bound tensors' (a model's parameters and buffers), else its
+    tensor inputs'.  Tensor inputs on another device are an ``OperatorError`` naming ``what``, as
+    in eager code; numpy inputs go to the device."""
+    tensors = [x._data for x in inputs if isinstance(x, Tensor)]
+    if named_tensors:
+        tensors.insert(0, named_tensors[0][1]._data)
+    return device_of_arrays(what, tensors) if tensors else CPU
+
+
+def device_inputs(func, arrays: list, device) -> list:
+    """``arrays`` (numpy arrays, Python data, or torch tensors on ``device``) as ``func``'s first
+    arguments on ``device``: numpy data checked (``check_argument``) and copied there; a tensor of
+    the wrong dtype or shape is an error naming the argument."""
+    out = []
+    for i, a in enumerate(arrays):
+        if is_torch(a):
+            want = func.arguments[i].type
+            if numpy_dtype(a) != want.element_type.numpy_dtype or not _shape_matches(tuple(a.shape), want.shape):
+                check_argument(func, i, host(a))  # raises, naming the argument
+            out.append(a.contiguous())
+        else:
+            out.append(to_device(np.ascontiguousarray(check_argument(func, i, a)), device))
+    return out
+
+
+def _shape_matches(shape: tuple, want: tuple) -> bool:
+    return len(shape) == len(want) and all(w is None or w == d for d, w in zip(shape, want))
 
 
 class TracedModule:
     """A traced model: ``.graph`` (MLIR text), ``.module`` (the IR), callable on lz tensors or numpy
     arrays (numpy in, numpy out), running the whole graph compiled.  Parameters and buffers are
     read from ``named_tensors`` at every call: for a traced ``nn.Module`` these are its own
-    tensors, so the traced module follows its weights."""
+    tensors, so the traced module follows its weights, and their device (``run_device``)."""
 
     def __init__(self, module: ModuleOp, entry: str, named_tensors: list, structure, n_inputs: int):
         self.module = module
@@ -301,6 +345,9 @@ class TracedModule:
             raise TypeError(f"the traced module takes {self.n_inputs} input{'s' if self.n_inputs != 1 else ''}, "
                             f"got {len(inputs)}")
         as_numpy = all(not isinstance(x, Tensor) for x in inputs)
+        device = run_device(f"@{self.entry}", self.named_tensors, inputs)
+        if device.type != "cpu":
+            return self._call_on(device, inputs, as_numpy)
         arrays = [x._data if isinstance(x, Tensor) else x for x in inputs]
         key = tuple((getattr(a, "shape", None), getattr(a, "dtype", None)) for a in arrays)
         run = self._runners.get(key)
@@ -315,6 +362,19 @@ class TracedModule:
             arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
         results = run(arrays + bound_arrays(self.named_tensors, self.func.arguments[self.n_inputs:]))
         flat = list(results) if as_numpy else [_wrap(r) for r in results]
+        return rebuild(self.structure, flat)
+
+    def _call_on(self, device, inputs: tuple, as_numpy: bool):
+        """The call on a GPU device: the graph compiled for it (one runner per input shapes, keyed
+        by the device arrays' dtypes, which tell the device)."""
+        arrays = device_inputs(self.func, [x._data if isinstance(x, Tensor) else x for x in inputs], device)
+        key = tuple((a.shape, a.dtype) for a in arrays)
+        run = self._runners.get(key)
+        if run is None:
+            shapes = [tuple(a.shape) for a in arrays] + [tuple(t._data.shape) for _, t in self.named_tensors]
+            run = self._runners[key] = compile_for(self.module, self.entry, device).runner(shapes)
+        results = run(arrays + bound_arrays(self.named_tensors, self.func.arguments[self.n_inputs:], device))
+        flat = [host(r) for r in results] if as_numpy else [_wrap(r) for r in results]
         return rebuild(self.structure, flat)
 
     forward = __call__

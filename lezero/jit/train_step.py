@@ -18,7 +18,11 @@
 compiled by ``lezero.compile``'s pipeline (gradient kernels fuse with the update: the Adam step of
 a weight becomes the epilogue of the matmul computing its gradient), once per input shape.
 
-**State lives in numpy buffers, double-buffered.**  A call reads each parameter's array and its
+**It runs where the parameters are**: a model on cuda compiles its step for cuda (numpy data go
+there; the parameters and the optimizer state stay there: the results of each step, new device
+tensors, become their storage).
+
+**On the CPU, state lives in numpy buffers, double-buffered.**  A call reads each parameter's array and its
 optimizer state (``optimizer.state[p]``, PyTorch's layout: ``exp_avg``, ``exp_avg_sq``, ``step``;
 ``momentum_buffer``) and writes the new values into a second set of arrays, which then become the
 tensors' storage (the old ones are the next call's outputs).  Writing in place instead would be
@@ -38,7 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lezero.creation import tensor
-from lezero.dispatch import EagerOp, user_location
+from lezero.device_arrays import CPU, like, numpy_dtype, zeros_like
+from lezero.dispatch import EagerOp, compile_for, tensor_type, user_location
 from lezero.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
@@ -46,12 +51,11 @@ from lezero.ir.interpreter import check_argument
 from lezero.ir.printer import print_module
 from lezero.ir.types import FunctionType, TensorType, element_type_of
 from lezero.jit.trace import (NAME_ATTR, TraceError, argument_names, as_input_tuple, bind_arguments,
-                              bound_arrays, generalize_batch, record_function, reinfer, state_tensors,
-                              with_batch)
+                              bound_arrays, device_inputs, generalize_batch, record_function, reinfer,
+                              run_device, state_tensors, with_batch)
 from lezero.optim.adam import _ADAM, Adam
 from lezero.optim.sgd import _SGD, SGD
 from lezero.passes.autodiff import differentiate
-from lezero.runtime.compiled_function import CompiledFunction
 from lezero.tensor import Tensor, _wrap
 
 
@@ -115,13 +119,14 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
     states = []
     for index, p, g in updated:
         keys = structure[g][2]
-        t = TensorType(p._data.shape, element_type_of(p._data.dtype))
+        t = tensor_type(p._data)
         states.append([block.add_argument(t) for _ in keys])
         names += [f"{names[index]}.{key}" for key in keys]
     scalars = []
     for g, (_, _, _, count) in enumerate(structure):
         p = next(p for _, p, gi in updated if gi == g)
-        scalars.append([block.add_argument(TensorType((), element_type_of(p._data.dtype))) for _ in range(count)])
+        scalars.append([block.add_argument(TensorType((), element_type_of(numpy_dtype(p._data))))
+                        for _ in range(count)])
         names += [f"group{g}.scalar{i}" for i in range(count)]
     for op in grad.entry_block.ops[:-1]:
         b.insert(op.clone(value_map))
@@ -163,10 +168,11 @@ class TrainStep:
                 self.updated += [(n_data + position[id(p)], p, len(self.groups) - 1) for p in members]
         if not self.updated:
             raise TraceError("compile_train_step: the loss depends on none of the optimizer's parameters", user_location())
-        self._dtypes = [next(p._data.dtype for _, p, gi in self.updated if gi == g) for g in range(len(self.groups))]
-        self._steps: dict[tuple, tuple] = {}    # (shapes, structure) -> (CompiledFunction, runner)
+        self._dtypes = [next(numpy_dtype(p._data) for _, p, gi in self.updated if gi == g)
+                        for g in range(len(self.groups))]
+        self._steps: dict[tuple, tuple] = {}    # (shapes, structure, device) -> (compiled function, runner)
         self._spares: dict[int, np.ndarray] = {}
-        self._compiled_for(example_shapes, self._updates())
+        self._compiled_for(example_shapes, self._updates(), self._device())
 
     def _updates(self) -> list[GroupUpdate]:
         """Each group's update for the coming step (the state it needs is created by ``_advance``)."""
@@ -192,19 +198,24 @@ class TrainStep:
             s = state[p]
             for key in updates[g].state_keys:
                 if key not in s:
-                    s[key] = _wrap(np.zeros_like(p._data))
+                    s[key] = _wrap(zeros_like(p._data))
             if isinstance(self.optimizer, Adam):
                 if "step" not in s:
                     s["step"] = tensor(0.0)
                 s["step"]._data[...] += 1
 
-    def _compiled_for(self, shapes: list, updates: list[GroupUpdate]) -> tuple:
+    def _device(self, data: tuple = ()):
+        """The device the step runs on: the parameters' (``run_device``; tensor ``data`` must be
+        there too)."""
+        return run_device("train_step", self.bound, data)
+
+    def _compiled_for(self, shapes: list, updates: list[GroupUpdate], device) -> tuple:
         structure = tuple((u.op, u.attrs, u.state_keys, len(u.scalars)) for u in updates)
-        key = (tuple(shapes), structure)
+        key = (tuple(shapes), structure, device)
         entry = self._steps.get(key)
         if entry is None:
             func = build_step_function(self._forward_at(shapes), self.updated, structure)
-            compiled = CompiledFunction(ModuleOp([func]), func.sym_name)
+            compiled = compile_for(ModuleOp([func]), func.sym_name, device)
             entry = self._steps[key] = (compiled, compiled.runner([a.type.shape for a in func.arguments]))
         return entry
 
@@ -230,7 +241,7 @@ class TrainStep:
 
     @property
     def graph(self) -> str:
-        compiled, _ = self._compiled_for(self.example_shapes, self._updates())
+        compiled, _ = self._compiled_for(self.example_shapes, self._updates(), self._device())
         return print_module(compiled.module)
 
     @property
@@ -240,21 +251,33 @@ class TrainStep:
     def __call__(self, *data) -> Tensor:
         if len(data) != self.n_inputs + 1:
             raise TypeError(f"the train step takes {self.n_inputs} input(s) and a target, got {len(data)} arguments")
+        device = self._device(data)
         arrays = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in data]
         updates = self._updates()
-        compiled, run = self._compiled_for([a.shape for a in arrays], updates)
+        compiled, run = self._compiled_for([tuple(a.shape) for a in arrays], updates, device)
         func = compiled.func
-        for i, a in enumerate(arrays):
-            if a.dtype != func.arguments[i].type.element_type.numpy_dtype or not a.flags.c_contiguous:
-                arrays[i] = np.ascontiguousarray(check_argument(func, i, a))
-        bound = bound_arrays(self.bound, func.arguments[len(arrays):])
+        on_host = device == CPU
+        if on_host:
+            for i, a in enumerate(arrays):
+                if a.dtype != func.arguments[i].type.element_type.numpy_dtype or not a.flags.c_contiguous:
+                    arrays[i] = np.ascontiguousarray(check_argument(func, i, a))
+        else:
+            arrays = device_inputs(func, arrays, device)
+        bound = bound_arrays(self.bound, func.arguments[len(arrays):], device)
         self._advance(updates)
         # the tensors whose storage this step replaces, in result order: parameters, then states
         state = self.optimizer.state
         owners = [p for _, p, _ in self.updated]
         owners += [state[p][key] for (_, p, g) in self.updated for key in updates[g].state_keys]
-        scalars = [np.asarray(s, self._dtypes[g]) for g, u in enumerate(updates) for s in u.scalars]
+        scalars = [like(np.asarray(s, self._dtypes[g]), owners[0]._data) for g, u in enumerate(updates)
+                   for s in u.scalars]
         inputs = arrays + bound + [t._data for t in owners[len(self.updated):]] + scalars
+        if not on_host:  # the device's runner makes its results: no spares to write into
+            results = run(inputs)
+            for t, new in zip(owners, results[1:]):
+                t._data = new
+                t._version += 1
+            return _wrap(results[0])
         outs = [np.empty((), func.function_type.results[0].element_type.numpy_dtype)]
         for t in owners:
             spare = self._spares.get(id(t))
@@ -294,12 +317,12 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
                          f"BatchNorm in training mode updates its running statistics); a compiled step cannot carry "
                          f"in-place buffer updates yet: use the eager loop, or put those layers in eval mode", user_location())
     outputs = traced.outputs
-    if len(outputs) != 1 or outputs[0]._data.size != 1 or outputs[0]._data.dtype.kind != "f":
+    if len(outputs) != 1 or outputs[0].numel() != 1 or not outputs[0].is_floating_point():
         raise TraceError("compile_train_step: loss_fn(model(inputs), target) must return one float tensor with a "
                          "single element", user_location())
     func = traced.func
     bound = bind_arguments(func, traced.inputs, traced.captured, names)
-    shapes = [t._data.shape for t in traced.inputs]
+    shapes = [tuple(t._data.shape) for t in traced.inputs]
     batch_args, reason = [], ""
     if dynamic_batch and shapes[0]:
         batch = shapes[0][0]

@@ -9,6 +9,7 @@ import numpy as np
 
 from lezero import dtypes as _dt
 from lezero.creation import empty
+from lezero.device_arrays import like as _like
 from lezero.nn import functional as F
 from lezero.nn import init
 from lezero.nn.layers import Linear
@@ -21,7 +22,8 @@ def _additive_mask(mask: Tensor | None, like: Tensor) -> Tensor | None:
     if mask is None:
         return None
     if mask.dtype is _dt.bool_:
-        return _wrap(np.where(mask._data, np.asarray(-np.inf, like._data.dtype), np.zeros((), like._data.dtype)))
+        d = like.dtype.numpy
+        return _wrap(_like(np.where(np.asarray(mask), np.asarray(-np.inf, d), np.zeros((), d)), like._data))
     return mask.to(like.dtype)
 
 

@@ -13,9 +13,10 @@ import numpy as np
 
 from lezero import dtypes as _dt
 from lezero.creation import _generator
+from lezero.device_arrays import like
 from lezero.dispatch import EagerOp
 from lezero.ir.types import ELEMENT_TYPES
-from lezero.tensor import Tensor, _apply1, _apply2, _cast_to, _wrap, apply
+from lezero.tensor import Tensor, _apply1, _apply2, _cast_to, _kind, _wrap, apply
 from lezero.tensor_functions import where
 
 
@@ -323,8 +324,8 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = Fa
     if p == 1:
         return x * 0
     keep = _generator(generator).random(x.shape) >= p
-    scale = np.asarray(1 / (1 - p), x._data.dtype)
-    mask = _wrap(np.where(keep, scale, np.zeros((), x._data.dtype)))
+    d = x.dtype.numpy
+    mask = _wrap(like(np.where(keep, np.asarray(1 / (1 - p), d), np.zeros((), d)), x._data))
     return x * mask
 
 
@@ -343,13 +344,14 @@ _EMBEDDING = EagerOp("embedding", _emit_embedding)
 def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """Rows of ``weight`` picked by ``indices`` (a gather; its gradient adds each row's
     cotangents back).  The ``padding_idx`` row reads as zeros and gets no gradient."""
-    if indices._data.dtype.kind not in "iu":
+    if _kind(indices._data) not in "iu":
         raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {indices.dtype} instead")
     n = weight.shape[0]
-    if indices.numel() and (indices._data.min() < 0 or indices._data.max() >= n):
+    values = np.asarray(indices)  # a cuda tensor's copied to the host, to check
+    if values.size and (values.min() < 0 or values.max() >= n):
         raise IndexError(f"index out of range in self: indices must be in [0, {n}), got values in "
-                         f"[{indices._data.min()}, {indices._data.max()}]")
+                         f"[{values.min()}, {values.max()}]")
     if padding_idx is not None:
         padding_idx = int(padding_idx) % n
     return _apply2(_EMBEDDING, (("padding_idx", padding_idx),), weight, _cast_to(indices, _dt.int64))
@@ -367,7 +369,7 @@ _ONE_HOT = EagerOp("one_hot", _emit_one_hot)
 
 def one_hot(indices: Tensor, num_classes: int = -1) -> Tensor:
     if num_classes < 0:
-        num_classes = int(indices._data.max()) + 1 if indices.numel() else 0
+        num_classes = int(np.asarray(indices).max()) + 1 if indices.numel() else 0
     return _apply1(_ONE_HOT, (("num_classes", int(num_classes)),), _cast_to(indices, _dt.int64))
 
 
@@ -441,15 +443,16 @@ def _class_loss(x: Tensor, target: Tensor, weight, ignore_index: int, reduction:
     _check_reduction(reduction)
     if x.ndim < 2:
         raise NotImplementedError("class losses on unbatched (1-D) input are not supported: add a batch dim")
-    if target._data.dtype.kind not in "iu":
+    if _kind(target._data) not in "iu":
         raise NotImplementedError("class losses take class indices (int64 targets); probability targets are not "
                                   "supported")
     if target.shape != (x.shape[0],) + tuple(x.shape[2:]):
         raise ValueError(f"Expected target size {[x.shape[0]] + list(x.shape[2:])}, got {list(target.shape)}")
     c = x.shape[1]
-    bad = (target._data != ignore_index) & ((target._data < 0) | (target._data >= c))
+    classes = np.asarray(target)  # a cuda tensor's copied to the host, to check
+    bad = (classes != ignore_index) & ((classes < 0) | (classes >= c))
     if bad.any():
-        raise IndexError(f"Target {int(target._data[bad].flat[0])} is out of bounds (there are {c} classes)")
+        raise IndexError(f"Target {int(classes[bad].flat[0])} is out of bounds (there are {c} classes)")
     if weight is not None and label_smoothing:
         raise NotImplementedError("label_smoothing with class weights is not supported")
     attrs = (("log_softmax", log_softmax), ("ignore_index", int(ignore_index)), ("reduction", reduction),

@@ -71,7 +71,7 @@ def eye_(tensor: Tensor) -> Tensor:
     if tensor.ndim != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
     with no_grad():
-        tensor._overwrite(np.eye(*tensor.shape, dtype=tensor._data.dtype))
+        tensor._overwrite(np.eye(*tensor.shape, dtype=tensor.dtype.numpy))
     return tensor
 
 
@@ -114,7 +114,7 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     u = _generator(generator).uniform(2 * lo - 1, 2 * hi - 1, tensor.shape)
     values = _erfinv(u) * std * math.sqrt(2.0) + mean
     with no_grad():
-        tensor._overwrite(np.clip(values, a, b).astype(tensor._data.dtype))
+        tensor._overwrite(np.clip(values, a, b).astype(tensor.dtype.numpy))
     return tensor
 
 
@@ -157,5 +157,5 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     if rows < cols:
         q = q.T
     with no_grad():
-        tensor._overwrite((gain * q).reshape(tensor.shape).astype(tensor._data.dtype))
+        tensor._overwrite((gain * q).reshape(tensor.shape).astype(tensor.dtype.numpy))
     return tensor

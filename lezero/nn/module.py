@@ -7,7 +7,8 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from lezero import dtypes as _dt
-from lezero.tensor import Tensor, _check_device, storage
+from lezero.device_arrays import host, like, numpy_dtype
+from lezero.tensor import Tensor, _cuda_device, _to_arguments, storage
 
 
 class Parameter(Tensor):
@@ -34,7 +35,9 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
     def __reduce__(self):
-        return (Parameter, (self._data, self.requires_grad))
+        if self._data.__class__ is np.ndarray:
+            return (Parameter, (self._data, self.requires_grad))
+        return (_parameter_on, (host(self._data), self.requires_grad, str(self.device)))
 
 
 class Buffer(Tensor):
@@ -50,14 +53,19 @@ class Buffer(Tensor):
         pass
 
 
+def _parameter_on(array: np.ndarray, requires_grad: bool, device: str) -> Parameter:
+    """A parameter of ``array``'s values on ``device`` (how a cuda parameter pickles)."""
+    return Parameter(_wrap_array(array).to(device), requires_grad)
+
+
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
 def _as_array(value) -> np.ndarray:
-    """A state-dict value (a lezero tensor, a numpy array, anything ``np.asarray`` takes, such as
-    a CPU torch tensor) as a numpy array."""
+    """A state-dict value (a lezero tensor on any device, a numpy array, anything ``np.asarray``
+    takes, such as a CPU torch tensor) as a numpy array."""
     if isinstance(value, Tensor):
-        return value._data
+        return host(value._data)
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
         value = value.detach().cpu().numpy()
     return np.asarray(value)
@@ -271,10 +279,10 @@ class Module:
             for key, array in arrays.items():
                 target = own[key]
                 if assign:
-                    target._data = storage(array, target._data.dtype)
+                    target._data = like(storage(array, numpy_dtype(target._data)), target._data)
                     target._version += 1
                 else:
-                    target.copy_(_wrap_array(array.astype(target._data.dtype, copy=False)))
+                    target.copy_(_wrap_array(array.astype(numpy_dtype(target._data), copy=False)))
         return IncompatibleKeys(missing, unexpected)
 
     # --- modes, devices and dtypes -------------------------------------------------------------------------
@@ -304,16 +312,21 @@ class Module:
 
     def _apply(self, fn) -> "Module":
         """``fn`` on every parameter and buffer (and gradient), keeping the objects (optimizers hold
-        them): their memory is replaced."""
-        for module in self.modules():
-            for registry in (module._parameters, module._buffers):
-                for t in registry.values():
-                    if t is None:
-                        continue
-                    t._data = fn(t)._data
-                    t._version += 1
-                    if t.grad is not None:
-                        t.grad = fn(t.grad)
+        them): their memory is replaced.  Not recorded by autograd."""
+        from lezero.autograd import no_grad
+
+        with no_grad():
+            for module in self.modules():
+                for registry in (module._parameters, module._buffers):
+                    for t in registry.values():
+                        if t is None:
+                            continue
+                        new = fn(t)
+                        if new._data is not t._data:
+                            t._data = new._data
+                            t._version += 1
+                        if t.grad is not None:
+                            t.grad = fn(t.grad)
         return self
 
     def apply(self, fn) -> "Module":
@@ -323,30 +336,21 @@ class Module:
         return self
 
     def to(self, *args, **kwargs) -> "Module":
-        """``to("cpu")``, ``to(dtype)``, ``to(device, dtype)``: floating parameters and buffers
-        take the dtype."""
-        target = kwargs.get("dtype")
-        for a in list(args) + [kwargs.get("device")]:
-            if a is None:
-                continue
-            if isinstance(a, str) or type(a).__name__ == "device":
-                _check_device(a)
-            elif isinstance(a, Tensor):
-                target = a.dtype
-            else:
-                target = _dt.as_dtype(a)
-        if target is None:
+        """``to("cuda")``, ``to(dtype)``, ``to(device, dtype)``: parameters and buffers move to the
+        device (the same objects, so an optimizer made before keeps them); floating ones take the
+        dtype."""
+        dtype, target = _to_arguments(args, kwargs)
+        if dtype is not None and not dtype.is_floating_point:
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}")
+        if dtype is None and target is None:
             return self
-        target = _dt.as_dtype(target)
-        if not target.is_floating_point:
-            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={target}")
-        return self._apply(lambda t: t.to(target) if t.is_floating_point() else t)
+        return self._apply(lambda t: t.to(device=target, dtype=dtype if t.is_floating_point() else None))
 
     def cpu(self) -> "Module":
-        return self
+        return self.to("cpu")
 
-    def cuda(self, *args, **kwargs):
-        raise RuntimeError("lezero's eager modules live on the CPU (no CUDA device)")
+    def cuda(self, device=None) -> "Module":
+        return self.to(_cuda_device(device))
 
     def float(self) -> "Module":
         return self.to(_dt.float32)

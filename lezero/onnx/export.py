@@ -141,6 +141,8 @@ def _export_op(g: _Graph, op: Operation) -> list[str]:
         return [g.node("Pad", ins + [g.constant(_i64s(attrs.pads), "pads"), g.constant(value, "value")], "pad")]
     if short == "gather":
         return [g.node("Gather", ins, "gather", axis=attrs.axis)]
+    if short == "transfer":  # a copy to another device's memory: ONNX has one memory
+        return [g.node("Identity", ins, "transfer")]
     if short == "softmax":
         return [g.node("Softmax", ins, "softmax", axis=attrs.axis)]
     if short == "log_softmax":

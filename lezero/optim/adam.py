@@ -9,9 +9,10 @@ import math
 import numpy as np
 
 from lezero.creation import tensor
+from lezero.device_arrays import cast, numpy_dtype, zeros_like
 from lezero.dispatch import EagerOp
 from lezero.optim.optimizer import Optimizer, fused_update
-from lezero.tensor import _wrap, storage
+from lezero.tensor import _wrap
 
 
 def _emit_adam(b, attrs, p, g, m, v, *rest):
@@ -74,10 +75,10 @@ class Adam(Optimizer):
             state = self.state[p]
             if not state:
                 state["step"] = tensor(0.0)
-                state["exp_avg"] = _wrap(np.zeros_like(p._data))
-                state["exp_avg_sq"] = _wrap(np.zeros_like(p._data))
+                state["exp_avg"] = _wrap(zeros_like(p._data))
+                state["exp_avg_sq"] = _wrap(zeros_like(p._data))
                 if amsgrad:
-                    state["max_exp_avg_sq"] = _wrap(np.zeros_like(p._data))
+                    state["max_exp_avg_sq"] = _wrap(zeros_like(p._data))
             state["step"]._data[...] += 1
             step = float(state["step"].item())
             bias_correction1 = 1 - beta1 ** step
@@ -86,7 +87,7 @@ class Adam(Optimizer):
             attrs = (("amsgrad", bool(amsgrad)), ("maximize", bool(group["maximize"])), ("weight_decay", decay),
                      ("lerp_high", 1 - beta1 >= 0.5))
             m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
-            inputs = [p._data, storage(p.grad._data, p._data.dtype), m, v]
+            inputs = [p._data, cast(p.grad._data, numpy_dtype(p._data)), m, v]
             outs = [p._data, m, v]
             if amsgrad:
                 inputs.append(state["max_exp_avg_sq"]._data)

@@ -5,7 +5,8 @@ An update is one IR function per (optimizer, options, shape, dtype): the paramet
 and its state in, the new parameter and state out, the hyperparameters as rank-0 inputs (so a
 learning-rate schedule never recompiles).  Compiled through the usual pipeline it is one fused
 elementwise kernel, which writes the results straight into the parameter's and the state's
-memory.
+memory.  Parameters on cuda update through the same function compiled for cuda (their state lives
+next to them, as ``state_dict`` shows it).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from lezero.device_arrays import copy_into, like, numpy_dtype, scalar_like
 from lezero.dispatch import _RUNNERS, EagerOp, runner_for
 from lezero.tensor import Tensor, _wrap
 
@@ -26,10 +28,14 @@ required = _Required()
 
 
 def fused_update(op: EagerOp, attrs: tuple, inputs: list, outs: list, scalars: list) -> None:
-    """Run the update ``op`` on ``inputs`` (arrays) and the rank-0 ``scalars`` (Python numbers,
-    in the first input's dtype), writing its results into ``outs`` (arrays, which may be inputs)."""
-    dtype = inputs[0].dtype
-    arrays = list(inputs) + [np.asarray(s, dtype) for s in scalars]
+    """Run the update ``op`` on ``inputs`` (arrays of one device) and the rank-0 ``scalars``
+    (Python numbers, in the first input's dtype), writing its results into ``outs`` (arrays, which
+    may be inputs)."""
+    first = inputs[0]
+    if first.__class__ is np.ndarray:
+        arrays = list(inputs) + [np.asarray(s, first.dtype) for s in scalars]
+    else:
+        arrays = list(inputs) + [scalar_like(s, first) for s in scalars]
     key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
     run = _RUNNERS.get(key)
     if run is None:
@@ -38,7 +44,7 @@ def fused_update(op: EagerOp, attrs: tuple, inputs: list, outs: list, scalars: l
         run(arrays, outs)  # one elementwise kernel: it reads each element before writing it
     else:
         for out, result in zip(outs, run(arrays)):
-            out[...] = result
+            copy_into(out, result)
 
 
 class Optimizer:
@@ -141,9 +147,11 @@ class Optimizer:
             restored = {}
             for key, value in s.items():
                 if isinstance(value, Tensor) or isinstance(value, np.ndarray):
-                    array = value._data if isinstance(value, Tensor) else value
-                    dtype = p._data.dtype if array.dtype.kind == "f" and array.ndim else array.dtype
-                    value = _wrap(np.array(array, dtype=dtype))
+                    array = np.asarray(value)
+                    if array.dtype.kind == "f" and array.ndim:  # a moment: the parameter's dtype and device
+                        value = _wrap(like(np.array(array, dtype=numpy_dtype(p._data)), p._data))
+                    else:
+                        value = _wrap(np.array(array))
                 restored[key] = value
             self.state[p] = restored
         _ = params

@@ -2,11 +2,10 @@
 update, fused into one kernel per parameter shape."""
 from __future__ import annotations
 
-import numpy as np
-
+from lezero.device_arrays import cast, empty_like, numpy_dtype
 from lezero.dispatch import EagerOp
 from lezero.optim.optimizer import Optimizer, fused_update, required
-from lezero.tensor import _wrap, storage
+from lezero.tensor import _wrap
 
 
 def _emit_sgd(b, attrs, p, g, *rest):
@@ -57,7 +56,7 @@ class SGD(Optimizer):
             first = momentum != 0 and buf is None
             attrs = (("momentum", momentum != 0), ("first", first), ("weight_decay", wd != 0),
                      ("nesterov", bool(group["nesterov"])), ("maximize", bool(group["maximize"])))
-            inputs = [p._data, storage(p.grad._data, p._data.dtype)]
+            inputs = [p._data, cast(p.grad._data, numpy_dtype(p._data))]
             if momentum != 0 and not first:
                 inputs.append(buf._data)
             scalars = [group["lr"]] + ([wd] if wd != 0 else []) + \
@@ -65,7 +64,7 @@ class SGD(Optimizer):
             outs = [p._data]
             if momentum != 0:
                 if first:
-                    buf = state["momentum_buffer"] = _wrap(np.empty_like(p._data))
+                    buf = state["momentum_buffer"] = _wrap(empty_like(p._data))
                 outs.append(buf._data)
             fused_update(_SGD, attrs, inputs, outs, scalars)
             p._version += 1

@@ -14,6 +14,10 @@ Each group becomes::
       "lz.yield"(%1, %0)             the group's values used outside it, in program order
     }) {kind = "matmul", name = "lz_fused_matmul_add_relu_0", lz.stage = 1 : i64}
 
+With a target other than the CPU, the kernel also gets the group's ``lz.device`` as its
+``device`` attribute, and a group of kind ``transfer`` (one ``lz.transfer``) becomes a kernel
+named ``lz_transfer_to_<device>_<n>``.
+
 Splat constants read by elementwise ops are cloned into the kernel (a splat is one scalar to the
 code generator); every other constant is a kernel operand.  The name lists the distinct op names
 in program order (``kernel_base_name``) and a number unique in the module.  Grouped ops nothing
@@ -31,8 +35,9 @@ from lezero.ir.diagnostics import IRError
 from lezero.ir.location import UNKNOWN, FusedLoc, UnknownLoc
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64
-from lezero.passes.partition import (GROUP_ATTR, KIND_ATTR, PARTITION_ATTRS, STAGE_ATTR, PartitionOptions, Refusal,
-                                     classify, kernel_base_name, partition_function)
+from lezero.passes.partition import (DEVICE_ATTR, GROUP_ATTR, KIND_ATTR, PARTITION_ATTRS, STAGE_ATTR, TRANSFER_KIND,
+                                     PartitionOptions, Refusal, classify, kernel_base_name, partition_function)
+from lezero.passes.placement import TRANSFER
 from lezero.passes.pass_base import register_pass
 from lezero.passes.rewriter import is_trivially_dead
 
@@ -58,11 +63,12 @@ def _fused_location(ops):
     return locations[0] if len(locations) == 1 else FusedLoc(tuple(locations))
 
 
-def _read_groups(func: FuncOp, shrunk: set) -> tuple[dict[int, list], dict[int, str]]:
-    """Group number -> ops (program order), and -> kind, checked against the ops (groups in
-    ``shrunk`` lost dead ops: their kind is what is left of them)."""
+def _read_groups(func: FuncOp, shrunk: set) -> tuple[dict[int, list], dict[int, str], dict[int, "str | None"]]:
+    """Group number -> ops (program order), -> kind, checked against the ops (groups in
+    ``shrunk`` lost dead ops: their kind is what is left of them), and -> device (None: not placed)."""
     groups: dict[int, list] = {}
     kinds: dict[int, str] = {}
+    devices: dict[int, "str | None"] = {}
     for op in func.entry_block.ops:
         if op.name in ("lz.constant", "lz.kernel", "func.return"):
             continue
@@ -75,7 +81,18 @@ def _read_groups(func: FuncOp, shrunk: set) -> tuple[dict[int, list], dict[int, 
         if previous != kind.value:
             raise IRError(f"'{op.name}' says group {group.value} is {kind.value!r}, another op of it "
                           f"says {previous!r}", op.location)
+        device = op.attributes.get(DEVICE_ATTR)
+        device = device.value if isinstance(device, StringAttr) else None
+        previous = devices.setdefault(group.value, device)
+        if previous != device:
+            raise IRError(f"'{op.name}' says group {group.value} runs on {device or 'no device'}, another op of "
+                          f"it says {previous or 'no device'}", op.location)
     for number, ops in groups.items():
+        if kinds[number] == TRANSFER_KIND:
+            if len(ops) != 1 or ops[0].name != TRANSFER:
+                raise IRError(f"group {number} is annotated 'transfer', but a transfer kernel holds one "
+                              f"'{TRANSFER}'", ops[0].location)
+            continue
         try:
             kind = classify(ops)
         except Refusal as e:
@@ -85,7 +102,7 @@ def _read_groups(func: FuncOp, shrunk: set) -> tuple[dict[int, list], dict[int, 
         elif kind != kinds[number]:
             raise IRError(f"group {number} is annotated {kinds[number]!r}, but its ops make a {kind!r} kernel",
                           ops[0].location)
-    return groups, kinds
+    return groups, kinds, devices
 
 
 def _erase_dead_grouped_ops(body: Block) -> set:
@@ -106,7 +123,7 @@ def fuse_function(func: FuncOp, options: PartitionOptions, names: "KernelNamer")
         partition_function(func, options)
     used_constants = {id(op) for op in body.ops if op.name == "lz.constant" and op.result.uses}
     shrunk = _erase_dead_grouped_ops(body)
-    groups, kinds = _read_groups(func, shrunk)
+    groups, kinds, devices = _read_groups(func, shrunk)
     position = {id(op): i for i, op in enumerate(body.ops)}
 
     # the group graph: numbered groups, and the kernels already there as nodes of their own
@@ -144,7 +161,7 @@ def fuse_function(func: FuncOp, options: PartitionOptions, names: "KernelNamer")
             ops[0].attributes[STAGE_ATTR] = IntegerAttr(stage[node], I64)
             kernels.append(ops[0])
         else:
-            kernels.append(_build_kernel(ops, kinds[node[1]], stage[node], names))
+            kernels.append(_build_kernel(ops, kinds[node[1]], devices[node[1]], stage[node], names))
 
     # the grouped ops are now inside kernels: drop the originals, then lay the body out
     grouped = [op for ops in groups.values() for op in ops]
@@ -164,7 +181,7 @@ def fuse_function(func: FuncOp, options: PartitionOptions, names: "KernelNamer")
     body.append(terminator)
 
 
-def _build_kernel(ops: list, kind: str, stage: int, names: "KernelNamer") -> Operation:
+def _build_kernel(ops: list, kind: str, device: "str | None", stage: int, names: "KernelNamer") -> Operation:
     members = {id(op) for op in ops}
     outputs = [r for op in ops for r in op.results if any(id(u.op) not in members for u in r.uses)]
     block = Block()
@@ -195,6 +212,8 @@ def _build_kernel(ops: list, kind: str, stage: int, names: "KernelNamer") -> Ope
     block.append(Operation("lz.yield", [inside[id(r)] for r in outputs]))
     attributes = {"kind": StringAttr(kind), "name": StringAttr(names.next(kernel_base_name(ops))),
                   STAGE_ATTR: IntegerAttr(stage, I64)}
+    if device is not None:
+        attributes["device"] = StringAttr(device)
     kernel = Operation("lz.kernel", inputs, [r.type for r in outputs], attributes, [Region([block])],
                        _fused_location(ops))
     for old, new in zip(outputs, kernel.results):

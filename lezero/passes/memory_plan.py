@@ -23,6 +23,17 @@ Written to the IR::
     lz.arena_peak = 4096 : i64          on the func.func: the most bytes live at once (aligned
                                         sizes, in-place slots counted once): no plan can do better
 
+**Devices** (after ``partition{target=cuda}``): a kernel's results live where the kernel runs,
+its ``device`` attribute (``"cpu"`` when absent; a ``transfer`` kernel's device is its
+destination).  Each memory gets its own arena, planned as above over the one schedule (the
+runtime launches host and device kernels in program order, a device-to-host transfer waiting
+for the device), and in place only within one arena::
+
+    lz.offsets                          per result, an offset in the arena of its kernel's device
+    lz.arena_size, lz.arena_peak        the host (CPU) arena, as without devices
+    lz.device_arena_size = 8192 : i64   the device (GPU) arena, when any kernel has device "cuda"
+    lz.device_arena_peak = 8192 : i64
+
 With ``by-stage=true`` lifetimes are measured in ``lz.stage`` steps instead, for a runtime that
 runs the kernels of one stage at the same time (a kernel then never writes over a buffer another
 kernel of its stage reads).  Decisions are logged on ``lezero.memory_plan``
@@ -40,6 +51,7 @@ from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType
 from lezero.passes.partition import STAGE_ATTR
 from lezero.passes.pass_base import Pass, debug_channel, option, register_pass
+from lezero.passes.placement import HOST
 
 MEMORY_LOG = debug_channel("memory-plan")
 
@@ -47,6 +59,18 @@ ALIGNMENT = 64
 OFFSETS_ATTR = "lz.offsets"
 ARENA_SIZE_ATTR = "lz.arena_size"
 ARENA_PEAK_ATTR = "lz.arena_peak"
+DEVICE_ARENA_SIZE_ATTR = "lz.device_arena_size"
+DEVICE_ARENA_PEAK_ATTR = "lz.device_arena_peak"
+
+
+def arena_attributes(device: str) -> tuple[str, str]:
+    """The function attributes holding the size and peak of ``device``'s arena."""
+    return (ARENA_SIZE_ATTR, ARENA_PEAK_ATTR) if device == HOST else (DEVICE_ARENA_SIZE_ATTR, DEVICE_ARENA_PEAK_ATTR)
+
+
+def kernel_device(kernel: Operation) -> str:
+    """Where an ``lz.kernel`` runs and its results live (``"cpu"`` unless placed elsewhere)."""
+    return kernel.definition.attrs(kernel).device
 
 
 def aligned(nbytes: int) -> int:
@@ -61,6 +85,7 @@ class Buffer:
     size: int                      # aligned bytes
     start: int                     # step of the kernel that writes it
     end: int                       # step of the last kernel that reads it (start if none)
+    device: str = HOST             # whose arena it is in
     slot: "Slot | None" = None
     in_place_of: int | None = None  # operand index of its kernel whose slot it took
 
@@ -81,10 +106,19 @@ class Slot:
 
 @dataclass
 class ArenaPlan:
-    offsets: dict = field(default_factory=dict)  # id(kernel result) -> offset (-1: returned)
+    """One device's arena."""
+
     size: int = 0
     peak: int = 0
     slots: list = field(default_factory=list)
+
+
+@dataclass
+class FunctionMemory:
+    """A function's memory plan: the offset of every kernel result, and the arenas."""
+
+    offsets: dict = field(default_factory=dict)  # id(kernel result) -> offset in its device's arena (-1: returned)
+    arenas: dict = field(default_factory=dict)   # device -> ArenaPlan (the host's always)
 
 
 def _kernel_name(op: Operation) -> str:
@@ -122,8 +156,8 @@ def _reads_only_at_its_index(arg: Value) -> bool:
     return True
 
 
-def plan_function(func: FuncOp, by_stage: bool = False, in_place: bool = True) -> ArenaPlan:
-    """The arena plan of ``func`` (a fused function with static shapes)."""
+def plan_function(func: FuncOp, by_stage: bool = False, in_place: bool = True) -> FunctionMemory:
+    """The memory plan of ``func`` (a fused function with static shapes): one arena per device."""
     body = func.entry_block
     kernels = []
     for op in body.ops:
@@ -137,16 +171,17 @@ def plan_function(func: FuncOp, by_stage: bool = False, in_place: bool = True) -
             raise IRError(f"memory-plan runs after fuse: '{op.name}' is outside any lz.kernel", op.location)
     steps = _steps(func, kernels, by_stage)
     returned = {id(v) for v in body.terminator.operands} if body.terminator is not None else set()
-    plan = ArenaPlan()
+    plan = FunctionMemory()
     buffers: dict[int, Buffer] = {}
     for k in kernels:
+        device = kernel_device(k)
         for r in k.results:
             if id(r) in returned:
                 plan.offsets[id(r)] = -1
                 continue
             readers = [u.op for u in r.uses]
             end = max([steps[id(u)] for u in readers if id(u) in steps], default=steps[id(k)])
-            buffers[id(r)] = Buffer(r, aligned(r.type.nbytes), steps[id(k)], end)
+            buffers[id(r)] = Buffer(r, aligned(r.type.nbytes), steps[id(k)], end, device)
 
     slots: list[Slot] = []
     for k in kernels:
@@ -162,7 +197,8 @@ def plan_function(func: FuncOp, by_stage: bool = False, in_place: bool = True) -
             if can_overwrite:
                 for j, v in enumerate(k.operands):
                     src = buffers.get(id(v))
-                    if (src is None or id(src.slot) in taken or src.end != step or v.type.shape != r.type.shape
+                    if (src is None or src.device != buf.device or id(src.slot) in taken or src.end != step
+                            or v.type.shape != r.type.shape
                             or v.type.element_type.itemsize != r.type.element_type.itemsize
                             or any(steps[id(u.op)] == step and u.op is not k for u in v.uses)
                             or not _reads_only_at_its_index(args[j])):
@@ -177,13 +213,17 @@ def plan_function(func: FuncOp, by_stage: bool = False, in_place: bool = True) -
                 buf.slot = Slot([buf], buf.size, buf.start, buf.end)
                 slots.append(buf.slot)
 
-    _pack(slots)
-    for slot in slots:
-        for buf in slot.buffers:
-            plan.offsets[id(buf.value)] = slot.offset
-    plan.slots = slots
-    plan.size = max((s.offset + s.size for s in slots), default=0)
-    plan.peak = max((sum(s.size for s in slots if s.start <= t <= s.end) for t in set(steps.values())), default=0)
+    devices = [HOST] + sorted({kernel_device(k) for k in kernels} - {HOST})
+    for device in devices:
+        arena = [s for s in slots if s.buffers[0].device == device]
+        _pack(arena)
+        for slot in arena:
+            for buf in slot.buffers:
+                plan.offsets[id(buf.value)] = slot.offset
+        plan.arenas[device] = ArenaPlan(
+            max((s.offset + s.size for s in arena), default=0),
+            max((sum(s.size for s in arena if s.start <= t <= s.end) for t in set(steps.values())), default=0),
+            arena)
     return plan
 
 
@@ -210,21 +250,23 @@ def best_fit(size: int, busy: list) -> int:
     return best if best is not None else top
 
 
-def _log_plan(func: FuncOp, plan: ArenaPlan) -> None:
+def _log_plan(func: FuncOp, plan: FunctionMemory) -> None:
     where = f"@{func.sym_name}: "
-    for slot in sorted(plan.slots, key=lambda s: (s.offset, s.start)):
-        for buf in slot.buffers:
-            k = buf.value.op
-            how = f", in place of operand #{buf.in_place_of}" if buf.in_place_of is not None else ""
-            MEMORY_LOG.debug("%s%s result #%d: %d bytes, live %d..%d, offset %d%s", where, _kernel_name(k),
-                             buf.value.index, buf.size, buf.start, buf.end, slot.offset, how)
-    MEMORY_LOG.debug("%sarena %d bytes, peak %d bytes", where, plan.size, plan.peak)
+    for device, arena in plan.arenas.items():
+        named = "" if device == HOST else f"{device} "
+        for slot in sorted(arena.slots, key=lambda s: (s.offset, s.start)):
+            for buf in slot.buffers:
+                k = buf.value.op
+                how = f", in place of operand #{buf.in_place_of}" if buf.in_place_of is not None else ""
+                MEMORY_LOG.debug("%s%s result #%d: %d bytes, live %d..%d, %soffset %d%s", where, _kernel_name(k),
+                                 buf.value.index, buf.size, buf.start, buf.end, named, slot.offset, how)
+        MEMORY_LOG.debug("%s%sarena %d bytes, peak %d bytes", where, named, arena.size, arena.peak)
 
 
 @register_pass
 class MemoryPlan(Pass):
     name = "memory-plan"
-    summary = "Place every kernel result in one static arena (lz.offsets, lz.arena_size, lz.arena_peak)"
+    summary = "Place every kernel result in a static arena, one per device (lz.offsets, lz.arena_size, ...)"
 
     by_stage: bool = option(False, "measure lifetimes in lz.stage steps, for a runtime that runs a stage's "
                                    "kernels at once")
@@ -236,7 +278,9 @@ class MemoryPlan(Pass):
             for op in func.entry_block.ops:
                 if op.name == "lz.kernel":
                     op.attributes[OFFSETS_ATTR] = DenseArrayAttr(I64, tuple(plan.offsets[id(r)] for r in op.results))
-            func.attributes[ARENA_SIZE_ATTR] = IntegerAttr(plan.size, I64)
-            func.attributes[ARENA_PEAK_ATTR] = IntegerAttr(plan.peak, I64)
+            for device, arena in plan.arenas.items():
+                size_attr, peak_attr = arena_attributes(device)
+                func.attributes[size_attr] = IntegerAttr(arena.size, I64)
+                func.attributes[peak_attr] = IntegerAttr(arena.peak, I64)
             if MEMORY_LOG.isEnabledFor(logging.DEBUG):
                 _log_plan(func, plan)

@@ -10,6 +10,7 @@ Every op of a function except ``lz.constant`` (weights stay outside, as kernel o
     lz.stage = 1 : i64             the group's topological generation in the group graph: the
                                    groups of one stage need nothing from each other, so a runtime
                                    may run them at the same time
+    lz.device = "cuda"             where the group runs (only with a target other than the CPU)
 
 How groups form: each op starts alone.  Producer -> consumer pairs of groups are merged
 greedily, the most profitable first, where profit is the memory traffic saved by not
@@ -40,6 +41,14 @@ What a group of each kind may hold (the contract in docs/architecture.md):
 
 Shapes must be static for ops to share a kernel (an op with a ``?`` dim stays alone): equal
 ``?`` dims need not be equal sizes.
+
+**Devices** (``partition{target=cuda}``; the default ``target=cpu`` does none of this):
+``lezero.passes.placement.place_function`` first places each op on the target or, when the
+target cannot run it, on the CPU, inserting an ``lz.transfer`` on every edge between the two
+(see there).  Each transfer is a group of its own, of kind ``transfer``; groups never merge
+across a transfer, so no group mixes devices.  Every op of a group also gets
+``lz.device = "cuda"`` (or ``"cpu"``), which ``fuse`` makes the kernel's ``device``.  On the CPU
+target an ``lz.transfer`` is an elementwise copy like any other.
 """
 from __future__ import annotations
 
@@ -58,15 +67,16 @@ from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.dialect.reduction import REDUCE_OPS
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType, format_shape
-from lezero.passes.pass_base import Pass, debug_channel, option, register_pass
-
-FUSION_LOG = debug_channel("fusion")
+from lezero.passes.pass_base import Pass, option, register_pass
+from lezero.passes.placement import FUSION_LOG, HOST, TRANSFER, place_function
 
 # The discardable attributes partition writes (and fuse reads).
 GROUP_ATTR = "lz.group"
 KIND_ATTR = "lz.group_kind"
 STAGE_ATTR = "lz.stage"
-PARTITION_ATTRS = (GROUP_ATTR, KIND_ATTR, STAGE_ATTR)
+DEVICE_ATTR = "lz.device"  # only with a target other than the CPU
+PARTITION_ATTRS = (GROUP_ATTR, KIND_ATTR, STAGE_ATTR, DEVICE_ATTR)
+TRANSFER_KIND = "transfer"
 
 MOVEMENT_OPS = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.slice", "lz.pad", "lz.concat",
                           "lz.gather"})
@@ -257,7 +267,10 @@ def _check_reduction(reductions, ops, producer) -> None:
 
 def kernel_base_name(ops: list[Operation]) -> str:
     """``lz_fused_matmul_add_relu``: the distinct op names of a group in program order; a long
-    group keeps its first names (and its matmul, conv or reduction) and ends in ``etc``."""
+    group keeps its first names (and its matmul, conv or reduction) and ends in ``etc``.  A lone
+    transfer is ``lz_transfer_to_cuda``."""
+    if len(ops) == 1 and ops[0].name == TRANSFER:
+        return f"lz_transfer_to_{ops[0].attributes['device'].value}"
     names: list[str] = []
     for op in ops:
         name = op.name.removeprefix("lz.")
@@ -282,6 +295,12 @@ class Group:
     id: int
     ops: list  # program order
     fixed: bool = False  # an lz.kernel already made: never merged
+    device: "str | None" = None  # where it runs (None: the CPU target, no placement)
+
+    @property
+    def is_transfer(self) -> bool:
+        """A placed ``lz.transfer``: a kernel of kind ``transfer`` of its own."""
+        return self.device is not None and self.ops[0].name == TRANSFER
 
 
 @dataclass
@@ -293,6 +312,8 @@ class PartitionOptions(Pass):
     reductions: bool = option(True, "fuse elementwise prologues and epilogues into reduction kernels")
     movement: bool = option(True, "fold data movement into the elementwise kernel that reads it")
     prologues: bool = option(True, "fold a transpose into the matmul kernel that reads it")
+    target: str = option(HOST, "where kernels run: cpu, or cuda (ops the GPU backend cannot run go to the "
+                               "CPU, with lz.transfer ops between)")
 
 
 class Partitioner:
@@ -304,6 +325,7 @@ class Partitioner:
         self.options = options
         self.groups: dict[int, Group] = {}
         self.graph = nx.DiGraph()
+        self.device = place_function(func, options.target) if options.target != HOST else None
         body = func.entry_block
         self.ops = [op for op in body.ops if op.name not in ("lz.constant", "func.return")]
         self.position = {id(op): i for i, op in enumerate(self.ops)}
@@ -325,7 +347,8 @@ class Partitioner:
     # --- bookkeeping ---
     def _add_group(self, ops, fixed=False) -> int:
         gid = next(self._ids)
-        self.groups[gid] = Group(gid, sorted(ops, key=lambda o: self.position[id(o)]), fixed)
+        device = self.device[id(ops[0])] if self.device is not None else None
+        self.groups[gid] = Group(gid, sorted(ops, key=lambda o: self.position[id(o)]), fixed, device)
         for op in ops:
             self.group_of[id(op)] = gid
         self.graph.add_node(gid)
@@ -370,6 +393,8 @@ class Partitioner:
         ga, gb = self.groups[a], self.groups[b]
         if ga.fixed or gb.fixed:
             return False, "an lz.kernel is already compiled on its own"
+        if ga.is_transfer or gb.is_transfer:  # so no group mixes devices: edges between them pass one
+            return False, "a transfer between devices is a kernel of its own"
         if len(ga.ops) + len(gb.ops) > self.options.max_ops:
             return False, f"max-ops={self.options.max_ops} reached"
         through = self.cycle_through(a, b)
@@ -451,16 +476,19 @@ class Partitioner:
             if group.fixed:
                 group.ops[0].attributes[STAGE_ATTR] = IntegerAttr(stage[gid], I64)
                 continue
-            kind = classify(group.ops)
+            kind = TRANSFER_KIND if group.is_transfer else classify(group.ops)
             for op in group.ops:
                 op.attributes[GROUP_ATTR] = IntegerAttr(number, I64)
                 op.attributes[KIND_ATTR] = StringAttr(kind)
                 op.attributes[STAGE_ATTR] = IntegerAttr(stage[gid], I64)
+                if group.device is not None:
+                    op.attributes[DEVICE_ATTR] = StringAttr(group.device)
             number += 1
 
 
 def partition_function(func: FuncOp, options: PartitionOptions) -> None:
-    """Group ``func``'s ops and annotate them (``lz.group``, ``lz.group_kind``, ``lz.stage``)."""
+    """Place (for a target other than the CPU) and group ``func``'s ops, and annotate them
+    (``lz.group``, ``lz.group_kind``, ``lz.stage``, and ``lz.device`` when placed)."""
     p = Partitioner(func, options)
     p.run()
     p.annotate()

@@ -1,4 +1,5 @@
-"""Whole-function execution: ``lezero.compile(module, entry, target="cpu")``.
+"""Whole-function execution: ``lezero.compile(module, entry, target="cpu")`` (``target="cuda"``:
+``lezero.runtime.cuda``, which shares the checking and the per-shape plans defined here).
 
 A ``CompiledFunction`` takes numpy arrays and returns numpy arrays. On a call it checks the inputs
 (count, dtype, static dims: a clear ``InputError`` naming the argument), binds every dynamic dim
@@ -29,7 +30,7 @@ from lezero.ir.interpreter import check_arguments
 from lezero.ir.parser import parse_module
 from lezero.ir.types import FunctionType, TensorType, format_shape
 from lezero.ir.verifier import verify
-from lezero.codegen.pipeline import schedule
+from lezero.codegen.pipeline import TARGETS, schedule
 from lezero.codegen.llvm.lower_kernel import lower_kernel
 from lezero.runtime.kernel_cache import KernelCache, default_cache
 from lezero.runtime.thread_pool import ThreadPool, default_pool
@@ -41,15 +42,15 @@ PARALLEL_MIN_BYTES = 1 << 18
 PARALLEL_MIN_FLOPS = 20_000_000
 
 
-def specialize(module: ModuleOp, entry: str, shapes: list[tuple]) -> ModuleOp:
-    """A copy of ``module`` whose ``@entry`` has static argument types, optimized, partitioned,
-    fused and memory-planned (``lezero.codegen.pipeline.schedule``)."""
+def specialize(module: ModuleOp, entry: str, shapes: list[tuple], target: str = "cpu") -> ModuleOp:
+    """A copy of ``module`` whose ``@entry`` has static argument types, optimized, partitioned
+    for ``target``, fused and memory-planned (``lezero.codegen.pipeline.schedule``)."""
     module = module.clone()
     func = module.lookup(entry)
     for arg, shape in zip(func.arguments, shapes):
         arg.type = TensorType(shape, arg.type.element_type)
     func.function_type = FunctionType([a.type for a in func.arguments], func.function_type.results)
-    return schedule(module)
+    return schedule(module, target)
 
 
 @dataclass
@@ -164,7 +165,10 @@ def run_plan(plan: Plan, inputs: list[np.ndarray], pool: ThreadPool) -> list[np.
 
 
 class CompiledFunction:
-    """A function compiled for the CPU; call it with numpy arrays."""
+    """A function compiled for the CPU; call it with numpy arrays.  Subclasses for other targets
+    set ``target`` and override ``build_plan``, ``__call__`` and ``runner``."""
+
+    target = "cpu"
 
     def __init__(self, module: ModuleOp, entry: str, cache: KernelCache | None = None,
                  pool: ThreadPool | None = None):
@@ -185,14 +189,17 @@ class CompiledFunction:
                 plan = self._plans.get(key)
                 if plan is None:
                     try:
-                        specialized = specialize(self.module, self.entry, list(shapes))
+                        specialized = specialize(self.module, self.entry, list(shapes), self.target)
                     except IRError as e:
                         shown = ", ".join(format_shape(s) for s in shapes)
                         raise InputError(f"@{self.entry} cannot run on inputs of shapes ({shown}): {e.message}",
                                          e.location) from None
-                    plan = build_plan(specialized, self.entry, self.cache)
+                    plan = self.build_plan(specialized)
                     self._plans[key] = plan
         return plan
+
+    def build_plan(self, specialized: ModuleOp):
+        return build_plan(specialized, self.entry, self.cache)
 
     def runner(self, shapes):
         """The plan for argument ``shapes`` as a lean ``run(inputs, outs=None) -> list of arrays``
@@ -209,14 +216,15 @@ class CompiledFunction:
         return results[0] if len(results) == 1 else tuple(results)
 
     def __repr__(self) -> str:
-        return f"<CompiledFunction @{self.entry}: {self.func.function_type}, {len(self._plans)} plan(s)>"
+        return f"<{type(self).__name__} @{self.entry}: {self.func.function_type}, {len(self._plans)} plan(s)>"
 
 
 def compile(module_or_text, entry: str | None = None, target: str = "cpu") -> CompiledFunction:  # noqa: A001
-    """Compile ``@entry`` of a module (or of MLIR text) for ``target``; returns a callable taking
-    numpy arrays and returning a numpy array, or a tuple for several results."""
-    if target != "cpu":
-        raise ValueError(f"unknown target {target!r} (available: 'cpu')")
+    """Compile ``@entry`` of a module (or of MLIR text) for ``target`` (``"cpu"``, or ``"cuda"``:
+    ``lezero.runtime.cuda.CudaFunction``); returns a callable taking numpy arrays and returning a
+    numpy array, or a tuple for several results."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r} (targets: {', '.join(map(repr, TARGETS))})")
     module = parse_module(module_or_text) if isinstance(module_or_text, str) else module_or_text
     if entry is None:
         functions = module.functions
@@ -224,4 +232,8 @@ def compile(module_or_text, entry: str | None = None, target: str = "cpu") -> Co
             names = ", ".join("@" + f.sym_name for f in functions)
             raise ValueError(f"the module has {len(functions)} functions ({names}): name the entry")
         entry = functions[0].sym_name
+    if target == "cuda":
+        from lezero.runtime.cuda import CudaFunction
+
+        return CudaFunction(module, entry)
     return CompiledFunction(module, entry)

@@ -1,15 +1,6 @@
-"""The "value at index" emitter: one element of any value of a kernel, as LLVM IR.
-
-``ValueAtIndex.at(v, index)`` walks back from ``v`` through the kernel's ops:
-
-- a block argument (a kernel operand) is a load from its buffer at the row-major offset of the
-  index; a constant is a literal (a splat) or a load from a private global array;
-- an elementwise op is its definition's ``lower_scalar`` facet on its operands, each at the index
-  broadcast to its shape (size-1 dims read index 0), rounded to the result's element type;
-- data movement is index arithmetic (the ``MOVEMENT`` table): transpose permutes, broadcast_to
-  and slice remap, reshape goes through the row-major position, pad and concat select (reading
-  at a clamped index, so no load leaves its buffer), gather loads the index first;
-- anything else (a reduction's result, in a reduction kernel) comes from ``overrides``.
+"""The "value at index" emitter for LLVM: the backend-neutral walk of
+``lezero/codegen/value_at_index.py`` (``ValueAtIndex``, the ``MOVEMENT`` table) with loads,
+stores and constant tables in LLVM IR (``LLVMValueAtIndex``); one element of any value of a kernel.
 
 Indices are ``Affine`` forms (``lezero/codegen/affine.py``); ``IndexMaterializer`` turns them
 into i64 values when a load or a comparison needs one, and can record every form it was asked
@@ -20,13 +11,12 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from lezero.codegen.affine import Affine, Var, linear_index, unravel
+from lezero.codegen.affine import Affine, Var, linear_index
 from lezero.codegen.errors import LoweringError
-from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, is_unsigned, numpy_scalar, storage_type
-from lezero.ir.core import BlockArgument, Operation, Value
-from lezero.ir.dialect.axes import normalize_axis
-from lezero.ir.dialect.data_movement import SliceOp, TransposeOp
-from lezero.ir.types import I1, TensorType
+from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, storage_type
+from lezero.codegen.value_at_index import Buffer, ValueAtIndex
+from lezero.ir.core import Operation
+from lezero.ir.types import I1
 
 I64 = ir.IntType(64)
 
@@ -161,71 +151,35 @@ class IndexMaterializer:
             v = b.select(b.icmp_signed(">", v, _i64(hi)), _i64(hi), v)
         return Affine.of(Var(name, hi + 1, payload=v)) if lo == 0 else Affine.of(Var(name, None, payload=v))
 
-    def less_than(self, form: Affine, bound: int):
+    def less_than(self, form: Affine, bound: int) -> Scalar | None:
         """An i1 ``form < bound``, folded when the range decides it (None: always true)."""
         bnds = form.bounds()
         if bnds is not None and bnds[1] < bound:
             return None
         if bnds is not None and bnds[0] >= bound:
-            return ir.Constant(ir.IntType(1), 0)
-        return self.b.icmp_signed("<", self.value(form), _i64(bound))
+            return Scalar(ir.Constant(ir.IntType(1), 0), I1)
+        return Scalar(self.b.icmp_signed("<", self.value(form), _i64(bound)), I1)
 
-    def at_least(self, form: Affine, bound: int):
+    def at_least(self, form: Affine, bound: int) -> Scalar | None:
         """An i1 ``form >= bound`` (None: always true)."""
         bnds = form.bounds()
         if bnds is not None and bnds[0] >= bound:
             return None
         if bnds is not None and bnds[1] < bound:
-            return ir.Constant(ir.IntType(1), 0)
-        return self.b.icmp_signed(">=", self.value(form), _i64(bound))
+            return Scalar(ir.Constant(ir.IntType(1), 0), I1)
+        return Scalar(self.b.icmp_signed(">=", self.value(form), _i64(bound)), I1)
 
 
-def _and(b: ir.IRBuilder, conditions):
-    out = None
-    for c in conditions:
-        if c is not None:
-            out = c if out is None else b.and_(out, c)
-    return out
+class LLVMValueAtIndex(ValueAtIndex):
+    """The walk of ``lezero/codegen/value_at_index.py`` emitting LLVM IR: loads and stores through
+    ``getelementptr`` on the buffer pointers, non-splat constants as private global arrays."""
 
-
-class Buffer:
-    """A kernel operand or result in memory: a pointer and its (static, row-major) tensor type."""
-
-    def __init__(self, pointer, type_: TensorType):
-        self.pointer = pointer
-        self.type = type_
-        self.strides = []
-        s = 1
-        for d in reversed(type_.shape):
-            self.strides.append(s)
-            s *= d
-        self.strides.reverse()
-
-    def offset(self, index) -> Affine:
-        out = Affine()
-        for i, s, d in zip(index, self.strides, self.type.shape):
-            if d != 1:
-                out = out + Affine.of(i) * s
-        return out
-
-
-class ValueAtIndex:
     def __init__(self, s: LLVMScalarBuilder, index: IndexMaterializer, buffers: dict, overrides: dict | None = None,
                  target: str = "cpu"):
-        self.s = s
+        super().__init__(s, index, buffers, overrides, target)
         self.b = s.b
-        self.index = index
-        self.buffers = buffers  # Value -> Buffer (the block arguments)
-        self.overrides = overrides or {}  # Operation -> fn(op, result index, index) -> Scalar
-        self.target = target
-        self.memo: dict = {}
         self.tables: dict = {}  # constant op -> its global array
 
-    def new_scope(self) -> None:
-        self.memo = {}
-        self.index.new_scope()
-
-    # --- memory -----------------------------------------------------------------------------------
     def load(self, buffer: Buffer, index) -> Scalar:
         address = self._address(buffer, index)
         return self.s.load(address, buffer.type.element_type)
@@ -238,53 +192,8 @@ class ValueAtIndex:
         offset = self.index.value(buffer.offset(index))
         return self.b.gep(buffer.pointer, [offset], inbounds=True, source_etype=storage_type(buffer.type.element_type))
 
-    # --- values -----------------------------------------------------------------------------------
-    def at(self, value: Value, index) -> Scalar:
-        index = tuple(Affine.of(i) for i in index)
-        key = (value, index)
-        if key in self.memo:
-            return self.memo[key]
-        if isinstance(value, BlockArgument):
-            if value not in self.buffers:
-                raise LoweringError(f"failed to lower a kernel for {self.target}: a value read inside it is neither "
-                                    "an operand nor defined in it")
-            out = self.load(self.buffers[value], index)
-        else:
-            out = self._op_value(value.owner, value, index)
-        self.memo[key] = out
-        return out
-
-    def _op_value(self, op: Operation, value: Value, index) -> Scalar:
-        if op in self.overrides:
-            return self.overrides[op](op, value, index)
-        emit = MOVEMENT.get(op.name)
-        if emit is not None:
-            return emit(self, op, op.definition.attrs(op), index)
-        if op.name == "lz.constant":
-            return self._constant(op, index)
-        definition = op.definition
-        if definition is None or not hasattr(definition, "lower_scalar"):
-            raise self.failure(op, "not an elementwise or data movement op, so it has no value at an index here")
-        shape = value.type.shape
-        operands = [self.at(v, broadcast_index(index, shape, v.type.shape)) for v in op.operands]
-        try:
-            out = definition.lower_scalar(self.s, definition.attrs(op), *operands)
-        except NotImplementedError as e:
-            raise self.failure(op, str(e) or "no scalar lowering") from None
-        if out.dtype != value.type.element_type:
-            raise self.failure(op, f"its scalar lowering gives {out.dtype}, not {value.type.element_type}")
-        return self.s.round(out)
-
-    def failure(self, op: Operation, why: str) -> LoweringError:
-        dtype = op.results[0].type.element_type if op.results else "none"
-        return LoweringError(f"failed to lower {op.name} with {dtype} for {self.target}: {why}", op.location)
-
-    def _constant(self, op: Operation, index) -> Scalar:
-        attr = op.attributes["value"]
-        array = attr.array
+    def constant_table(self, op: Operation, array, index) -> Scalar:
         dtype = op.result.type.element_type
-        if array.size == 1 or (array.size and (array == array.flat[0]).all()):
-            return self.s.constant(array.flat[0].item(), dtype)
         if op not in self.tables:
             module = self.b.module
             t = storage_type(dtype)
@@ -299,110 +208,3 @@ class ValueAtIndex:
         offset = self.index.value(linear_index(index, array.shape))
         address = self.b.gep(table, [_i64(0), offset], inbounds=True, source_etype=table.value_type)
         return self.s.load(address, dtype)
-
-
-def broadcast_index(index, shape, operand_shape) -> tuple:
-    """The index into an operand of ``operand_shape`` that numpy broadcasting reads for
-    ``index`` into ``shape``."""
-    lead = len(shape) - len(operand_shape)
-    return tuple(Affine() if d == 1 else index[lead + k] for k, d in enumerate(operand_shape))
-
-
-# --- data movement ---------------------------------------------------------------------------------
-
-def _reshape(e: ValueAtIndex, op, attrs, index):
-    (x,) = op.operands
-    return e.at(x, unravel(linear_index(index, op.result.type.shape), x.type.shape))
-
-
-def _transpose(e: ValueAtIndex, op, attrs, index):
-    (x,) = op.operands
-    perm = TransposeOp.permutation(attrs, x.type.rank)
-    source = [None] * len(perm)
-    for out_dim, in_dim in enumerate(perm):
-        source[in_dim] = index[out_dim]
-    return e.at(x, source)
-
-
-def _broadcast_to(e: ValueAtIndex, op, attrs, index):
-    (x,) = op.operands
-    return e.at(x, broadcast_index(index, op.result.type.shape, x.type.shape))
-
-
-def _slice(e: ValueAtIndex, op, attrs, index):
-    (x,) = op.operands
-    source = []
-    for i, s, d in zip(index, SliceOp.slices(attrs, x.type.rank), x.type.shape):
-        start, _, step = s.indices(d)
-        source.append(i * step + start)
-    return e.at(x, source)
-
-
-def _pad(e: ValueAtIndex, op, attrs, index):
-    (x,) = op.operands
-    shape, dtype = x.type.shape, x.type.element_type
-    fill = e.s.constant(numpy_scalar(attrs.value != 0 if dtype == I1 else attrs.value, dtype), dtype)
-    if 0 in shape:
-        return fill
-    source, conditions = [], []
-    for k, (i, d) in enumerate(zip(index, shape)):
-        j = i - attrs.pads[k]  # a negative pad crops: the index moves the other way
-        conditions += [e.index.at_least(j, 0), e.index.less_than(j, d)]
-        source.append(e.index.clamp(j, 0, d - 1, f"pad{k}"))
-    inside = _and(e.b, conditions)
-    loaded = e.at(x, source)
-    return loaded if inside is None else Scalar(e.b.select(inside, loaded.value, fill.value), dtype)
-
-
-def _concat(e: ValueAtIndex, op, attrs, index):
-    axis = normalize_axis(attrs.axis, op.result.type.rank)
-    position = index[axis]
-    pieces, offset = [], 0
-    for x in op.operands:
-        size = x.type.shape[axis]
-        if size:
-            pieces.append((offset, size, x))
-        offset += size
-    bounds = position.bounds()
-    if bounds is not None:  # the index range may pick some pieces statically
-        pieces = [p for p in pieces if p[0] <= bounds[1] and bounds[0] < p[0] + p[1]]
-    out = None
-    for start, size, x in reversed(pieces):
-        local = list(index)
-        local[axis] = e.index.clamp(position - start, 0, size - 1, "concat")
-        v = e.at(x, local)
-        if out is None:
-            out = v
-        else:
-            after = e.index.less_than(position, start + size)  # inside this piece (earlier ones picked later)
-            out = v if after is None else Scalar(e.b.select(after, v.value, out.value), v.dtype)
-    return out
-
-
-def _gather(e: ValueAtIndex, op, attrs, index):
-    x, indices = op.operands
-    axis = normalize_axis(attrs.axis, x.type.rank)
-    size = x.type.shape[axis]
-    k = indices.type.rank
-    picked = e.at(indices, index[axis:axis + k])
-    b = e.b
-    v = picked.value
-    if v.type.width < 64:
-        v = b.zext(v, I64) if is_unsigned(picked.dtype) else b.sext(v, I64)
-    if not is_unsigned(picked.dtype):
-        v = b.select(b.icmp_signed("<", v, _i64(0)), b.add(v, _i64(size)), v)  # negative counts from the end
-    # out of range is an error in the reference; here it is clamped so that no load leaves the buffer
-    gathered = e.index.clamp(Affine.of(Var("gather", None, payload=v)), 0, max(size - 1, 0), "gathered")
-    return e.at(x, tuple(index[:axis]) + (gathered,) + tuple(index[axis + k:]))
-
-
-MOVEMENT = {
-    "lz.reshape": _reshape,
-    "lz.transpose": _transpose,
-    "lz.broadcast_to": _broadcast_to,
-    "lz.slice": _slice,
-    "lz.pad": _pad,
-    "lz.concat": _concat,
-    "lz.gather": _gather,
-}
-

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from lezero.codegen.llvm.index_math import Buffer, IndexMaterializer, ValueAtIndex
+from lezero.codegen.llvm.index_math import IndexMaterializer, LLVMValueAtIndex
 from lezero.codegen.llvm.loops import i64
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder
+from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
 
 I64 = ir.IntType(64)
@@ -74,5 +75,5 @@ class KernelContext:
         pointers = self.fn.buffers
         self.operand_buffers = [Buffer(p, a.type) for p, a in zip(pointers, self.body.args)]
         self.result_buffers = [Buffer(p, r.type) for p, r in zip(pointers[len(kernel.operands):], kernel.results)]
-        self.emitter = ValueAtIndex(self.s, self.index, dict(zip(self.body.args, self.operand_buffers)),
+        self.emitter = LLVMValueAtIndex(self.s, self.index, dict(zip(self.body.args, self.operand_buffers)),
                                     target=target)

@@ -67,10 +67,11 @@ import llvmlite.ir as ir
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm import gemm
-from lezero.codegen.llvm.index_math import Buffer, IndexMaterializer, ValueAtIndex
+from lezero.codegen.llvm.index_math import IndexMaterializer, LLVMValueAtIndex
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.loops import for_range, i64, min_i64, unravel_values
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, accumulator_type, compute_type, storage_type
+from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
 from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.types import F32
@@ -654,11 +655,11 @@ class TileEpilogue:
     def __init__(self, ctx: KernelContext, anchor: Operation, plan):
         self.ctx, self.anchor, self.plan = ctx, anchor, plan
         self.external_symbols: set[str] = set()
-        self._emitter: ValueAtIndex | None = None
+        self._emitter: LLVMValueAtIndex | None = None
         self._results: list[Buffer] = []
         self._builder = None
 
-    def _emitter_for(self, tile: gemm.OutputTile) -> ValueAtIndex:
+    def _emitter_for(self, tile: gemm.OutputTile) -> LLVMValueAtIndex:
         b = tile.builder
         if self._builder is not b:  # one emitter per micro-kernel (its constant tables are module globals)
             ctx = self.ctx
@@ -666,7 +667,7 @@ class TileEpilogue:
             operands = {arg: Buffer(p, arg.type) for arg, p in zip(ctx.body.args, pointers)}
             s = LLVMScalarBuilder(b)
             self.external_symbols = s.external_symbols  # filled as the code is emitted
-            self._emitter = ValueAtIndex(s, IndexMaterializer(b), operands, target=ctx.target)
+            self._emitter = LLVMValueAtIndex(s, IndexMaterializer(b), operands, target=ctx.target)
             self._results = [Buffer(p, r.type) for p, r in zip(pointers[len(ctx.kernel.operands):], ctx.kernel.results)]
             self._builder = b
         return self._emitter

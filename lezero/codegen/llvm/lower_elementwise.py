@@ -35,9 +35,9 @@ import llvmlite.ir as ir
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm import gemm, jit
-from lezero.codegen.llvm.index_math import Buffer
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.loops import for_range, min_i64, unravel_values
+from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
 from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.types import format_shape

@@ -20,11 +20,10 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import llvmlite.ir as ir
-import numpy as np
 
 from lezero.codegen.llvm import scalar_math
 from lezero.codegen.llvm.scalar_math import MathBuilder
-from lezero.ir.dialect.numerics import to_storage
+from lezero.codegen.value_at_index import is_unsigned
 from lezero.ir.scalar import ScalarBuilder
 from lezero.ir.types import BF16, ELEMENT_TYPES, F16, F32, F64, I1, ElementType
 
@@ -54,10 +53,6 @@ def storage_type(dtype: ElementType) -> ir.Type:
 def accumulator_type(dtype: ElementType) -> ElementType:
     """The element type a reduction of ``dtype`` accumulates in (f16 and bf16 in f32)."""
     return F32 if dtype in (F16, BF16) else dtype
-
-
-def is_unsigned(dtype: ElementType) -> bool:
-    return dtype.name.startswith("ui") or dtype == I1
 
 
 class Scalar:
@@ -431,7 +426,3 @@ class LLVMScalarBuilder(ScalarBuilder):
         r = self.div(one, self.add(one, e))
         return self.select(self.cmp("ge", x, self.constant(0, x)), r, self.mul(e, r))
 
-
-def numpy_scalar(value, dtype: ElementType):
-    """A Python number as the reference would store it in ``dtype`` (bf16 rounded)."""
-    return to_storage(np.asarray(value), dtype).item()

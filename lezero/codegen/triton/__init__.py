@@ -6,6 +6,7 @@ Layout (one module per concern, as ``lezero/codegen/llvm``):
 - ``lower_kernel.py``: ``lower_kernel(kernel_op) -> TritonKernel`` by kind; ``unsupported_reason``
   (registered as target ``"cuda"`` in ``lezero.passes.placement``, so ``partition{target=cuda}``
   places the rest on the CPU);
+- ``emitter.py``: the source being built, index blocks, and the value-at-index walk emitting Triton;
 - ``scalar_builder.py``: the ``ScalarBuilder`` (``lezero/ir/scalar.py``) that writes Triton
   expressions, so each op's ``scalar`` facet lowers here as on the CPU;
 - ``elementwise.py``, ``reduction.py``, ``pooling.py``, ``contraction.py``: the kernel kinds;
@@ -14,3 +15,7 @@ Layout (one module per concern, as ``lezero/codegen/llvm``):
 
 Generating source needs no triton; ``jit.py`` imports it when a kernel is loaded or built.
 """
+from lezero.codegen.triton.lower_kernel import unsupported_reason
+from lezero.passes.placement import register_target
+
+register_target("cuda", unsupported_reason)

@@ -9,12 +9,13 @@ Importing this package registers them all.  One module per family:
 - ``reduction``: ``reduce_*`` (a table), ``argmax``
 - ``data_movement``: ``reshape``, ``transpose``, ``broadcast_to``, ``slice``, ``concat``, ``pad``,
   ``gather``; ``constant``: ``constant``
-- ``kernel``: ``kernel``, ``yield`` (a fused group, made by the fuse pass)
+- ``kernel``: ``kernel``, ``yield`` (a fused group, made by the fuse pass); ``device``:
+  ``transfer`` (a copy to another device's memory, made by ``partition{target=cuda}``)
 - ``composite``: ``softmax``, ``log_softmax``, ``layer_norm``, ``batch_norm`` (with decompositions)
 
 Shared rules live in one helper each: ``broadcasting`` (shapes), ``axes`` (axis attributes),
 ``windows`` (conv and pool geometry), ``constraints`` (element types), ``numerics`` (numpy
 storage of element types).
 """
-from lezero.ir.dialect import (composite, constant, contraction, data_movement, elementwise,  # noqa: F401
+from lezero.ir.dialect import (composite, constant, contraction, data_movement, device, elementwise,  # noqa: F401
                                kernel, pooling, reduction)

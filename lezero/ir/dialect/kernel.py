@@ -11,13 +11,18 @@ The region's block arguments take the kernel's operands; ``lz.yield`` gives its 
 region is isolated from above: it sees only its arguments (and constants defined inside it), so a
 kernel can be compiled on its own and cached by its text.  It stays valid IR: it prints, parses,
 verifies and runs in the reference interpreter like any other op.
+
+``device`` (optional, ``"cpu"`` when absent) says where the kernel runs and where its results
+live; ``partition{target=cuda}`` sets it.  A kernel of kind ``transfer`` holds one
+``lz.transfer``: the runtime copies its operand into the memory of its ``device``.
 """
 from __future__ import annotations
 
+from lezero.ir.dialect.device import DEVICES
 from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, TERMINATOR, AttrSpec, OpDef, OpError, register
 
 # What the code generators see; the partitioner decides it.
-KERNEL_KINDS = ("elementwise", "reduction", "matmul", "conv", "single")
+KERNEL_KINDS = ("elementwise", "reduction", "matmul", "conv", "single", "transfer")
 
 
 @register
@@ -27,7 +32,8 @@ class KernelOp(OpDef):
     variadic = True
     num_results = None
     traits = frozenset({PURE, ISOLATED_FROM_ABOVE})
-    attributes = {"kind": AttrSpec("str", "elementwise", choices=KERNEL_KINDS), "name": AttrSpec("str", "lz_kernel")}
+    attributes = {"kind": AttrSpec("str", "elementwise", choices=KERNEL_KINDS), "name": AttrSpec("str", "lz_kernel"),
+                  "device": AttrSpec("str", "cpu", choices=DEVICES)}
     summary = "a fused group of ops compiled as one kernel"
 
     def infer_for_op(self, op) -> list:

@@ -1,0 +1,445 @@
+"""lezero's GPU path (Triton kernels, ``target="cuda"``) against PyTorch eager and torch.compile on
+one CUDA device, measured in the same run:
+
+1. a fused elementwise ``gelu(x * a + b)`` (x 8192x8192 float32, a and b per column): GB/s;
+2. GEMM, float32 and bf16, 4096^3 and 8192^3: TFLOP/s against ``torch.matmul``;
+3. the examples' SimpleMLP (Linear(784, 256), relu, Linear(256, 10)) at batch 4096: forward, and
+   the training step (cross-entropy, Adam) through ``lz.jit.compile_train_step``;
+4. ResNet-50 (one definition, built from ``lz.nn`` and from ``torch.nn`` with the same weights) at
+   batch 32, 224x224: forward, and the training step (SGD with momentum).  BatchNorm runs in eval
+   mode (running statistics) in both frameworks: lezero's compiled step does not yet update
+   BatchNorm's running statistics.
+
+    .venv/bin/python benchmarks/gpu.py [--budget 270] [--sections elementwise gemm mlp resnet] [--no-torch-compile]
+    .venv/bin/python benchmarks/gpu.py --tiny     # a dry run on the CPU, Triton's interpreter, tiny sizes
+
+lezero runs what its compile path makes: the function through ``lezero.compile(..., target="cuda")``
+(partitioned, fused, each kernel rendered as Triton; its launch configuration autotuned on the
+first call), called through its lean runner on torch tensors that stay on the device.  float32 GEMM: lezero's
+``tl.dot`` multiplies in true float32 (``input_precision="ieee"``, the reference's numbers);
+torch is timed in true float32 and with TF32 allowed.  bf16: lezero stores bf16 tensors as
+float32 holding bf16 values (numpy has no bfloat16), so its bf16 GEMM reads float32 buffers and
+multiplies them as TF32 on the tensor cores (a bf16 value is exact in TF32); torch's bf16 GEMM
+reads bfloat16 buffers.  The printed table says so.
+
+Results are checked against torch before anything is timed (outputs; for a training step the
+first step's loss).  Times are the best of several rounds on CUDA events, after warm-up
+(compilation, autotuning) outside the measurement; ratios are lezero's rate over the peer's
+(above 1: lezero is faster); compile times are printed apart.  Every section runs on its own: an
+error is printed and the next section runs; a measurement that would end past the time budget
+(``--budget`` seconds, with rough estimates of torch.compile's compile times) is skipped and says so.  Without a CUDA device the script
+stops at once, unless ``--tiny`` (which runs everything under ``TRITON_INTERPRET=1`` on the CPU,
+at sizes small enough for the interpreter, to check the script itself; its numbers mean nothing).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+import traceback
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--budget", type=float, default=None,
+                    help="seconds (default 270; --tiny: none): what would end after it is skipped")
+parser.add_argument("--sections", nargs="+", default=["elementwise", "gemm", "mlp", "resnet"],
+                    choices=["elementwise", "gemm", "mlp", "resnet"])
+parser.add_argument("--tiny", action="store_true",
+                    help="tiny sizes on the CPU under TRITON_INTERPRET=1: checks the script, measures nothing")
+parser.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
+                    help="leave torch.compile out (it needs a C++ compiler on the CPU)")
+args = parser.parse_args()
+if args.tiny:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: @triton.jit reads it then
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import lezero  # noqa: E402
+import lezero as lz  # noqa: E402
+from lezero.runtime import devices  # noqa: E402
+
+START = time.perf_counter()
+TINY = args.tiny
+args.budget = args.budget if args.budget is not None else float("inf") if TINY else 270.0
+if not TINY and devices.interpreter_mode():
+    sys.exit("benchmarks/gpu.py: TRITON_INTERPRET=1 would run the full sizes in Triton's interpreter; "
+             "unset it to measure the GPU, or pass --tiny to check the script at tiny sizes")
+try:
+    devices.require_device("cuda")
+except devices.DeviceError as e:
+    sys.exit(f"benchmarks/gpu.py measures a CUDA GPU: {e}. (--tiny runs the script on the CPU under "
+             "TRITON_INTERPRET=1 at tiny sizes, to check it)")
+DEVICE = devices.torch_device(devices.device("cuda"))  # the CPU under the interpreter
+
+# Sizes: (the real run, --tiny).
+ELEMENTWISE = (8192, 8192) if not TINY else (16, 32)
+GEMM_SIZES = (4096, 8192) if not TINY else (16, 32)
+MLP_BATCH = 4096 if not TINY else 8
+RESNET = (32, 224) if not TINY else (1, 32)   # batch, image side
+
+
+# --- timing -----------------------------------------------------------------------------------------------
+
+def device_seconds(fn, rounds: int = 5, min_round: float = 0.02) -> float:
+    """The best over ``rounds`` of the mean time of ``fn()`` in a round of back-to-back calls, on CUDA
+    events (wall clock on the CPU); two warm-up calls first.  A round repeats ``fn`` until it lasts
+    about ``min_round`` seconds, so launch gaps of very short calls are averaged.  --tiny: one call
+    of one round, after one warm-up (the interpreter is slow and the number means nothing)."""
+    if TINY:
+        fn()
+        rounds, inner = 1, 1
+    else:
+        for _ in range(2):
+            fn()
+        synchronize()
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        inner = max(1, min(1000, int(min_round / max(time.perf_counter() - start, 1e-6))))
+    best = float("inf")
+    for _ in range(rounds):
+        if DEVICE.type == "cuda":
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            seconds = begin.elapsed_time(end) / 1e3
+        else:
+            begin = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            seconds = time.perf_counter() - begin
+        best = min(best, seconds / inner)
+    return best
+
+
+def synchronize() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def report(title: str, unit: str, rates: dict, note: str = "") -> None:
+    """One line per implementation: its rate and lezero's rate over it."""
+    print(f"  {title}")
+    mine = rates.get("lezero")
+    for name, rate in rates.items():
+        ratio = f"  lezero / {name}: {mine / rate:5.2f}x" if mine and name != "lezero" else ""
+        print(f"    {name:22s} {rate:10.4g} {unit}{ratio}")
+    if note:
+        print(f"    ({note})")
+
+
+def check_close(what: str, got, want, tolerance: float) -> None:
+    """The benchmarked results must agree before their times mean anything: the largest difference,
+    relative to the largest magnitude of torch's result, within ``tolerance``."""
+    got, want = got.double().cpu(), want.double().cpu()
+    error = ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+    if not error <= tolerance:
+        raise AssertionError(f"{what}: lezero and torch disagree: max difference {error:.3g} of the largest value")
+
+
+@contextlib.contextmanager
+def torch_tf32(allowed: bool):
+    """torch's matmuls and convolutions with TF32 allowed or not (by default cuBLAS matmuls do not
+    use it and cuDNN convolutions do); not allowed, torch computes the float32 numbers that
+    lezero's float32 kernels compute."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def lezero_runner(text: str, shapes):
+    """``lezero.compile(text, target="cuda")``'s lean runner for these argument shapes."""
+    return lezero.compile(text, target="cuda").runner([tuple(s) for s in shapes])
+
+
+# --- 1. fused elementwise ---------------------------------------------------------------------------------
+
+def gelu_function(rows: int, cols: int) -> str:
+    """``gelu(x * a + b)`` as lz IR (exact gelu): one fused elementwise kernel."""
+    t, v = f"tensor<{rows}x{cols}xf32>", f"tensor<{cols}xf32>"
+    return "\n".join([f'func.func @f(%x: {t}, %a: {v}, %b: {v}) -> {t} {{',
+                      f'  %0 = "lz.mul"(%x, %a) : ({t}, {v}) -> {t}',
+                      f'  %1 = "lz.add"(%0, %b) : ({t}, {v}) -> {t}',
+                      f'  %2 = "lz.gelu"(%1) : ({t}) -> {t}',
+                      f'  func.return %2 : {t}', '}'])
+
+
+def bench_elementwise() -> None:
+    rows, cols = ELEMENTWISE
+    x = torch.randn(rows, cols, device=DEVICE)
+    a = torch.rand(cols, device=DEVICE) + 0.5
+    b = torch.rand(cols, device=DEVICE) - 0.5
+    run = lezero_runner(gelu_function(rows, cols), [x.shape, a.shape, b.shape])
+
+    def eager(x, a, b):
+        return torch.nn.functional.gelu(x * a + b)
+
+    check_close("gelu(x * a + b)", run([x, a, b])[0], eager(x, a, b), 1e-5)
+    moved = (2 * rows * cols + 2 * cols) * 4   # read x, a, b once, write the result
+    rates = {"lezero": moved / device_seconds(lambda: run([x, a, b])) / 1e9,
+             "torch eager": moved / device_seconds(lambda: eager(x, a, b)) / 1e9}
+    if args.torch_compile:
+        compiled = torch.compile(eager)
+        rates["torch.compile"] = moved / device_seconds(lambda: compiled(x, a, b)) / 1e9
+    report(f"gelu(x * a + b), x {rows}x{cols} float32, exact gelu", "GB/s", rates,
+           "torch eager runs three kernels (mul, add, gelu); lezero and torch.compile one")
+
+
+# --- 2. GEMM ----------------------------------------------------------------------------------------------
+
+def matmul_function(n: int, element: str) -> str:
+    t = f"tensor<{n}x{n}x{element}>"
+    return (f'func.func @f(%a: {t}, %b: {t}) -> {t} {{\n  %0 = "lz.matmul"(%a, %b) : ({t}, {t}) -> {t}\n'
+            f'  func.return %0 : {t}\n}}')
+
+
+def bench_gemm() -> None:
+    for n in GEMM_SIZES:
+        if over_budget(f"GEMM {n}"):
+            return
+        flops = 2 * n ** 3
+        a32, b32 = torch.randn(n, n, device=DEVICE), torch.randn(n, n, device=DEVICE)
+        run = lezero_runner(matmul_function(n, "f32"), [a32.shape, b32.shape])
+        with torch_tf32(False):
+            check_close(f"float32 GEMM {n}", run([a32, b32])[0], a32 @ b32, 1e-4)
+        rates = {"lezero": flops / device_seconds(lambda: run([a32, b32])) / 1e12}
+        for allowed, name in ((False, "torch.matmul fp32"), (True, "torch.matmul tf32")):
+            with torch_tf32(allowed):
+                rates[name] = flops / device_seconds(lambda: torch.matmul(a32, b32)) / 1e12
+        report(f"GEMM {n}x{n}x{n} float32", "TFLOP/s", rates,
+               "lezero: tl.dot with input_precision=\"ieee\", true float32 products as the reference "
+               "computes them (no tensor cores); torch fp32 is the same contract, tf32 the fast one")
+
+        # bf16: lezero's storage is float32 holding bf16 values; torch's is bfloat16.
+        a16, b16 = a32.to(torch.bfloat16), b32.to(torch.bfloat16)
+        run = lezero_runner(matmul_function(n, "bf16"), [a16.shape, b16.shape])
+        stored_a, stored_b = a16.float(), b16.float()
+        check_close(f"bf16 GEMM {n}", run([stored_a, stored_b])[0], a16 @ b16, 2e-2)
+        rates = {"lezero": flops / device_seconds(lambda: run([stored_a, stored_b])) / 1e12,
+                 "torch.matmul bf16": flops / device_seconds(lambda: torch.matmul(a16, b16)) / 1e12}
+        report(f"GEMM {n}x{n}x{n} bf16", "TFLOP/s", rates,
+               "lezero's bf16 tensors are stored as float32 holding bf16 values: its kernel reads twice "
+               "the bytes torch's does and multiplies them on the tensor cores as TF32 (exact for bf16 "
+               "values), float32 sums; torch multiplies bfloat16 tiles")
+
+
+# --- 3. SimpleMLP -----------------------------------------------------------------------------------------
+
+def simple_mlp(nn):
+    """examples/train_mlp.py's SimpleMLP, built from ``nn``: ``lz.nn`` or ``torch.nn``."""
+
+    class SimpleMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(784, 256)
+            self.fc2 = nn.Linear(256, 10)
+
+        def forward(self, x):
+            return self.fc2(nn.functional.relu(self.fc1(x)))
+
+    return SimpleMLP()
+
+
+def twins(build):
+    """``build(lz.nn)`` (seeded) and ``build(torch.nn)`` holding its weights, on the device."""
+    lz.manual_seed(0)
+    lz_model = build(lz.nn)
+    state = {k: torch.from_numpy(np.array(v.detach().numpy())) for k, v in lz_model.state_dict().items()}
+    torch_model = build(torch.nn)
+    torch_model.load_state_dict(state)
+    return lz_model, torch_model.to(DEVICE)
+
+
+def forward_runner(lz_model, example):
+    """The traced forward of ``lz_model`` compiled for cuda: ``run(x)`` on a device tensor, the
+    weights bound once as device tensors."""
+    traced = lz.jit.trace(lz_model, example_inputs=lz.from_numpy(example))
+    weights = [torch.from_numpy(np.array(t.detach().numpy())).to(DEVICE) for _, t in traced.named_tensors]
+    runner = lezero.compile(traced.module, traced.entry, target="cuda").runner(
+        [example.shape] + [tuple(w.shape) for w in weights])
+    return lambda x: runner([x] + weights)[0]
+
+
+def compare_forward(title: str, build, x_np, tolerance: float, torch_compile_seconds: float) -> None:
+    """Samples per second of the forward pass: lezero's compiled trace, torch eager, torch.compile
+    (skipped when its expected compile time, ``torch_compile_seconds``, would pass the budget)."""
+    lz_model, torch_model = twins(build)
+    x = torch.from_numpy(x_np).to(DEVICE)
+    start = time.perf_counter()
+    run = forward_runner(lz_model, x_np)
+    out = run(x)
+    synchronize()
+    compile_seconds = time.perf_counter() - start
+    batch = x_np.shape[0]
+    with torch.no_grad():
+        with torch_tf32(False):
+            check_close(title, out, torch_model(x), tolerance)
+        rates = {"lezero": batch / device_seconds(lambda: run(x)),
+                 "torch eager": batch / device_seconds(lambda: torch_model(x))}
+        if args.torch_compile and not over_budget(f"{title} forward, torch.compile", torch_compile_seconds):
+            compiled = torch.compile(torch_model)
+            rates["torch.compile"] = batch / device_seconds(lambda: compiled(x))
+    report(f"{title} forward, batch {batch}", "samples/s", rates,
+           f"lezero trace + compile + first run: {compile_seconds:.1f} s; torch with its defaults (TF32 "
+           "in cuDNN convolutions), lezero in float32")
+
+
+def lezero_train_step(lz_model, optimizer, x_np, y_np):
+    """``lz.jit.compile_train_step`` for the model moved to cuda; returns ``step()``, the first
+    step's loss and the seconds its compilation and the first step took."""
+    lz_model.to("cuda")
+    data, target = lz.from_numpy(x_np).to("cuda"), lz.from_numpy(y_np).to("cuda")
+    start = time.perf_counter()
+    step = lz.jit.compile_train_step(lz_model, lz.nn.CrossEntropyLoss(), optimizer, data, target)
+    loss = step(data, target).item()
+    return (lambda: step(data, target)), loss, time.perf_counter() - start
+
+
+def torch_train_step(torch_model, optimizer, x_np, y_np):
+    x, y = torch.from_numpy(x_np).to(DEVICE), torch.from_numpy(y_np).to(DEVICE)
+    criterion = torch.nn.CrossEntropyLoss()
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = criterion(torch_model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
+
+
+def compare_train_step(title: str, build, optimizer: str, options: dict, x_np, y_np, tolerance: float,
+                       torch_compile_seconds: float, note: str = "") -> None:
+    """Training steps per second: lezero's compiled step, torch eager, and torch.compile of the same
+    step function, each on fresh twins (the same initial weights; no state shared between runs);
+    ``optimizer`` names the class in ``lz.optim`` and ``torch.optim``, built with ``options``.  The
+    first steps' losses (same weights, same batch) must agree within ``tolerance``, relatively."""
+    lz_model, _ = twins(build)
+    lz_step, lz_loss, compile_seconds = lezero_train_step(
+        lz_model, getattr(lz.optim, optimizer)(lz_model.parameters(), **options), x_np, y_np)
+    rates = {"lezero": 1 / device_seconds(lz_step, rounds=3)}
+    del lz_step, lz_model
+    for name in ("torch eager", "torch.compile"):
+        if name == "torch.compile" and (not args.torch_compile or
+                                        over_budget(f"{title} torch.compile", torch_compile_seconds)):
+            continue
+        _, torch_model = twins(build)
+        step = torch_train_step(torch_model, getattr(torch.optim, optimizer)(torch_model.parameters(), **options),
+                                x_np, y_np)
+        step = step if name == "torch eager" else torch.compile(step)
+        check_close(f"{title}: the first step's loss, {name}", torch.tensor(lz_loss), step().detach(), tolerance)
+        rates[name] = 1 / device_seconds(step, rounds=3)
+    report(f"{title} training step, batch {x_np.shape[0]}", "steps/s", rates,
+           f"lezero compile + first step: {compile_seconds:.1f} s{note}")
+
+
+def bench_mlp() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((MLP_BATCH, 784)).astype(np.float32)
+    y = rng.integers(0, 10, MLP_BATCH)
+    compare_forward("SimpleMLP", simple_mlp, x, 1e-2, torch_compile_seconds=20)
+    if not over_budget("SimpleMLP training step", needs=10):
+        compare_train_step("SimpleMLP (cross-entropy, Adam)", simple_mlp, "Adam", {}, x, y, 1e-4,
+                           torch_compile_seconds=40)
+
+
+# --- 4. ResNet-50 -----------------------------------------------------------------------------------------
+
+def resnet50(nn, num_classes: int = 1000):
+    """ResNet-50 (torchvision's layout: bottleneck blocks 3, 4, 6, 3, the stride on the 3x3
+    convolution) built from ``nn``: ``lz.nn`` or ``torch.nn``, which share these modules and their
+    parameter names.  In eval mode: BatchNorm uses its running statistics."""
+
+    class Bottleneck(nn.Module):
+        def __init__(self, inplanes: int, planes: int, stride: int, downsample):
+            super().__init__()
+            self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(planes * 4)
+            self.relu = nn.ReLU()
+            self.downsample = downsample
+
+        def forward(self, x):
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            return self.relu(self.bn3(self.conv3(out)) + identity)
+
+    def layer(inplanes: int, planes: int, blocks: int, stride: int):
+        downsample = None
+        if stride != 1 or inplanes != planes * 4:
+            downsample = nn.Sequential(nn.Conv2d(inplanes, planes * 4, 1, stride=stride, bias=False),
+                                       nn.BatchNorm2d(planes * 4))
+        return nn.Sequential(Bottleneck(inplanes, planes, stride, downsample),
+                             *[Bottleneck(planes * 4, planes, 1, None) for _ in range(blocks - 1)])
+
+    model = nn.Sequential(nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                          nn.MaxPool2d(3, stride=2, padding=1),
+                          layer(64, 64, 3, 1), layer(256, 128, 4, 2), layer(512, 256, 6, 2), layer(1024, 512, 3, 2),
+                          nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(2048, num_classes))
+    return model.eval()
+
+
+def bench_resnet() -> None:
+    batch, side = RESNET
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
+    y = rng.integers(0, 1000, batch)
+    compare_forward("ResNet-50", resnet50, x, 2e-2, torch_compile_seconds=60)
+    if not over_budget("ResNet-50 training step", needs=60):
+        compare_train_step("ResNet-50 (cross-entropy, SGD with momentum, BatchNorm in eval mode)", resnet50,
+                           "SGD", {"lr": 0.01, "momentum": 0.9}, x, y, 1e-2, torch_compile_seconds=120,
+                           note="; lz.max_pool2d_grad has no Triton lowering: that kernel runs on the CPU, "
+                                "with transfers")
+
+
+# --- driver -----------------------------------------------------------------------------------------------
+
+def over_budget(what: str, needs: float = 0.0) -> bool:
+    """Whether ``what``, expected to take ``needs`` seconds, would end past the budget (then it is
+    skipped, and says so)."""
+    spent = time.perf_counter() - START
+    if spent + needs > args.budget:
+        print(f"  skipped {what}: {spent:.0f} s spent, ~{needs:.0f} s more needed, {args.budget:.0f} s budget")
+        return True
+    return False
+
+
+SECTIONS = {"elementwise": bench_elementwise, "gemm": bench_gemm, "mlp": bench_mlp, "resnet": bench_resnet}
+
+
+def main() -> int:
+    name = torch.cuda.get_device_name() if DEVICE.type == "cuda" else "the CPU (Triton interpreter, --tiny)"
+    print(f"lezero (target cuda) vs torch {torch.__version__} on {name}")
+    failed = []
+    for section in args.sections:
+        print(f"\n[{section}]", flush=True)
+        if over_budget(section):
+            continue
+        try:
+            SECTIONS[section]()
+        except Exception:  # noqa: BLE001 - report the section's failure and run the next one
+            failed.append(section)
+            print(f"  {section} failed:\n" + "".join("    " + line for line in
+                                                     traceback.format_exc().splitlines(True)[-12:]))
+        if DEVICE.type == "cuda":
+            torch.cuda.empty_cache()
+        sys.stdout.flush()
+    print(f"\ntotal {time.perf_counter() - START:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""What every Triton kernel kind is written with: the source being built, index blocks, and the
+"value at index" walk (``lezero/codegen/value_at_index.py``) emitting Triton.
+
+In Triton an index is a *block*: each loop variable of the LLVM backend is a tensor of lanes
+here (``offs // 20 % 4`` unravelled from a flat block of offsets, or ``rows[:, None]`` and
+``cols[None, :]`` of a 2-D tile).  ``TritonIndex`` renders ``Affine`` forms as Triton integer
+expressions over those names (a group of variables that a flat block covers row-major costs one
+multiply of the flat offsets, so a contiguous load stays ``b0 + offs``).  Loads and stores carry
+the kernel's lane mask (``mask``: the lanes of the block inside the iteration space); lanes
+outside it may compute any index, so every load of them is masked too.
+
+``TritonContext`` holds one kernel being lowered: its buffers (``b0, b1, ...``: operands then
+results), the body's lines (``code``), the scalar builder and the emitter.  A kind's lowering
+writes the body and returns its launch configurations; ``lower_kernel`` wraps the body into a
+module with its signature and docstring.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+from lezero.codegen.affine import Affine, Var, linear_index
+from lezero.codegen.errors import LoweringError
+from lezero.codegen.triton.scalar_builder import TritonScalarBuilder, TValue
+from lezero.codegen.value_at_index import Buffer, ValueAtIndex
+from lezero.ir.core import Operation
+from lezero.ir.types import I1
+
+# Tables of constants are select chains over the position: fine for a few elements only.
+MAX_CONSTANT_TABLE = 64
+
+
+class TritonCode:
+    """Lines of a kernel body under construction, with fresh names (``x0``, ``t3``, ``idx1``)."""
+
+    def __init__(self, indent: int = 1):
+        self.lines: list[str] = []
+        self.depth = indent
+        self.counters: dict[str, int] = {}
+
+    def fresh(self, prefix: str) -> str:
+        """``prefix`` and a number; a prefix that ends in a digit (a coordinate ``i1``) is itself
+        the first time, then ``i1_1``, ``i1_2``."""
+        n = self.counters.get(prefix, 0)
+        self.counters[prefix] = n + 1
+        if prefix[-1].isdigit():
+            return prefix if n == 0 else f"{prefix}_{n}"
+        return f"{prefix}{n}"
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def assign(self, prefix: str, expr: str) -> str:
+        name = self.fresh(prefix)
+        self.line(f"{name} = {expr}")
+        return name
+
+    @contextmanager
+    def block(self, header: str):
+        """``header`` (a ``for``/``if`` line) and the lines written inside the ``with``, indented."""
+        self.line(header)
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+class TritonIndex:
+    """Affine index forms as Triton integer expressions (named temporaries, memoized per scope).
+
+    ``bind(var, expr)`` gives a loop variable its block; ``bind_group(vars, flat)`` binds
+    neighbouring variables that a flat block of offsets covers row-major: a form whose
+    coefficients on them are a row-major flattening costs one multiply of ``flat``, any other
+    use of one of them recovers it by ``//`` and ``%``.
+    """
+
+    def __init__(self, code: TritonCode, s: TritonScalarBuilder):
+        self.code = code
+        self.s = s
+        self.bound: dict[Var, str] = {}
+        self.groups: dict[Var, tuple] = {}
+        self.memo: dict = {}
+
+    def bind(self, var: Var, expr: str) -> None:
+        self.bound[var] = expr
+        self.groups.pop(var, None)
+
+    def bind_group(self, variables, flat: str) -> None:
+        if len(variables) == 1:
+            self.bind(variables[0], flat)
+            return
+        group = (tuple(variables), flat)
+        for v in variables:
+            self.bound.pop(v, None)
+            self.groups[v] = group
+
+    def new_scope(self) -> None:
+        self.memo = {}
+
+    def value(self, form) -> str:
+        """An expression (a literal, a bound name or a named temporary) for ``form``."""
+        form = Affine.of(form)
+        if form.is_const:
+            return str(form.const)
+        if form in self.memo:
+            return self.memo[form]
+        parts, done = [], set()
+        for term, coef in form.terms.items():
+            if term in done:
+                continue
+            if isinstance(term, Var) and term in self.groups:
+                variables, flat = self.groups[term]
+                done.update(variables)
+                parts += self._group_terms(form, variables, flat)
+                continue
+            parts.append(_scaled(self._term(term), coef))
+        if form.const:
+            parts.append(str(form.const))
+        expr = " + ".join(parts).replace("+ -", "- ")
+        out = expr if _is_name(expr) else self.code.assign("idx", expr)
+        self.memo[form] = out
+        return out
+
+    def _group_terms(self, form: Affine, variables, flat: str) -> list[str]:
+        coefs = [form.coef(v) for v in variables]
+        if all(coefs[i] == coefs[i + 1] * variables[i + 1].extent for i in range(len(coefs) - 1)):
+            return [_scaled(flat, coefs[-1])] if coefs[-1] else []
+        return [_scaled(self._grouped_var(v, variables, flat), c) for v, c in zip(variables, coefs) if c]
+
+    def _grouped_var(self, var: Var, variables, flat: str) -> str:
+        key = ("grouped", var)
+        if key not in self.memo:
+            inner = math.prod(v.extent for v in variables[variables.index(var) + 1:])
+            expr = flat if inner == 1 else f"{flat} // {inner}"
+            if var is not variables[0]:
+                expr = f"{_paren(expr)} % {var.extent}" if inner != 1 else f"{flat} % {var.extent}"
+            self.memo[key] = self.code.assign(var.name, expr)
+        return self.memo[key]
+
+    def _term(self, term) -> str:
+        if isinstance(term, Var):
+            if term.payload is not None:
+                return term.payload
+            if term in self.bound:
+                return self.bound[term]
+            if term in self.groups:
+                variables, flat = self.groups[term]
+                return self._grouped_var(term, variables, flat)
+            raise LoweringError(f"index variable {term.name} is not bound to a block")
+        key = ("derived", term)
+        if key not in self.memo:
+            operand = self.value(term.operand)
+            bounds = term.operand.bounds()
+            op = "//" if term.op == "div" else "%"
+            if bounds is not None and bounds[0] >= 0:
+                v = self.code.assign("idx", f"{_paren(operand)} {op} {term.divisor}")
+            else:  # Triton's // and % truncate; floor them
+                q = self.code.assign("idx", f"{_paren(operand)} // {term.divisor}")
+                r = self.code.assign("idx", f"{_paren(operand)} % {term.divisor}")
+                if term.op == "div":
+                    v = self.code.assign("idx", f"tl.where({r} < 0, {q} - 1, {q})")
+                else:
+                    v = self.code.assign("idx", f"tl.where({r} < 0, {r} + {term.divisor}, {r})")
+            self.memo[key] = v
+        return self.memo[key]
+
+    # --- comparisons and clamps (pad, concat, gather) ---------------------------------------------
+    def clamp(self, form: Affine, lo: int, hi: int, name: str = "clamped") -> Affine:
+        bnds = form.bounds()
+        if bnds is not None and lo <= bnds[0] and bnds[1] <= hi:
+            return form
+        v = self.value(form)
+        if bnds is None or bnds[0] < lo:
+            v = f"tl.maximum({v}, {lo})"
+        if bnds is None or bnds[1] > hi:
+            v = f"tl.minimum({v}, {hi})"
+        v = self.code.assign(name, v)
+        return Affine.of(Var(name, hi + 1, payload=v)) if lo == 0 else Affine.of(Var(name, None, payload=v))
+
+    def less_than(self, form: Affine, bound: int) -> TValue | None:
+        return self._compare(form, "<", bound, lambda lo, hi: hi < bound, lambda lo, hi: lo >= bound)
+
+    def at_least(self, form: Affine, bound: int) -> TValue | None:
+        return self._compare(form, ">=", bound, lambda lo, hi: lo >= bound, lambda lo, hi: hi < bound)
+
+    def _compare(self, form, op, bound, always, never):
+        bnds = form.bounds()
+        if bnds is not None and always(*bnds):
+            return None
+        if bnds is not None and never(*bnds):
+            return self.s.constant(False, I1)
+        return TValue(self.code.assign("inside", f"{self.value(form)} {op} {bound}"), I1)
+
+
+def _is_name(expr: str) -> bool:
+    return expr.isidentifier() or expr.lstrip("-").isdigit()
+
+
+def _paren(expr: str) -> str:
+    return expr if _is_name(expr) else f"({expr})"
+
+
+def _scaled(expr: str, coef: int) -> str:
+    return expr if coef == 1 else f"{_paren(expr)} * {coef}"
+
+
+class TritonValueAtIndex(ValueAtIndex):
+    """The walk emitting Triton: masked loads (``mask``: the lanes inside the iteration space,
+    None for all), masked stores, small non-splat constants as ``tl.where`` chains."""
+
+    def __init__(self, code: TritonCode, s: TritonScalarBuilder, index: TritonIndex, buffers: dict,
+                 overrides: dict | None = None, target: str = "cuda"):
+        super().__init__(s, index, buffers, overrides, target)
+        self.code = code
+        self.mask: str | None = None
+        # a block of zeros shaped like the lanes (``offs * 0``): a store at one address from every lane
+        self.zero_lanes: str | None = None
+
+    def _offset(self, buffer: Buffer, index) -> str:
+        """The offset of ``index`` in ``buffer``; a block even when every lane reads one address
+        (the interpreter's scalar loads and masks do not mix)."""
+        form = buffer.offset(index)
+        offset = self.index.value(form)
+        return f"{offset} + {self.zero_lanes}" if form.is_const and self.zero_lanes is not None else offset
+
+    def load(self, buffer: Buffer, index) -> TValue:
+        offset = self._offset(buffer, index)
+        mask = "" if self.mask is None else f", mask={self.mask}, other=0"
+        stored = self.code.assign("x", f"tl.load({buffer.pointer} + {offset}{mask})")
+        return self.s.from_storage(stored, buffer.type.element_type)
+
+    def store(self, buffer: Buffer, index, value: TValue) -> None:
+        offset = self._offset(buffer, index)
+        mask = "" if self.mask is None else f", mask={self.mask}"
+        self.code.line(f"tl.store({buffer.pointer} + {offset}, {self.s.to_storage(value)}{mask})")
+
+    def constant_table(self, op: Operation, array, index) -> TValue:
+        if array.size > MAX_CONSTANT_TABLE:
+            raise self.failure(op, f"a constant of {array.size} elements inside a kernel (at most "
+                                   f"{MAX_CONSTANT_TABLE}; larger constants are kernel operands)")
+        dtype = op.result.type.element_type
+        position = TValue(self.index.value(linear_index(index, array.shape)), dtype)
+        values = array.reshape(-1)
+        out = self.s.constant(values[-1].item(), dtype)
+        for k in range(len(values) - 2, -1, -1):
+            out = self.s.select(TValue(f"{position.value} == {k}", I1), self.s.constant(values[k].item(), dtype), out)
+        return out
+
+
+class TritonContext:
+    """One kernel being lowered: buffers ``b0..`` (operands then results), the body being written,
+    its scalar builder, index materializer and emitter."""
+
+    def __init__(self, kernel: Operation, name: str, target: str = "cuda"):
+        self.kernel = kernel
+        self.name = name
+        self.target = target
+        self.body = kernel.regions[0].blocks[0]
+        self.yields = list(self.body.terminator.operands)
+        self.code = TritonCode()
+        self.s = TritonScalarBuilder(self.code)
+        self.extra_helpers: dict[str, str] = {}  # name -> source of a kernel-specific @triton.jit helper
+        self.index = TritonIndex(self.code, self.s)
+        n = len(kernel.operands)
+        self.operand_buffers = [Buffer(f"b{k}", a.type) for k, a in enumerate(self.body.args)]
+        self.result_buffers = [Buffer(f"b{n + k}", r.type) for k, r in enumerate(kernel.results)]
+        self.emitter = TritonValueAtIndex(self.code, self.s, self.index,
+                                          dict(zip(self.body.args, self.operand_buffers)), target=target)
+
+    @property
+    def buffer_names(self) -> list[str]:
+        return [b.pointer for b in self.operand_buffers + self.result_buffers]
+
+    def index_type(self) -> str:
+        """``tl.int64`` when some buffer has 2^31 elements or more (offsets overflow int32)."""
+        big = any(math.prod(b.type.shape) >= 2 ** 31 for b in self.operand_buffers + self.result_buffers)
+        return "tl.int64" if big else "tl.int32"
+
+    def failure(self, why: str) -> LoweringError:
+        return LoweringError(f"failed to lower {self.kernel.definition.attrs(self.kernel).kind} kernel {self.name} "
+                             f"for {self.target}: {why}", self.kernel.location)
+

@@ -1,0 +1,189 @@
+"""Generated Triton source -> a launchable ``@triton.jit`` function, and PTX for sm_90.
+
+``load(kernel)`` writes the kernel's module to ``$LEZERO_CACHE_DIR/triton/<sha256>.py`` (else
+``~/.cache/lezero/triton``; written to a temporary file and renamed, so concurrent processes never
+see half a file) and imports it: ``@triton.jit`` reads its function's source with ``inspect``,
+so it must live in a real file.  Loaded kernels are cached in memory by that hash.
+
+Under ``TRITON_INTERPRET=1`` (read by triton when the module is imported, so set it before the
+first load) the function runs on the CPU with torch CPU tensors as buffers.  ``build_ptx``
+compiles for ``GPUTarget("cuda", 90, 32)`` without a GPU.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from lezero.codegen.triton.kernel import LaunchConfig, TritonKernel
+
+MISSING_TRITON = "the cuda target needs triton: pip install -e '.[gpu]'"
+
+
+class TritonMissingError(ImportError):
+    """Raised when a Triton kernel is loaded or built without the triton package."""
+
+
+def _triton():
+    try:
+        import triton
+    except ImportError as e:
+        raise TritonMissingError(f"{MISSING_TRITON} ({e})") from None
+    return triton
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("LEZERO_CACHE_DIR")
+    base = Path(root) if root else Path.home() / ".cache" / "lezero"
+    return base / "triton"
+
+
+def source_hash(kernel: TritonKernel) -> str:
+    return hashlib.sha256(kernel.source.encode()).hexdigest()
+
+
+def _write_source(kernel: TritonKernel, digest: str) -> Path:
+    directory = cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{digest}.py"
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(kernel.source)
+        os.replace(tmp, path)
+    return path
+
+
+class LoadedTritonKernel:
+    """A kernel's ``@triton.jit`` function, launched on buffers (operands then results)."""
+
+    def __init__(self, kernel: TritonKernel, fn, interpreted: bool):
+        self.kernel = kernel
+        self.fn = fn
+        self.interpreted = interpreted
+
+    def launch(self, buffers, config: LaunchConfig | None = None) -> None:
+        config = config or self.kernel.configs[0]
+        if not self.interpreted:
+            self.fn[config.grid](*buffers, **config.constexprs, num_warps=config.num_warps,
+                                 num_stages=config.num_stages)
+            return
+        with _language_restored(), _interpretable_library():
+            self.fn[config.grid](*buffers, **config.constexprs)
+
+
+_LOADED: dict[tuple, LoadedTritonKernel] = {}
+
+
+def load(kernel: TritonKernel) -> LoadedTritonKernel:
+    """The kernel's function, imported from its cached file (once per source and interpreter mode)."""
+    _triton()
+    digest = source_hash(kernel)
+    key = (digest, os.environ.get("TRITON_INTERPRET", "0"))
+    if key not in _LOADED:
+        path = _write_source(kernel, digest)
+        spec = importlib.util.spec_from_file_location(f"lezero_triton_{digest[:16]}_{key[1]}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _LOADED[key] = LoadedTritonKernel(kernel, getattr(module, kernel.name), key[1] == "1")
+    return _LOADED[key]
+
+
+def build_ptx(kernel: TritonKernel, config: LaunchConfig | None = None) -> str:
+    """The kernel compiled to PTX for sm_90 (no GPU needed)."""
+    triton = _triton()
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    config = config or kernel.configs[0]
+    interpret = os.environ.pop("TRITON_INTERPRET", None)  # the real JITFunction, not the interpreter's
+    try:
+        digest = source_hash(kernel)
+        path = _write_source(kernel, digest)
+        spec = importlib.util.spec_from_file_location(f"lezero_triton_ptx_{digest[:16]}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fn = getattr(module, kernel.name)
+    finally:
+        if interpret is not None:
+            os.environ["TRITON_INTERPRET"] = interpret
+    signature = {k: v for k, v in kernel.signature.items() if v != "constexpr"}
+    signature.update({k: "constexpr" for k in config.constexprs})
+    source = ASTSource(fn=fn, signature=signature, constexprs=dict(config.constexprs))
+    with _compilable_library():
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    return compiled.asm["ptx"]
+
+
+def _language_namespaces() -> list:
+    """The modules and classes of ``triton.language`` that the interpreter patches."""
+    import triton.language as tl
+
+    modules = [m for name, m in list(sys.modules.items())
+               if m is not None and (name == "triton.language" or name.startswith("triton.language."))]
+    return modules + [tl.core.tensor, tl.core.dtype, tl.core.condition, tl.core.tensor_descriptor_base]
+
+
+@contextmanager
+def _language_restored():
+    """``triton.language`` as it was, after an interpreted launch: the interpreter patches the
+    namespaces a called ``@triton.jit`` library function sees (``tl.core`` for ``tl.cdiv``) and
+    never restores them, which breaks every later ``triton.compile`` in the process."""
+    saved = [(ns, dict(vars(ns))) for ns in _language_namespaces()]
+    try:
+        yield
+    finally:
+        for ns, before in saved:  # (names the interpreter added for its rewritten functions stay)
+            for name, value in list(vars(ns).items()):
+                if name in before and before[name] is not value:
+                    setattr(ns, name, before[name])
+
+
+@contextmanager
+def _interpretable_library():
+    """The reverse of ``_compilable_library``, for an interpreted launch: a process that imported
+    triton *before* ``TRITON_INTERPRET=1`` was set (``import torch._dynamo`` imports it) holds
+    ``JITFunction`` library functions (``tl.cdiv``, ``tl.sum``), which raise "Cannot call
+    @triton.jit'd outside of the scope of a kernel" when the interpreter calls them; for the
+    duration each such call runs as an interpreted device function."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.__call__
+    JITFunction.__call__ = lambda self, *args, **kwargs: InterpretedFunction(self.fn)(*args, **kwargs)
+    try:
+        yield
+    finally:
+        JITFunction.__call__ = original
+
+
+@contextmanager
+def _compilable_library():
+    """``triton.language``'s own ``@triton.jit`` functions (``tl.cdiv``, ``tl.zeros``, ``tl.sum``) as
+    compilable ``JITFunction``s for the duration: a process that imported triton under
+    ``TRITON_INTERPRET=1`` (the test suite) holds interpreter versions of them, which
+    ``triton.compile`` cannot call (and calling one leaves the interpreter's patches behind)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    replacements: dict[int, JITFunction] = {}
+    changes = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "triton.language" or name.startswith("triton.language.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, InterpretedFunction):
+                if id(value) not in replacements:
+                    replacements[id(value)] = JITFunction(value.fn)
+                changes.append((module, attr, value))
+                setattr(module, attr, replacements[id(value)])
+    try:
+        yield
+    finally:
+        for module, attr, value in changes:
+            setattr(module, attr, value)

@@ -1,0 +1,157 @@
+"""Lower one ``lz.kernel`` to a Triton function: the entry point of the GPU code generator.
+
+``lower_kernel(kernel_op)`` returns a ``TritonKernel`` (``kernel.py``): a whole Python module
+holding ``@triton.jit def <name>(b0, b1, ..., BLOCK: tl.constexpr)`` (buffers: operands then
+results; shapes and strides are literals, as the runtime specializes), and its launch
+configurations.  ``name`` is the kernel's ``name`` attribute made an identifier
+(``lz_fused_add_relu_0``), so a profile says what was fused.
+
+Kinds (the partitioner decides; ``lezero/passes/partition.py``):
+
+- ``elementwise``: ``elementwise.py`` (flat blocks over the yielded shape);
+- ``reduction``: ``reduction.py`` (row blocks, reduced extent in chunks);
+- ``single``: pooling (``pooling.py``), ``lz.cumulative`` (``reduction.py``), a lone elementwise,
+  data movement or reduction op;
+- ``matmul``/``conv``: ``contraction.py`` (``tl.dot`` with the epilogue through the same emitter).
+
+``unsupported_reason(op)`` says which ops have no Triton lowering (``lz.topk``,
+``lz.scatter_nd``, ``lz.max_pool2d_grad``): it is registered as target ``"cuda"`` in
+``lezero.passes.placement``, so ``partition{target=cuda}`` keeps those on the CPU.
+"""
+from __future__ import annotations
+
+from lezero.codegen.errors import LoweringError
+from lezero.codegen.llvm.lower_kernel import estimate_flops, symbol_name
+from lezero.codegen.triton.contraction import contraction_unsupported_reason, lower_contraction
+from lezero.codegen.triton.elementwise import lower_elementwise
+from lezero.codegen.triton.emitter import TritonContext
+from lezero.codegen.triton.kernel import TritonKernel
+from lezero.codegen.triton.pooling import POOL_OPS, lower_pooling
+from lezero.codegen.triton.reduction import MAX_SCAN, REDUCTION_OPS, SCAN_OPS, lower_cumulative, lower_reduction
+from lezero.codegen.triton.scalar_builder import HELPERS, pointer_signature
+from lezero.codegen.value_at_index import MOVEMENT
+from lezero.ir.core import ModuleOp, Operation
+from lezero.ir.dialect.axes import normalize_axis
+from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
+from lezero.ir.types import TensorType
+
+# Ops with no Triton lowering, and why: partition{target=cuda} places them on the CPU.
+UNSUPPORTED = {
+    "lz.topk": "lz.topk has no Triton lowering (a selection per line; runs on the CPU)",
+    "lz.scatter_nd": "lz.scatter_nd has no Triton lowering (scattered read-modify-write; runs on the CPU)",
+    "lz.max_pool2d_grad": "lz.max_pool2d_grad has no Triton lowering (overlapping windows add into one "
+                          "element; runs on the CPU)",
+}
+CONTRACTION_OPS = frozenset({"lz.matmul", "lz.conv2d"})
+STRUCTURAL = frozenset({"lz.constant", "lz.kernel", "lz.yield", "lz.transfer", "func.return"})
+
+
+def unsupported_reason(op: Operation) -> str | None:
+    """Why the Triton code generator cannot run ``op`` (None: it can)."""
+    if op.name in UNSUPPORTED:
+        return UNSUPPORTED[op.name]
+    if op.name in CONTRACTION_OPS:
+        return contraction_unsupported_reason(op)
+    if op.name in SCAN_OPS:
+        x = op.operands[0].type
+        n = x.shape[normalize_axis(op.definition.attrs(op).axis, x.rank)] if x.is_static else None
+        if n is not None and n > MAX_SCAN:
+            return f"lz.cumulative over {n} elements: longer than one Triton block ({MAX_SCAN}); runs on the CPU"
+        return None
+    if op.name in STRUCTURAL or op.name in MOVEMENT or op.name in REDUCTION_OPS or op.name in POOL_OPS:
+        return None
+    definition = op.definition
+    if definition is not None and (definition.has_trait(ELEMENTWISE) or definition.has_trait(COMPOSITE)):
+        return None  # composites are decomposed into these before partitioning
+    return f"{op.name} has no Triton lowering"
+
+
+def lower_kernel(kernel_op: Operation, target: str = "cuda") -> TritonKernel:
+    if kernel_op.name != "lz.kernel":
+        raise LoweringError(f"lower_kernel expects an lz.kernel, got {kernel_op.name}", kernel_op.location)
+    attrs = kernel_op.definition.attrs(kernel_op)
+    name = symbol_name(attrs.name)
+    for v in list(kernel_op.operands) + list(kernel_op.results):
+        if not (isinstance(v.type, TensorType) and v.type.is_static):
+            raise LoweringError(f"failed to lower lz.kernel {attrs.name} for {target}: {v.type} is not a static "
+                                "tensor type (the runtime specializes shapes before lowering)", kernel_op.location)
+    ctx = TritonContext(kernel_op, name, target)
+    for op in ctx.body.ops:
+        why = unsupported_reason(op)
+        if why is not None:
+            dtype = op.results[0].type.element_type if op.results else "none"
+            raise LoweringError(f"failed to lower {op.name} with {dtype} for {target}: {why}", op.location)
+    kind = attrs.kind
+    if kind == "elementwise":
+        configs = lower_elementwise(ctx)
+    elif kind == "reduction":
+        configs = lower_reduction(ctx)
+    elif kind == "single":
+        configs = _lower_single(ctx)
+    elif kind in ("matmul", "conv"):
+        configs = lower_contraction(ctx)
+    else:
+        raise LoweringError(f"failed to lower lz.kernel {attrs.name} of kind '{kind}' for {target}: unknown kernel "
+                            "kind", kernel_op.location)
+    constexprs = tuple(configs[0].constexprs)
+    signature = {b.pointer: pointer_signature(b.type.element_type)
+                 for b in ctx.operand_buffers + ctx.result_buffers}
+    signature.update({c: "constexpr" for c in constexprs})
+    return TritonKernel(
+        name=name, source=_module_source(ctx, kind, constexprs), kind=kind, signature=signature,
+        configs=tuple(configs), operand_types=tuple(v.type for v in kernel_op.operands),
+        result_types=tuple(r.type for r in kernel_op.results), flops=estimate_flops(ctx.body),
+        bytes_accessed=sum(v.type.nbytes for v in list(kernel_op.operands) + list(kernel_op.results)))
+
+
+def _lower_single(ctx: TritonContext) -> tuple:
+    ops = [op for op in ctx.body.ops if op.name not in ("lz.yield", "lz.constant")]
+    if len(ops) != 1:
+        raise ctx.failure(f"it holds {len(ops)} ops ({', '.join(op.name for op in ops)}), not one")
+    (op,) = ops
+    if op.name in POOL_OPS:
+        return lower_pooling(ctx, op)
+    if op.name in REDUCTION_OPS:
+        return lower_reduction(ctx)
+    if op.name == "lz.cumulative":
+        return lower_cumulative(ctx, op)
+    return lower_elementwise(ctx)  # unsupported_reason let only elementwise and movement ops through
+
+
+def describe(ctx: TritonContext) -> str:
+    """One line naming the fused ops and the buffers' types."""
+    ops = [op.name for op in ctx.body.ops if op.name not in ("lz.yield", "lz.constant")]
+    operands = ", ".join(str(b.type) for b in ctx.operand_buffers)
+    results = ", ".join(str(b.type) for b in ctx.result_buffers)
+    return f"{' -> '.join(ops) or 'copy'}: ({operands}) -> ({results})"
+
+
+def _module_source(ctx: TritonContext, kind: str, constexprs) -> str:
+    params = ", ".join(ctx.buffer_names + [f"{c}: tl.constexpr" for c in constexprs])
+    helpers = "".join(HELPERS[h] + "\n" for h in sorted(ctx.s.helpers)) + \
+        "".join(source + "\n" for source in ctx.extra_helpers.values())
+    return (f'"""{ctx.name}: {kind} kernel generated by lezero."""\n'
+            "import triton\nimport triton.language as tl\n\n"
+            f"{helpers}\n"
+            f"@triton.jit\ndef {ctx.name}({params}):\n"
+            f'    """{describe(ctx)}"""\n'
+            f"{ctx.code.text()}\n")
+
+
+def triton_text(module: ModuleOp) -> str:
+    """``lezero-opt --emit=triton``: the source of each kernel that runs on the GPU, under a comment
+    header naming it (kernels placed on the CPU and transfers have no Triton source)."""
+    from lezero.codegen.pipeline import schedule
+
+    parts = []
+    for f in schedule(module, target="cuda").functions:
+        for op in f.entry_block.ops:
+            if op.name != "lz.kernel" or op.definition.attrs(op).device != "cuda" or \
+                    op.definition.attrs(op).kind == "transfer":
+                continue
+            kernel = lower_kernel(op)
+            config = kernel.configs[0]
+            parts.append(f"# ---- kernel {kernel.name}: {kernel.kind}, grid {list(config.grid)}, "
+                         f"{', '.join(f'{k}={v}' for k, v in config.constexprs.items()) or 'no blocks'}, "
+                         f"~{kernel.flops} flops, {kernel.bytes_accessed} bytes\n{kernel.source.strip()}\n")
+    return "\n".join(parts)

@@ -1,0 +1,252 @@
+"""The "value at index" walk, shared by every code generator: one element (or one block of
+elements) of any value of a kernel, computed from its operands in memory.
+
+``ValueAtIndex.at(v, index)`` walks back from ``v`` through the kernel's ops:
+
+- a block argument (a kernel operand) is a load from its buffer at the row-major offset of the
+  index (``load``); a constant is a literal (a splat) or a table lookup (``constant_table``);
+- an elementwise op is its definition's ``lower_scalar`` facet on its operands, each at the index
+  broadcast to its shape (size-1 dims read index 0), rounded to the result's element type;
+- data movement is index arithmetic (the ``MOVEMENT`` table): transpose permutes, broadcast_to
+  and slice remap, reshape goes through the row-major position, pad and concat select (reading
+  at a clamped index, so no load leaves its buffer), gather loads the index first;
+- anything else (a reduction's result, in a reduction kernel) comes from ``overrides``.
+
+Indices are ``Affine`` forms (``lezero/codegen/affine.py``).  A backend supplies the scalar
+builder ``s`` (``lezero/ir/scalar.py``; its values have ``.value`` and ``.dtype``), an index
+materializer ``index`` (``value(form)``, ``clamp``, ``less_than`` and ``at_least``, the last two
+giving an i1 value of ``s`` or None for "always true"), and the memory hooks of a subclass:
+``load``, ``store``, ``constant_table``.  The LLVM backend's index is a loop variable
+(``codegen/llvm/index_math.py``), the Triton backend's a block of lanes
+(``codegen/triton/emitter.py``); the walk is the same.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lezero.codegen.affine import Affine, Var, linear_index, unravel
+from lezero.codegen.errors import LoweringError
+from lezero.ir.core import BlockArgument, Operation, Value
+from lezero.ir.dialect.axes import normalize_axis
+from lezero.ir.dialect.data_movement import SliceOp, TransposeOp
+from lezero.ir.dialect.numerics import to_storage
+from lezero.ir.types import I1, I64, ElementType, TensorType
+
+
+class Buffer:
+    """A kernel operand or result in memory: the backend's pointer and its (static, row-major)
+    tensor type."""
+
+    def __init__(self, pointer, type_: TensorType):
+        self.pointer = pointer
+        self.type = type_
+        self.strides = []
+        s = 1
+        for d in reversed(type_.shape):
+            self.strides.append(s)
+            s *= d
+        self.strides.reverse()
+
+    def offset(self, index) -> Affine:
+        out = Affine()
+        for i, s, d in zip(index, self.strides, self.type.shape):
+            if d != 1:
+                out = out + Affine.of(i) * s
+        return out
+
+
+class ValueAtIndex:
+    """The walk; subclasses implement ``load``, ``store`` and ``constant_table`` for a backend."""
+
+    def __init__(self, s, index, buffers: dict, overrides: dict | None = None, target: str = "cpu"):
+        self.s = s
+        self.index = index
+        self.buffers = buffers  # Value -> Buffer (the block arguments)
+        self.overrides = overrides or {}  # Operation -> fn(op, result value, index) -> a value of s
+        self.target = target
+        self.memo: dict = {}
+
+    def new_scope(self) -> None:
+        self.memo = {}
+        self.index.new_scope()
+
+    # --- the backend's memory --------------------------------------------------------------------
+    def load(self, buffer: Buffer, index):
+        raise NotImplementedError
+
+    def store(self, buffer: Buffer, index, value) -> None:
+        raise NotImplementedError
+
+    def constant_table(self, op: Operation, array: np.ndarray, index):
+        """Element ``index`` of a constant that is not a splat."""
+        raise NotImplementedError
+
+    # --- values -----------------------------------------------------------------------------------
+    def at(self, value: Value, index):
+        index = tuple(Affine.of(i) for i in index)
+        key = (value, index)
+        if key in self.memo:
+            return self.memo[key]
+        if isinstance(value, BlockArgument):
+            if value not in self.buffers:
+                raise LoweringError(f"failed to lower a kernel for {self.target}: a value read inside it is neither "
+                                    "an operand nor defined in it")
+            out = self.load(self.buffers[value], index)
+        else:
+            out = self._op_value(value.owner, value, index)
+        self.memo[key] = out
+        return out
+
+    def _op_value(self, op: Operation, value: Value, index):
+        if op in self.overrides:
+            return self.overrides[op](op, value, index)
+        emit = MOVEMENT.get(op.name)
+        if emit is not None:
+            return emit(self, op, op.definition.attrs(op), index)
+        if op.name == "lz.constant":
+            return self._constant(op, index)
+        definition = op.definition
+        if definition is None or not hasattr(definition, "lower_scalar"):
+            raise self.failure(op, "not an elementwise or data movement op, so it has no value at an index here")
+        shape = value.type.shape
+        operands = [self.at(v, broadcast_index(index, shape, v.type.shape)) for v in op.operands]
+        try:
+            out = definition.lower_scalar(self.s, definition.attrs(op), *operands)
+        except NotImplementedError as e:
+            raise self.failure(op, str(e) or "no scalar lowering") from None
+        if out.dtype != value.type.element_type:
+            raise self.failure(op, f"its scalar lowering gives {out.dtype}, not {value.type.element_type}")
+        return self.s.round(out)
+
+    def failure(self, op: Operation, why: str) -> LoweringError:
+        dtype = op.results[0].type.element_type if op.results else "none"
+        return LoweringError(f"failed to lower {op.name} with {dtype} for {self.target}: {why}", op.location)
+
+    def _constant(self, op: Operation, index):
+        array = op.attributes["value"].array
+        dtype = op.result.type.element_type
+        if array.size == 1 or (array.size and (array == array.flat[0]).all()):
+            return self.s.constant(array.flat[0].item(), dtype)
+        return self.constant_table(op, array, index)
+
+
+def broadcast_index(index, shape, operand_shape) -> tuple:
+    """The index into an operand of ``operand_shape`` that numpy broadcasting reads for
+    ``index`` into ``shape``."""
+    lead = len(shape) - len(operand_shape)
+    return tuple(Affine() if d == 1 else index[lead + k] for k, d in enumerate(operand_shape))
+
+
+def is_unsigned(dtype: ElementType) -> bool:
+    """Whether integer arithmetic on ``dtype`` is unsigned (the ``ui*`` types and i1)."""
+    return dtype.name.startswith("ui") or dtype == I1
+
+
+def numpy_scalar(value, dtype):
+    """A Python number as the reference would store it in ``dtype`` (bf16 rounded)."""
+    return to_storage(np.asarray(value), dtype).item()
+
+
+def _all(s, conditions):
+    """The i1 conjunction of ``conditions`` (None entries are "always true"); None if all are."""
+    out = None
+    for c in conditions:
+        if c is not None:
+            out = c if out is None else s.and_(out, c)
+    return out
+
+
+# --- data movement ---------------------------------------------------------------------------------
+
+def _reshape(e: ValueAtIndex, op, attrs, index):
+    (x,) = op.operands
+    return e.at(x, unravel(linear_index(index, op.result.type.shape), x.type.shape))
+
+
+def _transpose(e: ValueAtIndex, op, attrs, index):
+    (x,) = op.operands
+    perm = TransposeOp.permutation(attrs, x.type.rank)
+    source = [None] * len(perm)
+    for out_dim, in_dim in enumerate(perm):
+        source[in_dim] = index[out_dim]
+    return e.at(x, source)
+
+
+def _broadcast_to(e: ValueAtIndex, op, attrs, index):
+    (x,) = op.operands
+    return e.at(x, broadcast_index(index, op.result.type.shape, x.type.shape))
+
+
+def _slice(e: ValueAtIndex, op, attrs, index):
+    (x,) = op.operands
+    source = []
+    for i, s, d in zip(index, SliceOp.slices(attrs, x.type.rank), x.type.shape):
+        start, _, step = s.indices(d)
+        source.append(i * step + start)
+    return e.at(x, source)
+
+
+def _pad(e: ValueAtIndex, op, attrs, index):
+    (x,) = op.operands
+    shape, dtype = x.type.shape, x.type.element_type
+    fill = e.s.constant(numpy_scalar(attrs.value != 0 if dtype == I1 else attrs.value, dtype), dtype)
+    if 0 in shape:
+        return fill
+    source, conditions = [], []
+    for k, (i, d) in enumerate(zip(index, shape)):
+        j = i - attrs.pads[k]  # a negative pad crops: the index moves the other way
+        conditions += [e.index.at_least(j, 0), e.index.less_than(j, d)]
+        source.append(e.index.clamp(j, 0, d - 1, f"pad{k}"))
+    inside = _all(e.s, conditions)
+    loaded = e.at(x, source)
+    return loaded if inside is None else e.s.select(inside, loaded, fill)
+
+
+def _concat(e: ValueAtIndex, op, attrs, index):
+    axis = normalize_axis(attrs.axis, op.result.type.rank)
+    position = index[axis]
+    pieces, offset = [], 0
+    for x in op.operands:
+        size = x.type.shape[axis]
+        if size:
+            pieces.append((offset, size, x))
+        offset += size
+    bounds = position.bounds()
+    if bounds is not None:  # the index range may pick some pieces statically
+        pieces = [p for p in pieces if p[0] <= bounds[1] and bounds[0] < p[0] + p[1]]
+    out = None
+    for start, size, x in reversed(pieces):
+        local = list(index)
+        local[axis] = e.index.clamp(position - start, 0, size - 1, "concat")
+        v = e.at(x, local)
+        if out is None:
+            out = v
+        else:
+            after = e.index.less_than(position, start + size)  # inside this piece (earlier ones picked later)
+            out = v if after is None else e.s.select(after, v, out)
+    return out
+
+
+def _gather(e: ValueAtIndex, op, attrs, index):
+    x, indices = op.operands
+    axis = normalize_axis(attrs.axis, x.type.rank)
+    size = x.type.shape[axis]
+    k = indices.type.rank
+    s = e.s
+    picked = s.cast(e.at(indices, index[axis:axis + k]), I64)  # unsigned types widen by zeros
+    if not is_unsigned(indices.type.element_type):  # negative counts from the end
+        picked = s.select(s.cmp("lt", picked, s.constant(0, I64)), s.add(picked, s.constant(size, I64)), picked)
+    # out of range is an error in the reference; here it is clamped so that no load leaves the buffer
+    gathered = e.index.clamp(Affine.of(Var("gather", None, payload=picked.value)), 0, max(size - 1, 0), "gathered")
+    return e.at(x, tuple(index[:axis]) + (gathered,) + tuple(index[axis + k:]))
+
+
+MOVEMENT = {
+    "lz.reshape": _reshape,
+    "lz.transpose": _transpose,
+    "lz.broadcast_to": _broadcast_to,
+    "lz.slice": _slice,
+    "lz.pad": _pad,
+    "lz.concat": _concat,
+    "lz.gather": _gather,
+}

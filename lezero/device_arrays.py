@@ -1,0 +1,131 @@
+"""A tensor's storage on its device: a numpy array on the CPU, a torch tensor on cuda.
+
+A cuda tensor holds a contiguous torch tensor on ``lezero.runtime.devices.torch_device`` (a torch
+CPU tensor in interpreter mode, ``TRITON_INTERPRET=1``) whose dtype is ``torch.from_numpy`` of the
+lezero dtype's numpy storage, so the compiled cuda functions take it as is.  torch is imported
+when the first tensor goes to cuda, never by a CPU-only program: until then the tables below hold
+numpy's dtypes only, and the CPU path reads them exactly as before (``a.dtype in FLOATS``).
+
+Everything here takes either kind of array: ``KIND[a.dtype]`` (numpy's kind letter), ``numpy_dtype``,
+``device_of``, ``host`` (a numpy copy), ``to_device``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lezero.runtime.devices import device, require_device, torch_device
+
+CPU = device("cpu")
+CUDA = device("cuda")
+
+_NUMPY_DTYPES = [np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16,
+                                       np.float32, np.float64)]
+
+KIND: dict = {d: d.kind for d in _NUMPY_DTYPES}          # storage dtype (numpy or torch) -> "b" "u" "i" "f"
+FLOATS: set = {d for d in _NUMPY_DTYPES if d.kind == "f"}  # the floating storage dtypes
+CATEGORY: dict = {d: {"b": 0, "u": 1, "i": 1, "f": 2}[d.kind] for d in _NUMPY_DTYPES}  # promotion category
+_TO_NUMPY: dict = {d: d for d in _NUMPY_DTYPES}           # storage dtype -> numpy dtype
+_TO_TORCH: dict = {}                                      # numpy dtype -> torch dtype, once torch is loaded
+_torch = None
+
+
+def torch():
+    """The torch module, imported on first use; registers its dtypes in the tables above."""
+    global _torch
+    if _torch is None:
+        import torch as module
+
+        for d in _NUMPY_DTYPES:
+            t = module.from_numpy(np.empty(0, d)).dtype
+            _TO_TORCH[d], _TO_NUMPY[t], KIND[t], CATEGORY[t] = t, d, KIND[d], CATEGORY[d]
+            if d in FLOATS:
+                FLOATS.add(t)
+        _torch = module
+    return _torch
+
+
+def numpy_dtype(a) -> np.dtype:
+    """The numpy dtype of ``a``'s elements (its own for a numpy array)."""
+    return _TO_NUMPY[a.dtype]
+
+
+def size(a) -> int:
+    """The number of elements."""
+    return a.size if a.__class__ is np.ndarray else a.numel()
+
+
+def device_of(a):
+    """The ``Device`` an array lives on."""
+    return CPU if a.__class__ is np.ndarray else CUDA
+
+
+def host(a) -> np.ndarray:
+    """``a`` as a numpy array: ``a`` itself on the CPU, else a copy in host memory."""
+    if a.__class__ is np.ndarray:
+        return a
+    return a.detach().to("cpu", copy=True).numpy()
+
+
+def to_device(a, target):
+    """``a`` (either kind) on device ``target``: ``a`` itself when it is there already, else a copy.
+    Asking for cuda where it cannot run raises ``DeviceError`` (``require_device``)."""
+    target = device(target)
+    if target.type == "cpu":
+        return host(a)
+    require_device(target)
+    t = torch()
+    if a.__class__ is np.ndarray:
+        return t.from_numpy(np.ascontiguousarray(a)).to(torch_device(target), copy=True)
+    return a.to(torch_device(target))
+
+
+def like(array: np.ndarray, other):
+    """The numpy ``array`` on ``other``'s device (``array`` itself when ``other`` is a numpy array)."""
+    if other.__class__ is np.ndarray:
+        return array
+    return torch().from_numpy(np.ascontiguousarray(array)).to(other.device)
+
+
+def scalar_like(value, other):
+    """``value`` as a rank-0 array of ``other``'s dtype, on its device."""
+    if other.__class__ is np.ndarray:
+        return np.asarray(value, other.dtype)
+    return torch().tensor(value, dtype=other.dtype, device=other.device)
+
+
+def zeros_like(a):
+    return np.zeros_like(a) if a.__class__ is np.ndarray else torch().zeros_like(a)
+
+
+def empty_like(a):
+    return np.empty_like(a) if a.__class__ is np.ndarray else torch().empty_like(a)
+
+
+def cast(a, np_dtype: np.dtype):
+    """``a`` with elements of ``np_dtype`` (``a`` itself when it has them), contiguous."""
+    if a.__class__ is np.ndarray:
+        return a if a.dtype == np_dtype and a.flags.c_contiguous else np.ascontiguousarray(a, np_dtype)
+    return a.to(_TO_TORCH[np.dtype(np_dtype)]).contiguous()
+
+
+def is_torch(value) -> bool:
+    """Whether ``value`` is a torch tensor (without importing torch)."""
+    return _torch is not None and isinstance(value, _torch.Tensor)
+
+
+def copy_into(out, value) -> None:
+    """Write ``value`` (an array of either kind, or a number; broadcast) into ``out``."""
+    if out.__class__ is np.ndarray:
+        out[...] = host(value) if is_torch(value) else value
+    elif is_torch(value):
+        out.copy_(value)
+    else:
+        out.copy_(torch().as_tensor(np.asarray(value, _TO_NUMPY[out.dtype])))  # copy_ broadcasts
+
+
+def same_device(arrays):
+    """The one device all ``arrays`` are on (the CPU for none), or None when they are on several."""
+    on_host = {a.__class__ is np.ndarray for a in arrays}
+    if len(on_host) > 1:
+        return None
+    return CUDA if on_host == {False} else CPU

@@ -1,0 +1,331 @@
+"""The cuda runtime: ``lezero.compile(module, entry, target="cuda")``.
+
+A ``CudaFunction`` is a ``CompiledFunction`` (the same input checks, ``InputError`` messages and
+one plan per input-shape signature) whose plans are scheduled with ``partition{target=cuda}``:
+kernels the Triton backend runs have ``device = "cuda"``, the ops it cannot run are CPU kernels
+(automatic fallback), and ``transfer`` kernels copy values between the two memories
+(``lezero.passes.placement``).  A plan holds:
+
+- a **device arena**: one ``torch.uint8`` tensor on ``torch_device("cuda")`` of
+  ``lz.device_arena_size`` bytes; each result of a cuda kernel is a view of it at its
+  ``lz.offsets`` entry (64-byte aligned), of the result's torch dtype and shape;
+- a **host arena**: the same over ``lz.arena_size`` bytes of host memory, for the CPU kernels'
+  results and the transfers to the CPU;
+- each constant once in host memory and, when a cuda kernel reads it, once on the device;
+- the launches, in schedule order: a cuda kernel through ``lezero.codegen.triton`` (lowered to
+  a ``TritonKernel``, loaded by ``jit.load``; on a real GPU its launch configuration is chosen on
+  the first run by timing each of ``kernel.configs`` on scratch results: autotuning; under the
+  interpreter ``configs[0]``), a CPU kernel through the LLVM path and the kernel cache on host
+  buffers, a transfer as ``tensor.copy_``.
+
+Buffers are torch tensors throughout: function arguments and results live on the device.  A
+call with numpy arrays moves them there and returns numpy arrays; a call with torch tensors (on
+``torch_device("cuda")``, of the arguments' storage dtypes) uses them as they are and returns
+torch tensors.  ``runner(shapes)`` gives the eager frontend a lean ``run(tensors, outs=None)``.
+
+Without a GPU, compiling for cuda raises ``DeviceError`` (``lezero.runtime.devices``), unless
+``TRITON_INTERPRET=1``: then Triton runs every kernel in Python on the CPU and the "device"
+buffers are torch CPU tensors.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lezero.codegen.llvm.lower_kernel import lower_kernel as lower_llvm_kernel
+from lezero.ir.core import ModuleOp
+from lezero.ir.diagnostics import InputError, IRError
+from lezero.ir.interpreter import check_arguments
+from lezero.ir.types import TensorType
+from lezero.passes.memory_plan import DEVICE_ARENA_SIZE_ATTR, kernel_device
+from lezero.runtime.compiled_function import (ARENA_ALIGNMENT, PARALLEL_MIN_BYTES, PARALLEL_MIN_FLOPS,
+                                              CompiledFunction)
+from lezero.runtime.devices import interpreter_mode, require_device, torch_device
+
+# How often each launch configuration runs when autotuning (after one warm-up run).
+AUTOTUNE_REPEATS = 5
+
+
+def triton_backend():
+    """``(lower_kernel, load)`` of ``lezero.codegen.triton``: ``lz.kernel`` -> ``TritonKernel`` ->
+    a ``LoadedTritonKernel`` with ``.launch(buffers, config)``."""
+    from lezero.codegen.triton.jit import load
+    from lezero.codegen.triton.lower_kernel import lower_kernel
+
+    return lower_kernel, load
+
+
+@functools.cache
+def torch_dtype(numpy_dtype: np.dtype):
+    """The torch dtype of a numpy storage dtype (``torch.from_numpy``'s)."""
+    import torch
+
+    return torch.from_numpy(np.empty(0, numpy_dtype)).dtype
+
+
+def _storage_dtype(t: TensorType):
+    return torch_dtype(np.dtype(t.element_type.numpy_dtype))
+
+
+def _arena(size: int, device):
+    """``size`` bytes as a ``torch.uint8`` tensor on ``device`` whose start is 64-byte aligned."""
+    import torch
+
+    raw = torch.empty(size + ARENA_ALIGNMENT, dtype=torch.uint8, device=device)
+    start = (-raw.data_ptr()) % ARENA_ALIGNMENT
+    return raw[start:start + size]
+
+
+def _view(arena, offset: int, t: TensorType):
+    """The tensor of type ``t`` at byte ``offset`` of ``arena``."""
+    return arena[offset:offset + t.nbytes].view(_storage_dtype(t)).view(t.shape)
+
+
+# Where a launch finds a buffer: ("input", i), ("output", i) or ("fixed", tensor).
+def _resolve(sources, inputs, outs) -> list:
+    return [inputs[x] if kind == "input" else outs[x] if kind == "output" else x for kind, x in sources]
+
+
+@dataclass
+class _TritonLaunch:
+    """A cuda kernel: its loaded Triton function and the configuration it runs with (None until
+    autotuned)."""
+
+    name: str
+    loaded: object
+    configs: tuple
+    operands: int
+    sources: list
+    config: object = None
+
+    def run(self, buffers) -> None:
+        if self.config is None:
+            self.config = self.configs[0] if interpreter_mode() or len(self.configs) == 1 else self.tune(buffers)
+        self.loaded.launch(buffers, self.config)
+
+    def tune(self, buffers):
+        """The fastest of ``configs`` on these operands, writing scratch results (a kernel may
+        write in place of an operand, so the real results are written once, afterwards)."""
+        import torch
+
+        trial = buffers[:self.operands] + [torch.empty_like(b) for b in buffers[self.operands:]]
+        best, best_time = None, None
+        for config in self.configs:
+            self.loaded.launch(trial, config)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(AUTOTUNE_REPEATS):
+                self.loaded.launch(trial, config)
+            torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            if best_time is None or elapsed < best_time:
+                best, best_time = config, elapsed
+        return best
+
+
+@dataclass
+class _HostLaunch:
+    """A CPU kernel (the LLVM path) on host buffers."""
+
+    name: str
+    function: object
+    work_items: int
+    parallel: bool
+    sources: list
+    pool: object
+
+    def run(self, buffers) -> None:
+        pointers = (ctypes.c_void_p * max(len(buffers), 1))(*[b.data_ptr() for b in buffers])
+        if self.parallel:
+            self.pool.parallel_for(self.function, pointers, self.work_items)
+        else:
+            self.function(pointers, 0, self.work_items)
+
+
+@dataclass
+class _TransferLaunch:
+    """A transfer kernel: its operand copied into its result, across memories."""
+
+    name: str
+    sources: list
+
+    def run(self, buffers) -> None:
+        src, dst = buffers
+        dst.copy_(src)
+
+
+@dataclass
+class CudaPlan:
+    """Everything needed to run one specialization on cuda."""
+
+    module: ModuleOp
+    func: object
+    launches: list
+    outputs: list            # per result: ("kernel", None) written in place, or where to copy it from
+    result_types: list
+    device: object           # the torch.device of arguments, results and the device arena
+    arenas: list             # kept alive: the views point into them
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def build_cuda_plan(module: ModuleOp, entry: str, cache, pool) -> CudaPlan:
+    import torch
+
+    lower_triton, load = triton_backend()
+    func = module.lookup(entry)
+    device = torch_device("cuda")
+    host = torch.device("cpu")
+    arenas = {"cuda": _arena(_attribute(func, DEVICE_ARENA_SIZE_ATTR), device),
+              "cpu": _arena(_attribute(func, "lz.arena_size"), host)}
+    returned = func.return_op.operands
+    output_slot: dict[int, int] = {}
+    for i, v in enumerate(returned):
+        output_slot.setdefault(id(v), i)
+
+    source: dict[int, tuple] = {id(a): ("input", i) for i, a in enumerate(func.arguments)}
+    constants: dict[int, dict] = {}  # id(value) -> {torch device: tensor}
+
+    def where(v, on) -> tuple:
+        """``v``'s buffer for a kernel running on torch device ``on``."""
+        if id(v) in constants:
+            copies = constants[id(v)]
+            if on not in copies:
+                copies[on] = copies[host].to(on)
+            return ("fixed", copies[on])
+        return source[id(v)]
+
+    launches = []
+    for op in func.entry_block.ops:
+        if op.name == "lz.constant":
+            array = np.array(op.attributes["value"].array, order="C")  # writable: torch wants it so
+            constants[id(op.result)] = {host: torch.from_numpy(array)}
+        elif op.name == "lz.kernel":
+            runs_on = kernel_device(op)
+            on = device if runs_on == "cuda" else host
+            for r, offset in zip(op.results, op.attributes["lz.offsets"].values):
+                source[id(r)] = ("output", output_slot[id(r)]) if offset < 0 else \
+                    ("fixed", _view(arenas[runs_on], offset, r.type))
+            kind = op.definition.attrs(op).kind
+            name = op.definition.attrs(op).name
+            if kind == "transfer":
+                # the operand lives on the other side (or is a constant: any copy of it will do)
+                operand = op.operands[0]
+                src = ("fixed", constants[id(operand)][host]) if id(operand) in constants else source[id(operand)]
+                launches.append(_TransferLaunch(name, [src, source[id(op.results[0])]]))
+                continue
+            sources = [where(v, on) for v in op.operands] + [source[id(r)] for r in op.results]
+            if runs_on == "cuda":
+                kernel = lower_triton(op)
+                launches.append(_TritonLaunch(name, load(kernel), tuple(kernel.configs), len(op.operands), sources))
+            else:
+                lowered = lower_llvm_kernel(op)
+                loaded = cache.load(lowered.llvm_ir, lowered.name)
+                out_bytes = sum(r.type.nbytes for r in op.results)
+                parallel = (out_bytes >= PARALLEL_MIN_BYTES or lowered.flops >= PARALLEL_MIN_FLOPS) \
+                    and lowered.work_items > 1
+                launches.append(_HostLaunch(name, loaded.function, lowered.work_items, parallel, sources, pool))
+        elif op.name != "func.return":
+            raise IRError(f"'{op.name}' op is left outside any kernel after fusion", op.location)
+
+    outputs = []
+    for i, v in enumerate(returned):
+        if source.get(id(v)) == ("output", i):
+            outputs.append(("kernel", None))
+        else:
+            outputs.append(where(v, device))
+    return CudaPlan(module, func, launches, outputs, [v.type for v in returned], device, list(arenas.values()))
+
+
+def _attribute(func, name: str) -> int:
+    attr = func.attributes.get(name)
+    return int(attr.value) if attr is not None else 0
+
+
+def run_cuda_plan(plan: CudaPlan, inputs: list, outs: "list | None" = None) -> list:
+    """Run ``plan`` on torch tensors (contiguous, on the plan's device, of the argument types);
+    results are new tensors, or written into ``outs``."""
+    import torch
+
+    if outs is None:
+        outs = [torch.empty(t.shape, dtype=_storage_dtype(t), device=plan.device) for t in plan.result_types]
+    with plan.lock:
+        for launch in plan.launches:
+            launch.run(_resolve(launch.sources, inputs, outs))
+        for i, (kind, x) in enumerate(plan.outputs):
+            if kind != "kernel":
+                outs[i].copy_(_resolve([(kind, x)], inputs, outs)[0])
+    return outs
+
+
+class CudaFunction(CompiledFunction):
+    """A function compiled for cuda: call it with numpy arrays (numpy results) or with torch
+    tensors on the device (torch results, no copies)."""
+
+    target = "cuda"
+
+    def __init__(self, module: ModuleOp, entry: str, cache=None, pool=None):
+        require_device("cuda")
+        super().__init__(module, entry, cache, pool)
+
+    def build_plan(self, specialized: ModuleOp) -> CudaPlan:
+        return build_cuda_plan(specialized, self.entry, self.cache, self.pool)
+
+    def runner(self, shapes):
+        """``run(tensors, outs=None) -> list of tensors`` for argument ``shapes``, checking
+        nothing: the caller passes contiguous torch tensors on the device, of the argument
+        dtypes and exactly these shapes.  ``run.kernel_count``: the plan's launches."""
+        plan = self.plan_for([tuple(s) for s in shapes])
+
+        def run(inputs, outs=None):
+            return run_cuda_plan(plan, inputs, outs)
+
+        run.kernel_count = len(plan.launches)
+        return run
+
+    def __call__(self, *arrays):
+        import torch
+
+        if any(isinstance(a, torch.Tensor) for a in arrays):
+            inputs = self._check_tensors(arrays)
+            results = run_cuda_plan(self.plan_for([tuple(t.shape) for t in inputs]), inputs)
+        else:
+            host = [np.require(a, requirements="CW") for a in check_arguments(self.func, arrays)]
+            plan = self.plan_for([a.shape for a in host])
+            inputs = [torch.from_numpy(a).to(plan.device) for a in host]
+            results = [r.cpu().numpy() for r in run_cuda_plan(plan, inputs)]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _check_tensors(self, arrays) -> list:
+        """Torch tensors (and arrays, moved to the device) as the arguments: each tensor must be on
+        the device with the argument's storage dtype and dims (``InputError`` naming it)."""
+        import torch
+
+        device = torch_device("cuda")
+        # count, dtype and dims checked as for numpy arrays, on zero-stride numpy probes
+        probes = [_probe(i, a, self.func) if isinstance(a, torch.Tensor) else a for i, a in enumerate(arrays)]
+        checked = check_arguments(self.func, probes)
+        inputs = []
+        for i, (a, c) in enumerate(zip(arrays, checked)):
+            if not isinstance(a, torch.Tensor):
+                inputs.append(torch.from_numpy(np.ascontiguousarray(c)).to(device))
+                continue
+            if a.device != device:
+                raise InputError(f"argument #{i} of @{self.entry} is a tensor on {a.device}; the function runs on "
+                                 f"{device} (move it with .to('{device}'))", self.func.location)
+            inputs.append(a.contiguous())
+        return inputs
+
+
+def _probe(index: int, tensor, func) -> np.ndarray:
+    """A zero-stride numpy array with ``tensor``'s shape and dtype (for ``check_arguments``)."""
+    try:
+        dtype = tensor.new_empty(0, device="cpu").numpy().dtype
+    except TypeError:
+        raise InputError(f"argument #{index} of @{func.sym_name} is a tensor of dtype {tensor.dtype}, which has no "
+                         "numpy storage (lezero stores bf16 as float32)", func.location) from None
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), tuple(tensor.shape), (0,) * tensor.dim())

@@ -1,0 +1,339 @@
+"""The Triton kernel kinds on fused graphs, under ``TRITON_INTERPRET=1``: elementwise chains with
+broadcasting and data movement, fused reductions (softmax, layer norm, column sums, argmax),
+pooling, the element types, in-place results, the generated source, and random fused graphs;
+each compared with the reference interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+
+from lezero.codegen.errors import LoweringError
+from lezero.codegen.pipeline import schedule
+from lezero.codegen.triton import jit
+from lezero.codegen.triton.lower_kernel import lower_kernel, triton_text
+from lezero.ir import parse_module
+
+from fusion_testing import inputs_for, random_graphs
+from op_samples import Arg, Sample
+from triton_testing import assert_matches, check_triton, reference
+
+
+def t(shape: str, element: str = "f32") -> str:
+    return f"tensor<{shape}x{element}>"
+
+
+def module(signature: str, *lines: str):
+    return parse_module("\n".join([f"func.func @f{signature} {{", *("  " + line for line in lines), "}"]))
+
+
+def data(shape, dtype="float32", seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(-5, 6, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def one_kernel(kernels, kind: str):
+    assert [k.kind for k in kernels] == [kind], [(k.name, k.kind) for k in kernels]
+    return kernels[0]
+
+
+# --- elementwise ---------------------------------------------------------------------------------
+
+def test_elementwise_chain_with_broadcasting_is_one_contiguous_kernel():
+    x, a, b = t("32x48"), t("48"), t("32x1")
+    m = module(f"(%x: {x}, %a: {a}, %b: {b}) -> {x}",
+               f'%0 = "lz.mul"(%x, %a) : ({x}, {a}) -> {x}',
+               f'%1 = "lz.add"(%0, %b) : ({x}, {b}) -> {x}',
+               f'%2 = "lz.tanh"(%1) : ({x}) -> {x}',
+               f"func.return %2 : {x}")
+    kernel = one_kernel(check_triton(m, [data((32, 48)), data((48,), seed=1), data((32, 1), seed=2)]),
+                        "elementwise")
+    assert kernel.name == "lz_fused_mul_add_tanh_0"
+    src = kernel.source
+    assert "def lz_fused_mul_add_tanh_0(b0, b1, b2, b3, BLOCK: tl.constexpr):" in src
+    assert '"""lz.mul -> lz.add -> lz.tanh: (tensor<32x48xf32>, tensor<48xf32>, tensor<32x1xf32>)' in src
+    assert "offs = pid * BLOCK + tl.arange(0, BLOCK)" in src and "mask = offs < 1536" in src
+    assert "tl.load(b0 + offs, mask=mask, other=0)" in src  # the full-shape operand: contiguous
+    assert "tl.store(b3 + offs, " in src
+    assert kernel.signature == {"b0": "*fp32", "b1": "*fp32", "b2": "*fp32", "b3": "*fp32", "BLOCK": "constexpr"}
+
+
+def test_data_movement_folds_into_index_arithmetic():
+    x, xt, s, p, c, g = t("6x5"), t("5x6"), t("5x3"), t("5x5"), t("5x8"), t("4x8")
+    idx = "tensor<4xi64>"
+    m = module(f"(%x: {x}, %y: {s}, %i: {idx}) -> {g}",
+               f'%0 = "lz.transpose"(%x) {{perm = array<i64: 1, 0>}} : ({x}) -> {xt}',
+               f'%1 = "lz.slice"(%0) {{starts = array<i64: 0, 1>, ends = array<i64: 5, 6>, steps = array<i64: 1, 2>}} '
+               f": ({xt}) -> {s}",
+               f'%2 = "lz.add"(%1, %y) : ({s}, {s}) -> {s}',
+               f'%3 = "lz.pad"(%2) {{pads = array<i64: 0, 1, 0, 1>, value = 2.5 : f64}} : ({s}) -> {p}',
+               f'%4 = "lz.concat"(%3, %y) {{axis = 1 : i64}} : ({p}, {s}) -> {c}',
+               f'%5 = "lz.exp"(%4) : ({c}) -> {c}',
+               f'%6 = "lz.gather"(%5, %i) {{axis = 0 : i64}} : ({c}, {idx}) -> {g}',
+               f'%7 = "lz.neg"(%6) : ({g}) -> {g}',
+               f"func.return %7 : {g}")
+    check_triton(m, [data((6, 5)), data((5, 3), seed=1), np.array([4, -1, 0, 2], np.int64)])
+
+
+def test_in_place_result_reads_before_it_writes():
+    x = t("40x30")
+    m = module(f"(%x: {x}, %y: {x}) -> {x}", f'%0 = "lz.sub"(%x, %y) : ({x}, {x}) -> {x}',
+               f'%1 = "lz.sigmoid"(%0) : ({x}) -> {x}', f"func.return %1 : {x}")
+    inputs = [data((40, 30)), data((40, 30), seed=1)]
+    want = reference(m, inputs)[0]
+    (op,) = [op for op in schedule(m, target="cuda").functions[0].entry_block.ops if op.name == "lz.kernel"]
+    kernel = lower_kernel(op)
+    x, y = (torch.from_numpy(a.copy()) for a in inputs)
+    for config in kernel.configs:  # every block size, the result written over the first operand
+        x = torch.from_numpy(inputs[0].copy())
+        jit.load(kernel).launch([x, y, x], config)
+        assert_matches(x.numpy(), want)
+
+
+@pytest.mark.parametrize("element,dtype", [("f16", "float16"), ("bf16", "float32"), ("f64", "float64"),
+                                           ("i32", "int32"), ("i64", "int64"), ("i8", "int8")])
+def test_element_types(element, dtype):
+    x, b = t("7x9", element), t("7x9", "i1")
+    m = module(f"(%x: {x}, %y: {x}) -> ({x}, {b})",
+               f'%0 = "lz.mul"(%x, %y) : ({x}, {x}) -> {x}',
+               f'%1 = "lz.add"(%0, %x) : ({x}, {x}) -> {x}',
+               f'%2 = "lz.cmp"(%1, %y) {{predicate = "gt"}} : ({x}, {x}) -> {b}',
+               f'%3 = "lz.select"(%2, %1, %y) : ({b}, {x}, {x}) -> {x}',
+               f'%4 = "lz.max"(%3, %x) : ({x}, {x}) -> {x}',
+               f"func.return %4, %2 : {x}, {b}")
+    inputs = [data((7, 9), dtype), data((7, 9), dtype, seed=1)]
+    if element == "bf16":  # bf16 values in float32 storage
+        inputs = [(a.view(np.uint32) & 0xFFFF0000).view(np.float32) for a in inputs]
+    check_triton(m, inputs)
+
+
+def test_bf16_rounds_after_every_op():
+    x = t("64", "bf16")
+    m = module(f"(%x: {x}, %y: {x}) -> {x}", f'%0 = "lz.add"(%x, %y) : ({x}, {x}) -> {x}',
+               f'%1 = "lz.mul"(%0, %0) : ({x}, {x}) -> {x}', f"func.return %1 : {x}")
+    rng = np.random.default_rng(3)
+    inputs = [((rng.standard_normal(64).astype(np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32))
+              for _ in range(2)]
+    want = reference(m, inputs)[0]
+    kernels = check_triton(m, inputs, rtol=0, atol=0)  # bit for bit
+    assert "0x7FFF" in kernels[0].source
+    assert (want.view(np.uint32) & 0xFFFF).max() == 0
+
+
+def test_i1_logic_and_casts():
+    b, f, i = t("5x6", "i1"), t("5x6"), t("5x6", "i32")
+    m = module(f"(%p: {b}, %q: {b}, %x: {f}) -> ({f}, {i})",
+               f'%0 = "lz.xor"(%p, %q) : ({b}, {b}) -> {b}',
+               f'%1 = "lz.not"(%0) : ({b}) -> {b}',
+               f'%2 = "lz.cast"(%1) {{to = f32}} : ({b}) -> {f}',
+               f'%3 = "lz.mul"(%2, %x) : ({f}, {f}) -> {f}',
+               f'%4 = "lz.cast"(%3) {{to = i32}} : ({f}) -> {i}',
+               f"func.return %3, %4 : {f}, {i}")
+    check_triton(m, [data((5, 6), "bool"), data((5, 6), "bool", seed=1), data((5, 6)) * 4])
+
+
+def test_nan_propagates_through_max_and_min():
+    x = t("8")
+    m = module(f"(%x: {x}, %y: {x}) -> ({x}, {x})", f'%0 = "lz.max"(%x, %y) : ({x}, {x}) -> {x}',
+               f'%1 = "lz.min"(%x, %y) : ({x}, {x}) -> {x}', f"func.return %0, %1 : {x}, {x}")
+    nan = np.nan
+    check_triton(m, [np.array([1, nan, 3, -1, nan, 0, 2, -5], np.float32),
+                     np.array([nan, 2, 1, -2, nan, 0, 7, 3], np.float32)])
+
+
+def test_math_in_the_tails():
+    x = t("12")
+    m = module(f"(%x: {x}, %g: {x}) -> ({x}, {x}, {x})", f'%0 = "lz.tanh"(%x) : ({x}) -> {x}',
+               f'%1 = "lz.sigmoid"(%x) : ({x}) -> {x}', f'%2 = "lz.gelu"(%g) : ({x}) -> {x}',
+               f"func.return %0, %1, %2 : {x}, {x}, {x}")
+    # (gelu only down to -5: below, the reference's 1 + erf(x / sqrt 2) in float64 cancels to 0)
+    check_triton(m, [np.array([-30, -9, -5, -1e-3, -1e-30, 0, 1e-7, 0.3, 0.7, 4, 12, 90], np.float32),
+                     np.array([-5, -4, -2.5, -1e-3, -1e-30, 0, 1e-7, 0.3, 0.7, 4, 12, 90], np.float32)],
+                 rtol=3e-6, atol=1e-37)
+
+
+def test_integer_division_and_remainder_by_zero_and_overflow():
+    x = t("6", "i32")
+    m = module(f"(%x: {x}, %y: {x}) -> ({x}, {x})", f'%0 = "lz.div"(%x, %y) : ({x}, {x}) -> {x}',
+               f'%1 = "lz.rem"(%x, %y) : ({x}, {x}) -> {x}', f"func.return %0, %1 : {x}, {x}")
+    check_triton(m, [np.array([7, -7, 5, -2 ** 31, 9, -9], np.int32), np.array([2, 2, 0, -1, -4, 0], np.int32)])
+
+
+# --- reductions ----------------------------------------------------------------------------------
+
+def test_softmax_is_one_reduction_kernel():
+    x = t("6x300")
+    m = module(f"(%x: {x}) -> {x}", f'%0 = "lz.softmax"(%x) {{axis = -1 : i64}} : ({x}) -> {x}',
+               f"func.return %0 : {x}")
+    kernel = one_kernel(check_triton(m, [data((6, 300)) * 4]), "reduction")
+    src = kernel.source
+    assert src.count("for r0 in range(0, 300, RBLOCK):") == 3  # max, sum of exp, then the stores
+    assert "tl.reduce(" in src
+
+
+def test_layer_norm_fused():
+    x, w = t("5x3x40"), t("3x40")
+    m = module(f"(%x: {x}, %w: {w}, %b: {w}) -> {x}",
+               f'%0 = "lz.layer_norm"(%x, %w, %b) {{axis = 1 : i64}} : ({x}, {w}, {w}) -> {x}',
+               f"func.return %0 : {x}")
+    kernel = one_kernel(check_triton(m, [data((5, 3, 40)), data((3, 40), seed=1), data((3, 40), seed=2)],
+                                     rtol=1e-5, atol=1e-5), "reduction")
+    assert kernel.configs[0].grid == (1,)
+
+
+def test_long_rows_walk_the_reduced_extent_in_chunks():
+    x, r = t("3x2500"), t("3x1")
+    m = module(f"(%x: {x}) -> ({r}, {r})",
+               f'%0 = "lz.reduce_max"(%x) {{axes = array<i64: 1>, keepdims = true}} : ({x}) -> {r}',
+               f'%1 = "lz.sub"(%x, %0) : ({x}, {r}) -> {x}',
+               f'%2 = "lz.reduce_sum"(%1) {{axes = array<i64: 1>, keepdims = true}} : ({x}) -> {r}',
+               f"func.return %0, %2 : {r}, {r}")
+    kernel = one_kernel(check_triton(m, [data((3, 2500))], rtol=1e-5, atol=1e-5), "reduction")
+    assert kernel.configs[0].constexprs["RBLOCK"] < 2500
+
+
+@pytest.mark.parametrize("element,dtype", [("f32", "float32"), ("f16", "float16"), ("i32", "int32")])
+def test_column_reduction(element, dtype):
+    x, r = t("37x70", element), t("70", element)
+    m = module(f"(%x: {x}) -> {r}",
+               f'%0 = "lz.reduce_sum"(%x) {{axes = array<i64: 0>}} : ({x}) -> {r}', f"func.return %0 : {r}")
+    check_triton(m, [data((37, 70), dtype)], rtol=1e-5 if element == "f32" else None)
+
+
+def test_middle_axis_reduction_with_epilogue_at_both_shapes():
+    x, r = t("4x9x5"), t("4x1x5")
+    m = module(f"(%x: {x}) -> ({x}, {r})",
+               f'%0 = "lz.reduce_mean"(%x) {{axes = array<i64: 1>, keepdims = true}} : ({x}) -> {r}',
+               f'%1 = "lz.sub"(%x, %0) : ({x}, {r}) -> {x}',
+               f'%2 = "lz.mul"(%1, %1) : ({x}, {x}) -> {x}',
+               f'%3 = "lz.sqrt"(%0) : ({r}) -> {r}',
+               f"func.return %2, %3 : {x}, {r}")
+    check_triton(m, [np.abs(data((4, 9, 5)))])
+
+
+def test_argmax_first_maximum_and_nan():
+    x, r = t("4x6"), t("4", "i64")
+    m = module(f"(%x: {x}) -> {r}", f'%0 = "lz.argmax"(%x) {{axis = 1 : i64}} : ({x}) -> {r}',
+               f"func.return %0 : {r}")
+    nan, inf = np.nan, np.inf
+    check_triton(m, [np.array([[1, 3, 3, 0, 3, 2], [nan, 1, nan, 5, 2, 0], [-inf, -inf, -inf, -inf, -inf, -inf],
+                               [0, 1, 2, nan, 9, 9]], np.float32)])
+
+
+def test_full_reduction_to_a_scalar():
+    x, r = t("33x17"), "tensor<f32>"
+    m = module(f"(%x: {x}) -> {r}", f'%0 = "lz.reduce_prod"(%x) : ({x}) -> {r}', f"func.return %0 : {r}")
+    check_triton(m, [1 + 0.01 * data((33, 17))], rtol=1e-5)
+
+
+# --- pooling and scans ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,attrs,dtype", [
+    ("lz.max_pool2d", dict(kernel=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1], dilations=[1, 2], ceil_mode=True),
+     "float32"),
+    ("lz.max_pool2d", dict(kernel=[2, 2], strides=[2, 2]), "float16"),
+    ("lz.avg_pool2d", dict(kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=True), "float32"),
+    ("lz.avg_pool2d", dict(kernel=[2, 3], pads=[0, 1, 1, 1], count_include_pad=True), "float16")])
+def test_pooling(op, attrs, dtype):
+    sample = Sample(op, [Arg((2, 3, 9, 8), dtype)], attrs)
+    arrays = sample.arrays(np.random.default_rng(0))
+    kernel = one_kernel(check_triton(sample.module(arrays), arrays), "single")
+    assert "for kh in tl.static_range(" in kernel.source
+
+
+def test_cumulative_scans_with_associative_scan():
+    x = t("5x40")
+    m = module(f"(%x: {x}) -> ({x}, {x})",
+               f'%0 = "lz.cumulative"(%x) {{combine = "add", axis = 1 : i64}} : ({x}) -> {x}',
+               f'%1 = "lz.cumulative"(%x) {{combine = "max", axis = 0 : i64, exclusive = true, reverse = true}} : '
+               f"({x}) -> {x}",
+               f"func.return %0, %1 : {x}, {x}")
+    kernels = check_triton(m, [data((5, 40))], rtol=1e-5, atol=1e-5)
+    assert all("tl.associative_scan" in k.source for k in kernels) and len(kernels) == 2
+
+
+# --- what the code generator says ----------------------------------------------------------------
+
+def test_unsupported_op_in_a_kernel_is_a_clear_error():
+    x = t("3x9")
+    m = module(f"(%x: {x}) -> {t('3x4')}",
+               f'%0:2 = "lz.topk"(%x) {{k = 4 : i64}} : ({x}) -> ({t("3x4")}, {t("3x4", "i64")})',
+               f"func.return %0#0 : {t('3x4')}")
+    (op,) = [op for op in schedule(m).functions[0].entry_block.ops if op.name == "lz.kernel"]
+    with pytest.raises(LoweringError, match="failed to lower lz.topk with f32 for cuda: lz.topk has no Triton"):
+        lower_kernel(op)
+
+
+def test_triton_text_names_every_kernel():
+    x, r = t("4x8"), t("4x1")
+    m = module(f"(%x: {x}) -> {x}",
+               f'%0 = "lz.reduce_max"(%x) {{axes = array<i64: 1>, keepdims = true}} : ({x}) -> {r}',
+               f'%1 = "lz.sub"(%x, %0) : ({x}, {r}) -> {x}', f"func.return %1 : {x}")
+    text = triton_text(m)
+    assert text.startswith("# ---- kernel lz_fused_reduce_max_sub_0: reduction, grid [1], ROWS=4, RBLOCK=8")
+    assert "@triton.jit\ndef lz_fused_reduce_max_sub_0(b0, b1, ROWS: tl.constexpr, RBLOCK: tl.constexpr):" in text
+
+
+def test_kernels_are_cached_as_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEZERO_CACHE_DIR", str(tmp_path))
+    x = t("10")
+    m = module(f"(%x: {x}) -> {x}", f'%0 = "lz.cos"(%x) : ({x}) -> {x}', f"func.return %0 : {x}")
+    (kernel,) = check_triton(m, [data((10,))])
+    files = list((tmp_path / "triton").glob("*.py"))
+    assert [f.name for f in files] == [f"{jit.source_hash(kernel)}.py"]
+    assert files[0].read_text() == kernel.source
+    assert jit.load(kernel) is jit.load(kernel)
+
+
+def test_missing_triton_says_how_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "triton", None)
+    x = t("10")
+    m = module(f"(%x: {x}) -> {x}", f'%0 = "lz.cos"(%x) : ({x}) -> {x}', f"func.return %0 : {x}")
+    (op,) = [op for op in schedule(m, target="cuda").functions[0].entry_block.ops if op.name == "lz.kernel"]
+    kernel = lower_kernel(op)  # generating source needs no triton
+    with pytest.raises(ImportError, match=r"the cuda target needs triton: pip install -e '\.\[gpu\]'"):
+        jit.build_ptx(kernel)
+
+
+# --- random fused graphs -------------------------------------------------------------------------
+
+@settings(max_examples=12, deadline=None)
+@given(random_graphs(max_ops=8))
+def test_random_fused_graphs(m):
+    inputs = inputs_for(m.functions[0])
+    check_triton(m, inputs, rtol=1e-4, atol=1e-5)
+
+
+# --- element types beyond the op samples -----------------------------------------------------------
+
+@pytest.mark.parametrize("sample", [
+    Sample("lz.softmax", [Arg((5, 37), "float16")]),
+    Sample("lz.log_softmax", [Arg((3, 70), "float64")], {"axis": 0}),
+    Sample("lz.layer_norm", [Arg((4, 16), "float16"), Arg((16,), "float16"), Arg((16,), "float16")]),
+    Sample("lz.argmax", [Arg((3, 40), "float16")], {"axis": 1}),
+    Sample("lz.argmax", [Arg((30, 4), "int64", "small-int")], {"axis": 0}),
+    Sample("lz.reduce_sum", [Arg((6, 5, 7), "int8", "small-int")], {"axes": [0, 2]}),
+    Sample("lz.reduce_min", [Arg((2, 3, 4, 5))], {"axes": [1, 3], "keepdims": True}),
+    Sample("lz.cumulative", [Arg((3, 300))], {"combine": "add", "axis": 1}),
+    Sample("lz.cumulative", [Arg((50, 3), "int64", "small-int")], {"combine": "mul", "axis": 0, "exclusive": True}),
+    Sample("lz.batch_norm", [Arg((2, 3, 4, 4), "float16"), Arg((3,), "float16"), Arg((3,), "float16"),
+                             Arg((3,), "float16"), Arg((3,), "float16", "positive")], {"epsilon": 1e-3}),
+    Sample("lz.gelu", [Arg((40,), "float16")]),
+    Sample("lz.gelu", [Arg((40,), "float64")], {"approximate": "tanh"}),
+    Sample("lz.tanh", [Arg((40,), "float64")]),
+    Sample("lz.pow", [Arg((4, 5), "int32", "small-int"), Arg((4, 5), "int32", "small-int")]),
+    Sample("lz.pow", [Arg((4, 5), "float32", "small-int"), Arg((4, 5), "float32", "small-int")]),  # negative bases
+    Sample("lz.cast", [Arg((4, 5), "float64")], {"to": "bf16"}),
+    Sample("lz.cast", [Arg((4, 5), "float16")], {"to": "i8"}),
+    Sample("lz.div", [Arg((4, 5), "uint32", "small-int"), Arg((4, 5), "uint32", "small-int")])],
+    ids=lambda s: s.id)
+def test_more_element_types(sample):
+    arrays = sample.arrays(np.random.default_rng(1))
+    check_triton(sample.module(arrays), arrays)
