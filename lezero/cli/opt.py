@@ -109,20 +109,14 @@ def _kernel_text(module, emit: str) -> str:
 
 def _ptx_text(module) -> str:
     """``--emit=ptx``: each GPU kernel built for sm_90, under a comment naming it and its launch."""
-    from lezero.codegen.pipeline import schedule
     from lezero.codegen.triton.jit import build_ptx
-    from lezero.codegen.triton.lower_kernel import lower_kernel
+    from lezero.codegen.triton.lower_kernel import lower_module
 
     parts = []
-    for f in schedule(module, target="cuda").functions:
-        for op in f.entry_block.ops:
-            if op.name != "lz.kernel" or op.definition.attrs(op).device != "cuda" or \
-                    op.definition.attrs(op).kind == "transfer":
-                continue
-            kernel = lower_kernel(op)
-            config = kernel.configs[0]
-            parts.append(f"// ---- kernel {kernel.name}: {kernel.kind}, grid {list(config.grid)}, "
-                         f"num_warps={config.num_warps}\n{build_ptx(kernel, config).strip()}\n")
+    for kernel in lower_module(module):
+        config = kernel.configs[0]
+        parts.append(f"// ---- kernel {kernel.name}: {kernel.kind}, grid {list(config.grid)}, "
+                     f"num_warps={config.num_warps}\n{build_ptx(kernel, config).strip()}\n")
     return "\n".join(parts)
 
 

@@ -33,6 +33,44 @@ from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.types import I1, I64, ElementType, TensorType
 
 
+class IndexBindings:
+    """Loop variables bound to the backend's index values, and the memo of one scope.
+
+    Variables are bound one by one (``bind``) or as a *group*: neighbouring loops that one flat
+    index covers row-major (``bind_group``; a merged loop on the CPU, a flat block of lanes on the
+    GPU).  A form whose coefficients on a group's variables are a row-major flattening
+    (``is_row_major``) costs one multiply of the flat index; any other use of a grouped variable
+    recovers it by division.  Backends implement ``value(form)``.
+    """
+
+    def __init__(self):
+        self.bound: dict[Var, object] = {}
+        self.groups: dict[Var, tuple] = {}  # var -> (group vars, flat value)
+        self.memo: dict = {}
+
+    def bind(self, var: Var, value) -> None:
+        self.bound[var] = value
+        self.groups.pop(var, None)
+
+    def bind_group(self, variables, flat) -> None:
+        if len(variables) == 1:
+            self.bind(variables[0], flat)
+            return
+        group = (tuple(variables), flat)
+        for v in variables:
+            self.bound.pop(v, None)
+            self.groups[v] = group
+
+    def new_scope(self) -> None:
+        self.memo = {}
+
+    @staticmethod
+    def is_row_major(form: Affine, variables) -> bool:
+        """Whether ``form`` addresses the grouped ``variables`` as one row-major flat index."""
+        coefs = [form.coef(v) for v in variables]
+        return all(coefs[i] == coefs[i + 1] * variables[i + 1].extent for i in range(len(coefs) - 1))
+
+
 class Buffer:
     """A kernel operand or result in memory: the backend's pointer and its (static, row-major)
     tensor type."""

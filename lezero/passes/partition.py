@@ -62,9 +62,8 @@ import networkx as nx
 from lezero.ir.attributes import IntegerAttr, StringAttr
 from lezero.ir.core import FuncOp, ModuleOp, Operation, Value
 from lezero.ir.diagnostics import IRError
-from lezero.ir.dialect.axes import normalize_axis, reduction_axes
 from lezero.ir.dialect.data_movement import TransposeOp
-from lezero.ir.dialect.reduction import REDUCE_OPS
+from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType, format_shape
 from lezero.passes.pass_base import Pass, option, register_pass
@@ -80,7 +79,6 @@ TRANSFER_KIND = "transfer"
 
 MOVEMENT_OPS = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.slice", "lz.pad", "lz.concat",
                           "lz.gather"})
-REDUCTION_OPS = frozenset(REDUCE_OPS) | {"lz.argmax"}
 CONTRACTION_OPS = {"lz.matmul": "matmul", "lz.conv2d": "conv"}
 
 # Longest kernel name: this many distinct op names, then "etc".
@@ -114,13 +112,6 @@ def op_role(op: Operation) -> str:
 _KIND_OF_ROLE = {"elementwise": "elementwise", "movement": "elementwise", "reduction": "reduction",
                  "matmul": "matmul", "conv": "conv", "single": "single"}
 
-
-def reduced_axes(op: Operation) -> tuple:
-    """The sorted normalized axes a reduction op reduces."""
-    rank = op.operands[0].type.rank
-    if op.name == "lz.argmax":
-        return (normalize_axis(op.definition.attrs(op).axis, rank),)
-    return reduction_axes(op.definition.attrs(op).axes, rank)
 
 
 def _shape(v: Value) -> tuple:

@@ -14,7 +14,7 @@ import llvmlite.ir as ir
 from lezero.codegen.affine import Affine, Var, linear_index
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, storage_type
-from lezero.codegen.value_at_index import Buffer, ValueAtIndex
+from lezero.codegen.value_at_index import Buffer, IndexBindings, ValueAtIndex
 from lezero.ir.core import Operation
 from lezero.ir.types import I1
 
@@ -25,37 +25,15 @@ def _i64(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
 
 
-class IndexMaterializer:
-    """Affine index forms to i64 values.
-
-    Loop variables are bound one by one (``bind``) or as a *group*: loops merged into one flat
-    loop (``bind_group``).  A form whose coefficients on a group's variables are those of a
-    row-major flattening (``c_i == c_{i+1} * extent_{i+1}``) costs one multiply of the flat
-    index; any other use of a grouped variable recovers it by division.
-    """
+class IndexMaterializer(IndexBindings):
+    """Affine index forms to i64 values; a group of loop variables is a merged loop
+    (``IndexBindings``).  ``recorded``, when a list, collects every form asked for (the loop
+    coalescing analysis reads them)."""
 
     def __init__(self, builder: ir.IRBuilder):
+        super().__init__()
         self.b = builder
-        self.bound: dict[Var, ir.Value] = {}
-        self.groups: dict[Var, tuple] = {}  # var -> (group vars, flat value)
-        self.memo: dict = {}
         self.recorded: list[Affine] | None = None
-
-    def bind(self, var: Var, value) -> None:
-        self.bound[var] = value
-        self.groups.pop(var, None)
-
-    def bind_group(self, variables: list[Var], flat) -> None:
-        if len(variables) == 1:
-            self.bind(variables[0], flat)
-            return
-        group = (tuple(variables), flat)
-        for v in variables:
-            self.bound.pop(v, None)
-            self.groups[v] = group
-
-    def new_scope(self) -> None:
-        self.memo = {}
 
     def value(self, form) -> ir.Value:
         form = Affine.of(form)
@@ -94,8 +72,7 @@ class IndexMaterializer:
 
     def _group_terms(self, form: Affine, variables, flat):
         coefs = [form.coef(v) for v in variables]
-        row_major = all(coefs[i] == coefs[i + 1] * variables[i + 1].extent for i in range(len(coefs) - 1))
-        if row_major:
+        if self.is_row_major(form, variables):
             return [self._scaled(flat, coefs[-1])] if coefs[-1] else []
         return [self._scaled(self._grouped_var(v, variables, flat), c) for v, c in zip(variables, coefs) if c]
 

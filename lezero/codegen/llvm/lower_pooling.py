@@ -26,8 +26,8 @@ from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.loops import I64, for_range, i64
 from lezero.codegen.llvm.scalar_builder import Scalar, accumulator_type, compute_type, storage_type
 from lezero.ir.dialect.numerics import lowest
+from lezero.ir.dialect.pooling import pool_geometry
 
-POOL_OPS = frozenset({"lz.max_pool2d", "lz.avg_pool2d"})
 POOL_GRAD_OPS = frozenset({"lz.max_pool2d_grad"})
 
 
@@ -42,11 +42,7 @@ def lower_pooling(ctx: KernelContext, op) -> int:
     b, s, e = ctx.b, ctx.s, ctx.emitter
     attrs = op.definition.attrs(op)
     x, y = op.operands[0], op.result
-    n, c, h, w = x.type.shape
-    _, _, oh_size, ow_size = y.type.shape
-    (kh_size, kw_size), (sh, sw) = attrs.kernel, attrs.strides
-    pt, pl, pb, pr = attrs.pads
-    dh, dw = attrs.get("dilations", (1, 1))
+    n, c, h, w, oh_size, ow_size, kh_size, kw_size, sh, sw, pt, pl, pb, pr, dh, dw = pool_geometry(op)
     is_max = op.name == "lz.max_pool2d"
     dtype = x.type.element_type
     acc_dtype = dtype if is_max else accumulator_type(dtype)

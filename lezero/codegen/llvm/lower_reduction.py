@@ -36,21 +36,13 @@ from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.loops import for_range, i64, min_i64, unravel_values
 from lezero.codegen.llvm.scalar_builder import Scalar, accumulator_type, compute_type
-from lezero.ir.dialect.axes import normalize_axis, reduction_axes
+from lezero.ir.dialect.axes import normalize_axis
 from lezero.ir.dialect.numerics import lowest
-from lezero.ir.dialect.reduction import REDUCE_OPS
+from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.types import I1, I64, format_shape
 
-REDUCTION_OPS = frozenset(REDUCE_OPS) | {"lz.argmax"}
 TILE = 256  # tile positions per work item: accumulators stay in L1, and columns split into items
 
-
-def reduced_axes(op) -> tuple:
-    rank = op.operands[0].type.rank
-    attrs = op.definition.attrs(op)
-    if op.name == "lz.argmax":
-        return (normalize_axis(attrs.axis, rank),)
-    return reduction_axes(attrs.axes, rank)
 
 
 class _Reduction:

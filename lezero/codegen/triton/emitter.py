@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from lezero.codegen.affine import Affine, Var, linear_index
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.triton.scalar_builder import TritonScalarBuilder, TValue
-from lezero.codegen.value_at_index import Buffer, ValueAtIndex
+from lezero.codegen.value_at_index import Buffer, IndexBindings, ValueAtIndex
 from lezero.ir.core import Operation
 from lezero.ir.types import I1
 
@@ -69,7 +69,7 @@ class TritonCode:
         return "\n".join(self.lines)
 
 
-class TritonIndex:
+class TritonIndex(IndexBindings):
     """Affine index forms as Triton integer expressions (named temporaries, memoized per scope).
 
     ``bind(var, expr)`` gives a loop variable its block; ``bind_group(vars, flat)`` binds
@@ -79,27 +79,9 @@ class TritonIndex:
     """
 
     def __init__(self, code: TritonCode, s: TritonScalarBuilder):
+        super().__init__()
         self.code = code
         self.s = s
-        self.bound: dict[Var, str] = {}
-        self.groups: dict[Var, tuple] = {}
-        self.memo: dict = {}
-
-    def bind(self, var: Var, expr: str) -> None:
-        self.bound[var] = expr
-        self.groups.pop(var, None)
-
-    def bind_group(self, variables, flat: str) -> None:
-        if len(variables) == 1:
-            self.bind(variables[0], flat)
-            return
-        group = (tuple(variables), flat)
-        for v in variables:
-            self.bound.pop(v, None)
-            self.groups[v] = group
-
-    def new_scope(self) -> None:
-        self.memo = {}
 
     def value(self, form) -> str:
         """An expression (a literal, a bound name or a named temporary) for ``form``."""
@@ -127,7 +109,7 @@ class TritonIndex:
 
     def _group_terms(self, form: Affine, variables, flat: str) -> list[str]:
         coefs = [form.coef(v) for v in variables]
-        if all(coefs[i] == coefs[i + 1] * variables[i + 1].extent for i in range(len(coefs) - 1)):
+        if self.is_row_major(form, variables):
             return [_scaled(flat, coefs[-1])] if coefs[-1] else []
         return [_scaled(self._grouped_var(v, variables, flat), c) for v, c in zip(variables, coefs) if c]
 

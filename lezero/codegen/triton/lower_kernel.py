@@ -26,12 +26,14 @@ from lezero.codegen.triton.contraction import contraction_unsupported_reason, lo
 from lezero.codegen.triton.elementwise import lower_elementwise
 from lezero.codegen.triton.emitter import TritonContext
 from lezero.codegen.triton.kernel import TritonKernel
-from lezero.codegen.triton.pooling import POOL_OPS, lower_pooling
-from lezero.codegen.triton.reduction import MAX_SCAN, REDUCTION_OPS, SCAN_OPS, lower_cumulative, lower_reduction
+from lezero.codegen.triton.pooling import lower_pooling
+from lezero.codegen.triton.reduction import MAX_SCAN, SCAN_OPS, lower_cumulative, lower_reduction
 from lezero.codegen.triton.scalar_builder import HELPERS, pointer_signature
 from lezero.codegen.value_at_index import MOVEMENT
 from lezero.ir.core import ModuleOp, Operation
 from lezero.ir.dialect.axes import normalize_axis
+from lezero.ir.dialect.pooling import POOL_OPS
+from lezero.ir.dialect.reduction import REDUCTION_OPS
 from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
 from lezero.ir.types import TensorType
 
@@ -138,20 +140,23 @@ def _module_source(ctx: TritonContext, kind: str, constexprs) -> str:
             f"{ctx.code.text()}\n")
 
 
+def lower_module(module: ModuleOp) -> list[TritonKernel]:
+    """Every GPU kernel of ``module`` scheduled for cuda (``schedule(module, target="cuda")``),
+    lowered, in schedule order: kernels placed on the CPU and transfers are not Triton kernels."""
+    from lezero.codegen.pipeline import schedule
+
+    return [lower_kernel(op) for f in schedule(module, target="cuda").functions for op in f.entry_block.ops
+            if op.name == "lz.kernel" and op.definition.attrs(op).device == "cuda"
+            and op.definition.attrs(op).kind != "transfer"]
+
+
 def triton_text(module: ModuleOp) -> str:
     """``lezero-opt --emit=triton``: the source of each kernel that runs on the GPU, under a comment
     header naming it (kernels placed on the CPU and transfers have no Triton source)."""
-    from lezero.codegen.pipeline import schedule
-
     parts = []
-    for f in schedule(module, target="cuda").functions:
-        for op in f.entry_block.ops:
-            if op.name != "lz.kernel" or op.definition.attrs(op).device != "cuda" or \
-                    op.definition.attrs(op).kind == "transfer":
-                continue
-            kernel = lower_kernel(op)
-            config = kernel.configs[0]
-            parts.append(f"# ---- kernel {kernel.name}: {kernel.kind}, grid {list(config.grid)}, "
-                         f"{', '.join(f'{k}={v}' for k, v in config.constexprs.items()) or 'no blocks'}, "
-                         f"~{kernel.flops} flops, {kernel.bytes_accessed} bytes\n{kernel.source.strip()}\n")
+    for kernel in lower_module(module):
+        config = kernel.configs[0]
+        parts.append(f"# ---- kernel {kernel.name}: {kernel.kind}, grid {list(config.grid)}, "
+                     f"{', '.join(f'{k}={v}' for k, v in config.constexprs.items()) or 'no blocks'}, "
+                     f"~{kernel.flops} flops, {kernel.bytes_accessed} bytes\n{kernel.source.strip()}\n")
     return "\n".join(parts)

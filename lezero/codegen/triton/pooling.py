@@ -19,19 +19,15 @@ from lezero.codegen.triton.kernel import LaunchConfig
 from lezero.codegen.triton.reduction import literal
 from lezero.codegen.triton.scalar_builder import TValue, accumulator_type, compute_dtype
 from lezero.ir.dialect.numerics import lowest
+from lezero.ir.dialect.pooling import pool_geometry
 
-POOL_OPS = frozenset({"lz.max_pool2d", "lz.avg_pool2d"})
 
 
 def lower_pooling(ctx: TritonContext, op) -> tuple:
     code, s = ctx.code, ctx.s
     attrs = op.definition.attrs(op)
     x, y = op.operands[0], op.result
-    n, c, h, w = x.type.shape
-    _, _, oh_size, ow_size = y.type.shape
-    (kh_size, kw_size), (sh, sw) = attrs.kernel, attrs.strides
-    pt, pl, pb, pr = attrs.pads
-    dh, dw = attrs.get("dilations", (1, 1))
+    n, c, h, w, oh_size, ow_size, kh_size, kw_size, sh, sw, pt, pl, pb, pr, dh, dw = pool_geometry(op)
     is_max = op.name == "lz.max_pool2d"
     dtype = x.type.element_type
     acc_dtype = dtype if is_max else accumulator_type(dtype)

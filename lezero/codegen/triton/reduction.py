@@ -34,12 +34,11 @@ from lezero.codegen.triton.emitter import TritonCode, TritonContext
 from lezero.codegen.triton.kernel import LaunchConfig
 from lezero.codegen.triton.scalar_builder import (TritonScalarBuilder, TValue, accumulator_type, compute_dtype,
                                                   float_literal)
-from lezero.ir.dialect.axes import normalize_axis, reduction_axes
+from lezero.ir.dialect.axes import normalize_axis
 from lezero.ir.dialect.numerics import highest, lowest
-from lezero.ir.dialect.reduction import REDUCE_OPS
+from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.types import I64, format_shape
 
-REDUCTION_OPS = frozenset(REDUCE_OPS) | {"lz.argmax"}
 SCAN_OPS = frozenset({"lz.cumulative"})
 TILE = 4096  # lanes of a program's accumulator (ROWS x RBLOCK)
 MAX_RBLOCK = 1024
@@ -49,13 +48,6 @@ MAX_SCAN = 16384  # the longest axis a cumulative scans in one block
 def _pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
-
-def reduced_axes(op) -> tuple:
-    rank = op.operands[0].type.rank
-    attrs = op.definition.attrs(op)
-    if op.name == "lz.argmax":
-        return (normalize_axis(attrs.axis, rank),)
-    return reduction_axes(attrs.axes, rank)
 
 
 def literal(value, dtype) -> str:

@@ -8,6 +8,8 @@ expresses cheaply: that is ``lz.max_pool2d_grad``, a primitive of its own.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -21,6 +23,39 @@ from lezero.ir.types import TensorType, format_shape
 
 def _dilations(attrs) -> tuple:
     return attrs.get("dilations", (1, 1))
+
+
+POOL_OPS = frozenset({"lz.max_pool2d", "lz.avg_pool2d"})
+
+
+class PoolGeometry(NamedTuple):
+    """The static sizes a code generator needs for a pooling op: input ``N C H W``, output
+    ``OH OW``, window ``KH KW``, strides, pads (top, left, bottom, right), dilations."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pt: int
+    pl: int
+    pb: int
+    pr: int
+    dh: int
+    dw: int
+
+
+def pool_geometry(op) -> PoolGeometry:
+    """The ``PoolGeometry`` of a pooling op with static shapes."""
+    attrs = op.definition.attrs(op)
+    n, c, h, w = op.operands[0].type.shape
+    _, _, oh, ow = op.result.type.shape
+    return PoolGeometry(n, c, h, w, oh, ow, *attrs.kernel, *attrs.strides, *attrs.pads, *_dilations(attrs))
 
 
 class Pool2dOp(OpDef):

@@ -268,3 +268,15 @@ class TopkOp(OpDef):
     # No gradient rule: the autodiff pass differentiates one-result ops (the values' rule would
     # be an lz.scatter_nd of the cotangent at the indices).
     grad = None
+
+
+REDUCTION_OPS = frozenset(REDUCE_OPS) | {"lz.argmax"}
+
+
+def reduced_axes(op) -> tuple:
+    """The sorted normalized axes a ``reduce_*`` op or ``lz.argmax`` reduces."""
+    rank = op.operands[0].type.rank
+    attrs = op.definition.attrs(op)
+    if op.name == "lz.argmax":
+        return (normalize_axis(attrs.axis, rank),)
+    return reduction_axes(attrs.axes, rank)

@@ -17,9 +17,8 @@ import pytest
 import triton  # noqa: F401  (a missing triton fails this module loudly)
 
 from lezero.cli.opt import run as opt_run
-from lezero.codegen.pipeline import schedule
 from lezero.codegen.triton.jit import build_ptx
-from lezero.codegen.triton.lower_kernel import lower_kernel
+from lezero.codegen.triton.lower_kernel import lower_module
 from lezero.ir import parse_module
 
 
@@ -116,13 +115,6 @@ CASES = {
 }
 
 
-def cuda_kernels(text: str):
-    """The Triton kernels of ``@f`` scheduled for cuda, in schedule order."""
-    module = schedule(parse_module(text), target="cuda")
-    return [lower_kernel(op) for op in module.lookup("f").entry_block.ops
-            if op.name == "lz.kernel" and op.definition.attrs(op).device == "cuda"]
-
-
 def assert_ptx(ptx: str, name: str) -> None:
     assert re.search(r"^\.target sm_90a?\b", ptx, re.M), ptx[:400]
     assert re.search(rf"^\.visible \.entry {name}\(", ptx, re.M), f"no .entry {name} in\n{ptx[:600]}"
@@ -132,7 +124,7 @@ def assert_ptx(ptx: str, name: str) -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_kernel_builds_to_ptx_for_sm90(case):
     text, names, instruction = CASES[case]
-    kernels = cuda_kernels(text)
+    kernels = lower_module(parse_module(text))  # scheduled for cuda, in schedule order
     assert [k.name for k in kernels] == names
     for kernel in kernels:
         ptx = build_ptx(kernel)

@@ -27,3 +27,20 @@ func.func @linear_relu(%x: tensor<64x784xf32>, %w: tensor<784x256xf32>, %b: tens
   %2 = "lz.relu"(%1) : (tensor<64x256xf32>) -> tensor<64x256xf32>
   func.return %2 : tensor<64x256xf32>
 }
+
+// A batched x @ w.T: the transpose is read through strides (w is never transposed in memory), the
+// batch is the outer program index, and the ragged last column tile (48 columns in a 64-wide tile)
+// reads in-bounds columns (cols % 48) and masks the store.
+// CHECK-LABEL: # ---- kernel lz_fused_transpose_matmul_1: matmul, grid [8]
+// CHECK:           """lz.transpose -> lz.matmul: (tensor<48x32xf32>, tensor<8x64x32xf32>) -> (tensor<8x64x48xf32>)"""
+// CHECK:           batch = pid // (tiles_m * tiles_n)
+// CHECK:           cols_in = cols % 48
+// CHECK:           a_tile = b1 + batch * 2048 + rows[:, None] * 32 + ks[None, :]
+// CHECK-NEXT:      b_tile = b0 + ks[:, None] + cols_in[None, :] * 32
+// CHECK:               acc = tl.dot(a, b, acc, input_precision="ieee")
+// CHECK:           tl.store(b2 + batch * 3072 + rows[:, None] * 48 + cols_in[None, :], acc, mask=(cols < 48)[None, :])
+func.func @linear_transposed(%x: tensor<8x64x32xf32>, %w: tensor<48x32xf32>) -> tensor<8x64x48xf32> {
+  %wt = "lz.transpose"(%w) {perm = array<i64: 1, 0>} : (tensor<48x32xf32>) -> tensor<32x48xf32>
+  %0 = "lz.matmul"(%x, %wt) : (tensor<8x64x32xf32>, tensor<32x48xf32>) -> tensor<8x64x48xf32>
+  func.return %0 : tensor<8x64x48xf32>
+}
