@@ -15,9 +15,9 @@ one CUDA device, measured in the same run:
 
 lezero runs what its compile path makes: the function through ``lezero.compile(..., target="cuda")``
 (partitioned, fused, each kernel rendered as Triton; its launch configuration autotuned on the
-first call), called through its lean runner on torch tensors that stay on the device.  float32 GEMM: lezero's
-``tl.dot`` multiplies in true float32 (``input_precision="ieee"``, the reference's numbers);
-torch is timed in true float32 and with TF32 allowed.  bf16: lezero stores bf16 tensors as
+first call), called through its lean runner on torch tensors that stay on the device.  float32
+GEMM: lezero's ``tl.dot`` multiplies in true float32 (``input_precision="ieee"``, the reference's
+numbers); torch is timed in true float32 and with TF32 allowed.  bf16: lezero stores bf16 tensors as
 float32 holding bf16 values (numpy has no bfloat16), so its bf16 GEMM reads float32 buffers and
 multiplies them as TF32 on the tensor cores (a bf16 value is exact in TF32); torch's bf16 GEMM
 reads bfloat16 buffers.  The printed table says so.
@@ -29,9 +29,10 @@ first step's loss).  Times are the best of several rounds on CUDA events, after 
 its own: an error is printed and the next section runs; a measurement that would end past the
 time budget (``--budget`` seconds, with rough estimates of torch.compile's compile times) is
 skipped and says so, and a section still running when the budget is spent (a cold compile of
-ResNet-50's kernels and their autotuning configurations can take minutes) is stopped.  Without a CUDA device the script
-stops at once, unless ``--tiny`` (which runs everything under ``TRITON_INTERPRET=1`` on the CPU,
-at sizes small enough for the interpreter, to check the script itself; its numbers mean nothing).
+ResNet-50's kernels and their autotuning configurations can take minutes) is stopped.  Without a
+CUDA device the script stops at once, unless ``--tiny`` (which runs everything under
+``TRITON_INTERPRET=1`` on the CPU, at sizes small enough for the interpreter, to check the script
+itself; its numbers mean nothing).
 """
 from __future__ import annotations
 

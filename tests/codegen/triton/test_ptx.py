@@ -84,7 +84,8 @@ CASES = {
                             f"func.return %0 : {t('32x256')}"),
                    ["lz_fused_reduce_mean_sub_mul_add_rsqrt_0"], None),
     "cumulative": (function(f"(%x: {t('16x40')}) -> {t('16x40')}",
-                            f'%0 = "lz.cumulative"(%x) {{combine = "add", axis = 1 : i64}} : ({t("16x40")}) -> {t("16x40")}',
+                            f'%0 = "lz.cumulative"(%x) {{combine = "add", axis = 1 : i64}} : '
+                            f'({t("16x40")}) -> {t("16x40")}',
                             f"func.return %0 : {t('16x40')}"),
                    ["lz_fused_cumulative_0"], None),
     "max_pool": (function(f"(%x: {t('2x8x16x16')}) -> {t('2x8x8x8')}",
