@@ -14,8 +14,9 @@ kernels the Triton backend runs have ``device = "cuda"``, the ops it cannot run 
 - each constant once in host memory and, when a cuda kernel reads it, once on the device;
 - the launches, in schedule order: a cuda kernel through ``lezero.codegen.triton`` (lowered to
   a ``TritonKernel``, loaded by ``jit.load``; on a real GPU its launch configuration is chosen on
-  the first run by timing each of ``kernel.configs`` on scratch results: autotuning; under the
-  interpreter ``configs[0]``), a CPU kernel through the LLVM path and the kernel cache on host
+  the first run by timing each of ``kernel.configs`` on scratch results when it does at least
+  ``AUTOTUNE_MIN_FLOPS``: autotuning; else, under the interpreter or with ``LEZERO_AUTOTUNE=0``,
+  ``configs[0]``), a CPU kernel through the LLVM path and the kernel cache on host
   buffers, a transfer as ``tensor.copy_``.
 
 Buffers are torch tensors throughout: function arguments and results live on the device.  A
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,6 +51,14 @@ from lezero.runtime.devices import interpreter_mode, require_device, torch_devic
 
 # How often each launch configuration runs when autotuning (after one warm-up run).
 AUTOTUNE_REPEATS = 5
+# Only kernels doing at least this many flops are autotuned (each configuration is one more
+# Triton compile, ~0.5-2 s): the GEMMs and convolutions that dominate a model's time.  The rest
+# run their heuristic configuration.  LEZERO_AUTOTUNE=0 turns tuning off altogether.
+AUTOTUNE_MIN_FLOPS = 50_000_000
+
+
+def autotune_enabled() -> bool:
+    return os.environ.get("LEZERO_AUTOTUNE", "1") != "0" and not interpreter_mode()
 
 
 def triton_backend():
@@ -101,11 +111,13 @@ class _TritonLaunch:
     configs: tuple
     operands: int
     sources: list
+    flops: int
     config: object = None
 
     def run(self, buffers) -> None:
         if self.config is None:
-            self.config = self.configs[0] if interpreter_mode() or len(self.configs) == 1 else self.tune(buffers)
+            tune = autotune_enabled() and len(self.configs) > 1 and self.flops >= AUTOTUNE_MIN_FLOPS
+            self.config = self.tune(buffers) if tune else self.configs[0]
         self.loaded.launch(buffers, self.config)
 
     def tune(self, buffers):
@@ -221,7 +233,8 @@ def build_cuda_plan(module: ModuleOp, entry: str, cache, pool) -> CudaPlan:
             sources = [where(v, on) for v in op.operands] + [source[id(r)] for r in op.results]
             if runs_on == "cuda":
                 kernel = lower_triton(op)
-                launches.append(_TritonLaunch(name, load(kernel), tuple(kernel.configs), len(op.operands), sources))
+                launches.append(_TritonLaunch(name, load(kernel), tuple(kernel.configs), len(op.operands), sources,
+                                              kernel.flops))
             else:
                 lowered = lower_llvm_kernel(op)
                 loaded = cache.load(lowered.llvm_ir, lowered.name)

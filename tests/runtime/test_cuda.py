@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 import lezero
 from lezero.ir import InputError, interpret, parse_module, print_module
 from lezero.runtime import devices
-from lezero.runtime.cuda import CudaFunction, _TritonLaunch
+from lezero.runtime.cuda import AUTOTUNE_MIN_FLOPS, CudaFunction, _TritonLaunch
 
 from fusion_testing import inputs_for, random_graphs
 from op_samples import ALL_SAMPLES
@@ -204,12 +204,20 @@ def test_autotuning_times_each_config_on_scratch_results(monkeypatch):
             calls.append((config, buffers[1]))
 
     x, out = torch.zeros(3), torch.zeros(3)
-    launch = _TritonLaunch("k", Loaded(), (0.002, 0.0, 0.001), 1, [])
+    launch = _TritonLaunch("k", Loaded(), (0.002, 0.0, 0.001), 1, [], flops=AUTOTUNE_MIN_FLOPS)
     launch.run([x, out])
     assert launch.config == 0.0
     assert all(b is not out for _, b in calls[:-1]) and calls[-1] == (0.0, out)
     launch.run([x, out])
     assert len(calls) == 3 * 6 + 2  # tuned once
+
+    # a small kernel, or LEZERO_AUTOTUNE=0: the heuristic config, no timing
+    small = _TritonLaunch("k", Loaded(), (0.002, 0.0, 0.001), 1, [], flops=AUTOTUNE_MIN_FLOPS - 1)
+    small.run([x, out])
+    monkeypatch.setenv("LEZERO_AUTOTUNE", "0")
+    off = _TritonLaunch("k", Loaded(), (0.002, 0.0, 0.001), 1, [], flops=AUTOTUNE_MIN_FLOPS)
+    off.run([x, out])
+    assert small.config == off.config == 0.002 and len(calls) == 3 * 6 + 4
 
 
 def test_a_module_scheduled_for_the_cpu_runs_its_kernels_on_the_cpu():

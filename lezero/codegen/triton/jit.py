@@ -84,18 +84,26 @@ class LoadedTritonKernel:
 _LOADED: dict[tuple, LoadedTritonKernel] = {}
 
 
+def body_hash(kernel: TritonKernel) -> str:
+    """The hash of the source with the kernel's name taken out: kernels that differ only in their
+    names (a model's repeated conv + bias + relu) share one loaded function, so one compile."""
+    return hashlib.sha256(kernel.source.replace(kernel.name, "\0").encode()).hexdigest()
+
+
 def load(kernel: TritonKernel) -> LoadedTritonKernel:
-    """The kernel's function, imported from its cached file (once per source and interpreter mode)."""
+    """The kernel's function, imported from its cached file (once per body and interpreter mode:
+    a kernel with the body of one already loaded runs that one's function)."""
     _triton()
-    digest = source_hash(kernel)
-    key = (digest, os.environ.get("TRITON_INTERPRET", "0"))
-    if key not in _LOADED:
+    key = (body_hash(kernel), os.environ.get("TRITON_INTERPRET", "0"))
+    loaded = _LOADED.get(key)
+    if loaded is None:
+        digest = source_hash(kernel)
         path = _write_source(kernel, digest)
         spec = importlib.util.spec_from_file_location(f"lezero_triton_{digest[:16]}_{key[1]}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        _LOADED[key] = LoadedTritonKernel(kernel, getattr(module, kernel.name), key[1] == "1")
-    return _LOADED[key]
+        loaded = _LOADED[key] = LoadedTritonKernel(kernel, getattr(module, kernel.name), key[1] == "1")
+    return loaded if loaded.kernel is kernel else LoadedTritonKernel(kernel, loaded.fn, loaded.interpreted)
 
 
 def build_ptx(kernel: TritonKernel, config: LaunchConfig | None = None) -> str:

@@ -281,6 +281,7 @@ def test_triton_text_names_every_kernel():
 
 def test_kernels_are_cached_as_files(tmp_path, monkeypatch):
     monkeypatch.setenv("LEZERO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "_LOADED", {})  # nothing loaded yet in this process
     x = t("10")
     m = module(f"(%x: {x}) -> {x}", f'%0 = "lz.cos"(%x) : ({x}) -> {x}', f"func.return %0 : {x}")
     (kernel,) = check_triton(m, [data((10,))])
@@ -288,6 +289,20 @@ def test_kernels_are_cached_as_files(tmp_path, monkeypatch):
     assert [f.name for f in files] == [f"{jit.source_hash(kernel)}.py"]
     assert files[0].read_text() == kernel.source
     assert jit.load(kernel) is jit.load(kernel)
+
+
+def test_kernels_differing_only_in_name_share_one_function():
+    """A model repeats kernels (conv + bias + relu per block) that differ only in their names:
+    one load, one compile."""
+    x = t("8x8")
+    m = module(f"(%x: {x}, %w: {x}) -> {x}", f'%0 = "lz.matmul"(%x, %w) : ({x}, {x}) -> {x}',
+               f'%1 = "lz.relu"(%0) : ({x}) -> {x}', f'%2 = "lz.matmul"(%1, %w) : ({x}, {x}) -> {x}',
+               f'%3 = "lz.relu"(%2) : ({x}) -> {x}', f"func.return %3 : {x}")
+    kernels = [lower_kernel(op) for op in schedule(m, target="cuda").lookup("f").entry_block.ops
+               if op.name == "lz.kernel" and op.attributes["kind"].value != "transfer"]
+    assert len(kernels) == 2 and kernels[0].name != kernels[1].name, [k.name for k in kernels]
+    first, second = jit.load(kernels[0]), jit.load(kernels[1])
+    assert first.fn is second.fn and second.kernel is kernels[1]
 
 
 def test_missing_triton_says_how_to_install(monkeypatch):
