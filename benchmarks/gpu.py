@@ -411,8 +411,7 @@ def bench_resnet() -> None:
     if not over_budget("ResNet-50 training step", needs=60):
         compare_train_step("ResNet-50 (cross-entropy, SGD with momentum, BatchNorm in eval mode)", resnet50,
                            "SGD", {"lr": 0.01, "momentum": 0.9}, x, y, 1e-2, torch_compile_seconds=120,
-                           note=precision + "; lz.max_pool2d_grad has no Triton lowering: it runs on the "
-                                            "CPU, with transfers")
+                           note=precision)
 
 
 # --- driver -----------------------------------------------------------------------------------------------

@@ -23,20 +23,29 @@ reason, is logged on the ``lezero.fusion`` logger (``lezero-opt --debug=fusion``
 
 What a group of each kind may hold (the contract in docs/architecture.md):
 
-- ``elementwise``: elementwise ops and data movement whose results all have one shape, the
-  iteration space.  Data movement is index arithmetic on a load, so it reads its input from
-  memory (a kernel operand), never from an op of the same group: it folds into the kernel that
-  reads it, not into the one that produces its input.
+- **Data movement** (``MOVEMENT_OPS``) is index arithmetic on a load, in any kind of group: it
+  reads its inputs from memory (kernel operands), never from an op of the same group, so it folds
+  into the kernel that reads it, not into the one that produces its input.  A moved value that
+  only its group reads (a *moved operand*) is computed at the index of each op reading it and
+  stored nowhere, so it may have any shape those ops broadcast from (BatchNorm's per-channel
+  vector reshaped to C x 1 x 1 and read by a conv's epilogue); one that something outside the
+  group reads too is a result of the kernel, so it must have the iteration space's shape, which
+  only an elementwise kernel allows.  A contraction's epilogue or a reduction reads no
+  ``lz.transpose``: its strided reads would run along the kernel's vectorized loop, which only
+  the elementwise kernels tile for (``_check_moved_operand``).
+- ``elementwise``: elementwise ops whose results all have one shape, the iteration space, and
+  data movement.
 - ``reduction``: ``reduce_*``/``argmax`` ops that all reduce the same axes of inputs of one
   shape, plus elementwise ops at that full shape (prologue, and epilogue broadcast back: softmax's
-  ``x - max(x)``) or at the reduced shape (kept or dropped dims).  A reduced value may feed a
-  full-shape op only if broadcasting puts it back along the reduced axes (``keepdims``, or
-  reduced axes that lead).  No data movement.
-- ``matmul`` / ``conv``: one ``lz.matmul`` / ``lz.conv2d`` whose operands come from memory, and
-  elementwise ops over its result shape (bias, activation, residual add).  The one prologue: a
-  matmul may read an operand through an ``lz.transpose`` of memory (``x @ w.T``, ONNX Gemm's
-  ``transB``), when the transpose keeps the operand's contiguous dim among the two matrix dims
-  (the GEMM packs rows or columns with other strides) and nothing outside the kernel reads it.
+  ``x - max(x)``) or at the reduced shape (kept or dropped dims), and moved operands (group norm's
+  input reshaped to N x G x rest).  A reduced value may feed a full-shape op only if broadcasting
+  puts it back along the reduced axes (``keepdims``, or reduced axes that lead).
+- ``matmul`` / ``conv``: one ``lz.matmul`` / ``lz.conv2d`` whose operands come from memory,
+  elementwise ops over its result shape (bias, activation, residual add: the epilogue), and the
+  moved operands the epilogue reads.  The one prologue: a matmul may read an operand through an
+  ``lz.transpose`` of memory (``x @ w.T``, ONNX Gemm's ``transB``), when the transpose keeps the
+  operand's contiguous dim among the two matrix dims (the GEMM packs rows or columns with other
+  strides) and nothing outside the kernel reads it.
 - ``single``: one op of any other kind (pooling, composites, ...), never fused.
 
 Shapes must be static for ops to share a kernel (an op with a ``?`` dim stays alone): equal
@@ -145,38 +154,52 @@ def classify(ops: list[Operation]) -> str:
                 raise Refusal(f"'{op.name}' gives {r.type}: shapes must be static to fuse (bind the dims first)")
     anchors = [op for op, role in roles if role in ("matmul", "conv")]
     reductions = [op for op, role in roles if role == "reduction"]
-    movement = [op for op, role in roles if role == "movement"]
     if len(anchors) > 1:
         raise Refusal(f"a kernel holds one contraction: '{anchors[0].name}' and '{anchors[1].name}'")
     if anchors and reductions:
         raise Refusal(f"a {CONTRACTION_OPS[anchors[0].name]} kernel holds no reduction ('{reductions[0].name}')")
+    for op, role in roles:
+        if role == "movement":
+            _check_movement(op, producer)
+    members = {id(op) for op in ops}
     if anchors:
-        members = {id(op) for op in ops}
-        for op in movement:
-            _check_prologue(op, anchors[0], producer, members)
-    elif reductions and movement:
-        raise Refusal(f"data movement ('{movement[0].name}') joins only elementwise kernels, not a reduction kernel")
-    if anchors:
-        _check_contraction(anchors[0], ops, producer)
+        _check_contraction(anchors[0], ops, producer, members)
         return CONTRACTION_OPS[anchors[0].name]
     if reductions:
-        _check_reduction(reductions, ops, producer)
+        _check_reduction(reductions, ops, producer, members)
         return "reduction"
-    _check_elementwise(ops, producer)
+    _check_elementwise(ops, members)
     return "elementwise"
 
 
-def _check_elementwise(ops, producer) -> None:
-    space = _shape(ops[0].result)
-    for op in ops:
+def read_outside(op: Operation, members) -> bool:
+    """Whether anything outside the group (the ops whose ids are ``members``) reads ``op``'s result."""
+    return any(id(u) not in members for r in op.results for u in r.users)
+
+
+def is_moved_operand(op: Operation, members) -> bool:
+    """Whether ``op`` is data movement that only its group reads: index arithmetic on the load
+    of its input, computed at the index of each op reading it and stored nowhere, so it may have
+    any shape those ops broadcast from."""
+    return op.name in MOVEMENT_OPS and not read_outside(op, members)
+
+
+def _check_movement(op, producer) -> None:
+    """Data movement is index arithmetic on a load: it reads its inputs from memory."""
+    for v in op.operands:
+        if id(v) in producer:
+            raise Refusal(f"'{op.name}' must read its input from memory, not from '{producer[id(v)].name}' in the "
+                          "same kernel")
+
+
+def _check_elementwise(ops, members) -> None:
+    stored = [op for op in ops if not is_moved_operand(op, members)]  # what the kernel computes per index
+    computed = [op for op in stored if op.name not in MOVEMENT_OPS]
+    space = _shape((computed or stored or ops)[0].result)
+    for op in stored:
         shape = _shape(op.result)
         if shape != space:
             raise Refusal(f"iteration space {_fmt(shape)} differs from {_fmt(space)}")
-        if op.name in MOVEMENT_OPS:
-            for v in op.operands:
-                if id(v) in producer:
-                    raise Refusal(f"'{op.name}' must read its input from memory, not from "
-                                  f"'{producer[id(v)].name}' in the same kernel")
 
 
 def is_transposed_operand(op: Operation, anchor: Operation) -> bool:
@@ -185,39 +208,53 @@ def is_transposed_operand(op: Operation, anchor: Operation) -> bool:
             and any(v is op.result for v in anchor.operands))
 
 
-def _check_prologue(op, anchor, producer, members) -> None:
-    """A contraction kernel holds data movement only as a matmul operand's transpose of memory
-    whose result nothing outside the kernel reads, and that keeps the operand's contiguous dim
-    (the stored last one) among the two matrix dims."""
-    kind = CONTRACTION_OPS[anchor.name]
-    if not is_transposed_operand(op, anchor):
-        raise Refusal(f"data movement ('{op.name}') joins only elementwise kernels, not a {kind} kernel "
-                      "(except a transpose a matmul reads)")
-    (x,) = op.operands
-    if id(x) in producer:
-        raise Refusal(f"'{op.name}' must read its input from memory, not from '{producer[id(x)].name}' in the same "
-                      "kernel")
-    if any(id(u) not in members for u in op.result.users):
+def _check_prologue(op, members) -> None:
+    """A matmul reads an operand through a transpose of memory only when nothing outside the
+    kernel reads the transpose, and the transpose keeps the operand's contiguous dim (the stored
+    last one) among the two matrix dims."""
+    if read_outside(op, members):
         raise Refusal(f"'{op.name}' feeding the matmul is also read outside the kernel")
+    (x,) = op.operands
     rank = x.type.rank
     perm = TransposeOp.permutation(op.definition.attrs(op), rank)
     if rank > 1 and rank - 1 not in perm[-2:]:
         raise Refusal(f"'{op.name}' with perm {list(perm)} makes the contiguous dim a batch dim of the matmul")
 
 
-def _check_contraction(anchor, ops, producer) -> None:
+def _check_contraction(anchor, ops, producer, members) -> None:
     kind = CONTRACTION_OPS[anchor.name]
     for v in anchor.operands:
         if id(v) in producer and not is_transposed_operand(producer[id(v)], anchor):
-            raise Refusal(f"a {kind} kernel takes no prologue: '{producer[id(v)].name}' feeds the {kind}")
+            but = " but a transpose of memory" if kind == "matmul" else ""
+            raise Refusal(f"a {kind} kernel takes no prologue{but}: '{producer[id(v)].name}' feeds the {kind}")
     space = _shape(anchor.result)
     for op in ops:
-        if op is not anchor and op.name not in MOVEMENT_OPS and _shape(op.result) != space:
+        if op is anchor:
+            continue
+        if op.name in MOVEMENT_OPS:
+            if is_transposed_operand(op, anchor):
+                _check_prologue(op, members)
+            else:
+                _check_moved_operand(op, f"the {kind} epilogue", members)
+        elif _shape(op.result) != space:
             raise Refusal(f"{kind} epilogue must have the {kind}'s shape: '{op.name}' gives "
                           f"{_fmt(_shape(op.result))}, the {kind} {_fmt(space)}")
 
 
-def _check_reduction(reductions, ops, producer) -> None:
+def _check_moved_operand(op, reader: str, members) -> None:
+    """A contraction's epilogue or a reduction reads data movement only as a moved operand, and
+    never a transpose: its reads stride through memory along the kernel's vectorized loop, which
+    (unlike an elementwise kernel's) is not tiled for it, so a transpose kernel of its own (blocks
+    transposed in registers) then a contiguous read is faster (measured: a 512^3 matmul's
+    transposed residual 10-16% slower read in place, row sums of a transposed 1024^2 10x)."""
+    if op.name == "lz.transpose":
+        raise Refusal(f"'{op.name}' read by {reader} would stride through memory along its vectorized loop "
+                      "(a transpose kernel of its own is faster)")
+    if read_outside(op, members):  # it would be a result of another shape than the kernel's
+        raise Refusal(f"'{op.name}' read by {reader} is also read outside the kernel")
+
+
+def _check_reduction(reductions, ops, producer, members) -> None:
     first = reductions[0]
     full = _shape(first.operands[0])
     axes = reduced_axes(first)
@@ -239,13 +276,16 @@ def _check_reduction(reductions, ops, producer) -> None:
     for op in ops:
         if op.name in REDUCTION_OPS:
             continue  # its input has the full shape (checked above), its result a reduced one
+        if op.name in MOVEMENT_OPS:
+            _check_moved_operand(op, "the reduction", members)
+            continue  # read from memory (checked above): any broadcast of it is index arithmetic
         at = layout(_shape(op.result))
         if at is None:
             raise Refusal(f"iteration space {_fmt(_shape(op.result))} differs from {_fmt(full)} "
                           f"(reduced: {_fmt(kept)})")
         for v in op.operands:
-            if id(v) not in producer:
-                continue  # read from memory: any broadcast is index arithmetic
+            if id(v) not in producer or producer[id(v)].name in MOVEMENT_OPS:
+                continue  # read from memory, or through data movement of memory: any broadcast is index arithmetic
             reads = layout(_shape(v))
             same_index = (reads == at or (reads == "kept" and at == "full")
                           or (reads == "dropped" and at in ("full", "kept") and dropped_broadcasts_back))
@@ -301,7 +341,8 @@ class PartitionOptions(Pass):
     max_ops: int = option(64, "largest number of ops in one kernel")
     epilogues: bool = option(True, "fuse elementwise epilogues into matmul and conv kernels")
     reductions: bool = option(True, "fuse elementwise prologues and epilogues into reduction kernels")
-    movement: bool = option(True, "fold data movement into the elementwise kernel that reads it")
+    movement: bool = option(True, "fold data movement into the kernel that reads it (elementwise, epilogue or "
+                                  "reduction)")
     prologues: bool = option(True, "fold a transpose into the matmul kernel that reads it")
     target: str = option(HOST, "where kernels run: cpu, or cuda (ops the GPU backend cannot run go to the "
                                "CPU, with lz.transfer ops between)")
@@ -403,11 +444,13 @@ class Partitioner:
         o = self.options
         if kind in ("matmul", "conv") and not o.epilogues and any(op_role(op) == "elementwise" for op in ops):
             return f"epilogues=false: a {kind} kernel holds no epilogue"
-        if kind == "matmul" and not o.prologues and any(op.name in MOVEMENT_OPS for op in ops):
+        anchor = next((op for op in ops if op.name in CONTRACTION_OPS), None)
+        prologue = [op for op in ops if anchor is not None and is_transposed_operand(op, anchor)]
+        if prologue and not o.prologues:
             return "prologues=false: a matmul kernel reads its operands from memory"
         if kind == "reduction" and not o.reductions:
             return "reductions=false: a reduction kernel holds only its reduction"
-        if kind == "elementwise" and not o.movement and any(op.name in MOVEMENT_OPS for op in ops):
+        if not o.movement and any(op.name in MOVEMENT_OPS and op not in prologue for op in ops):
             return "movement=false: data movement is a kernel of its own"
         return ""
 

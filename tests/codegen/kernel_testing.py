@@ -107,3 +107,46 @@ def check_kernel(module, kernel, inputs, splits: int = 2, rtol=None, atol=None) 
         assert_matches(g, w, rtol, atol)
     return lowered
 
+
+
+# Epilogues that read operands through data movement of memory, shared by the CPU and Triton
+# contraction tests: the lowerings take any (partition folds all but a transpose into the
+# contraction kernel that reads it).
+
+MOVED_OPERAND_SHAPES = [("n",), ("n", "m"), ("m", 1), ("m", "n")]  # "m", "n": the product's dims
+
+
+def moved_operands_epilogue(b, p, bias, transposed, column, residual):
+    """relu(p + bias as a row + transposed.T) * column broadcast to p's shape - residual shifted
+    down a row (a pad that crops the last row and fills the first with 0.5)."""
+    y = b.op("lz.add", p, b.op("lz.reshape", bias, shape=[1, -1]))
+    y = b.op("lz.add", y, b.op("lz.transpose", transposed, perm=[1, 0]))
+    y = b.op("lz.relu", y)
+    y = b.op("lz.mul", y, b.op("lz.broadcast_to", column, shape=list(p.type.shape)))
+    return b.op("lz.sub", y, b.op("lz.pad", residual, pads=[1, 0, -1, 0], value=0.5))
+
+
+def batch_norm_epilogue(b, y, scale, shift):
+    """relu(y * scale + shift), the 1-D per-channel vectors reshaped to C x 1 x 1 as
+    ``lz.batch_norm`` decomposes."""
+    column = [-1, 1, 1]
+    y = b.op("lz.mul", y, b.op("lz.reshape", scale, shape=column))
+    return b.op("lz.relu", b.op("lz.add", y, b.op("lz.reshape", shift, shape=column)))
+
+
+GROUP_NORM_SHAPES = [(2, 4, 3, 5), (4, 15), (2,)]  # x, a scale, a shift: float32
+
+
+def group_norm_body(b, x, scale, shift):
+    """Group norm's statistics over x reshaped to N x 2 x rest (the reduction reads x through the
+    reshape), normalized and scaled by ``scale`` reshaped to 2 x rest, and the groups' means
+    shifted by ``shift`` reshaped to 1 x 2 x 1: data movement of memory at the input shape and at
+    the reduced one."""
+    n = x.type.shape[0]
+    groups = b.op("lz.reshape", x, shape=[n, 2, -1])
+    mean = b.op("lz.reduce_mean", groups, axes=[2], keepdims=True)
+    centered = b.op("lz.sub", groups, mean)
+    var = b.op("lz.reduce_mean", b.op("lz.mul", centered, centered), axes=[2], keepdims=True)
+    normalized = b.op("lz.mul", centered, b.op("lz.rsqrt", var))
+    scaled = b.op("lz.mul", normalized, b.op("lz.reshape", scale, shape=[2, -1]))
+    return [scaled, b.op("lz.add", mean, b.op("lz.reshape", shift, shape=[1, 2, 1]))]

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kernel_testing import check_kernel, make_kernel, random_array, reference, run_kernel, assert_matches
+from kernel_testing import (MOVED_OPERAND_SHAPES, assert_matches, batch_norm_epilogue, check_kernel, make_kernel,
+                            moved_operands_epilogue, random_array, reference, run_kernel)
 from lezero.codegen.llvm import jit, lower_contraction
 from lezero.codegen.llvm.lower_kernel import lower_kernel
 from lezero.ir.dialect.windows import window_output_size
@@ -83,6 +84,22 @@ def test_matmul_epilogues(name):
     module, kernel = matmul_kernel((m, k), (k, n), "f32", extra, epilogue)
     inputs = [data(rng, s, "f32") for s in [(m, k), (k, n)] + extra]
     check_kernel(module, kernel, inputs, splits=2, **F32_TOL)
+
+
+@pytest.mark.parametrize("m,k,n,dtype", [
+    (37, 50, 70, "f32"),  # the GEMM: the epilogue inside the micro-kernel
+    (37, 50, 10, "f32"),  # dot products (few columns)
+    (2, 50, 70, "f32"),  # a thin tile, B read in place
+    (9, 20, 33, "f64"),  # loops
+])
+def test_matmul_epilogue_reads_moved_operands(m, k, n, dtype):
+    """Operands read through reshape, transpose, broadcast_to and pad of memory (index arithmetic
+    in the epilogue's value-at-index walk) on every way a matmul lowers."""
+    rng = np.random.default_rng(m + n)
+    extra = [resolve(s, m, n) for s in MOVED_OPERAND_SHAPES]
+    module, kernel = matmul_kernel((m, k), (k, n), dtype, extra, moved_operands_epilogue)
+    inputs = [data(rng, s, dtype) for s in [(m, k), (k, n)] + extra]
+    check_kernel(module, kernel, inputs, splits=2, **tolerance(dtype))
 
 
 @pytest.mark.parametrize("a_shape,b_shape,dtype", [
@@ -339,6 +356,29 @@ def test_conv_epilogues(name, reading, monkeypatch):
     check_kernel(module, kernel, inputs, splits=2, **F32_TOL)
 
 
+@pytest.mark.parametrize("reading", ["direct", "packed"])
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((2, 16, 12, 12), (16, 16, 3, 3), attrs_of(pads=(1, 1, 1, 1))),  # the GEMM
+    ((1, 16, 9, 9), (16, 16, 1, 1), attrs_of()),  # the GEMM, B packed in place
+    ((2, 8, 9, 9), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=8)),  # depthwise: loops
+])
+def test_conv_batch_norm_epilogue_reads_reshaped_vectors(x_shape, w_shape, attrs, reading, monkeypatch):
+    """relu(conv * scale + shift) with the 1-D per-channel vectors read through their reshapes to
+    C x 1 x 1 (a traced BatchNorm), and a residual stored NHWC read through a transpose."""
+    monkeypatch.setattr(lower_contraction, "CONV_B", reading)
+    out = conv_output_shape(x_shape, w_shape, attrs)
+    nhwc = (out[0], out[2], out[3], out[1])
+
+    def epilogue(b, y, scale, shift, residual):
+        nchw = b.op("lz.transpose", residual, perm=[0, 3, 1, 2])
+        return b.op("lz.add", batch_norm_epilogue(b, y, scale, shift), nchw)
+
+    extra = [(out[1],), (out[1],), nhwc]
+    module, kernel = conv_kernel(x_shape, w_shape, attrs, "f32", extra, epilogue)
+    rng = np.random.default_rng(sum(x_shape))
+    check_kernel(module, kernel, [data(rng, s, "f32") for s in [x_shape, w_shape] + extra], splits=2, **F32_TOL)
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16", "f64"])
 def test_conv_other_dtypes(dtype):
     x_shape, w_shape = (1, 4, 7, 6), (6, 2, 3, 3)
@@ -397,6 +437,18 @@ def test_epilogue_is_vectorized_inside_the_micro_kernel():
     assert len(re.findall(rf"vfmadd\S*\s+.*%{register}", asm)) >= 24
     assert not re.search(r"v(fmadd|fmsub|fnmadd|add|mul|sub|max|min|div)\d*ss\s", asm), "scalar float code"
     assert "call" not in asm
+
+
+def test_reshaped_vector_in_the_epilogue_is_the_same_machine_code():
+    """A conv epilogue reading a per-channel vector through its reshape to C x 1 x 1 (a traced
+    BatchNorm) compiles to exactly the micro-kernel of one reading a C x 1 x 1 operand: the
+    reshape folds away in the index arithmetic, the epilogue stays vectorized."""
+    x_shape, w_shape, attrs = (1, 16, 14, 14), (16, 16, 3, 3), attrs_of(pads=(1, 1, 1, 1))
+    _, stored = conv_kernel(x_shape, w_shape, attrs, "f32", [(16, 1, 1)],
+                            lambda b, y, c: b.op("lz.relu", b.op("lz.add", y, c)))
+    _, reshaped = conv_kernel(x_shape, w_shape, attrs, "f32", [(16,)], lambda b, y, c: b.op(
+        "lz.relu", b.op("lz.add", y, b.op("lz.reshape", c, shape=[16, 1, 1]))))
+    assert micro_kernel_assembly(reshaped) == micro_kernel_assembly(stored)
 
 
 def test_float64_epilogue_reports_its_libm_calls():

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_testing import assert_matches, check_kernel, make_kernel, random_array, reference, run_kernel
+from kernel_testing import (GROUP_NORM_SHAPES, assert_matches, check_kernel, group_norm_body, make_kernel, random_array,
+                            reference, run_kernel)
 from lezero.codegen.llvm import jit
 from lezero.codegen.llvm.lower_kernel import lower_kernel
 from lezero.ir.dialect.numerics import to_storage
@@ -146,6 +147,18 @@ def test_batch_statistics_with_dropped_dims():
     module, kernel = make_kernel([((4, 3, 5, 6), "f32")], lambda b, x: [
         b.op("lz.reduce_sum", x, axes=[0, 2], keepdims=True), b.op("lz.reduce_max", x, axes=[0, 2])], kind="reduction")
     check_kernel(module, kernel, [x4], splits=3)
+
+
+def test_reductions_read_operands_through_data_movement():
+    """Group norm reading its input and its parameters through reshapes of memory (one reduction
+    kernel), and a column sum of a transposed input (the tile loop reads it strided)."""
+    rng = np.random.default_rng(5)
+    module, kernel = make_kernel([(s, "f32") for s in GROUP_NORM_SHAPES], group_norm_body, kind="reduction")
+    check_kernel(module, kernel, [rng.standard_normal(s).astype(np.float32) for s in GROUP_NORM_SHAPES], splits=2,
+                 rtol=1e-4, atol=1e-5)
+    module, kernel = make_kernel([((5, 7), "f32")], lambda b, x: b.op(
+        "lz.reduce_sum", b.op("lz.transpose", x, perm=[1, 0]), axes=[0]), kind="reduction")
+    check_kernel(module, kernel, [rng.standard_normal((5, 7)).astype(np.float32)], splits=2, rtol=1e-5, atol=1e-5)
 
 
 def test_full_and_empty_reductions():

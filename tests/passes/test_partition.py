@@ -107,6 +107,83 @@ def test_data_movement_folds_into_its_reader_not_its_producer():
     assert groups_of(m) == [("elementwise", ["exp"]), ("elementwise", ["transpose", "add"])]
 
 
+MOVED_OPERANDS = """
+func.func @f(%x: tensor<2x3x6x6xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>, %a: tensor<8x5xf32>,
+             %v: tensor<5x8xf32>, %r: tensor<8x7xf32>, %g: tensor<2x4x4x4xf32>)
+    -> (tensor<2x4x4x4xf32>, tensor<8x8xf32>, tensor<2x2x32xf32>) {
+  %0 = "lz.conv2d"(%x, %w) : (tensor<2x3x6x6xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+  %bc = "lz.reshape"(%b) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+  %1 = "lz.add"(%0, %bc) : (tensor<2x4x4x4xf32>, tensor<4x1x1xf32>) -> tensor<2x4x4x4xf32>
+  %2 = "lz.relu"(%1) : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+  %3 = "lz.matmul"(%a, %v) : (tensor<8x5xf32>, tensor<5x8xf32>) -> tensor<8x8xf32>
+  %rp = "lz.pad"(%r) {pads = array<i64: 0, 1, 0, 0>, value = 0.0 : f64} : (tensor<8x7xf32>) -> tensor<8x8xf32>
+  %4 = "lz.add"(%3, %rp) : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %gg = "lz.reshape"(%g) {shape = array<i64: 2, 2, 32>} : (tensor<2x4x4x4xf32>) -> tensor<2x2x32xf32>
+  %m = "lz.reduce_mean"(%gg) {axes = array<i64: 2>, keepdims = true} : (tensor<2x2x32xf32>) -> tensor<2x2x1xf32>
+  %5 = "lz.sub"(%gg, %m) : (tensor<2x2x32xf32>, tensor<2x2x1xf32>) -> tensor<2x2x32xf32>
+  func.return %2, %4, %5 : tensor<2x4x4x4xf32>, tensor<8x8xf32>, tensor<2x2x32xf32>
+}"""
+
+
+def test_moved_operands_join_epilogues_and_reductions():
+    """A conv's epilogue reads a per-channel vector through its reshape, a matmul's a residual
+    through a pad, a reduction its input through a reshape: index arithmetic on loads of memory,
+    each in the kernel that reads it (movement=false keeps them kernels of their own)."""
+    assert groups_of(partitioned(MOVED_OPERANDS)) == [("conv", ["conv2d", "reshape", "add", "relu"]),
+                                                      ("matmul", ["matmul", "pad", "add"]),
+                                                      ("reduction", ["reshape", "reduce_mean", "sub"])]
+    apart = groups_of(partitioned(MOVED_OPERANDS, "partition{movement=false}"))
+    assert ("conv", ["conv2d", "add", "relu"]) in apart and ("elementwise", ["reshape"]) in apart
+    assert ("matmul", ["matmul", "add"]) in apart and ("elementwise", ["pad"]) in apart
+    assert ("reduction", ["reduce_mean", "sub"]) in apart
+    assert "movement=false: data movement is a kernel of its own" in refusals(MOVED_OPERANDS,
+                                                                              "partition{movement=false}")
+
+
+def test_moved_operands_come_from_memory_and_stay_inside():
+    """Movement of a value the kernel computes is refused (it reads memory), and so is a moved
+    value that something outside the kernel also reads (the kernel would store it at another
+    shape); a moved operand of an elementwise kernel may have any shape it broadcasts from."""
+    text = """
+    func.func @f(%x: tensor<2x4x3x3xf32>, %w: tensor<4x4x1x1xf32>, %b: tensor<4xf32>, %s: tensor<4xf32>)
+        -> (tensor<2x4x3x3xf32>, tensor<4x1x1xf32>, tensor<2x4x3x3xf32>) {
+      %0 = "lz.conv2d"(%x, %w) : (tensor<2x4x3x3xf32>, tensor<4x4x1x1xf32>) -> tensor<2x4x3x3xf32>
+      %1 = "lz.reshape"(%0) {shape = array<i64: 2, 4, 9>} : (tensor<2x4x3x3xf32>) -> tensor<2x4x9xf32>
+      %2 = "lz.reshape"(%1) {shape = array<i64: 2, 4, 3, 3>} : (tensor<2x4x9xf32>) -> tensor<2x4x3x3xf32>
+      %bc = "lz.reshape"(%b) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+      %3 = "lz.add"(%2, %bc) : (tensor<2x4x3x3xf32>, tensor<4x1x1xf32>) -> tensor<2x4x3x3xf32>
+      %sc = "lz.reshape"(%s) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+      %4 = "lz.mul"(%x, %sc) : (tensor<2x4x3x3xf32>, tensor<4x1x1xf32>) -> tensor<2x4x3x3xf32>
+      func.return %3, %sc, %4 : tensor<2x4x3x3xf32>, tensor<4x1x1xf32>, tensor<2x4x3x3xf32>
+    }"""
+    log = refusals(text)
+    assert "'lz.reshape' must read its input from memory, not from 'lz.conv2d' in the same kernel" in log
+    assert "iteration space 4x1x1 differs from 2x4x3x3" in log  # %sc is returned: a result of its own shape
+    # %2 reads %1 from memory, %bc broadcasts inside; %1 and %sc are kernels of their own
+    assert groups_of(partitioned(text)) == [("conv", ["conv2d"]), ("elementwise", ["reshape"]),
+                                            ("elementwise", ["reshape"]), ("elementwise", ["mul"]),
+                                            ("elementwise", ["reshape", "reshape", "add"])]
+
+
+def test_transposed_operands_stay_out_of_epilogues_and_reductions():
+    """A transpose read by a matmul's epilogue or a reduction strides along its vectorized loop:
+    a kernel of its own (a matmul still reads an operand through one, as its prologue)."""
+    text = """
+    func.func @f(%a: tensor<8x8xf32>, %b: tensor<8x8xf32>, %r: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<8xf32>) {
+      %0 = "lz.matmul"(%a, %b) : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+      %rt = "lz.transpose"(%r) {perm = array<i64: 1, 0>} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+      %1 = "lz.add"(%0, %rt) : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+      %at = "lz.transpose"(%a) {perm = array<i64: 1, 0>} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+      %2 = "lz.reduce_sum"(%at) {axes = array<i64: 1>} : (tensor<8x8xf32>) -> tensor<8xf32>
+      func.return %1, %2 : tensor<8x8xf32>, tensor<8xf32>
+    }"""
+    log = refusals(text)
+    assert ("'lz.transpose' read by the matmul epilogue would stride through memory along its vectorized loop "
+            "(a transpose kernel of its own is faster)") in log
+    assert "'lz.transpose' read by the reduction would stride through memory" in log
+    assert groups_of(partitioned(text)) == [("elementwise", ["transpose"]), ("elementwise", ["transpose"]),
+                                            ("matmul", ["matmul", "add"]), ("reduction", ["reduce_sum"])]
+
 LINEAR = """
 func.func @linear(%x: tensor<64x784xf32>, %w: tensor<256x784xf32>, %b: tensor<256xf32>,
                   %dy: tensor<64x256xf32>) -> (tensor<64x256xf32>, tensor<256x784xf32>) {
@@ -152,7 +229,7 @@ def test_transposes_a_matmul_cannot_read():
     assert "'lz.transpose' feeding the matmul is also read outside the kernel" in log
     assert "'lz.transpose' with perm [2, 0, 1] makes the contiguous dim a batch dim of the matmul" in log
     assert "'lz.transpose' must read its input from memory, not from 'lz.exp' in the same kernel" in log
-    assert "data movement ('lz.reshape') joins only elementwise kernels, not a matmul kernel" in log
+    assert "a matmul kernel takes no prologue but a transpose of memory: 'lz.reshape' feeds the matmul" in log
 
 
 def test_refusal_reasons():
@@ -169,7 +246,7 @@ def test_refusal_reasons():
       %2 = "lz.reduce_sum"(%1) {axes = array<i64: 1>} : (tensor<4x4xf32>) -> tensor<4xf32>
       func.return %2 : tensor<4xf32>
     }""")
-    assert "a matmul kernel takes no prologue: 'lz.relu' feeds the matmul" in log
+    assert "a matmul kernel takes no prologue but a transpose of memory: 'lz.relu' feeds the matmul" in log
     assert "a matmul kernel holds no reduction ('lz.reduce_sum')" in log
     assert "a reduction already in the group reduces other axes: 'lz.reduce_sum' reduces [1], 'lz.reduce_max' [0]" in log
 

@@ -6,7 +6,9 @@ the last K block the tile's sums go to a stack array and, for each row of the ti
 its columns evaluates every yielded value with the same value-at-index emitter the elementwise
 kernels use (``ValueAtIndex``; the contraction's value is read from the tile), and stores it.
 LLVM vectorizes that loop like any elementwise loop, so bias, activations, residuals and any
-broadcast operand cost one pass over the tile while it is in L1.
+broadcast operand cost one pass over the tile while it is in L1; an operand read through data
+movement of memory (BatchNorm's per-channel vector reshaped to C x 1 x 1) is index arithmetic on
+its load, the same code as for an operand stored in that shape.
 
 - matmul (numpy semantics): each batch index (broadcast batch dims) is one GEMM; a 1-D lhs is
   one row, a 1-D rhs one column.

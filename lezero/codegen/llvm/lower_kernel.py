@@ -32,11 +32,11 @@ from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.lower_contraction import CONTRACTION_OPS, contraction_flops, lower_contraction
 from lezero.codegen.llvm.lower_elementwise import SCATTER_OPS, lower_elementwise, lower_scatter_nd
-from lezero.codegen.llvm.lower_pooling import POOL_GRAD_OPS, lower_max_pool2d_grad, lower_pooling
+from lezero.codegen.llvm.lower_pooling import lower_max_pool2d_grad, lower_pooling
 from lezero.codegen.llvm.lower_reduction import lower_cumulative, lower_reduction, lower_topk
 from lezero.codegen.value_at_index import MOVEMENT
 from lezero.ir.core import Operation
-from lezero.ir.dialect.pooling import POOL_OPS
+from lezero.ir.dialect.pooling import POOL_GRAD_OPS, POOL_OPS
 from lezero.ir.dialect.reduction import REDUCTION_OPS
 from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
 from lezero.ir.types import TensorType

@@ -28,8 +28,6 @@ from lezero.codegen.llvm.scalar_builder import Scalar, accumulator_type, compute
 from lezero.ir.dialect.numerics import lowest
 from lezero.ir.dialect.pooling import pool_geometry
 
-POOL_GRAD_OPS = frozenset({"lz.max_pool2d_grad"})
-
 
 def _window_counts(size: int, out: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
                    include_pad: bool) -> list[int]:

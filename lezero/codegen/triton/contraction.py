@@ -33,8 +33,9 @@ in 32 (or 64) bits, wrapping; truncated to the element type that is the referenc
 **The epilogue** is the value-at-index walk every kernel uses (``value_at_index.py``), with the
 tile's index: ``(batch coordinates..., rows[:, None], cols[None, :])`` for a matmul, ``(image[:,
 None], channels[None, :], oh[:, None], ow[:, None])`` for a conv, and the contraction's value
-overridden by the accumulator rounded to its element type.  Every yielded value (the
-contraction itself, or any elementwise value of the result's shape) is stored through a full
+overridden by the accumulator rounded to its element type; an operand read through data movement
+(a per-channel vector reshaped to C x 1 x 1) is index arithmetic on its load.  Every yielded value
+(the contraction itself, or any elementwise value of the result's shape) is stored through a full
 BLOCK_M x BLOCK_N block of offsets, into which a value constant along a dim broadcasts.
 
 Launch configs: ``configs[0]`` from the problem's size (small blocks for small problems: under
@@ -234,9 +235,9 @@ def lower_contraction(ctx: TritonContext) -> tuple:
 
 def _describe(ctx: TritonContext, anchor: Operation, what: str) -> None:
     """The kernel's opening comment: the contraction, the GEMM it is, the fused ops."""
+    prologue = [v.owner for v in anchor.operands if isinstance(v.owner, Operation)]
     epilogue = [op.name for op in ctx.body.ops
-                if op is not anchor and op.name not in ("lz.yield", "lz.transpose", "lz.constant")]
-    prologue = [op.name for op in ctx.body.ops if op.name == "lz.transpose"]
+                if op is not anchor and op not in prologue and op.name not in ("lz.yield", "lz.constant")]
     ctx.code.line(f"# {what}")
     if prologue:
         ctx.code.line("# operands read through lz.transpose (strides)")

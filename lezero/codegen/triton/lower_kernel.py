@@ -10,12 +10,12 @@ Kinds (the partitioner decides; ``lezero/passes/partition.py``):
 
 - ``elementwise``: ``elementwise.py`` (flat blocks over the yielded shape);
 - ``reduction``: ``reduction.py`` (row blocks, reduced extent in chunks);
-- ``single``: pooling (``pooling.py``), ``lz.cumulative`` (``reduction.py``), a lone elementwise,
-  data movement or reduction op;
+- ``single``: pooling and max pooling's gradient (``pooling.py``), ``lz.cumulative``
+  (``reduction.py``), a lone elementwise, data movement or reduction op;
 - ``matmul``/``conv``: ``contraction.py`` (``tl.dot`` with the epilogue through the same emitter).
 
 ``unsupported_reason(op)`` says which ops have no Triton lowering (``lz.topk``,
-``lz.scatter_nd``, ``lz.max_pool2d_grad``): it is registered as target ``"cuda"`` in
+``lz.scatter_nd``): it is registered as target ``"cuda"`` in
 ``lezero.passes.placement``, so ``partition{target=cuda}`` keeps those on the CPU.
 """
 from __future__ import annotations
@@ -26,13 +26,13 @@ from lezero.codegen.triton.contraction import contraction_unsupported_reason, lo
 from lezero.codegen.triton.elementwise import lower_elementwise
 from lezero.codegen.triton.emitter import TritonContext
 from lezero.codegen.triton.kernel import TritonKernel
-from lezero.codegen.triton.pooling import lower_pooling
+from lezero.codegen.triton.pooling import lower_max_pool2d_grad, lower_pooling
 from lezero.codegen.triton.reduction import MAX_SCAN, SCAN_OPS, lower_cumulative, lower_reduction
 from lezero.codegen.triton.scalar_builder import HELPERS, pointer_signature
 from lezero.codegen.value_at_index import MOVEMENT
 from lezero.ir.core import ModuleOp, Operation
 from lezero.ir.dialect.axes import normalize_axis
-from lezero.ir.dialect.pooling import POOL_OPS
+from lezero.ir.dialect.pooling import POOL_GRAD_OPS, POOL_OPS
 from lezero.ir.dialect.reduction import REDUCTION_OPS
 from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
 from lezero.ir.types import TensorType
@@ -41,8 +41,6 @@ from lezero.ir.types import TensorType
 UNSUPPORTED = {
     "lz.topk": "lz.topk has no Triton lowering (a selection per line; runs on the CPU)",
     "lz.scatter_nd": "lz.scatter_nd has no Triton lowering (scattered read-modify-write; runs on the CPU)",
-    "lz.max_pool2d_grad": "lz.max_pool2d_grad has no Triton lowering (overlapping windows add into one "
-                          "element; runs on the CPU)",
 }
 CONTRACTION_OPS = frozenset({"lz.matmul", "lz.conv2d"})
 STRUCTURAL = frozenset({"lz.constant", "lz.kernel", "lz.yield", "lz.transfer", "func.return"})
@@ -60,7 +58,8 @@ def unsupported_reason(op: Operation) -> str | None:
         if n is not None and n > MAX_SCAN:
             return f"lz.cumulative over {n} elements: longer than one Triton block ({MAX_SCAN}); runs on the CPU"
         return None
-    if op.name in STRUCTURAL or op.name in MOVEMENT or op.name in REDUCTION_OPS or op.name in POOL_OPS:
+    if op.name in STRUCTURAL or op.name in MOVEMENT or op.name in REDUCTION_OPS or op.name in POOL_OPS \
+            or op.name in POOL_GRAD_OPS:
         return None
     definition = op.definition
     if definition is not None and (definition.has_trait(ELEMENTWISE) or definition.has_trait(COMPOSITE)):
@@ -113,6 +112,8 @@ def _lower_single(ctx: TritonContext) -> tuple:
     (op,) = ops
     if op.name in POOL_OPS:
         return lower_pooling(ctx, op)
+    if op.name in POOL_GRAD_OPS:
+        return lower_max_pool2d_grad(ctx, op)
     if op.name in REDUCTION_OPS:
         return lower_reduction(ctx)
     if op.name == "lz.cumulative":

@@ -26,6 +26,7 @@ def _dilations(attrs) -> tuple:
 
 
 POOL_OPS = frozenset({"lz.max_pool2d", "lz.avg_pool2d"})
+POOL_GRAD_OPS = frozenset({"lz.max_pool2d_grad"})
 
 
 class PoolGeometry(NamedTuple):
@@ -51,10 +52,11 @@ class PoolGeometry(NamedTuple):
 
 
 def pool_geometry(op) -> PoolGeometry:
-    """The ``PoolGeometry`` of a pooling op with static shapes."""
+    """The ``PoolGeometry`` of a pooling op (or ``lz.max_pool2d_grad``, whose output sizes are its
+    ``dy``'s) with static shapes."""
     attrs = op.definition.attrs(op)
     n, c, h, w = op.operands[0].type.shape
-    _, _, oh, ow = op.result.type.shape
+    oh, ow = op.definition.output_hw((h, w), attrs)
     return PoolGeometry(n, c, h, w, oh, ow, *attrs.kernel, *attrs.strides, *attrs.pads, *_dilations(attrs))
 
 

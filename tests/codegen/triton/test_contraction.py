@@ -22,7 +22,7 @@ from lezero.ir.dialect.numerics import round_to_bf16
 from lezero.ir.opdef import OpError
 from lezero.ir.types import ELEMENT_TYPES, F16, F32, tensor
 
-from codegen.kernel_testing import make_kernel
+from codegen.kernel_testing import MOVED_OPERAND_SHAPES, batch_norm_epilogue, make_kernel, moved_operands_epilogue
 from ir_building import build, random_array
 from triton_testing import assert_matches, check_triton, garbage, reference
 
@@ -134,6 +134,8 @@ EPILOGUES = {
     "several_results": ([("m", "n"), ()], lambda b, p, r, s: [p, b.op("lz.tanh", b.op("lz.mul", p, s)),
                                                             b.op("lz.add", r, s)]),
     "cast_to_f16": ([("n",)], lambda b, p, c: b.op("lz.cast", b.op("lz.add", p, c), to="f16")),
+    # operands read through reshape, transpose, broadcast_to and pad of memory
+    "moved_operands": (MOVED_OPERAND_SHAPES, moved_operands_epilogue),
 }
 
 
@@ -310,6 +312,33 @@ def test_scheduled_conv_bias_relu_and_residual():
     rng = np.random.default_rng(2)
     kernels = check_triton(module, [data(rng, s, "f32") for s in shapes], **F32_TOL)
     assert [k.kind for k in kernels] == ["conv"]
+
+
+def test_scheduled_conv_batch_norm_relu_reads_the_reshaped_vectors():
+    """relu(batch_norm(conv(x, w))) with the per-channel parameters as arguments (a traced model):
+    a 1-D kernel folds them into a scale and a shift, and the conv kernel reads both through
+    their reshapes to C x 1 x 1 in its epilogue (no reshape kernels)."""
+    def body(b, x, w, scale, bias, mean, var):
+        y = b.op("lz.conv2d", x, w, pads=[1, 1, 1, 1])
+        return b.op("lz.relu", b.op("lz.batch_norm", y, scale, bias, mean, var))
+
+    shapes = [(2, 3, 7, 7), (8, 3, 3, 3), (8,), (8,), (8,), (8,)]
+    module = build([tensor(s, "f32") for s in shapes], body)
+    rng = np.random.default_rng(5)
+    inputs = [data(rng, s, "f32") for s in shapes]
+    inputs[-1] = np.abs(inputs[-1])  # a variance
+    kernels = check_triton(module, inputs, **F32_TOL)
+    assert [k.kind for k in kernels] == ["elementwise", "conv"]
+    assert kernels[1].name == "lz_fused_conv2d_reshape_mul_add_relu_1"
+    assert "# epilogue on the accumulator: lz.reshape, lz.reshape, lz.mul, lz.add, lz.relu" in kernels[1].source
+
+
+def test_conv_batch_norm_epilogue_kernel():
+    x_shape, w_shape = (2, 8, 9, 9), (12, 4, 3, 3)
+    attrs = attrs_of(strides=(2, 2), pads=(1, 1, 1, 1), groups=2)
+    module, kernel = conv_kernel(x_shape, w_shape, attrs, "f32", [(12,), (12,)], batch_norm_epilogue)
+    rng = np.random.default_rng(6)
+    check(module, kernel, [data(rng, s, "f32") for s in (x_shape, w_shape, (12,), (12,))], **F32_TOL)
 
 
 # --- launch configurations, names, support -----------------------------------------------------------

@@ -14,10 +14,14 @@ from lezero.codegen.pipeline import schedule
 from lezero.codegen.triton import jit
 from lezero.codegen.triton.lower_kernel import lower_kernel, triton_text
 from lezero.ir import parse_module
+from lezero.ir.types import tensor
+from lezero.passes import run_pipeline
 
+from codegen.kernel_testing import GROUP_NORM_SHAPES, group_norm_body
 from fusion_testing import inputs_for, random_graphs
+from ir_building import build
 from op_samples import Arg, Sample
-from triton_testing import assert_matches, check_triton, reference
+from triton_testing import assert_matches, check_triton, reference, run_triton
 
 
 def t(shape: str, element: str = "f32") -> str:
@@ -186,6 +190,14 @@ def test_layer_norm_fused():
     assert kernel.configs[0].grid == (1,)
 
 
+def test_group_norm_reads_its_operands_through_reshapes():
+    """The reduction kernel reads its input and parameters through reshapes of memory: one kernel."""
+    m = build([tensor(s, "f32") for s in GROUP_NORM_SHAPES], group_norm_body)
+    kernel = one_kernel(check_triton(m, [data(s, seed=i) for i, s in enumerate(GROUP_NORM_SHAPES)], 1e-4, 1e-5),
+                        "reduction")
+    assert kernel.name.startswith("lz_fused_reshape_reduce_mean_sub_mul_")
+
+
 def test_long_rows_walk_the_reduced_extent_in_chunks():
     x, r = t("3x2500"), t("3x1")
     m = module(f"(%x: {x}) -> ({r}, {r})",
@@ -244,6 +256,79 @@ def test_pooling(op, attrs, dtype):
     arrays = sample.arrays(np.random.default_rng(0))
     kernel = one_kernel(check_triton(sample.module(arrays), arrays), "single")
     assert "for kh in tl.static_range(" in kernel.source
+
+
+def pool_attrs(kernel, strides=None, pads=None, dilations=None, ceil_mode=False) -> str:
+    """A pooling op's attribute dictionary in MLIR syntax."""
+    attrs = [f"kernel = array<i64: {kernel[0]}, {kernel[1]}>"]
+    attrs += [f"{name} = array<i64: {', '.join(map(str, v))}>"
+              for name, v in (("strides", strides), ("pads", pads), ("dilations", dilations)) if v is not None]
+    return "{" + ", ".join(attrs + ["ceil_mode = true"] * ceil_mode) + "}"
+
+
+def tied_values(shape, dtype, rng) -> np.ndarray:
+    """Small integers (many ties within a window), some nan and some -inf; one plane all -inf,
+    so that its windows are won by their first element inside the image (padding never wins)."""
+    x = rng.integers(-2, 3, shape).astype(np.float64)
+    r = rng.random(shape)
+    x[r < 0.06] = np.nan
+    x[(r >= 0.06) & (r < 0.16)] = -np.inf
+    x[0, -1] = -np.inf
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("shape,out,kernel,attrs,element,dtype", [
+    # ResNet's stem pool: 3x3 windows, stride 2, padding 1 (neighbouring windows overlap)
+    ((2, 3, 9, 8), (5, 4), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), "f32", "float32"),
+    # stride 1 in w: an element is in up to 3 x 2 windows; ceil mode with uneven padding
+    ((2, 2, 9, 8), (5, 10), (3, 2), dict(strides=[2, 1], pads=[1, 2, 0, 1], ceil_mode=True), "f32", "float32"),
+    # dilations: the windows holding an element are dh / dw rows / columns apart
+    ((1, 3, 11, 10), (11, 5), (2, 3), dict(strides=[1, 2], pads=[1, 0, 1, 1], dilations=[2, 1], ceil_mode=True),
+     "f32", "float32"),
+    ((1, 2, 8, 9), (6, 7), (3, 3), {}, "f16", "float16"),
+    ((1, 2, 8, 7), (8, 7), (2, 3), dict(pads=[1, 1, 0, 1]), "bf16", "float32"),
+    ((1, 3, 7, 7), (4, 4), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=True), "f64", "float64")])
+def test_max_pool2d_grad_gathers_each_windows_cotangent(shape, out, kernel, attrs, element, dtype):
+    """The gradient equals the reference bit for bit: each element sums the cotangents of the
+    windows it wins (first maximum, last nan, first element inside the image when all are -inf)
+    in the reference's order, in f32 for f16 and bf16."""
+    x, g = t("x".join(map(str, shape)), element), t("x".join(map(str, shape[:2] + out)), element)
+    m = module(f"(%x: {x}, %dy: {g}) -> {x}",
+               f'%0 = "lz.max_pool2d_grad"(%x, %dy) {pool_attrs(kernel, **attrs)} : ({x}, {g}) -> {x}',
+               f"func.return %0 : {x}")
+    rng = np.random.default_rng(sum(shape))
+    inputs = [tied_values(shape, dtype, rng), rng.standard_normal(shape[:2] + out).astype(dtype)]
+    if element == "bf16":  # bf16 values in float32 storage
+        inputs = [(a.view(np.uint32) & 0xFFFF0000).view(np.float32) for a in inputs]
+    (want,) = reference(m, inputs)
+    kernels: list = []
+    (got,) = run_triton(m, inputs, kernels=kernels)
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8)), \
+        np.argwhere(got != want)
+    kernel_ = one_kernel(kernels, "single")
+    assert kernel_.name == "lz_fused_max_pool2d_grad_0" and "atomic" not in kernel_.source
+
+
+def test_cnn_gradient_runs_on_the_gpu_without_transfers():
+    """conv2d -> relu -> max_pool2d -> matmul differentiated: every kernel of the gradient
+    function, max pooling's gradient included, is placed on cuda (no transfers to the CPU), and
+    the results equal the reference."""
+    x, w, h, p, fc, y = t("2x3x8x8"), t("4x3x3x3"), t("2x4x8x8"), t("2x4x4x4"), t("64x5"), t("2x5")
+    m = module(f"(%x: {x}, %w: {w}, %fc: {fc}) -> {y}",
+               f'%0 = "lz.conv2d"(%x, %w) {{pads = array<i64: 1, 1, 1, 1>}} : ({x}, {w}) -> {h}',
+               f'%1 = "lz.relu"(%0) : ({h}) -> {h}',
+               f'%2 = "lz.max_pool2d"(%1) {pool_attrs((3, 3), strides=[2, 2], pads=[1, 1, 1, 1])} : ({h}) -> {p}',
+               f'%3 = "lz.reshape"(%2) {{shape = array<i64: 2, 64>}} : ({p}) -> {t("2x64")}',
+               f'%4 = "lz.matmul"(%3, %fc) : ({t("2x64")}, {fc}) -> {y}',
+               f"func.return %4 : {y}")
+    run_pipeline(m, "autodiff,canonicalize,cse,dce")
+    kernels = [op for op in schedule(m, target="cuda").lookup("f_grad").entry_block.ops if op.name == "lz.kernel"]
+    assert any("max_pool2d_grad" in op.definition.attrs(op).name for op in kernels)
+    assert {(op.definition.attrs(op).device, op.definition.attrs(op).kind == "transfer") for op in kernels} \
+        == {("cuda", False)}
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in [(2, 3, 8, 8), (4, 3, 3, 3), (64, 5), (2, 5)]]
+    check_triton(m, inputs, rtol=1e-4, atol=1e-5, func_name="f_grad")
 
 
 def test_cumulative_scans_with_associative_scan():

@@ -16,7 +16,7 @@ from op_samples import ALL_SAMPLES, SAMPLES
 from triton_testing import check_triton
 
 # Ops placed on the CPU by partition{target=cuda}, and the word their reason must contain.
-RUN_ON_CPU = {"lz.topk": "selection", "lz.scatter_nd": "scattered", "lz.max_pool2d_grad": "overlapping"}
+RUN_ON_CPU = {"lz.topk": "selection", "lz.scatter_nd": "scattered"}
 # Ops that become no Triton kernel at all: a transfer is a copy the runtime makes.
 NO_KERNEL = {"lz.transfer"}
 

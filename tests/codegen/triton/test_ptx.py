@@ -98,6 +98,13 @@ CASES = {
                           f"pads = array<i64: 1, 1, 1, 1>}} : ({t('2x8x16x16')}) -> {t('2x8x8x8')}",
                           f"func.return %0 : {t('2x8x8x8')}"),
                  ["lz_fused_avg_pool2d_0"], None),
+    # max pooling's gradient: a gather over the input elements, one window's winner at a time
+    "max_pool_grad": (function(f"(%x: {t('2x8x16x16')}, %dy: {t('2x8x8x8')}) -> {t('2x8x16x16')}",
+                               f'%0 = "lz.max_pool2d_grad"(%x, %dy) {{kernel = array<i64: 3, 3>, '
+                               f"strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>}} : "
+                               f"({t('2x8x16x16')}, {t('2x8x8x8')}) -> {t('2x8x16x16')}",
+                               f"func.return %0 : {t('2x8x16x16')}"),
+                      ["lz_fused_max_pool2d_grad_0"], None),
     # tl.dot with input_precision="ieee": float32 FMAs, no tensor cores.
     "matmul_f32": (matmul("f32"), ["lz_fused_matmul_add_relu_0"], r"\bfma\.rn\.f32\b"),
     # f16 tiles on the tensor cores (Hopper's wgmma); bf16 (float32 storage) multiplied as TF32 there.

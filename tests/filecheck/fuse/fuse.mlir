@@ -81,3 +81,31 @@ func.func @movement(%x: tensor<3x4xf32>, %y: tensor<4x3xf32>) -> tensor<4x3xf32>
   %3 = "lz.add"(%2, %1) : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
   func.return %3 : tensor<4x3xf32>
 }
+
+// A conv reads batch norm's per-channel vectors through their reshapes to C x 1 x 1 in its
+// epilogue: the reshapes are inside the conv kernel, whose inputs are the 1-D vectors.
+// CHECK-LABEL: func.func @conv_batch_norm_relu
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<2x3x6x6xf32>, %[[W:[^:]+]]: tensor<4x3x3x3xf32>, %[[S:[^:]+]]: tensor<4xf32>, %[[B:[^:]+]]: tensor<4xf32>)
+// CHECK-NEXT: %[[F:.+]] = "lz.kernel"(%[[S]]) ({
+// CHECK: }) {kind = "elementwise", lz.stage = 0 : i64, name = "lz_fused_exp_6"}
+// CHECK-NEXT: "lz.kernel"(%[[X]], %[[W]], %[[F]], %[[B]]) ({
+// CHECK-NEXT: ^bb0(%[[XA:[^:]+]]: tensor<2x3x6x6xf32>, %[[WA:[^:]+]]: tensor<4x3x3x3xf32>, %[[FA:[^:]+]]: tensor<4xf32>, %[[BA:[^:]+]]: tensor<4xf32>):
+// CHECK-NEXT:   %[[C:.+]] = "lz.conv2d"(%[[XA]], %[[WA]])
+// CHECK-NEXT:   %[[FC:.+]] = "lz.reshape"(%[[FA]]) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+// CHECK-NEXT:   %[[BC:.+]] = "lz.reshape"(%[[BA]]) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+// CHECK-NEXT:   %[[M:.+]] = "lz.mul"(%[[C]], %[[FC]])
+// CHECK-NEXT:   %[[A:.+]] = "lz.add"(%[[M]], %[[BC]])
+// CHECK-NEXT:   %[[R:.+]] = "lz.relu"(%[[A]])
+// CHECK-NEXT:   "lz.yield"(%[[R]])
+// CHECK-NEXT: }) {kind = "conv", lz.stage = 1 : i64, name = "lz_fused_conv2d_reshape_mul_add_relu_7"}
+func.func @conv_batch_norm_relu(%x: tensor<2x3x6x6xf32>, %w: tensor<4x3x3x3xf32>, %s: tensor<4xf32>,
+                                %b: tensor<4xf32>) -> tensor<2x4x4x4xf32> {
+  %0 = "lz.conv2d"(%x, %w) : (tensor<2x3x6x6xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+  %f = "lz.exp"(%s) : (tensor<4xf32>) -> tensor<4xf32>
+  %fc = "lz.reshape"(%f) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+  %bc = "lz.reshape"(%b) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+  %1 = "lz.mul"(%0, %fc) : (tensor<2x4x4x4xf32>, tensor<4x1x1xf32>) -> tensor<2x4x4x4xf32>
+  %2 = "lz.add"(%1, %bc) : (tensor<2x4x4x4xf32>, tensor<4x1x1xf32>) -> tensor<2x4x4x4xf32>
+  %3 = "lz.relu"(%2) : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+  func.return %3 : tensor<2x4x4x4xf32>
+}

@@ -56,3 +56,18 @@ func.func @linear(%x: tensor<64x32xf32>, %w: tensor<128x32xf32>, %v: tensor<32x3
   %1 = "lz.matmul"(%x, %vt) : (tensor<64x32xf32>, tensor<32x32xf32>) -> tensor<64x32xf32>
   func.return %0, %1, %vt : tensor<64x128xf32>, tensor<64x32xf32>, tensor<32x32xf32>
 }
+
+// A conv's epilogue reads a per-channel vector through its reshape (index arithmetic on the load),
+// unless something else reads the reshaped value too (the kernel would store it, at another
+// shape than the conv's).
+// CHECK: fusion: @conv_bias: merged lz_fused_reshape (line 68) + lz_fused_conv2d_add_mul (line 67) -> lz_fused_conv2d_reshape_add_mul (line 67) (conv), saves 32 bytes
+// CHECK: fusion: @conv_bias: refused lz_fused_reshape (line 70) + lz_fused_conv2d_reshape_add_mul (line 67): 'lz.reshape' read by the conv epilogue is also read outside the kernel (would save 16 bytes)
+func.func @conv_bias(%x: tensor<1x3x6x6xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>, %s: tensor<4xf32>)
+    -> (tensor<1x4x4x4xf32>, tensor<4x1x1xf32>) {
+  %0 = "lz.conv2d"(%x, %w) : (tensor<1x3x6x6xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x4x4xf32>
+  %bc = "lz.reshape"(%b) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+  %1 = "lz.add"(%0, %bc) : (tensor<1x4x4x4xf32>, tensor<4x1x1xf32>) -> tensor<1x4x4x4xf32>
+  %sc = "lz.reshape"(%s) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+  %2 = "lz.mul"(%1, %sc) : (tensor<1x4x4x4xf32>, tensor<4x1x1xf32>) -> tensor<1x4x4x4xf32>
+  func.return %2, %sc : tensor<1x4x4x4xf32>, tensor<4x1x1xf32>
+}

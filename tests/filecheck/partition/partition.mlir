@@ -86,3 +86,45 @@ func.func @single(%x: tensor<1x1x4x4xf32>) -> tensor<1x1x2x2xf32> {
   %2 = "lz.exp"(%1) : (tensor<1x1x2x2xf32>) -> tensor<1x1x2x2xf32>
   func.return %2 : tensor<1x1x2x2xf32>
 }
+
+// Batch norm after a conv, decomposed: the per-channel factor and shift are a kernel of their own
+// (1-D), and the conv kernel reads them through their reshapes to C x 1 x 1, index arithmetic on
+// the loads in its epilogue, rather than two reshape kernels.
+// CHECK-LABEL: func.func @conv_batch_norm_relu
+func.func @conv_batch_norm_relu(%x: tensor<2x3x6x6xf32>, %w: tensor<4x3x3x3xf32>, %s: tensor<4xf32>,
+                                %b: tensor<4xf32>) -> tensor<2x4x4x4xf32> {
+  // CHECK: "lz.conv2d"{{.*}} {lz.group = 1 : i64, lz.group_kind = "conv", lz.stage = 1 : i64}
+  // CHECK-NEXT: "lz.exp"{{.*}} {lz.group = 0 : i64, lz.group_kind = "elementwise", lz.stage = 0 : i64}
+  // CHECK-NEXT: "lz.reshape"{{.*}} {lz.group = 1 : i64, lz.group_kind = "conv", lz.stage = 1 : i64
+  // CHECK-NEXT: "lz.reshape"{{.*}} {lz.group = 1 : i64, lz.group_kind = "conv", lz.stage = 1 : i64
+  // CHECK-NEXT: "lz.mul"{{.*}} {lz.group = 1 : i64, lz.group_kind = "conv", lz.stage = 1 : i64}
+  // CHECK-NEXT: "lz.add"{{.*}} {lz.group = 1 : i64, lz.group_kind = "conv", lz.stage = 1 : i64}
+  // CHECK-NEXT: "lz.relu"{{.*}} {lz.group = 1 : i64, lz.group_kind = "conv", lz.stage = 1 : i64}
+  // CHECK-NEXT: func.return
+  %0 = "lz.conv2d"(%x, %w) : (tensor<2x3x6x6xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+  %f = "lz.exp"(%s) : (tensor<4xf32>) -> tensor<4xf32>
+  %fc = "lz.reshape"(%f) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+  %bc = "lz.reshape"(%b) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+  %1 = "lz.mul"(%0, %fc) : (tensor<2x4x4x4xf32>, tensor<4x1x1xf32>) -> tensor<2x4x4x4xf32>
+  %2 = "lz.add"(%1, %bc) : (tensor<2x4x4x4xf32>, tensor<4x1x1xf32>) -> tensor<2x4x4x4xf32>
+  %3 = "lz.relu"(%2) : (tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+  func.return %3 : tensor<2x4x4x4xf32>
+}
+
+// The same per-channel reshape joins an elementwise kernel (it need not have the iteration
+// space's shape when nothing outside reads it) and a reduction kernel (group norm's reshape of
+// its input to N x G x rest, and the scale's), always reading from memory.
+// CHECK-LABEL: func.func @moved_operands
+func.func @moved_operands(%x: tensor<2x4x3x3xf32>, %s: tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<2x2x18xf32>) {
+  // CHECK: "lz.reshape"{{.*}} {lz.group = 0 : i64, lz.group_kind = "reduction", lz.stage = 0 : i64
+  // CHECK-NEXT: "lz.reduce_mean"{{.*}} lz.group = 0 : i64, lz.group_kind = "reduction", lz.stage = 0 : i64
+  // CHECK-NEXT: "lz.sub"{{.*}} {lz.group = 0 : i64, lz.group_kind = "reduction", lz.stage = 0 : i64}
+  // CHECK-NEXT: "lz.reshape"{{.*}} {lz.group = 1 : i64, lz.group_kind = "elementwise", lz.stage = 0 : i64
+  // CHECK-NEXT: "lz.mul"{{.*}} {lz.group = 1 : i64, lz.group_kind = "elementwise", lz.stage = 0 : i64}
+  %g = "lz.reshape"(%x) {shape = array<i64: 2, 2, 18>} : (tensor<2x4x3x3xf32>) -> tensor<2x2x18xf32>
+  %m = "lz.reduce_mean"(%g) {axes = array<i64: 2>, keepdims = true} : (tensor<2x2x18xf32>) -> tensor<2x2x1xf32>
+  %c = "lz.sub"(%g, %m) : (tensor<2x2x18xf32>, tensor<2x2x1xf32>) -> tensor<2x2x18xf32>
+  %sc = "lz.reshape"(%s) {shape = array<i64: -1, 1, 1>} : (tensor<4xf32>) -> tensor<4x1x1xf32>
+  %y = "lz.mul"(%x, %sc) : (tensor<2x4x3x3xf32>, tensor<4x1x1xf32>) -> tensor<2x4x3x3xf32>
+  func.return %y, %c : tensor<2x4x3x3xf32>, tensor<2x2x18xf32>
+}

@@ -1,4 +1,5 @@
-// Pooling: one kernel per pool, the window loop unrolled over literal sizes.
+// Pooling: one kernel per pool, the window loop unrolled over literal sizes; max pooling's
+// gradient a gather over the input elements.
 // RUN: lezero-opt %s --target=cuda --emit=triton | filecheck %s
 
 // CHECK-LABEL: # ---- kernel lz_fused_max_pool2d_0: single, grid [1], BLOCK=1024
@@ -34,4 +35,34 @@ func.func @pools(%x: tensor<2x8x16x16xf32>) -> (tensor<2x8x8x8xf32>, tensor<2x8x
   %0 = "lz.max_pool2d"(%x) {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>} : (tensor<2x8x16x16xf32>) -> tensor<2x8x8x8xf32>
   %1 = "lz.avg_pool2d"(%x) {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<2x8x16x16xf32>) -> tensor<2x8x8x8xf32>
   func.return %0, %1 : tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>
+}
+
+// CHECK-LABEL: # ---- kernel lz_fused_max_pool2d_grad_2: single, grid [4], BLOCK=1024
+// CHECK:       def lz_fused_max_pool2d_grad_2(b0, b1, b2, BLOCK: tl.constexpr):
+// CHECK:           mask = offs < 4096
+// CHECK-NEXT:      iw = offs % 16
+// CHECK-NEXT:      ih = offs // 16 % 16
+// CHECK-NEXT:      plane = offs // 256  # n * C + c
+// CHECK-NEXT:      acc = tl.full([BLOCK], 0, tl.float32)
+// The windows holding (ih, iw) come in row-major (oh, ow) order, as the reference adds them.
+// CHECK-NEXT:      for kh in tl.static_range(2, -1, -1):
+// CHECK-NEXT:          oh_strided = ih + 1 - kh * 1
+// CHECK-NEXT:          oh = oh_strided // 2
+// CHECK-NEXT:          for kw in tl.static_range(2, -1, -1):
+// CHECK-NEXT:              ow_strided = iw + 1 - kw * 1
+// CHECK-NEXT:              ow = ow_strided // 2
+// CHECK-NEXT:              window = mask & (oh_strided >= 0) & (oh < 8) & (ow_strided >= 0) & (ow < 8) & (oh_strided % 2 == 0) & (ow_strided % 2 == 0)
+// Each window's winner found again: the first maximum inside the image, the last nan.
+// CHECK:                   for wkh in tl.static_range(3):
+// CHECK:                           x = tl.load(b0 + (plane * 16 + wh) * 16 + ww, mask=inside, other=-float("inf"))
+// CHECK-NEXT:                      take = inside & ((winner < 0) | (x > best) | (x != x))
+// CHECK:                   won = winner == kh * 3 + kw
+// CHECK-NEXT:              g = tl.load(b1 + (plane * 8 + oh) * 8 + ow, mask=won, other=0)
+// CHECK-NEXT:              [[SUM:t[0-9]+]] = acc + g
+// CHECK-NEXT:              acc = tl.where(won, [[SUM]], acc)
+// CHECK-NEXT:      tl.store(b2 + offs, acc, mask=mask)
+// CHECK-NOT:   atomic
+func.func @grad(%x: tensor<2x8x16x16xf32>, %dy: tensor<2x8x8x8xf32>) -> tensor<2x8x16x16xf32> {
+  %0 = "lz.max_pool2d_grad"(%x, %dy) {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<2x8x16x16xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x16x16xf32>
+  func.return %0 : tensor<2x8x16x16xf32>
 }
