@@ -39,17 +39,7 @@ from lezero.ir import parse_module  # noqa: E402
 from lezero.runtime.compiled_function import CompiledFunction  # noqa: E402
 from lezero.runtime.thread_pool import ThreadPool  # noqa: E402
 from timing import best_seconds  # noqa: E402
-
-
-
-def gelu_function(rows: int, cols: int) -> str:
-    """``gelu(x * a + b)`` as lz IR: the partitioner fuses it into one elementwise kernel."""
-    t, v = f"tensor<{rows}x{cols}xf32>", f"tensor<{cols}xf32>"
-    return "\n".join([f'func.func @f(%x: {t}, %a: {v}, %b: {v}) -> {t} {{',
-                      f'  %0 = "lz.mul"(%x, %a) : ({t}, {v}) -> {t}',
-                      f'  %1 = "lz.add"(%0, %b) : ({t}, {v}) -> {t}',
-                      f'  %2 = "lz.gelu"(%1) : ({t}) -> {t}',
-                      f'  func.return %2 : {t}', '}'])
+from workloads import gelu_function  # noqa: E402
 
 
 def main() -> None:

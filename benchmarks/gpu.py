@@ -69,6 +69,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lezero as lz  # noqa: E402
 from lezero.runtime import devices  # noqa: E402
+from workloads import gelu_function  # noqa: E402
 
 START = time.perf_counter()
 TINY = args.tiny
@@ -171,16 +172,6 @@ def lezero_runner(text: str, shapes):
 
 
 # --- 1. fused elementwise ---------------------------------------------------------------------------------
-
-def gelu_function(rows: int, cols: int) -> str:
-    """``gelu(x * a + b)`` as lz IR (exact gelu): one fused elementwise kernel."""
-    t, v = f"tensor<{rows}x{cols}xf32>", f"tensor<{cols}xf32>"
-    return "\n".join([f'func.func @f(%x: {t}, %a: {v}, %b: {v}) -> {t} {{',
-                      f'  %0 = "lz.mul"(%x, %a) : ({t}, {v}) -> {t}',
-                      f'  %1 = "lz.add"(%0, %b) : ({t}, {v}) -> {t}',
-                      f'  %2 = "lz.gelu"(%1) : ({t}) -> {t}',
-                      f'  func.return %2 : {t}', '}'])
-
 
 def bench_elementwise() -> None:
     rows, cols = ELEMENTWISE
