@@ -108,30 +108,54 @@ def test_the_lean_runner_takes_and_gives_tensors():
     assert_close(out, got.numpy(), rtol=0, atol=0)
 
 
+# a topk over 5000 elements: longer than one Triton block, so it runs on the CPU
 TOPK = """
-func.func @top2(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi64>, tensor<4x8xf32>) {
+func.func @top2(%x: tensor<2x8xf32>, %w: tensor<8x5000xf32>) -> (tensor<2x2xf32>, tensor<2x2xi64>, tensor<2x8xf32>) {
   %c = "lz.constant"() {value = dense<2.0> : tensor<f32>} : () -> tensor<f32>
-  %0 = "lz.matmul"(%x, %w) : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
-  %1 = "lz.exp"(%0) : (tensor<4x8xf32>) -> tensor<4x8xf32>
-  %2:2 = "lz.topk"(%1) {k = 2 : i64} : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi64>)
-  %3 = "lz.mul"(%2#0, %c) : (tensor<4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
-  func.return %3, %2#1, %x : tensor<4x2xf32>, tensor<4x2xi64>, tensor<4x8xf32>
+  %0 = "lz.matmul"(%x, %w) : (tensor<2x8xf32>, tensor<8x5000xf32>) -> tensor<2x5000xf32>
+  %1 = "lz.exp"(%0) : (tensor<2x5000xf32>) -> tensor<2x5000xf32>
+  %2:2 = "lz.topk"(%1) {k = 2 : i64} : (tensor<2x5000xf32>) -> (tensor<2x2xf32>, tensor<2x2xi64>)
+  %3 = "lz.mul"(%2#0, %c) : (tensor<2x2xf32>, tensor<f32>) -> tensor<2x2xf32>
+  func.return %3, %2#1, %x : tensor<2x2xf32>, tensor<2x2xi64>, tensor<2x8xf32>
 }"""
 
 
 def test_an_op_the_gpu_cannot_run_falls_back_to_the_cpu():
     f = lezero.compile(TOPK, target="cuda")
     rng = np.random.default_rng(1)
-    arrays = [rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((8, 8)).astype(np.float32)]
+    arrays = [rng.standard_normal((2, 8)).astype(np.float32), rng.standard_normal((8, 5000)).astype(np.float32)]
     got = f(*arrays)
     assert_close(got, interpret(parse_module(TOPK), "top2", *arrays), rtol=1e-5)
     assert_close(f(*[torch.from_numpy(a) for a in arrays]), got, rtol=0, atol=0)
-    kernels = [op for op in f.plan_for([(4, 8), (8, 8)]).func.entry_block.ops if op.name == "lz.kernel"]
+    kernels = [op for op in f.plan_for([(2, 8), (8, 5000)]).func.entry_block.ops if op.name == "lz.kernel"]
     placed = [(k.attributes["kind"].value, k.attributes["device"].value) for k in kernels]
     assert placed == [("matmul", "cuda"), ("transfer", "cpu"), ("single", "cpu"), ("transfer", "cuda"),
                       ("transfer", "cuda"), ("elementwise", "cuda")]
-    text = print_module(f.plan_for([(4, 8), (8, 8)]).module)
+    text = print_module(f.plan_for([(2, 8), (8, 5000)]).module)
     assert text.count('"lz.transfer"') == 3 and "lz.device_arena_size" in text
+
+
+SELECT = """
+func.func @f(%x: tensor<3x9xf32>, %d: tensor<5x3xf32>, %i: tensor<4x1xi64>, %u: tensor<4x3xf32>)
+    -> (tensor<3x4xf32>, tensor<3x4xi64>, tensor<5x3xf32>) {
+  %0:2 = "lz.topk"(%x) {k = 4 : i64} : (tensor<3x9xf32>) -> (tensor<3x4xf32>, tensor<3x4xi64>)
+  %1 = "lz.scatter_nd"(%d, %i, %u) {reduction = "add"} : (tensor<5x3xf32>, tensor<4x1xi64>, tensor<4x3xf32>)
+      -> tensor<5x3xf32>
+  func.return %0#0, %0#1, %1 : tensor<3x4xf32>, tensor<3x4xi64>, tensor<5x3xf32>
+}"""
+
+
+def test_topk_and_scatter_nd_run_on_the_gpu():
+    f = lezero.compile(SELECT, target="cuda")
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal((3, 9)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32),
+              np.array([[1], [-1], [1], [0]]), rng.standard_normal((4, 3)).astype(np.float32)]
+    got = f(*arrays)
+    for g, w in zip(got, interpret(parse_module(SELECT), "f", *arrays)):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
+    kernels = [op for op in f.plan_for([a.shape for a in arrays]).func.entry_block.ops if op.name == "lz.kernel"]
+    assert [(k.attributes["kind"].value, k.attributes["device"].value) for k in kernels] == [
+        ("single", "cuda"), ("single", "cuda")]
 
 
 def test_input_errors_name_the_argument():

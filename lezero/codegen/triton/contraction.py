@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.llvm.lower_contraction import ConvShape, MatmulShape, anchor_op, stored_operand
-from lezero.codegen.triton.emitter import TritonCode, TritonContext, TValue
+from lezero.codegen.triton.emitter import TritonCode, TritonContext, TValue, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
 from lezero.codegen.triton.scalar_builder import compute_dtype
 from lezero.codegen.value_at_index import is_unsigned
@@ -138,7 +138,7 @@ class DotKind:
 
 def _block(extent: int, lo: int, hi: int) -> int:
     """The power of two covering ``extent``, between ``lo`` and ``hi``."""
-    return max(lo, min(hi, 1 << max(0, extent - 1).bit_length()))
+    return max(lo, min(hi, next_pow2(extent)))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from lezero.codegen.affine import Affine, Var
-from lezero.codegen.triton.emitter import TritonContext
+from lezero.codegen.triton.emitter import TritonContext, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
 from lezero.ir.types import format_shape
 
@@ -48,7 +48,7 @@ def flat_blocks(ctx: TritonContext, size: int, name: str = "BLOCK") -> tuple:
     ctx.code.line(f"pid = {pid}")
     ctx.code.line(f"offs = pid * {name} + tl.arange(0, {name})")
     ctx.code.line(f"mask = offs < {size}")
-    fit = 1 << max(4, math.ceil(math.log2(max(size, 1))))
+    fit = max(16, next_pow2(size))
     sizes = sorted({min(b, fit) for b in BLOCKS}, key=lambda b: (b != min(BLOCKS[0], fit), b))
     return tuple(LaunchConfig({name: b}, (math.ceil(size / b),), num_warps=4 if b <= 1024 else 8)
                  for b in sizes)

@@ -30,6 +30,11 @@ from lezero.ir.types import I1
 MAX_CONSTANT_TABLE = 64
 
 
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for 0): ``tl.arange`` extents must be powers of two."""
+    return 1 << max(0, n - 1).bit_length()
+
 class TritonCode:
     """Lines of a kernel body under construction, with fresh names (``x0``, ``t3``, ``idx1``)."""
 

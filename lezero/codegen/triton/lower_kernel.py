@@ -11,11 +11,13 @@ Kinds (the partitioner decides; ``lezero/passes/partition.py``):
 - ``elementwise``: ``elementwise.py`` (flat blocks over the yielded shape);
 - ``reduction``: ``reduction.py`` (row blocks, reduced extent in chunks);
 - ``single``: pooling and max pooling's gradient (``pooling.py``), ``lz.cumulative``
-  (``reduction.py``), a lone elementwise, data movement or reduction op;
+  (``reduction.py``), ``lz.topk`` and ``lz.scatter_nd`` (``selection.py``), a lone elementwise,
+  data movement or reduction op;
 - ``matmul``/``conv``: ``contraction.py`` (``tl.dot`` with the epilogue through the same emitter).
 
-``unsupported_reason(op)`` says which ops have no Triton lowering (``lz.topk``,
-``lz.scatter_nd``): it is registered as target ``"cuda"`` in
+``unsupported_reason(op)`` says which ops the Triton lowerings cannot run (a cumulative or topk
+over a longer axis than one block holds, a scatter_nd whose gather would cost too many compares,
+a contraction of an unsupported element type): it is registered as target ``"cuda"`` in
 ``lezero.passes.placement``, so ``partition{target=cuda}`` keeps those on the CPU.
 """
 from __future__ import annotations
@@ -29,6 +31,8 @@ from lezero.codegen.triton.kernel import TritonKernel
 from lezero.codegen.triton.pooling import lower_max_pool2d_grad, lower_pooling
 from lezero.codegen.triton.reduction import MAX_SCAN, SCAN_OPS, lower_cumulative, lower_reduction
 from lezero.codegen.triton.scalar_builder import HELPERS, pointer_signature
+from lezero.codegen.triton.selection import (lower_scatter_nd, lower_topk, scatter_unsupported_reason,
+                                             topk_unsupported_reason)
 from lezero.codegen.value_at_index import MOVEMENT
 from lezero.ir.core import ModuleOp, Operation
 from lezero.ir.dialect.axes import normalize_axis
@@ -37,19 +41,16 @@ from lezero.ir.dialect.reduction import REDUCTION_OPS
 from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
 from lezero.ir.types import TensorType
 
-# Ops with no Triton lowering, and why: partition{target=cuda} places them on the CPU.
-UNSUPPORTED = {
-    "lz.topk": "lz.topk has no Triton lowering (a selection per line; runs on the CPU)",
-    "lz.scatter_nd": "lz.scatter_nd has no Triton lowering (scattered read-modify-write; runs on the CPU)",
-}
+# Ops whose Triton lowering runs only some instances: why an instance stays on the CPU.
+LIMITED = {"lz.topk": topk_unsupported_reason, "lz.scatter_nd": scatter_unsupported_reason}
 CONTRACTION_OPS = frozenset({"lz.matmul", "lz.conv2d"})
 STRUCTURAL = frozenset({"lz.constant", "lz.kernel", "lz.yield", "lz.transfer", "func.return"})
 
 
 def unsupported_reason(op: Operation) -> str | None:
     """Why the Triton code generator cannot run ``op`` (None: it can)."""
-    if op.name in UNSUPPORTED:
-        return UNSUPPORTED[op.name]
+    if op.name in LIMITED:
+        return LIMITED[op.name](op)
     if op.name in CONTRACTION_OPS:
         return contraction_unsupported_reason(op)
     if op.name in SCAN_OPS:
@@ -118,6 +119,10 @@ def _lower_single(ctx: TritonContext) -> tuple:
         return lower_reduction(ctx)
     if op.name == "lz.cumulative":
         return lower_cumulative(ctx, op)
+    if op.name == "lz.topk":
+        return lower_topk(ctx, op)
+    if op.name == "lz.scatter_nd":
+        return lower_scatter_nd(ctx, op)
     return lower_elementwise(ctx)  # unsupported_reason let only elementwise and movement ops through
 
 

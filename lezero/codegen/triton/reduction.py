@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 from lezero.codegen.affine import Affine, Var
-from lezero.codegen.triton.emitter import TritonCode, TritonContext
+from lezero.codegen.triton.emitter import TritonCode, TritonContext, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
 from lezero.codegen.triton.scalar_builder import (TritonScalarBuilder, TValue, accumulator_type, compute_dtype,
                                                   float_literal)
@@ -43,10 +43,6 @@ SCAN_OPS = frozenset({"lz.cumulative"})
 TILE = 4096  # lanes of a program's accumulator (ROWS x RBLOCK)
 MAX_RBLOCK = 1024
 MAX_SCAN = 16384  # the longest axis a cumulative scans in one block
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
 
 
@@ -102,8 +98,8 @@ def lower_reduction(ctx: TritonContext) -> tuple:
     full_index = tuple(Affine.of(variables[k]) if k in variables else Affine() for k in range(rank))
     kept_vars = [variables[k] for k in kept if k in variables]
     reduced_vars = [variables[k] for k in axes if k in variables]
-    rblock = min(_pow2(count), MAX_RBLOCK)
-    rows_block = max(1, min(_pow2(rows_total), TILE // rblock))
+    rblock = min(next_pow2(count), MAX_RBLOCK)
+    rows_block = max(1, min(next_pow2(rows_total), TILE // rblock))
     code, e = ctx.code, ctx.emitter
     pid = "tl.program_id(0)" if ctx.index_type() == "tl.int32" else "tl.program_id(0).to(tl.int64)"
     code.line(f"rows = {pid} * ROWS + tl.arange(0, ROWS)[:, None]")
@@ -250,6 +246,6 @@ def lower_cumulative(ctx: TritonContext, op) -> tuple:
     scanned = TValue(code.assign("scanned", f"tl.associative_scan({filled}, 1, {name}, reverse={attrs.reverse})"),
                      dtype)
     code.line(f"tl.store({out_buffer.pointer} + {base} + cols * {inner}, {s.to_storage(scanned)}, mask=mask)")
-    block = _pow2(n)
-    rows = max(1, min(_pow2(lines), TILE // block))
+    block = next_pow2(n)
+    rows = max(1, min(next_pow2(lines), TILE // block))
     return (LaunchConfig({"ROWS": rows, "N": block}, (math.ceil(lines / rows),)),)

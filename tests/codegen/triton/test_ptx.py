@@ -105,6 +105,16 @@ CASES = {
                                f"({t('2x8x16x16')}, {t('2x8x8x8')}) -> {t('2x8x16x16')}",
                                f"func.return %0 : {t('2x8x16x16')}"),
                       ["lz_fused_max_pool2d_grad_0"], None),
+    # topk: a rank per element along its line; scatter_nd: a gather over the updates in order
+    "topk": (function(f"(%x: {t('16x40')}) -> ({t('16x5')}, {t('16x5', 'i64')})",
+                      f'%0:2 = "lz.topk"(%x) {{k = 5 : i64}} : ({t("16x40")}) -> ({t("16x5")}, {t("16x5", "i64")})',
+                      f"func.return %0#0, %0#1 : {t('16x5')}, {t('16x5', 'i64')}"),
+             ["lz_fused_topk_0"], None),
+    "scatter_nd": (function(f"(%d: {t('64x32')}, %i: {t('24x1', 'i64')}, %u: {t('24x32')}) -> {t('64x32')}",
+                            f'%0 = "lz.scatter_nd"(%d, %i, %u) {{reduction = "add"}} : '
+                            f"({t('64x32')}, {t('24x1', 'i64')}, {t('24x32')}) -> {t('64x32')}",
+                            f"func.return %0 : {t('64x32')}"),
+                   ["lz_fused_scatter_nd_0"], None),
     # tl.dot with input_precision="ieee": float32 FMAs, no tensor cores.
     "matmul_f32": (matmul("f32"), ["lz_fused_matmul_add_relu_0"], r"\bfma\.rn\.f32\b"),
     # f16 tiles on the tensor cores (Hopper's wgmma); bf16 (float32 storage) multiplied as TF32 there.
