@@ -38,9 +38,8 @@ class IndexBindings:
 
     Variables are bound one by one (``bind``) or as a *group*: neighbouring loops that one flat
     index covers row-major (``bind_group``; a merged loop on the CPU, a flat block of lanes on the
-    GPU).  A form whose coefficients on a group's variables are a row-major flattening
-    (``is_row_major``) costs one multiply of the flat index; any other use of a grouped variable
-    recovers it by division.  Backends implement ``value(form)``.
+    GPU).  ``parts(form)`` walks a form's terms; backends sum them in ``value(form)`` and supply
+    the hooks below.
     """
 
     def __init__(self):
@@ -64,11 +63,37 @@ class IndexBindings:
     def new_scope(self) -> None:
         self.memo = {}
 
-    @staticmethod
-    def is_row_major(form: Affine, variables) -> bool:
-        """Whether ``form`` addresses the grouped ``variables`` as one row-major flat index."""
-        coefs = [form.coef(v) for v in variables]
-        return all(coefs[i] == coefs[i + 1] * variables[i + 1].extent for i in range(len(coefs) - 1))
+    def parts(self, form: Affine) -> list:
+        """The backend values whose sum is ``form`` less its constant: a term times its
+        coefficient, grouped variables through their flat index (one multiply of it when ``form``
+        addresses the group row-major, else each variable recovered by division)."""
+        out, done = [], set()
+        for term, coef in form.terms.items():
+            if term in done:
+                continue
+            if isinstance(term, Var) and term in self.groups:
+                variables, flat = self.groups[term]
+                done.update(variables)
+                coefs = [form.coef(v) for v in variables]
+                if all(coefs[i] == coefs[i + 1] * variables[i + 1].extent for i in range(len(coefs) - 1)):
+                    out += [self._scaled(flat, coefs[-1])] if coefs[-1] else []
+                else:
+                    out += [self._scaled(self._grouped_var(v, variables, flat), c)
+                            for v, c in zip(variables, coefs) if c]
+                continue
+            out.append(self._scaled(self._term(term), coef))
+        return out
+
+    # backend hooks: ``value * coef``; a term's value (a bound variable, a payload, a derived
+    # ``//``/``%``); one variable of a group recovered from the flat index
+    def _scaled(self, value, coef: int):
+        raise NotImplementedError
+
+    def _term(self, term):
+        raise NotImplementedError
+
+    def _grouped_var(self, var: Var, variables, flat):
+        raise NotImplementedError
 
 
 class Buffer:

@@ -44,37 +44,14 @@ class IndexMaterializer(IndexBindings):
             return self.memo[key]
         if self.recorded is not None:
             self.recorded.append(form)
-        b = self.b
         total = None
-
-        def add(term):
-            nonlocal total
-            total = term if total is None else b.add(total, term, flags=["nsw"])
-
-        done = set()
-        for term, coef in form.terms.items():
-            if term in done:
-                continue
-            if isinstance(term, Var) and term in self.groups:
-                variables, flat = self.groups[term]
-                done.update(variables)
-                for part in self._group_terms(form, variables, flat):
-                    add(part)
-                continue
-            add(self._scaled(self._term(term), coef))
-        if form.const:
-            add(_i64(form.const))
+        for part in self.parts(form) + ([_i64(form.const)] if form.const else []):
+            total = part if total is None else self.b.add(total, part, flags=["nsw"])
         self.memo[key] = total
         return total
 
     def _scaled(self, value, coef: int):
         return value if coef == 1 else self.b.mul(value, _i64(coef), flags=["nsw"])
-
-    def _group_terms(self, form: Affine, variables, flat):
-        coefs = [form.coef(v) for v in variables]
-        if self.is_row_major(form, variables):
-            return [self._scaled(flat, coefs[-1])] if coefs[-1] else []
-        return [self._scaled(self._grouped_var(v, variables, flat), c) for v, c in zip(variables, coefs) if c]
 
     def _grouped_var(self, var: Var, variables, flat):
         key = ("grouped", var)

@@ -95,28 +95,14 @@ class TritonIndex(IndexBindings):
             return str(form.const)
         if form in self.memo:
             return self.memo[form]
-        parts, done = [], set()
-        for term, coef in form.terms.items():
-            if term in done:
-                continue
-            if isinstance(term, Var) and term in self.groups:
-                variables, flat = self.groups[term]
-                done.update(variables)
-                parts += self._group_terms(form, variables, flat)
-                continue
-            parts.append(_scaled(self._term(term), coef))
-        if form.const:
-            parts.append(str(form.const))
+        parts = self.parts(form) + ([str(form.const)] if form.const else [])
         expr = " + ".join(parts).replace("+ -", "- ")
         out = expr if _is_name(expr) else self.code.assign("idx", expr)
         self.memo[form] = out
         return out
 
-    def _group_terms(self, form: Affine, variables, flat: str) -> list[str]:
-        coefs = [form.coef(v) for v in variables]
-        if self.is_row_major(form, variables):
-            return [_scaled(flat, coefs[-1])] if coefs[-1] else []
-        return [_scaled(self._grouped_var(v, variables, flat), c) for v, c in zip(variables, coefs) if c]
+    def _scaled(self, value: str, coef: int) -> str:
+        return value if coef == 1 else f"{_paren(value)} * {coef}"
 
     def _grouped_var(self, var: Var, variables, flat: str) -> str:
         key = ("grouped", var)
@@ -189,10 +175,6 @@ def _is_name(expr: str) -> bool:
 
 def _paren(expr: str) -> str:
     return expr if _is_name(expr) else f"({expr})"
-
-
-def _scaled(expr: str, coef: int) -> str:
-    return expr if coef == 1 else f"{_paren(expr)} * {coef}"
 
 
 class TritonValueAtIndex(ValueAtIndex):
