@@ -1,12 +1,13 @@
 """Export: lz IR (or a ``lz.jit.trace`` result) to an ONNX model that ``onnx.checker`` accepts and
 ONNX Runtime runs with the same outputs.
 
-One exporter per lz op (opset 18, the default domain; integer and/or/not become the Bitwise ops). Composite ops map onto
-their ONNX counterparts (``Softmax``, ``LayerNormalization``, ``BatchNormalization``); an op with
-no ONNX form (``lz.kernel`` after fusion, gradient-only ops) is an error naming it: export before
-``partition``/``fuse``. A traced module's weights become initializers under their state-dict names;
-dynamic dims become symbolic (``batch`` for a leading one, ``d<i>`` elsewhere). The file is written
-atomically.
+One exporter per lz op (opset 18, the default domain; integer and/or/not/xor become the Bitwise
+ops). Composite ops map onto their ONNX counterparts (``Softmax``, ``LayerNormalization``,
+``BatchNormalization``); an op with no ONNX form (``lz.kernel`` after fusion, gradient-only ops,
+``lz.bitcast``, ``lz.cumulative`` other than a sum, shifts of signed ints) is an error naming it:
+export before ``partition``/``fuse``. A traced module's weights become initializers under their
+state-dict names; dynamic dims become symbolic (``batch`` for a leading one, ``d<i>`` elsewhere).
+The file is written atomically.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ _SAME_NAME = {"neg": "Neg", "abs": "Abs", "exp": "Exp", "log": "Log", "sqrt": "S
               "mul": "Mul", "div": "Div", "pow": "Pow", "max": "Max", "min": "Min", "and": "And", "or": "Or",
               "matmul": "MatMul", "select": "Where", "acos": "Acos", "acosh": "Acosh", "asin": "Asin",
               "asinh": "Asinh", "atan": "Atan", "atanh": "Atanh", "cosh": "Cosh", "sinh": "Sinh", "tan": "Tan",
-              "round": "Round"}
-_BITWISE = {"and": "BitwiseAnd", "or": "BitwiseOr", "not": "BitwiseNot"}
+              "round": "Round", "xor": "Xor"}
+_BITWISE = {"and": "BitwiseAnd", "or": "BitwiseOr", "not": "BitwiseNot", "xor": "BitwiseXor"}
 _COMPARISONS = {"eq": "Equal", "lt": "Less", "le": "LessOrEqual", "gt": "Greater", "ge": "GreaterOrEqual"}
 
 
@@ -65,13 +66,50 @@ class _Graph:
         return name
 
     def node(self, op_type: str, inputs: list[str], hint: str, **attributes) -> str:
-        out = self.fresh(hint)
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attributes))
-        return out
+        return self.multi_node(op_type, inputs, hint, 1, **attributes)[0]
+
+    def multi_node(self, op_type: str, inputs: list[str], hint: str, n_outputs: int, **attributes) -> list[str]:
+        outs = [self.fresh(hint) for _ in range(n_outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=outs[0], **attributes))
+        return outs
 
 
 def _i64s(values) -> np.ndarray:
     return np.asarray(list(values), np.int64)
+
+
+def _zero_where(g: _Graph, value: str, keep: str, et, hint: str) -> str:
+    """``value`` (of element type ``et``) where the bool ``keep`` holds, else 0: a product with
+    ``keep`` cast to 0/1 (ONNX Runtime has Mul for every integer type, Where for only some)."""
+    return g.node("Mul", [value, g.node("Cast", [keep], "keep", to=_ONNX_TYPES[et.name])], hint)
+
+
+def _rem(g: _Graph, op: Operation, ins: list[str]) -> list[str]:
+    """``lz.rem`` as ``Mod`` with ``fmod=1`` (C's remainder: the sign of x).  An integer remainder
+    by 0 is 0 in lezero but undefined in ONNX, so for integers the divisor's zeros become 1 and
+    their results 0."""
+    if op.operands[0].type.element_type.is_float:
+        return [g.node("Mod", ins, "rem", fmod=1)]
+    x, y = ins
+    et = op.operands[1].type.element_type
+    zero = g.node("Equal", [y, g.constant(np.zeros((), et.numpy_dtype), "zero")], "is_zero")
+    safe = g.node("Add", [y, g.node("Cast", [zero], "one_if_zero", to=_ONNX_TYPES[et.name])], "divisor")
+    r = g.node("Mod", [x, safe], "rem", fmod=1)
+    return [_zero_where(g, r, g.node("Not", [zero], "nonzero"), et, "rem")]
+
+
+def _shift(g: _Graph, op: Operation, ins: list[str], direction: str) -> list[str]:
+    """``lz.shift_left``/``shift_right`` of unsigned ints as ``BitShift`` (ONNX has it for unsigned
+    ints only; signed ones raise: an arithmetic right shift and a wrapping left shift have no exact
+    ONNX form).  A shift of at least the bit width is 0 in lezero but undefined in ONNX, so those
+    results are made 0."""
+    et = op.operands[0].type.element_type
+    if not et.name.startswith("ui"):
+        raise ExportError(f"'{op.name}' op on {et.name} has no ONNX form: ONNX's BitShift takes unsigned "
+                          "integers only", op.location)
+    shifted = g.node("BitShift", ins, op.name[3:], direction=direction)
+    near = g.node("Less", [ins[1], g.constant(np.array(et.bitwidth, et.numpy_dtype), "bits")], "near")
+    return [_zero_where(g, shifted, near, et, op.name[3:])]
 
 
 def _export_op(g: _Graph, op: Operation) -> list[str]:
@@ -82,6 +120,10 @@ def _export_op(g: _Graph, op: Operation) -> list[str]:
         return [g.node(_BITWISE[short], ins, short)]
     if short in _SAME_NAME:
         return [g.node(_SAME_NAME[short], ins, short)]
+    if short == "rem":
+        return _rem(g, op, ins)
+    if short in ("shift_left", "shift_right"):
+        return _shift(g, op, ins, "LEFT" if short == "shift_left" else "RIGHT")
     if short == "rsqrt":
         return [g.node("Reciprocal", [g.node("Sqrt", ins, "sqrt")], "rsqrt")]
     if short == "cast":
@@ -122,6 +164,22 @@ def _export_op(g: _Graph, op: Operation) -> list[str]:
         return [g.node(onnx_op, ins + [g.constant(_i64s(axes), "axes")], short, keepdims=int(attrs.keepdims))]
     if short == "argmax":
         return [g.node("ArgMax", ins, "argmax", axis=attrs.axis, keepdims=int(attrs.keepdims))]
+    if short == "cumulative":
+        if attrs.combine != "add":  # ONNX 18 has CumSum only (CumProd came in opset 26)
+            raise ExportError(f"'{op.name}' op with combine = {attrs.combine} has no ONNX form (ONNX has CumSum "
+                              "only)", op.location)
+        return [g.node("CumSum", ins + [g.constant(np.array(attrs.axis, np.int64), "axis")], "cumsum",
+                       exclusive=int(attrs.exclusive), reverse=int(attrs.reverse))]
+    if short == "topk":  # both sort ties by index, lower first, and return i64 indices
+        return g.multi_node("TopK", ins + [g.constant(_i64s([attrs.k]), "k")], "topk", 2, axis=attrs.axis,
+                            largest=int(attrs.largest), sorted=1)
+    if short == "scatter_nd":
+        # ONNX's ScatterND takes i64 indices; with reduction = none and repeated index tuples ONNX
+        # leaves the result undefined where lezero's later update wins (ONNX Runtime applies them in order)
+        data, indices, updates = ins
+        if op.operands[1].type.element_type.name != "i64":
+            indices = g.node("Cast", [indices], "indices", to=TensorProto.INT64)
+        return [g.node("ScatterND", [data, indices, updates], "scatter_nd", reduction=attrs.reduction)]
     if short == "reshape":
         return [g.node("Reshape", ins + [g.constant(_i64s(attrs.shape), "shape")], "reshape")]
     if short == "transpose":
