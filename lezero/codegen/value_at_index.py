@@ -10,12 +10,15 @@ elements) of any value of a kernel, computed from its operands in memory.
 - data movement is index arithmetic (the ``MOVEMENT`` table): transpose permutes, broadcast_to
   and slice remap, reshape goes through the row-major position, pad and concat select (reading
   at a clamped index, so no load leaves its buffer), gather loads the index first;
+- an op with a ``lower_at_position`` facet (``lz.random_uniform``) is computed from its element's
+  row-major position and the operand elements it reads;
 - anything else (a reduction's result, in a reduction kernel) comes from ``overrides``.
 
 Indices are ``Affine`` forms (``lezero/codegen/affine.py``).  A backend supplies the scalar
 builder ``s`` (``lezero/ir/scalar.py``; its values have ``.value`` and ``.dtype``), an index
 materializer ``index`` (``value(form)``, ``clamp``, ``less_than`` and ``at_least``, the last two
-giving an i1 value of ``s`` or None for "always true"), and the memory hooks of a subclass:
+giving an i1 value of ``s`` or None for "always true"; ``position(form)``, the form as an i64
+value of ``s``, for ops computed from their element's position), and the memory hooks of a subclass:
 ``load``, ``store``, ``constant_table``.  The LLVM backend's index is a loop variable
 (``codegen/llvm/index_math.py``), the Triton backend's a block of lanes
 (``codegen/triton/emitter.py``); the walk is the same.
@@ -169,6 +172,8 @@ class ValueAtIndex:
         if op.name == "lz.constant":
             return self._constant(op, index)
         definition = op.definition
+        if hasattr(definition, "lower_at_position"):
+            return self._at_position(op, value, index)
         if definition is None or not hasattr(definition, "lower_scalar"):
             raise self.failure(op, "not an elementwise or data movement op, so it has no value at an index here")
         shape = value.type.shape
@@ -180,6 +185,23 @@ class ValueAtIndex:
         if out.dtype != value.type.element_type:
             raise self.failure(op, f"its scalar lowering gives {out.dtype}, not {value.type.element_type}")
         return self.s.round(out)
+
+    def _at_position(self, op: Operation, value: Value, index):
+        """An op whose element is a function of its row-major position and of a few elements of
+        its operands (``lz.random_uniform``: the generator state), read on demand."""
+        def element(k: int, i: int):
+            v = op.operands[k]
+            return self.at(v, unravel(Affine.of(i), v.type.shape))
+
+        definition = op.definition
+        position = self.index.position(linear_index(index, value.type.shape))
+        try:
+            out = definition.lower_at_position(self.s, definition.attrs(op), position, element)
+        except NotImplementedError as e:
+            raise self.failure(op, str(e) or "no lowering") from None
+        if out.dtype != value.type.element_type:
+            raise self.failure(op, f"its lowering gives {out.dtype}, not {value.type.element_type}")
+        return out
 
     def failure(self, op: Operation, why: str) -> LoweringError:
         dtype = op.results[0].type.element_type if op.results else "none"

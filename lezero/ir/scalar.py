@@ -65,6 +65,11 @@ class ScalarBuilder:
         floats; integers give ``x % 0 == 0`` (and ``INT_MIN % -1 == 0``)."""
         raise NotImplementedError("rem")
 
+    def umulhi(self, x, y):
+        """The high half of the double-width product of two unsigned integers of one type
+        (``ui32``: bits 32..63 of the 64-bit product; Philox's multiply-high)."""
+        raise NotImplementedError("umulhi")
+
     def max(self, x, y):
         """The larger; nan if either is nan."""
         raise NotImplementedError("max")

@@ -24,7 +24,8 @@ from pass_testing import build, op_names
 # Ops through which no gradient flows (their rule is ``no_gradient``): rounding, logic,
 # comparisons, indices, constants.
 NOT_DIFFERENTIABLE = {"lz.floor", "lz.ceil", "lz.sign", "lz.not", "lz.and", "lz.or", "lz.cmp", "lz.argmax",
-                      "lz.constant", "lz.round", "lz.xor", "lz.shift_left", "lz.shift_right", "lz.bitcast"}
+                      "lz.constant", "lz.round", "lz.xor", "lz.shift_left", "lz.shift_right", "lz.bitcast",
+                      "lz.random_uniform"}
 # Ops with no rule at all, and why.
 NO_RULE = {"lz.kernel": "made after autodiff, by the fuse pass",
            "lz.yield": "the terminator of lz.kernel",

@@ -17,6 +17,7 @@ from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, storag
 from lezero.codegen.value_at_index import Buffer, IndexBindings, ValueAtIndex
 from lezero.ir.core import Operation
 from lezero.ir.types import I1
+from lezero.ir.types import I64 as I64_TYPE
 
 I64 = ir.IntType(64)
 
@@ -113,6 +114,10 @@ class IndexMaterializer(IndexBindings):
         if bnds is not None and bnds[0] >= bound:
             return Scalar(ir.Constant(ir.IntType(1), 0), I1)
         return Scalar(self.b.icmp_signed("<", self.value(form), _i64(bound)), I1)
+
+    def position(self, form: Affine) -> Scalar:
+        """``form`` as an i64 value of the scalar builder."""
+        return Scalar(self.value(form), I64_TYPE)
 
     def at_least(self, form: Affine, bound: int) -> Scalar | None:
         """An i1 ``form >= bound`` (None: always true)."""

@@ -174,6 +174,15 @@ class LLVMScalarBuilder(ScalarBuilder):
     def mul(self, x, y):
         return self._arith(self.b.fmul, self.b.mul, x, y)
 
+    def umulhi(self, x, y):
+        dtype = self._same(x, y)
+        if not is_unsigned(dtype) or dtype == I1:
+            raise NotImplementedError(f"umulhi of {dtype} (unsigned integers only)")
+        b, t = self.b, x.value.type
+        wide = ir.IntType(2 * t.width)
+        product = b.mul(b.zext(x.value, wide), b.zext(y.value, wide))
+        return Scalar(b.trunc(b.lshr(product, ir.Constant(wide, t.width)), t), dtype)
+
     def div(self, x, y):
         dtype = self._same(x, y)
         if dtype.is_float:

@@ -24,7 +24,7 @@ from lezero.codegen.errors import LoweringError
 from lezero.codegen.triton.scalar_builder import TritonScalarBuilder, TValue
 from lezero.codegen.value_at_index import Buffer, IndexBindings, ValueAtIndex
 from lezero.ir.core import Operation
-from lezero.ir.types import I1
+from lezero.ir.types import I1, I64
 
 # Tables of constants are select chains over the position: fine for a few elements only.
 MAX_CONSTANT_TABLE = 64
@@ -156,6 +156,11 @@ class TritonIndex(IndexBindings):
 
     def less_than(self, form: Affine, bound: int) -> TValue | None:
         return self._compare(form, "<", bound, lambda lo, hi: hi < bound, lambda lo, hi: lo >= bound)
+
+    def position(self, form: Affine) -> TValue:
+        """``form`` as an integer value of the scalar builder (int32 lanes when offsets fit,
+        typed i64: a reader casts it before arithmetic that could overflow)."""
+        return TValue(self.value(form), I64)
 
     def at_least(self, form: Affine, bound: int) -> TValue | None:
         return self._compare(form, ">=", bound, lambda lo, hi: lo >= bound, lambda lo, hi: hi < bound)

@@ -204,6 +204,18 @@ class TritonScalarBuilder(ScalarBuilder):
     def mul(self, x, y):
         return self._emit(f"{x.value} * {y.value}", self._same(x, y))
 
+    def umulhi(self, x, y):
+        dtype = self._same(x, y)
+        if not is_unsigned(dtype) or dtype == I1:
+            raise NotImplementedError(f"umulhi of {dtype} (unsigned integers only)")
+        if dtype.bitwidth == 32:
+            return self._emit(f"tl.umulhi({self._tensor(x)}, {self._tensor(y)})", dtype)
+        if dtype.bitwidth == 64:
+            raise NotImplementedError("umulhi of ui64 (Triton has no 128-bit product)")
+        wide = "tl.uint32"  # the narrow types' product fits in 32 bits
+        product = f"{self._tensor(x)}.to({wide}) * {self._tensor(y)}.to({wide})"
+        return self._emit(f"({product} >> {dtype.bitwidth}).to({compute_dtype(dtype)})", dtype)
+
     def div(self, x, y):
         dtype = self._same(x, y)
         if dtype.is_float:
