@@ -9,7 +9,9 @@ elements) of any value of a kernel, computed from its operands in memory.
   broadcast to its shape (size-1 dims read index 0), rounded to the result's element type;
 - data movement is index arithmetic (the ``MOVEMENT`` table): transpose permutes, broadcast_to
   and slice remap, reshape goes through the row-major position, pad and concat select (reading
-  at a clamped index, so no load leaves its buffer), gather loads the index first;
+  at a clamped index, so no load leaves its buffer), gather loads the index first and checks it
+  (``checked_index``: an index out of range is recorded for the runtime to raise, and the load
+  reads a clamped address, ``lezero/codegen/index_checks.py``);
 - an op with a ``lower_at_position`` facet (``lz.random_uniform``) is computed from its element's
   row-major position and the operand elements it reads;
 - anything else (a reduction's result, in a reduction kernel) comes from ``overrides``.
@@ -18,8 +20,8 @@ Indices are ``Affine`` forms (``lezero/codegen/affine.py``).  A backend supplies
 builder ``s`` (``lezero/ir/scalar.py``; its values have ``.value`` and ``.dtype``), an index
 materializer ``index`` (``value(form)``, ``clamp``, ``less_than`` and ``at_least``, the last two
 giving an i1 value of ``s`` or None for "always true"; ``position(form)``, the form as an i64
-value of ``s``, for ops computed from their element's position), and the memory hooks of a subclass:
-``load``, ``store``, ``constant_table``.  The LLVM backend's index is a loop variable
+value of ``s``, for ops computed from their element's position), and the hooks of a subclass: ``load``,
+``store``, ``constant_table`` and ``record_bad_index`` (the kernel's status buffer).  The LLVM backend's index is a loop variable
 (``codegen/llvm/index_math.py``), the Triton backend's a block of lanes
 (``codegen/triton/emitter.py``); the walk is the same.
 """
@@ -29,6 +31,7 @@ import numpy as np
 
 from lezero.codegen.affine import Affine, Var, linear_index, unravel
 from lezero.codegen.errors import LoweringError
+from lezero.codegen.index_checks import IndexChecks
 from lezero.ir.core import BlockArgument, Operation, Value
 from lezero.ir.dialect.axes import normalize_axis
 from lezero.ir.dialect.data_movement import SliceOp, TransposeOp
@@ -124,12 +127,14 @@ class Buffer:
 class ValueAtIndex:
     """The walk; subclasses implement ``load``, ``store`` and ``constant_table`` for a backend."""
 
-    def __init__(self, s, index, buffers: dict, overrides: dict | None = None, target: str = "cpu"):
+    def __init__(self, s, index, buffers: dict, overrides: dict | None = None, target: str = "cpu",
+                 checks: IndexChecks | None = None):
         self.s = s
         self.index = index
         self.buffers = buffers  # Value -> Buffer (the block arguments)
         self.overrides = overrides or {}  # Operation -> fn(op, result value, index) -> a value of s
         self.target = target
+        self.checks = checks  # the kernel's bounds checks (None: it has no status buffer)
         self.memo: dict = {}
 
     def new_scope(self) -> None:
@@ -146,6 +151,28 @@ class ValueAtIndex:
     def constant_table(self, op: Operation, array: np.ndarray, index):
         """Element ``index`` of a constant that is not a splat."""
         raise NotImplementedError
+
+    def record_bad_index(self, slot: int, bad, index) -> None:
+        """Where ``bad`` (an i1 of ``s``) holds, set check ``slot``'s flag in the status buffer
+        and raise its value slot to ``index`` (an i64 of ``s``), race-free."""
+        raise NotImplementedError
+
+    # --- bounds checks ----------------------------------------------------------------------------
+    def checked_index(self, op: Operation, dim: str, raw, size: int, negative: bool = True):
+        """``raw`` (an integer index of ``op`` into ``dim`` of ``size``) as an i64, negative ones
+        counted from the end when ``negative``; ``(index, bad)``, ``bad`` an i1 that holds when it
+        is out of range, which is recorded for the runtime to raise (the caller must still keep
+        its address inside the buffer)."""
+        if self.checks is None:
+            raise self.failure(op, "its indices need the kernel's status buffer, which this kernel does not have")
+        s = self.s
+        given = s.cast(raw, I64)  # unsigned types widen by zeros
+        index = given
+        if negative and not is_unsigned(raw.dtype):
+            index = s.select(s.cmp("lt", given, s.constant(0, I64)), s.add(given, s.constant(size, I64)), given)
+        bad = s.or_(s.cmp("lt", index, s.constant(0, I64)), s.cmp("ge", index, s.constant(size, I64)))
+        self.record_bad_index(self.checks.slot(op, dim, size, negative), bad, given)
+        return index, bad
 
     # --- values -----------------------------------------------------------------------------------
     def at(self, value: Value, index):
@@ -317,12 +344,11 @@ def _gather(e: ValueAtIndex, op, attrs, index):
     axis = normalize_axis(attrs.axis, x.type.rank)
     size = x.type.shape[axis]
     k = indices.type.rank
-    s = e.s
-    picked = s.cast(e.at(indices, index[axis:axis + k]), I64)  # unsigned types widen by zeros
-    if not is_unsigned(indices.type.element_type):  # negative counts from the end
-        picked = s.select(s.cmp("lt", picked, s.constant(0, I64)), s.add(picked, s.constant(size, I64)), picked)
-    # out of range is an error in the reference; here it is clamped so that no load leaves the buffer
-    gathered = e.index.clamp(Affine.of(Var("gather", None, payload=picked.value)), 0, max(size - 1, 0), "gathered")
+    picked, _ = e.checked_index(op, f"axis {axis}", e.at(indices, index[axis:axis + k]), size, attrs.negative_indices)
+    if size == 0:  # every index is out of range, and there is nothing to read
+        return e.s.constant(0, x.type.element_type)
+    # an index out of range is recorded (the runtime raises); the load reads a clamped address
+    gathered = e.index.clamp(Affine.of(Var("gather", None, payload=picked.value)), 0, size - 1, "gathered")
     return e.at(x, tuple(index[:axis]) + (gathered,) + tuple(index[axis + k:]))
 
 

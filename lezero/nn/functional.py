@@ -335,7 +335,8 @@ def _emit_embedding(b, attrs, weight, indices):
         keep = np.ones((rows, 1), weight.type.element_type.numpy_dtype)
         keep[attrs["padding_idx"]] = 0  # the padding row gets no gradient
         weight = b.op("lz.mul", weight, b.constant(keep))
-    return [b.op("lz.gather", weight, indices, axis=0)]
+    # PyTorch's range, [0, rows): checked by the gather, in compiled code too
+    return [b.op("lz.gather", weight, indices, axis=0, negative_indices=False)]
 
 
 _EMBEDDING = EagerOp("embedding", _emit_embedding)
@@ -343,15 +344,12 @@ _EMBEDDING = EagerOp("embedding", _emit_embedding)
 
 def embedding(indices: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """Rows of ``weight`` picked by ``indices`` (a gather; its gradient adds each row's
-    cotangents back).  The ``padding_idx`` row reads as zeros and gets no gradient."""
+    cotangents back).  The ``padding_idx`` row reads as zeros and gets no gradient.  An index
+    outside ``[0, rows)`` raises ``IndexError`` when the gather runs (eager, traced or compiled)."""
     if _kind(indices._data) not in "iu":
         raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {indices.dtype} instead")
     n = weight.shape[0]
-    values = np.asarray(indices)  # a cuda tensor's copied to the host, to check
-    if values.size and (values.min() < 0 or values.max() >= n):
-        raise IndexError(f"index out of range in self: indices must be in [0, {n}), got values in "
-                         f"[{values.min()}, {values.max()}]")
     if padding_idx is not None:
         padding_idx = int(padding_idx) % n
     return _apply2(_EMBEDDING, (("padding_idx", padding_idx),), weight, _cast_to(indices, _dt.int64))
@@ -400,17 +398,22 @@ def _check_reduction(reduction: str) -> None:
 
 def _emit_nll(b, attrs, x, target, *weight):
     """``-x[n, target[n], ...]`` picked through a one-hot mask (``select``, so a -inf elsewhere
-    cannot make a nan), weighted, reduced; ignored targets count for nothing."""
+    cannot make a nan), weighted, reduced; ignored targets count for nothing.  The targets that
+    are not ignored go through an ``lz.gather`` of the class numbers, which checks that they are
+    in ``[0, classes)`` where it runs (eager, traced or compiled: ``IndexError``)."""
     if attrs["log_softmax"]:
         x = b.op("lz.log_softmax", x, axis=1)
     rank = x.type.rank
     c = x.type.shape[1]
     t_shape = target.type.shape
-    t = b.op("lz.reshape", target, shape=[t_shape[0], 1] + list(t_shape[1:]))
-    iota = b.constant(np.arange(c, dtype=np.int64).reshape([1, c] + [1] * (rank - 2)))
     ignore = b.constant(np.asarray(attrs["ignore_index"], np.int64))
     valid = b.op("lz.cmp", target, ignore, predicate="ne")  # ignore_index may be a class: mask it out
-    hit = b.op("lz.and", b.op("lz.cmp", t, iota, predicate="eq"), b.op("lz.cmp", t, ignore, predicate="ne"))
+    kept = b.op("lz.select", valid, target, b.constant(np.asarray(0, np.int64)))
+    checked = b.op("lz.gather", b.constant(np.arange(c, dtype=np.int64)), kept, axis=0, negative_indices=False)
+    t = b.op("lz.reshape", checked, shape=[t_shape[0], 1] + list(t_shape[1:]))
+    iota = b.constant(np.arange(c, dtype=np.int64).reshape([1, c] + [1] * (rank - 2)))
+    hit = b.op("lz.and", b.op("lz.cmp", t, iota, predicate="eq"),
+               b.op("lz.reshape", valid, shape=[t_shape[0], 1] + list(t_shape[1:])))
     zero = _const(b, 0, x)
     picked = b.op("lz.reduce_sum", b.op("lz.select", hit, x, zero), axes=[1])
     loss = b.op("lz.neg", picked)
@@ -448,11 +451,6 @@ def _class_loss(x: Tensor, target: Tensor, weight, ignore_index: int, reduction:
                                   "supported")
     if target.shape != (x.shape[0],) + tuple(x.shape[2:]):
         raise ValueError(f"Expected target size {[x.shape[0]] + list(x.shape[2:])}, got {list(target.shape)}")
-    c = x.shape[1]
-    classes = np.asarray(target)  # a cuda tensor's copied to the host, to check
-    bad = (classes != ignore_index) & ((classes < 0) | (classes >= c))
-    if bad.any():
-        raise IndexError(f"Target {int(classes[bad].flat[0])} is out of bounds (there are {c} classes)")
     if weight is not None and label_smoothing:
         raise NotImplementedError("label_smoothing with class weights is not supported")
     attrs = (("log_softmax", log_softmax), ("ignore_index", int(ignore_index)), ("reduction", reduction),

@@ -14,7 +14,9 @@ from them, and runs the *plan* for that shape signature, building it on first us
 
 Running a plan is a loop over kernel launches: patch the input/output pointers, call the kernel
 through ctypes (across the thread pool when it has enough work). One lock per plan: the arena is
-shared state.
+shared state.  A kernel with bounds checks also gets its status buffer (``lezero/codegen/
+index_checks.py``), read after the launch: an index out of range raises ``IndexError`` naming
+the op, its location, the index and the valid range.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from lezero.ir.interpreter import check_arguments
 from lezero.ir.parser import parse_module
 from lezero.ir.types import FunctionType, TensorType, format_shape
 from lezero.ir.verifier import verify
+from lezero.codegen.index_checks import initial_status, status_error
 from lezero.codegen.pipeline import TARGETS, schedule
 from lezero.codegen.llvm.lower_kernel import lower_kernel
 from lezero.runtime.kernel_cache import KernelCache, default_cache
@@ -61,6 +64,22 @@ class _Launch:
     work_items: int
     parallel: bool
     name: str
+    checks: tuple | None = None  # the kernel's bounds checks; then ``status`` is its status buffer
+    status: ctypes.Array | None = None
+
+
+def status_buffer(checks) -> ctypes.Array:
+    """A kernel's status buffer, ready for its first launch."""
+    values = initial_status(checks)
+    return (ctypes.c_int64 * len(values))(*values)
+
+
+def check_status(checks, status) -> None:
+    """Raise the ``IndexError`` a launch left in its status buffer (cleared for the next launch)."""
+    message = status_error(checks, status)
+    if message is not None:
+        status[:] = initial_status(checks)
+        raise IndexError(message)
 
 
 @dataclass
@@ -111,7 +130,9 @@ def build_plan(module: ModuleOp, entry: str, cache: KernelCache) -> Plan:
             lowered = lower_kernel(op)
             loaded = cache.load(lowered.llvm_ir, lowered.name)
             values = list(op.operands) + list(op.results)
-            pointers = (ctypes.c_void_p * max(len(values), 1))()
+            checks = lowered.index_checks
+            status = None if checks is None else status_buffer(checks)
+            pointers = (ctypes.c_void_p * max(len(values) + (status is not None), 1))()
             patches = []
             for slot, v in enumerate(values):
                 kind = source[id(v)]
@@ -119,11 +140,13 @@ def build_plan(module: ModuleOp, entry: str, cache: KernelCache) -> Plan:
                     pointers[slot] = kind[1]
                 else:
                     patches.append((slot, kind[0], kind[1]))
+            if status is not None:
+                pointers[len(values)] = ctypes.addressof(status)
             out_bytes = sum(r.type.nbytes for r in op.results)
             launches.append(_Launch(loaded.function, pointers, patches, lowered.work_items,
                                     (out_bytes >= PARALLEL_MIN_BYTES or lowered.flops >= PARALLEL_MIN_FLOPS)
                                     and lowered.work_items > 1,
-                                    lowered.name))
+                                    lowered.name, checks, status))
             keepalive.append(loaded)
         elif op.name != "func.return":
             raise IRError(f"'{op.name}' op is left outside any kernel after fusion", op.location)
@@ -149,6 +172,8 @@ def run_plan(plan: Plan, inputs: list[np.ndarray], pool: ThreadPool) -> list[np.
                 pool.parallel_for(launch.function, launch.pointers, launch.work_items)
             else:
                 launch.function(launch.pointers, 0, launch.work_items)
+            if launch.checks is not None:
+                check_status(launch.checks, launch.status)
         for i, (written_in_place, kind, t) in enumerate(plan.outputs):
             if written_in_place:
                 continue

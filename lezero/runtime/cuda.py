@@ -19,6 +19,11 @@ kernels the Triton backend runs have ``device = "cuda"``, the ops it cannot run 
   ``configs[0]``), a CPU kernel through the LLVM path and the kernel cache on host
   buffers, a transfer as ``tensor.copy_``.
 
+A kernel with bounds checks (either side) gets a status tensor (``lezero/codegen/index_checks.py``)
+on its device as its last buffer; after the last launch of a call the plan reads each (one
+device-to-host copy each: a call that has such kernels waits for the GPU) and raises the first
+launch's ``IndexError``, naming the op, the bad index and the valid range.
+
 Buffers are torch tensors throughout: function arguments and results live on the device.  A
 call with numpy arrays moves them there and returns numpy arrays; a call with torch tensors (on
 ``torch_device("cuda")``, of the arguments' storage dtypes) uses them as they are and returns
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lezero.codegen.index_checks import initial_status, status_error
 from lezero.codegen.llvm.lower_kernel import lower_kernel as lower_llvm_kernel
 from lezero.ir.core import ModuleOp
 from lezero.ir.diagnostics import InputError, IRError
@@ -113,6 +119,7 @@ class _TritonLaunch:
     sources: list
     flops: int
     config: object = None
+    checks: tuple | None = None  # bounds checks: then the last source is the status tensor
 
     def run(self, buffers) -> None:
         if self.config is None:
@@ -150,6 +157,7 @@ class _HostLaunch:
     parallel: bool
     sources: list
     pool: object
+    checks: tuple | None = None
 
     def run(self, buffers) -> None:
         pointers = (ctypes.c_void_p * max(len(buffers), 1))(*[b.data_ptr() for b in buffers])
@@ -183,6 +191,7 @@ class CudaPlan:
     device: object           # the torch.device of arguments, results and the device arena
     arenas: list             # kept alive: the views point into them
     lock: threading.Lock = field(default_factory=threading.Lock)
+    checked: list = field(default_factory=list)  # the launches with bounds checks, in order
 
 
 def build_cuda_plan(module: ModuleOp, entry: str, cache, pool) -> CudaPlan:
@@ -233,15 +242,18 @@ def build_cuda_plan(module: ModuleOp, entry: str, cache, pool) -> CudaPlan:
             sources = [where(v, on) for v in op.operands] + [source[id(r)] for r in op.results]
             if runs_on == "cuda":
                 kernel = lower_triton(op)
+                _add_status(sources, kernel.index_checks, on)
                 launches.append(_TritonLaunch(name, load(kernel), tuple(kernel.configs), len(op.operands), sources,
-                                              kernel.flops))
+                                              kernel.flops, checks=kernel.index_checks))
             else:
                 lowered = lower_llvm_kernel(op)
                 loaded = cache.load(lowered.llvm_ir, lowered.name)
                 out_bytes = sum(r.type.nbytes for r in op.results)
                 parallel = (out_bytes >= PARALLEL_MIN_BYTES or lowered.flops >= PARALLEL_MIN_FLOPS) \
                     and lowered.work_items > 1
-                launches.append(_HostLaunch(name, loaded.function, lowered.work_items, parallel, sources, pool))
+                _add_status(sources, lowered.index_checks, on)
+                launches.append(_HostLaunch(name, loaded.function, lowered.work_items, parallel, sources, pool,
+                                            lowered.index_checks))
         elif op.name != "func.return":
             raise IRError(f"'{op.name}' op is left outside any kernel after fusion", op.location)
 
@@ -251,7 +263,30 @@ def build_cuda_plan(module: ModuleOp, entry: str, cache, pool) -> CudaPlan:
             outputs.append(("kernel", None))
         else:
             outputs.append(where(v, device))
-    return CudaPlan(module, func, launches, outputs, [v.type for v in returned], device, list(arenas.values()))
+    plan = CudaPlan(module, func, launches, outputs, [v.type for v in returned], device, list(arenas.values()))
+    plan.checked = [launch for launch in launches if not isinstance(launch, _TransferLaunch) and launch.checks]
+    return plan
+
+
+def _add_status(sources: list, checks, device) -> None:
+    """A status tensor on ``device`` as the last buffer of a kernel with bounds checks."""
+    import torch
+
+    if checks is not None:
+        sources.append(("fixed", torch.tensor(initial_status(checks), dtype=torch.int64, device=device)))
+
+
+def _check_statuses(plan: CudaPlan) -> None:
+    """Raise the ``IndexError`` of the first launch whose status says an index was out of range
+    (then every status is cleared for the next call)."""
+    import torch
+
+    for launch in plan.checked:
+        message = status_error(launch.checks, launch.sources[-1][1].tolist())
+        if message is not None:
+            for other in plan.checked:
+                other.sources[-1][1].copy_(torch.tensor(initial_status(other.checks), dtype=torch.int64))
+            raise IndexError(message)
 
 
 def _attribute(func, name: str) -> int:
@@ -272,6 +307,8 @@ def run_cuda_plan(plan: CudaPlan, inputs: list, outs: "list | None" = None) -> l
         for i, (kind, x) in enumerate(plan.outputs):
             if kind != "kernel":
                 outs[i].copy_(_resolve([(kind, x)], inputs, outs)[0])
+        if plan.checked:
+            _check_statuses(plan)
     return outs
 
 

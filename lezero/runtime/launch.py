@@ -16,6 +16,10 @@ generic ``run_plan`` path is used), and calls the kernel: one ctypes call per la
 update into the parameter itself (safe for an elementwise kernel that reads the aliased operand
 at the index it writes, which the kernel ABI guarantees: all results of an index are computed
 before any is stored).
+
+A kernel with bounds checks has a status buffer among its fixed pointers; its launch reads it
+afterwards (``check_status``: one read per check when nothing is out of range), and such a plan
+always runs under its lock, since the status buffer is shared state.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import functools
 import numpy as np
 
 from lezero.codegen.llvm.jit import compile_module
+from lezero.runtime.compiled_function import check_status
 
 # offsetof(PyArrayObject, data): PyObject_HEAD is a refcount and a type pointer.
 _DATA_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
@@ -127,6 +132,7 @@ class _LeanLaunch:
         self.work_items = launch.work_items
         self.parallel = launch.parallel
         self.name = launch.name
+        self.checks, self.status = launch.checks, launch.status
         self.whole, self.ranged = launcher(len(patches))
 
     def objects(self, inputs, outs) -> list:
@@ -138,6 +144,8 @@ class _LeanLaunch:
             pool.parallel_for(lambda _, begin, end: ranged(d, begin, end, *objects), None, self.work_items)
         else:
             self.whole(self.address, *objects)
+        if self.checks is not None:
+            check_status(self.checks, self.status)
 
 
 def lean_runner(plan, pool):
@@ -167,7 +175,8 @@ def _lean_runner(plan, pool):
 
     launches = [_LeanLaunch(launch) for launch in plan.launches]
     empty = np.empty
-    if len(launches) == 1 and plan.arena.size == 0 and not launches[0].parallel:
+    checked = any(launch.checks is not None for launch in launches)
+    if len(launches) == 1 and plan.arena.size == 0 and not launches[0].parallel and not checked:
         (only,) = launches
         f, d = only.whole, only.address
         n_in = len(only.inputs)

@@ -6,6 +6,12 @@ Indices are ``Affine`` forms (``lezero/codegen/affine.py``); ``IndexMaterializer
 into i64 values when a load or a comparison needs one, and can record every form it was asked
 for (the loop coalescing analysis reads them).  Both memoize per scope (one loop body), so a
 value used twice at the same index is computed once.
+
+Bounds checks (``lezero/codegen/index_checks.py``) cost the loop no branch: each check keeps two
+accumulators in the function (``flag |= bad``, ``worst = max(worst, bad ? index : NO_INDEX)``),
+an or and a max reduction that LLVM vectorizes (or hoists with an index that is invariant in the
+inner loop, as an embedding's row is); ``flush_index_checks`` adds them to the status buffer
+with atomic ``or``/``max`` once, before the function returns, only when a flag is set.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import llvmlite.ir as ir
 
 from lezero.codegen.affine import Affine, Var, linear_index
 from lezero.codegen.errors import LoweringError
+from lezero.codegen.index_checks import NO_INDEX, SLOTS_PER_CHECK, IndexChecks
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, storage_type
 from lezero.codegen.value_at_index import Buffer, IndexBindings, ValueAtIndex
 from lezero.ir.core import Operation
@@ -134,10 +141,38 @@ class LLVMValueAtIndex(ValueAtIndex):
     ``getelementptr`` on the buffer pointers, non-splat constants as private global arrays."""
 
     def __init__(self, s: LLVMScalarBuilder, index: IndexMaterializer, buffers: dict, overrides: dict | None = None,
-                 target: str = "cpu"):
-        super().__init__(s, index, buffers, overrides, target)
+                 target: str = "cpu", checks: IndexChecks | None = None, status: ir.Value | None = None):
+        super().__init__(s, index, buffers, overrides, target, checks)
         self.b = s.b
         self.tables: dict = {}  # constant op -> its global array
+        self.status = status  # the status buffer's pointer (kernels with checks)
+        self.accumulators: dict[int, tuple] = {}  # check slot -> (flag, worst) stack slots
+
+    def record_bad_index(self, slot: int, bad: Scalar, index: Scalar) -> None:
+        b = self.b
+        if slot not in self.accumulators:
+            entry = b.function.entry_basic_block
+            at_entry = ir.IRBuilder(entry)
+            at_entry.position_at_start(entry)
+            flag, worst = at_entry.alloca(I64, name="bad_flag"), at_entry.alloca(I64, name="bad_index")
+            at_entry.store(_i64(0), flag)
+            at_entry.store(_i64(NO_INDEX), worst)
+            self.accumulators[slot] = (flag, worst)
+        flag, worst = self.accumulators[slot]
+        b.store(b.or_(b.load(flag, typ=I64), b.zext(bad.value, I64)), flag)
+        candidate = b.select(bad.value, index.value, _i64(NO_INDEX))
+        current = b.load(worst, typ=I64)
+        b.store(b.select(b.icmp_signed(">", candidate, current), candidate, current), worst)
+
+    def flush_index_checks(self) -> None:
+        """Add this function's accumulators to the status buffer (at the builder's position, which
+        must run once the function's checked loops are done)."""
+        b = self.b
+        for slot, (flag, worst) in sorted(self.accumulators.items()):
+            with b.if_then(b.icmp_unsigned("!=", b.load(flag, typ=I64), _i64(0)), likely=False):
+                at = b.gep(self.status, [_i64(SLOTS_PER_CHECK * slot)], source_etype=I64)
+                b.atomic_rmw("or", at, _i64(1), "monotonic")
+                b.atomic_rmw("max", b.gep(at, [_i64(1)], source_etype=I64), b.load(worst, typ=I64), "monotonic")
 
     def load(self, buffer: Buffer, index) -> Scalar:
         address = self._address(buffer, index)

@@ -9,11 +9,15 @@ in-place result (memory-plan), which shares the buffer of an operand that an ele
 reads only at the index it writes; the kernel computes every result of an index (all its loads)
 before it stores any.  Strictly, ``noalias`` would let LLVM move such a load below such a store;
 its passes do not (no gain in it), and ``test_in_place_result`` checks the machine code's answer.
+
+A kernel with bounds checks (``lezero/codegen/index_checks.py``) has one more buffer, its status,
+after the results; the emitter's accumulated checks go to it just before the body returns.
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from lezero.codegen.index_checks import IndexChecks, checks_indices
 from lezero.codegen.llvm.index_math import IndexMaterializer, LLVMValueAtIndex
 from lezero.codegen.llvm.loops import i64
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder
@@ -48,12 +52,15 @@ class KernelFunction:
         self.builder = ir.IRBuilder(self._start)
         self.buffers = list(body.args[:num_buffers])
         self.begin, self.end = body.args[num_buffers], body.args[num_buffers + 1]
+        self.before_return: list = []  # callables emitting code at the end of the body
 
     def alloca(self, element_type: ir.Type, count: int, name: str = "acc") -> ir.Value:
         """A stack array in the entry block (static, so LLVM can promote it to registers)."""
         return ir.IRBuilder(self.entry).alloca(element_type, size=count, name=name)
 
     def finish(self) -> None:
+        for emit in self.before_return:
+            emit()
         ir.IRBuilder(self.entry).branch(self._start)
         self.builder.ret_void()
 
@@ -68,12 +75,16 @@ class KernelContext:
         self.target = target
         self.body = kernel.regions[0].blocks[0]
         self.yields = list(self.body.terminator.operands)
-        self.fn = KernelFunction(module, name, len(kernel.operands) + len(kernel.results))
+        # kernels with bounds checks take a status buffer after the results
+        self.checks = IndexChecks() if checks_indices(kernel) else None
+        self.fn = KernelFunction(module, name, len(kernel.operands) + len(kernel.results) + (self.checks is not None))
         self.b = self.fn.builder
         self.s = LLVMScalarBuilder(self.b)
         self.index = IndexMaterializer(self.b)
         pointers = self.fn.buffers
         self.operand_buffers = [Buffer(p, a.type) for p, a in zip(pointers, self.body.args)]
         self.result_buffers = [Buffer(p, r.type) for p, r in zip(pointers[len(kernel.operands):], kernel.results)]
+        self.status = pointers[-1] if self.checks is not None else None
         self.emitter = LLVMValueAtIndex(self.s, self.index, dict(zip(self.body.args, self.operand_buffers)),
-                                    target=target)
+                                        target=target, checks=self.checks, status=self.status)
+        self.fn.before_return.append(self.emitter.flush_index_checks)

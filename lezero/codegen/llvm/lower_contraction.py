@@ -669,7 +669,8 @@ class TileEpilogue:
             operands = {arg: Buffer(p, arg.type) for arg, p in zip(ctx.body.args, pointers)}
             s = LLVMScalarBuilder(b)
             self.external_symbols = s.external_symbols  # filled as the code is emitted
-            self._emitter = LLVMValueAtIndex(s, IndexMaterializer(b), operands, target=ctx.target)
+            self._emitter = LLVMValueAtIndex(s, IndexMaterializer(b), operands, target=ctx.target,
+                                             checks=ctx.checks, status=ctx.status and pointers[-1])
             self._results = [Buffer(p, r.type) for p, r in zip(pointers[len(ctx.kernel.operands):], ctx.kernel.results)]
             self._builder = b
         return self._emitter
@@ -694,6 +695,7 @@ class TileEpilogue:
                 emitter.store(buffer, index, value)
 
         self.plan.emit_tile(b, tile, tile.arg("batch"), store)
+        emitter.flush_index_checks()
 
 
 # --------------------------------------------------------------------------------------------

@@ -187,12 +187,11 @@ SCATTER_OPS = frozenset({"lz.scatter_nd"})
 
 def lower_scatter_nd(ctx: KernelContext, op) -> int:
     """One work item (updates apply in order, and may hit one place twice): copy the data, then
-    for each index tuple inside the data combine its slice of updates into place (a tuple out of
-    range is skipped; the reference rejects it)."""
+    for each index tuple inside the data combine its slice of updates into place (a tuple with a
+    coordinate out of range is skipped and recorded in the status buffer: the runtime raises)."""
     from lezero.codegen.llvm.loops import i64
     from lezero.codegen.llvm.lower_reduction import _element, _single_buffers
     from lezero.codegen.llvm.scalar_builder import storage_type
-    from lezero.ir.types import I64
 
     b, s = ctx.b, ctx.s
     attrs = op.definition.attrs(op)
@@ -216,11 +215,9 @@ def lower_scatter_nd(ctx: KernelContext, op) -> int:
             offset, valid = i64(0), ir.Constant(ir.IntType(1), 1)
             for j in range(k):
                 raw = s.load(_element(b, indices_buffer, b.add(b.mul(u, i64(k)), i64(j)), index_dtype), index_dtype)
-                index = s.cast(raw, I64).value
-                index = b.select(b.icmp_signed("<", index, i64(0)), b.add(index, i64(shape[j])), index)
-                inside = b.and_(b.icmp_signed(">=", index, i64(0)), b.icmp_signed("<", index, i64(shape[j])))
-                valid = b.and_(valid, inside)
-                offset = b.add(offset, b.mul(index, i64(strides[j])))
+                index, bad = ctx.emitter.checked_index(op, f"dim {j}", raw, shape[j])
+                valid = b.and_(valid, b.not_(bad.value))
+                offset = b.add(offset, b.mul(index.value, i64(strides[j])))
             with b.if_then(valid):
                 with for_range(b, 0, piece, "e") as e:
                     target = _element(b, out_buffer, b.add(offset, e), dtype)

@@ -59,6 +59,10 @@ class LoweredKernel:
     bytes_accessed: bytes of every buffer, read or written once.
     external_symbols: libm functions the code calls (float64 transcendentals, pow); empty for
         most kernels. A native executable links ``-lm`` when it is not.
+    index_checks: None, or the kernel's bounds checks (``lezero/codegen/index_checks.py``) in
+        slot order: then the function takes a status buffer after the results (int64, initialized
+        by ``initial_status(index_checks)``), which says after a call whether an index was out of
+        range.
     """
 
     name: str
@@ -70,6 +74,7 @@ class LoweredKernel:
     flops: int
     bytes_accessed: int
     external_symbols: tuple = ()
+    index_checks: tuple | None = None
 
 
 def symbol_name(name: str) -> str:
@@ -106,7 +111,8 @@ def lower_kernel(kernel_op: Operation, target: str = "cpu") -> LoweredKernel:
         operand_types=tuple(v.type for v in kernel_op.operands), result_types=tuple(r.type for r in kernel_op.results),
         flops=estimate_flops(ctx.body), bytes_accessed=sum(v.type.nbytes for v in list(kernel_op.operands)
                                                            + list(kernel_op.results)),
-        external_symbols=tuple(sorted(ctx.s.external_symbols)))
+        external_symbols=tuple(sorted(ctx.s.external_symbols)),
+        index_checks=None if ctx.checks is None else tuple(ctx.checks.checks))
 
 
 def _lower_single(ctx: KernelContext) -> int:

@@ -10,7 +10,9 @@ the kernel's lane mask (``mask``: the lanes of the block inside the iteration sp
 outside it may compute any index, so every load of them is masked too.
 
 ``TritonContext`` holds one kernel being lowered: its buffers (``b0, b1, ...``: operands then
-results), the body's lines (``code``), the scalar builder and the emitter.  A kind's lowering
+results, then ``status`` for a kernel with bounds checks, ``lezero/codegen/index_checks.py``:
+a lane whose index is out of range sets its check's flag and index there with masked
+``tl.atomic_max``, so lanes in range store nothing and the order of programs does not matter), the body's lines (``code``), the scalar builder and the emitter.  A kind's lowering
 writes the body and returns its launch configurations; ``lower_kernel`` wraps the body into a
 module with its signature and docstring.
 """
@@ -21,6 +23,7 @@ from contextlib import contextmanager
 
 from lezero.codegen.affine import Affine, Var, linear_index
 from lezero.codegen.errors import LoweringError
+from lezero.codegen.index_checks import SLOTS_PER_CHECK, IndexChecks, checks_indices
 from lezero.codegen.triton.scalar_builder import TritonScalarBuilder, TValue
 from lezero.codegen.value_at_index import Buffer, IndexBindings, ValueAtIndex
 from lezero.ir.core import Operation
@@ -187,8 +190,8 @@ class TritonValueAtIndex(ValueAtIndex):
     None for all), masked stores, small non-splat constants as ``tl.where`` chains."""
 
     def __init__(self, code: TritonCode, s: TritonScalarBuilder, index: TritonIndex, buffers: dict,
-                 overrides: dict | None = None, target: str = "cuda"):
-        super().__init__(s, index, buffers, overrides, target)
+                 overrides: dict | None = None, target: str = "cuda", checks: IndexChecks | None = None):
+        super().__init__(s, index, buffers, overrides, target, checks)
         self.code = code
         self.mask: str | None = None
         # a block of zeros shaped like the lanes (``offs * 0``): a store at one address from every lane
@@ -211,6 +214,13 @@ class TritonValueAtIndex(ValueAtIndex):
         offset = self._offset(buffer, index)
         mask = "" if self.mask is None else f", mask={self.mask}"
         self.code.line(f"tl.store({buffer.pointer} + {offset}, {self.s.to_storage(value)}{mask})")
+
+    def record_bad_index(self, slot: int, bad: TValue, index: TValue) -> None:
+        lanes = self.code.assign("bad", bad.value if self.mask is None else f"({self.mask}) & ({bad.value})")
+        # one address for every lane (a block shaped like the lanes, as atomics want)
+        flag = self.code.assign("status_at", f"status + {SLOTS_PER_CHECK * slot} + {lanes}.to(tl.int32) * 0")
+        self.code.line(f"tl.atomic_max({flag}, {lanes}.to(tl.int64), mask={lanes})")
+        self.code.line(f"tl.atomic_max({flag} + 1, {index.value}, mask={lanes})")
 
     def constant_table(self, op: Operation, array, index) -> TValue:
         if array.size > MAX_CONSTANT_TABLE:
@@ -242,12 +252,16 @@ class TritonContext:
         n = len(kernel.operands)
         self.operand_buffers = [Buffer(f"b{k}", a.type) for k, a in enumerate(self.body.args)]
         self.result_buffers = [Buffer(f"b{n + k}", r.type) for k, r in enumerate(kernel.results)]
+        self.checks = IndexChecks() if checks_indices(kernel) else None
         self.emitter = TritonValueAtIndex(self.code, self.s, self.index,
-                                          dict(zip(self.body.args, self.operand_buffers)), target=target)
+                                          dict(zip(self.body.args, self.operand_buffers)), target=target,
+                                          checks=self.checks)
 
     @property
     def buffer_names(self) -> list[str]:
-        return [b.pointer for b in self.operand_buffers + self.result_buffers]
+        """The kernel's pointer parameters: operands, results, then the status buffer if any."""
+        return [b.pointer for b in self.operand_buffers + self.result_buffers] + \
+            (["status"] if self.checks is not None else [])
 
     def index_type(self) -> str:
         """``tl.int64`` when some buffer has 2^31 elements or more (offsets overflow int32)."""

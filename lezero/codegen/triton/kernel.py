@@ -30,7 +30,9 @@ class TritonKernel:
     """name: the ``@triton.jit`` function in ``source`` (the kernel's name made an identifier);
     source: a whole Python module (imports, helpers, the kernel) that reads like hand-written
     Triton; signature: argument name -> Triton type for ``triton.compile`` (``"*fp32"``, ``"i32"``,
-    ``"constexpr"``); operand_types, result_types: the buffers' ``TensorType`` in ABI order."""
+    ``"constexpr"``); operand_types, result_types: the buffers' ``TensorType`` in ABI order;
+    index_checks: None, or the bounds checks (``lezero/codegen/index_checks.py``) of a kernel that
+    takes a ``status`` buffer (int64) after its results."""
 
     name: str
     source: str
@@ -42,3 +44,4 @@ class TritonKernel:
     flops: int = 0
     bytes_accessed: int = 0
     notes: tuple = field(default=())
+    index_checks: tuple | None = None

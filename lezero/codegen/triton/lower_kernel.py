@@ -39,7 +39,7 @@ from lezero.ir.dialect.axes import normalize_axis
 from lezero.ir.dialect.pooling import POOL_GRAD_OPS, POOL_OPS
 from lezero.ir.dialect.reduction import REDUCTION_OPS
 from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
-from lezero.ir.types import TensorType
+from lezero.ir.types import I64, TensorType
 
 # Ops whose Triton lowering runs only some instances: why an instance stays on the CPU.
 LIMITED = {"lz.topk": topk_unsupported_reason, "lz.scatter_nd": scatter_unsupported_reason}
@@ -98,12 +98,15 @@ def lower_kernel(kernel_op: Operation, target: str = "cuda") -> TritonKernel:
     constexprs = tuple(configs[0].constexprs)
     signature = {b.pointer: pointer_signature(b.type.element_type)
                  for b in ctx.operand_buffers + ctx.result_buffers}
+    if ctx.checks is not None:
+        signature["status"] = pointer_signature(I64)
     signature.update({c: "constexpr" for c in constexprs})
     return TritonKernel(
         name=name, source=_module_source(ctx, kind, constexprs), kind=kind, signature=signature,
         configs=tuple(configs), operand_types=tuple(v.type for v in kernel_op.operands),
         result_types=tuple(r.type for r in kernel_op.results), flops=estimate_flops(ctx.body),
-        bytes_accessed=sum(v.type.nbytes for v in list(kernel_op.operands) + list(kernel_op.results)))
+        bytes_accessed=sum(v.type.nbytes for v in list(kernel_op.operands) + list(kernel_op.results)),
+        index_checks=None if ctx.checks is None else tuple(ctx.checks.checks))
 
 
 def _lower_single(ctx: TritonContext) -> tuple:

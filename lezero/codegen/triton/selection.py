@@ -1,5 +1,6 @@
-"""``lz.topk`` and ``lz.scatter_nd`` as ``single`` kernels: deterministic, with no atomics and no
-sort, each output element computed by one lane as the reference defines it.
+"""``lz.topk`` and ``lz.scatter_nd`` as ``single`` kernels: deterministic, with no atomics (but
+the bounds checks' on the status buffer) and no sort, each output element computed by one lane
+as the reference defines it.
 
 topk is a rank per element: along a line (``outer x inner`` lines of ``n`` elements), element
 ``i`` goes to output position ``rank(i) = #{j : x_j comes before x_i}`` in the reference's
@@ -12,7 +13,8 @@ on the CPU (``topk_unsupported_reason``).
 
 scatter_nd is a gather: a lane per output element (flat blocks over ``data``) starts from
 ``data``'s value and walks the update rows in order, applying each one whose index tuple
-(negative coordinates counted from the end; one outside the data is skipped, as on the CPU)
+(negative coordinates counted from the end; one outside the data is skipped and recorded in the
+status buffer, as on the CPU, and the runtime raises)
 targets the lane's slice, with the reduction (``none`` replaces; ``add``, ``mul``, ``max``,
 ``min`` combine, rounded to the element type after each update as numpy does, bf16 once at
 the end as the reference, which computes it in float32).  Duplicate indices therefore apply in the
@@ -130,6 +132,7 @@ def lower_scatter_nd(ctx: TritonContext, op) -> tuple:
         code.line("pass  # no output elements")
         return (LaunchConfig({}, (1,)),)
     configs = flat_blocks(ctx, total)
+    ctx.emitter.mask = "mask"  # the lanes whose bad indices count
     code.line(f"acc = tl.load({data_buffer.pointer} + offs, mask=mask, other=0)")
     acc = s.from_storage("acc", dtype)
     if acc.value != "acc":
@@ -144,11 +147,11 @@ def lower_scatter_nd(ctx: TritonContext, op) -> tuple:
             for j in range(depth):
                 stride = math.prod(shape[j + 1:depth])
                 # every lane loads the coordinate (the interpreter's scalar loads and masks do not mix)
-                raw = code.assign("index", f"tl.load({indices_buffer.pointer} + u * {depth} + {j} + offs * 0)"
-                                           ".to(tl.int64)")
-                index = code.assign("index", f"tl.where({raw} < 0, {raw} + {shape[j]}, {raw})")
-                valid.append(f"({index} >= 0) & ({index} < {shape[j]})")
-                target.append(index if stride == 1 else f"{index} * {stride}")
+                raw = code.assign("index", f"tl.load({indices_buffer.pointer} + u * {depth} + {j} + offs * 0)")
+                index, bad = ctx.emitter.checked_index(op, f"dim {j}", TValue(raw, indices.type.element_type),
+                                                       shape[j])
+                valid.append(f"~({bad.value})")
+                target.append(index.value if stride == 1 else f"{index.value} * {stride}")
             hit = " & ".join(["mask", f"(place == {' + '.join(target)})" if target else "(place == 0)", *valid])
             code.line(f"hit = {hit}")
             code.line(f"update = tl.load({updates_buffer.pointer} + u * {piece} + element, mask=hit, other=0)")

@@ -299,12 +299,15 @@ class PadOp(OpDef):
 @register
 class GatherOp(OpDef):
     """``lz.gather(x, indices) {axis = 0}`` as ``numpy.take``: the result is
-    ``x.shape[:axis] + indices.shape + x.shape[axis+1:]``; negative indices count from the end."""
+    ``x.shape[:axis] + indices.shape + x.shape[axis+1:]``; negative indices count from the end
+    (numpy, ONNX), or are out of range with ``negative_indices = false`` (PyTorch's embedding and
+    class targets).  An index out of range is an error, in compiled code too (the kernel's status
+    buffer, ``lezero/codegen/index_checks.py``)."""
 
     name = "lz.gather"
     operands = ("input", "indices")
     traits = _PURE
-    attributes = {"axis": AttrSpec("i64", 0)}
+    attributes = {"axis": AttrSpec("i64", 0), "negative_indices": AttrSpec("bool", True)}
     summary = "pick slices by index"
 
     def infer(self, operand_types, attrs):
@@ -317,9 +320,9 @@ class GatherOp(OpDef):
         axis = normalize_axis(attrs.axis, x.ndim)
         size = x.shape[axis]
         indices = indices.astype(np.int64)
-        bad = (indices < -size) | (indices >= size)
+        bad = (indices < (-size if attrs.negative_indices else 0)) | (indices >= size)
         if bad.any():
-            raise OpError(f"index {int(indices[bad][0])} is out of range for axis {axis} of size {size}")
+            raise OpError(f"index {int(indices[bad].max())} is out of range for axis {axis} of size {size}")
         return np.take(x, np.where(indices < 0, indices + size, indices), axis=axis)
 
     def grad(self, b, op, attrs, dy):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lezero.codegen.index_checks import initial_status, status_error
 from lezero.codegen.pipeline import schedule
 from lezero.codegen.triton import jit
 from lezero.codegen.triton.lower_kernel import lower_kernel
@@ -47,7 +48,12 @@ def run_triton(module, inputs, func_name: str = "f", kernels: list | None = None
             if kernels is not None:
                 kernels.append(kernel)
             outputs = [garbage(r.type) for r in op.results]
-            jit.load(kernel).launch([values[v] for v in op.operands] + outputs)
+            status = [] if kernel.index_checks is None else \
+                [torch.tensor(initial_status(kernel.index_checks), dtype=torch.int64)]
+            jit.load(kernel).launch([values[v] for v in op.operands] + outputs + status)
+            message = status and status_error(kernel.index_checks, status[0].tolist())
+            if message:
+                raise IndexError(message)
         else:
             arrays = run_block(op.regions[0].blocks[0], [values[v].numpy() for v in op.operands])
             outputs = [torch.from_numpy(np.array(a)) for a in arrays]
