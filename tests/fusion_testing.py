@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp, interpret, parse_module, print_module
 from lezero.ir.dialect.broadcasting import broadcast_shapes
 from lezero.ir.opdef import OpError
-from lezero.ir.types import F32, I64, TensorType
+from lezero.ir.types import F32, I64, TensorType, element_type_of
 from lezero.passes.partition import classify
+
+from ir_building import build
 
 UNARY = ["lz.neg", "lz.abs", "lz.relu", "lz.tanh", "lz.sigmoid", "lz.exp", "lz.sin"]
 BINARY = ["lz.add", "lz.sub", "lz.mul", "lz.max"]
@@ -98,6 +100,45 @@ def random_graphs(draw, max_ops: int = 14) -> ModuleOp:
     b.create("func.return", results, result_types=[])
     func.update_function_type()
     return ModuleOp([func])
+
+
+# Random elementwise graphs over every dtype the issue names: the ops each dtype allows, with
+# broadcasting between operands of different (size-1 padded) shapes.
+_OPS_BY_KIND = {
+    "float": (["lz.neg", "lz.abs", "lz.exp", "lz.tanh", "lz.sigmoid", "lz.relu", "lz.sin"],
+              ["lz.add", "lz.sub", "lz.mul", "lz.max", "lz.min"]),
+    "int": (["lz.neg", "lz.abs", "lz.relu", "lz.sign"], ["lz.add", "lz.sub", "lz.mul", "lz.max", "lz.min"]),
+    "bool": (["lz.not"], ["lz.and", "lz.or"]),
+}
+
+
+@st.composite
+def random_elementwise_graphs(draw):
+    """(module with ``@f``, its argument shapes, dtype): a random chain of elementwise ops over one
+    dtype, sometimes ending in a compare and select."""
+    dtype = draw(st.sampled_from(["float32", "float64", "int32", "int64", "bool"]))
+    kind = {"f": "float", "i": "int", "b": "bool"}[np.dtype(dtype).kind]
+    unary, binary = _OPS_BY_KIND[kind]
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 5, 7]), min_size=rank, max_size=rank)))
+    shapes = [shape] + [tuple(d if draw(st.booleans()) else 1 for d in shape)[draw(st.integers(0, rank - 1)):]
+                        for _ in range(draw(st.integers(0, 2)))]
+    steps = draw(st.lists(st.tuples(st.booleans(), st.sampled_from(unary), st.sampled_from(binary),
+                                    st.integers(0, 100), st.integers(0, 100)), min_size=1, max_size=8))
+    with_cmp = kind != "bool" and draw(st.booleans())
+
+    def body(b, *args):
+        values = list(args)
+        for is_unary, u, bop, i, j in steps:
+            x = values[i % len(values)]
+            values.append(b.op(u, x) if is_unary else b.op(bop, x, values[j % len(values)]))
+        if with_cmp:
+            cond = b.op("lz.cmp", values[-1], values[0], predicate="gt")
+            values.append(b.op("lz.select", cond, values[-1], values[0]))
+        return values[len(args):]
+
+    types = [TensorType(s, element_type_of(np.dtype(dtype))) for s in shapes]
+    return build(types, body), shapes, dtype
 
 
 def _broadcasts(a, b) -> bool:

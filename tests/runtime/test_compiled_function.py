@@ -4,15 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import lezero
 from lezero.ir import InputError, interpret, parse_module, registered_ops
 from lezero.runtime.compiled_function import CompiledFunction
 from lezero.runtime.thread_pool import ThreadPool
 
-from fusion_testing import inputs_for, random_graphs
-from ir_building import build, random_array
+from fusion_testing import inputs_for, random_elementwise_graphs, random_graphs
+from ir_building import random_array
 from op_samples import ALL_SAMPLES, NOT_SAMPLED, SAMPLES
 
 
@@ -147,44 +146,6 @@ def test_rank_zero_arguments_and_results():
     y, total = f(np.float32(2.0), np.array([1, 2, 3], np.float32))
     assert total.shape == () and float(total) == 12.0
     np.testing.assert_array_equal(y, [2, 4, 6])
-
-
-# Random elementwise graphs over every dtype the issue names: the ops each dtype allows, with
-# broadcasting between operands of different (size-1 padded) shapes.
-_OPS_BY_KIND = {
-    "float": (["lz.neg", "lz.abs", "lz.exp", "lz.tanh", "lz.sigmoid", "lz.relu", "lz.sin"],
-              ["lz.add", "lz.sub", "lz.mul", "lz.max", "lz.min"]),
-    "int": (["lz.neg", "lz.abs", "lz.relu", "lz.sign"], ["lz.add", "lz.sub", "lz.mul", "lz.max", "lz.min"]),
-    "bool": (["lz.not"], ["lz.and", "lz.or"]),
-}
-
-
-@st.composite
-def random_elementwise_graphs(draw):
-    dtype = draw(st.sampled_from(["float32", "float64", "int32", "int64", "bool"]))
-    kind = {"f": "float", "i": "int", "b": "bool"}[np.dtype(dtype).kind]
-    unary, binary = _OPS_BY_KIND[kind]
-    rank = draw(st.integers(1, 3))
-    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 5, 7]), min_size=rank, max_size=rank)))
-    shapes = [shape] + [tuple(d if draw(st.booleans()) else 1 for d in shape)[draw(st.integers(0, rank - 1)):]
-                        for _ in range(draw(st.integers(0, 2)))]
-    steps = draw(st.lists(st.tuples(st.booleans(), st.sampled_from(unary), st.sampled_from(binary),
-                                    st.integers(0, 100), st.integers(0, 100)), min_size=1, max_size=8))
-    with_cmp = kind != "bool" and draw(st.booleans())
-
-    def body(b, *args):
-        values = list(args)
-        for is_unary, u, bop, i, j in steps:
-            x = values[i % len(values)]
-            values.append(b.op(u, x) if is_unary else b.op(bop, x, values[j % len(values)]))
-        if with_cmp:
-            cond = b.op("lz.cmp", values[-1], values[0], predicate="gt")
-            values.append(b.op("lz.select", cond, values[-1], values[0]))
-        return values[len(args):]
-
-    from lezero.ir.types import TensorType, element_type_of
-    types = [TensorType(s, element_type_of(np.dtype(dtype))) for s in shapes]
-    return build(types, body), shapes, dtype
 
 
 @settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow])
