@@ -9,12 +9,13 @@ autograd, ``lz.nn``, ``lz.optim``, ``lz.utils.data``, ``lz.save``/``lz.load``.
 __version__ = "0.1.0"
 
 
-def compile(module_or_text, entry=None, target="cpu"):  # noqa: A001 - the name users expect
-    """Compile ``@entry`` of an IR module (or MLIR text) for ``target`` (``"cpu"`` or ``"cuda"``);
-    see ``lezero.runtime.compiled_function`` and ``lezero.runtime.cuda``."""
+def compile(module_or_text, entry=None, target="cpu", cpu=None):  # noqa: A001 - the name users expect
+    """Compile ``@entry`` of an IR module (or MLIR text) for ``target`` (``"cpu"`` or ``"cuda"``),
+    its host code for ``cpu`` (LLVM's CPU names, default ``$LEZERO_CPU`` or ``"host"``); see
+    ``lezero.runtime.compiled_function`` and ``lezero.runtime.cuda``."""
     from lezero.runtime.compiled_function import compile as _compile
 
-    return _compile(module_or_text, entry, target)
+    return _compile(module_or_text, entry, target, cpu)
 
 
 from lezero.dtypes import (bool_ as bool, double, dtype, float16, float32, float64, get_default_dtype,  # noqa: E402,A001

@@ -131,12 +131,13 @@ def device_of_arrays(name: str, arrays) -> Device:
     return device
 
 
-def compile_for(module: ModuleOp, entry: str, device: Device):
-    """``lezero.compile`` of ``@entry`` for ``device``; its lean ``runner(shapes)`` runs numpy
-    arrays on the CPU (``run(arrays, outs=None)``), torch tensors on cuda."""
+def compile_for(module: ModuleOp, entry: str, device: Device, cpu=None):
+    """``lezero.compile`` of ``@entry`` for ``device`` (host code for ``cpu``: default ``$LEZERO_CPU``
+    or the host); its lean ``runner(shapes)`` runs numpy arrays on the CPU (``run(arrays,
+    outs=None)``), torch tensors on cuda."""
     import lezero  # the compiler loads on first use
 
-    return lezero.compile(module, entry, target=device.type)
+    return lezero.compile(module, entry, target=device.type, cpu=cpu)
 
 
 # (op, attrs, shape0, dtype0, shape1, dtype1, ...) -> run(inputs, outs=None) -> [arrays]

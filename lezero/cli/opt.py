@@ -3,10 +3,13 @@
     lezero-opt model.mlir -p canonicalize,cse,dce
     lezero-opt invalid.mlir --split-input-file --verify-diagnostics
     lezero-opt model.mlir --emit=llvm                  # each CPU kernel's LLVM IR
+    lezero-opt model.mlir --emit=asm --cpu=x86-64-v3   # ... its machine code for a CPU (LLVM's names)
+    lezero-opt model.mlir --emit=asm --triple=aarch64-linux-gnu --cpu=cortex-a72
     lezero-opt model.mlir --target=cuda --emit=triton  # each GPU kernel's Triton source
     lezero-opt model.mlir --target=cuda --emit=ptx     # ... built to PTX for sm_90
 
-``--emit=llvm`` is the CPU's code and ``--emit=triton``/``--emit=ptx`` the GPU's: each implies its
+``--emit=llvm``/``--emit=asm`` are the CPU's code (for ``--cpu``, default ``$LEZERO_CPU`` or
+``host``; ``--triple`` for another architecture) and ``--emit=triton``/``--emit=ptx`` the GPU's: each implies its
 target (``--target`` may be left out), and a ``--target`` that contradicts the emitted code is an
 error.  Malformed input gets ``file:line:col: error: ...`` with the source line and exit code 1, never a
 Python traceback.
@@ -29,7 +32,7 @@ from lezero.ir.verifier import collect_diagnostics
 
 SPLIT_MARKER = "// -----"
 # The code each --emit value prints is compiled for one target.
-EMIT_TARGET = {"llvm": "cpu", "triton": "cuda", "ptx": "cuda"}
+EMIT_TARGET = {"llvm": "cpu", "asm": "cpu", "triton": "cuda", "ptx": "cuda"}
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -55,10 +58,16 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=sorted(set(EMIT_TARGET.values())), default=None,
                    help="the target the kernels are compiled for: cpu (--emit=llvm) or cuda (--emit=triton, "
                         "--emit=ptx); implied by --emit")
-    p.add_argument("--emit", choices=["mlir", "dot", "llvm", "triton", "ptx"], default="mlir",
+    p.add_argument("--emit", choices=["mlir", "dot", "llvm", "asm", "triton", "ptx"], default="mlir",
                    help="output: the IR (mlir), a Graphviz picture of each function's data flow (dot), the LLVM "
-                        "IR of every CPU kernel (llvm), the Triton source of every GPU kernel (triton) or its PTX "
-                        "for sm_90 (ptx; needs the triton package); the last three need static shapes")
+                        "IR of every CPU kernel (llvm) or its machine code (asm), the Triton source of every GPU "
+                        "kernel (triton) or its PTX for sm_90 (ptx; needs the triton package); the last four need "
+                        "static shapes")
+    p.add_argument("--cpu", default=None, metavar="NAME",
+                   help="the CPU --emit=llvm/asm generate code for, by LLVM's name (x86-64-v3, skylake-avx512, "
+                        "znver4, cortex-a72, ...; default $LEZERO_CPU or host)")
+    p.add_argument("--triple", default=None, metavar="TRIPLE",
+                   help="the target triple for --emit=llvm/asm, e.g. aarch64-linux-gnu (default: this machine's)")
     return p
 
 
@@ -87,19 +96,20 @@ def _process_chunk(text: str, first_line: int, filename: str, args, pipeline_run
         return module_to_dot(module)
     if args.emit in EMIT_TARGET:
         try:
-            return _kernel_text(module, args.emit)
+            return _kernel_text(module, args.emit, args.cpu_target)
         except IRError as e:
             diagnostics.extend(getattr(e, "diagnostics", None) or [e.diagnostic])
             return None
     return print_module(module, generic=args.print_op_generic, debuginfo=args.print_debuginfo)
 
 
-def _kernel_text(module, emit: str) -> str:
-    """The code of every kernel of ``module``, scheduled for the target of ``emit``."""
-    if emit == "llvm":
+def _kernel_text(module, emit: str, cpu=None) -> str:
+    """The code of every kernel of ``module``, scheduled for the target of ``emit`` (``cpu``: the
+    resolved ``CpuTarget`` for llvm/asm)."""
+    if emit in ("llvm", "asm"):
         from lezero.codegen.pipeline import llvm_text
 
-        return llvm_text(module)
+        return llvm_text(module, cpu, assembly=emit == "asm")
     if emit == "triton":
         from lezero.codegen.triton.lower_kernel import triton_text
 
@@ -223,6 +233,18 @@ def _run(args, stdout, stderr) -> int:
     from lezero.passes import PipelineError, make_pipeline_runner
 
     problem = _target_error(args)
+    args.cpu_target = None
+    if problem is None and (args.cpu or args.triple):
+        if EMIT_TARGET.get(args.emit) != "cpu":
+            problem = "--cpu/--triple choose the CPU code is generated for: use them with --emit=llvm or --emit=asm"
+        else:
+            from lezero.codegen.errors import TargetError
+            from lezero.codegen.llvm.target import cpu_target
+
+            try:
+                args.cpu_target = cpu_target(args.cpu, args.triple)
+            except TargetError as e:
+                problem = str(e)
     if problem is None and args.emit == "ptx":
         from lezero.codegen.triton.jit import MISSING_TRITON
 

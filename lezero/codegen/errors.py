@@ -7,3 +7,7 @@ from lezero.ir.diagnostics import IRError
 
 class LoweringError(IRError):
     """A kernel (or an op in it) the code generator cannot lower; carries the op's location."""
+
+
+class TargetError(ValueError):
+    """A CPU or triple that is unknown, or code for a CPU this machine cannot execute."""

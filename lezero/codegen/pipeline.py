@@ -8,7 +8,9 @@ Triton backend cannot run are placed on the CPU, with ``lz.transfer`` kernels be
 """
 from __future__ import annotations
 
+from lezero.codegen.llvm.jit import emit_assembly
 from lezero.codegen.llvm.lower_kernel import LoweredKernel, lower_kernel
+from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.ir.core import ModuleOp
 from lezero.ir.diagnostics import IRError
 from lezero.ir.types import TensorType
@@ -54,15 +56,19 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
     return module
 
 
-def lower_module(module: ModuleOp) -> list[LoweredKernel]:
-    """Every kernel of a scheduled module, lowered to LLVM IR, in schedule order."""
-    return [lower_kernel(op) for f in module.functions for op in f.entry_block.ops if op.name == "lz.kernel"]
+def lower_module(module: ModuleOp, cpu: CpuTarget | str | None = None) -> list[LoweredKernel]:
+    """Every kernel of a scheduled module, lowered to LLVM IR for ``cpu``, in schedule order."""
+    return [lower_kernel(op, cpu=cpu) for f in module.functions for op in f.entry_block.ops if op.name == "lz.kernel"]
 
 
-def llvm_text(module: ModuleOp) -> str:
-    """``lezero-opt --emit=llvm``: each kernel's LLVM module, under a comment naming it."""
+def llvm_text(module: ModuleOp, cpu: CpuTarget | str | None = None, assembly: bool = False) -> str:
+    """``lezero-opt --emit=llvm`` (``assembly``: ``--emit=asm``): each kernel's LLVM module (or its
+    machine code after O3) for ``cpu``, under a comment naming it."""
+    cpu = cpu_target(cpu)
     parts = []
-    for kernel in lower_module(schedule(module)):
-        parts.append(f"; ---- kernel {kernel.name}: {kernel.kind}, {kernel.work_items} work items, "
-                     f"~{kernel.flops} flops, {kernel.bytes_accessed} bytes\n{kernel.llvm_ir.strip()}\n")
+    for kernel in lower_module(schedule(module), cpu):
+        code = emit_assembly(kernel.llvm_ir, cpu) if assembly else kernel.llvm_ir
+        comment = "#" if assembly else ";"
+        parts.append(f"{comment} ---- kernel {kernel.name}: {kernel.kind}, {kernel.work_items} work items, "
+                     f"~{kernel.flops} flops, {kernel.bytes_accessed} bytes, cpu {cpu.name}\n{code.strip()}\n")
     return "\n".join(parts)

@@ -35,6 +35,7 @@ from lezero.ir.verifier import verify
 from lezero.codegen.index_checks import initial_status, status_error
 from lezero.codegen.pipeline import TARGETS, schedule
 from lezero.codegen.llvm.lower_kernel import lower_kernel
+from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.runtime.kernel_cache import KernelCache, default_cache
 from lezero.runtime.thread_pool import ThreadPool, default_pool
 
@@ -101,7 +102,7 @@ def _aligned_bytes(size: int) -> np.ndarray:
     return raw[start:start + size]
 
 
-def build_plan(module: ModuleOp, entry: str, cache: KernelCache) -> Plan:
+def build_plan(module: ModuleOp, entry: str, cache: KernelCache, cpu: CpuTarget | None = None) -> Plan:
     func = module.lookup(entry)
     arena_size = func.attributes.get("lz.arena_size")
     arena = _aligned_bytes(int(arena_size.value) if arena_size is not None else 0)
@@ -127,8 +128,8 @@ def build_plan(module: ModuleOp, entry: str, cache: KernelCache) -> Plan:
                     source[id(r)] = ("output", output_slot[id(r)])
                 else:
                     source[id(r)] = ("pointer", arena.ctypes.data + offset, None)
-            lowered = lower_kernel(op)
-            loaded = cache.load(lowered.llvm_ir, lowered.name)
+            lowered = lower_kernel(op, cpu=cpu)
+            loaded = cache.load(lowered.llvm_ir, lowered.name, cpu)
             values = list(op.operands) + list(op.results)
             checks = lowered.index_checks
             status = None if checks is None else status_buffer(checks)
@@ -196,7 +197,9 @@ class CompiledFunction:
     target = "cpu"
 
     def __init__(self, module: ModuleOp, entry: str, cache: KernelCache | None = None,
-                 pool: ThreadPool | None = None):
+                 pool: ThreadPool | None = None, cpu: CpuTarget | str | None = None):
+        self.cpu = cpu_target(cpu)  # host code (kernels, CPU fallbacks) is generated for this CPU
+        self.cpu.require_executable(f"@{entry}")
         verify(module)
         self.module = module
         self.entry = entry
@@ -224,7 +227,7 @@ class CompiledFunction:
         return plan
 
     def build_plan(self, specialized: ModuleOp):
-        return build_plan(specialized, self.entry, self.cache)
+        return build_plan(specialized, self.entry, self.cache, self.cpu)
 
     def runner(self, shapes):
         """The plan for argument ``shapes`` as a lean ``run(inputs, outs=None) -> list of arrays``
@@ -244,10 +247,13 @@ class CompiledFunction:
         return f"<{type(self).__name__} @{self.entry}: {self.func.function_type}, {len(self._plans)} plan(s)>"
 
 
-def compile(module_or_text, entry: str | None = None, target: str = "cpu") -> CompiledFunction:  # noqa: A001
+def compile(module_or_text, entry: str | None = None, target: str = "cpu",  # noqa: A001
+            cpu: CpuTarget | str | None = None) -> CompiledFunction:
     """Compile ``@entry`` of a module (or of MLIR text) for ``target`` (``"cpu"``, or ``"cuda"``:
     ``lezero.runtime.cuda.CudaFunction``); returns a callable taking numpy arrays and returning a
-    numpy array, or a tuple for several results."""
+    numpy array, or a tuple for several results.  ``cpu`` names the CPU the host code is generated
+    for (LLVM's names: ``"x86-64-v3"``, ``"skylake-avx512"``, ...; default ``$LEZERO_CPU`` or
+    ``"host"``); it must be one this machine can execute."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r} (targets: {', '.join(map(repr, TARGETS))})")
     module = parse_module(module_or_text) if isinstance(module_or_text, str) else module_or_text
@@ -260,5 +266,5 @@ def compile(module_or_text, entry: str | None = None, target: str = "cpu") -> Co
     if target == "cuda":
         from lezero.runtime.cuda import CudaFunction
 
-        return CudaFunction(module, entry)
-    return CompiledFunction(module, entry)
+        return CudaFunction(module, entry, cpu=cpu)
+    return CompiledFunction(module, entry, cpu=cpu)

@@ -194,7 +194,7 @@ class CudaPlan:
     checked: list = field(default_factory=list)  # the launches with bounds checks, in order
 
 
-def build_cuda_plan(module: ModuleOp, entry: str, cache, pool) -> CudaPlan:
+def build_cuda_plan(module: ModuleOp, entry: str, cache, pool, cpu=None) -> CudaPlan:
     import torch
 
     lower_triton, load = triton_backend()
@@ -246,8 +246,8 @@ def build_cuda_plan(module: ModuleOp, entry: str, cache, pool) -> CudaPlan:
                 launches.append(_TritonLaunch(name, load(kernel), tuple(kernel.configs), len(op.operands), sources,
                                               kernel.flops, checks=kernel.index_checks))
             else:
-                lowered = lower_llvm_kernel(op)
-                loaded = cache.load(lowered.llvm_ir, lowered.name)
+                lowered = lower_llvm_kernel(op, cpu=cpu)
+                loaded = cache.load(lowered.llvm_ir, lowered.name, cpu)
                 out_bytes = sum(r.type.nbytes for r in op.results)
                 parallel = (out_bytes >= PARALLEL_MIN_BYTES or lowered.flops >= PARALLEL_MIN_FLOPS) \
                     and lowered.work_items > 1
@@ -318,12 +318,12 @@ class CudaFunction(CompiledFunction):
 
     target = "cuda"
 
-    def __init__(self, module: ModuleOp, entry: str, cache=None, pool=None):
+    def __init__(self, module: ModuleOp, entry: str, cache=None, pool=None, cpu=None):
         require_device("cuda")
-        super().__init__(module, entry, cache, pool)
+        super().__init__(module, entry, cache, pool, cpu)
 
     def build_plan(self, specialized: ModuleOp) -> CudaPlan:
-        return build_cuda_plan(specialized, self.entry, self.cache, self.pool)
+        return build_cuda_plan(specialized, self.entry, self.cache, self.pool, self.cpu)
 
     def runner(self, shapes):
         """``run(tensors, outs=None) -> list of tensors`` for argument ``shapes``, checking

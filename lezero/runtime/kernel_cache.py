@@ -20,6 +20,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from lezero.codegen.llvm import jit
+from lezero.codegen.llvm.target import CpuTarget, cpu_target
 
 # Bump when generated code changes meaning, so old entries are never reused.
 CODEGEN_VERSION = "lezero-cpu-1"
@@ -31,11 +32,9 @@ def cache_directory() -> pathlib.Path:
     return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "lezero"
 
 
-def target_identity() -> str:
+def target_identity(cpu: CpuTarget) -> str:
     """Everything about the target and the compiler that changes the object code."""
-    tm = jit.host_target_machine()
-    return "|".join([CODEGEN_VERSION, f"llvmlite-{llvmlite.__version__}", tm.triple, llvm.get_host_cpu_name(),
-                     llvm.get_host_cpu_features().flatten()])
+    return "|".join([CODEGEN_VERSION, f"llvmlite-{llvmlite.__version__}", cpu.identity])
 
 
 @dataclass
@@ -69,15 +68,17 @@ class KernelCache:
         self._memory: dict[str, LoadedKernel] = {}
         self._lock = threading.Lock()
 
-    def key(self, llvm_ir: str) -> str:
-        return hashlib.sha256((target_identity() + "\n" + llvm_ir).encode()).hexdigest()
+    def key(self, llvm_ir: str, cpu: CpuTarget) -> str:
+        return hashlib.sha256((target_identity(cpu) + "\n" + llvm_ir).encode()).hexdigest()
 
     def path(self, key: str) -> pathlib.Path:
         return (self.directory or cache_directory()) / key[:2] / f"{key}.o"
 
-    def load(self, llvm_ir: str, symbol: str) -> LoadedKernel:
-        """The compiled ``symbol`` of ``llvm_ir``, from memory, disk, or a fresh compile."""
-        key = self.key(llvm_ir)
+    def load(self, llvm_ir: str, symbol: str, cpu: CpuTarget | str | None = None) -> LoadedKernel:
+        """The compiled ``symbol`` of ``llvm_ir`` for ``cpu`` (default: ``$LEZERO_CPU`` or the host;
+        it must be executable here), from memory, disk, or a fresh compile."""
+        cpu = cpu_target(cpu)
+        key = self.key(llvm_ir, cpu)
         with self._lock:
             hit = self._memory.get(key)
             if hit is not None:
@@ -86,14 +87,14 @@ class KernelCache:
         obj = self._read(key)
         if obj is None:
             start = time.perf_counter()
-            obj = _compile_object(llvm_ir)
+            obj = _compile_object(llvm_ir, cpu)
             self.stats.compile_seconds += time.perf_counter() - start
             self.stats.compiles += 1
             self._write(key, obj)
         else:
             self.stats.disk_hits += 1
         start = time.perf_counter()
-        kernel = _load_object(obj, symbol)
+        kernel = _load_object(obj, symbol, cpu)
         self.stats.load_seconds += time.perf_counter() - start
         with self._lock:
             self._memory[key] = kernel
@@ -137,16 +138,17 @@ class KernelCache:
             self._memory.clear()
 
 
-def _compile_object(llvm_ir: str) -> bytes:
-    tm = jit.host_target_machine()
+def _compile_object(llvm_ir: str, cpu: CpuTarget) -> bytes:
+    cpu.require_executable("kernels")
+    tm = jit.shared_target_machine(cpu)
     parsed = jit.optimized_module(llvm_ir, tm)
     with jit._compile_lock:
         return tm.emit_object(parsed)
 
 
-def _load_object(obj: bytes, symbol: str) -> LoadedKernel:
+def _load_object(obj: bytes, symbol: str, cpu: CpuTarget) -> LoadedKernel:
     with jit._compile_lock:
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), jit.new_host_target_machine())
+        engine = jit.execution_engine(cpu)
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         address = engine.get_function_address(symbol)

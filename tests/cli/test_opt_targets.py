@@ -43,3 +43,26 @@ def test_ptx_without_triton_is_one_clear_line(tmp_path, monkeypatch):
     assert code == 1
     assert out == ""
     assert err == "lezero-opt: error: --emit=ptx: the cuda target needs triton: pip install -e '.[gpu]'\n"
+
+
+def test_emit_asm_for_a_named_cpu(tmp_path):
+    from lezero.codegen.llvm.target import host_target
+
+    if host_target().arch != "x86_64":
+        import pytest
+        pytest.skip(f"x86-64 CPU names; this host is {host_target().arch}")
+    code, out, err = opt(tmp_path, "--emit=asm", "--cpu=x86-64-v3")
+    assert code == 0, err
+    assert out.startswith("# ---- kernel lz_fused_exp_0: elementwise") and "cpu x86-64-v3" in out.splitlines()[0]
+    assert "ymm" in out and "zmm" not in out
+
+
+def test_cpu_errors_are_one_clear_line(tmp_path):
+    code, out, err = opt(tmp_path, "--emit=llvm", "--cpu=pentium-9000")
+    assert (code, out) == (1, "") and err.startswith("lezero-opt: error: unknown cpu 'pentium-9000' for ")
+    assert err.count("\n") == 1
+    code, out, err = opt(tmp_path, "--emit=asm", "--triple=sparc-linux-gnu")
+    assert (code, out) == (1, "") and "unknown target triple 'sparc-linux-gnu'" in err
+    code, out, err = opt(tmp_path, "--cpu=x86-64-v3")
+    assert code == 1 and err == ("lezero-opt: error: --cpu/--triple choose the CPU code is generated for: use them "
+                                 "with --emit=llvm or --emit=asm\n")

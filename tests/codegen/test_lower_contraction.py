@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from kernel_testing import (MOVED_OPERAND_SHAPES, assert_matches, batch_norm_epilogue, check_kernel, make_kernel,
                             moved_operands_epilogue, random_array, reference, run_kernel)
+from lezero.codegen.llvm.target import cpu_target
 from lezero.codegen.llvm import jit, lower_contraction
 from lezero.codegen.llvm.lower_kernel import lower_kernel
 from lezero.ir.dialect.windows import window_output_size
@@ -267,7 +268,7 @@ def test_dot_tiles_cover_few_columns_or_one_row():
 def test_thin_matmuls_get_thin_tiles():
     """Ten columns: one vector wide, eight rows tall; one row: a row of vectors over B read in
     place (no packing)."""
-    host = lower_contraction.gemm.GemmConfig.for_host()
+    host = lower_contraction.gemm.GemmConfig.for_target()
     thin_n = lower_contraction.matmul_config(host, 64, 10, 256, direct=False)
     assert (thin_n.mr, thin_n.nr_vectors) == (max(host.mr, 8), 1)
     one_row = lower_contraction.matmul_config(host, 1, 256, 784, direct=True)
@@ -425,7 +426,7 @@ def micro_kernel_assembly(kernel) -> str:
 def test_epilogue_is_vectorized_inside_the_micro_kernel():
     """gelu(conv + bias) + residual: vector FMAs in the K loop, and the epilogue's loops are
     vectorized with masked tails: no scalar float code, no calls."""
-    features = jit.host_cpu_features()
+    features = cpu_target().features
     if "fma" not in features:
         pytest.skip("host CPU has no FMA")
     x_shape = (1, 16, 14, 14)

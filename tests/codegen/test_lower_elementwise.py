@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kernel_testing import (assert_matches, check_kernel, compile_lowered, make_kernel, random_array, reference,
                             run_kernel)
 from lezero.codegen.errors import LoweringError
+from lezero.codegen.llvm.target import cpu_target
 from lezero.codegen.llvm import jit, lower_elementwise
 from lezero.codegen.llvm.lower_kernel import lower_kernel
 from lezero.ir.dialect.elementwise import BINARY_OPS, UNARY_OPS
@@ -163,7 +164,7 @@ def test_transposed_copy_is_taken_for_a_transpose_only():
     module, kernel = make_kernel([((48, 40), "f32")], lambda b, x: b.op("lz.transpose", x, perm=[1, 0]))
     lowered = check_kernel(module, kernel, [np.arange(48 * 40, dtype=np.float32).reshape(48, 40)], splits=3)
     assert "shufflevector" in lowered.llvm_ir
-    w = min(16, lower_elementwise.host_vector_bytes() // 4)
+    w = min(16, cpu_target().vector_bytes // 4)
     assert lowered.work_items == -(-40 // w)  # bands of w of the result's 40 rows
     _, kernel = make_kernel([((4, 5, 6), "f32")], lambda b, x: b.op("lz.transpose", x, perm=[1, 0, 2]))
     assert "shufflevector" not in lower_kernel(kernel).llvm_ir

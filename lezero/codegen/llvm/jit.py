@@ -1,10 +1,11 @@
-"""Compile llvmlite modules for the host CPU and hand back callable function addresses.
+"""Compile llvmlite modules for a CPU target and hand back callable function addresses.
 
-Target machines are made for the host's CPU name and feature string (so AVX2 / AVX-512 FMA are
-selected); modules are optimized with LLVM's new pass manager at O3 and JIT-compiled with MCJIT.
-The shared machine also emits assembly (for tests) and, position-independent, object files (for
-executables linked without Python). ``llvm.initialize()`` is gone from llvmlite (it raises);
-only the native target and its assembly printer are registered.
+Target machines are made for a ``CpuTarget`` (``lezero.codegen.llvm.target``: the host by default,
+or the CPU ``$LEZERO_CPU``/``cpu=`` names), so the code uses exactly that CPU's vector units;
+modules are optimized with LLVM's new pass manager at O3 and JIT-compiled with MCJIT, which
+refuses a target this machine cannot execute. The same machines emit assembly (for tests) and,
+position-independent, object files (for executables linked without Python, also for other CPUs
+and for AArch64).
 """
 from __future__ import annotations
 
@@ -15,45 +16,16 @@ import threading
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from lezero.codegen.llvm.target import CpuTarget, cpu_target
+
 _compile_lock = threading.Lock()  # LLVM contexts are not safe to mutate from several threads
 
 
 @functools.cache
-def _init_native_target() -> None:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-
-
-@functools.cache
-def host_cpu_features() -> frozenset[str]:
-    """Names of the features the host CPU has, e.g. {'avx2', 'fma', 'avx512f', ...}."""
-    features = llvm.get_host_cpu_features()
-    return frozenset(name for name, enabled in features.items() if enabled)
-
-
-@functools.cache
-def host_target_machine(jit: bool = True) -> llvm.TargetMachine:
-    """The shared target machine for this CPU at O3: host triple, CPU name and feature string.
-
-    ``jit=False`` gives a position-independent machine for object files linked into executables.
-    Never hand this one to an execution engine: an engine takes ownership of its target machine
-    and destroys it with itself (``CompiledModule`` makes its own).
-    """
-    return new_host_target_machine(jit)
-
-
-def new_host_target_machine(jit: bool = True) -> llvm.TargetMachine:
-    """A fresh host target machine (see ``host_target_machine``)."""
-    _init_native_target()
-    target = llvm.Target.from_default_triple()
-    return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
-        opt=3,
-        reloc="default" if jit else "pic",
-        codemodel="jitdefault" if jit else "default",
-        jit=jit,
-    )
+def shared_target_machine(target: CpuTarget, jit: bool = True) -> llvm.TargetMachine:
+    """One target machine per target for optimizing and emitting (``jit=False``: position-independent).
+    Never hand it to an execution engine: an engine owns and destroys the machine it is given."""
+    return target.target_machine(jit)
 
 
 def parse_module(module: ir.Module | str, target_machine: llvm.TargetMachine) -> llvm.ModuleRef:
@@ -75,32 +47,31 @@ def optimize_module(parsed: llvm.ModuleRef, target_machine: llvm.TargetMachine, 
     pass_builder.getModulePassManager().run(parsed, pass_builder)
 
 
-def optimized_module(module: ir.Module | str, target_machine: llvm.TargetMachine | None = None) -> llvm.ModuleRef:
-    """Parse, verify and O3-optimize ``module`` for the host (or the given) target machine."""
-    target_machine = target_machine or host_target_machine()
+def optimized_module(module: ir.Module | str, target_machine: llvm.TargetMachine) -> llvm.ModuleRef:
+    """Parse, verify and O3-optimize ``module`` for ``target_machine``."""
     with _compile_lock:
         parsed = parse_module(module, target_machine)
         optimize_module(parsed, target_machine)
     return parsed
 
 
-def emit_assembly(module: ir.Module | str, target_machine: llvm.TargetMachine | None = None) -> str:
-    """The host assembly of ``module`` after O3, e.g. to check that vector FMA was selected."""
-    target_machine = target_machine or host_target_machine()
+def emit_assembly(module: ir.Module | str, cpu: CpuTarget | str | None = None) -> str:
+    """The assembly of ``module`` after O3 for ``cpu``, e.g. to check that vector FMA was selected."""
+    target_machine = shared_target_machine(cpu_target(cpu))
     parsed = optimized_module(module, target_machine)
     with _compile_lock:
         return target_machine.emit_assembly(parsed)
 
 
-def emit_object(module: ir.Module | str) -> bytes:
-    """A relocatable (PIC) object file of ``module`` for the host, for linking into executables."""
-    target_machine = host_target_machine(jit=False)
+def emit_object(module: ir.Module | str, cpu: CpuTarget | str | None = None) -> bytes:
+    """A relocatable (PIC) object file of ``module`` for ``cpu``, for linking into executables."""
+    target_machine = shared_target_machine(cpu_target(cpu), jit=False)
     parsed = optimized_module(module, target_machine)
     with _compile_lock:
         return target_machine.emit_object(parsed)
 
 
-def emit_linked_object(modules, exported) -> bytes:
+def emit_linked_object(modules, exported, cpu: CpuTarget | str | None = None) -> bytes:
     """One relocatable (PIC) object file holding several modules, for native executables.
 
     Each module is O3-optimized on its own (exactly as the JIT compiles it), then they are linked
@@ -108,7 +79,7 @@ def emit_linked_object(modules, exported) -> bytes:
     (the driver linked beside them calls them; a shared library does not export them); every
     other definition becomes internal, so equal helper names in different modules cannot clash.
     """
-    target_machine = host_target_machine(jit=False)
+    target_machine = shared_target_machine(cpu_target(cpu), jit=False)
     exported = set(exported)
     with _compile_lock:
         linked = llvm.parse_assembly("")
@@ -128,14 +99,22 @@ def emit_linked_object(modules, exported) -> bytes:
         return target_machine.emit_object(linked)
 
 
+def execution_engine(cpu: CpuTarget, module: llvm.ModuleRef | None = None) -> llvm.ExecutionEngine:
+    """An MCJIT engine for ``cpu`` (which must be executable here), owning its own target machine."""
+    cpu.require_executable()
+    return llvm.create_mcjit_compiler(module if module is not None else llvm.parse_assembly(""),
+                                      cpu.target_machine(jit=True))
+
+
 class CompiledModule:
     """A JIT-compiled module. Keep it alive as long as any of its function addresses is used."""
 
-    def __init__(self, module: ir.Module | str):
-        parsed = optimized_module(module, host_target_machine())
+    def __init__(self, module: ir.Module | str, cpu: CpuTarget | str | None = None):
+        cpu = cpu_target(cpu)
+        cpu.require_executable()
+        parsed = optimized_module(module, shared_target_machine(cpu))
         with _compile_lock:
-            # The engine owns (and frees) the target machine it is given: give it its own.
-            self._engine = llvm.create_mcjit_compiler(parsed, new_host_target_machine())
+            self._engine = execution_engine(cpu, parsed)
             self._engine.finalize_object()
         self.llvm_module = parsed
 
@@ -154,6 +133,6 @@ class CompiledModule:
         return function
 
 
-def compile_module(module: ir.Module | str) -> CompiledModule:
-    """JIT-compile ``module`` for the host CPU at O3."""
-    return CompiledModule(module)
+def compile_module(module: ir.Module | str, cpu: CpuTarget | str | None = None) -> CompiledModule:
+    """JIT-compile ``module`` at O3 for ``cpu`` (default: ``$LEZERO_CPU`` or the host)."""
+    return CompiledModule(module, cpu)

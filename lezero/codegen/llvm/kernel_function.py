@@ -21,6 +21,7 @@ from lezero.codegen.index_checks import IndexChecks, checks_indices
 from lezero.codegen.llvm.index_math import IndexMaterializer, LLVMValueAtIndex
 from lezero.codegen.llvm.loops import i64
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder
+from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
 
@@ -68,11 +69,13 @@ class KernelFunction:
 class KernelContext:
     """One kernel being lowered into ``module``: its function, buffers and emitters."""
 
-    def __init__(self, kernel: Operation, module: ir.Module, name: str, target: str = "cpu"):
+    def __init__(self, kernel: Operation, module: ir.Module, name: str, target: str = "cpu",
+                 cpu: CpuTarget | None = None):
         self.kernel = kernel
         self.module = module
         self.name = name
         self.target = target
+        self.cpu = cpu_target(cpu)  # what vector widths and tiles are chosen for
         self.body = kernel.regions[0].blocks[0]
         self.yields = list(self.body.terminator.operands)
         # kernels with bounds checks take a status buffer after the results

@@ -34,7 +34,7 @@ import llvmlite.ir as ir
 
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.errors import LoweringError
-from lezero.codegen.llvm import gemm, jit
+from lezero.codegen.llvm import gemm
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.loops import for_range, min_i64, unravel_values
 from lezero.codegen.value_at_index import Buffer
@@ -109,9 +109,9 @@ def _store_yields(ctx: KernelContext, index) -> None:
         ctx.emitter.store(buffer, index, value)
 
 
-def _analyze(kernel, name: str, target: str, loop_vars, index) -> list:
+def _analyze(ctx: KernelContext, loop_vars, index) -> list:
     """Every index form a straightforward emission asks for (the emission is thrown away)."""
-    scratch = KernelContext(kernel, ir.Module(name="analysis"), name, target)
+    scratch = KernelContext(ctx.kernel, ir.Module(name="analysis"), ctx.name, ctx.target, ctx.cpu)
     scratch.index.recorded = []
     for v in loop_vars:
         scratch.index.bind(v, scratch.fn.begin)  # any i64: the code is never run
@@ -130,7 +130,7 @@ def lower_elementwise(ctx: KernelContext) -> int:
     if copy is not None:
         return _lower_transposed_copy(ctx, *copy)
     loop_vars, index = loop_variables(shape)
-    forms = _analyze(ctx.kernel, ctx.name, ctx.target, loop_vars, index)
+    forms = _analyze(ctx, loop_vars, index)
     groups = coalesce(forms, loop_vars)
     extents = [math.prod(v.extent for v in g) for g in groups]
     # (a short innermost loop reads few lines, which stay in L1 from one row to the next anyway)
@@ -290,18 +290,13 @@ def transposed_copy(ctx: KernelContext):
     return x, dims, [stride for _, stride in dims].index(1)
 
 
-def host_vector_bytes() -> int:
-    features = jit.host_cpu_features()
-    return 64 if "avx512f" in features else 32 if "avx2" in features else 16
-
-
 def _lower_transposed_copy(ctx: KernelContext, x, dims, p: int) -> int:
     """out[..., i, ..., t] = x[... + i + t * stride]: W x W blocks of (i along dim ``p``, t along
     the innermost dim) through registers; a work item is W values of dim ``p`` (and one value of
     every other outer dim) over all of t."""
     b = ctx.b
     itemsize = x.type.element_type.itemsize
-    w = min(16, host_vector_bytes() // itemsize)
+    w = min(16, ctx.cpu.vector_bytes // itemsize)
     element = ir.IntType(8 * itemsize)  # bits are copied, whatever the type
     vector = ir.VectorType(element, w)
     extents = [extent for extent, _ in dims]

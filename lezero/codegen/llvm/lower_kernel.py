@@ -34,6 +34,7 @@ from lezero.codegen.llvm.lower_contraction import CONTRACTION_OPS, contraction_f
 from lezero.codegen.llvm.lower_elementwise import SCATTER_OPS, lower_elementwise, lower_scatter_nd
 from lezero.codegen.llvm.lower_pooling import lower_max_pool2d_grad, lower_pooling
 from lezero.codegen.llvm.lower_reduction import lower_cumulative, lower_reduction, lower_topk
+from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.codegen.value_at_index import MOVEMENT
 from lezero.ir.core import Operation
 from lezero.ir.dialect.pooling import POOL_GRAD_OPS, POOL_OPS
@@ -83,7 +84,9 @@ def symbol_name(name: str) -> str:
     return out if out and not out[0].isdigit() else "_" + out
 
 
-def lower_kernel(kernel_op: Operation, target: str = "cpu") -> LoweredKernel:
+def lower_kernel(kernel_op: Operation, target: str = "cpu", cpu: CpuTarget | str | None = None) -> LoweredKernel:
+    """``kernel_op`` as LLVM IR for ``cpu`` (default: ``$LEZERO_CPU`` or the host): its vector widths
+    and GEMM tiles are chosen for that CPU, so compile the IR for the same one."""
     if kernel_op.name != "lz.kernel":
         raise LoweringError(f"lower_kernel expects an lz.kernel, got {kernel_op.name}", kernel_op.location)
     attrs = kernel_op.definition.attrs(kernel_op)
@@ -93,7 +96,7 @@ def lower_kernel(kernel_op: Operation, target: str = "cpu") -> LoweredKernel:
             raise LoweringError(f"failed to lower lz.kernel {attrs.name} for {target}: {v.type} is not a static "
                                 "tensor type (the runtime specializes shapes before lowering)", kernel_op.location)
     module = ir.Module(name=name)
-    ctx = KernelContext(kernel_op, module, name, target)
+    ctx = KernelContext(kernel_op, module, name, target, cpu_target(cpu))
     kind = attrs.kind
     if kind == "elementwise":
         work_items = lower_elementwise(ctx)
