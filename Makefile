@@ -4,9 +4,24 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo setup clean
+.PHONY: test demo setup cross-tools clean
 
-setup: $(STAMP)
+setup: $(STAMP) cross-tools
+
+# The AArch64 tests (tests/onnx/test_native_cross.py) build with a cross compiler and run under
+# qemu: installed here where make runs as root (as CI does); elsewhere those tests are skipped,
+# saying how to install them.
+CROSS_PACKAGES := qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+
+cross-tools:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    ! { command -v aarch64-linux-gnu-gcc && command -v qemu-aarch64 && \
+	        [ -e /usr/aarch64-linux-gnu/lib/libc.a ]; } >/dev/null; then \
+	  echo "installing $(CROSS_PACKAGES) (for the AArch64 tests)"; \
+	  { DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(CROSS_PACKAGES); } \
+	    >/dev/null || echo "could not install $(CROSS_PACKAGES): the AArch64 tests will be skipped"; \
+	fi
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +31,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) cross-tools
 	$(PY) -m pytest -n 2 -q tests
 
 demo: $(STAMP)

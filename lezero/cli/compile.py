@@ -6,6 +6,9 @@
         out/libmodel.so and out/model.h (create, run with named buffers, destroy, errors)
     lezero-compile --check model.onnx
         every unsupported op or attribute and every dynamic dim, with its node; exit 1 if any
+    lezero-compile model.onnx --triple aarch64-linux-gnu --cpu cortex-a72 -o out/model
+        for 64-bit ARM Linux (a static executable; needs aarch64-linux-gnu-gcc), or --cpu alone
+        for another x86-64 CPU (x86-64-v3, skylake-avx512, ...: LLVM's names)
 
 Models older than opset 11 are converted with ONNX's version converter first. An lz IR file
 (``.mlir``) is accepted too: its ``@main`` (or only function) is compiled, named by
@@ -50,6 +53,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="compile with this graph input fixed to the array in FILE.npy (it is no longer an input)")
     p.add_argument("--name", default=None,
                    help="the model's name: lib<name>.so and <name>.h (default: the model file's name)")
+    p.add_argument("--cpu", default=None, metavar="NAME",
+                   help="the CPU the kernels are generated for, by LLVM's name (x86-64-v3, skylake-avx512, znver4; "
+                        "with --triple aarch64-linux-gnu: generic, cortex-a53, cortex-a72, neoverse-n1, ...; "
+                        "default $LEZERO_CPU or host); it need not be this machine's")
+    p.add_argument("--triple", default=None, metavar="TRIPLE",
+                   help="build for another architecture, e.g. aarch64-linux-gnu (64-bit ARM Linux: kernels by "
+                        "LLVM's AArch64 backend, the driver by the cross compiler aarch64-linux-gnu-gcc)")
     p.add_argument("-j", "--jobs", type=int, default=None,
                    help="processes compiling kernels (default: the CPUs this process may use)")
     p.add_argument("-v", "--verbose", action="store_true", help="report the kernels and the time of each stage")
@@ -143,7 +153,8 @@ def _compile(args, stdout, stderr) -> int:
     start = time.perf_counter()
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs takes a positive number, got {args.jobs}")
-    common = dict(shared=args.shared, name=name, keep_build_dir=args.keep_build_dir, jobs=args.jobs)
+    common = dict(shared=args.shared, name=name, keep_build_dir=args.keep_build_dir, jobs=args.jobs,
+                  cpu=args.cpu, triple=args.triple)
     if args.model.endswith(".mlir"):
         if constant_inputs:
             raise UsageError("--constant-input applies to ONNX models")
@@ -154,7 +165,8 @@ def _compile(args, stdout, stderr) -> int:
     if args.verbose:
         program = result.program
         folded = f", {program.folded_kernels} evaluated at build time" if program.folded_kernels else ""
-        stderr.write(f"{PROG}: {len(program.launches)} kernels ({len(program.kernels)} distinct{folded}), "
+        stderr.write(f"{PROG}: {len(program.launches)} kernels for {program.cpu.name} "
+                     f"({len(program.kernels)} distinct{folded}), "
                      f"{program.weights_size} bytes of weights, arena {program.arena_size} bytes\n")
         _report_times(stderr, result.seconds, time.perf_counter() - start)
     if result.build_dir is not None:

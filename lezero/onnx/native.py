@@ -24,6 +24,13 @@
    - ``driver.c``: ``native_runtime.c`` with the generated tables (``native_driver``);
    then one ``cc -O2`` call compiles and links them (``-lm -lpthread``), and the results are
    renamed into place, so a failed build never leaves a partial output.
+
+**Targets** (``native_target``): the kernels are lowered (vector widths, GEMM tiles) and emitted
+for one ``CpuTarget`` (``codegen/llvm/target.py``): the host, ``$LEZERO_CPU``, or any CPU LLVM
+names (``--cpu``), since the code only goes into files. ``--triple aarch64-linux-gnu`` builds for
+64-bit ARM Linux: LLVM's AArch64 backend for the kernels, ``aarch64-linux-gnu-gcc`` for the driver
+(its absence is an error saying what to install, never a host build), executables linked
+statically so that they run on any AArch64 Linux and under ``qemu-aarch64``.
 """
 from __future__ import annotations
 
@@ -41,8 +48,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lezero.codegen.errors import TargetError
 from lezero.codegen.llvm.jit import emit_linked_object
 from lezero.codegen.llvm.lower_kernel import lower_kernel
+from lezero.codegen.llvm.target import CpuTarget, cpu_target, host_target
 from lezero.ir.attributes import ArrayAttr, StringAttr
 from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.diagnostics import IRError
@@ -109,6 +118,7 @@ class NativeProgram:
     weights_size: int = 0
     external_symbols: set = field(default_factory=set)
     folded_kernels: int = 0  # kernels of constants only, evaluated at build time
+    cpu: CpuTarget = field(default_factory=cpu_target)  # what the kernels are generated for
 
     @property
     def num_kernels(self) -> int:
@@ -210,15 +220,18 @@ def _file_stems(names: list[str]) -> list[str]:
     return stems
 
 
-def plan_program(module: ModuleOp, func: FuncOp, name: str, source: str) -> NativeProgram:
-    """The ``NativeProgram`` of a scheduled function (see the module docstring)."""
+def plan_program(module: ModuleOp, func: FuncOp, name: str, source: str,
+                 cpu: CpuTarget | str | None = None) -> NativeProgram:
+    """The ``NativeProgram`` of a scheduled function (see the module docstring), its kernels
+    lowered for ``cpu`` (default: ``$LEZERO_CPU`` or the host)."""
     input_names, output_names = io_names(func)
     returned = list(func.return_op.operands)
     inputs = [NativeTensor(n, a.type) for n, a in zip(input_names, func.arguments)]
     outputs = [NativeTensor(n, v.type, stem) for n, v, stem in zip(output_names, returned,
                                                                      _file_stems(output_names))]
     arena_attr = func.attributes.get("lz.arena_size")
-    program = NativeProgram(name, source, inputs, outputs, [], [], int(arena_attr.value) if arena_attr else 0)
+    program = NativeProgram(name, source, inputs, outputs, [], [], int(arena_attr.value) if arena_attr else 0,
+                            cpu=cpu_target(cpu))
 
     output_slot: dict[int, int] = {}
     for i, v in enumerate(returned):
@@ -257,7 +270,7 @@ def plan_program(module: ModuleOp, func: FuncOp, name: str, source: str) -> Nati
         elif op.name == "lz.kernel":
             for r, offset in zip(op.results, op.attributes["lz.offsets"].values):
                 where[id(r)] = BufferRef("output", output_slot[id(r)]) if offset < 0 else BufferRef("arena", offset)
-            lowered = lower_kernel(op)
+            lowered = lower_kernel(op, cpu=program.cpu)
             code = lowered.llvm_ir.replace(lowered.name, "\0kernel\0")
             symbol = symbols_by_code.setdefault(code, lowered.name)
             if symbol == lowered.name:
@@ -290,12 +303,42 @@ class BuildResult:
     build_dir: pathlib.Path | None = None  # the generated sources and objects, when kept
 
 
-def c_compiler() -> str:
-    cc = os.environ.get("CC", "cc")
-    found = shutil.which(cc.split()[0]) if cc.strip() else None
-    if not found:
-        raise NativeCompileError(f"no C compiler: '{cc}' is not on PATH (install gcc or clang, or set CC)")
-    return cc
+# Debian's names for an architecture, in its cross-toolchain packages (gcc-<arch>-linux-gnu is
+# spelled with '-' for '_'; the C library is libc6-dev-<debian arch>-cross).
+_DEBIAN_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}
+
+
+def native_target(cpu: CpuTarget | str | None = None, triple: str | None = None) -> CpuTarget:
+    """The CPU a native build is for (``cpu_target``: default ``$LEZERO_CPU`` or the host; a
+    ``triple`` for another architecture). Any CPU in the table will do, executable here or not:
+    the code only goes into files. Linux only (the driver is ELF and pthreads)."""
+    try:
+        target = cpu_target(cpu, triple)
+    except TargetError as e:
+        raise NativeCompileError(str(e)) from None
+    if "-linux" not in target.triple:
+        raise NativeCompileError(f"native executables and libraries are built for Linux, not {target.triple} "
+                                 f"(e.g. --triple aarch64-linux-gnu)")
+    return target
+
+
+def c_compiler(target: CpuTarget | None = None) -> list[str]:
+    """The C compiler command for ``target``: ``$CC`` (default ``cc``) for this machine's
+    architecture, the GNU cross compiler ``<arch>-linux-gnu-gcc`` for another one (never a host
+    build in its place)."""
+    target = target or host_target()
+    if target.arch == host_target().arch:
+        cc = os.environ.get("CC", "cc")
+        if not (cc.strip() and shutil.which(cc.split()[0])):
+            raise NativeCompileError(f"no C compiler: '{cc}' is not on PATH (install gcc or clang, or set CC)")
+        return cc.split()
+    cross = f"{target.arch}-linux-gnu-gcc"
+    if not shutil.which(cross):
+        debian = _DEBIAN_ARCH.get(target.arch, target.arch)
+        raise NativeCompileError(
+            f"no C compiler for {target.arch}: '{cross}' is not on PATH (on Debian or Ubuntu: apt-get install "
+            f"gcc-{target.arch.replace('_', '-')}-linux-gnu libc6-dev-{debian}-cross)")
+    return [cross]
 
 
 _RUNTIME_IDENTIFIERS: set | None = None
@@ -343,20 +386,24 @@ def default_jobs() -> int:
 PARALLEL_MIN_KERNELS = 8
 
 # A worker: compile the modules in a JSON file to one object file (a fresh interpreter, so that
-# nothing depends on the caller's __main__, as multiprocessing's spawn would).
+# nothing depends on the caller's __main__, as multiprocessing's spawn would), for the CPU the
+# job names.
 _WORKER = ("import json, sys\n"
            "from lezero.codegen.llvm.jit import emit_linked_object\n"
+           "from lezero.codegen.llvm.target import cpu_target\n"
            "job = json.load(open(sys.argv[1]))\n"
-           "open(sys.argv[2], 'wb').write(emit_linked_object(job['modules'], job['exported']))\n")
+           "cpu = cpu_target(job['cpu'], job['triple'])\n"
+           "open(sys.argv[2], 'wb').write(emit_linked_object(job['modules'], job['exported'], cpu))\n")
 
 
-def emit_kernel_objects(kernels: dict, jobs: int | None = None) -> list[bytes]:
-    """Object files holding ``kernels`` (symbol -> LLVM IR): one, or one per job when there are
-    many kernels; groups past the first compile in worker processes (LLVM holds a global lock and
-    the GIL) while this process compiles the first."""
+def emit_kernel_objects(kernels: dict, jobs: int | None = None, cpu: CpuTarget | None = None) -> list[bytes]:
+    """Object files holding ``kernels`` (symbol -> LLVM IR) for ``cpu`` (default: ``$LEZERO_CPU``
+    or the host): one, or one per job when there are many kernels; groups past the first compile
+    in worker processes (LLVM holds a global lock and the GIL) while this process compiles the first."""
+    cpu = cpu_target(cpu)
     jobs = min(jobs or default_jobs(), len(kernels))
     if jobs <= 1 or len(kernels) < PARALLEL_MIN_KERNELS:
-        return [emit_linked_object(list(kernels.values()), list(kernels))]
+        return [emit_linked_object(list(kernels.values()), list(kernels), cpu)]
     groups = [dict() for _ in range(jobs)]  # largest first into the lightest group
     sizes = [0] * jobs
     for symbol, code in sorted(kernels.items(), key=lambda item: -len(item[1])):
@@ -368,10 +415,11 @@ def emit_kernel_objects(kernels: dict, jobs: int | None = None) -> list[bytes]:
         try:
             for i, group in enumerate(groups[1:], 1):
                 job, obj = pathlib.Path(scratch, f"group_{i}.json"), pathlib.Path(scratch, f"group_{i}.o")
-                job.write_text(json.dumps({"modules": list(group.values()), "exported": list(group)}))
+                job.write_text(json.dumps({"modules": list(group.values()), "exported": list(group),
+                                           "cpu": "host" if cpu.is_host else cpu.cpu, "triple": cpu.triple}))
                 workers.append((subprocess.Popen([sys.executable, "-c", _WORKER, str(job), str(obj)],
                                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), obj))
-            objects = [emit_linked_object(list(groups[0].values()), list(groups[0]))]
+            objects = [emit_linked_object(list(groups[0].values()), list(groups[0]), cpu)]
             for process, obj in workers:
                 _, err = process.communicate()
                 if process.returncode != 0:
@@ -390,8 +438,9 @@ def build_native(program: NativeProgram, output: str | os.PathLike, shared: bool
                  keep_build_dir: bool = False, jobs: int | None = None) -> BuildResult:
     """Build ``program``: an executable at ``output``, or with ``shared`` the library
     ``output/lib<name>.so`` and its header ``output/<name>.h``. Files appear only when complete.
-    ``jobs``: processes compiling kernels (default: the CPUs this process may use)."""
-    cc = c_compiler()
+    ``jobs``: processes compiling kernels (default: the CPUs this process may use). For another
+    architecture (``program.cpu``) the cross compiler builds it, an executable linked statically."""
+    cc = c_compiler(program.cpu)
     _check_symbols(program)
     output = pathlib.Path(output)
     destination = output if shared else output.parent
@@ -408,7 +457,7 @@ def build_native(program: NativeProgram, output: str | os.PathLike, shared: bool
     try:
         start = time.perf_counter()
         objects = []
-        for i, code in enumerate(emit_kernel_objects(program.kernels, jobs)):
+        for i, code in enumerate(emit_kernel_objects(program.kernels, jobs, program.cpu)):
             objects.append(f"kernels_{i}.o")
             (build_dir / objects[-1]).write_bytes(code)
         seconds["kernels (LLVM)"] = time.perf_counter() - start
@@ -418,7 +467,7 @@ def build_native(program: NativeProgram, output: str | os.PathLike, shared: bool
         seconds["sources and weights"] = time.perf_counter() - start
 
         start = time.perf_counter()
-        flags = cc.split() + ["-O2", "-std=gnu11", "-fno-strict-aliasing"]
+        flags = cc + ["-O2", "-std=gnu11", "-fno-strict-aliasing"]
         inputs = ["driver.c", "weights.S"] + objects
         libraries = ["-lm", "-lpthread", "-Wl,-z,noexecstack"]
         if shared:
@@ -427,7 +476,10 @@ def build_native(program: NativeProgram, output: str | os.PathLike, shared: bool
             _run_compiler(flags + ["-shared", "-fPIC", "-o", built[0][0]] + inputs + libraries, build_dir)
         else:
             built = [(output.name, output)]
-            _run_compiler(flags + ["-DLZ_EXECUTABLE", "-o", output.name] + inputs + libraries, build_dir)
+            # Static for another architecture: it runs on any such Linux whatever its C library
+            # (and under qemu-user without a sysroot).
+            static = ["-static"] if program.cpu.arch != host_target().arch else []
+            _run_compiler(flags + static + ["-DLZ_EXECUTABLE", "-o", output.name] + inputs + libraries, build_dir)
         seconds["C compile and link"] = time.perf_counter() - start
 
         for name, target in built:
@@ -441,8 +493,12 @@ def build_native(program: NativeProgram, output: str | os.PathLike, shared: bool
 def compile_module_native(module: ModuleOp, output: str | os.PathLike, *, shapes: dict | None = None,
                           shared: bool = False, name: str = "model", source: str = "<module>",
                           dim_names: dict | None = None, keep_build_dir: bool = False,
-                          jobs: int | None = None) -> BuildResult:
-    """Bind, schedule, plan and build ``module``'s entry function (``@main``, or its only one)."""
+                          jobs: int | None = None, cpu: CpuTarget | str | None = None,
+                          triple: str | None = None) -> BuildResult:
+    """Bind, schedule, plan and build ``module``'s entry function (``@main``, or its only one),
+    for ``cpu`` and ``triple`` (``native_target``: default ``$LEZERO_CPU`` or the host)."""
+    target = native_target(cpu, triple)
+    c_compiler(target)  # a missing (cross) compiler fails before the long part
     seconds = {}
     start = time.perf_counter()
     func = entry_function(module)
@@ -450,7 +506,7 @@ def compile_module_native(module: ModuleOp, output: str | os.PathLike, *, shapes
     scheduled = schedule_for_shapes(module, func, bound)
     seconds["schedule (passes)"] = time.perf_counter() - start
     start = time.perf_counter()
-    program = plan_program(scheduled, scheduled.lookup(func.sym_name), name, source)
+    program = plan_program(scheduled, scheduled.lookup(func.sym_name), name, source, target)
     seconds["plan and lower kernels"] = time.perf_counter() - start
     result = build_native(program, output, shared=shared, keep_build_dir=keep_build_dir, jobs=jobs)
     result.seconds = {**seconds, **result.seconds}
@@ -501,13 +557,17 @@ def bind_onnx_shapes(model, shapes: dict, constant_inputs=()):
 
 def compile_onnx_native(source, output: str | os.PathLike, *, shapes: dict | None = None,
                         constant_inputs: dict | None = None, shared: bool = False, name: str = "model",
-                        keep_build_dir: bool = False, jobs: int | None = None) -> BuildResult:
+                        keep_build_dir: bool = False, jobs: int | None = None, cpu: CpuTarget | str | None = None,
+                        triple: str | None = None) -> BuildResult:
     """An ONNX model (a path or a ``ModelProto``) built as a native executable or shared library
-    (``build_native``). Dynamic dims of graph inputs must be bound by ``shapes``; models older than
-    opset 11 are converted with ONNX's version converter."""
+    (``build_native``) for ``cpu`` and ``triple`` (``native_target``). Dynamic dims of graph inputs
+    must be bound by ``shapes``; models older than opset 11 are converted with ONNX's version
+    converter."""
     from lezero.onnx.importer import import_model
     from lezero.onnx.loading import load_model
 
+    target = native_target(cpu, triple)
+    c_compiler(target)  # a missing (cross) compiler fails before the long part
     start = time.perf_counter()
     constant_inputs = dict(constant_inputs or {})
     model = bind_onnx_shapes(load_model(source), shapes or {}, constant_inputs)
@@ -515,6 +575,6 @@ def compile_onnx_native(source, output: str | os.PathLike, *, shapes: dict | Non
     import_seconds = time.perf_counter() - start
     label = os.path.basename(str(source)) if isinstance(source, (str, os.PathLike)) else (model.graph.name or "model")
     result = compile_module_native(module, output, shared=shared, name=name, source=label,
-                                   keep_build_dir=keep_build_dir, jobs=jobs)
+                                   keep_build_dir=keep_build_dir, jobs=jobs, cpu=target)
     result.seconds = {"load and import ONNX": import_seconds, **result.seconds}
     return result
