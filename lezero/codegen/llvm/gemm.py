@@ -48,7 +48,8 @@ from typing import Callable, Iterator, Sequence
 import llvmlite.ir as ir
 import numpy as np
 
-from lezero.codegen.llvm import jit
+from lezero.codegen.llvm import cache_model, jit
+from lezero.codegen.llvm.target import CpuTarget, cpu_target
 
 F32 = ir.FloatType()
 I1 = ir.IntType(1)
@@ -93,7 +94,7 @@ class GemmConfig:
         if self.mc % self.mr or self.nc % self.nr:
             raise ValueError(f"mc must be a multiple of mr and nc of nr: {self}")
         accumulators = self.mr * self.nr_vectors
-        if accumulators > 28:
+        if accumulators > MAX_ACCUMULATORS:
             raise ValueError(f"an {self.mr}x{self.nr} tile needs {accumulators} accumulator registers")
 
     @property
@@ -116,20 +117,44 @@ class GemmConfig:
         return self.packed_a_floats + self.packed_b_floats
 
     @classmethod
-    def for_host(cls) -> "GemmConfig":
-        """Tiles for this CPU: AVX-512 (32 vector registers), AVX2 (16) or plain SSE."""
-        features = jit.host_cpu_features()
-        if "avx512f" in features:
-            # 6x64: 24 zmm accumulators + 4 B vectors + 1 broadcast of 32 registers; 6 broadcasts
-            # and 4 loads per 24 FMAs. Measured on Zen 4 (1 MiB L2, 32 KiB L1) against 12x32,
-            # 14x32, 8x48, 5x80, 4x96 and kc 256..512: the fastest. Packed A block 144x512
-            # (288 KiB) and the B sliver 512x64 (128 KiB) are read from L2; packed B 512 x 2048
-            # (4 MiB) sits in L3.
-            return cls(vector_width=16, mr=6, nr_vectors=4, kc=512, mc=144, nc=2048)
-        if "avx2" in features and "fma" in features:
-            # 6x16: 12 ymm accumulators + 2 for B + 1 broadcast of 16 registers.
-            return cls(vector_width=8, mr=6, nr_vectors=2, kc=256, mc=120, nc=2048)
-        return cls(vector_width=4, mr=4, nr_vectors=2, kc=256, mc=128, nc=2048)
+    def for_target(cls, cpu: CpuTarget | str | None = None) -> "GemmConfig":
+        """Tiles for ``cpu`` (default: ``$LEZERO_CPU`` or the host): the register tile from its
+        vector registers, the cache blocks from its caches (``cache_model``)."""
+        target = cpu_target(cpu)
+        width = target.vector_bytes // FLOAT_BYTES
+        if "neon" in target.features:
+            # AArch64: 8x12, 24 of the 32 128-bit NEON registers accumulate, 3 hold B and 2 A's
+            # values (fmla by lane: no broadcasts). Chosen from the register file, not
+            # measured (no AArch64 machine here; qemu's speed says nothing).
+            mr, nr_vectors = 8, 3
+        else:
+            mr, nr_vectors = register_tile(target.vector_registers, target.has_fma)
+        kc, mc, nc = cache_model.cache_blocks(mr, nr_vectors * width, cache_model.caches_for(target))
+        return cls(width, mr, nr_vectors, kc, mc, nc)
+
+
+MAX_ACCUMULATORS = 28  # of 32 registers: the micro-kernel also holds B vectors and a broadcast
+# Tile widths tried, in vectors: powers of two divide the column counts of most models; on Zen 4
+# 5x80 and 4x96 tiles were slower than 6x64 though they load as little per FMA.
+TILE_VECTORS = (1, 2, 4, 8)
+
+
+def register_tile(registers: int, fma: bool) -> tuple[int, int]:
+    """(mr, nr_vectors) of the micro-tile for a register file of ``registers`` vectors, x86 style
+    (A broadcast, B loaded as vectors): mr * nv accumulators, nv B vectors, one broadcast, and
+    without FMA one more for the product, must fit. Of those, the tile that loads least per FMA
+    (largest mr * nv / (mr + nv)), then the one with more accumulators. 32 registers (AVX-512):
+    6x4 (2.4 FMAs per load; 12x2 1.7, 2x8 1.6); 16 (AVX2): 6x2 (1.5; 2x4 1.33); 16 without FMA
+    (SSE): 6x2 too. BLIS's Haswell and Zen kernels are 6x16 floats too."""
+    best = None
+    for nv in TILE_VECTORS:
+        mr = min((registers - nv - 1 - (0 if fma else 1)) // nv, MAX_ACCUMULATORS // nv)
+        if mr < 1:
+            continue
+        score = (mr * nv / (mr + nv), mr * nv)
+        if best is None or score > best[0]:
+            best = score, (mr, nv)
+    return best[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,8 +346,8 @@ def _intrinsic(module: ir.Module, name: str, return_type: ir.Type, arg_types: Se
             return f"i{t.width}"
         raise TypeError(t)
 
-    overloads = {"llvm.fma": [return_type], "llvm.maxnum": [return_type], "llvm.minnum": [return_type],
-                 "llvm.masked.load": [return_type, PTR], "llvm.masked.store": [arg_types[0], PTR]}
+    overloads = {"llvm.fma": [return_type], "llvm.fmuladd": [return_type], "llvm.maxnum": [return_type],
+                 "llvm.minnum": [return_type], "llvm.masked.load": [return_type, PTR], "llvm.masked.store": [arg_types[0], PTR]}
     mangled = ".".join([name] + [mangle(t) for t in overloads.get(name, [])])
     existing = module.globals.get(mangled)
     if existing is not None:
@@ -769,7 +794,9 @@ class SgemmGenerator:
             a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=F32), typ=F32)
             a_broadcast = _splat(b, a_value, w)
             for v in range(nv):
-                updated = _call_intrinsic(b, "llvm.fma", a_broadcast, b_vectors[v], accumulators[i][v])
+                # fmuladd: one FMA where the target has FMA, else a multiply and an add (llvm.fma
+                # would be a call of the correctly rounded fmaf per element, 100x slower)
+                updated = _call_intrinsic(b, "llvm.fmuladd", a_broadcast, b_vectors[v], accumulators[i][v])
                 accumulators[i][v].add_incoming(updated, body)
         k.add_incoming(b.add(k, _i64(1)), body)
         b.branch(header)
@@ -974,7 +1001,7 @@ class SgemmGenerator:
 def build_sgemm_module(config: GemmConfig | None = None, epilogue: Epilogue | None = None,
                        name: str = "lz_sgemm") -> ir.Module:
     """The LLVM IR module of a float32 GEMM (see ``SgemmGenerator`` for what it defines)."""
-    return SgemmGenerator(config or GemmConfig.for_host(), epilogue, name).build_module()
+    return SgemmGenerator(config or GemmConfig.for_target(), epilogue, name).build_module()
 
 
 # --------------------------------------------------------------------------------------------
@@ -1106,10 +1133,11 @@ class SgemmKernel:
 
     def __init__(self, config: GemmConfig | None = None, epilogue: Epilogue | None = None,
                  num_threads: int | None = None, name: str = "lz_sgemm", threads: str = "native",
-                 transpose_a: bool = False, transpose_b: bool = False, b_in_place: bool = False):
+                 transpose_a: bool = False, transpose_b: bool = False, b_in_place: bool = False,
+                 cpu: CpuTarget | str | None = None):
         if threads not in ("pool", "native"):
             raise ValueError(f"threads must be 'pool' or 'native', not {threads!r}")
-        self.config = config or GemmConfig.for_host()
+        self.config = config or GemmConfig.for_target(cpu)
         self.epilogue = epilogue
         self.num_threads = num_threads or default_num_threads()
         self.parallel_threshold_flops = PARALLEL_THRESHOLD_FLOPS
@@ -1119,7 +1147,7 @@ class SgemmKernel:
         self.generator = SgemmGenerator(self.config, epilogue, name, pack_b=not b_in_place, mask_b=b_in_place,
                                         transpose_a=transpose_a, transpose_b=transpose_b)
         self.ir_module = self.generator.build_module()
-        self.compiled = jit.compile_module(self.ir_module)
+        self.compiled = jit.compile_module(self.ir_module, cpu)
         fixed_types = [_ctypes_type(t) for _, t in GEMM_PARAMS]
         epilogue_types = [_ctypes_type(t) for t in self.generator.epilogue_param_types]
         self.function = self.compiled.ctypes_function(name, None, fixed_types + epilogue_types)

@@ -68,7 +68,7 @@ import llvmlite.ir as ir
 
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.errors import LoweringError
-from lezero.codegen.llvm import gemm
+from lezero.codegen.llvm import cache_model, gemm
 from lezero.codegen.llvm.index_math import IndexMaterializer, LLVMValueAtIndex
 from lezero.codegen.llvm.kernel_function import KernelContext
 from lezero.codegen.llvm.loops import for_range, i64, min_i64, unravel_values
@@ -108,9 +108,8 @@ CONV_GEMM_MIN_CHANNELS = 4
 # saves the slab's copy), direct otherwise (7% faster than packed on the 3x3 benchmark).
 CONV_B = "auto"
 # Direct mode keeps all of K in one block (no partial sums) up to this depth; the packed A block
-# then holds DIRECT_A_FLOATS at most.
+# then holds cache_model.direct_a_block_floats of the target's caches at most.
 DIRECT_MAX_KC = 2304
-DIRECT_A_FLOATS = 96 * 1024
 # The epilogue's loops over a tile row are short (64 columns at most, split at output rows in a
 # conv): masked vector iterations rather than a scalar remainder loop, which would run a
 # transcendental epilogue up to 15 times per row one lane at a time.
@@ -175,7 +174,8 @@ def lower_contraction(ctx: KernelContext) -> int:
     if dtype == F32 and shape.k > 0 and shape.out_per_group >= CONV_GEMM_MIN_CHANNELS:
         in_place = shape.strides == (1, 1) and shape.pads == (0, 0, 0, 0)
         direct = CONV_B == "direct" or (CONV_B == "auto" and not in_place)
-        return lower_gemm(ctx, anchor, ConvGemm(shape, direct))
+        a_block_floats = cache_model.direct_a_block_floats(cache_model.caches_for(ctx.cpu))
+        return lower_gemm(ctx, anchor, ConvGemm(shape, direct, a_block_floats))
     return lower_conv_loops(ctx, anchor, shape)
 
 
@@ -396,7 +396,7 @@ class ConvGemm:
 
     transpose_a = transpose_b = mask_b = False
 
-    def __init__(self, shape: ConvShape, direct: bool):
+    def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int):
         s = self.shape = shape
         sh, sw = s.strides
         dh, dw = s.dilations
@@ -409,6 +409,7 @@ class ConvGemm:
         self.wq = s.ow + self.qw[-1]  # q-space row width
         self.n = (s.oh - 1) * self.wq + s.ow
         self.direct = direct
+        self.a_block_floats = a_block_floats  # direct mode's packed A block at most
         self.pack_b = not direct
         self.in_place = not direct and s.strides == (1, 1) and s.pads == (0, 0, 0, 0)
         self.rows_per_plane = None  # rows per phase plane of the slab (or of the input in place): config()
@@ -428,7 +429,7 @@ class ConvGemm:
         if not self.direct:
             return _shrink(host, self.m, self.n, self.k)
         kc = self.k if self.k <= DIRECT_MAX_KC else -(-self.k // -(-self.k // DIRECT_MAX_KC))
-        mc = max(host.mr, min(host.mc, (DIRECT_A_FLOATS // kc) // host.mr * host.mr))
+        mc = max(host.mr, min(host.mc, (self.a_block_floats // kc) // host.mr * host.mr))
         return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc, min(mc, _align_up(self.m, host.mr)),
                                min(host.nc, _align_up(self.n, host.nr)))
 
@@ -551,8 +552,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     slices along one dim); a call computes, for each batch its range touches, the slices of the
     range as one rectangle, so that each thread packs its operands once whatever the number of
     threads (the runtime gives each thread one contiguous range)."""
-    host = gemm.GemmConfig.for_host()
-    config = plan.config(host)
+    config = plan.config(gemm.GemmConfig.for_target(ctx.cpu))
     dim, cuts = slice_cuts(plan.m, plan.n, config.mr, config.nr)
     slices = len(cuts) - 1
 
@@ -735,7 +735,7 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape)
     B's columns are not contiguous (a plain K x N matrix of few columns), a call first copies
     each batch's B transposed to a workspace (K x N floats, ``malloc``ed per call)."""
     b = ctx.b
-    w = gemm.GemmConfig.for_host().vector_width
+    w = gemm.GemmConfig.for_target(ctx.cpu).vector_width
     rows, cols = dot_tile(shape.m, shape.n, DOT_ACCUMULATORS.get(w, 8))
     vector = ir.VectorType(FLOAT, w)
     zeros = ir.Constant(vector, [0.0] * w)
