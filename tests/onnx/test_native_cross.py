@@ -21,7 +21,7 @@ from lezero.codegen.llvm.gemm import GemmConfig
 from lezero.codegen.llvm.target import cpu_target
 from lezero.ir import interpret
 from lezero.onnx import to_onnx
-from lezero.onnx.native import compile_module_native, compile_onnx_native
+from lezero.onnx.native import compile_module_native, compile_onnx_native, native_target
 
 from native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs
 from test_light_models import RTOL, feeds_for, load, with_random_weights
@@ -82,6 +82,14 @@ def test_aarch64_gemm_tile_fills_the_neon_registers():
     assert (config.vector_width, config.mr, config.nr_vectors) == (4, 8, 3)
     assert config.mr * config.nr_vectors + config.nr_vectors + config.mr // config.vector_width <= 32
     assert GemmConfig.for_target(cpu_target("generic", TRIPLE)) == config
+
+
+def test_lezero_cpu_names_a_cpu_of_this_machine_not_of_another_triple(monkeypatch):
+    monkeypatch.setenv("LEZERO_CPU", "x86-64-v3")
+    assert native_target(triple=TRIPLE).cpu == "generic"
+    monkeypatch.setenv("LEZERO_CPU", "cortex-a72")
+    assert native_target(triple=TRIPLE).cpu == "cortex-a72"
+    assert native_target("neoverse-n1", TRIPLE).cpu == "neoverse-n1"
 
 
 def test_aarch64_executable_matches_onnxruntime(cross_tools, tmp_path):

@@ -187,8 +187,10 @@ def cpu_target(cpu: "str | CpuTarget | None" = None, triple: str | None = None) 
         return cpu
     if cpu is None:
         cpu = os.environ.get("LEZERO_CPU", "").strip() or "host"
-        if triple is not None and cpu == "host" and normalize_triple(triple) != host_triple():
-            cpu = "generic" if normalize_triple(triple).startswith("aarch64") else "x86-64"
+        if triple is not None and normalize_triple(triple) != host_triple():
+            arch = normalize_triple(triple).split("-", 1)[0]
+            if cpu not in _CPUS_BY_ARCH[arch]:  # host, or $LEZERO_CPU naming a CPU of this machine's kind
+                cpu = "generic" if arch == "aarch64" else "x86-64"
     return _resolve(cpu, triple)
 
 
