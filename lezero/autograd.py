@@ -168,7 +168,8 @@ def walk(outputs, inputs=(), stop_at_constants: bool = False, session=None) -> R
                 continue
             stack.pop()
             for x, version in zip(node.inputs, node.versions):
-                if x._version != version:
+                # a jit trace reads an updated parameter or buffer before its update as the argument
+                if x._version != version and not (_Mode.updates and id(x) in _Mode.updates):
                     raise RuntimeError(
                         f"one of the variables needed for gradient computation has been modified by an inplace "
                         f"operation: a tensor of shape {list(x.shape)} used by {node.op.name} is at version "

@@ -3,29 +3,46 @@ random (``randn`` ..., seeded by ``manual_seed`` or a ``Generator``).
 
 ``device="cuda"`` makes the values on the host and copies them to the device (``to_device``).
 
-Random numbers come from numpy's PCG64 generator: seeded runs repeat exactly, but the numbers
-differ from PyTorch's for the same seed (tests copy weights instead).
+Random numbers for initialization (``randn``, ``uniform_``, shuffling) come from numpy's PCG64
+generator: seeded runs repeat exactly, but the numbers differ from PyTorch's for the same seed
+(tests copy weights instead).  Dropout's masks come from the IR's counter-based generator
+(``lz.random_uniform``, Philox4x32-10): a ``Generator`` also holds a Philox offset, and each draw
+takes the state ``[seed, offset]`` and advances the offset by one (every offset is a stream of its
+own).  While ``random_arguments()`` is active (``jit.trace`` records), draws come from one
+recorded state tensor per generator, the function argument of the traced graph (``RandomArgument``).
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
 from lezero import dtypes as _dt
 from lezero.device_arrays import CPU, device_of, host, to_device
+from lezero.device_arrays import like as storage_like
 from lezero.runtime.devices import device as _device
-from lezero.tensor import Tensor, _wrap, storage
+from lezero.tensor import Tensor, _Mode, _wrap, storage
+
+
+_STATE_BITS = 2 ** 64
+
+
+def _state_words(seed: int, offset: int) -> np.ndarray:
+    """``[seed, offset]`` as ``lz.random_uniform``'s state: two 64-bit words in an int64 array."""
+    return np.array([seed % _STATE_BITS, offset % _STATE_BITS], np.uint64).view(np.int64)
 
 
 class Generator:
-    """A seeded source of random numbers (``lz.Generator().manual_seed(0)``)."""
+    """A seeded source of random numbers (``lz.Generator().manual_seed(0)``): numpy's PCG64 for
+    initialization, and the seed and offset of the IR's Philox draws (``random_state``)."""
 
     def __init__(self, device="cpu"):
-        self._seed = int(np.random.SeedSequence().entropy % (2 ** 63))
-        self._rng = np.random.default_rng(self._seed)
+        self.manual_seed(int(np.random.SeedSequence().entropy % (2 ** 63)))
 
     def manual_seed(self, seed: int) -> "Generator":
         self._seed = int(seed)
         self._rng = np.random.default_rng(self._seed)
+        self._offset = 0
         return self
 
     def seed(self) -> int:
@@ -35,10 +52,78 @@ class Generator:
         return self._seed
 
     def get_state(self) -> dict:
-        return self._rng.bit_generator.state
+        return {**self._rng.bit_generator.state, "philox_offset": self._offset}
 
     def set_state(self, state: dict) -> None:
+        state = dict(state)
+        self._offset = int(state.pop("philox_offset", 0))
         self._rng.bit_generator.state = state
+
+    def random_state(self, like) -> Tensor:
+        """The ``[seed, offset]`` (``tensor<2xi64>``) of one ``lz.random_uniform`` draw, on ``like``'s device
+        (an array); the offset advances.  Recorded in a trace, see ``random_arguments``."""
+        offset, self._offset = self._offset, (self._offset + 1) % _STATE_BITS
+        if _RECORDING and _Mode.trace:
+            return _RECORDING[-1].state(self, offset, like)
+        return _wrap(storage_like(_state_words(self._seed, offset), like))
+
+
+class RandomArgument:
+    """One generator a traced function draws from: ``tensor``, its ``[seed, offset]`` when the
+    call starts, is a function argument; draw ``k`` of the call is ``tensor + [0, k]``.  ``bind()``
+    before each call sets the tensor from the generator and advances it by the ``draws`` the graph
+    makes, as the eager ops would."""
+
+    def __init__(self, generator: Generator, start: int, like):
+        self.generator = generator
+        self.seed = generator._seed
+        self.start = start
+        self.tensor = _wrap(storage_like(_state_words(generator._seed, start), like))
+        self.draws = 0
+
+    def bind(self) -> None:
+        g = self.generator
+        self.tensor._data = storage_like(_state_words(g._seed, g._offset), self.tensor._data)
+        g._offset = (g._offset + self.draws) % _STATE_BITS
+
+
+class RandomArguments:
+    """The generators one trace draws from, each a ``RandomArgument``."""
+
+    def __init__(self):
+        self.arguments: dict[int, RandomArgument] = {}
+
+    def state(self, generator: Generator, offset: int, like) -> Tensor:
+        arg = self.arguments.get(id(generator))
+        if arg is None:
+            arg = self.arguments[id(generator)] = RandomArgument(generator, offset, like)
+        elif arg.seed != generator._seed or offset < arg.start:
+            raise RuntimeError("a generator was seeded again (manual_seed) inside a traced function: the graph "
+                               "draws from its state when called; seed it outside")
+        k = offset - arg.start
+        arg.draws = max(arg.draws, k + 1)
+        if k == 0:
+            return arg.tensor
+        return arg.tensor + _wrap(storage_like(_state_words(0, k), like))
+
+
+_RECORDING: list[RandomArguments] = []
+
+
+@contextlib.contextmanager
+def random_arguments():
+    """While recording a trace: draws from any generator become ops on its ``RandomArgument``
+    (yielded as a ``RandomArguments``).  Afterwards each generator is back at the offset the trace
+    found it at, so tracing consumes no random numbers (the first call draws what an eager call
+    would have)."""
+    recording = RandomArguments()
+    _RECORDING.append(recording)
+    try:
+        yield recording
+    finally:
+        _RECORDING.pop()
+        for arg in recording.arguments.values():
+            arg.generator._offset = arg.start
 
 
 default_generator = Generator().manual_seed(0)

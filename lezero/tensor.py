@@ -44,6 +44,9 @@ class _Mode:
     grad = True     # grad mode: record ops whose inputs require grad
     trace = 0       # > 0 while tracing: record every op, with its location
     session = None  # the trace recording now (lezero.autograd.trace)
+    # While ``jit`` traces a function whose in-place ops become results: ``id(tensor) -> (tensor,
+    # the tensor of its new value, its version after the update)``; in-place ops chain through it.
+    updates = None
 
 
 class Node:
@@ -1113,6 +1116,8 @@ class Tensor:
         """A tensor standing for the current value before an in-place op changes ``self``: ``self``
         itself when nothing is recorded, else a tensor taking over its place in the graph."""
         if not (self.requires_grad and _Mode.grad):
+            if _Mode.updates is not None and id(self) in _Mode.updates:
+                return _Mode.updates[id(self)][1]  # the traced value of an earlier in-place op
             return self
         if self._node is None:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
@@ -1132,6 +1137,9 @@ class Tensor:
             self._node, self._index, self.requires_grad = result._node, result._index, result.requires_grad
         else:
             self._data[...] = result._data
+            if _Mode.updates is not None and result._node is not None:
+                # a trace carrying in-place updates: ``result`` is the new value (see ``_Mode.updates``)
+                _Mode.updates[id(self)] = (self, result, self._version + 1)
         self._version += 1
         return self
 

@@ -26,7 +26,8 @@ class Arg:
         if self.kind == "bool":
             return rng.random(self.shape) < 0.5
         if self.kind == "bits":  # any value of the type (a random generator's state)
-            return rng.integers(0, np.iinfo(self.dtype).max, self.shape, dtype=self.dtype, endpoint=True)
+            info = np.iinfo(self.dtype)
+            return rng.integers(info.min, info.max, self.shape, dtype=self.dtype, endpoint=True)
         if self.kind.startswith("index:"):
             bound = int(self.kind.split(":")[1])
             return rng.integers(-bound, bound, self.shape).astype(self.dtype)
@@ -204,9 +205,9 @@ SAMPLES["lz.layer_norm"] = [Sample("lz.layer_norm", [Arg((4, 8)), Arg((8,)), Arg
 SAMPLES["lz.batch_norm"] = [Sample("lz.batch_norm", [Arg((2, 3, 4, 4)), Arg((3,)), Arg((3,)), Arg((3,)),
                                                      Arg((3,), kind="positive")], {"epsilon": 1e-3})]
 SAMPLES["lz.random_uniform"] = [
-    Sample("lz.random_uniform", [Arg((2,), "uint64", "bits"), Arg((3, 7))]),
-    Sample("lz.random_uniform", [Arg((2,), "uint64", "bits"), Arg((9,), "int32", "small-int")], {"dtype": "ui32"}),
-    Sample("lz.random_uniform", [Arg((2,), "uint64", "bits"), Arg((2, 1, 5), "float64")], {"dtype": "f64"})]
+    Sample("lz.random_uniform", [Arg((2,), "int64", "bits"), Arg((3, 7))]),
+    Sample("lz.random_uniform", [Arg((2,), "int64", "bits"), Arg((9,), "int32", "small-int")], {"dtype": "ui32"}),
+    Sample("lz.random_uniform", [Arg((2,), "int64", "bits"), Arg((2, 1, 5), "float64")], {"dtype": "f64"})]
 SAMPLES["lz.transfer"] = [Sample("lz.transfer", [Arg((3, 4))], {"device": "cuda"}),
                          Sample("lz.transfer", [Arg((5,), "int32", "small-int")], {"device": "cpu"}),
                          Sample("lz.transfer", [Arg((2, 3), "bool", "bool")], {"device": "cuda"})]

@@ -31,6 +31,10 @@ def save(traced: TracedModule, f) -> None:
     """Write ``traced`` to the path (or binary file) ``f``."""
     if not isinstance(traced, TracedModule):
         raise TypeError(f"lz.jit.save takes a TracedModule (from lz.jit.trace), got {type(traced).__name__}")
+    if traced.random or traced.updates:
+        raise TypeError("lz.jit.save: this traced module draws random numbers or updates buffers (traced in "
+                        "training mode); a saved module could not follow its generator or module: trace it after "
+                        "model.eval()")
     save_checkpoint({"format": FORMAT, "version": VERSION, "graph": print_module(traced.module, debuginfo=True),
                      "entry": traced.entry, "inputs": traced.n_inputs, "outputs": traced.structure,
                      "tensors": {name: t for name, t in traced.named_tensors}}, f)  # cuda ones copied to the host

@@ -27,6 +27,15 @@ runs its graph compiled for cuda (``lezero.compile(..., target="cuda")``), and f
 when ``model.to(device)`` moves it later; a function without parameters runs on its inputs'
 device.  Numpy inputs go to that device and the results come back as numpy arrays.
 
+**Random numbers and in-place updates are part of the graph.**  Dropout draws through
+``lz.random_uniform`` from a generator's ``[seed, offset]``: each generator the trace draws from
+becomes one argument (``{lz.name = "rng"}``) that every call binds from the generator and
+advances, as the eager ops would (``lezero.creation.RandomArgument``), so each call draws new
+masks and a seeded traced loop draws the eager loop's.  An in-place op on a parameter or buffer
+(a BatchNorm's running statistics in training mode) becomes an extra result of the function, written
+back into the tensor after each call; reading such a tensor again after its update in the same
+traced call raises ``TraceError``.
+
 **What a trace cannot see**: Python control flow runs once, on the example.  Converting a tensor
 the trace computed into a Python value (``bool()``, ``if``, ``.item()``, ``float()``, ``.tolist()``,
 ``.numpy()``) would bake the example's value into the graph, so it raises ``TraceError`` at the
@@ -35,11 +44,12 @@ user's line.
 from __future__ import annotations
 
 import contextlib
-import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
 from lezero.autograd import trace as record
+from lezero.creation import random_arguments
 from lezero.device_arrays import CPU, copy_into, device_of, host, is_torch, like, numpy_dtype, to_device
 from lezero.dispatch import OperatorError, compile_for, device_of_arrays, user_location
 from lezero.ir.attributes import ArrayAttr, DenseArrayAttr, DictionaryAttr, StringAttr
@@ -167,19 +177,68 @@ def rebuild(structure, flat: list):
     return {k: rebuild(v, flat) for k, v in structure.items()}
 
 
-def record_function(fn, inputs: tuple, name: str, module=None):
-    """Record ``fn(*inputs)``: the ``Trace`` (``lezero.autograd.Trace``), the output structure,
-    and the names of the buffers of ``module`` (default ``fn``) it changed in place (restored)."""
+@dataclass
+class Recorded:
+    """``fn`` recorded by ``record_function``.  ``trace.func`` returns ``fn``'s outputs (in
+    ``structure``), then the new value of each tensor in ``updates`` (``(name, tensor)``: the
+    parameters and buffers ``fn`` changed in place); ``random`` holds the ``RandomArgument`` of
+    each generator it drew from; ``names`` maps ``id(tensor)`` to the argument name of every
+    parameter, buffer and random state."""
+
+    trace: object
+    structure: object
+    updates: list
+    random: list
+    names: dict
+
+
+def record_function(fn, inputs: tuple, name: str, module=None) -> Recorded:
+    """Record ``fn(*inputs)`` with its random draws and in-place updates of the parameters and
+    buffers of ``module`` (default ``fn``), which are restored afterwards, as the generators are."""
+    owner = fn if module is None else module
+    names = state_tensors(owner)
     holder = {}
 
     def run(*args):
         out = fn(*args)
         holder["structure"] = output_structure(out)
-        return out
+        holder["updates"] = list(_Mode.updates.values())
+        return out, [new for _, new, _ in holder["updates"]]
 
-    with preserved_buffers(fn if module is None else module) as changed, escapes_raise():
-        traced = record(run, *inputs, name=name)
-    return traced, holder["structure"], changed
+    previous, _Mode.updates = _Mode.updates, {}
+    try:
+        with preserved_buffers(owner) as changed, random_arguments() as random, escapes_raise():
+            traced = record(run, *inputs, name=name)
+    finally:
+        _Mode.updates = previous
+    updates = holder["updates"]
+    _check_updates(traced, updates, names)
+    missed = [n for n in changed if n not in {names[id(t)] for t, _, _ in updates}]
+    if missed:
+        raise TraceError(f"jit.trace: the traced code changes buffer(s) {', '.join(missed)} in place in a way a "
+                         f"graph cannot carry (fill_, zero_, copy_ or item assignment); change them with "
+                         f"arithmetic in-place ops (add_, mul_) or outside the traced code", user_location())
+    arguments = list(random.arguments.values())
+    for k, arg in enumerate(arguments):
+        names[id(arg.tensor)] = "rng" if k == 0 else f"rng{k}"
+    return Recorded(traced, holder["structure"], [(names[id(t)], t) for t, _, _ in updates], arguments, names)
+
+
+def _check_updates(traced, updates: list, names: dict) -> None:
+    """Only parameters and buffers may change in place, and no op may read one after its update
+    (it would read the argument, the value before)."""
+    after = {id(t): version for t, _, version in updates}
+    for t, new, _ in updates:
+        if id(t) not in names:
+            raise TraceError("jit.trace: the traced code changes a tensor in place that is neither a parameter "
+                             "nor a buffer of the traced module; a graph carries only their updates",
+                             new._node.location)
+    for node in traced.recording.nodes:
+        for x, version in zip(node.inputs, node.versions):
+            if id(x) in after and version >= after[id(x)]:
+                raise TraceError(f"jit.trace: {node.op.name} reads {names[id(x)]} after an in-place update in the "
+                                 f"same traced call, which a graph cannot express yet (it would read the value "
+                                 f"before the update)", node.location)
 
 
 def bind_arguments(func: FuncOp, inputs: list, captured: list, names: dict) -> list:
@@ -318,13 +377,16 @@ class TracedModule:
     read from ``named_tensors`` at every call: for a traced ``nn.Module`` these are its own
     tensors, so the traced module follows its weights, and their device (``run_device``)."""
 
-    def __init__(self, module: ModuleOp, entry: str, named_tensors: list, structure, n_inputs: int):
+    def __init__(self, module: ModuleOp, entry: str, named_tensors: list, structure, n_inputs: int,
+                 updates: list = (), random: list = ()):
         self.module = module
         self.entry = entry
         self.func = module.lookup(entry)
         self.named_tensors = list(named_tensors)   # [(name, Tensor)] in argument order after the inputs
         self.structure = structure
         self.n_inputs = n_inputs
+        self.updates = list(updates)  # [(name, Tensor)]: written from the results after the outputs
+        self.random = list(random)    # RandomArgument per generator: bound before each call
         self.compiled = CompiledFunction(module, entry)
         self._runners: dict[tuple, object] = {}
 
@@ -345,6 +407,8 @@ class TracedModule:
             raise TypeError(f"the traced module takes {self.n_inputs} input{'s' if self.n_inputs != 1 else ''}, "
                             f"got {len(inputs)}")
         as_numpy = all(not isinstance(x, Tensor) for x in inputs)
+        for r in self.random:
+            r.bind()
         device = run_device(f"@{self.entry}", self.named_tensors, inputs)
         if device.type != "cpu":
             return self._call_on(device, inputs, as_numpy)
@@ -360,9 +424,18 @@ class TracedModule:
                 run = self._runners[key] = self.compiled.runner(shapes)
         else:
             arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
-        results = run(arrays + bound_arrays(self.named_tensors, self.func.arguments[self.n_inputs:]))
+        results = self._write_updates(run(arrays + bound_arrays(self.named_tensors,
+                                                                self.func.arguments[self.n_inputs:])))
         flat = list(results) if as_numpy else [_wrap(r) for r in results]
         return rebuild(self.structure, flat)
+
+    def _write_updates(self, results: list) -> list:
+        """The outputs; the results after them are copied into the updated tensors."""
+        n = len(results) - len(self.updates)
+        for (_, t), new in zip(self.updates, results[n:]):
+            copy_into(t._data, new)
+            t._version += 1
+        return list(results[:n])
 
     def _call_on(self, device, inputs: tuple, as_numpy: bool):
         """The call on a GPU device: the graph compiled for it (one runner per input shapes, keyed
@@ -373,7 +446,8 @@ class TracedModule:
         if run is None:
             shapes = [tuple(a.shape) for a in arrays] + [tuple(t._data.shape) for _, t in self.named_tensors]
             run = self._runners[key] = compile_for(self.module, self.entry, device).runner(shapes)
-        results = run(arrays + bound_arrays(self.named_tensors, self.func.arguments[self.n_inputs:], device))
+        results = self._write_updates(run(arrays + bound_arrays(self.named_tensors,
+                                                                self.func.arguments[self.n_inputs:], device)))
         flat = [host(r) for r in results] if as_numpy else [_wrap(r) for r in results]
         return rebuild(self.structure, flat)
 
@@ -389,12 +463,8 @@ def trace(model, example_inputs, *, dynamic_batch: bool = True, name: str = "for
     inputs = as_input_tuple(example_inputs)
     if not inputs:
         raise TypeError("jit.trace needs at least one example input")
-    names = state_tensors(model)
-    traced, structure, changed = record_function(model, inputs, name)
-    if changed:
-        warnings.warn(f"jit.trace: the model changed buffer(s) {', '.join(changed)} in place while traced (a "
-                      f"BatchNorm in training mode?); the graph does not carry those updates (call model.eval() "
-                      f"before tracing for inference)", stacklevel=2)
+    recorded = record_function(model, inputs, name)
+    traced, names = recorded.trace, recorded.names
     func = traced.func
     bound = bind_arguments(func, traced.inputs, traced.captured, names)
     if dynamic_batch:
@@ -405,4 +475,5 @@ def trace(model, example_inputs, *, dynamic_batch: bool = True, name: str = "for
             func = generalize_batch(func, batch_args, batch)
     module = ModuleOp([func])
     verify(module)
-    return TracedModule(module, func.sym_name, [(names[id(t)], t) for t in bound], structure, len(inputs))
+    return TracedModule(module, func.sym_name, [(names[id(t)], t) for t in bound], recorded.structure, len(inputs),
+                         recorded.updates, recorded.random)

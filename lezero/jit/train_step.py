@@ -30,9 +30,13 @@ wrong in general: a kernel updating ``W2`` could run before the kernel that stil
 ``W2`` for the previous layer's gradient.  The model, the optimizer and its ``state_dict`` always
 see the current values, so eager and compiled steps can be mixed freely.
 
-Not supported yet (each raises ``TraceError``): a forward that changes buffers in place (BatchNorm
-in training mode updates its running statistics: the graph would drop those updates) and dropout in
-training mode (the trace would freeze one mask).
+**Training-mode layers are part of the step.**  Dropout draws from the generator's state, an
+argument of the step bound and advanced at every call (``lezero.creation.RandomArgument``), so
+every step draws new masks, the ones the eager loop draws from the same seed.  A forward that
+updates buffers in place (BatchNorm's running statistics and batch count) returns their new
+values as extra results of the step, which become the buffers' storage after the call, as for the
+parameters.  The gradient is taken of the loss alone; the buffer updates are the forward's ops
+again, which CSE merges with the gradient function's copy.
 """
 from __future__ import annotations
 
@@ -52,7 +56,7 @@ from lezero.ir.printer import print_module
 from lezero.ir.types import FunctionType, TensorType, element_type_of
 from lezero.jit.trace import (NAME_ATTR, TraceError, argument_names, as_input_tuple, bind_arguments,
                               bound_arrays, device_inputs, generalize_batch, record_function, reinfer,
-                              run_device, state_tensors, with_batch)
+                              run_device, with_batch)
 from lezero.optim.adam import _ADAM, Adam
 from lezero.optim.sgd import _SGD, SGD
 from lezero.passes.autodiff import differentiate
@@ -104,11 +108,15 @@ def _sgd_update(optimizer: SGD, group: dict, first: bool) -> GroupUpdate:
 # --- building the step ----------------------------------------------------------------------------------
 
 def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: str = "train_step") -> FuncOp:
-    """``@train_step`` from a static ``@forward(data..., parameters and buffers...) -> loss``.
+    """``@train_step`` from a static ``@forward(data..., parameters and buffers...) -> (loss, new
+    buffers...)``: returns the loss, the new parameters, the new optimizer states, the new buffers.
 
     ``updated``: ``(argument index, parameter, group index)`` per parameter to update;
     ``structure``: per group ``(update op, attrs, state keys, number of scalars)``."""
-    grad = differentiate(forward.clone(), wrt=[index for index, _, _ in updated])
+    loss_only = forward.clone()
+    loss_only.return_op.set_operands(list(loss_only.return_op.operands)[:1])
+    loss_only.update_function_type()
+    grad = differentiate(loss_only, wrt=[index for index, _, _ in updated])
     step = FuncOp(name, FunctionType([], []), forward.location)
     block = step.entry_block
     b = Builder.at_end(block)
@@ -131,13 +139,17 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
     for op in grad.entry_block.ops[:-1]:
         b.insert(op.clone(value_map))
     loss, *grads = [value_map.get(v, v) for v in grad.return_op.operands]
+    forward_map = dict(zip(forward.arguments, block.args))
+    for op in forward.entry_block.ops[:-1]:
+        b.insert(op.clone(forward_map))
+    new_buffers = [forward_map.get(v, v) for v in forward.return_op.operands[1:]]
     new_params, new_states = [], []
     for (index, _, g), gradient, state in zip(updated, grads, states):
         update_op, attrs, _, _ = structure[g]
         results = update_op.build(b, attrs, [block.args[index], gradient, *state, *scalars[g]])
         new_params.append(results[0])
         new_states += results[1:]
-    b.create("func.return", [loss] + new_params + new_states, result_types=[])
+    b.create("func.return", [loss] + new_params + new_states + new_buffers, result_types=[])
     step.update_function_type()
     step.attributes["arg_attrs"] = ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n in names])
     return step
@@ -149,8 +161,10 @@ class TrainStep:
     pass and loss (batch dim dynamic)."""
 
     def __init__(self, forward: FuncOp, batch_args: list[int], n_inputs: int, bound: list, optimizer,
-                 example_shapes: list, static_reason: str = ""):
+                 example_shapes: list, static_reason: str = "", buffers: list = (), random: list = ()):
         self.forward = forward
+        self.buffers = list(buffers)        # tensors whose new values the step returns after the states
+        self.random = list(random)          # RandomArgument per generator: bound before each call
         self.static_reason = static_reason  # why the batch dim could not be made dynamic
         self.batch_args = batch_args        # data arguments whose dim 0 is the (dynamic) batch
         self.n_inputs = n_inputs
@@ -252,6 +266,8 @@ class TrainStep:
         if len(data) != self.n_inputs + 1:
             raise TypeError(f"the train step takes {self.n_inputs} input(s) and a target, got {len(data)} arguments")
         device = self._device(data)
+        for r in self.random:
+            r.bind()
         arrays = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in data]
         updates = self._updates()
         compiled, run = self._compiled_for([tuple(a.shape) for a in arrays], updates, device)
@@ -265,13 +281,14 @@ class TrainStep:
             arrays = device_inputs(func, arrays, device)
         bound = bound_arrays(self.bound, func.arguments[len(arrays):], device)
         self._advance(updates)
-        # the tensors whose storage this step replaces, in result order: parameters, then states
+        # the tensors whose storage this step replaces, in result order: parameters, states, buffers
         state = self.optimizer.state
         owners = [p for _, p, _ in self.updated]
         owners += [state[p][key] for (_, p, g) in self.updated for key in updates[g].state_keys]
         scalars = [like(np.asarray(s, self._dtypes[g]), owners[0]._data) for g, u in enumerate(updates)
                    for s in u.scalars]
         inputs = arrays + bound + [t._data for t in owners[len(self.updated):]] + scalars
+        owners += self.buffers
         if not on_host:  # the device's runner makes its results: no spares to write into
             results = run(inputs)
             for t, new in zip(owners, results[1:]):
@@ -301,22 +318,14 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
     the loss (a rank-0 tensor).  See the module docstring."""
     if not isinstance(optimizer, (Adam, SGD)):
         raise TypeError(f"compile_train_step supports lz.optim.SGD, Adam and AdamW, got {type(optimizer).__name__}")
-    for m in (model.modules() if hasattr(model, "modules") else ()):
-        if type(m).__name__.startswith("Dropout") and m.training and getattr(m, "p", 0) > 0:
-            raise TraceError(f"compile_train_step: {type(m).__name__}(p={m.p}) in training mode draws a new mask every "
-                             f"step, which a traced step would freeze; not supported yet (use the eager loop)", user_location())
     inputs = as_input_tuple(example_inputs)
-    names = state_tensors(model)
 
     def loss_of(*args):
         return loss_fn(model(*args[:-1]), args[-1])
 
-    traced, _, changed = record_function(loss_of, inputs + (example_target,), "forward", module=model)
-    if changed:
-        raise TraceError(f"compile_train_step: the forward pass changes buffer(s) {', '.join(changed)} in place (a "
-                         f"BatchNorm in training mode updates its running statistics); a compiled step cannot carry "
-                         f"in-place buffer updates yet: use the eager loop, or put those layers in eval mode", user_location())
-    outputs = traced.outputs
+    recorded = record_function(loss_of, inputs + (example_target,), "forward", module=model)
+    traced, names = recorded.trace, recorded.names
+    outputs = traced.outputs[:len(traced.outputs) - len(recorded.updates)]
     if len(outputs) != 1 or outputs[0].numel() != 1 or not outputs[0].is_floating_point():
         raise TraceError("compile_train_step: loss_fn(model(inputs), target) must return one float tensor with a "
                          "single element", user_location())
@@ -331,4 +340,5 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
             func, batch_args = generalize_batch(func, candidates, batch), candidates
         except TraceError as e:  # the step runs at the example shapes only; another shape says why
             reason = f"{e.location.describe()}: {e.message}"
-    return TrainStep(func, batch_args, len(inputs), [(names[id(t)], t) for t in bound], optimizer, shapes, reason)
+    return TrainStep(func, batch_args, len(inputs), [(names[id(t)], t) for t in bound], optimizer, shapes, reason,
+                     [t for _, t in recorded.updates], recorded.random)

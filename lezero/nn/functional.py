@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from lezero import dtypes as _dt
-from lezero.creation import _generator
+from lezero.creation import default_generator
 from lezero.device_arrays import like
 from lezero.dispatch import EagerOp
 from lezero.ir.types import ELEMENT_TYPES
@@ -261,19 +261,27 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
 
 
 def _emit_batch_norm_train(b, attrs, x, *params):
-    """Normalized by the batch's statistics; also returns them (mean and biased variance, C)."""
+    """Normalized by the batch's statistics (mean, biased variance); also returns the mean and the
+    unbiased variance (C), for the running statistics.  The latter's ``n / (n - 1)`` comes from a
+    count in the graph, not a Python number, so a traced step stays right at any batch size (the
+    count of ``x * 0 + 1`` is nan only where the variance is)."""
     axes = [0] + list(range(2, x.type.rank))
     column = [1, -1] + [1] * (x.type.rank - 2)
     mean = b.op("lz.reduce_mean", x, axes=axes, keepdims=True)
     centered = b.op("lz.sub", x, mean)
     var = b.op("lz.reduce_mean", b.op("lz.mul", centered, centered), axes=axes, keepdims=True)
+    wide = ELEMENT_TYPES["f64" if x.type.element_type.name == "f64" else "f32"]  # f16 counts overflow
+    zeros = b.op("lz.cast", b.op("lz.mul", x, _const(b, 0, x)), to=wide)
+    count = b.op("lz.reduce_sum", b.op("lz.add", zeros, _const(b, 1, zeros)), axes=axes, keepdims=True)
+    at_least_one = b.op("lz.max", b.op("lz.sub", count, _const(b, 1, count)), _const(b, 1, count))
+    unbiased = b.op("lz.mul", var, b.op("lz.cast", b.op("lz.div", count, at_least_one), to=x.type.element_type))
     y = b.op("lz.mul", centered, b.op("lz.rsqrt", b.op("lz.add", var, _const(b, attrs["eps"], x))))
     if attrs["affine"]:
         w, bias = params
         y = b.op("lz.add", b.op("lz.mul", y, b.op("lz.reshape", w, shape=column)),
                  b.op("lz.reshape", bias, shape=column))
     c = x.type.shape[1]
-    return [y, b.op("lz.reshape", mean, shape=[c]), b.op("lz.reshape", var, shape=[c])]
+    return [y, b.op("lz.reshape", mean, shape=[c]), b.op("lz.reshape", unbiased, shape=[c])]
 
 
 def _emit_batch_norm_eval(b, attrs, x, mean, var, *params):
@@ -301,32 +309,78 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
         count = x.numel() // x.shape[1]
         if count <= 1 and training:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
-        y, mean, var = apply(_BATCH_NORM_TRAIN, attrs, x, *params)
+        y, mean, unbiased = apply(_BATCH_NORM_TRAIN, attrs, x, *params)
         if training and running_mean is not None:
             from lezero.autograd import no_grad
-            with no_grad():
+            with no_grad():  # nothing records a gradient; a jit trace records the updates
                 m = 0.1 if momentum is None else momentum
-                running_mean.mul_(1 - m).add_(mean.detach() * m)
-                running_var.mul_(1 - m).add_(var.detach() * (m * count / max(count - 1, 1)))
+                running_mean.mul_(1 - m).add_(mean * m)
+                running_var.mul_(1 - m).add_(unbiased * m)
         return y
     return apply(_BATCH_NORM_EVAL, attrs, x, running_mean, running_var, *params)
 
 
 # --- dropout and embedding -----------------------------------------------------------------------------------
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, generator=None) -> Tensor:
-    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``; the mask
-    comes from the seeded generator (``lz.manual_seed``)."""
+def _emit_dropout(b, attrs, x, state):
+    """``x / (1 - p)`` where a uniform number of ``state``'s draw is at least ``p``, else 0: one
+    number per element, or with ``feature_dims`` one per (sample, channel), broadcast over the last
+    ``feature_dims`` dims (the uniforms are f64 for f64 data, else f32: an f16 uniform could round
+    up to 1)."""
+    et = x.type.element_type
+    features = attrs["feature_dims"]
+    rank = x.type.rank
+    like = x if not features else b.op("lz.slice", x, starts=[0] * features, ends=[1] * features,
+                                       axes=list(range(rank - features, rank)))
+    u = b.op("lz.random_uniform", state, like, dtype=ELEMENT_TYPES["f64" if et.name == "f64" else "f32"])
+    keep = b.op("lz.cmp", u, _const(b, attrs["p"], u), predicate="ge")
+    scaled = b.op("lz.mul", x, _const(b, 1 / (1 - attrs["p"]), x))
+    return [b.op("lz.select", keep, scaled, _const(b, 0, x))]
+
+
+_DROPOUT = EagerOp("dropout", _emit_dropout)
+
+
+def _dropout(x: Tensor, p: float, training: bool, inplace: bool, generator, feature_dims: int = 0) -> Tensor:
     if not 0 <= p <= 1:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return x
+    if not x.is_floating_point():
+        raise RuntimeError(f"dropout needs a floating point tensor, got {x.dtype}")
     if p == 1:
-        return x * 0
-    keep = _generator(generator).random(x.shape) >= p
-    d = x.dtype.numpy
-    mask = _wrap(like(np.where(keep, np.asarray(1 / (1 - p), d), np.zeros((), d)), x._data))
-    return x * mask
+        out = x * 0
+    else:
+        state = (generator or default_generator).random_state(x._data)
+        out = _apply2(_DROPOUT, (("p", float(p)), ("feature_dims", feature_dims)), x, state)
+    return x.copy_(out) if inplace else out
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, generator=None) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``.  The mask is
+    ``lz.random_uniform`` of one draw of the generator (``lz.manual_seed``): an op of the graph,
+    so a traced or compiled step draws a new mask at every call, the same one the eager op would."""
+    return _dropout(x, p, training, inplace, generator)
+
+
+def _feature_dropout(x: Tensor, p: float, training: bool, inplace: bool, feature_dims: int, name: str) -> Tensor:
+    """Dropout of whole channels of an ``N x C x <feature_dims>`` (or unbatched ``C x ...``) tensor."""
+    if x.dim() not in (feature_dims + 1, feature_dims + 2):
+        raise RuntimeError(f"{name}: expected a {feature_dims + 1}-D or {feature_dims + 2}-D input, got a "
+                           f"{x.dim()}-D input of shape {list(x.shape)}")
+    return _dropout(x, p, training, inplace, None, feature_dims)
+
+
+def dropout1d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    return _feature_dropout(x, p, training, inplace, 1, "dropout1d")
+
+
+def dropout2d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    return _feature_dropout(x, p, training, inplace, 2, "dropout2d")
+
+
+def dropout3d(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    return _feature_dropout(x, p, training, inplace, 3, "dropout3d")
 
 
 def _emit_embedding(b, attrs, weight, indices):

@@ -236,7 +236,10 @@ class LayerNorm(Module):
 
 
 class Dropout(Module):
-    """Zeroes elements with probability ``p`` in training (masks from the seeded generator)."""
+    """Zeroes elements with probability ``p`` in training (masks from the seeded generator, drawn
+    in the graph: ``F.dropout``)."""
+
+    functional = staticmethod(F.dropout)
 
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
@@ -245,10 +248,28 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training)
+        return self.functional(x, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(Dropout):
+    """Zeroes whole channels of ``N x C x L`` (or ``C x L``) inputs."""
+
+    functional = staticmethod(F.dropout1d)
+
+
+class Dropout2d(Dropout):
+    """Zeroes whole channels of ``N x C x H x W`` (or ``C x H x W``) inputs."""
+
+    functional = staticmethod(F.dropout2d)
+
+
+class Dropout3d(Dropout):
+    """Zeroes whole channels of ``N x C x D x H x W`` (or ``C x D x H x W``) inputs."""
+
+    functional = staticmethod(F.dropout3d)
 
 
 class Embedding(Module):

@@ -160,14 +160,55 @@ def test_baking_the_batch_size_in_fails_at_trace_time():
     assert "tensor<3x10xf32>" in traced.graph
 
 
-def test_batchnorm_in_training_mode_warns_and_leaves_its_statistics_alone():
+def test_batchnorm_in_training_mode_updates_its_statistics_at_every_call():
     lz.manual_seed(3)
-    model = SmallCNN()
+    model, twin = SmallCNN(), SmallCNN()
+    twin.load_state_dict(model.state_dict())
     before = model.bn.running_mean.numpy().copy()
-    with pytest.warns(UserWarning, match="bn.running_mean"):
-        lz.jit.trace(model, lz.randn(2, 1, 8, 8))
-    np.testing.assert_array_equal(model.bn.running_mean.numpy(), before)
+    x = lz.randn(2, 1, 8, 8)
+    traced = lz.jit.trace(model, x)
+    np.testing.assert_array_equal(model.bn.running_mean.numpy(), before)  # tracing changed nothing
     assert int(model.bn.num_batches_tracked.item()) == 0
+    assert '{lz.name = "bn.running_var"}' in traced.graph
+    for batch in (x, lz.randn(5, 1, 8, 8)):  # also at another batch size
+        with lz.no_grad():
+            np.testing.assert_allclose(traced(batch).numpy(), twin(batch).numpy(), rtol=1e-5, atol=1e-5)
+    for name in ("running_mean", "running_var"):
+        np.testing.assert_allclose(getattr(model.bn, name).numpy(), getattr(twin.bn, name).numpy(), rtol=1e-6)
+    assert int(model.bn.num_batches_tracked.item()) == 2
+
+
+def test_reading_a_buffer_after_its_update_is_a_clear_error():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", lz.zeros(3))
+
+        def forward(self, x):
+            with lz.no_grad():
+                self.seen.add_(1)
+            return x * self.seen
+
+    with pytest.raises(TraceError, match="reads seen after an in-place update"):
+        lz.jit.trace(Counter(), lz.randn(2, 3))
+
+
+def test_dropout_draws_new_masks_every_call_as_the_eager_loop_does():
+    lz.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Dropout(0.5), nn.Linear(64, 4))
+    x = lz.randn(6, 8)
+    lz.manual_seed(11)
+    with lz.no_grad():
+        want = [model(x).numpy() for _ in range(3)] + [model(lz.randn(9, 8, generator=lz.Generator().manual_seed(1))).numpy()]
+    lz.manual_seed(11)
+    traced = lz.jit.trace(model, x)
+    assert 'tensor<2xi64> {lz.name = "rng"}' in traced.graph and "lz.random_uniform" in traced.graph
+    got = [traced(x).numpy() for _ in range(3)] + [traced(lz.randn(9, 8, generator=lz.Generator().manual_seed(1))).numpy()]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got[0], got[1])  # a new mask at every call
+    with pytest.raises(TypeError, match="random numbers or updates buffers"):
+        lz.jit.save(traced, "unused.lzt")
 
 
 def test_repr_and_wrong_inputs(mlp):

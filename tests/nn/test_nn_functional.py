@@ -111,9 +111,58 @@ def test_dropout_is_seeded_and_scaled():
     assert LF.dropout(x, 0.3, training=False) is x
 
 
+@pytest.mark.parametrize("p, dtype", [(0.1, "float32"), (0.5, "float32"), (0.8, "float64")])
+def test_dropout_rate_and_inverted_scaling_are_right(p, dtype):
+    n = 100_000
+    x = lz.ones(n, dtype=dtype)
+    y = LF.dropout(x, p, generator=lz.Generator().manual_seed(3)).numpy()
+    kept = y != 0
+    keep = 1 - p
+    assert abs(kept.mean() - keep) < 5 * np.sqrt(keep * p / n)  # within 5 sigma of a binomial
+    np.testing.assert_array_equal(y[kept], np.asarray(1 / keep, dtype))  # the same rounding as x / (1 - p)
+    assert y.dtype == np.dtype(dtype)
+
+
+def test_dropout_masks_are_the_reference_philox_draws():
+    from lezero.ir.dialect.random import random_words, words_to
+    from lezero.ir.types import F32
+
+    g = lz.Generator().manual_seed(123)
+    x = lz.ones(3, 50)
+    first, second = LF.dropout(x, 0.4, generator=g).numpy(), LF.dropout(x, 0.4, generator=g).numpy()
+    for offset, y in enumerate((first, second)):  # each draw takes the next offset
+        u = words_to(random_words(123, offset, 150), F32).reshape(3, 50)
+        np.testing.assert_array_equal(y != 0, u >= np.float32(0.4))
+    assert not np.array_equal(first, second)
+
+
+def test_channel_dropout_zeroes_whole_channels():
+    lz.manual_seed(1)
+    x = lz.ones(8, 16, 3, 3)
+    y = LF.dropout2d(x, 0.5).numpy()
+    per_channel = y.reshape(8, 16, 9)
+    assert ((per_channel == 0).all(axis=2) | (per_channel == 2).all(axis=2)).all()
+    assert 0 < (per_channel[:, :, 0] == 0).mean() < 1
+    assert LF.dropout1d(lz.ones(4, 5, 7), 0.3).shape == (4, 5, 7)
+    assert LF.dropout3d(lz.ones(2, 3, 2, 2, 2), 0.3, training=False).shape == (2, 3, 2, 2, 2)
+    with pytest.raises(RuntimeError, match="dropout2d: expected a 3-D or 4-D input"):
+        LF.dropout2d(lz.ones(4, 5), 0.5)
+    assert (lz.nn.Dropout2d(0.5)(x).numpy().reshape(8, 16, 9).std(axis=2) == 0).all()
+
+
+def test_attention_dropout_draws_from_the_generator():
+    q = lz.randn(2, 4, 6, 8)
+    lz.manual_seed(5)
+    a = LF.scaled_dot_product_attention(q, q, q, dropout_p=0.5).numpy()
+    b = LF.scaled_dot_product_attention(q, q, q, dropout_p=0.5).numpy()
+    lz.manual_seed(5)
+    np.testing.assert_array_equal(LF.scaled_dot_product_attention(q, q, q, dropout_p=0.5).numpy(), a)
+    assert not np.array_equal(a, b)
+
+
 def test_one_hot_and_errors():
     assert LF.one_hot(lz.tensor([2, 0]), 3).tolist() == [[0, 0, 1], [1, 0, 0]]
-    with pytest.raises(IndexError, match="out of bounds"):
+    with pytest.raises(IndexError, match="index 3 is out of range for axis 0 of size 3"):
         LF.cross_entropy(lz.randn(2, 3), lz.tensor([0, 3]))
     with pytest.raises(ValueError, match="Expected target size"):
         LF.cross_entropy(lz.randn(2, 3), lz.tensor([0, 1, 2]))

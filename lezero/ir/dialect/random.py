@@ -1,16 +1,20 @@
 """``lz.random_uniform``: counter-based random numbers (Philox4x32-10), a pure function of its state.
 
-    %u = "lz.random_uniform"(%state, %x) {dtype = f32} : (tensor<2xui64>, tensor<8x16xf32>) -> tensor<8x16xf32>
+    %u = "lz.random_uniform"(%state, %x) {dtype = f32} : (tensor<2xi64>, tensor<8x16xf32>) -> tensor<8x16xf32>
 
-``state`` is ``[seed, offset]`` (``tensor<2xui64>``); the result has ``like``'s shape (its values
+``state`` is ``[seed, offset]``, two 64-bit words (``tensor<2xi64>``, read as unsigned: the
+frontends' tensors have no ``ui64``); the result has ``like``'s shape (its values
 are never read: it only carries the shape, so a dynamic batch dim flows through shape inference).
 Element ``i`` (row-major) is word ``i mod 4`` of Philox4x32-10 (Salmon et al., "Parallel random
 numbers: as easy as 1, 2, 3", SC'11; the generator of cuRAND, JAX and PyTorch's CUDA backend) at
 
-    counter = (lo32(c), hi32(c), 0, 0) with c = offset + i div 4 (mod 2^64),  key = (lo32(seed), hi32(seed))
+    counter = (lo32(i div 4), hi32(i div 4), lo32(offset), hi32(offset)),  key = (lo32(seed), hi32(seed))
 
-so one op consumes ``ceil(n / 4)`` counters, and a draw at the next offset never overlaps it.  The
-words become ``dtype``: ``ui32`` the words themselves, ``f32`` ``(w >> 8) * 2^-24`` (24 bits, in
+The 128-bit counter's high half is the draw (``offset``), its low half the element's block: every
+offset is a stream of its own, of up to 2^66 numbers, so a draw consumes exactly one offset
+whatever its size.  (A traced graph therefore places its draws at fixed offsets from its state
+argument, at any batch size, as the eager ops draw them one after another.)  The words become
+``dtype``: ``ui32`` the words themselves, ``f32`` ``(w >> 8) * 2^-24`` (24 bits, in
 ``[0, 1)``), ``f64`` ``w * 2^-32`` (32 bits, in ``[0, 1)``).  Both conversions are exact, so every
 backend gives the reference's bits.
 
@@ -26,7 +30,7 @@ import numpy as np
 
 from lezero.ir.gradient import no_gradient
 from lezero.ir.opdef import ELEMENTWISE, PURE, AttrSpec, OpDef, OpError, register
-from lezero.ir.types import F32, F64, UI32, UI64, TensorType
+from lezero.ir.types import F32, F64, I64, UI32, UI64, TensorType
 
 # Philox4x32's round multipliers and Weyl key increments (Random123's PHILOX_M4x32_*, PHILOX_W32_*).
 PHILOX_M = (0xD2511F53, 0xCD9E8D57)
@@ -56,11 +60,10 @@ def philox4x32(counter, key, rounds: int = PHILOX_ROUNDS) -> np.ndarray:
 
 def random_words(seed: int, offset: int, n: int) -> np.ndarray:
     """The ``n`` uint32 words ``lz.random_uniform`` draws for ``state = [seed, offset]``."""
-    blocks = -(-n // WORDS_PER_COUNTER)
-    c = np.uint64(offset) + np.arange(blocks, dtype=np.uint64)  # wraps modulo 2^64, as the kernels do
-    zeros = np.zeros(blocks, np.uint64)
-    seed = np.uint64(seed)
-    words = philox4x32((c & _MASK32, c >> np.uint64(32), zeros, zeros), (seed & _MASK32, seed >> np.uint64(32)))
+    block = np.arange(-(-n // WORDS_PER_COUNTER), dtype=np.uint64)
+    offset, seed, high = np.uint64(offset), np.uint64(seed), np.uint64(32)
+    words = philox4x32((block & _MASK32, block >> high, offset & _MASK32, offset >> high),
+                       (seed & _MASK32, seed >> high))
     return words.T.reshape(-1)[:n]
 
 
@@ -87,27 +90,29 @@ class RandomUniformOp(OpDef):
 
     def infer(self, operand_types, attrs):
         state, like = operand_types
-        if state.shape != (2,) or state.element_type != UI64:
-            raise OpError(f"state must be tensor<2xui64> ([seed, offset]), got {state}")
+        if state.shape != (2,) or state.element_type != I64:
+            raise OpError(f"state must be tensor<2xi64> ([seed, offset]), got {state}")
         if attrs.dtype not in RANDOM_DTYPES:
             raise OpError(f"dtype must be one of {', '.join(t.name for t in RANDOM_DTYPES)}, got {attrs.dtype}")
         return [TensorType(like.shape, attrs.dtype)]
 
     def reference(self, attrs, state, like):
-        words = random_words(int(state[0]), int(state[1]), like.size)
+        seed, offset = (int(v) % 2 ** 64 for v in state)
+        words = random_words(seed, offset, like.size)
         return words_to(words, attrs.dtype).reshape(like.shape)
 
     def lower_at_position(self, s, attrs, position, element):
         """Element ``position`` (an i64 value of ``s``) of the result; ``element(k, i)`` reads
         element ``i`` of operand ``k`` (only the state's two words are read)."""
-        seed, offset = element(0, 0), element(0, 1)
+        seed, offset = s.cast(element(0, 0), UI64), s.cast(element(0, 1), UI64)
         u32 = lambda v: s.constant(v, UI32)  # noqa: E731
         u64 = lambda v: s.constant(v, UI64)  # noqa: E731
         pos = s.cast(position, UI64)
-        c = s.add(offset, s.shift_right(pos, u64(2)))
+        block = s.shift_right(pos, u64(2))
         word = s.cast(s.and_(pos, u64(WORDS_PER_COUNTER - 1)), UI32)
-        c0, c1, c2, c3 = s.cast(c, UI32), s.cast(s.shift_right(c, u64(32)), UI32), u32(0), u32(0)
-        k0, k1 = s.cast(seed, UI32), s.cast(s.shift_right(seed, u64(32)), UI32)
+        low, high = lambda v: s.cast(v, UI32), lambda v: s.cast(s.shift_right(v, u64(32)), UI32)  # noqa: E731
+        c0, c1, c2, c3 = low(block), high(block), low(offset), high(offset)
+        k0, k1 = low(seed), high(seed)
         m0, m1 = u32(PHILOX_M[0]), u32(PHILOX_M[1])
         for r in range(PHILOX_ROUNDS):
             hi0, lo0, hi1, lo1 = s.umulhi(m0, c0), s.mul(m0, c0), s.umulhi(m1, c2), s.mul(m1, c2)
