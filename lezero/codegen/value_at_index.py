@@ -21,7 +21,8 @@ builder ``s`` (``lezero/ir/scalar.py``; its values have ``.value`` and ``.dtype`
 materializer ``index`` (``value(form)``, ``clamp``, ``less_than`` and ``at_least``, the last two
 giving an i1 value of ``s`` or None for "always true"; ``position(form)``, the form as an i64
 value of ``s``, for ops computed from their element's position), and the hooks of a subclass: ``load``,
-``store``, ``constant_table`` and ``record_bad_index`` (the kernel's status buffer).  The LLVM backend's index is a loop variable
+``store``, ``constant_table`` and ``record_bad_index`` (the kernel's status buffer).  The LLVM
+backend's index is a loop variable
 (``codegen/llvm/index_math.py``), the Triton backend's a block of lanes
 (``codegen/triton/emitter.py``); the walk is the same.
 """

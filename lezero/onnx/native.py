@@ -11,8 +11,11 @@
    and its buffers as references (a graph input, an output, an arena offset, a weights offset);
    where each output comes from; the weights laid out in one blob (64-byte aligned, equal
    constants stored once). A kernel that reads only constants (a weight broadcast or transposed)
-   is evaluated here, by the reference, and its results become weights. Kernels whose LLVM IR differs only in their name (ResNet's repeated
-   blocks) share one symbol, so they are compiled once.
+   is evaluated here, by the reference, and its results become weights. Kernels whose LLVM IR
+   differs only in their name (ResNet's repeated blocks) share one symbol, so they are compiled
+   once. A kernel with bounds checks also gets a slice of the model's status array
+   (``lezero/codegen/index_checks.py``), and the program lists its checks, which the run loop reads
+   after the launch.
 4. **build** (``build_native``), in a temporary directory beside the destination:
    - ``kernels.o``: every kernel's LLVM module, each O3-optimized as the JIT does, linked into one
      module and emitted as one PIC object (``codegen.llvm.jit.emit_linked_object``). With many
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lezero.codegen.index_checks import initial_status
 from lezero.codegen.errors import TargetError
 from lezero.codegen.llvm.jit import emit_linked_object
 from lezero.codegen.llvm.lower_kernel import lower_kernel
@@ -85,8 +89,8 @@ class NativeTensor:
 
 @dataclass(frozen=True)
 class BufferRef:
-    kind: str   # "input" | "output" | "arena" | "weights"
-    where: int  # an input or output index, or a byte offset
+    kind: str   # "input" | "output" | "arena" | "weights" | "status"
+    where: int  # an input or output index, a byte offset, or an int64 offset into the status array
 
 
 @dataclass
@@ -95,7 +99,8 @@ class NativeLaunch:
     symbol: str     # the function called (shared between identical kernels)
     work_items: int
     parallel: bool
-    buffers: list   # BufferRef per operand, then per result
+    buffers: list   # BufferRef per operand, then per result (then the status, with checks)
+    checks: tuple = ()  # the kernel's bounds checks (IndexCheck), in slot order
 
 
 @dataclass
@@ -119,6 +124,7 @@ class NativeProgram:
     external_symbols: set = field(default_factory=set)
     folded_kernels: int = 0  # kernels of constants only, evaluated at build time
     cpu: CpuTarget = field(default_factory=cpu_target)  # what the kernels are generated for
+    status_size: int = 0  # int64 slots of the bounds checks' status array
 
     @property
     def num_kernels(self) -> int:
@@ -278,8 +284,12 @@ def plan_program(module: ModuleOp, func: FuncOp, name: str, source: str,
             program.external_symbols.update(lowered.external_symbols)
             out_bytes = sum(r.type.nbytes for r in op.results)
             parallel = lowered.work_items > 1 and (out_bytes >= PARALLEL_MIN_BYTES or lowered.flops >= PARALLEL_MIN_FLOPS)
-            program.launches.append(NativeLaunch(lowered.name, symbol, lowered.work_items, parallel,
-                                                 [ref(v) for v in list(op.operands) + list(op.results)]))
+            buffers = [ref(v) for v in list(op.operands) + list(op.results)]
+            if lowered.index_checks is not None:
+                buffers.append(BufferRef("status", program.status_size))
+                program.status_size += len(initial_status(lowered.index_checks))
+            program.launches.append(NativeLaunch(lowered.name, symbol, lowered.work_items, parallel, buffers,
+                                                 lowered.index_checks or ()))
         elif op.name != "func.return":
             raise IRError(f"'{op.name}' op is left outside any kernel after fusion", op.location)
 

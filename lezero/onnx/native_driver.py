@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pathlib
 
+from lezero.codegen.index_checks import NO_INDEX, SLOTS_PER_CHECK, initial_status
+
 RUNTIME_SOURCE = pathlib.Path(__file__).with_name("native_runtime.c")
 
 # lz_dtype values; the order matches lz_dtypes[] in native_runtime.c.
@@ -23,7 +25,7 @@ NUMPY_NAMES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bf
                "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "ui8": "uint8"}
 
 _REF_KIND = {"input": "LZ_FROM_INPUT", "output": "LZ_FROM_OUTPUT", "arena": "LZ_FROM_ARENA",
-             "weights": "LZ_FROM_WEIGHTS"}
+             "weights": "LZ_FROM_WEIGHTS", "status": "LZ_FROM_STATUS"}
 
 
 def c_string(text: str) -> str:
@@ -166,6 +168,7 @@ def render_tables(program) -> str:
              f"#define LZ_ARENA_SIZE {program.arena_size}",
              f"#define LZ_MAX_BUFFERS {max([len(k.buffers) for k in program.launches], default=1)}",
              f"#define LZ_ANY_PARALLEL {int(any(k.parallel for k in program.launches))}",
+             f"#define LZ_STATUS_SIZE {program.status_size}",
              ""]
     lines += [f"extern void {symbol}(void **buffers, int64_t begin, int64_t end) "
               "__attribute__((visibility(\"hidden\")));" for symbol in program.kernels]
@@ -182,12 +185,25 @@ def render_tables(program) -> str:
     lines += [_SENTINEL, "};"]
 
     lines.append("static const lz_launch lz_launches[] = {")
-    offset = 0
+    offset = first_check = 0
     for launch in program.launches:
         lines.append(f"    {{{launch.symbol}, {c_string(launch.name)}, {launch.work_items}, {int(launch.parallel)}, "
-                     f"{offset}, {len(launch.buffers)}}},")
+                     f"{offset}, {len(launch.buffers)}, {first_check}, {len(launch.checks)}}},")
         offset += len(launch.buffers)
+        first_check += len(launch.checks)
     lines += [_SENTINEL, "};"]
+
+    # bounds checks: the slots of each in the status array, and its message around the index
+    lines.append("static const lz_index_check lz_index_checks[] = {")
+    for launch in program.launches:
+        status = next((r.where for r in launch.buffers if r.kind == "status"), 0)
+        for k, check in enumerate(launch.checks):
+            before, after = check.message_parts()
+            lines.append(f"    {{{status + SLOTS_PER_CHECK * k}, {c_string(before)}, {c_string(after)}}},")
+    lines += [_SENTINEL, "};"]
+    initial = ["INT64_MIN" if v == NO_INDEX else str(v) for launch in program.launches
+               if any(r.kind == "status" for r in launch.buffers) for v in initial_status(launch.checks)]
+    lines.append("static const int64_t lz_status_initial[] = {" + ", ".join(initial + ["0"]) + "};")
 
     lines.append("static const lz_output_source lz_output_sources[] = {")
     lines += [f"    {{{int(s.written_by_kernel)}, {_ref(s.source) if s.source else '{0, 0}'}}},"

@@ -12,6 +12,10 @@
  * arena slot or a weight), then call it on [0, work_items), split over a pthread pool when the
  * kernel has enough work; finally copy the outputs no kernel wrote in place.
  *
+ * A kernel with bounds checks (lezero/codegen/index_checks.py) also gets its slice of the model's
+ * status array; after the launch the run loop reads each check's flag, and one that is set makes
+ * the run fail with the check's message around the bad index (the status is then reset).
+ *
  * With LZ_EXECUTABLE defined it also has a main(): .npy files in, .npy files out.
  */
 #define _GNU_SOURCE
@@ -32,11 +36,12 @@
 typedef void (*lz_kernel_fn)(void **buffers, int64_t begin, int64_t end);
 
 /* Where a kernel's buffer (or a copied output) lives. */
-enum { LZ_FROM_INPUT, LZ_FROM_OUTPUT, LZ_FROM_ARENA, LZ_FROM_WEIGHTS };
+enum { LZ_FROM_INPUT, LZ_FROM_OUTPUT, LZ_FROM_ARENA, LZ_FROM_WEIGHTS, LZ_FROM_STATUS };
 
 typedef struct {
     int kind;      /* LZ_FROM_* */
-    int64_t where; /* input or output index, or byte offset into the arena or the weights */
+    int64_t where; /* input or output index, byte offset into the arena or the weights, or int64
+                    * offset into the status array */
 } lz_buffer_ref;
 
 typedef struct {
@@ -46,7 +51,15 @@ typedef struct {
     int parallel;     /* worth splitting over the thread pool */
     int first_buffer; /* into lz_buffer_refs */
     int num_buffers;
+    int first_check; /* into lz_index_checks */
+    int num_checks;
 } lz_launch;
+
+/* A bounds check: its flag at status[slot], the largest bad index at status[slot + 1]. */
+typedef struct {
+    int64_t slot;
+    const char *before, *after; /* the error message: before, the index, after */
+} lz_index_check;
 
 typedef struct {
     int written_by_kernel; /* a kernel writes it straight into the output buffer */
@@ -55,9 +68,9 @@ typedef struct {
 
 extern const unsigned char lz_weights[] __attribute__((visibility("hidden")));
 
-/* LZ_NUM_INPUTS, LZ_NUM_OUTPUTS, LZ_NUM_LAUNCHES, LZ_ARENA_SIZE, LZ_MAX_BUFFERS, LZ_ANY_PARALLEL, the kernels'
- * declarations, lz_inputs[], lz_outputs[], lz_output_files[], lz_buffer_refs[], lz_launches[],
- * lz_output_sources[]. */
+/* LZ_NUM_INPUTS, LZ_NUM_OUTPUTS, LZ_NUM_LAUNCHES, LZ_ARENA_SIZE, LZ_MAX_BUFFERS, LZ_ANY_PARALLEL,
+ * LZ_STATUS_SIZE, the kernels' declarations, lz_inputs[], lz_outputs[], lz_output_files[],
+ * lz_buffer_refs[], lz_launches[], lz_index_checks[], lz_status_initial[], lz_output_sources[]. */
 #include "lz_model_tables.h"
 
 #define LZ_ALIGNMENT 64
@@ -221,6 +234,7 @@ static int lz_default_num_threads(void) {
 struct lz_model {
     unsigned char *arena;   /* kernel results (memory-plan's offsets) */
     unsigned char *scratch; /* outputs the caller did not ask for */
+    int64_t status[LZ_STATUS_SIZE + 1]; /* the bounds checks' flags and bad indices */
     lz_pool pool;
     pthread_mutex_t lock; /* the arena is shared state: one run at a time */
     char error[LZ_ERROR_SIZE];
@@ -281,6 +295,7 @@ lz_model *lz_model_create(int num_threads) {
         free(m);
         return NULL;
     }
+    memcpy(m->status, lz_status_initial, sizeof(int64_t) * LZ_STATUS_SIZE);
     if (num_threads <= 0) num_threads = lz_default_num_threads();
     lz_pool_start(&m->pool, LZ_ANY_PARALLEL ? num_threads : 1);
     pthread_mutex_init(&m->lock, NULL);
@@ -356,6 +371,7 @@ static void *lz_resolve(lz_model *m, lz_buffer_ref ref, const void **inputs, voi
     case LZ_FROM_INPUT: return (void *)inputs[ref.where];
     case LZ_FROM_OUTPUT: return outputs[ref.where];
     case LZ_FROM_ARENA: return m->arena + ref.where;
+    case LZ_FROM_STATUS: return m->status + ref.where;
     default: return (void *)(lz_weights + ref.where);
     }
 }
@@ -394,6 +410,15 @@ int lz_model_run(lz_model *model, const char *const *input_names, const void *co
             lz_pool_run(&model->pool, launch->fn, table, launch->work_items);
         else
             launch->fn(table, 0, launch->work_items);
+        for (int c = launch->first_check; c < launch->first_check + launch->num_checks; c++) {
+            const lz_index_check *check = &lz_index_checks[c];
+            if (!model->status[check->slot]) continue;
+            lz_set_error(model->error, "%s%lld%s", check->before, (long long)model->status[check->slot + 1],
+                         check->after);
+            memcpy(model->status, lz_status_initial, sizeof(int64_t) * LZ_STATUS_SIZE);
+            pthread_mutex_unlock(&model->lock);
+            return -1;
+        }
     }
     for (int i = 0; i < LZ_NUM_OUTPUTS; i++) {
         const lz_output_source *s = &lz_output_sources[i];

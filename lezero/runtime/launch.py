@@ -17,9 +17,10 @@ update into the parameter itself (safe for an elementwise kernel that reads the 
 at the index it writes, which the kernel ABI guarantees: all results of an index are computed
 before any is stored).
 
-A kernel with bounds checks has a status buffer among its fixed pointers; its launch reads it
-afterwards (``check_status``: one read per check when nothing is out of range), and such a plan
-always runs under its lock, since the status buffer is shared state.
+A kernel with bounds checks has a status buffer among its fixed pointers; its launch reads each
+check's flag afterwards (one ctypes read each: ~0.1 us when nothing is out of range, then
+``check_status`` raises), and such a plan always runs under its lock, since the status buffer is
+shared state (a concurrent call could otherwise report, and clear, another call's error).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import functools
 import numpy as np
 
 from lezero.codegen.llvm.jit import compile_module
+from lezero.codegen.index_checks import SLOTS_PER_CHECK
 from lezero.runtime.compiled_function import check_status
 
 # offsetof(PyArrayObject, data): PyObject_HEAD is a refcount and a type pointer.
@@ -133,6 +135,8 @@ class _LeanLaunch:
         self.parallel = launch.parallel
         self.name = launch.name
         self.checks, self.status = launch.checks, launch.status
+        self.flags = () if launch.checks is None else tuple(range(0, SLOTS_PER_CHECK * len(launch.checks),
+                                                                   SLOTS_PER_CHECK))
         self.whole, self.ranged = launcher(len(patches))
 
     def objects(self, inputs, outs) -> list:
@@ -144,8 +148,9 @@ class _LeanLaunch:
             pool.parallel_for(lambda _, begin, end: ranged(d, begin, end, *objects), None, self.work_items)
         else:
             self.whole(self.address, *objects)
-        if self.checks is not None:
-            check_status(self.checks, self.status)
+        for k in self.flags:
+            if self.status[k]:
+                check_status(self.checks, self.status)
 
 
 def lean_runner(plan, pool):
@@ -175,28 +180,38 @@ def _lean_runner(plan, pool):
 
     launches = [_LeanLaunch(launch) for launch in plan.launches]
     empty = np.empty
-    checked = any(launch.checks is not None for launch in launches)
-    if len(launches) == 1 and plan.arena.size == 0 and not launches[0].parallel and not checked:
+    lock = plan.lock
+    if len(launches) == 1 and plan.arena.size == 0 and not launches[0].parallel:
         (only,) = launches
         f, d = only.whole, only.address
         n_in = len(only.inputs)
-        if only.outputs == list(range(len(specs))) and len(specs) == 1:
+        if only.outputs == list(range(len(specs))) and len(specs) == 1 and only.inputs == list(range(n_in)):
             (shape, dtype), = specs
-            if only.inputs == list(range(n_in)):
+            if only.checks is None:
                 def run_one(inputs, outs=None, _keep=(plan, only)):  # _keep: the tables and kernels
                     out = empty(shape, dtype) if outs is None else outs[0]
                     f(d, *inputs, out)
                     return [out]
                 return run_one
+            status, flags, checks = only.status, only.flags, only.checks
 
-        def run_single(inputs, outs=None, _keep=plan):
-            if outs is None:
-                outs = [empty(shape, dtype) for shape, dtype in specs]
-            f(d, *only.objects(inputs, outs))
-            return outs
-        return run_single
+            def run_one_checked(inputs, outs=None, _keep=(plan, only)):
+                out = empty(shape, dtype) if outs is None else outs[0]
+                with lock:
+                    f(d, *inputs, out)
+                    for k in flags:
+                        if status[k]:
+                            check_status(checks, status)
+                return [out]
+            return run_one_checked
 
-    lock = plan.lock
+        if only.checks is None:
+            def run_single(inputs, outs=None, _keep=plan):
+                if outs is None:
+                    outs = [empty(shape, dtype) for shape, dtype in specs]
+                f(d, *only.objects(inputs, outs))
+                return outs
+            return run_single
 
     def run_launches(inputs, outs=None, _keep=plan):
         if outs is None:

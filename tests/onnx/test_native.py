@@ -381,3 +381,31 @@ def test_kernels_of_constants_only_run_at_build_time(tmp_path):
     assert done.returncode == 0, done.stderr
     want = np.broadcast_to(x @ np.array([[0.5], [-1.0], [2.0], [0.25]], np.float32), (2, columns))
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-6)
+
+
+def gather_onnx():
+    """Embedding rows by ids: an ONNX Gather (axis 0) of a 10 x 4 table, node ``embed``."""
+    from native_testing import _model
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "table")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], name="embed", axis=0)]
+    return _model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+                  [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [3, 4])], [table], name="gather")
+
+
+def test_an_index_out_of_range_fails_the_executable(tmp_path):
+    """In range (negative indices too) the rows match ONNX Runtime's; out of range, the executable
+    exits 1 naming the ONNX node, the index and the valid range (ONNX Runtime also rejects it)."""
+    model = gather_onnx()
+    exe = compile_onnx_native(model, tmp_path / "gather").paths[0]
+    ids = np.array([0, -1, 9])
+    done = run_exe(exe, "--input", f"ids={save(tmp_path, 'ids', ids)}", "--output-dir", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    want = onnxruntime_outputs(model, {"ids": ids})["rows"]
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "rows.npy"), want)
+    for bad, index in (([0, 10, 2], 10), ([-11, 0, 1], -11)):
+        done = run_exe(exe, "--input", f"ids={save(tmp_path, 'bad', np.array(bad))}", "--output-dir", tmp_path / "out")
+        assert done.returncode == 1
+        assert done.stderr.strip() == (f"gather: error: embed: lz.gather: index {index} is out of range for axis 0 of "
+                                       "size 10 (valid: -10 to 9)"), done.stderr

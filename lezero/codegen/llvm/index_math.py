@@ -146,19 +146,20 @@ class LLVMValueAtIndex(ValueAtIndex):
         self.b = s.b
         self.tables: dict = {}  # constant op -> its global array
         self.status = status  # the status buffer's pointer (kernels with checks)
-        self.accumulators: dict[int, tuple] = {}  # check slot -> (flag, worst) stack slots
+        self.accumulators: dict[tuple, tuple] = {}  # (function, check slot) -> (flag, worst) stack slots
 
     def record_bad_index(self, slot: int, bad: Scalar, index: Scalar) -> None:
         b = self.b
-        if slot not in self.accumulators:
+        key = (b.function, slot)
+        if key not in self.accumulators:
             entry = b.function.entry_basic_block
             at_entry = ir.IRBuilder(entry)
             at_entry.position_at_start(entry)
             flag, worst = at_entry.alloca(I64, name="bad_flag"), at_entry.alloca(I64, name="bad_index")
             at_entry.store(_i64(0), flag)
             at_entry.store(_i64(NO_INDEX), worst)
-            self.accumulators[slot] = (flag, worst)
-        flag, worst = self.accumulators[slot]
+            self.accumulators[key] = (flag, worst)
+        flag, worst = self.accumulators[key]
         b.store(b.or_(b.load(flag, typ=I64), b.zext(bad.value, I64)), flag)
         candidate = b.select(bad.value, index.value, _i64(NO_INDEX))
         current = b.load(worst, typ=I64)
@@ -168,7 +169,9 @@ class LLVMValueAtIndex(ValueAtIndex):
         """Add this function's accumulators to the status buffer (at the builder's position, which
         must run once the function's checked loops are done)."""
         b = self.b
-        for slot, (flag, worst) in sorted(self.accumulators.items()):
+        for (function, slot), (flag, worst) in self.accumulators.items():
+            if function is not b.function:
+                continue
             with b.if_then(b.icmp_unsigned("!=", b.load(flag, typ=I64), _i64(0)), likely=False):
                 at = b.gep(self.status, [_i64(SLOTS_PER_CHECK * slot)], source_etype=I64)
                 b.atomic_rmw("or", at, _i64(1), "monotonic")

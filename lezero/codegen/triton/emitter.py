@@ -12,9 +12,10 @@ outside it may compute any index, so every load of them is masked too.
 ``TritonContext`` holds one kernel being lowered: its buffers (``b0, b1, ...``: operands then
 results, then ``status`` for a kernel with bounds checks, ``lezero/codegen/index_checks.py``:
 a lane whose index is out of range sets its check's flag and index there with masked
-``tl.atomic_max``, so lanes in range store nothing and the order of programs does not matter), the body's lines (``code``), the scalar builder and the emitter.  A kind's lowering
-writes the body and returns its launch configurations; ``lower_kernel`` wraps the body into a
-module with its signature and docstring.
+``tl.atomic_max``, so lanes in range store nothing and the order of programs does not matter),
+the body's lines (``code``), the scalar builder and the emitter.  A kind's lowering writes the
+body and returns its launch configurations; ``lower_kernel`` wraps the body into a module with
+its signature and docstring.
 """
 from __future__ import annotations
 
