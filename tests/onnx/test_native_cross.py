@@ -25,7 +25,7 @@ from lezero.onnx.native import compile_module_native, compile_onnx_native, nativ
 
 from native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs
 from test_light_models import RTOL, feeds_for, load, with_random_weights
-from test_native import C_PROGRAM, convnet, elementwise_dtypes
+from test_native import C_PROGRAM, convnet, elementwise_dtypes, gather_onnx
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 TRIPLE = "aarch64-linux-gnu"
@@ -115,6 +115,21 @@ def test_aarch64_every_dtype_and_libm(cross_tools, tmp_path):
         assert got[t.name].dtype == w.dtype and got[t.name].shape == w.shape, t.name
         np.testing.assert_allclose(got[t.name], w, rtol=1e-12) if w.dtype.kind == "f" else \
             np.testing.assert_array_equal(got[t.name], w)
+
+
+def test_aarch64_index_out_of_range_fails_the_executable(cross_tools, tmp_path):
+    """The bounds checks' status (atomic or/max in the kernel) on AArch64: in range the rows match
+    ONNX Runtime's; out of range the executable exits 1 naming the node, the index and the range."""
+    model = gather_onnx()
+    result = compile_onnx_native(model, tmp_path / "gather", triple=TRIPLE, cpu="cortex-a53")
+    ids = {"ids": np.array([0, -1, 9])}
+    assert_matches_onnxruntime(run_outputs([QEMU], result, tmp_path, ids), model, ids, rtol=0, atol=0)
+    np.save(tmp_path / "bad.npy", np.array([0, 10, 2]))
+    done = subprocess.run([QEMU, result.paths[0], "--input", f"ids={tmp_path / 'bad.npy'}", "--output-dir",
+                           tmp_path / "bad"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("gather: error: embed: lz.gather: index 10 is out of range for axis 0 of size 10 "
+                                   "(valid: -10 to 9)"), done.stderr
 
 
 @pytest.mark.slow  # ~14 s to build, ~6 s under qemu
