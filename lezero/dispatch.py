@@ -11,7 +11,8 @@ miss it builds ``@f`` around one ``emit``, compiles it through the whole CPU pip
 (``CompiledFunction``) and keeps the plan's lean runner (``lezero.runtime.launch``): after that
 an op is a dict lookup and one launch.  A shape mismatch is found while building (shape
 inference), so errors cost nothing on the hot path; they name the op, the shapes and the user's
-line (``OperatorError``).
+line (``OperatorError``).  An index out of range, found by the kernel when it runs
+(``lezero/codegen/index_checks.py``), is an ``IndexError`` that starts with the user's line.
 
 On cuda (inputs that are torch tensors, ``lezero.device_arrays``) the same key holds the lean
 runner of ``lezero.compile(..., target="cuda")``: a torch dtype in the key tells the device, so the
@@ -154,8 +155,22 @@ def runner_for(key: tuple, op: EagerOp, attrs: tuple, arrays) -> object:
             run = compile_for(ModuleOp([func]), "f", device).runner([tuple(a.shape) for a in arrays])
         except IRError as e:
             raise OperatorError(f"{op.name}: {e.message}", user_location()) from None
+        if run.checks_indices:
+            run = _at_user_line(run)
         _RUNNERS[key] = run
     return run
+
+
+def _at_user_line(run):
+    """``run``, its ``IndexError`` (a kernel's bounds check; the cached op has no location)
+    starting with the user's line."""
+    def located(arrays, outs=None):
+        try:
+            return run(arrays, outs)
+        except IndexError as e:
+            raise IndexError(f"{user_location().describe()}: {e}") from None
+    located.kernel_count = run.kernel_count
+    return located
 
 
 def run_op(op: EagerOp, attrs: tuple, arrays: list) -> list:

@@ -335,6 +335,7 @@ class CudaFunction(CompiledFunction):
             return run_cuda_plan(plan, inputs, outs)
 
         run.kernel_count = len(plan.launches)
+        run.checks_indices = bool(plan.checked)
         return run
 
     def __call__(self, *arrays):

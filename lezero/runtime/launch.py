@@ -157,9 +157,11 @@ def lean_runner(plan, pool):
     """``run(inputs, outs=None) -> list[np.ndarray]`` for ``plan``: no checks (the caller passes
     C-contiguous arrays of the argument dtypes and the plan's shapes; ``outs``, when given, are
     arrays of the result types to write into).  ``run.kernel_count`` is the plan's number of
-    launches (an output may alias an input only when it is 1)."""
+    launches (an output may alias an input only when it is 1); ``run.checks_indices``: whether a
+    kernel has bounds checks (then a call may raise ``IndexError``)."""
     run = _lean_runner(plan, pool)
     run.kernel_count = len(plan.launches)
+    run.checks_indices = any(launch.checks is not None for launch in plan.launches)
     return run
 
 
