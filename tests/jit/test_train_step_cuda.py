@@ -155,3 +155,38 @@ def test_the_seed_mlp_step_on_cuda_equals_the_reference_interpreter(monkeypatch)
     assert len(results) == len(want) == 1 + 3 * 4  # the loss, 4 parameters, 2 moments each
     for got, expected in zip(results, want):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+class DropoutMLP(SimpleMLP):
+    def forward(self, x):
+        return self.fc2(nn.functional.dropout(nn.functional.relu(self.fc1(x)), 0.4))
+
+
+def _train_dropout(device: str, compiled: bool):
+    lz.manual_seed(0)
+    model = DropoutMLP().to(device)
+    optimizer = lz.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.CrossEntropyLoss()
+    batches = [(lz.from_numpy(x).to(device), lz.from_numpy(y).to(device)) for x, y in _batches()]
+    lz.manual_seed(7)  # the masks' seed
+    step = lz.jit.compile_train_step(model, criterion, optimizer, *batches[0]) if compiled else None
+    losses = []
+    for x, y in batches:
+        if step is not None:
+            losses.append(step(x, y).item())
+        else:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return np.array(losses)
+
+
+def test_dropout_masks_on_cuda_are_the_cpu_masks():
+    """The state argument lives on the device; Philox's bits are the same there (Triton's
+    ``tl.umulhi``), so eager and compiled cuda training follow the CPU loop."""
+    want = _train_dropout("cpu", compiled=False)
+    np.testing.assert_allclose(_train_dropout("cuda", compiled=False), want, rtol=1e-5)
+    np.testing.assert_allclose(_train_dropout("cuda", compiled=True), want, rtol=1e-5)
+    assert len(set(np.round(want, 6))) == len(want)
