@@ -55,7 +55,8 @@ tile of their own shape (``matmul_config``), B read in place for fewer than THIN
 **Other dtypes** (f64, f16 and bf16 accumulating in f32 as the reference does, integers
 wrapping), float32 operands the GEMM cannot pack, and convs the GEMM tiles waste (fewer than 4
 output channels per group, e.g. depthwise): loops.  matmul is i-k-j over blocks of 256 columns
-(the j loop vectorizes; a stack array holds the sums), a work item per output row; conv is a
+(the j loop vectorizes; a stack array holds the sums), or i-j-k when B's columns are contiguous
+(x @ w.T: dot products, the k loop a vectorized reduction), a work item per output row; conv is a
 work item per output row (n, co, oh): for each (ci, kh, kw) the valid ``ow`` range is computed
 once, so the inner loop has no padding test and vectorizes.
 """
@@ -116,6 +117,12 @@ DIRECT_MAX_KC = 2304
 TILE_LOOP = {"vectorize_enable": 1, "vectorize_predicate_enable": 1}
 # Loop kernels: columns of sums held in a stack array (matmul), output columns per block (conv).
 LOOP_COLUMNS = 256
+# Their work-item loop: its inner loops are the vector loops.  When they are short enough to be
+# unrolled whole, LLVM's loop vectorizer would vectorize the work-item loop instead, into strided
+# wide loads that LLVM 22's X86 backend miscompiles for AVX-512 (f64 x @ w.T at 4 x 6 x 5, issue
+# 10; tests/codegen/test_llvm_miscompile.py): it may not, for every target, as there it gains
+# nothing either (a kernel of a few hundred flops).
+ITEM_LOOP = {"vectorize_enable": 0}
 
 
 def anchor_op(ctx: KernelContext) -> Operation:
@@ -883,12 +890,16 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
     storage = storage_type(dtype)
     block = min(shape.n, LOOP_COLUMNS)
     sums = ctx.fn.alloca(acc_type, block, "sums")
+    # B's columns contiguous along k (x @ w.T): each sum a dot product in a register, its k loop a
+    # vectorized reduction (15-23x faster in f64 at 64^3 and 256^3 than the j loop's gathers);
+    # otherwise the j loop over B's rows vectorizes, the sums in the stack array
+    dots = b_k_stride == 1 and b_col_stride != 1 and shape.k > 0
 
     def load(pointer, offset):
         value = ctx.s.load(b.gep(pointer, [offset], source_etype=storage), dtype).value
         return value  # f16 loads extend to float: the products are exact in float32
 
-    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "item", **ITEM_LOOP) as item:
         batch, row = (b.udiv(item, i64(shape.m)), b.urem(item, i64(shape.m))) if shape.m > 1 else (item, i64(0))
         coords = unravel_values(b, batch, shape.batch_shape) if shape.batch_shape else []
         a_offset, b_offset = i64(0), i64(0)
@@ -901,7 +912,18 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
         if shape.has_rows:
             index_prefix.append(_affine(row, shape.m, "row"))
 
-        def column_block(j0, width: int):
+        def dot_products(j0, width: int):
+            with for_range(b, 0, width, "j") as j:
+                b_column = b.gep(b_mat, [b.mul(b.add(j0, j), i64(b_col_stride))], source_etype=storage)
+                entry = b.block
+                with for_range(b, 0, shape.k, "k") as k:
+                    acc = b.phi(acc_type, "acc")
+                    acc.add_incoming(_zero(acc_dtype), entry)
+                    total = _accumulate(b, acc, load(a_row, b.mul(k, i64(a_k_stride))), load(b_column, k), acc_dtype)
+                    acc.add_incoming(total, b.block)
+                b.store(total, b.gep(sums, [j], source_etype=acc_type))
+
+        def rows_of_b(j0, width: int):
             with for_range(b, 0, width, "zero") as j:
                 b.store(_zero(acc_dtype), b.gep(sums, [j], source_etype=acc_type))
             with for_range(b, 0, shape.k, "k") as k:
@@ -912,6 +934,9 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
                     address = b.gep(sums, [j], source_etype=acc_type)
                     b_value = load(b_row, b.mul(j, i64(b_col_stride)))
                     b.store(_accumulate(b, b.load(address, typ=acc_type), a_value, b_value, acc_dtype), address)
+
+        def column_block(j0, width: int):
+            (dot_products if dots else rows_of_b)(j0, width)
             with for_range(b, 0, width, "out") as j:
                 col = [_affine(b.add(j0, j), shape.n, "col")] if shape.has_cols else []
                 _store_epilogue(ctx, anchor, index_prefix + col, b.gep(sums, [j], source_etype=acc_type), acc_dtype)
@@ -936,7 +961,7 @@ def lower_conv_loops(ctx: KernelContext, anchor: Operation, s: ConvShape) -> int
     block = min(s.ow, LOOP_COLUMNS)
     sums = ctx.fn.alloca(acc_type, block, "sums")
 
-    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "item", **ITEM_LOOP) as item:
         image, channel, oh = unravel_values(b, item, (s.n, s.o, s.oh))
         group = b.udiv(channel, i64(s.out_per_group)) if s.groups > 1 else i64(0)
         x_image = b.gep(x_ptr, [b.mul(b.add(b.mul(image, i64(s.c)), b.mul(group, i64(s.in_per_group))),
