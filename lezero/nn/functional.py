@@ -296,10 +296,11 @@ _BATCH_NORM_EVAL = EagerOp("batch_norm", _emit_batch_norm_eval)
 
 
 def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
-               bias: Tensor | None = None, training: bool = False, momentum: float | None = 0.1,
+               bias: Tensor | None = None, training: bool = False, momentum: "float | Tensor | None" = 0.1,
                eps: float = 1e-5) -> Tensor:
     """Channels are dim 1.  Training (or without running statistics): normalize by the batch's
-    mean and biased variance and update the running ones (unbiased variance) in place, as PyTorch."""
+    mean and biased variance and update the running ones (unbiased variance) in place, as PyTorch
+    (``momentum`` may be a rank-0 tensor: ``BatchNorm``'s cumulative average)."""
     if (weight is None) != (bias is None):
         raise NotImplementedError("batch_norm needs both weight and bias, or neither")
     affine = weight is not None

@@ -188,9 +188,9 @@ class _BatchNorm(Module):
             raise ValueError(f"expected {' or '.join(f'{r}D' for r in self.expected_ranks)} input (got {x.ndim}D input)")
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
+            if self.momentum is None:  # a cumulative moving average: 1 / batches, a tensor (a trace keeps it)
+                factor = (self.num_batches_tracked + 1).to(self.running_mean.dtype).reciprocal()
             self.num_batches_tracked.add_(1)
-            if self.momentum is None:  # a cumulative moving average
-                factor = 1.0 / float(self.num_batches_tracked.item())
         batch_stats = self.training or self.running_mean is None
         tracked = not self.training or self.track_running_stats
         return F.batch_norm(x, self.running_mean if tracked else None, self.running_var if tracked else None,

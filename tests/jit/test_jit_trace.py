@@ -178,6 +178,20 @@ def test_batchnorm_in_training_mode_updates_its_statistics_at_every_call():
     assert int(model.bn.num_batches_tracked.item()) == 2
 
 
+def test_batchnorm_cumulative_average_follows_eager_and_torch():
+    import torch
+
+    eager, traced_bn, peer = nn.BatchNorm2d(3, momentum=None), nn.BatchNorm2d(3, momentum=None), \
+        torch.nn.BatchNorm2d(3, momentum=None)
+    xs = [np.random.default_rng(i).standard_normal((4, 3, 5, 5)).astype(np.float32) for i in range(3)]
+    traced = lz.jit.trace(traced_bn, lz.tensor(xs[0]))
+    for x in xs:
+        eager(lz.tensor(x)), traced(lz.tensor(x)), peer(torch.tensor(x))
+    np.testing.assert_array_equal(traced_bn.running_var.numpy(), eager.running_var.numpy())
+    np.testing.assert_allclose(eager.running_var.numpy(), peer.running_var.numpy(), rtol=1e-6)
+    assert int(traced_bn.num_batches_tracked.item()) == 3
+
+
 def test_reading_a_buffer_after_its_update_is_a_clear_error():
     class Counter(nn.Module):
         def __init__(self):
