@@ -16,21 +16,29 @@ is one position of the outer dims and a block of at most ``TILE`` (256) tile pos
 
 A later reduction's prologue (softmax's ``exp(x - max)``) and the epilogues read earlier results
 from ``res`` at the current tile position: every reduction is one pass over its input, nothing is
-recomputed per element of the row.  Reducing trailing axes (the usual case) leaves no tile: the
-block is one position, ``acc`` a scalar LLVM keeps in registers and the accumulation loop a
-vectorized reduction (float adds may reassociate, as numpy's pairwise sum does).  Reducing
-leading axes (a bias gradient: sum over the batch) makes the tile loop innermost: contiguous,
-vectorized, no reordering.  f16 and bf16 accumulate in f32; argmax keeps the first maximum and
-treats nan as the maximum, as numpy does.
+recomputed per element of the row.  Neighbouring reduced dims are walked as one flat loop.
+Reducing trailing axes (the usual case) leaves no tile: the block is one position, ``acc`` a
+scalar LLVM keeps in registers and the accumulation loop a vectorized reduction (float adds may
+reassociate: each vector lane is a partial sum).  Reducing leading axes (a bias gradient: sum over
+the batch) makes the tile loop innermost: contiguous, vectorized, no reordering.
+
+"For each reduced index" is blocked (``lezero/codegen/accumulation.py``) unless the combine is
+exact (max, min) or the reduction is an argmax: the reduced loops are split into nested loops of at
+most ``FANOUT`` trips (the innermost of a row reduction up to ``ROW_LEAF`` elements, spread over
+the vector lanes), each with a partial accumulator of its own that it adds into the one outside
+after its last trip, so the error grows with ``log(n)``, not ``n``.  f16 and bf16 accumulate in
+f32; argmax keeps the first maximum and treats nan as the maximum, as numpy does.
 
 A reduction over every axis is one work item (no parallel split yet).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
+from lezero.codegen.accumulation import FANOUT, block_sizes
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm.kernel_function import KernelContext
@@ -42,19 +50,71 @@ from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.types import I1, I64, format_shape
 
 TILE = 256  # tile positions per work item: accumulators stay in L1, and columns split into items
+ROW_LEAF = 1024  # elements of a row reduction's innermost loop: 16 per lane of 4 x 16 f32 lanes
 
+
+@dataclass(frozen=True)
+class _Loop:
+    """One loop of the walk over the reduced positions: ``trips`` steps of ``step`` positions of a
+    group of neighbouring reduced dims (``variables``, flattened: ``extent`` positions); the
+    group's last loop binds its index."""
+
+    variables: tuple
+    extent: int
+    step: int
+    trips: int
+    binds: bool
+
+    def trip_count(self, b, start):
+        """This loop's trips from ``start``, the position its enclosing loops of the group reached
+        (a multiple of ``trips * step``); fewer past the group's extent."""
+        span = self.trips * self.step
+        if isinstance(start, ir.Constant):
+            return min(self.trips, -(-(self.extent - start.constant) // self.step))
+        if self.extent % span == 0:
+            return self.trips
+        left = b.sub(i64(self.extent + self.step - 1), start)
+        return min_i64(b, self.trips, b.udiv(left, i64(self.step)) if self.step > 1 else left)
+
+
+def _reduced_loops(full, axes, variables, blocked: bool, vectorized_leaf: bool) -> list[_Loop]:
+    """The loops over the reduced positions, outermost first: one per group of neighbouring reduced
+    dims of size > 1, each split by ``block_sizes`` when ``blocked`` (its innermost loop up to
+    ``ROW_LEAF`` long when it is the vectorized one)."""
+    groups, previous = [], None
+    for k in sorted(variables):
+        if k in axes:
+            if previous is not None and previous in axes:
+                groups[-1].append(k)
+            else:
+                groups.append([k])
+        previous = k
+    loops = []
+    for n, group in enumerate(groups):
+        extent = math.prod(full[k] for k in group)
+        leaf = ROW_LEAF if vectorized_leaf and n == len(groups) - 1 else FANOUT
+        sizes = block_sizes(extent, leaf) if blocked else [extent]
+        steps = [math.prod(sizes[j + 1:]) for j in range(len(sizes))]
+        loops += [_Loop(tuple(variables[k] for k in group), extent, step, trips, j == len(sizes) - 1)
+                  for j, (trips, step) in enumerate(zip(sizes, steps))]
+    return loops
 
 
 class _Reduction:
-    """One reduction op's accumulators (``TILE`` slots each) and how it reads its result."""
+    """One reduction op's accumulators (``TILE`` slots each: one per loop of its walk when the walk
+    is blocked, the outermost one the result's) and how it reads its result."""
 
-    def __init__(self, ctx: KernelContext, op, block: int):
+    def __init__(self, ctx: KernelContext, op, block: int, full, axes, variables, vectorized_leaf: bool):
         self.op = op
         self.input_dtype = op.operands[0].type.element_type
         self.result_dtype = op.result.type.element_type
-        self.acc_dtype = self.input_dtype if op.name == "lz.argmax" else accumulator_type(self.input_dtype)
-        self.acc = ctx.fn.alloca(compute_type(self.acc_dtype), block, "acc")
-        self.position = ctx.fn.alloca(ir.IntType(64), block, "argmax") if op.name == "lz.argmax" else None
+        argmax = op.name == "lz.argmax"
+        self.acc_dtype = self.input_dtype if argmax else accumulator_type(self.input_dtype)
+        blocked = not argmax and not op.definition.exact and self.acc_dtype.is_float
+        self.loops = _reduced_loops(full, axes, variables, blocked, vectorized_leaf)
+        levels = max(1, len(self.loops)) if blocked else 1
+        self.accs = [ctx.fn.alloca(compute_type(self.acc_dtype), block, "acc") for _ in range(levels)]
+        self.position = ctx.fn.alloca(ir.IntType(64), block, "argmax") if argmax else None
         self.result = ctx.fn.alloca(compute_type(self.result_dtype), block, "reduced")
 
 
@@ -83,14 +143,14 @@ def lower_reduction(ctx: KernelContext) -> int:
     kept = [k for k in range(rank) if k not in axes]
     outer = [k for k in kept if k < last and k in variables]
     inner = [k for k in kept if k > last and k in variables]
-    reduced = [k for k in axes if k in variables]
     tile = math.prod(full[k] for k in inner)
     block = min(tile, TILE)
     blocks = math.ceil(tile / block)
     positions = math.prod(full[k] for k in outer)
     count = math.prod(full[k] for k in axes)
-    reductions = {op: _Reduction(ctx, op, block) for op in ops}
     tile_vars = [variables[k] for k in inner]
+    reductions = {op: _Reduction(ctx, op, block, full, axes, variables, vectorized_leaf=not tile_vars) for op in ops}
+    epilogue_loops = _reduced_loops(full, axes, variables, blocked=False, vectorized_leaf=False)
 
     with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
         position, tile_block = item, None
@@ -113,13 +173,32 @@ def lower_reduction(ctx: KernelContext) -> int:
                 e.new_scope()
                 emit(b.sub(t, lo))
 
-        def over_reduced(emit, depth=0):
-            if depth == len(reduced):
-                emit()
-                return
-            with for_range(b, 0, full[reduced[depth]], f"r{reduced[depth]}") as r:
-                ctx.index.bind(variables[reduced[depth]], r)
-                over_reduced(emit, depth + 1)
+        def over_reduced(loops, emit, level=None):
+            """``emit()`` at each reduced position (the reduced dims' indices bound), walking
+            ``loops``; ``level(j, walk)`` wraps the walk of loops ``j..`` (``j >= 1``) inside
+            loop ``j - 1``: a blocked accumulation's partial results."""
+            # Only a row reduction's innermost loop may unroll (the vectorizer interleaves it):
+            # unrolled short loops around a tile loop would hold the whole tile block in registers
+            # (and spill it), unrolled outer loops of a blocked walk only repeat the code.
+            def hints(j):
+                return {} if j == len(loops) - 1 and not tile_vars else {"unroll_disable": 1}
+
+            def walk(j, start):
+                if j == len(loops):
+                    emit()
+                    return
+                loop = loops[j]
+                with for_range(b, 0, loop.trip_count(b, start), f"r{j}", **hints(j)) as r:
+                    here = b.add(start, b.mul(r, i64(loop.step))) if loop.step > 1 else b.add(start, r)
+                    if loop.binds:
+                        ctx.index.bind_group(list(loop.variables), here)
+                    following = i64(0) if loop.binds else here
+                    if level is not None and j + 1 < len(loops):
+                        level(j + 1, lambda: walk(j + 1, following))
+                    else:
+                        walk(j + 1, following)
+
+            walk(0, i64(0))
 
         def read_result(op, value, index):
             """A reduction's result at ``index`` of its own shape: the slot of this block."""
@@ -161,8 +240,8 @@ def lower_reduction(ctx: KernelContext) -> int:
         if at_reduced:
             over_tile(lambda slot: [e.store(buffer, index, e.at(y, index)) for y, buffer, index in at_reduced])
         if at_full:
-            over_reduced(lambda: over_tile(lambda slot: [e.store(buffer, full_index, e.at(y, full_index))
-                                                         for y, buffer in at_full]))
+            over_reduced(epilogue_loops, lambda: over_tile(
+                lambda slot: [e.store(buffer, full_index, e.at(y, full_index)) for y, buffer in at_full]))
     ctx.fn.finish()
     return positions * blocks
 
@@ -185,14 +264,14 @@ def _emit_reduction(ctx: KernelContext, red: _Reduction, full_index, count, over
 
     identity = lowest(red.acc_dtype.numpy_dtype) if argmax else definition.identity(red.acc_dtype.numpy_dtype)
 
-    def init(slot):
-        store(red.acc, slot, s.constant(identity, red.acc_dtype).value)
+    def init(acc, slot):
+        store(acc, slot, s.constant(identity, red.acc_dtype).value)
         if argmax:
             store(red.position, slot, i64(0))
 
     def accumulate(slot):
         x = e.at(op.operands[0], full_index)
-        acc = load(red.acc, slot, red.acc_dtype)
+        acc = load(red.accs[-1], slot, red.acc_dtype)
         if argmax:
             axis = reduced_axes(op)[0]
             here = ctx.index.value(full_index[axis])
@@ -201,23 +280,33 @@ def _emit_reduction(ctx: KernelContext, red: _Reduction, full_index, count, over
                 first_nan = b.and_(b.fcmp_unordered("uno", x.value, x.value),
                                    b.fcmp_ordered("ord", acc.value, acc.value))
                 take = Scalar(b.or_(take.value, first_nan), I1)
-            store(red.acc, slot, b.select(take.value, x.value, acc.value))
+            store(red.accs[-1], slot, b.select(take.value, x.value, acc.value))
             position = load(red.position, slot, I64)
             store(red.position, slot, b.select(take.value, here, position.value))
             return
         with s.reassociating():
             out = definition.combine(s, acc, s.cast(x, red.acc_dtype))
-        store(red.acc, slot, out.value)
+        store(red.accs[-1], slot, out.value)
+
+    def add_partial(outer, inner, slot):
+        """The partial result of a finished inner loop into its enclosing loop's (in this order: no
+        ``reassoc``, so LLVM cannot fold the levels back into one chain)."""
+        store(outer, slot, definition.combine(s, load(outer, slot, red.acc_dtype), load(inner, slot, red.acc_dtype)).value)
+
+    def level(j, walk):
+        over_tile(lambda slot: init(red.accs[j], slot))
+        walk()
+        over_tile(lambda slot: add_partial(red.accs[j - 1], red.accs[j], slot))
 
     def finalize(slot):
         if argmax:
             store(red.result, slot, load(red.position, slot, I64).value)
             return
-        value = definition.finalize(s, load(red.acc, slot, red.acc_dtype), count)
+        value = definition.finalize(s, load(red.accs[0], slot, red.acc_dtype), count)
         store(red.result, slot, s.cast(value, red.result_dtype).value)
 
-    over_tile(init)
-    over_reduced(lambda: over_tile(accumulate))
+    over_tile(lambda slot: init(red.accs[0], slot))
+    over_reduced(red.loops, lambda: over_tile(accumulate), level if len(red.accs) > 1 else None)
     over_tile(finalize)
 
 

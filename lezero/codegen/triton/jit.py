@@ -77,7 +77,7 @@ class LoadedTritonKernel:
             self.fn[config.grid](*buffers, **config.constexprs, num_warps=config.num_warps,
                                  num_stages=config.num_stages, enable_fp_fusion=FP_FUSION)
             return
-        with _language_restored(), _interpretable_library():
+        with _language_restored(), _interpretable_library(), _tree_reductions():
             self.fn[config.grid](*buffers, **config.constexprs)
 
 
@@ -174,6 +174,42 @@ def _interpretable_library():
         yield
     finally:
         JITFunction.__call__ = original
+
+
+@contextmanager
+def _tree_reductions():
+    """``tl.reduce`` with a kernel's own combine function as the GPU runs it, a tree over the axis,
+    for the duration of an interpreted launch.  The interpreter combines the elements one after
+    another in a Python loop: its float sums over a reduction's lanes come out less accurate than
+    the compiled kernel's (lezero/codegen/accumulation.py) and a thousand times slower.  Here the
+    first half of the axis combines with the second, elementwise, until one element is left (an
+    odd one out waits for the next round); the left operand is always the earlier one."""
+    import numpy as np
+    from triton.runtime.interpreter import ReduceOps
+
+    def tree_reduce(self, inputs):
+        inputs, axis = self.unravel(inputs, self.axis)
+        dtypes = [t.dtype for t in inputs]
+        data = [t.handle.data for t in inputs]
+        while data[0].shape[axis] > 1:
+            half = data[0].shape[axis] // 2
+            parts = [np.split(d, [half, 2 * half], axis=axis) for d in data]
+            out = self.combine_fn.fn(*[self.to_tensor(p[0], dt) for p, dt in zip(parts, dtypes)],
+                                     *[self.to_tensor(p[1], dt) for p, dt in zip(parts, dtypes)])
+            out = out if isinstance(out, tuple) else (out,)
+            data = [np.concatenate([o.handle.data, p[2]], axis=axis) for o, p in zip(out, parts)]
+        if self.keep_dims and self.axis is None:
+            data = [d.reshape((1,) * len(inputs[0].shape)) for d in data]
+        elif not self.keep_dims:
+            data = [np.squeeze(d, axis) if self.axis is not None else d.item() for d in data]
+        return [self.to_tensor(d, dt) for d, dt in zip(data, dtypes)]
+
+    original = ReduceOps.generic_reduce
+    ReduceOps.generic_reduce = tree_reduce
+    try:
+        yield
+    finally:
+        ReduceOps.generic_reduce = original
 
 
 @contextmanager

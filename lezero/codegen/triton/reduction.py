@@ -5,7 +5,8 @@ reduced shape, or broadcast back to the input shape: softmax, layer norm).  Also
 
 The input's positions are a 2-D tile: *rows*, the kept positions (flattened), and *columns*, the
 reduced ones (flattened).  A program takes ``ROWS`` rows and walks the reduced extent in chunks
-of ``RBLOCK`` columns::
+of ``RBLOCK`` columns (each lane of ``acc`` a partial result of its own, combined as a tree by
+``tl.reduce``)::
 
     rows = pid * ROWS + tl.arange(0, ROWS)[:, None]
     for each reduction, in program order:
@@ -16,6 +17,11 @@ of ``RBLOCK`` columns::
         red = finalize(tl.reduce(acc, 1, combine))         (ROWS x 1)
     epilogue at the reduced shape: stored at rows
     epilogue at the input shape: one more walk over the chunks, stored at (rows, cols)
+
+More than ``FANOUT`` chunks are walked blocked (``lezero/codegen/accumulation.py``) unless the
+combine is exact (max, min, argmax): nested chunk loops of at most ``FANOUT`` trips, each with a
+partial ``acc`` of its own that it combines into the one outside after its last trip (steps past
+the extent are masked off), so a lane's error grows with ``log(chunks)``, not with their number.
 
 A later reduction's prologue (softmax's ``exp(x - max)``) and the epilogues read the earlier
 results (``red``) of the same rows: every reduction is one pass over its input.  Row reductions
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import math
 
+from lezero.codegen.accumulation import block_sizes
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.triton.emitter import TritonCode, TritonContext, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
@@ -100,6 +107,7 @@ def lower_reduction(ctx: TritonContext) -> tuple:
     reduced_vars = [variables[k] for k in axes if k in variables]
     rblock = min(next_pow2(count), MAX_RBLOCK)
     rows_block = max(1, min(next_pow2(rows_total), TILE // rblock))
+    chunks = math.ceil(count / rblock)
     code, e = ctx.code, ctx.emitter
     pid = "tl.program_id(0)" if ctx.index_type() == "tl.int32" else "tl.program_id(0).to(tl.int64)"
     code.line(f"rows = {pid} * ROWS + tl.arange(0, ROWS)[:, None]")
@@ -118,21 +126,34 @@ def lower_reduction(ctx: TritonContext) -> tuple:
 
     e.overrides = {op: read_result for op in ops}
 
-    def over_columns(emit):
-        """``emit()`` inside the walk over the reduced extent (index and mask bound per chunk)."""
-        with code.block(f"for r0 in range(0, {count}, RBLOCK):"):
-            code.line("cols = r0 + tl.arange(0, RBLOCK)[None, :]")
-            code.line(f"mask = row_mask & (cols < {count})")
-            if reduced_vars:
-                ctx.index.bind_group(reduced_vars, "cols")
-            e.mask = "mask"
-            e.zero_lanes = "(rows + cols) * 0"
-            e.new_scope()
-            emit()
-        e.new_scope()  # names made inside the loop are not visible after it
+    def over_columns(emit, sizes=(chunks,), level=None):
+        """``emit()`` inside the walk over the reduced extent (index and mask bound per chunk):
+        nested loops of ``sizes`` trips (outermost first) over chunks; ``level(j, walk)`` wraps
+        the walk of loops ``j..`` (``j >= 1``) inside loop ``j - 1``: a blocked accumulation's
+        partial results."""
+        def walk(j, start, stop):
+            depth = len(sizes) - 1 - j  # the chunk loop is r0, the one around it r1, ...
+            step = "RBLOCK" if depth == 0 else str(rblock * math.prod(sizes[j + 1:]))
+            with code.block(f"for r{depth} in range({start}, {stop}, {step}):"):
+                if depth == 0:
+                    code.line("cols = r0 + tl.arange(0, RBLOCK)[None, :]")
+                    code.line(f"mask = row_mask & (cols < {count})")
+                    if reduced_vars:
+                        ctx.index.bind_group(reduced_vars, "cols")
+                    e.mask = "mask"
+                    e.zero_lanes = "(rows + cols) * 0"
+                    e.new_scope()
+                    emit()
+                elif level is None:
+                    walk(j + 1, f"r{depth}", f"r{depth} + {step}")
+                else:
+                    level(j + 1, lambda: walk(j + 1, f"r{depth}", f"r{depth} + {step}"))
+            e.new_scope()  # names made inside the loop are not visible after it
+
+        walk(0, "0", str(count))
 
     for op in ops:
-        results[op] = _reduce(ctx, op, full_index, axes, count, over_columns)
+        results[op] = _reduce(ctx, op, full_index, count, chunks, over_columns)
 
     e.mask = "row_mask"
     e.zero_lanes = "rows * 0"
@@ -165,7 +186,7 @@ def lower_reduction(ctx: TritonContext) -> tuple:
                          else 8),)
 
 
-def _reduce(ctx: TritonContext, op, full_index, axes, count, over_columns) -> TValue:
+def _reduce(ctx: TritonContext, op, full_index, count, chunks, over_columns) -> TValue:
     """One reduction over the chunks; its result (ROWS x 1, the result's element type)."""
     code, e, s = ctx.code, ctx.emitter, ctx.s
     input_dtype = op.operands[0].type.element_type
@@ -189,10 +210,19 @@ def _reduce(ctx: TritonContext, op, full_index, axes, count, over_columns) -> TV
             code.line(f"{acc} = tl.where({take}, {x.value}, {acc})")
             code.line(f"{position} = tl.where({take}, {here.value}, {position})")
             return
-        out = op.definition.combine(s, TValue(acc, acc_dtype), x)
-        code.line(f"{acc} = tl.where(mask, {out.value}, {acc})")
+        out = op.definition.combine(s, TValue(accs[-1], acc_dtype), x)
+        code.line(f"{accs[-1]} = tl.where(mask, {out.value}, {accs[-1]})")
 
-    over_columns(accumulate)
+    def level(j, walk):
+        code.line(f"{accs[j]} = tl.full([ROWS, RBLOCK], {literal(identity, acc_dtype)}, {t})")
+        walk()
+        out = op.definition.combine(s, TValue(accs[j - 1], acc_dtype), TValue(accs[j], acc_dtype))
+        code.line(f"{accs[j - 1]} = {out.value}")
+
+    blocked = not argmax and not op.definition.exact and acc_dtype.is_float
+    sizes = block_sizes(chunks) if blocked else [chunks]
+    accs = [acc] + [code.fresh("acc") for _ in sizes[1:]]
+    over_columns(accumulate, sizes, level if len(sizes) > 1 else None)
     if argmax:
         ctx.extra_helpers["lz_argmax_combine"] = ARGMAX_COMBINE
         best = code.fresh("best")

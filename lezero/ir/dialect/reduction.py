@@ -40,6 +40,9 @@ class ReduceOp(OpDef):
     # acc = identity(numpy dtype), then the result is finalize(s, acc, count of reduced elements).
     combine = None
     identity = None
+    # Whether combining in any order gives the same result (max, min): the kernels then need no
+    # blocked partial results for accuracy (lezero/codegen/accumulation.py).
+    exact = False
     # Gradient facet: vjp(b, x, y, dy, axes) -> dx, with y and dy at the input's rank (keepdims).
     vjp = None
 
@@ -141,9 +144,9 @@ reduction("reduce_sum",  _sum,      NUMERIC,  "sum (0 over no elements)",
 reduction("reduce_prod", _prod,     NUMERIC,  "product (1 over no elements)",
           combine=lambda s, acc, x: s.mul(acc, x), identity=lambda dtype: 1, vjp=_prod_vjp)
 reduction("reduce_max",  _max,      NUMERIC,  "maximum (-inf or the smallest integer over no elements)",
-          combine=lambda s, acc, x: s.max(acc, x), identity=lowest, vjp=_extremum_vjp)
+          combine=lambda s, acc, x: s.max(acc, x), identity=lowest, exact=True, vjp=_extremum_vjp)
 reduction("reduce_min",  _min,      NUMERIC,  "minimum (+inf or the largest integer over no elements)",
-          combine=lambda s, acc, x: s.min(acc, x), identity=highest, vjp=_extremum_vjp)
+          combine=lambda s, acc, x: s.min(acc, x), identity=highest, exact=True, vjp=_extremum_vjp)
 reduction("reduce_mean", _mean,     FLOAT,    "arithmetic mean (nan over no elements)",
           combine=lambda s, acc, x: s.add(acc, x), identity=lambda dtype: 0,
           finalize=lambda s, acc, count: s.div(acc, s.constant(count, acc)),
