@@ -359,3 +359,14 @@ def test_target_tiles_match_numpy(cpu, m, n, k):
     rng = np.random.default_rng(m * 31 + n * 7 + k)
     a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)
     assert_matches_matmul(_kernels[cpu](a, b), a, b)
+
+
+def test_narrow_last_column_tiles_get_narrow_micro_kernels():
+    """A last column tile of a few columns runs a micro-kernel of as many vectors as it needs
+    (65 columns: 64 + one vector, not 128), and a caller that knows N makes only that one."""
+    assert all(f"lz_sgemm_micro_kernel_{v}" in str(gemm.build_sgemm_module(HOST))
+               for v in range(1, HOST.nr_vectors))
+    only_one = str(gemm.SgemmGenerator(HOST, edge_vectors=[1]).build_module())
+    assert "lz_sgemm_micro_kernel_1" in only_one and "lz_sgemm_micro_kernel_2" not in only_one
+    with pytest.raises(ValueError, match="narrower"):
+        gemm.SgemmGenerator(HOST, edge_vectors=[HOST.nr_vectors])

@@ -272,7 +272,7 @@ class OutputTile:
     """What a ``TileStore`` sees: the final sums of one micro-tile,
     C[row : row + rows, col : col + cols], in ``sums``, a float[mr * nr] stack array with row
     stride nr (entries past ``rows``/``cols`` are not part of C). ``full`` says the tile is a whole
-    mr x nr one, and then ``rows``/``cols`` are the constants mr/nr.
+    one, and then ``rows``/``cols`` are constants: mr, and nr or an edge micro-kernel's width.
     """
 
     def __init__(self, builder: ir.IRBuilder, row: ir.Value, col: ir.Value, rows: ir.Value, cols: ir.Value,
@@ -501,6 +501,8 @@ class SgemmGenerator:
       ``<name>_pack_a``        A block -> MR-tall slivers, k-major, zero padded.
       ``<name>_pack_b``        B block -> NR-wide slivers, k-major, zero padded.
       ``<name>_micro_kernel``  one MR x NR tile: kc FMA steps, then accumulate / epilogue / store.
+      ``<name>_micro_kernel_<v>``  the same, v vectors wide, for a last column tile that narrow
+                               (``edge_vectors``: which v; default every v below NR / W).
 
     ``epilogue`` is an ``Epilogue`` (a transform of each accumulator vector before its store) or a
     ``TileStore`` (the code generator stores the tile itself). Two options describe B for
@@ -522,7 +524,7 @@ class SgemmGenerator:
 
     def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
                  b_row_offsets: Sequence[int] | None = None, pack_b: bool = True, mask_b: bool = False,
-                 transpose_a: bool = False, transpose_b: bool = False):
+                 transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None):
         if transpose_b and (not pack_b or b_row_offsets is not None):
             raise ValueError("a transposed B is packed, and has no row offsets")
         if mask_b and pack_b:
@@ -535,6 +537,10 @@ class SgemmGenerator:
         self.mask_b = mask_b
         self.transpose_a = transpose_a
         self.transpose_b = transpose_b
+        every_edge = range(1, config.nr_vectors)
+        self.edge_vectors = tuple(sorted(set(every_edge if edge_vectors is None else edge_vectors)))
+        if not set(self.edge_vectors) <= set(every_edge):
+            raise ValueError(f"edge_vectors {edge_vectors} must be narrower than the tile's {config.nr_vectors}")
         self.vector_type = ir.VectorType(F32, config.vector_width)
         # Every vector in packed B starts a multiple of the vector size into an aligned workspace.
         self.vector_bytes = config.vector_width * FLOAT_BYTES
@@ -567,8 +573,9 @@ class SgemmGenerator:
         pack_b = None
         if self.pack_b:
             pack_b = self._build_pack_b_transposed(module) if self.transpose_b else self._build_pack_b(module)
-        micro_kernel = self._build_micro_kernel(module)
-        rectangle_function = self._build_rectangle_function(module, pack_a, pack_b, micro_kernel)
+        widths = self.edge_vectors + (self.config.nr_vectors,)
+        micro_kernels = {nv: self._build_micro_kernel(module, nv) for nv in widths}
+        rectangle_function = self._build_rectangle_function(module, pack_a, pack_b, micro_kernels)
         if threaded:
             self._build_threaded_function(module, rectangle_function)
         return rectangle_function
@@ -742,16 +749,18 @@ class SgemmGenerator:
 
     # -- micro-kernel --------------------------------------------------------------------------
 
-    def _build_micro_kernel(self, module: ir.Module) -> ir.Function:
-        """``b`` is the packed sliver (k-major, NR floats per k), or with ``pack_b=False`` B's
-        column ``col`` itself (rows ``pc + k`` through ``_b_row``)."""
+    def _build_micro_kernel(self, module: ir.Module, nv: int) -> ir.Function:
+        """An MR x ``nv`` vectors tile (``nv`` < NR / W: the last column tile, its other columns
+        neither computed nor stored). ``b`` is the packed sliver (k-major, NR floats per k), or
+        with ``pack_b=False`` B's column ``col`` itself (rows ``pc + k`` through ``_b_row``)."""
         cfg = self.config
-        w, mr, nv = cfg.vector_width, cfg.mr, cfg.nr_vectors
+        w, mr = cfg.vector_width, cfg.mr
+        name = f"{self.name}_micro_kernel" + ("" if nv == cfg.nr_vectors else f"_{nv}")
         params = [("kc", I64), ("packed_a", PTR), ("b", PTR), ("ldb", I64), ("pc", I64), ("c", PTR), ("ldc", I64),
                   ("row", I64), ("col", I64), ("rows", I64), ("cols", I64),
                   ("first_k_block", I1), ("last_k_block", I1)]
         params += [(f"epilogue{i}", t) for i, t in enumerate(self.epilogue_param_types)]
-        function, b, p = self._define(module, f"{self.name}_micro_kernel", params)
+        function, b, p = self._define(module, name, params)
         function.attributes.add("noinline")
         # A TileStore may store its results to the memory that C's partial sums are in.
         for argument in (p["packed_a"], p["b"]) + (() if self.stores_tiles else (p["c"],)):
@@ -803,20 +812,20 @@ class SgemmGenerator:
 
         b.position_at_end(done)
         epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
-        full_tile = b.and_(b.icmp_signed("==", p["rows"], _i64(mr)), b.icmp_signed("==", p["cols"], _i64(cfg.nr)))
+        full_tile = b.and_(b.icmp_signed("==", p["rows"], _i64(mr)), b.icmp_signed("==", p["cols"], _i64(nv * w)))
         with b.if_else(full_tile, likely=True) as (then, otherwise):
             with then:
                 for i in range(mr):
                     self._emit_row_update(b, p, accumulators[i], i, None, epilogue_values, sums)
                 if sums is not None:
-                    self._emit_tile_store(b, p, sums, True, epilogue_values)
+                    self._emit_tile_store(b, p, sums, nv * w, epilogue_values)
             with otherwise:
                 masks = [_lane_mask(b, v * w, p["cols"], w) for v in range(nv)]
                 for i in range(mr):
                     with b.if_then(b.icmp_signed("<", _i64(i), p["rows"])):
                         self._emit_row_update(b, p, accumulators[i], i, masks, epilogue_values, sums)
                 if sums is not None:
-                    self._emit_tile_store(b, p, sums, False, epilogue_values)
+                    self._emit_tile_store(b, p, sums, None, epilogue_values)
         b.ret_void()
         return function
 
@@ -826,7 +835,7 @@ class SgemmGenerator:
         """C[row+i, col:col+NR] = (C[...] if not the first K block) + acc, then the epilogue on the
         last K block; masked when ``masks`` is given. With a TileStore, the last K block's values
         go to row i of ``sums`` instead."""
-        w, nv = self.config.vector_width, self.config.nr_vectors
+        w, nv = self.config.vector_width, len(row_accumulators)
         row = b.add(p["row"], _i64(i))
         c_row = b.gep(p["c"], [b.add(b.mul(row, p["ldc"]), p["col"])], source_etype=F32)
         addresses = [b.gep(c_row, [_i64(v * w)], source_etype=F32) for v in range(nv)]
@@ -865,11 +874,13 @@ class SgemmGenerator:
         for v in range(nv):
             _store_vector(b, values[v], addresses[v], lane_masks[v])
 
-    def _emit_tile_store(self, b: ir.IRBuilder, p: dict[str, ir.Value], sums: ir.Value, full: bool,
+    def _emit_tile_store(self, b: ir.IRBuilder, p: dict[str, ir.Value], sums: ir.Value, full_cols: int | None,
                          epilogue_values: list[ir.Value]) -> None:
+        """``full_cols``: the micro-kernel's width when the tile is whole, else None."""
         cfg = self.config
+        full = full_cols is not None
         with b.if_then(p["last_k_block"]):
-            rows, cols = (_i64(cfg.mr), _i64(cfg.nr)) if full else (p["rows"], p["cols"])
+            rows, cols = (_i64(cfg.mr), _i64(full_cols)) if full else (p["rows"], p["cols"])
             self.epilogue.emit(OutputTile(b, p["row"], p["col"], rows, cols, sums, cfg.mr, cfg.nr, full,
                                           self._epilogue_arg_values(epilogue_values)))
 
@@ -891,7 +902,7 @@ class SgemmGenerator:
     # -- the loop nest -------------------------------------------------------------------------
 
     def _build_rectangle_function(self, module: ir.Module, pack_a: ir.Function, pack_b: ir.Function | None,
-                                  micro_kernel: ir.Function) -> ir.Function:
+                                  micro_kernels: dict[int, ir.Function]) -> ir.Function:
         cfg = self.config
         params = list(GEMM_PARAMS) + [(f"epilogue{i}", t) for i, t in enumerate(self.epilogue_param_types)]
         function, b, p = self._define(module, self.name, params, exported=True)
@@ -929,16 +940,35 @@ class SgemmGenerator:
                         b_sliver = b.gep(b_columns, [jr], source_etype=F32)
                     cols = _min(b, _i64(cfg.nr), b.sub(nc, jr))
                     col = b.add(jc, jr)
-                    with _counted_loop(b, _i64(0), mc, cfg.mr, "ir") as ir_:
-                        a_sliver = b.gep(packed_a, [b.mul(ir_, kc)], source_etype=F32)
-                        rows = _min(b, _i64(cfg.mr), b.sub(mc, ir_))
-                        b.call(micro_kernel, [kc, a_sliver, b_sliver, p["ldb"], pc, p["C"], p["ldc"], b.add(ic, ir_),
-                                              col, rows, cols, first_k_block, last_k_block] + epilogue_values)
+
+                    def row_tiles(micro_kernel):
+                        with _counted_loop(b, _i64(0), mc, cfg.mr, "ir") as ir_:
+                            a_sliver = b.gep(packed_a, [b.mul(ir_, kc)], source_etype=F32)
+                            rows = _min(b, _i64(cfg.mr), b.sub(mc, ir_))
+                            b.call(micro_kernel, [kc, a_sliver, b_sliver, p["ldb"], pc, p["C"], p["ldc"],
+                                                  b.add(ic, ir_), col, rows, cols, first_k_block, last_k_block]
+                                   + epilogue_values)
+
+                    self._emit_by_width(b, cols, micro_kernels, row_tiles)
             pc.add_incoming(pc_next, b.block)
             b.cbranch(b.icmp_signed("<", pc_next, p["K"]), pc_body, pc_exit)
             b.position_at_end(pc_exit)
         b.ret_void()
         return function
+
+    def _emit_by_width(self, b: ir.IRBuilder, cols: ir.Value, micro_kernels: dict[int, ir.Function],
+                       emit: Callable[[ir.Function], None]) -> None:
+        """``emit(kernel)`` with the narrowest micro-kernel whose tile holds ``cols`` columns: an
+        edge tile of a few columns computes a vector or two, not NR columns."""
+        widths = sorted(micro_kernels)
+        if len(widths) == 1:
+            emit(micro_kernels[widths[0]])
+            return
+        with b.if_else(b.icmp_signed("<=", cols, _i64(widths[0] * self.config.vector_width))) as (narrow, wider):
+            with narrow:
+                emit(micro_kernels[widths[0]])
+            with wider:
+                self._emit_by_width(b, cols, {nv: micro_kernels[nv] for nv in widths[1:]}, emit)
 
     # -- threads -------------------------------------------------------------------------------
 

@@ -579,9 +579,12 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                                   noalias=partial_result is None or i != num_operands + partial_result)
                  for i in range(len(ctx.fn.buffers))) + (gemm.EpilogueArg("batch", "index"),)
     tile_store = TileEpilogue(ctx, anchor, plan)
+    # Slices and N blocks end on whole tiles: only C's last column tile can be narrower.
+    edge_vectors = -(-(plan.n % config.nr) // config.vector_width)
     generator = gemm.SgemmGenerator(config, gemm.TileStore(ctx.name, tile_store.emit, args), f"{ctx.name}.gemm",
                                     b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
-                                    transpose_a=plan.transpose_a, transpose_b=plan.transpose_b)
+                                    transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
+                                    edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
     rectangle_function = generator.build_into(ctx.module)
     rectangle_function.linkage = "internal"
     ctx.s.external_symbols |= tile_store.external_symbols
