@@ -68,10 +68,9 @@ class _Loop:
     def trip_count(self, b, start):
         """This loop's trips from ``start``, the position its enclosing loops of the group reached
         (a multiple of ``trips * step``); fewer past the group's extent."""
-        span = self.trips * self.step
         if isinstance(start, ir.Constant):
             return min(self.trips, -(-(self.extent - start.constant) // self.step))
-        if self.extent % span == 0:
+        if self.extent % (self.trips * self.step) == 0:
             return self.trips
         left = b.sub(i64(self.extent + self.step - 1), start)
         return min_i64(b, self.trips, b.udiv(left, i64(self.step)) if self.step > 1 else left)
@@ -291,7 +290,8 @@ def _emit_reduction(ctx: KernelContext, red: _Reduction, full_index, count, over
     def add_partial(outer, inner, slot):
         """The partial result of a finished inner loop into its enclosing loop's (in this order: no
         ``reassoc``, so LLVM cannot fold the levels back into one chain)."""
-        store(outer, slot, definition.combine(s, load(outer, slot, red.acc_dtype), load(inner, slot, red.acc_dtype)).value)
+        total = definition.combine(s, load(outer, slot, red.acc_dtype), load(inner, slot, red.acc_dtype))
+        store(outer, slot, total.value)
 
     def level(j, walk):
         over_tile(lambda slot: init(red.accs[j], slot))
