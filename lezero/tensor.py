@@ -44,8 +44,10 @@ class _Mode:
     grad = True     # grad mode: record ops whose inputs require grad
     trace = 0       # > 0 while tracing: record every op, with its location
     session = None  # the trace recording now (lezero.autograd.trace)
-    # While ``jit`` traces a function whose in-place ops become results: ``id(tensor) -> (tensor,
-    # the tensor of its new value, its version after the update)``; in-place ops chain through it.
+    # While ``jit`` traces: an in-place op on a value the trace computed continues the graph from
+    # its result (``_old()`` gives a stand-in for the old value, as with grad); one on an argument
+    # (a parameter or buffer) records ``id(tensor) -> (tensor, the tensor of its new value, its
+    # version after the update)`` here, the traced function's extra results; in-place ops chain.
     updates = None
 
 
@@ -1116,14 +1118,23 @@ class Tensor:
         """A tensor standing for the current value before an in-place op changes ``self``: ``self``
         itself when nothing is recorded, else a tensor taking over its place in the graph."""
         if not (self.requires_grad and _Mode.grad):
-            if _Mode.updates is not None and id(self) in _Mode.updates:
-                return _Mode.updates[id(self)][1]  # the traced value of an earlier in-place op
+            if _Mode.updates is not None:  # a jit trace: see ``_Mode.updates``
+                if id(self) in _Mode.updates:
+                    return _Mode.updates[id(self)][1]  # the traced value of an earlier in-place op
+                if self._traced():  # a value the trace computed: a stand-in takes its place in the graph
+                    old = _wrap(self._data)
+                    old._node, old._index, old._version = self._node, self._index, self._version
+                    return old
             return self
         if self._node is None:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         old = _wrap(self._data)
         old._node, old._index, old.requires_grad, old._version = self._node, self._index, True, self._version
         return old
+
+    def _traced(self) -> bool:
+        """Whether the running trace computed this tensor (it is no argument of the traced graph)."""
+        return self._node is not None and self._node.session is _Mode.session
 
     def _inplace(self, result: "Tensor") -> "Tensor":
         """Make ``self`` hold ``result`` (computed from ``_old()``).  Recorded: ``self`` takes a new
@@ -1138,8 +1149,10 @@ class Tensor:
         else:
             self._data[...] = result._data
             if _Mode.updates is not None and result._node is not None:
-                # a trace carrying in-place updates: ``result`` is the new value (see ``_Mode.updates``)
-                _Mode.updates[id(self)] = (self, result, self._version + 1)
+                if self._traced():  # the graph continues from ``result``
+                    self._node, self._index = result._node, result._index
+                else:  # an argument of the trace (a parameter or buffer): ``result`` is its new value
+                    _Mode.updates[id(self)] = (self, result, self._version + 1)
         self._version += 1
         return self
 

@@ -192,6 +192,26 @@ def test_batchnorm_cumulative_average_follows_eager_and_torch():
     assert int(traced_bn.num_batches_tracked.item()) == 3
 
 
+def test_in_place_ops_on_traced_values_continue_the_graph():
+    lz.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 2))
+    x = lz.randn(3, 4)
+    with lz.no_grad():  # no grad: relu_ writes in place, also while traced
+        want = model(x).numpy()
+        traced = lz.jit.trace(model, x)
+    assert "lz.relu" in traced.graph
+    np.testing.assert_allclose(traced(x).numpy(), want, rtol=1e-6)
+
+    def scaled(a):
+        h = a * 2
+        h.add_(10).mul_(3)
+        return h
+
+    np.testing.assert_allclose(lz.jit.trace(scaled, x)(x).numpy(), (x.numpy() * 2 + 10) * 3, rtol=1e-6)
+    with pytest.raises(TraceError, match="neither a parameter nor a buffer"):
+        lz.jit.trace(lambda a: a.add_(1), lz.randn(3))
+
+
 def test_reading_a_buffer_after_its_update_is_a_clear_error():
     class Counter(nn.Module):
         def __init__(self):
