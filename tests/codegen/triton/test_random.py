@@ -1,5 +1,6 @@
 """lz.random_uniform as Triton (in the interpreter): the reference's bits, ``tl.umulhi`` for
-Philox's multiply-high, the known answer."""
+Philox's multiply-high, the known answer, and the op fused into a matmul epilogue and a
+reduction's prologue."""
 import numpy as np
 import pytest
 
