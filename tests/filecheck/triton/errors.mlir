@@ -1,7 +1,7 @@
 // --emit picks the code, and the code its target: a --target that contradicts it is one error line,
 // exit status 1, no output.
 // RUN: not lezero-opt %s --target=cpu --emit=triton 2>&1 | filecheck %s --check-prefix=CPU-TRITON
-// CPU-TRITON:      {{^}}lezero-opt: error: --emit=triton is code for cuda, not --target=cpu (use --emit=llvm){{$}}
+// CPU-TRITON:      {{^}}lezero-opt: error: --emit=triton is code for cuda, not --target=cpu (use --emit=llvm or --emit=asm){{$}}
 // CPU-TRITON-NOT: {{.}}
 // RUN: not lezero-opt %s --target=cuda --emit=llvm 2>&1 | filecheck %s --check-prefix=CUDA-LLVM
 // CUDA-LLVM: lezero-opt: error: --emit=llvm is code for cpu, not --target=cuda (use --emit=triton or --emit=ptx)
