@@ -378,7 +378,7 @@ class TracedModule:
     tensors, so the traced module follows its weights, and their device (``run_device``)."""
 
     def __init__(self, module: ModuleOp, entry: str, named_tensors: list, structure, n_inputs: int,
-                 updates: list = (), random: list = ()):
+                 updates: list = (), random: list = (), cpu=None):
         self.module = module
         self.entry = entry
         self.func = module.lookup(entry)
@@ -387,7 +387,7 @@ class TracedModule:
         self.n_inputs = n_inputs
         self.updates = list(updates)  # [(name, Tensor)]: written from the results after the outputs
         self.random = list(random)    # RandomArgument per generator: bound before each call
-        self.compiled = CompiledFunction(module, entry)
+        self.compiled = CompiledFunction(module, entry, cpu=cpu)  # cpu: the CPU its host code is for
         self._runners: dict[tuple, object] = {}
 
     @property
@@ -445,7 +445,7 @@ class TracedModule:
         run = self._runners.get(key)
         if run is None:
             shapes = [tuple(a.shape) for a in arrays] + [tuple(t._data.shape) for _, t in self.named_tensors]
-            run = self._runners[key] = compile_for(self.module, self.entry, device).runner(shapes)
+            run = self._runners[key] = compile_for(self.module, self.entry, device, self.compiled.cpu).runner(shapes)
         results = self._write_updates(run(arrays + bound_arrays(self.named_tensors,
                                                                 self.func.arguments[self.n_inputs:], device)))
         flat = [host(r) for r in results] if as_numpy else [_wrap(r) for r in results]
@@ -457,9 +457,10 @@ class TracedModule:
         return f"<TracedModule @{self.entry}: {self.func.function_type}>"
 
 
-def trace(model, example_inputs, *, dynamic_batch: bool = True, name: str = "forward") -> TracedModule:
+def trace(model, example_inputs, *, dynamic_batch: bool = True, name: str = "forward", cpu=None) -> TracedModule:
     """Trace ``model`` (an ``nn.Module`` or a function of tensors) on ``example_inputs`` (a tensor or
-    a tuple of them) into one compiled function; see the module docstring."""
+    a tuple of them) into one compiled function, its CPU code generated for ``cpu`` (LLVM's names,
+    default ``$LEZERO_CPU`` or ``"host"``); see the module docstring."""
     inputs = as_input_tuple(example_inputs)
     if not inputs:
         raise TypeError("jit.trace needs at least one example input")
@@ -476,4 +477,4 @@ def trace(model, example_inputs, *, dynamic_batch: bool = True, name: str = "for
     module = ModuleOp([func])
     verify(module)
     return TracedModule(module, func.sym_name, [(names[id(t)], t) for t in bound], recorded.structure, len(inputs),
-                         recorded.updates, recorded.random)
+                         recorded.updates, recorded.random, cpu)
