@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -94,3 +96,103 @@ Harness.assert_close = staticmethod(assert_close)
 @pytest.fixture(scope="session")
 def harness():
     return Harness
+
+
+# --- The cross-target matrix (issue 10) ---------------------------------------------------------
+# Code must be right on every CPU it is generated for, not only on the host: a test marked
+# ``cross_target`` takes a ``cpu`` argument (an LLVM CPU name) and compiles for it, once per CPU
+# of the matrix.  By default the CPUs are MATRIX_CPUS of this machine's architecture that it can
+# execute, and a marked test with ``cases`` (``{id: case}``; ``group``: case -> its group) is
+# spread over them: each CPU runs ``per_cpu`` (default ceil(n / CPUs): every case runs somewhere)
+# of each group's n cases, a different share on each CPU, so every group runs on every CPU.
+# ``--cpus=LIST|all|host`` names the CPUs instead, and then every case runs on every one of them
+# (``--cpus=all``: the slow, full matrix).  LEZERO_CPU=<name> runs the rest of the suite for a CPU.
+MATRIX_CPUS = {"x86_64": ("x86-64", "x86-64-v2", "x86-64-v3", "skylake-avx512", "znver4", "sapphirerapids"),
+               "aarch64": ("generic", "cortex-a72", "neoverse-n1")}
+
+
+@dataclass(frozen=True)
+class CrossTargetMatrix:
+    """cpus: the CPUs marked tests run for; full: every case on every CPU (else spread);
+    left_out: default CPUs this machine cannot execute -> what it lacks."""
+
+    cpus: tuple
+    full: bool
+    left_out: dict
+
+    @classmethod
+    def from_option(cls, option: str | None) -> "CrossTargetMatrix":
+        from lezero.codegen.errors import TargetError
+        from lezero.codegen.llvm.target import cpu_target, executable_cpus, host_target
+
+        if option is None:
+            listed = MATRIX_CPUS.get(host_target().arch, ())
+            left_out = {c: cpu_target(c).missing_here() for c in listed if cpu_target(c).missing_here()}
+            return cls(tuple(c for c in listed if c not in left_out) or ("host",), False, left_out)
+        names = executable_cpus() if option.strip() == "all" else [c.strip() for c in option.split(",") if c.strip()]
+        if not names:
+            raise pytest.UsageError(f"--cpus={option!r} names no CPU")
+        for name in names:
+            try:
+                cpu_target(name).require_executable("the cross-target tests")
+            except TargetError as e:
+                raise pytest.UsageError(f"--cpus: {e}") from None
+        return cls(tuple(dict.fromkeys(names)), True, {})
+
+    def runs(self, cases: dict, group, per_cpu: int | None = None) -> list[tuple[str, str]]:
+        """(cpu, case id) pairs: all of them when full; else each CPU runs ``per_cpu`` (default
+        ceil(n / CPUs): every case somewhere) of each group's n cases, a different share on each CPU
+        (consecutive in an order hashed from the ids, so the same on every xdist worker)."""
+        if self.full:
+            return [(cpu, case_id) for cpu in self.cpus for case_id in cases]
+        groups: dict = {}
+        for case_id, case in cases.items():
+            groups.setdefault(group(case), []).append(case_id)
+        runs = []
+        for ids in groups.values():
+            ids = sorted(ids, key=lambda case_id: zlib.crc32(case_id.encode()))
+            share = min(per_cpu or -(-len(ids) // len(self.cpus)), len(ids))  # no case twice on one CPU
+            runs += [(cpu, ids[(i * share + j) % len(ids)]) for i, cpu in enumerate(self.cpus) for j in range(share)]
+        return runs
+
+
+_MATRIX = pytest.StashKey[CrossTargetMatrix]()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpus", default=None, metavar="LIST",
+                     help="CPUs for tests marked cross_target: LLVM CPU names separated by commas, 'all' (every "
+                          "named CPU of this architecture this machine can execute) or 'host'; each must be "
+                          "executable here, and every case then runs on each. Default: " +
+                          "; ".join(f"on {arch} {', '.join(cpus)}" for arch, cpus in MATRIX_CPUS.items()) +
+                          " (those this machine can execute), the cases spread over them")
+
+
+def pytest_configure(config):
+    config.stash[_MATRIX] = CrossTargetMatrix.from_option(config.getoption("--cpus"))
+
+
+def pytest_report_header(config):
+    matrix = config.stash[_MATRIX]
+    line = f"cross-target CPUs: {', '.join(matrix.cpus)} ({'every case on each' if matrix.full else 'cases spread'})"
+    left = "; ".join(f"{cpu} (lacks {', '.join(missing)})" for cpu, missing in matrix.left_out.items())
+    return [line] + ([f"cross-target CPUs this machine cannot execute, left out: {left}"] if left else [])
+
+
+def pytest_generate_tests(metafunc):
+    marker = metafunc.definition.get_closest_marker("cross_target")
+    if marker is None:
+        return
+    matrix = metafunc.config.stash[_MATRIX]
+    cases = marker.kwargs.get("cases")
+    if cases is None:
+        metafunc.parametrize("cpu", matrix.cpus, ids=list(matrix.cpus))
+        return
+    runs = matrix.runs(cases, marker.kwargs.get("group", lambda case: case), marker.kwargs.get("per_cpu"))
+    metafunc.parametrize(("cpu", "case"), [(cpu, cases[case_id]) for cpu, case_id in runs],
+                         ids=[f"{case_id}@{cpu}" for cpu, case_id in runs])
+
+
+@pytest.fixture(scope="session")
+def cross_target_matrix(request) -> CrossTargetMatrix:
+    return request.config.stash[_MATRIX]

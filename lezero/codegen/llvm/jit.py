@@ -16,6 +16,7 @@ import threading
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from lezero.codegen.errors import TargetError
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 
 _compile_lock = threading.Lock()  # LLVM contexts are not safe to mutate from several threads
@@ -99,9 +100,26 @@ def emit_linked_object(modules, exported, cpu: CpuTarget | str | None = None) ->
         return target_machine.emit_object(linked)
 
 
+@functools.cache
+def load_compiler_runtime() -> None:
+    """Make libgcc's helpers resolvable by MCJIT: without F16C (``x86-64``, ``x86-64-v2``) LLVM
+    converts f16 by calling ``__extendhfsf2``/``__truncsfhf2``/``__truncdfhf2`` (libgcc_s since GCC
+    12), which Python does not load, and an unresolved call jumps to address 0."""
+    try:
+        llvm.load_library_permanently("libgcc_s.so.1")
+    except RuntimeError as e:
+        raise TargetError(f"f16 code for x86 CPUs without F16C calls libgcc_s.so.1, which cannot be loaded: {e}")
+    missing = [name for name in ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2") if not llvm.address_of_symbol(name)]
+    if missing:
+        raise TargetError(f"libgcc_s.so.1 lacks {', '.join(missing)} (GCC 12 or newer has them), which f16 code "
+                          "for x86 CPUs without F16C calls")
+
+
 def execution_engine(cpu: CpuTarget, module: llvm.ModuleRef | None = None) -> llvm.ExecutionEngine:
     """An MCJIT engine for ``cpu`` (which must be executable here), owning its own target machine."""
     cpu.require_executable()
+    if cpu.arch == "x86_64" and "f16c" not in cpu.features:
+        load_compiler_runtime()
     return llvm.create_mcjit_compiler(module if module is not None else llvm.parse_assembly(""),
                                       cpu.target_machine(jit=True))
 
