@@ -14,14 +14,17 @@ from, leaving room there for the operands that stream past. In the loop nest of 
   mr * nr / W FMAs, 11 bytes a cycle on Zen 4) and kc is sized so that the sliver takes an eighth
   of L2 (one way of an 8-way L2, as Low et al. reserve for it). kc is a power of two, at most
   KC_MAX.
-- mc: the mc x kc A block and the B sliver fill three quarters of L2 (the rest: C tiles, the
-  lines packing reads, the next sliver arriving).
+- mc: the mc x kc A block takes a quarter of L2 (the rest holds the B sliver, the C tiles, the
+  lines packing reads, the next sliver arriving). Measured on Zen 4 (1 thread, GFLOP/s): 6x64
+  with kc 512, mc 318 (A and the sliver in 3/4 of L2) ran 256^3 at 73, mc 126 or 144 at 105,
+  66 or 96 at 104, 1024^3 the same for all; AVX2 6x16 with kc 256: mc 750 at 75, 252 at 101,
+  120 at 104.
 - nc: the kc x nc B block takes a quarter of this core's share of L3 (of L2 without an L3), with
   nc in [NC_MIN, NC_MAX]: a smaller nc repacks A more often (A is packed once per nc columns).
 
-Measured on Zen 4 (32 KiB L1, 1 MiB L2, 16 MiB L3 per core here), the model gives the measured
-tiles: 6x64, kc 512 (kc 256: 7% slower at 1024^3), nc 2048; mc 318 (the earlier, unmeasured 144;
-126..384 are within 2% at 1024^3).
+On this Zen 4 (32 KiB L1, 1 MiB L2, 16 MiB L3 per core) the model gives the tiles measured
+here: 6x64, kc 512 (kc 256: 7% slower at 1024^3), nc 2048; mc 126 (was 144, BLIS's Zen
+value: the same speed).
 
 Caches: the host's are read from ``/sys/devices/system/cpu/cpu0/cache`` (each level's size divided
 among the cores sharing it), else ``os.sysconf``, else the table below. A target of the host's
@@ -165,8 +168,7 @@ def cache_blocks(mr: int, nr: int, caches: Caches) -> tuple[int, int, int]:
     if kc < KC_MIN:  # the sliver is read from L2 (unless even that holds less)
         kc = max(kc, (caches.l2 // 8) // sliver_row)
     kc = _power_of_two_at_most(min(max(kc, 1), KC_MAX))
-    a_block = caches.l2 * 3 // 4 - kc * sliver_row
-    mc = max(mr, a_block // (kc * FLOAT_BYTES) // mr * mr)
+    mc = max(mr, caches.l2 // 4 // (kc * FLOAT_BYTES) // mr * mr)
     last_level = caches.l3 or caches.l2
     nc = min(max(last_level // 4 // (kc * FLOAT_BYTES), NC_MIN), NC_MAX) // nr * nr
     return kc, mc, nc
