@@ -8,12 +8,13 @@ from, leaving room there for the operands that stream past. In the loop nest of 
       > jr (nr): B sliver kc x nr, reused by every ir step > ir (mr): micro-kernel
 
 - kc: BLIS keeps the kc x nr B sliver in half of L1 (the other half for the A sliver streaming
-  past and the C tile). A wide AVX-512 tile (nr = 64 floats) would then get kc = 64, too shallow:
-  the micro-kernel's C loads and stores and the packing calls grow as 1/kc. Such a sliver is read
-  from L2 instead (L2 feeds 32-64 bytes a cycle; the micro-kernel wants nr * 4 bytes per
-  mr * nr / W FMAs, 11 bytes a cycle on Zen 4) and kc is sized so that the sliver takes an eighth
-  of L2 (one way of an 8-way L2, as Low et al. reserve for it). kc is a power of two, at most
-  KC_MAX.
+  past and the C tile). That caps kc at 64 for a 64-float AVX-512 sliver and 256 for a 16-float
+  AVX2 one, and deeper is faster: measured on Zen 4, AVX2 6x16 with kc 512 ran 1024^3 7% faster
+  than with 256, AVX-512 6x64 with kc 512 7% faster than 256. L2 can feed the sliver (32-64
+  bytes a cycle; the micro-kernel wants nr * 4 bytes per mr * nr / W FMAs, 11 bytes a cycle on
+  Zen 4, 21 on a 2-FMA Intel core), so a sliver that does not fit half of L1 at KC_MAX is read
+  from L2, sized to an eighth of it (one way of an 8-way L2, what Low et al. reserve for it).
+  kc is a power of two, at most KC_MAX (1024 was 0-3% faster than 512 here: within noise).
 - mc: the mc x kc A block takes a quarter of L2 (the rest holds the B sliver, the C tiles, the
   lines packing reads, the next sliver arriving). Measured on Zen 4 (1 thread, GFLOP/s): 6x64
   with kc 512, mc 318 (A and the sliver in 3/4 of L2) ran 256^3 at 73, mc 126 or 144 at 105,
@@ -23,8 +24,8 @@ from, leaving room there for the operands that stream past. In the loop nest of 
   nc in [NC_MIN, NC_MAX]: a smaller nc repacks A more often (A is packed once per nc columns).
 
 On this Zen 4 (32 KiB L1, 1 MiB L2, 16 MiB L3 per core) the model gives the tiles measured
-here: 6x64, kc 512 (kc 256: 7% slower at 1024^3), nc 2048; mc 126 (was 144, BLIS's Zen
-value: the same speed).
+here: 6x64, kc 512, nc 2048; mc 126 (was 144, BLIS's Zen value: the same speed); AVX2 6x16,
+kc 512, mc 126 (was kc 256, mc 120: 7% slower at 1024^3).
 
 Caches: the host's are read from ``/sys/devices/system/cpu/cpu0/cache`` (each level's size divided
 among the cores sharing it), else ``os.sysconf``, else the table below. A target of the host's
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from lezero.codegen.llvm.target import CpuTarget, host_target
 
 FLOAT_BYTES = 4
-KC_MIN, KC_MAX = 256, 512
+KC_MAX = 512
 NC_MIN, NC_MAX = 1024, 4096
 KIB, MIB = 1024, 1024 * 1024
 
@@ -165,7 +166,7 @@ def cache_blocks(mr: int, nr: int, caches: Caches) -> tuple[int, int, int]:
     """(kc, mc, nc) for an mr x nr micro-tile (floats), by the model in the module docstring."""
     sliver_row = nr * FLOAT_BYTES  # bytes of the B sliver per unit of kc
     kc = (caches.l1d // 2) // sliver_row
-    if kc < KC_MIN:  # the sliver is read from L2 (unless even that holds less)
+    if kc < KC_MAX:  # the sliver is read from L2 (unless even that holds less)
         kc = max(kc, (caches.l2 // 8) // sliver_row)
     kc = _power_of_two_at_most(min(max(kc, 1), KC_MAX))
     mc = max(mr, caches.l2 // 4 // (kc * FLOAT_BYTES) // mr * mr)
