@@ -567,8 +567,12 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     # else the workspace.
     k_blocks = -(-plan.k // config.kc) if plan.k else 1
     layout = plan.output_layout()
+    # A bare matmul or conv into a C-layout float32 result: the micro-kernel stores its tile
+    # straight from the registers (no TileStore pass over a stack copy of the tile).
+    plain = (layout is not None and list(ctx.yields) == [anchor.result] and len(ctx.kernel.results) == 1
+             and ctx.kernel.results[0].type.element_type == F32)
     partial_result = None
-    if k_blocks > 1 and layout is not None:
+    if (k_blocks > 1 or plain) and layout is not None:
         partial_result = next((i for i, r in enumerate(ctx.kernel.results) if r.type.element_type == F32), None)
     partials_in_workspace = k_blocks > 1 and partial_result is None
 
@@ -581,7 +585,8 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     tile_store = TileEpilogue(ctx, anchor, plan)
     # Slices and N blocks end on whole tiles: only C's last column tile can be narrower.
     edge_vectors = -(-(plan.n % config.nr) // config.vector_width)
-    generator = gemm.SgemmGenerator(config, gemm.TileStore(ctx.name, tile_store.emit, args), f"{ctx.name}.gemm",
+    epilogue = None if plain else gemm.TileStore(ctx.name, tile_store.emit, args)
+    generator = gemm.SgemmGenerator(config, epilogue, f"{ctx.name}.gemm",
                                     b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
                                     transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
                                     edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
@@ -636,7 +641,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
             lo, hi = cut(s0), cut(s1)
             m0, m1, n0, n1 = (lo, hi, i64(0), i64(plan.n)) if dim == "rows" else (i64(0), i64(plan.m), lo, hi)
             a, bm = plan.operands(b, ctx, first, second, batch, n0, n1, slab)
-            if k_blocks == 1:
+            if k_blocks == 1 and not plain:
                 c, ldc = ir.Constant(PTR, None), i64(0)
             elif partial_result is not None:
                 per_batch_floats, ldc_value = layout
@@ -647,7 +652,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                 shift = b.add(b.mul(m0, ldc), n0)
                 c = b.gep(partials, [b.sub(i64(0), shift)], source_etype=FLOAT)
             b.call(rectangle_function, [i64(plan.k), a, i64(plan.lda), bm, i64(plan.ldb), c, ldc, m0, m1, n0, n1,
-                                        workspace] + list(buffers) + [batch])
+                                        workspace] + ([] if plain else list(buffers) + [batch]))
         b.call(_declare(module, "free", VOID, [PTR]), [raw])
     ctx.fn.finish()
     return plan.batches * slices
