@@ -1,8 +1,10 @@
 """GEMM and convolution edge shapes compiled for each CPU of the cross-target matrix, against the
-reference interpreter: matmuls with K = 1..9 and M, N around the register tiles (6 x 16 with AVX2,
-6 x 64 with AVX-512, the loops' vector widths), ``x @ w.T`` (the transposed operand read in place),
-the cache blocks' edges (kc = 256 / 512), batched and broadcast batches, 1-D operands, and conv2d
-with strides, pads, dilations, 1x1, groups and depthwise, in every dtype the op supports.
+reference interpreter: matmuls with K = 1..9 and M, N around the vector lanes and register tiles
+(6 x 16 with AVX2, 6 x 64 with AVX-512), ``x @ w`` and ``x @ w.T`` (the transposed operand read in
+place) in f32 and f64 (the default matrix runs EDGES_PER_CPU of each dtype, layout and K per CPU,
+``--cpus`` all of them); on every CPU or spread, shapes once miscompiled, the cache blocks' edges
+(kc = 256 / 512), the other dtypes, batched and broadcast batches, 1-D operands, and conv2d with
+strides, pads, dilations, 1x1, groups and depthwise, in every dtype the op supports.
 
 Results are held to a floating-point error bound, not a fixed tolerance: both sides sum k products
 in some order, so each is within about k units of rounding of ``sum |a| |b|`` (computed by
@@ -82,6 +84,7 @@ class Contraction:
 
 
 def matmul(kind, m, n, k, dtype, transposed=False, batch=(), rhs_batch=None) -> Contraction:
+    """(batch..., m, k) @ (rhs_batch..., k, n); m = 0: the lhs is 1-D (k,), n = 0: the rhs."""
     rhs_batch = batch if rhs_batch is None else rhs_batch
     lhs = (*batch, m, k) if m else (k,)
     rhs = ((*rhs_batch, n, k) if transposed else (*rhs_batch, k, n)) if n else (k,)
