@@ -423,6 +423,24 @@ def micro_kernel_assembly(kernel) -> str:
     return asm[start:asm.index(".Lfunc_end", start)]
 
 
+def test_bare_matmul_stores_tiles_from_registers():
+    """A bare float32 matmul into its C-layout result stores each tile straight from the
+    accumulators; a fused epilogue goes through the TileStore's stack copy of the tile."""
+    _, bare = matmul_kernel((64, 300), (300, 70))
+    _, fused = matmul_kernel((64, 300), (300, 70), "f32", [(70,)], lambda b, p, c: b.op("lz.add", p, c))
+    assert '"sums"' not in lower_kernel(bare).llvm_ir and '"sums"' in lower_kernel(fused).llvm_ir
+
+
+def test_dot_products_without_fma_multiply_and_add():
+    """For a CPU without FMA (x86-64) the dot-product kernel multiplies and adds vectors: llvm.fma
+    would be a call of fmaf per lane."""
+    _, kernel = matmul_kernel((64, 256), (256, 8))
+    lowered = lower_kernel(kernel, cpu="x86-64")
+    assert "micro_kernel" not in lowered.llvm_ir  # the dot products, not the GEMM
+    asm = jit.emit_assembly(lowered.llvm_ir, "x86-64")
+    assert "fmaf" not in asm and "mulps" in asm
+
+
 def test_epilogue_is_vectorized_inside_the_micro_kernel():
     """gelu(conv + bias) + residual: vector FMAs in the K loop, and the epilogue's loops are
     vectorized with masked tails: no scalar float code, no calls."""

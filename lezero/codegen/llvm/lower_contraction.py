@@ -770,7 +770,8 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape)
     tail_mask = ir.Constant(ir.VectorType(ir.IntType(1), w), [lane < rest for lane in range(w)])
     masked_load = _declare(ctx.module, f"llvm.masked.load.v{w}f32.p0", vector,
                            [PTR, ir.IntType(32), tail_mask.type, vector])
-    fma = _declare(ctx.module, f"llvm.fma.v{w}f32", vector, [vector] * 3)
+    # fmuladd: an FMA where the target has one, else a multiply and an add (llvm.fma would call fmaf)
+    fma = _declare(ctx.module, f"llvm.fmuladd.v{w}f32", vector, [vector] * 3)
 
     with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
         batch, row_tile, col_tile = unravel_values(b, item, (shape.batches, row_tiles, col_tiles))
