@@ -208,7 +208,7 @@ def onnx_runtime_matmul(size, threads: int):
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return lambda a, b: session.run(None, {"a": a, "b": b})[0], f"onnxruntime {ort.__version__}"
+    return lambda a, b: session.run(None, {"a": a, "b": b})[0]
 
 
 def openblas_kernel() -> str:
@@ -242,6 +242,10 @@ def run_table(cpu: str) -> None:
     if TARGET_ENV[cpu]["OPENBLAS_CORETYPE"] and kernel_of_blas.lower() != TARGET_ENV[cpu]["OPENBLAS_CORETYPE"].lower():
         raise SystemExit(f"OpenBLAS runs its {kernel_of_blas} kernel, not {TARGET_ENV[cpu]['OPENBLAS_CORETYPE']}")
     with_ort = cpu == "host"
+    if with_ort:
+        import onnxruntime
+        print(f"onnxruntime {onnxruntime.__version__}: a one-node MatMul model, intra_op_num_threads={threads}, "
+              f"no spinning")
     kernels = {backend: gemm.SgemmKernel(config, num_threads=threads, threads=backend, cpu=cpu)
                for backend in ("native", "pool")}
     rng = np.random.default_rng(0)
@@ -260,8 +264,7 @@ def run_table(cpu: str) -> None:
             for backend, kernel in kernels.items():
                 runs[backend, size] = lambda a=a, b=b, c=c, f=kernel: f(a, b, c)
         if with_ort:
-            ort_run, ort_name = onnx_runtime_matmul(size, threads)
-            runs["onnxruntime", size] = lambda a=a, b=b, f=ort_run: f(a, b)
+            runs["onnxruntime", size] = lambda a=a, b=b, f=onnx_runtime_matmul(size, threads): f(a, b)
         runs["numpy", size] = lambda a=a, b=b, c=c: np.matmul(a, b, out=c)
         for (library, s), run in runs.items():
             if s == size:  # a copy: the raw kernels and numpy return the same output array
