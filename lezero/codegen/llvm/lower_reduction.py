@@ -24,7 +24,7 @@ the batch) makes the tile loop innermost: contiguous, vectorized, no reordering.
 
 "For each reduced index" is blocked (``lezero/codegen/accumulation.py``) unless the combine is
 exact (max, min) or the reduction is an argmax: the reduced loops are split into nested loops of at
-most ``FANOUT`` trips (the innermost of a row reduction up to ``ROW_LEAF`` elements, spread over
+most ``FANOUT`` trips (the innermost of a row reduction up to ``row_leaf`` elements, spread over
 the vector lanes), each with a partial accumulator of its own that it adds into the one outside
 after its last trip, so the error grows with ``log(n)``, not ``n``.  f16 and bf16 accumulate in
 f32; argmax keeps the first maximum and treats nan as the maximum, as numpy does.
@@ -50,7 +50,14 @@ from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.types import I1, I64, format_shape
 
 TILE = 256  # tile positions per work item: accumulators stay in L1, and columns split into items
-ROW_LEAF = 1024  # elements of a row reduction's innermost loop: 16 per lane of 4 x 16 f32 lanes
+VECTORS_PER_LEAF = 4  # LLVM interleaves a vectorized reduction over 4 vector accumulators
+
+
+def row_leaf(ctx: KernelContext, acc_dtype) -> int:
+    """Elements of a row reduction's innermost loop: ``FANOUT`` per lane of the target's vector
+    accumulators (1024 f32 on AVX-512, 256 on SSE), so that every CPU meets the same error bound."""
+    lanes = max(1, ctx.cpu.vector_bytes // acc_dtype.itemsize) * VECTORS_PER_LEAF
+    return FANOUT * lanes
 
 
 @dataclass(frozen=True)
@@ -76,10 +83,10 @@ class _Loop:
         return min_i64(b, self.trips, b.udiv(left, i64(self.step)) if self.step > 1 else left)
 
 
-def _reduced_loops(full, axes, variables, blocked: bool, vectorized_leaf: bool) -> list[_Loop]:
+def _reduced_loops(full, axes, variables, blocked: bool, vectorized_leaf: int = 0) -> list[_Loop]:
     """The loops over the reduced positions, outermost first: one per group of neighbouring reduced
     dims of size > 1, each split by ``block_sizes`` when ``blocked`` (its innermost loop up to
-    ``ROW_LEAF`` long when it is the vectorized one)."""
+    ``vectorized_leaf`` long when it is the vectorized one, see ``row_leaf``)."""
     groups, previous = [], None
     for k in sorted(variables):
         if k in axes:
@@ -91,7 +98,7 @@ def _reduced_loops(full, axes, variables, blocked: bool, vectorized_leaf: bool) 
     loops = []
     for n, group in enumerate(groups):
         extent = math.prod(full[k] for k in group)
-        leaf = ROW_LEAF if vectorized_leaf and n == len(groups) - 1 else FANOUT
+        leaf = vectorized_leaf if vectorized_leaf and n == len(groups) - 1 else FANOUT
         sizes = block_sizes(extent, leaf) if blocked else [extent]
         steps = [math.prod(sizes[j + 1:]) for j in range(len(sizes))]
         loops += [_Loop(tuple(variables[k] for k in group), extent, step, trips, j == len(sizes) - 1)
@@ -110,7 +117,8 @@ class _Reduction:
         argmax = op.name == "lz.argmax"
         self.acc_dtype = self.input_dtype if argmax else accumulator_type(self.input_dtype)
         blocked = not argmax and not op.definition.exact and self.acc_dtype.is_float
-        self.loops = _reduced_loops(full, axes, variables, blocked, vectorized_leaf)
+        self.loops = _reduced_loops(full, axes, variables, blocked,
+                                    row_leaf(ctx, self.acc_dtype) if vectorized_leaf else 0)
         levels = max(1, len(self.loops)) if blocked else 1
         self.accs = [ctx.fn.alloca(compute_type(self.acc_dtype), block, "acc") for _ in range(levels)]
         self.position = ctx.fn.alloca(ir.IntType(64), block, "argmax") if argmax else None
@@ -149,7 +157,7 @@ def lower_reduction(ctx: KernelContext) -> int:
     count = math.prod(full[k] for k in axes)
     tile_vars = [variables[k] for k in inner]
     reductions = {op: _Reduction(ctx, op, block, full, axes, variables, vectorized_leaf=not tile_vars) for op in ops}
-    epilogue_loops = _reduced_loops(full, axes, variables, blocked=False, vectorized_leaf=False)
+    epilogue_loops = _reduced_loops(full, axes, variables, blocked=False)
 
     with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
         position, tile_block = item, None
