@@ -70,3 +70,24 @@ def assert_same_grads(torch_module, lz_module, tol=F64) -> None:
     for name, p in torch_module.named_parameters():
         assert name in lz_params, name
         assert_same(lz_params[name].grad, p.grad, tol, f"gradient of {name}")
+
+
+def training_losses(model, loss_fn, optimizer, batches, step=None, after_each=None, check=None) -> np.ndarray:
+    """The losses of a training loop over ``batches`` (pairs of tensors): each through the compiled
+    ``step`` when given, else eagerly (zero_grad, forward, backward, optimizer step); ``check(loss)``
+    and ``after_each()`` (a scheduler's step) run after every batch."""
+    losses = []
+    for x, y in batches:
+        if step is not None:
+            loss = step(x, y)
+        else:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+        if check is not None:
+            check(loss)
+        losses.append(loss.item())
+        if after_each is not None:
+            after_each()
+    return np.array(losses)

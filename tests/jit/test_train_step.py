@@ -10,6 +10,8 @@ import lezero as lz
 from lezero import nn
 from lezero.jit import TraceError
 
+from eager_testing import training_losses
+
 STEPS = 20
 
 
@@ -46,20 +48,9 @@ def _run(make_optimizer, compiled: bool, schedule: bool = False, batches=None):
     if compiled:
         step = lz.jit.compile_train_step(model, criterion, optimizer, lz.from_numpy(batches[0][0]),
                                          lz.from_numpy(batches[0][1]))
-    losses = []
-    for x, y in batches:
-        x, y = lz.from_numpy(x), lz.from_numpy(y)
-        if step is not None:
-            loss = step(x, y)
-        else:
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-        losses.append(loss.item())
-        if scheduler is not None:
-            scheduler.step()
-    return np.array(losses), model, optimizer, step
+    losses = training_losses(model, criterion, optimizer, [(lz.from_numpy(x), lz.from_numpy(y)) for x, y in batches],
+                             step, after_each=scheduler.step if scheduler is not None else None)
+    return losses, model, optimizer, step
 
 
 OPTIMIZERS = {
@@ -170,18 +161,7 @@ def _cnn_run(compiled: bool, steps: int = 5, lr: float = 0.05):
     lz.manual_seed(42)  # the masks' seed
     step = lz.jit.compile_train_step(model, loss_fn, optimizer, lz.tensor(batches[0][0]),
                                      lz.tensor(batches[0][1])) if compiled else None
-    losses = []
-    for x, y in batches:
-        x, y = lz.tensor(x), lz.tensor(y)
-        if compiled:
-            losses.append(step(x, y).item())
-        else:
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-    return losses, model
+    return training_losses(model, loss_fn, optimizer, [(lz.tensor(x), lz.tensor(y)) for x, y in batches], step), model
 
 
 def test_batchnorm_and_dropout_cnn_compiled_follows_the_eager_loop():

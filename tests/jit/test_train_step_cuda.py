@@ -15,6 +15,8 @@ import pytest
 import lezero as lz
 from lezero import nn
 
+from eager_testing import training_losses
+
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 
 STEPS = 3
@@ -54,18 +56,11 @@ def _train(device: str, compiled: bool):
     criterion = nn.CrossEntropyLoss()
     batches = [(lz.from_numpy(x).to(device), lz.from_numpy(y).to(device)) for x, y in _batches()]
     step = lz.jit.compile_train_step(model, criterion, optimizer, *batches[0]) if compiled else None
-    losses = []
-    for x, y in batches:
-        if step is not None:
-            loss = step(x, y)
-        else:
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
+
+    def on_device(loss):
         assert loss.device == device
-        losses.append(loss.item())
-    return np.array(losses), model, optimizer
+
+    return training_losses(model, criterion, optimizer, batches, step, check=on_device), model, optimizer
 
 
 def _assert_same_training(got, want):
@@ -170,17 +165,7 @@ def _train_dropout(device: str, compiled: bool):
     batches = [(lz.from_numpy(x).to(device), lz.from_numpy(y).to(device)) for x, y in _batches()]
     lz.manual_seed(7)  # the masks' seed
     step = lz.jit.compile_train_step(model, criterion, optimizer, *batches[0]) if compiled else None
-    losses = []
-    for x, y in batches:
-        if step is not None:
-            losses.append(step(x, y).item())
-        else:
-            optimizer.zero_grad()
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-    return np.array(losses)
+    return training_losses(model, criterion, optimizer, batches, step)
 
 
 def test_dropout_masks_on_cuda_are_the_cpu_masks():
