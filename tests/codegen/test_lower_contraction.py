@@ -266,11 +266,12 @@ def test_dot_tiles_cover_few_columns_or_one_row():
 
 
 def test_thin_matmuls_get_thin_tiles():
-    """Ten columns: one vector wide, eight rows tall; one row: a row of vectors over B read in
-    place (no packing)."""
+    """Ten columns: as few vectors as cover them (one on AVX-512: then eight rows tall); one row: a
+    row of vectors over B read in place (no packing)."""
     host = lower_contraction.gemm.GemmConfig.for_target()
     thin_n = lower_contraction.matmul_config(host, 64, 10, 256, direct=False)
-    assert (thin_n.mr, thin_n.nr_vectors) == (max(host.mr, 8), 1)
+    vectors = min(-(-10 // host.vector_width), host.nr_vectors)
+    assert (thin_n.mr, thin_n.nr_vectors) == (max(host.mr, 8) if vectors == 1 else host.mr, vectors)
     one_row = lower_contraction.matmul_config(host, 1, 256, 784, direct=True)
     assert one_row.mr == 1 and one_row.nr_vectors == min(-(-256 // host.vector_width), host.mr * host.nr_vectors, 16)
     assert one_row.kc == 784  # B in place: no K blocks
@@ -407,7 +408,10 @@ def test_conv_work_items_in_any_pieces():
     x_shape, w_shape = (3, 8, 20, 20), (16, 4, 3, 3)
     module, kernel = conv_kernel(x_shape, w_shape, attrs_of(pads=(1, 1, 1, 1), groups=2))
     lowered = lower_kernel(kernel)
-    assert lowered.work_items == 3 * 2 * 7  # (image, group) GEMMs of 19 * 22 + 20 q-space columns: 7 slices of 64
+    # (image, group) GEMMs of 19 * 22 + 20 q-space columns, sliced by the register tile's width
+    # (7 slices of 64 on AVX-512), MAX_SLICES at most
+    column_tiles = -(-(19 * 22 + 20) // lower_contraction.gemm.GemmConfig.for_target().nr)
+    assert lowered.work_items == 3 * 2 * min(column_tiles, lower_contraction.MAX_SLICES)
     rng = np.random.default_rng(13)
     inputs = [data(rng, x_shape, "f32"), data(rng, w_shape, "f32")]
     want = reference(module, inputs)[0]
