@@ -20,6 +20,7 @@ import numpy as np
 from lezero import dtypes as _dt
 from lezero.device_arrays import CPU, device_of, host, to_device
 from lezero.device_arrays import like as storage_like
+from lezero.dispatch import OperatorError, user_location
 from lezero.runtime.devices import device as _device
 from lezero.tensor import Tensor, _Mode, _wrap, storage
 
@@ -143,6 +144,14 @@ def initial_seed() -> int:
 
 
 def _generator(generator: Generator | None) -> np.random.Generator:
+    """The numpy generator of initialization-style draws (``rand``, ``randn``, ``uniform_``, ...).
+    Their numbers are data, not ops: inside a traced function they would be frozen into the graph
+    as one draw, repeated at every call, so there they are an error."""
+    if _RECORDING and _Mode.trace:
+        raise OperatorError("random numbers drawn with numpy (lz.rand, randn, randint, normal, bernoulli, randperm, "
+                            "Tensor.uniform_/normal_, nn.init) inside a traced function would be frozen into the "
+                            "graph as one draw: draw them outside and pass them in, or use dropout (the IR's "
+                            "random op, new at every call)", user_location())
     return (generator or default_generator)._rng
 
 

@@ -252,3 +252,15 @@ def test_repr_and_wrong_inputs(mlp):
         traced(lz.randn(2, 784), lz.randn(2, 784))
     with pytest.raises(Exception, match="784"):
         traced(lz.randn(2, 783))
+
+
+def test_numpy_drawn_random_numbers_in_a_trace_are_an_error_not_a_frozen_draw():
+    """``lz.rand`` draws data with numpy: traced, one draw would repeat at every call. Dropout's
+    random op is new at every call; these say so, naming the line."""
+    def noisy(x):
+        return x + lz.rand(x.shape)
+
+    with pytest.raises(lz.OperatorError, match="frozen into the graph") as e:
+        lz.jit.trace(noisy, lz.randn(3, 4))
+    assert "test_jit_trace.py" in str(e.value.location.describe())
+    assert noisy(lz.randn(3, 4)).shape == (3, 4)  # eager: a new draw per call, as ever
