@@ -13,7 +13,7 @@ from hypothesis import settings
 from lezero.ir import interpret
 from lezero.ir.types import TensorType, tensor_type_of
 
-from ir_building import build, random_array
+from support.ir_building import build, random_array
 
 # Property tests stay small by default (the suite runs on two shared cores); no deadline, since
 # a first call may import torch.  HYPOTHESIS_PROFILE=thorough runs eight times more examples.

@@ -13,7 +13,7 @@ import pytest
 
 from lezero.cli.compile import run
 
-from native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs, run_executable, unsupported_onnx
+from support.native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs, run_executable, unsupported_onnx
 
 pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="needs a C compiler")
 

@@ -13,7 +13,7 @@ from lezero.ir import Block, Builder, FuncOp, FunctionType, ModuleOp, Operation,
 from lezero.ir.types import TensorType, tensor
 from lezero.ir.verifier import verify
 
-from ir_building import random_array  # noqa: F401  (re-exported for the codegen tests)
+from support.ir_building import random_array  # noqa: F401  (re-exported for the codegen tests)
 
 KERNEL_SIGNATURE = (None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 

@@ -12,7 +12,7 @@ from lezero import autograd, dispatch
 from lezero.ir import interpret, verify
 from lezero.ir.core import ModuleOp
 
-from eager_testing import assert_same
+from support.eager_testing import assert_same
 
 
 def test_backward_accumulates_into_leaves():

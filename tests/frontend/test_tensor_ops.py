@@ -8,7 +8,7 @@ import torch
 
 import lezero as lz
 
-from eager_testing import compare
+from support.eager_testing import compare
 
 rng = np.random.default_rng(42)
 A = rng.standard_normal((3, 4))

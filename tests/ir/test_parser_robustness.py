@@ -4,8 +4,6 @@ attribute values."""
 from __future__ import annotations
 
 import math
-import pathlib
-import sys
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -18,8 +16,7 @@ from lezero.ir.parser import _tokenize, parse_module
 from lezero.ir.printer import print_module
 from lezero.ir.types import ELEMENT_TYPES, tensor
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ir_text_samples import SAMPLES, T2, function, op  # noqa: E402
+from support.ir_text_samples import SAMPLES, T2, function, op
 
 SEEDS = [print_module(SAMPLES[name](), generic=g, debuginfo=d)
          for name in ("mlp", "every_attribute", "regions", "structure", "locations", "edge_floats")

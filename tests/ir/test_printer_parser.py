@@ -3,8 +3,6 @@ the parser builds the right IR (structure, values, attributes, locations)."""
 from __future__ import annotations
 
 import math
-import pathlib
-import sys
 import time
 
 import numpy as np
@@ -19,8 +17,7 @@ from lezero.ir.parser import parse_module, split_input_file
 from lezero.ir.printer import print_module, print_op
 from lezero.ir.types import ELEMENT_TYPES, FunctionType, tensor
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ir_text_samples import SAMPLES, T2, function, large_dense_values, op  # noqa: E402
+from support.ir_text_samples import SAMPLES, T2, function, large_dense_values, op
 
 FLAGS = [dict(generic=g, debuginfo=d) for g in (False, True) for d in (False, True)]
 

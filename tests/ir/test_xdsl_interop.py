@@ -17,8 +17,7 @@ import pytest
 from lezero.ir.parser import parse_module
 from lezero.ir.printer import print_module
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ir_text_samples import SAMPLES, edge_floats  # noqa: E402
+from support.ir_text_samples import SAMPLES, edge_floats
 
 _BIN = pathlib.Path(sys.executable).parent / "xdsl-opt"
 XDSL_OPT = str(_BIN) if _BIN.exists() else shutil.which("xdsl-opt")

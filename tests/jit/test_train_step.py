@@ -10,7 +10,7 @@ import lezero as lz
 from lezero import nn
 from lezero.jit import TraceError
 
-from eager_testing import training_losses
+from support.eager_testing import training_losses
 
 STEPS = 20
 

@@ -15,7 +15,7 @@ import pytest
 import lezero as lz
 from lezero import nn
 
-from eager_testing import training_losses
+from support.eager_testing import training_losses
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 

@@ -10,7 +10,7 @@ import torch
 
 import lezero as lz
 
-from eager_testing import copy_weights
+from support.eager_testing import copy_weights
 
 
 def conv_bn_relu_pool_linear(lib):

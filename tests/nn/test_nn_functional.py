@@ -9,7 +9,7 @@ import torch.nn.functional as TF
 import lezero as lz
 import lezero.nn.functional as LF
 
-from eager_testing import compare
+from support.eager_testing import compare
 
 rng = np.random.default_rng(7)
 X = rng.standard_normal((4, 6))

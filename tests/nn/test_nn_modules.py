@@ -11,7 +11,7 @@ import torch
 
 import lezero as lz
 
-from eager_testing import F32, assert_same, assert_same_grads, copy_weights
+from support.eager_testing import F32, assert_same, assert_same_grads, copy_weights
 
 
 def simple_mlp(lib):

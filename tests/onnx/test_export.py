@@ -11,7 +11,7 @@ import lezero as lz
 from lezero.ir import interpret
 from lezero.onnx.export import ExportError, export, to_onnx
 
-from op_samples import ALL_SAMPLES, Sample
+from support.op_samples import ALL_SAMPLES, Sample
 
 # Samples ONNX Runtime cannot run, each with the reason; everything else must match.
 ORT_LACKS = {

@@ -17,7 +17,7 @@ from lezero.ir.types import F32, F64, I1, I32, I64, UI8, tensor
 from lezero.onnx.native import (NativeCompileError, bind_shapes, compile_module_native, compile_onnx_native,
                                 plan_program, schedule_for_shapes)
 
-from native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs
+from support.native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs
 
 pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="needs a C compiler")
 
@@ -385,7 +385,7 @@ def test_kernels_of_constants_only_run_at_build_time(tmp_path):
 
 def gather_onnx():
     """Embedding rows by ids: an ONNX Gather (axis 0) of a 10 x 4 table, node ``embed``."""
-    from native_testing import _model
+    from support.native_testing import _model
     from onnx import TensorProto, helper, numpy_helper
 
     table = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "table")

@@ -23,7 +23,7 @@ from lezero.ir import interpret
 from lezero.onnx import to_onnx
 from lezero.onnx.native import compile_module_native, compile_onnx_native, native_target
 
-from native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs
+from support.native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs
 from test_light_models import RTOL, feeds_for, load, with_random_weights
 from test_native import C_PROGRAM, convnet, elementwise_dtypes, gather_onnx
 

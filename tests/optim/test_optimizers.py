@@ -10,7 +10,7 @@ import torch
 import lezero as lz
 from lezero import dispatch
 
-from eager_testing import assert_same
+from support.eager_testing import assert_same
 
 SHAPES = [(3, 4), (4,)]
 

@@ -8,7 +8,7 @@ from lezero.ir import FuncOp, ModuleOp, interpret
 from lezero.ir.types import TensorType
 from lezero.passes import run_pipeline
 
-from ir_building import build  # noqa: F401  (re-exported for the pass tests)
+from support.ir_building import build  # noqa: F401  (re-exported for the pass tests)
 
 
 def random_inputs(func: FuncOp, rng: np.random.Generator) -> list[np.ndarray]:

@@ -18,7 +18,7 @@ from lezero.ir.verifier import verify
 from lezero.passes import run_pipeline
 from lezero.passes.autodiff import differentiate
 
-from op_samples import SAMPLES, Sample
+from support.op_samples import SAMPLES, Sample
 from pass_testing import build, op_names
 
 # Ops through which no gradient flows (their rule is ``no_gradient``): rounding, logic,

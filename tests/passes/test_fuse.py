@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from lezero.ir import parse_module, print_module
 from lezero.passes import PassError, run_pipeline
 
-from fusion_testing import assert_fused_form, assert_same_outputs, inputs_for, outputs, random_graphs
+from support.fusion_testing import assert_fused_form, assert_same_outputs, inputs_for, outputs, random_graphs
 from test_partition import MLP
 
 

@@ -10,7 +10,7 @@ from lezero.ir.types import F32, TensorType
 from lezero.passes import PassError, run_pipeline
 from lezero.passes.memory_plan import aligned, best_fit
 
-from fusion_testing import (assert_same_outputs, check_memory_plan, inputs_for, kernel_schedule, outputs,
+from support.fusion_testing import (assert_same_outputs, check_memory_plan, inputs_for, kernel_schedule, outputs,
                             random_graphs)
 from test_partition import MLP
 

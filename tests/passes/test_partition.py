@@ -13,7 +13,7 @@ from lezero.ir import parse_module
 from lezero.passes import run_pipeline
 from lezero.passes.partition import FUSION_LOG, Partitioner, PartitionOptions
 
-from fusion_testing import random_graphs
+from support.fusion_testing import random_graphs
 
 MLP = """
 func.func @mlp(%x: tensor<64x784xf32>, %w1: tensor<784x256xf32>, %b1: tensor<256xf32>,

@@ -18,7 +18,7 @@ from lezero.ir import IRError, interpret, parse_module, print_module
 from lezero.passes import placement, run_pipeline
 from lezero.passes.partition import FUSION_LOG
 
-from fusion_testing import inputs_for, random_graphs
+from support.fusion_testing import inputs_for, random_graphs
 
 PIPELINE = "partition{target=cuda},fuse,memory-plan"
 

@@ -10,9 +10,9 @@ from lezero.ir import InputError, interpret, parse_module, registered_ops
 from lezero.runtime.compiled_function import CompiledFunction
 from lezero.runtime.thread_pool import ThreadPool
 
-from fusion_testing import inputs_for, random_elementwise_graphs, random_graphs
-from ir_building import random_array
-from op_samples import ALL_SAMPLES, NOT_SAMPLED, SAMPLES
+from support.fusion_testing import inputs_for, random_elementwise_graphs, random_graphs
+from support.ir_building import random_array
+from support.op_samples import ALL_SAMPLES, NOT_SAMPLED, SAMPLES
 
 
 def assert_matches_reference(module, arrays, compiled=None, rtol=2e-5, atol=1e-6):
@@ -32,7 +32,7 @@ def assert_matches_reference(module, arrays, compiled=None, rtol=2e-5, atol=1e-6
 
 def test_every_op_has_a_sample():
     missing = sorted(set(registered_ops()) - set(SAMPLES) - set(NOT_SAMPLED))
-    assert not missing, f"add samples for {missing} to tests/op_samples.py"
+    assert not missing, f"add samples for {missing} to tests/support/op_samples.py"
 
 
 @pytest.mark.parametrize("sample", ALL_SAMPLES, ids=[s.id for s in ALL_SAMPLES])

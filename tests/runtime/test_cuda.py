@@ -13,8 +13,8 @@ from lezero.ir import InputError, interpret, parse_module, print_module
 from lezero.runtime import devices
 from lezero.runtime.cuda import AUTOTUNE_MIN_FLOPS, CudaFunction, _TritonLaunch
 
-from fusion_testing import inputs_for, random_graphs
-from op_samples import ALL_SAMPLES
+from support.fusion_testing import inputs_for, random_graphs
+from support.op_samples import ALL_SAMPLES
 
 
 @pytest.fixture(autouse=True)

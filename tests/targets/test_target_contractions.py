@@ -21,7 +21,7 @@ from lezero.ir import interpret
 from lezero.ir.dialect.numerics import round_to_bf16
 from lezero.ir.types import ELEMENT_TYPES, TensorType
 
-from ir_building import build
+from support.ir_building import build
 
 from cross_target_testing import compile_and_run
 

@@ -11,7 +11,7 @@ import pytest
 
 from lezero.codegen.llvm.target import AARCH64_CPUS, X86_CPUS, cpu_target, host_target
 
-from op_samples import ALL_SAMPLES
+from support.op_samples import ALL_SAMPLES
 
 
 def test_spread_runs_every_case_somewhere_and_every_group_everywhere(cross_target_matrix):

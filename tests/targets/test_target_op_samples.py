@@ -1,4 +1,4 @@
-"""Every lz op sample (tests/op_samples.py) compiled for each CPU of the cross-target matrix, against
+"""Every lz op sample (tests/support/op_samples.py) compiled for each CPU of the cross-target matrix, against
 the reference interpreter.  By default each CPU runs a share of each op's samples (every op on every
 CPU, every sample on some CPU); ``--cpus`` runs every sample on every CPU named."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from op_samples import ALL_SAMPLES
+from support.op_samples import ALL_SAMPLES
 
 from cross_target_testing import assert_matches_interpreter
 

@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 import pytest
 
-from fusion_testing import inputs_for, random_elementwise_graphs, random_graphs
-from ir_building import random_array
+from support.fusion_testing import inputs_for, random_elementwise_graphs, random_graphs
+from support.ir_building import random_array
 
 from cross_target_testing import assert_matches_interpreter
 

@@ -23,7 +23,7 @@ from lezero.ir.opdef import OpError
 from lezero.ir.types import ELEMENT_TYPES, F16, F32, tensor
 
 from codegen.kernel_testing import MOVED_OPERAND_SHAPES, batch_norm_epilogue, make_kernel, moved_operands_epilogue
-from ir_building import build, random_array
+from support.ir_building import build, random_array
 from triton_testing import assert_matches, check_triton, garbage, reference
 
 F32_TOL = dict(rtol=1e-4, atol=1e-4)  # f32 sums in another order than numpy's

@@ -18,9 +18,9 @@ from lezero.ir.types import tensor
 from lezero.passes import run_pipeline
 
 from codegen.kernel_testing import GROUP_NORM_SHAPES, group_norm_body
-from fusion_testing import inputs_for, random_graphs
-from ir_building import build
-from op_samples import Arg, Sample
+from support.fusion_testing import inputs_for, random_graphs
+from support.ir_building import build
+from support.op_samples import Arg, Sample
 from triton_testing import assert_matches, check_triton, reference, run_triton
 
 

@@ -1,4 +1,4 @@
-"""Every lz op of ``tests/op_samples.py`` on the cuda path, under ``TRITON_INTERPRET=1``: scheduled
+"""Every lz op of ``tests/support/op_samples.py`` on the cuda path, under ``TRITON_INTERPRET=1``: scheduled
 for ``target="cuda"``, each GPU kernel lowered to Triton and run in the interpreter, compared
 with the reference interpreter.  Every op's samples run on the GPU: ``unsupported_reason`` keeps
 only instances past a lowering's limits on the CPU (a topk over a longer axis than one block,
@@ -11,7 +11,7 @@ import pytest
 import lezero.codegen.triton  # noqa: F401  (registers the cuda target)
 from lezero.codegen.triton.lower_kernel import unsupported_reason
 
-from op_samples import ALL_SAMPLES, SAMPLES
+from support.op_samples import ALL_SAMPLES, SAMPLES
 from triton_testing import check_triton
 
 # Ops that become no Triton kernel at all: a transfer is a copy the runtime makes.

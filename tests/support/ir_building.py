@@ -1,5 +1,5 @@
-"""Helpers every test layer shares (imported as a plain module; tests/ is on sys.path through
-conftest.py): build a function with the Builder, make test data."""
+"""Helpers every test layer shares (tests/ is on pytest's pythonpath, set in pyproject.toml):
+build a function with the Builder, make test data."""
 from __future__ import annotations
 
 import numpy as np

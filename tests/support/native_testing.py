@@ -1,5 +1,5 @@
 """ONNX models and helpers shared by the native-compilation tests (tests/onnx/test_native.py and
-tests/cli/test_compile_cli.py); imported as a plain module (tests/ is on sys.path)."""
+tests/cli/test_compile_cli.py)."""
 from __future__ import annotations
 
 import subprocess

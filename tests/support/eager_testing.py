@@ -1,4 +1,4 @@
-"""What the eager-frontend tests share (imported as a plain module): run a function on lezero and
+"""What the eager-frontend tests share: run a function on lezero and
 on torch with the same float64 inputs, compare results and input gradients; copy modules'
 weights across through their state dicts."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Helpers for the partition / fuse / memory-plan tests (imported as a plain module): random
+"""Helpers for the partition / fuse / memory-plan tests: random
 graphs of elementwise ops, reductions, matmuls and data movement over small shapes (with size-1
 dims and broadcasting), and independent checks of what the passes promise."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from lezero.ir.opdef import OpError
 from lezero.ir.types import F32, I64, TensorType, element_type_of
 from lezero.passes.partition import classify
 
-from ir_building import build
+from support.ir_building import build
 
 UNARY = ["lz.neg", "lz.abs", "lz.relu", "lz.tanh", "lz.sigmoid", "lz.exp", "lz.sin"]
 BINARY = ["lz.add", "lz.sub", "lz.mul", "lz.max"]
