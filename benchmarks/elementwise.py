@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from lezero.ir import parse_module  # noqa: E402
-from lezero.runtime.compiled_function import CompiledFunction  # noqa: E402
+from lezero.runtime.cpu import CompiledFunction  # noqa: E402
 from lezero.runtime.thread_pool import ThreadPool  # noqa: E402
 from timing import best_seconds  # noqa: E402
 from workloads import gelu_function  # noqa: E402

@@ -12,8 +12,8 @@ __version__ = "0.1.0"
 def compile(module_or_text, entry=None, target="cpu", cpu=None):  # noqa: A001 - the name users expect
     """Compile ``@entry`` of an IR module (or MLIR text) for ``target`` (``"cpu"`` or ``"cuda"``),
     its host code for ``cpu`` (LLVM's CPU names, default ``$LEZERO_CPU`` or ``"host"``); see
-    ``lezero.runtime.compiled_function`` and ``lezero.runtime.cuda``."""
-    from lezero.runtime.compiled_function import compile as _compile
+    ``lezero.runtime.cpu`` and ``lezero.runtime.cuda``."""
+    from lezero.runtime import compile as _compile
 
     return _compile(module_or_text, entry, target, cpu)
 

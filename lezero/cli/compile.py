@@ -14,7 +14,7 @@ Models older than opset 11 are converted with ONNX's version converter first. An
 (``.mlir``) is accepted too: its ``@main`` (or only function) is compiled, named by
 its ``lz.input_names`` / ``lz.output_names`` attributes. A user's mistake gets
 ``lezero-compile: error: ...`` naming the file, node or input, and exit code 1, never a traceback.
-The library is ``lezero/onnx/native.py``.
+The library is ``lezero/runtime/native/`` (``lezero/onnx/native.py`` for an ONNX model).
 """
 from __future__ import annotations
 
@@ -135,7 +135,8 @@ def _report_times(stderr, seconds: dict, total: float) -> None:
 
 
 def _compile(args, stdout, stderr) -> int:
-    from lezero.onnx.native import compile_module_native, compile_onnx_native
+    from lezero.onnx.native import compile_onnx_native
+    from lezero.runtime.native import compile_module_native
 
     shapes = dict(parse_shape(s) for s in args.shape)
     constant_inputs = load_constant_inputs(args.constant_input)
@@ -195,7 +196,7 @@ def _check(args, stdout, stderr) -> int:
 
 
 def run(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
-    from lezero.onnx.native import NativeCompileError, ShapeBindingError
+    from lezero.runtime.native import NativeCompileError, ShapeBindingError
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr

@@ -368,6 +368,13 @@ class ModuleOp(Operation):
         return any(f.sym_name == name for f in self.functions)
 
 
+# Optional attributes of a func.func naming its arguments and results (arrays of strings): set
+# by a frontend (the ONNX importer: the graph's input and output names), read where a user meets
+# them (a native executable's --input and .npy files, CompiledModel's feeds).
+INPUT_NAMES_ATTR = "lz.input_names"
+OUTPUT_NAMES_ATTR = "lz.output_names"
+
+
 class FuncOp(Operation):
     """``func.func @name(%arg0: T) -> R { ... }``."""
 

@@ -60,7 +60,7 @@ from lezero.ir.opdef import OpError
 from lezero.ir.printer import print_module
 from lezero.ir.types import I64, TensorType
 from lezero.ir.verifier import verify
-from lezero.runtime.compiled_function import CompiledFunction
+from lezero.runtime.cpu import CompiledFunction
 from lezero.tensor import Tensor, _Mode, _wrap
 
 NAME_ATTR = "lz.name"

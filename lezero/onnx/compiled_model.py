@@ -17,12 +17,12 @@ import numpy as np
 import onnx
 
 from lezero.ir.attributes import ArrayAttr
-from lezero.ir.core import ModuleOp
+from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, ModuleOp
 from lezero.onnx import element_types
 from lezero.onnx.errors import DynamicShapeError, OnnxError, ValueDependentError
 from lezero.onnx.importer import Importer, tensor_type_of, upgrade
 from lezero.onnx.loading import load_model
-from lezero.runtime.compiled_function import CompiledFunction
+from lezero.runtime.cpu import CompiledFunction
 
 
 class FeedError(OnnxError, ValueError):
@@ -40,8 +40,8 @@ class _Program:
     def __init__(self, module: ModuleOp):
         self.module = module
         self.func = module.lookup("main")
-        self.argument_names = _names(self.func, "lz.input_names")
-        self.output_names = _names(self.func, "lz.output_names")
+        self.argument_names = _names(self.func, INPUT_NAMES_ATTR)
+        self.output_names = _names(self.func, OUTPUT_NAMES_ATTR)
         self.result_types = list(self.func.function_type.results)
         self.compiled = CompiledFunction(module, "main")
 

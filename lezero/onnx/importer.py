@@ -31,7 +31,7 @@ from onnx import helper, numpy_helper
 
 from lezero.ir.attributes import ArrayAttr, StringAttr
 from lezero.ir.builder import Builder
-from lezero.ir.core import FuncOp, ModuleOp, Value
+from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, FuncOp, ModuleOp, Value
 from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.location import NameLoc
@@ -380,8 +380,8 @@ class Importer:
             results.append(v)
         Builder.at_end(self.func.entry_block).create("func.return", results, result_types=[])
         self.func.update_function_type()
-        self.func.attributes["lz.input_names"] = ArrayAttr(tuple(StringAttr(i.name) for i in arguments))
-        self.func.attributes["lz.output_names"] = ArrayAttr(tuple(StringAttr(o.name) for o in graph.output))
+        self.func.attributes[INPUT_NAMES_ATTR] = ArrayAttr(tuple(StringAttr(i.name) for i in arguments))
+        self.func.attributes[OUTPUT_NAMES_ATTR] = ArrayAttr(tuple(StringAttr(o.name) for o in graph.output))
         _erase_dead_ops(self.func)
         module = ModuleOp([self.func])
         verify(module)

@@ -1,10 +1,10 @@
 """The cuda runtime: ``lezero.compile(module, entry, target="cuda")``.
 
 A ``CudaFunction`` is a ``CompiledFunction`` (the same input checks, ``InputError`` messages and
-one plan per input-shape signature) whose plans are scheduled with ``partition{target=cuda}``:
-kernels the Triton backend runs have ``device = "cuda"``, the ops it cannot run are CPU kernels
-(automatic fallback), and ``transfer`` kernels copy values between the two memories
-(``lezero.passes.placement``).  A plan holds:
+one plan per input-shape signature) whose execution plans (``lezero.runtime.plan``) are scheduled
+with ``partition{target=cuda}``: kernels the Triton backend runs have ``device = "cuda"``, the
+ops it cannot run are CPU kernels (automatic fallback), and ``transfer`` kernels copy values
+between the two memories (``lezero.passes.placement``).  A plan bound to cuda (``CudaPlan``) holds:
 
 - a **device arena**: one ``torch.uint8`` tensor on ``torch_device("cuda")`` of
   ``lz.device_arena_size`` bytes; each result of a cuda kernel is a view of it at its
@@ -45,15 +45,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lezero.codegen.index_checks import initial_status, status_error
-from lezero.codegen.llvm.lower_kernel import lower_kernel as lower_llvm_kernel
 from lezero.ir.core import ModuleOp
-from lezero.ir.diagnostics import InputError, IRError
+from lezero.ir.diagnostics import InputError
 from lezero.ir.interpreter import check_arguments
 from lezero.ir.types import TensorType
-from lezero.passes.memory_plan import DEVICE_ARENA_SIZE_ATTR, kernel_device
-from lezero.runtime.compiled_function import (ARENA_ALIGNMENT, PARALLEL_MIN_BYTES, PARALLEL_MIN_FLOPS,
-                                              CompiledFunction)
+from lezero.passes.memory_plan import ALIGNMENT as ARENA_ALIGNMENT
+from lezero.passes.placement import HOST
+from lezero.runtime.cpu import CompiledFunction
 from lezero.runtime.devices import interpreter_mode, require_device, torch_device
+from lezero.runtime.plan import BoundPlan, ExecutionPlan
 
 # How often each launch configuration runs when autotuning (after one warm-up run).
 AUTOTUNE_REPEATS = 5
@@ -65,15 +65,6 @@ AUTOTUNE_MIN_FLOPS = 50_000_000
 
 def autotune_enabled() -> bool:
     return os.environ.get("LEZERO_AUTOTUNE", "1") != "0" and not interpreter_mode()
-
-
-def triton_backend():
-    """``(lower_kernel, load)`` of ``lezero.codegen.triton``: ``lz.kernel`` -> ``TritonKernel`` ->
-    a ``LoadedTritonKernel`` with ``.launch(buffers, config)``."""
-    from lezero.codegen.triton.jit import load
-    from lezero.codegen.triton.lower_kernel import lower_kernel
-
-    return lower_kernel, load
 
 
 @functools.cache
@@ -180,11 +171,11 @@ class _TransferLaunch:
 
 
 @dataclass
-class CudaPlan:
-    """Everything needed to run one specialization on cuda."""
+class CudaPlan(BoundPlan):
+    """An ``ExecutionPlan`` bound to cuda and host memory: everything needed to run one
+    specialization on cuda."""
 
-    module: ModuleOp
-    func: object
+    plan: ExecutionPlan
     launches: list
     outputs: list            # per result: ("kernel", None) written in place, or where to copy it from
     result_types: list
@@ -194,78 +185,58 @@ class CudaPlan:
     checked: list = field(default_factory=list)  # the launches with bounds checks, in order
 
 
-def build_cuda_plan(module: ModuleOp, entry: str, cache, pool, cpu=None) -> CudaPlan:
+def bind_cuda_plan(plan: ExecutionPlan, cache, pool, cpu=None) -> CudaPlan:
+    """``plan`` with its Triton kernels loaded, its CPU kernels loaded through the kernel cache,
+    both arenas allocated and each constant on the devices that read it."""
     import torch
 
-    lower_triton, load = triton_backend()
-    func = module.lookup(entry)
+    from lezero.codegen.triton.jit import load
+
     device = torch_device("cuda")
     host = torch.device("cpu")
-    arenas = {"cuda": _arena(_attribute(func, DEVICE_ARENA_SIZE_ATTR), device),
-              "cpu": _arena(_attribute(func, "lz.arena_size"), host)}
-    returned = func.return_op.operands
-    output_slot: dict[int, int] = {}
-    for i, v in enumerate(returned):
-        output_slot.setdefault(id(v), i)
+    arenas = {"cuda": _arena(plan.arena_sizes["cuda"], device), HOST: _arena(plan.arena_sizes[HOST], host)}
+    constants: dict[tuple, object] = {}  # (constant index, torch device) -> tensor
 
-    source: dict[int, tuple] = {id(a): ("input", i) for i, a in enumerate(func.arguments)}
-    constants: dict[int, dict] = {}  # id(value) -> {torch device: tensor}
-
-    def where(v, on) -> tuple:
-        """``v``'s buffer for a kernel running on torch device ``on``."""
-        if id(v) in constants:
-            copies = constants[id(v)]
-            if on not in copies:
-                copies[on] = copies[host].to(on)
-            return ("fixed", copies[on])
-        return source[id(v)]
+    def where(ref, t: TensorType, on) -> tuple:
+        """A buffer for a kernel running on torch device ``on``: ("input", i), ("output", i) or
+        ("fixed", tensor)."""
+        if ref.kind == "constant":
+            key = (ref.where, on)
+            if key not in constants:
+                if (ref.where, host) not in constants:  # writable: torch wants it so
+                    constants[ref.where, host] = torch.from_numpy(np.array(plan.constants[ref.where], order="C"))
+                constants[key] = constants[ref.where, host].to(on)
+            return ("fixed", constants[key])
+        if ref.kind == "arena":
+            return ("fixed", _view(arenas[ref.device], ref.where, t))
+        return (ref.kind, ref.where)
 
     launches = []
-    for op in func.entry_block.ops:
-        if op.name == "lz.constant":
-            array = np.array(op.attributes["value"].array, order="C")  # writable: torch wants it so
-            constants[id(op.result)] = {host: torch.from_numpy(array)}
-        elif op.name == "lz.kernel":
-            runs_on = kernel_device(op)
-            on = device if runs_on == "cuda" else host
-            for r, offset in zip(op.results, op.attributes["lz.offsets"].values):
-                source[id(r)] = ("output", output_slot[id(r)]) if offset < 0 else \
-                    ("fixed", _view(arenas[runs_on], offset, r.type))
-            kind = op.definition.attrs(op).kind
-            name = op.definition.attrs(op).name
-            if kind == "transfer":
-                # the operand lives on the other side (or is a constant: any copy of it will do)
-                operand = op.operands[0]
-                src = ("fixed", constants[id(operand)][host]) if id(operand) in constants else source[id(operand)]
-                launches.append(_TransferLaunch(name, [src, source[id(op.results[0])]]))
-                continue
-            sources = [where(v, on) for v in op.operands] + [source[id(r)] for r in op.results]
-            if runs_on == "cuda":
-                kernel = lower_triton(op)
-                _add_status(sources, kernel.index_checks, on)
-                launches.append(_TritonLaunch(name, load(kernel), tuple(kernel.configs), len(op.operands), sources,
-                                              kernel.flops, checks=kernel.index_checks))
-            else:
-                lowered = lower_llvm_kernel(op, cpu=cpu)
-                loaded = cache.load(lowered.llvm_ir, lowered.name, cpu)
-                out_bytes = sum(r.type.nbytes for r in op.results)
-                parallel = (out_bytes >= PARALLEL_MIN_BYTES or lowered.flops >= PARALLEL_MIN_FLOPS) \
-                    and lowered.work_items > 1
-                _add_status(sources, lowered.index_checks, on)
-                launches.append(_HostLaunch(name, loaded.function, lowered.work_items, parallel, sources, pool,
-                                            lowered.index_checks))
-        elif op.name != "func.return":
-            raise IRError(f"'{op.name}' op is left outside any kernel after fusion", op.location)
-
-    outputs = []
-    for i, v in enumerate(returned):
-        if source.get(id(v)) == ("output", i):
-            outputs.append(("kernel", None))
+    for launch in plan.launches:
+        op = launch.op
+        on = device if launch.device == "cuda" else host
+        results = [where(ref, r.type, on) for ref, r in zip(launch.results, op.results)]
+        if launch.kernel is None:  # a transfer: the operand lives on the other side (or is a constant:
+            # any copy of it will do)
+            operand = op.operands[0]
+            launches.append(_TransferLaunch(launch.name, [where(launch.operands[0], operand.type, host), *results]))
+            continue
+        sources = [where(ref, v.type, on) for ref, v in zip(launch.operands, op.operands)] + results
+        kernel = launch.kernel
+        _add_status(sources, kernel.index_checks, on)
+        if launch.device == "cuda":
+            launches.append(_TritonLaunch(launch.name, load(kernel), tuple(kernel.configs), len(op.operands), sources,
+                                          kernel.flops, checks=kernel.index_checks))
         else:
-            outputs.append(where(v, device))
-    plan = CudaPlan(module, func, launches, outputs, [v.type for v in returned], device, list(arenas.values()))
-    plan.checked = [launch for launch in launches if not isinstance(launch, _TransferLaunch) and launch.checks]
-    return plan
+            loaded = cache.load(kernel.llvm_ir, kernel.name, cpu)
+            launches.append(_HostLaunch(launch.name, loaded.function, kernel.work_items, launch.split_over_threads,
+                                        sources, pool, kernel.index_checks))
+
+    outputs = [("kernel", None) if plan.written_in_place(i) else where(ref, t, device)
+               for i, (ref, t) in enumerate(zip(plan.outputs, plan.result_types))]
+    bound = CudaPlan(plan, launches, outputs, plan.result_types, device, list(arenas.values()))
+    bound.checked = [launch for launch in launches if not isinstance(launch, _TransferLaunch) and launch.checks]
+    return bound
 
 
 def _add_status(sources: list, checks, device) -> None:
@@ -287,11 +258,6 @@ def _check_statuses(plan: CudaPlan) -> None:
             for other in plan.checked:
                 other.sources[-1][1].copy_(torch.tensor(initial_status(other.checks), dtype=torch.int64))
             raise IndexError(message)
-
-
-def _attribute(func, name: str) -> int:
-    attr = func.attributes.get(name)
-    return int(attr.value) if attr is not None else 0
 
 
 def run_cuda_plan(plan: CudaPlan, inputs: list, outs: "list | None" = None) -> list:
@@ -322,8 +288,8 @@ class CudaFunction(CompiledFunction):
         require_device("cuda")
         super().__init__(module, entry, cache, pool, cpu)
 
-    def build_plan(self, specialized: ModuleOp) -> CudaPlan:
-        return build_cuda_plan(specialized, self.entry, self.cache, self.pool, self.cpu)
+    def bind_plan(self, plan: ExecutionPlan) -> CudaPlan:
+        return bind_cuda_plan(plan, self.cache, self.pool, self.cpu)
 
     def runner(self, shapes):
         """``run(tensors, outs=None) -> list of tensors`` for argument ``shapes``, checking

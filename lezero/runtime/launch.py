@@ -31,7 +31,7 @@ import numpy as np
 
 from lezero.codegen.llvm.jit import compile_module
 from lezero.codegen.index_checks import SLOTS_PER_CHECK
-from lezero.runtime.compiled_function import check_status
+from lezero.runtime.cpu import check_status
 
 # offsetof(PyArrayObject, data): PyObject_HEAD is a refcount and a type pointer.
 _DATA_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
@@ -166,7 +166,7 @@ def lean_runner(plan, pool):
 
 
 def _lean_runner(plan, pool):
-    from lezero.runtime.compiled_function import run_plan
+    from lezero.runtime.cpu import run_plan
 
     specs = [(tuple(t.shape), t.element_type.numpy_dtype) for _, _, t in plan.outputs]
     all_in_place = all(in_place for in_place, _, _ in plan.outputs)

@@ -59,7 +59,7 @@ def test_dispatch_compiles_each_signature_once():
 
 def test_lean_runner_writes_into_given_outputs():
     from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp, tensor
-    from lezero.runtime.compiled_function import CompiledFunction
+    from lezero.runtime.cpu import CompiledFunction
 
     func = FuncOp("f", FunctionType([tensor((4, 3)), tensor((3,))], []))
     b = Builder.at_end(func.entry_block)

@@ -1,7 +1,7 @@
-"""Native executables and shared libraries (lezero/onnx/native.py), run without Python: ONNX models
-against ONNX Runtime; lz IR modules against the reference interpreter for the executable's error
-messages, the C API from a C program, shape binding, kernel deduplication, threads and every .npy
-dtype."""
+"""Native executables and shared libraries (lezero/runtime/native/, lezero/onnx/native.py), run
+without Python: ONNX models against ONNX Runtime; lz IR modules against the reference interpreter
+for the executable's error messages, the C API from a C program, shape binding, kernel
+deduplication, threads and every .npy dtype."""
 from __future__ import annotations
 
 import os
@@ -14,8 +14,11 @@ import pytest
 from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp, interpret
 from lezero.ir.attributes import ArrayAttr, StringAttr
 from lezero.ir.types import F32, F64, I1, I32, I64, UI8, tensor
-from lezero.onnx.native import (NativeCompileError, bind_shapes, compile_module_native, compile_onnx_native,
-                                plan_program, schedule_for_shapes)
+from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR
+from lezero.onnx.native import compile_onnx_native
+from lezero.runtime.native import NativeCompileError, compile_module_native
+from lezero.runtime.native.program import bind_shapes, plan_program
+from lezero.runtime.plan import specialize
 
 from support.native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs
 
@@ -30,8 +33,8 @@ def named_module(arg_types, body, input_names, output_names) -> ModuleOp:
     results = list(results) if isinstance(results, (list, tuple)) else [results]
     b.create("func.return", results, result_types=[])
     func.update_function_type()
-    func.attributes["lz.input_names"] = ArrayAttr([StringAttr(n) for n in input_names])
-    func.attributes["lz.output_names"] = ArrayAttr([StringAttr(n) for n in output_names])
+    func.attributes[INPUT_NAMES_ATTR] = ArrayAttr([StringAttr(n) for n in input_names])
+    func.attributes[OUTPUT_NAMES_ATTR] = ArrayAttr([StringAttr(n) for n in output_names])
     return ModuleOp([func])
 
 
@@ -293,7 +296,7 @@ def test_identical_kernels_share_one_symbol():
 
     module = named_module([tensor((8, 16), F32)], body, ["x"], ["y"])
     func = module.lookup("main")
-    scheduled = schedule_for_shapes(module, func, bind_shapes(func, {}))
+    scheduled = specialize(module, "main", bind_shapes(func, {}))
     program = plan_program(scheduled, scheduled.lookup("main"), "m", "test")
     assert len(program.launches) == 3 and len(program.kernels) == 1
     assert len({launch.symbol for launch in program.launches}) == 1
@@ -350,9 +353,9 @@ def test_a_model_without_kernels(tmp_path):
 
 
 def test_kernels_compile_in_worker_processes(tmp_path, monkeypatch):
-    import lezero.onnx.native as native
+    import lezero.runtime.native.build as build
 
-    monkeypatch.setattr(native, "PARALLEL_MIN_KERNELS", 2)
+    monkeypatch.setattr(build, "PARALLEL_MIN_KERNELS", 2)
     result = compile_module_native(convnet(), tmp_path / "convnet", jobs=2, keep_build_dir=True)
     assert sorted(f for f in os.listdir(result.build_dir) if f.endswith(".o")) == ["kernels_0.o", "kernels_1.o"]
     x = np.random.default_rng(6).standard_normal((2, 3, 8, 8)).astype(np.float32)

@@ -21,7 +21,8 @@ from lezero.codegen.llvm.gemm import GemmConfig
 from lezero.codegen.llvm.target import cpu_target
 from lezero.ir import interpret
 from lezero.onnx import to_onnx
-from lezero.onnx.native import compile_module_native, compile_onnx_native, native_target
+from lezero.onnx.native import compile_onnx_native
+from lezero.runtime.native import compile_module_native, native_target
 
 from support.native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs
 from test_light_models import RTOL, feeds_for, load, with_random_weights

@@ -245,7 +245,7 @@ def test_autotuning_times_each_config_on_scratch_results(monkeypatch):
 
 
 def test_a_module_scheduled_for_the_cpu_runs_its_kernels_on_the_cpu():
-    from lezero.codegen.pipeline import schedule
+    from lezero.codegen.schedule import schedule
 
     scheduled = schedule(parse_module(SOFTMAX))
     f = lezero.compile(scheduled, target="cuda")

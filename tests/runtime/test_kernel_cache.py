@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import lezero.runtime.kernel_cache as kernel_cache
-from lezero.codegen.llvm.lower_kernel import lower_kernel
-from lezero.codegen.pipeline import schedule
+from lezero.codegen.llvm.backend import lower_kernel
+from lezero.codegen.schedule import schedule
 from lezero.ir import parse_module
 from lezero.runtime.kernel_cache import KernelCache
 

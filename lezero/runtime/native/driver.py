@@ -1,8 +1,8 @@
 """The C source lezero-compile generates around a compiled model's kernels.
 
-``native_runtime.c`` (beside this file) is the fixed part: the thread pool, the run loop, the C API
+``runtime.c`` (beside this file) is the fixed part: the thread pool, the run loop, the C API
 and, for executables, a ``main`` reading and writing ``.npy`` files. It includes two generated
-headers, rendered here from a ``NativeProgram`` (``lezero/onnx/native.py``):
+headers, rendered here from a ``NativeProgram`` (``lezero/runtime/native/program.py``):
 
 - ``lz_model_api.h``: the public API, also installed beside a shared library as ``<name>.h``;
   its comment lists the model's inputs and outputs;
@@ -15,9 +15,9 @@ import pathlib
 
 from lezero.codegen.index_checks import NO_INDEX, SLOTS_PER_CHECK, initial_status
 
-RUNTIME_SOURCE = pathlib.Path(__file__).with_name("native_runtime.c")
+RUNTIME_SOURCE = pathlib.Path(__file__).with_name("runtime.c")
 
-# lz_dtype values; the order matches lz_dtypes[] in native_runtime.c.
+# lz_dtype values; the order matches lz_dtypes[] in runtime.c.
 DTYPE_ENUM = {"f32": "LZ_FLOAT32", "f64": "LZ_FLOAT64", "f16": "LZ_FLOAT16", "bf16": "LZ_BFLOAT16",
               "i1": "LZ_BOOL", "i8": "LZ_INT8", "i16": "LZ_INT16", "i32": "LZ_INT32", "i64": "LZ_INT64",
               "ui8": "LZ_UINT8"}

@@ -1,13 +1,13 @@
 /* The lezero native runtime: runs one compiled model without Python.
  *
- * lezero-compile (lezero/onnx/native.py) builds one translation unit from this file and two
+ * lezero-compile (lezero/runtime/native/build.py) builds one translation unit from this file and two
  * generated headers: lz_model_api.h (the public C API, also installed as <name>.h) and
  * lz_model_tables.h (the schedule: tensors, kernels, buffer references, output sources).  It is
  * linked with an object file holding every kernel (LLVM, kernel ABI
  * `void name(void **buffers, int64_t begin, int64_t end)`, buffers = operands then results) and
  * the weights (`lz_weights`, embedded by an assembly file's .incbin).
  *
- * Running the model does what lezero/runtime/compiled_function.py's run_plan does: for each kernel
+ * Running the model does what lezero/runtime/cpu.py's run_plan does: for each kernel
  * in schedule order, build its buffer pointer table (a graph input, a caller's output buffer, an
  * arena slot or a weight), then call it on [0, work_items), split over a pthread pool when the
  * kernel has enough work; finally copy the outputs no kernel wrote in place.

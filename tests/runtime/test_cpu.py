@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 
 import lezero
 from lezero.ir import InputError, interpret, parse_module, registered_ops
-from lezero.runtime.compiled_function import CompiledFunction
+from lezero.runtime.cpu import CompiledFunction
 from lezero.runtime.thread_pool import ThreadPool
 
 from support.fusion_testing import inputs_for, random_elementwise_graphs, random_graphs

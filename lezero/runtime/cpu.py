@@ -1,0 +1,211 @@
+"""The CPU executor: ``lezero.compile(module, entry)`` (``target="cpu"``) returns a
+``CompiledFunction``; ``lezero.runtime.cuda`` subclasses it and shares its checking and its
+one plan per shape signature.
+
+A ``CompiledFunction`` takes numpy arrays and returns numpy arrays. On a call it checks the inputs
+(count, dtype, static dims: a clear ``InputError`` naming the argument), binds every dynamic dim
+from them, and runs the plan for that shape signature, building it on first use:
+
+1. specialize and plan: ``lezero.runtime.plan`` (a copy of the function at those shapes,
+   scheduled by ``lezero.codegen.schedule``, its kernels lowered to LLVM IR: an ``ExecutionPlan``);
+2. bind it to memory (``bind_plan``): each kernel's machine code loaded through the kernel cache,
+   its pointer table filled with what never changes (the arena's slots: a numpy byte array,
+   allocated once per plan; the constants' arrays) and the slots of the inputs and outputs
+   patched on each call (the caller's arrays).
+
+Running a plan is a loop over kernel launches: patch the input/output pointers, call the kernel
+through ctypes (across the thread pool when the plan says it splits).  One lock per plan: the
+arena is shared state.  A kernel with bounds checks also gets its status buffer (``lezero/codegen/
+index_checks.py``), read after the launch: an index out of range raises ``IndexError`` naming
+the op, its location, the index and the valid range.  ``runner`` gives callers that check their
+inputs themselves the lean launcher (``lezero.runtime.launch``): the eager hot path.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lezero.codegen.index_checks import initial_status, status_error
+from lezero.codegen.llvm.target import CpuTarget, cpu_target
+from lezero.ir.core import ModuleOp
+from lezero.ir.diagnostics import InputError, IRError
+from lezero.ir.interpreter import check_arguments
+from lezero.ir.types import format_shape
+from lezero.ir.verifier import verify
+from lezero.passes.memory_plan import ALIGNMENT as ARENA_ALIGNMENT
+from lezero.passes.placement import HOST
+from lezero.runtime.kernel_cache import KernelCache, default_cache
+from lezero.runtime.plan import BoundPlan, ExecutionPlan, build_plan, specialize
+from lezero.runtime.thread_pool import ThreadPool, default_pool
+
+
+@dataclass
+class _Launch:
+    function: object            # ctypes function with the kernel ABI
+    pointers: ctypes.Array      # c_void_p per buffer: operands, then results
+    patches: list               # (slot, "input"|"output", index): pointers that change per call
+    work_items: int
+    parallel: bool
+    name: str
+    checks: tuple | None = None  # the kernel's bounds checks; then ``status`` is its status buffer
+    status: ctypes.Array | None = None
+
+
+def status_buffer(checks) -> ctypes.Array:
+    """A kernel's status buffer, ready for its first launch."""
+    values = initial_status(checks)
+    return (ctypes.c_int64 * len(values))(*values)
+
+
+def check_status(checks, status) -> None:
+    """Raise the ``IndexError`` a launch left in its status buffer (cleared for the next launch)."""
+    message = status_error(checks, status)
+    if message is not None:
+        status[:] = initial_status(checks)
+        raise IndexError(message)
+
+
+@dataclass
+class CpuPlan(BoundPlan):
+    """An ``ExecutionPlan`` bound to CPU memory: everything needed to run one specialization."""
+
+    plan: ExecutionPlan
+    launches: list[_Launch]
+    outputs: list               # per result: (written in place, its BufferRef, its type)
+    arena: np.ndarray
+    keepalive: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _aligned_bytes(size: int) -> np.ndarray:
+    raw = np.empty(size + ARENA_ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % ARENA_ALIGNMENT
+    return raw[start:start + size]
+
+
+def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = None) -> CpuPlan:
+    """``plan`` (every kernel on the CPU) with its kernels loaded and its arena allocated."""
+    arena = _aligned_bytes(plan.arena_sizes[HOST])
+    keepalive: list = [arena]
+
+    def fixed_address(ref) -> int | None:
+        if ref.kind == "arena":
+            return arena.ctypes.data + ref.where
+        if ref.kind == "constant":
+            return plan.constants[ref.where].ctypes.data
+        return None
+
+    launches = []
+    for launch in plan.launches:
+        lowered = launch.kernel
+        loaded = cache.load(lowered.llvm_ir, lowered.name, cpu)
+        checks = lowered.index_checks
+        status = None if checks is None else status_buffer(checks)
+        buffers = launch.buffers
+        pointers = (ctypes.c_void_p * max(len(buffers) + (status is not None), 1))()
+        patches = []
+        for slot, ref in enumerate(buffers):
+            address = fixed_address(ref)
+            if address is None:
+                patches.append((slot, ref.kind, ref.where))
+            else:
+                pointers[slot] = address
+        if status is not None:
+            pointers[len(buffers)] = ctypes.addressof(status)
+        launches.append(_Launch(loaded.function, pointers, patches, lowered.work_items, launch.split_over_threads,
+                                lowered.name, checks, status))
+        keepalive.append(loaded)
+    outputs = [(plan.written_in_place(i), ref, t) for i, (ref, t) in enumerate(zip(plan.outputs, plan.result_types))]
+    return CpuPlan(plan, launches, outputs, arena, keepalive)
+
+
+def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> list[np.ndarray]:
+    results = []
+    for written_in_place, _, t in plan.outputs:
+        results.append(np.empty(t.shape, t.element_type.numpy_dtype) if written_in_place else None)
+    with plan.lock:
+        for launch in plan.launches:
+            for slot, kind, index in launch.patches:
+                array = inputs[index] if kind == "input" else results[index]
+                launch.pointers[slot] = array.ctypes.data
+            if launch.parallel:
+                pool.parallel_for(launch.function, launch.pointers, launch.work_items)
+            else:
+                launch.function(launch.pointers, 0, launch.work_items)
+            if launch.checks is not None:
+                check_status(launch.checks, launch.status)
+        for i, (written_in_place, ref, t) in enumerate(plan.outputs):
+            if written_in_place:
+                continue
+            if ref.kind == "input":
+                results[i] = inputs[ref.where].copy()
+            elif ref.kind == "output":
+                results[i] = results[ref.where].copy()
+            elif ref.kind == "constant":
+                results[i] = plan.plan.constants[ref.where].copy()
+            else:  # an arena buffer
+                nbytes = t.nbytes
+                results[i] = plan.arena[ref.where:ref.where + nbytes].view(t.element_type.numpy_dtype) \
+                    .reshape(t.shape).copy()
+    return results
+
+
+class CompiledFunction:
+    """A function compiled for the CPU; call it with numpy arrays.  Subclasses for other targets
+    set ``target`` and override ``bind_plan``, ``__call__`` and ``runner``."""
+
+    target = "cpu"
+
+    def __init__(self, module: ModuleOp, entry: str, cache: KernelCache | None = None,
+                 pool: ThreadPool | None = None, cpu: CpuTarget | str | None = None):
+        self.cpu = cpu_target(cpu)  # host code (kernels, CPU fallbacks) is generated for this CPU
+        self.cpu.require_executable(f"@{entry}")
+        verify(module)
+        self.module = module
+        self.entry = entry
+        self.func = module.lookup(entry)
+        self.cache = cache or default_cache()
+        self.pool = pool or default_pool()
+        self._plans: dict[tuple, CpuPlan] = {}
+        self._plans_lock = threading.Lock()
+
+    def plan_for(self, shapes: list[tuple]):
+        """The bound plan for argument ``shapes`` (built on first use)."""
+        key = tuple(shapes)
+        plan = self._plans.get(key)
+        if plan is None:
+            with self._plans_lock:
+                plan = self._plans.get(key)
+                if plan is None:
+                    try:
+                        specialized = specialize(self.module, self.entry, list(shapes), self.target)
+                    except IRError as e:
+                        shown = ", ".join(format_shape(s) for s in shapes)
+                        raise InputError(f"@{self.entry} cannot run on inputs of shapes ({shown}): {e.message}",
+                                         e.location) from None
+                    plan = self.bind_plan(build_plan(specialized, self.entry, self.cpu))
+                    self._plans[key] = plan
+        return plan
+
+    def bind_plan(self, plan: ExecutionPlan):
+        return bind_plan(plan, self.cache, self.cpu)
+
+    def runner(self, shapes):
+        """The plan for argument ``shapes`` as a lean ``run(inputs, outs=None) -> list of arrays``
+        (``lezero.runtime.launch``) that checks nothing: the caller guarantees C-contiguous arrays
+        of the argument dtypes and exactly these shapes.  For the eager frontend and optimizers."""
+        from lezero.runtime.launch import lean_runner
+
+        return lean_runner(self.plan_for([tuple(s) for s in shapes]), self.pool)
+
+    def __call__(self, *arrays):
+        inputs = [np.require(a, requirements="C") for a in check_arguments(self.func, arrays)]
+        plan = self.plan_for([a.shape for a in inputs])
+        results = run_plan(plan, inputs, self.pool)
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} @{self.entry}: {self.func.function_type}, {len(self._plans)} plan(s)>"
