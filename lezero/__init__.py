@@ -3,8 +3,8 @@
 Everything becomes one typed SSA IR (``lezero.ir``), goes through pass pipelines
 (``lezero.passes``) and is compiled for the CPU with LLVM and for the GPU with Triton
 (``lezero.codegen``, ``lezero.runtime``).
-``import lezero as lz`` gives the eager, PyTorch-like API on top of that one path: ``lz.Tensor``,
-autograd, ``lz.nn``, ``lz.optim``, ``lz.utils.data``, ``lz.save``/``lz.load``.
+``import lezero as lz`` gives the eager, PyTorch-like API on top of that one path (``lezero.eager``):
+``lz.Tensor``, autograd, ``lz.nn``, ``lz.optim``, ``lz.utils.data``, ``lz.save``/``lz.load``.
 """
 __version__ = "0.1.0"
 
@@ -18,22 +18,22 @@ def compile(module_or_text, entry=None, target="cpu", cpu=None):  # noqa: A001 -
     return _compile(module_or_text, entry, target, cpu)
 
 
-from lezero.dtypes import (bool_ as bool, double, dtype, float16, float32, float64, get_default_dtype,  # noqa: E402,A001
-                           half, int8, int16, int32, int64, long, set_default_dtype, uint8)
-from lezero.dtypes import int_ as int  # noqa: E402,A001
-from lezero.dispatch import OperatorError  # noqa: E402
+from lezero.eager.dtypes import (bool_ as bool, double, dtype, float16, float32, float64,  # noqa: E402,A001
+                                 get_default_dtype, half, int8, int16, int32, int64, long, set_default_dtype, uint8)
+from lezero.eager.dtypes import int_ as int  # noqa: E402,A001
+from lezero.eager.dispatch import OperatorError  # noqa: E402
 from lezero.runtime.devices import Device, DeviceError, device  # noqa: E402
-from lezero.tensor import Tensor  # noqa: E402
-from lezero import cuda  # noqa: E402  (lz.cuda.is_available)
-from lezero.creation import (Generator, arange, as_tensor, bernoulli, default_generator, empty, empty_like,  # noqa: E402
-                             eye, from_numpy, full, full_like, initial_seed, linspace, manual_seed, normal, ones,
-                             ones_like, rand, rand_like, randint, randn, randn_like, randperm, seed, tensor, zeros,
-                             zeros_like)
-from lezero.tensor_functions import *  # noqa: E402,F401,F403
-from lezero.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled,  # noqa: E402
-                             value_and_grad)
-from lezero.autograd import grad_transform as grad  # noqa: E402
-from lezero import autograd  # noqa: E402
-from lezero.serialization import load, save  # noqa: E402
+from lezero.eager.tensor import Tensor  # noqa: E402
+from lezero.eager import cuda  # noqa: E402  (lz.cuda.is_available)
+from lezero.eager.creation import (Generator, arange, as_tensor, bernoulli, default_generator, empty,  # noqa: E402
+                                   empty_like, eye, from_numpy, full, full_like, initial_seed, linspace, manual_seed,
+                                   normal, ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm,
+                                   seed, tensor, zeros, zeros_like)
+from lezero.eager.functions import *  # noqa: E402,F401,F403
+from lezero.eager.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,  # noqa: E402
+                                   set_grad_enabled, value_and_grad)
+from lezero.eager.autograd import grad_transform as grad  # noqa: E402
+from lezero.eager import autograd  # noqa: E402
+from lezero.eager.serialization import load, save  # noqa: E402
 from lezero import nn, optim, utils  # noqa: E402
 from lezero import jit  # noqa: E402  (lz.jit.trace, lz.jit.compile_train_step)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 
+from lezero.eager.core import wrap
+from lezero.eager.serialization import CheckpointError, load as load_checkpoint, save as save_checkpoint
+from lezero.eager.tensor import Tensor
 from lezero.ir.parser import parse_module
 from lezero.ir.printer import print_module
 from lezero.ir.verifier import verify
 from lezero.jit.trace import TracedModule, argument_names
-from lezero.serialization import CheckpointError, load as load_checkpoint, save as save_checkpoint
-from lezero.tensor import Tensor, _wrap
 
 FORMAT = "lezero.jit.TracedModule"
 VERSION = 1
@@ -60,7 +61,7 @@ def load(f) -> TracedModule:
     named = []
     for arg, key in zip(func.arguments[n_inputs:], names):
         t = tensors[key]
-        t = t if isinstance(t, Tensor) else _wrap(t)
+        t = t if isinstance(t, Tensor) else wrap(t)
         want = arg.type
         if t._data.shape != tuple(want.shape) or t._data.dtype != want.element_type.numpy_dtype:
             raise CheckpointError(f"{name}: tensor {key!r} is {t._data.dtype}{list(t._data.shape)}, the graph "

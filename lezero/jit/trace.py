@@ -1,7 +1,7 @@
 """``lz.jit.trace``: run a model once, recording every op, and compile the whole graph.
 
 ``trace(model, example_inputs)`` records the forward pass through the eager frontend
-(``lezero.autograd.trace``: the ops replayed through the same ``emit`` eager execution compiles)
+(``lezero.eager.autograd.trace``: the ops replayed through the same ``emit`` eager execution compiles)
 into one IR function, ``@forward(inputs..., parameters and buffers...) -> outputs``, and returns a
 ``TracedModule`` that runs it through ``lezero.compile``: fused, memory-planned, one plan per input
 shape.
@@ -30,7 +30,7 @@ device.  Numpy inputs go to that device and the results come back as numpy array
 **Random numbers and in-place updates are part of the graph.**  Dropout draws through
 ``lz.random_uniform`` from a generator's ``[seed, offset]``: each generator the trace draws from
 becomes one argument (``{lz.name = "rng"}``) that every call binds from the generator and
-advances, as the eager ops would (``lezero.creation.RandomArgument``), so each call draws new
+advances, as the eager ops would (``lezero.eager.creation.RandomArgument``), so each call draws new
 masks and a seeded traced loop draws the eager loop's.  An in-place op on a parameter or buffer
 (a BatchNorm's running statistics in training mode) becomes an extra result of the function, written
 back into the tensor after each call; reading such a tensor again after its update in the same
@@ -39,7 +39,7 @@ traced call raises ``TraceError``.
 **What a trace cannot see**: Python control flow runs once, on the example.  Converting a tensor
 the trace computed into a Python value (``bool()``, ``if``, ``.item()``, ``float()``, ``.tolist()``,
 ``.numpy()``) would bake the example's value into the graph, so it raises ``TraceError`` at the
-user's line.
+user's line (the eager engine calls ``escape_error`` for it: ``lezero.eager.autograd.graph_capture``).
 """
 from __future__ import annotations
 
@@ -48,10 +48,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lezero.autograd import trace as record
-from lezero.creation import random_arguments
-from lezero.device_arrays import CPU, copy_into, device_of, host, is_torch, like, numpy_dtype, to_device
-from lezero.dispatch import OperatorError, compile_for, device_of_arrays, user_location
+from lezero.eager.autograd import graph_capture
+from lezero.eager.autograd import trace as record
+from lezero.eager.core import wrap
+from lezero.eager.creation import random_arguments
+from lezero.eager.device_arrays import CPU, copy_into, device_of, host, is_torch, like, numpy_dtype, to_device
+from lezero.eager.dispatch import OperatorError, compile_for, device_of_arrays, user_location
+from lezero.eager.tensor import Tensor
 from lezero.ir.attributes import ArrayAttr, DenseArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
@@ -61,7 +64,6 @@ from lezero.ir.printer import print_module
 from lezero.ir.types import I64, TensorType
 from lezero.ir.verifier import verify
 from lezero.runtime.cpu import CompiledFunction
-from lezero.tensor import Tensor, _Mode, _wrap
 
 NAME_ATTR = "lz.name"
 
@@ -73,40 +75,15 @@ class TraceError(OperatorError):
 
 # --- recording ------------------------------------------------------------------------------------------
 
-_ESCAPES = ("__bool__", "item", "tolist", "numpy", "__array__")
-
-
-def _escape_guard(name: str, original):
-    def guarded(self, *args, **kwargs):
-        node = self._node
-        if _Mode.trace and node is not None and node.session is _Mode.session:
-            what = {"__bool__": "bool()", "__array__": "np.asarray()"}.get(name, f".{name}()")
-            raise TraceError(
-                f"jit.trace: {what} of a tensor computed inside the traced function would bake the example's value "
-                f"into the graph: data-dependent Python control flow (if/while on a tensor, .item(), float(), int()) "
-                f"cannot be traced; express it with tensor ops (lz.where, masks) or compute it outside the model",
-                user_location())
-        return original(self, *args, **kwargs)
-    guarded.__name__ = name
-    guarded.__doc__ = original.__doc__
-    return guarded
-
-
-@contextlib.contextmanager
-def escapes_raise():
-    """While tracing, turning a recorded tensor into a Python value raises ``TraceError``.
-
-    The guards wrap ``Tensor``'s conversion methods for the duration of the trace only; they check
-    the tensor's node against the running trace session, so tensors made before the trace (and
-    every tensor outside one) convert as usual."""
-    originals = {name: Tensor.__dict__[name] for name in _ESCAPES}
-    for name, original in originals.items():
-        setattr(Tensor, name, _escape_guard(name, original))
-    try:
-        yield
-    finally:
-        for name, original in originals.items():
-            setattr(Tensor, name, original)
+def escape_error(what: str):
+    """The hook ``graph_capture`` calls when a tensor the trace computed is about to become a Python
+    value (``what``: ``"bool()"``, ``".item()"``, ...): that value would be the example's, baked
+    into the graph."""
+    raise TraceError(
+        f"jit.trace: {what} of a tensor computed inside the traced function would bake the example's value "
+        f"into the graph: data-dependent Python control flow (if/while on a tensor, .item(), float(), int()) "
+        f"cannot be traced; express it with tensor ops (lz.where, masks) or compute it outside the model",
+        user_location())
 
 
 def state_tensors(model) -> dict:
@@ -152,7 +129,7 @@ def as_input_tuple(example_inputs) -> tuple:
 
 def output_structure(outputs, counter=None):
     """``outputs`` with each tensor replaced by its index in the flattened outputs (the order
-    ``lezero.autograd.trace`` flattens them in)."""
+    ``lezero.eager.autograd.trace`` flattens them in)."""
     counter = counter if counter is not None else [0]
     if isinstance(outputs, Tensor):
         counter[0] += 1
@@ -202,15 +179,12 @@ def record_function(fn, inputs: tuple, name: str, module=None) -> Recorded:
     def run(*args):
         out = fn(*args)
         holder["structure"] = output_structure(out)
-        holder["updates"] = list(_Mode.updates.values())
+        holder["updates"] = list(captured_updates.values())
         return out, [new for _, new, _ in holder["updates"]]
 
-    previous, _Mode.updates = _Mode.updates, {}
-    try:
-        with preserved_buffers(owner) as changed, random_arguments() as random, escapes_raise():
-            traced = record(run, *inputs, name=name)
-    finally:
-        _Mode.updates = previous
+    with preserved_buffers(owner) as changed, random_arguments() as random, \
+            graph_capture(escape_error) as captured_updates:
+        traced = record(run, *inputs, name=name)
     updates = holder["updates"]
     _check_updates(traced, updates, names)
     missed = [n for n in changed if n not in {names[id(t)] for t, _, _ in updates}]
@@ -426,7 +400,7 @@ class TracedModule:
             arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
         results = self._write_updates(run(arrays + bound_arrays(self.named_tensors,
                                                                 self.func.arguments[self.n_inputs:])))
-        flat = list(results) if as_numpy else [_wrap(r) for r in results]
+        flat = list(results) if as_numpy else [wrap(r) for r in results]
         return rebuild(self.structure, flat)
 
     def _write_updates(self, results: list) -> list:
@@ -448,7 +422,7 @@ class TracedModule:
             run = self._runners[key] = compile_for(self.module, self.entry, device, self.compiled.cpu).runner(shapes)
         results = self._write_updates(run(arrays + bound_arrays(self.named_tensors,
                                                                 self.func.arguments[self.n_inputs:], device)))
-        flat = [host(r) for r in results] if as_numpy else [_wrap(r) for r in results]
+        flat = [host(r) for r in results] if as_numpy else [wrap(r) for r in results]
         return rebuild(self.structure, flat)
 
     forward = __call__

@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lezero.creation import tensor
-from lezero.device_arrays import CPU, like, numpy_dtype, zeros_like
-from lezero.dispatch import EagerOp, compile_for, tensor_type, user_location
+from lezero.eager.creation import tensor
+from lezero.eager.device_arrays import CPU, like, numpy_dtype, zeros_like
+from lezero.eager.dispatch import EagerOp, compile_for, tensor_type, user_location
 from lezero.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
@@ -60,7 +60,8 @@ from lezero.jit.trace import (NAME_ATTR, TraceError, argument_names, as_input_tu
 from lezero.optim.adam import _ADAM, Adam
 from lezero.optim.sgd import _SGD, SGD
 from lezero.passes.autodiff import differentiate
-from lezero.tensor import Tensor, _wrap
+from lezero.eager.core import wrap as _wrap
+from lezero.eager.tensor import Tensor
 
 
 # --- optimizers as IR -------------------------------------------------------------------------------------

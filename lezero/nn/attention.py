@@ -7,14 +7,15 @@ import math
 
 import numpy as np
 
-from lezero import dtypes as _dt
-from lezero.creation import empty
-from lezero.device_arrays import like as _like
+from lezero.eager import dtypes as _dt
+from lezero.eager.core import wrap as _wrap
+from lezero.eager.creation import empty
+from lezero.eager.device_arrays import like as _like
+from lezero.eager.tensor import Tensor
 from lezero.nn import functional as F
 from lezero.nn import init
 from lezero.nn.layers import Linear
 from lezero.nn.module import Module, Parameter
-from lezero.tensor import Tensor, _wrap
 
 
 def _additive_mask(mask: Tensor | None, like: Tensor) -> Tensor | None:

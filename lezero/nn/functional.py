@@ -11,13 +11,14 @@ import math
 
 import numpy as np
 
-from lezero import dtypes as _dt
-from lezero.creation import default_generator
-from lezero.device_arrays import like
-from lezero.dispatch import EagerOp
+from lezero.eager import dtypes as _dt
+from lezero.eager.core import apply, apply1 as _apply1, apply2 as _apply2, cast_to as _cast_to, wrap as _wrap
+from lezero.eager.creation import default_generator
+from lezero.eager.device_arrays import kind as _kind, like
+from lezero.eager.dispatch import EagerOp
+from lezero.eager.functions import where
+from lezero.eager.tensor import Tensor
 from lezero.ir.types import ELEMENT_TYPES
-from lezero.tensor import Tensor, _apply1, _apply2, _cast_to, _kind, _wrap, apply
-from lezero.tensor_functions import where
 
 
 def _pair(v, what: str = "value") -> tuple:
@@ -312,7 +313,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
         y, mean, unbiased = apply(_BATCH_NORM_TRAIN, attrs, x, *params)
         if training and running_mean is not None:
-            from lezero.autograd import no_grad
+            from lezero.eager.autograd import no_grad
             with no_grad():  # nothing records a gradient; a jit trace records the updates
                 m = 0.1 if momentum is None else momentum
                 running_mean.mul_(1 - m).add_(mean * m)
@@ -437,7 +438,7 @@ def pad(x: Tensor, pad, mode: str = "constant", value: float = 0.0) -> Tensor:
     begins, ends = [0] * x.ndim, [0] * x.ndim
     for i in range(len(pad) // 2):
         begins[x.ndim - 1 - i], ends[x.ndim - 1 - i] = pad[2 * i], pad[2 * i + 1]
-    from lezero.dispatch import lz_op
+    from lezero.eager.dispatch import lz_op
     return _apply1(lz_op("lz.pad"), (("pads", tuple(begins + ends)), ("value", float(value))), x)
 
 

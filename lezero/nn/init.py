@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from lezero.autograd import no_grad
-from lezero.creation import _generator
-from lezero.tensor import Tensor
+from lezero.eager.autograd import no_grad
+from lezero.eager.creation import numpy_generator as _generator
+from lezero.eager.tensor import Tensor
 
 
 def calculate_gain(nonlinearity: str, param=None) -> float:

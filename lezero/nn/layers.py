@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import math
 
-from lezero import dtypes as _dt
-from lezero.creation import empty, ones, tensor, zeros
+from lezero.eager import dtypes as _dt
+from lezero.eager.creation import empty, ones, tensor, zeros
+from lezero.eager.tensor import Tensor
 from lezero.nn import functional as F
 from lezero.nn import init
 from lezero.nn.module import Module, Parameter
-from lezero.tensor import Tensor
 
 
 def _float_dtype(dtype):

@@ -2,9 +2,9 @@
 ``BCELoss``, ``SmoothL1Loss``; ``reduction`` is "mean", "sum" or "none" as in PyTorch."""
 from __future__ import annotations
 
+from lezero.eager.tensor import Tensor
 from lezero.nn import functional as F
 from lezero.nn.module import Module
-from lezero.tensor import Tensor
 
 
 class _Loss(Module):

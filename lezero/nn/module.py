@@ -6,9 +6,10 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from lezero import dtypes as _dt
-from lezero.device_arrays import host, like, numpy_dtype
-from lezero.tensor import Tensor, _cuda_device, _to_arguments, storage
+from lezero.eager import dtypes as _dt
+from lezero.eager.device_arrays import host, like, numpy_dtype, storage
+from lezero.eager.methods import cuda_device as _cuda_device, to_arguments as _to_arguments
+from lezero.eager.tensor import Tensor
 
 
 class Parameter(Tensor):
@@ -252,7 +253,7 @@ class Module:
         """Copy ``state_dict``'s values (lezero tensors, numpy arrays, torch CPU tensors) into
         the parameters and buffers, in place.  With ``strict``, missing or unexpected keys are an
         error; a shape mismatch always is."""
-        from lezero.autograd import no_grad
+        from lezero.eager.autograd import no_grad
 
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
@@ -313,7 +314,7 @@ class Module:
     def _apply(self, fn) -> "Module":
         """``fn`` on every parameter and buffer (and gradient), keeping the objects (optimizers hold
         them): their memory is replaced.  Not recorded by autograd."""
-        from lezero.autograd import no_grad
+        from lezero.eager.autograd import no_grad
 
         with no_grad():
             for module in self.modules():
@@ -433,5 +434,5 @@ class _HookHandle:
 
 
 def _wrap_array(array: np.ndarray) -> Tensor:
-    from lezero.tensor import _wrap
+    from lezero.eager.core import wrap as _wrap
     return _wrap(storage(array))

@@ -8,11 +8,11 @@ import math
 
 import numpy as np
 
-from lezero.creation import tensor
-from lezero.device_arrays import cast, numpy_dtype, zeros_like
-from lezero.dispatch import EagerOp
+from lezero.eager.creation import tensor
+from lezero.eager.device_arrays import cast, numpy_dtype, zeros_like
+from lezero.eager.dispatch import EagerOp
 from lezero.optim.optimizer import Optimizer, fused_update
-from lezero.tensor import _wrap
+from lezero.eager.core import wrap as _wrap
 
 
 def _emit_adam(b, attrs, p, g, m, v, *rest):

@@ -14,9 +14,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from lezero.device_arrays import copy_into, like, numpy_dtype, scalar_like
-from lezero.dispatch import _RUNNERS, EagerOp, runner_for
-from lezero.tensor import Tensor, _wrap
+from lezero.eager.device_arrays import copy_into, like, numpy_dtype, scalar_like
+from lezero.eager.dispatch import RUNNERS as _RUNNERS, EagerOp, runner_for
+from lezero.eager.core import wrap as _wrap
+from lezero.eager.tensor import Tensor
 
 
 class _Required:
@@ -96,10 +97,10 @@ class Optimizer:
     def step(self, closure=None):
         loss = None
         if closure is not None:
-            from lezero.autograd import enable_grad
+            from lezero.eager.autograd import enable_grad
             with enable_grad():
                 loss = closure()
-        from lezero.autograd import no_grad
+        from lezero.eager.autograd import no_grad
         with no_grad():
             for group in self.param_groups:
                 self._update_group(group)

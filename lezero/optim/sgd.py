@@ -2,10 +2,10 @@
 update, fused into one kernel per parameter shape."""
 from __future__ import annotations
 
-from lezero.device_arrays import cast, empty_like, numpy_dtype
-from lezero.dispatch import EagerOp
+from lezero.eager.device_arrays import cast, empty_like, numpy_dtype
+from lezero.eager.dispatch import EagerOp
 from lezero.optim.optimizer import Optimizer, fused_update, required
-from lezero.tensor import _wrap
+from lezero.eager.core import wrap as _wrap
 
 
 def _emit_sgd(b, attrs, p, g, *rest):

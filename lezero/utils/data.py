@@ -13,9 +13,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lezero import dtypes as _dt
-from lezero.creation import Generator, _generator, default_generator
-from lezero.tensor import Tensor, _wrap, storage
+from lezero.eager import dtypes as _dt
+from lezero.eager.core import wrap as _wrap
+from lezero.eager.creation import Generator, default_generator, numpy_generator as _generator
+from lezero.eager.device_arrays import storage
+from lezero.eager.tensor import Tensor
 
 
 class Dataset:

@@ -9,7 +9,7 @@ import pytest
 
 import lezero as lz
 from lezero import nn
-from lezero.serialization import MAGIC, CheckpointError
+from lezero.eager.serialization import MAGIC, CheckpointError
 
 
 def _model():

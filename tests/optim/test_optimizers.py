@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lezero as lz
-from lezero import dispatch
+from lezero.eager import dispatch
 
 from support.eager_testing import assert_same
 
@@ -97,7 +97,7 @@ def test_update_is_one_fused_kernel_in_place_compiled_once():
     assert dispatch.cache_size() == size  # new lr, step counts: rank-0 inputs, no recompiles
     assert np.shares_memory(p.detach().numpy(), memory)
     assert not np.array_equal(memory, before)  # updated in place
-    runner = next(run for key, run in dispatch._RUNNERS.items() if key[0].name == "adam_update")
+    runner = next(run for key, run in dispatch.RUNNERS.items() if key[0].name == "adam_update")
     assert runner.kernel_count == 1
 
 

@@ -1,6 +1,6 @@
 """Autograd: grad mode, recordings replayed as IR functions, ``backward``, ``grad``, ``trace``.
 
-Eager ops record ``Node``s (``lezero.tensor``).  Everything here starts from a *recording*: the
+Eager ops record ``Node``s (``lezero.eager.core``).  Everything here starts from a *recording*: the
 nodes between some output tensors and the tensors the walk stops at (given inputs, leaves,
 tensors that need no grad), found by ``walk`` together with a structural key: each node's op,
 attributes and operand references, and each argument's shape and dtype, never a value.
@@ -17,22 +17,25 @@ attributes and operand references, and each argument's shape and dtype, never a 
 - ``create_graph=True`` records that gradient function as one node (an ``EagerOp`` that inlines
   it), so gradients of gradients differentiate through it again: ``grad(grad(f))``.
 - ``trace(fn, *examples)`` runs ``fn`` with every op recorded, at the user's lines: the function
-  ``lezero.jit`` compiles whole.
+  ``lezero.jit`` compiles whole, under ``graph_capture`` (in-place updates of parameters become
+  results; converting a traced tensor to a Python value raises).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from lezero.device_arrays import like, numpy_dtype, size
-from lezero.dispatch import EagerOp, compile_for, device_of_arrays, tensor_type
+from lezero.eager.core import Mode, Tensor, record, wrap
+from lezero.eager.creation import tensor, zeros_like
+from lezero.eager.device_arrays import like, numpy_dtype, size, storage
+from lezero.eager.dispatch import EagerOp, compile_for, device_of_arrays, tensor_type
 from lezero.ir.attributes import DenseArrayAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp, OpResult
 from lezero.ir.types import I64, FunctionType
-from lezero.tensor import Tensor, _Mode, _record, _wrap, storage
 
 TAG = "lz.eager_value"
 
@@ -45,12 +48,12 @@ class _GradMode:
     mode = True
 
     def __enter__(self):
-        self.previous = _Mode.grad
-        _Mode.grad = self.mode
+        self.previous = Mode.grad
+        Mode.grad = self.mode
         return self
 
     def __exit__(self, *exc) -> bool:
-        _Mode.grad = self.previous
+        Mode.grad = self.previous
         return False
 
     def __call__(self, fn):
@@ -58,11 +61,11 @@ class _GradMode:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            previous, _Mode.grad = _Mode.grad, mode
+            previous, Mode.grad = Mode.grad, mode
             try:
                 return fn(*args, **kwargs)
             finally:
-                _Mode.grad = previous
+                Mode.grad = previous
         return wrapper
 
 
@@ -87,15 +90,15 @@ class set_grad_enabled(_GradMode):  # noqa: N801
 
     def __init__(self, mode: bool):
         self.mode = bool(mode)
-        self.previous = _Mode.grad
-        _Mode.grad = self.mode
+        self.previous = Mode.grad
+        Mode.grad = self.mode
 
     def __enter__(self):
         return self
 
 
 def is_grad_enabled() -> bool:
-    return _Mode.grad
+    return Mode.grad
 
 
 # --- recordings ---------------------------------------------------------------------------------------
@@ -169,7 +172,7 @@ def walk(outputs, inputs=(), stop_at_constants: bool = False, session=None) -> R
             stack.pop()
             for x, version in zip(node.inputs, node.versions):
                 # a jit trace reads an updated parameter or buffer before its update as the argument
-                if x._version != version and not (_Mode.updates and id(x) in _Mode.updates):
+                if x._version != version and not (Mode.updates and id(x) in Mode.updates):
                     raise RuntimeError(
                         f"one of the variables needed for gradient computation has been modified by an inplace "
                         f"operation: a tensor of shape {list(x.shape)} used by {node.op.name} is at version "
@@ -289,9 +292,9 @@ def _run_gradient(rec: Recording, wrt: tuple, seeds: list, create_graph: bool) -
             inputs.append(seeds[src[1]])
         else:
             inputs.append(rec.tensors[src[1:]])
-    outs = [_wrap(a) for a in gf.run([t._data for t in inputs])]
-    if create_graph and _Mode.grad or _Mode.trace:
-        _record(gf.op, (), tuple(inputs), outs)
+    outs = [wrap(a) for a in gf.run([t._data for t in inputs])]
+    if create_graph and Mode.grad or Mode.trace:
+        record(gf.op, (), tuple(inputs), outs)
     return outs
 
 
@@ -301,9 +304,9 @@ def _seeds(outputs, grad_outputs) -> list:
         if g is None:
             if size(out._data) != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            seeds.append(_wrap(like(np.ones(out.shape, numpy_dtype(out._data)), out._data)))
+            seeds.append(wrap(like(np.ones(out.shape, numpy_dtype(out._data)), out._data)))
             continue
-        g = g if isinstance(g, Tensor) else _wrap(like(storage(g, numpy_dtype(out._data)), out._data))
+        g = g if isinstance(g, Tensor) else wrap(like(storage(g, numpy_dtype(out._data)), out._data))
         if g.shape != out.shape:
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(g.shape)} and output[{i}] "
                                f"has a shape of {list(out.shape)}.")
@@ -389,12 +392,10 @@ def _differentiable(x) -> Tensor:
     """``x`` as a tensor a gradient can be taken to: itself if it already requires grad (it may be
     an outer derivative's input), else a new leaf on the same memory; while tracing, a recorded
     copy, so the traced function still reads its input."""
-    from lezero.creation import tensor
-
     t = x if isinstance(x, Tensor) else tensor(x, dtype=np.float32 if isinstance(x, float) else None)
-    if t.requires_grad and _Mode.grad:
+    if t.requires_grad and Mode.grad:
         return t
-    if _Mode.trace:
+    if Mode.trace:
         with enable_grad():
             c = t.clone()
         c.requires_grad = True
@@ -412,7 +413,7 @@ def grad_transform(fn, argnums=0, has_aux: bool = False):
     def gradient(*args, **kwargs):
         args = list(args)
         # the gradient must be differentiable again when an outer derivative or trace is running
-        nested = bool(_Mode.trace) or any(isinstance(args[i], Tensor) and args[i].requires_grad and _Mode.grad
+        nested = bool(Mode.trace) or any(isinstance(args[i], Tensor) and args[i].requires_grad and Mode.grad
                                           for i in nums)
         for i in nums:
             args[i] = _differentiable(args[i])
@@ -429,7 +430,6 @@ def grad_transform(fn, argnums=0, has_aux: bool = False):
             grads = [None] * len(wrt)
         else:
             grads = grad([out], wrt, create_graph=nested, allow_unused=True)
-        from lezero.creation import zeros_like
         grads = [zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
         result = grads[0] if isinstance(argnums, int) else tuple(grads)
         return (result, aux) if has_aux else result
@@ -473,20 +473,36 @@ class Trace:
 def trace(fn, *example_inputs, name: str = "traced", **kwargs) -> Trace:
     """Run ``fn`` on ``example_inputs`` recording every op (at the user's source lines) and return
     it as one IR function.  ``fn`` returns a tensor or a (nested) tuple/list of tensors."""
-    from lezero.creation import tensor
-
-    inputs = [_wrap(x._data) if isinstance(x, Tensor) else tensor(x) for x in example_inputs]
+    inputs = [wrap(x._data) if isinstance(x, Tensor) else tensor(x) for x in example_inputs]
     session = object()  # marks the nodes this trace records: earlier recordings are constants to it
-    previous = (_Mode.trace, _Mode.session)
-    _Mode.trace, _Mode.session = previous[0] + 1, session
+    previous = (Mode.trace, Mode.session)
+    Mode.trace, Mode.session = previous[0] + 1, session
     try:
         outputs = fn(*inputs, **kwargs)
     finally:
-        _Mode.trace, _Mode.session = previous
+        Mode.trace, Mode.session = previous
     flat = _flatten(outputs)
     rec = walk(flat, inputs, session=session)
     func = build_function(rec, name, locations=True)
     return Trace(func, inputs, rec.args[len(inputs):], flat, rec)
+
+
+@contextlib.contextmanager
+def graph_capture(on_escape):
+    """The tracing hook ``lezero.jit`` records whole graphs under (around ``trace``).
+
+    While active, an in-place op on a tensor the trace did not compute (a parameter or buffer) is
+    collected in the yielded dict, ``id(tensor) -> (tensor, the tensor of its new value, its version
+    after the update)``: the traced function returns those values as extra results.  And a tensor
+    the trace computed that is about to become a Python value (``bool()``, ``.item()``,
+    ``.tolist()``, ``.numpy()``, ``np.asarray()``) calls ``on_escape(what)`` first, which raises:
+    the value would be the example's, baked into the graph."""
+    previous = Mode.updates, Mode.on_escape
+    Mode.updates, Mode.on_escape = {}, on_escape
+    try:
+        yield Mode.updates
+    finally:
+        Mode.updates, Mode.on_escape = previous
 
 
 def _flatten(outputs) -> list:

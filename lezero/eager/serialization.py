@@ -32,10 +32,10 @@ import tempfile
 
 import numpy as np
 
-from lezero import dtypes as _dt
-from lezero.device_arrays import host, to_device
+from lezero.eager import dtypes as _dt
+from lezero.eager.core import Tensor, wrap
+from lezero.eager.device_arrays import host, storage, to_device
 from lezero.runtime.devices import device
-from lezero.tensor import Tensor, _wrap, storage
 
 MAGIC = b"LZCKPT01"
 ALIGNMENT = 64
@@ -223,7 +223,7 @@ def _parse(data: memoryview, name: str, target):
     with data[base:base + data_bytes] as payload:
         if hashlib.sha256(payload).hexdigest() != expected:
             fail("the data does not match its checksum (the file is corrupt)")
-        tensors = [_wrap(to_device(_read_tensor(payload, i, e, data_bytes, fail), target))
+        tensors = [wrap(to_device(_read_tensor(payload, i, e, data_bytes, fail), target))
                    for i, e in enumerate(entries)]
     try:
         return _decode(structure, tensors)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import lezero as lz
-from lezero.serialization import CheckpointError
+from lezero.eager.serialization import CheckpointError
 
 
 def _nested():

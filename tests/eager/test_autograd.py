@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lezero as lz
-from lezero import autograd, dispatch
+from lezero.eager import autograd, dispatch
 from lezero.ir import interpret, verify
 from lezero.ir.core import ModuleOp
 

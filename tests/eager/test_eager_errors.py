@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import lezero as lz
-from lezero import dispatch
+from lezero.eager import dispatch
 
 
 def _line_of(marker: str) -> int:

@@ -7,7 +7,7 @@ when the first tensor goes to cuda, never by a CPU-only program: until then the 
 numpy's dtypes only, and the CPU path reads them exactly as before (``a.dtype in FLOATS``).
 
 Everything here takes either kind of array: ``KIND[a.dtype]`` (numpy's kind letter), ``numpy_dtype``,
-``device_of``, ``host`` (a numpy copy), ``to_device``.
+``device_of``, ``host`` (a numpy copy), ``to_device``; ``storage`` makes the host array a tensor holds.
 """
 from __future__ import annotations
 
@@ -47,6 +47,20 @@ def torch():
 def numpy_dtype(a) -> np.dtype:
     """The numpy dtype of ``a``'s elements (its own for a numpy array)."""
     return _TO_NUMPY[a.dtype]
+
+
+def kind(a) -> str:
+    """numpy's kind letter of an array's elements (either kind of array)."""
+    return a.dtype.kind if a.__class__ is np.ndarray else KIND[a.dtype]
+
+
+def storage(value, dtype=None) -> np.ndarray:
+    """``value`` as an array a tensor can hold: C-contiguous, aligned, native byte order (a 0-d
+    array stays 0-d, unlike ``np.ascontiguousarray``)."""
+    a = np.asarray(value, dtype)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return a if a.flags.c_contiguous and a.flags.aligned else np.array(a, order="C")
 
 
 def size(a) -> int:

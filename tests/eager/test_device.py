@@ -12,7 +12,7 @@ import torch
 
 import lezero as lz
 from lezero import nn
-from lezero.dispatch import OperatorError
+from lezero.eager.dispatch import OperatorError
 
 # numpy's warnings for the lanes a kernel computes and masks off (log of 0 and such)
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")

@@ -17,12 +17,12 @@ import contextlib
 
 import numpy as np
 
-from lezero import dtypes as _dt
-from lezero.device_arrays import CPU, device_of, host, to_device
-from lezero.device_arrays import like as storage_like
-from lezero.dispatch import OperatorError, user_location
+from lezero.eager import dtypes as _dt
+from lezero.eager.core import Mode, Tensor, wrap
+from lezero.eager.device_arrays import CPU, device_of, host, storage, to_device
+from lezero.eager.device_arrays import like as storage_like
+from lezero.eager.dispatch import OperatorError, user_location
 from lezero.runtime.devices import device as _device
-from lezero.tensor import Tensor, _Mode, _wrap, storage
 
 
 _STATE_BITS = 2 ** 64
@@ -64,9 +64,9 @@ class Generator:
         """The ``[seed, offset]`` (``tensor<2xi64>``) of one ``lz.random_uniform`` draw, on ``like``'s device
         (an array); the offset advances.  Recorded in a trace, see ``random_arguments``."""
         offset, self._offset = self._offset, (self._offset + 1) % _STATE_BITS
-        if _RECORDING and _Mode.trace:
+        if _RECORDING and Mode.trace:
             return _RECORDING[-1].state(self, offset, like)
-        return _wrap(storage_like(_state_words(self._seed, offset), like))
+        return wrap(storage_like(_state_words(self._seed, offset), like))
 
 
 class RandomArgument:
@@ -79,7 +79,7 @@ class RandomArgument:
         self.generator = generator
         self.seed = generator._seed
         self.start = start
-        self.tensor = _wrap(storage_like(_state_words(generator._seed, start), like))
+        self.tensor = wrap(storage_like(_state_words(generator._seed, start), like))
         self.draws = 0
 
     def bind(self) -> None:
@@ -105,7 +105,7 @@ class RandomArguments:
         arg.draws = max(arg.draws, k + 1)
         if k == 0:
             return arg.tensor
-        return arg.tensor + _wrap(storage_like(_state_words(0, k), like))
+        return arg.tensor + wrap(storage_like(_state_words(0, k), like))
 
 
 _RECORDING: list[RandomArguments] = []
@@ -143,11 +143,11 @@ def initial_seed() -> int:
     return default_generator.initial_seed()
 
 
-def _generator(generator: Generator | None) -> np.random.Generator:
+def numpy_generator(generator: Generator | None) -> np.random.Generator:
     """The numpy generator of initialization-style draws (``rand``, ``randn``, ``uniform_``, ...).
     Their numbers are data, not ops: inside a traced function they would be frozen into the graph
     as one draw, repeated at every call, so there they are an error."""
-    if _RECORDING and _Mode.trace:
+    if _RECORDING and Mode.trace:
         raise OperatorError("random numbers drawn with numpy (lz.rand, randn, randint, normal, bernoulli, randperm, "
                             "Tensor.uniform_/normal_, nn.init) inside a traced function would be frozen into the "
                             "graph as one draw: draw them outside and pass them in, or use dropout (the IR's "
@@ -157,7 +157,7 @@ def _generator(generator: Generator | None) -> np.random.Generator:
 
 def _finish(array: np.ndarray, requires_grad: bool, device=None) -> Tensor:
     """A tensor of ``array`` on ``device`` (default the CPU)."""
-    t = _wrap(storage(array) if device is None else _on(storage(array), device))
+    t = wrap(storage(array) if device is None else _on(storage(array), device))
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -214,7 +214,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     _dt.from_numpy_dtype(array.dtype)  # a clear error for unsupported dtypes
-    return _wrap(storage(array))
+    return wrap(storage(array))
 
 
 def _shape(size) -> tuple:
@@ -291,25 +291,25 @@ def full_like(t: Tensor, fill_value, dtype=None, device=None, requires_grad=Fals
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform on [0, 1)."""
     d = _float_dtype(dtype)
-    return _finish(_generator(generator).random(_shape(size)).astype(d.numpy), requires_grad, device)
+    return _finish(numpy_generator(generator).random(_shape(size)).astype(d.numpy), requires_grad, device)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal."""
     d = _float_dtype(dtype)
-    return _finish(_generator(generator).standard_normal(_shape(size)).astype(d.numpy), requires_grad, device)
+    return _finish(numpy_generator(generator).standard_normal(_shape(size)).astype(d.numpy), requires_grad, device)
 
 
 def randint(low, high=None, size=(), generator=None, dtype=None, device=None) -> Tensor:
     if high is None:
         low, high = 0, low
     d = _dt.as_dtype(dtype) if dtype is not None else _dt.int64
-    return _finish(_generator(generator).integers(low, high, tuple(size)).astype(d.numpy), False, device)
+    return _finish(numpy_generator(generator).integers(low, high, tuple(size)).astype(d.numpy), False, device)
 
 
 def randperm(n: int, generator=None, dtype=None, device=None) -> Tensor:
     d = _dt.as_dtype(dtype) if dtype is not None else _dt.int64
-    return _finish(_generator(generator).permutation(n).astype(d.numpy), False, device)
+    return _finish(numpy_generator(generator).permutation(n).astype(d.numpy), False, device)
 
 
 def rand_like(t: Tensor, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -322,11 +322,12 @@ def randn_like(t: Tensor, dtype=None, device=None, requires_grad=False) -> Tenso
 
 def normal(mean: float, std: float, size, generator=None, dtype=None, device=None) -> Tensor:
     d = _float_dtype(dtype)
-    return _finish((_generator(generator).standard_normal(tuple(size)) * std + mean).astype(d.numpy), False, device)
+    values = numpy_generator(generator).standard_normal(tuple(size)) * std + mean
+    return _finish(values.astype(d.numpy), False, device)
 
 
 def bernoulli(p: Tensor, generator=None) -> Tensor:
     """1 with probability ``p`` (elementwise), else 0, in ``p``'s dtype."""
     probabilities = np.asarray(p)
-    return _finish((_generator(generator).random(p.shape) < probabilities).astype(probabilities.dtype), False,
+    return _finish((numpy_generator(generator).random(p.shape) < probabilities).astype(probabilities.dtype), False,
                    _like_device(p, None))

@@ -2,14 +2,16 @@
 as PyTorch spells them; most forward to the ``Tensor`` method of the same name."""
 from __future__ import annotations
 
-from lezero import dtypes as _dt
-from lezero.tensor import _CONCAT, _SELECT, Tensor, _cast_to, _dim, _is_number, _scalar, apply
+from lezero.eager import dtypes as _dt
+from lezero.eager.core import Tensor, apply, axis_of, cast_to
+from lezero.eager.creation import tensor
+from lezero.eager.ops import CONCAT, SELECT
+from lezero.eager.promotion import is_number, scalar
 
 
 def _as_tensor(x) -> Tensor:
     if isinstance(x, Tensor):
         return x
-    from lezero.creation import tensor
     return tensor(x)
 
 
@@ -19,11 +21,11 @@ def cat(tensors, dim: int = 0) -> Tensor:
     if not tensors:
         raise RuntimeError("cat(): expected a non-empty list of Tensors")
     target = _dt.result_type([t.dtype for t in tensors])
-    tensors = [_cast_to(t, target) for t in tensors]
+    tensors = [cast_to(t, target) for t in tensors]
     if len(tensors) == 1:
         return tensors[0]
-    axis = _dim(dim, tensors[0].ndim)
-    return apply(_CONCAT, (("axis", axis), ("stack", False), ("stacked_shape", None)), *tensors)
+    axis = axis_of(dim, tensors[0].ndim)
+    return apply(CONCAT, (("axis", axis), ("stack", False), ("stacked_shape", None)), *tensors)
 
 
 concat = concatenate = cat
@@ -40,28 +42,28 @@ def stack(tensors, dim: int = 0) -> Tensor:
             raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
                                f"{list(t.shape)} at entry {i}")
     target = _dt.result_type([t.dtype for t in tensors])
-    tensors = [_cast_to(t, target) for t in tensors]
-    axis = _dim(dim, len(shape) + 1)
+    tensors = [cast_to(t, target) for t in tensors]
+    axis = axis_of(dim, len(shape) + 1)
     stacked = shape[:axis] + (1,) + shape[axis:]
     if len(tensors) == 1:
         return tensors[0].reshape(stacked)
-    return apply(_CONCAT, (("axis", axis), ("stack", True), ("stacked_shape", stacked)), *tensors)
+    return apply(CONCAT, (("axis", axis), ("stack", True), ("stacked_shape", stacked)), *tensors)
 
 
 def where(condition, input, other) -> Tensor:  # noqa: A002 - PyTorch's names
     """``input`` where ``condition`` holds, else ``other`` (tensors or numbers; they broadcast)."""
-    condition = _cast_to(_as_tensor(condition), _dt.bool_)
+    condition = cast_to(_as_tensor(condition), _dt.bool_)
     tensors = [v for v in (input, other) if isinstance(v, Tensor)]
     if not tensors:
         raise TypeError("where() needs at least one of input and other to be a tensor")
     dims = [t.dtype for t in tensors if t.ndim]
     zero = [t.dtype for t in tensors if not t.ndim]
-    scalars = [v for v in (input, other) if _is_number(v)]
+    scalars = [v for v in (input, other) if is_number(v)]
     target = _dt.result_type(dims, zero, scalars)
     on = tensors[0]._data  # numbers go to the tensors' device
-    a = _cast_to(input, target) if isinstance(input, Tensor) else _scalar(input, target.numpy, on)
-    b = _cast_to(other, target) if isinstance(other, Tensor) else _scalar(other, target.numpy, on)
-    return apply(_SELECT, (), condition, a, b)
+    a = cast_to(input, target) if isinstance(input, Tensor) else scalar(input, target.numpy, on)
+    b = cast_to(other, target) if isinstance(other, Tensor) else scalar(other, target.numpy, on)
+    return apply(SELECT, (), condition, a, b)
 
 
 def maximum(a, b) -> Tensor:

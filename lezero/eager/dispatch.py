@@ -4,9 +4,9 @@ An ``EagerOp`` is a frontend op: a name and ``emit(b, attrs, *values) -> [Value,
 builds its IR with a ``Builder`` (one lz op for most; a few for composites such as ``linear`` or
 ``cross_entropy``, which the pipeline then fuses).  The same ``emit`` serves twice: to compile the
 op on its own (eager execution) and to replay a recorded graph into one function (``backward``,
-``lezero.autograd.trace``), so eager and traced code are the same IR.
+``lezero.eager.autograd.trace``), so eager and traced code are the same IR.
 
-Eager execution looks up ``(op, attributes, shape and dtype of each input)`` in ``_RUNNERS``; on a
+Eager execution looks up ``(op, attributes, shape and dtype of each input)`` in ``RUNNERS``; on a
 miss it builds ``@f`` around one ``emit``, compiles it through the whole CPU pipeline
 (``CompiledFunction``) and keeps the plan's lean runner (``lezero.runtime.launch``): after that
 an op is a dict lookup and one launch.  A shape mismatch is found while building (shape
@@ -14,7 +14,7 @@ inference), so errors cost nothing on the hot path; they name the op, the shapes
 line (``OperatorError``).  An index out of range, found by the kernel when it runs
 (``lezero/codegen/index_checks.py``), is an ``IndexError`` that starts with the user's line.
 
-On cuda (inputs that are torch tensors, ``lezero.device_arrays``) the same key holds the lean
+On cuda (inputs that are torch tensors, ``lezero.eager.device_arrays``) the same key holds the lean
 runner of ``lezero.compile(..., target="cuda")``: a torch dtype in the key tells the device, so the
 CPU path pays nothing for it.  Inputs on two devices are found on the miss and raise
 ``OperatorError`` at the user's line, as PyTorch's "expected all tensors to be on the same device".
@@ -25,16 +25,18 @@ import linecache
 import os
 import sys
 
-from lezero.device_arrays import device_of, numpy_dtype, same_device
+from lezero.eager.device_arrays import device_of, numpy_dtype, same_device
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.diagnostics import IRError
 from lezero.ir.location import UNKNOWN, FileLineColLoc, Location
 from lezero.ir.opdef import OpError
 from lezero.ir.types import FunctionType, TensorType, element_type_of
+from lezero.runtime import compile as compile_module
 from lezero.runtime.devices import Device
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# the lezero package (this file is lezero/eager/dispatch.py): frames inside it are not the user's line
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class OperatorError(IRError, RuntimeError):
@@ -136,18 +138,16 @@ def compile_for(module: ModuleOp, entry: str, device: Device, cpu=None):
     """``lezero.compile`` of ``@entry`` for ``device`` (host code for ``cpu``: default ``$LEZERO_CPU``
     or the host); its lean ``runner(shapes)`` runs numpy arrays on the CPU (``run(arrays,
     outs=None)``), torch tensors on cuda."""
-    import lezero  # the compiler loads on first use
-
-    return lezero.compile(module, entry, target=device.type, cpu=cpu)
+    return compile_module(module, entry, device.type, cpu)
 
 
 # (op, attrs, shape0, dtype0, shape1, dtype1, ...) -> run(inputs, outs=None) -> [arrays]
-_RUNNERS: dict[tuple, object] = {}
+RUNNERS: dict[tuple, object] = {}
 
 
 def runner_for(key: tuple, op: EagerOp, attrs: tuple, arrays) -> object:
     """Compile ``op`` for the types of ``arrays`` and remember it under ``key``."""
-    run = _RUNNERS.get(key)
+    run = RUNNERS.get(key)
     if run is None:
         device = device_of_arrays(op.name, arrays)
         func = one_op_function(op, attrs, [tensor_type(a) for a in arrays])
@@ -157,7 +157,7 @@ def runner_for(key: tuple, op: EagerOp, attrs: tuple, arrays) -> object:
             raise OperatorError(f"{op.name}: {e.message}", user_location()) from None
         if run.checks_indices:
             run = _at_user_line(run)
-        _RUNNERS[key] = run
+        RUNNERS[key] = run
     return run
 
 
@@ -176,15 +176,15 @@ def _at_user_line(run):
 def run_op(op: EagerOp, attrs: tuple, arrays: list) -> list:
     """Run ``op`` on arrays of one device (C-contiguous, of lezero dtypes): its results, as arrays."""
     key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
-    run = _RUNNERS.get(key)
+    run = RUNNERS.get(key)
     if run is None:
         run = runner_for(key, op, attrs, arrays)
     return run(arrays)
 
 
 def cache_size() -> int:
-    return len(_RUNNERS)
+    return len(RUNNERS)
 
 
 def clear_cache() -> None:
-    _RUNNERS.clear()
+    RUNNERS.clear()

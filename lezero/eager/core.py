@@ -1,0 +1,401 @@
+"""The eager engine's core: what a tensor is, and the hot path of one op.
+
+A tensor holds a C-contiguous numpy array (``_data``) of a lezero dtype; a cuda tensor a torch
+tensor on the device instead (``lezero.eager.device_arrays``: ``x.to("cuda")``, ``device=`` on
+creation, ``.numpy()``/``.item()`` copy to the host).  Every op on tensors is an ``EagerOp``
+(``lezero.eager.dispatch``) run through ``apply1``/``apply2``/``apply``: a dict lookup of ``(op,
+attributes, input shapes and dtypes)`` to a compiled one-op function (compiled for the inputs'
+device), one launch, a new tensor (``wrap``).  Python numbers become rank-0 inputs, never
+constants, so ``x * lr`` compiles once whatever ``lr`` is.
+
+Autograd: when grad mode is on and an input requires grad, the op is recorded as a ``Node``
+(op, attributes, inputs) on its outputs (``record``); ``backward()`` replays the recording into one
+IR function and differentiates it (``lezero.eager.autograd``).  While tracing
+(``lezero.eager.autograd.trace``) every op is recorded, with the user's line.
+
+``Tensor`` here holds the state, the properties and the conversions to Python and numpy; its ops
+are installed onto it from one table by ``lezero.eager.tensor`` (the module to import it from),
+since they need modules above this one (promotion, indexing, creation) that need the hot path here.
+
+Reshapes of a contiguous array need no kernel (``reshaped``): they return a tensor sharing memory
+(PyTorch's views), recorded as ``lz.reshape``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lezero.eager import device_arrays as _dev
+from lezero.eager import dtypes as _dt
+from lezero.eager.device_arrays import FLOATS, kind, storage
+from lezero.eager.dispatch import RUNNERS, EagerOp, OperatorError, runner_for, user_location
+from lezero.eager.ops import CAST, RESHAPE
+from lezero.runtime.devices import Device
+
+_new = object.__new__
+
+
+class Mode:
+    """Process-wide recording switches (class attributes: one lookup on the hot path)."""
+
+    grad = True     # grad mode: record ops whose inputs require grad
+    trace = 0       # > 0 while tracing: record every op, with its location
+    session = None  # the trace recording now (lezero.eager.autograd.trace)
+    # While ``jit`` traces (``lezero.eager.autograd.graph_capture``): an in-place op on a value the
+    # trace computed continues the graph from its result (``_old()`` gives a stand-in for the old
+    # value, as with grad); one on an argument (a parameter or buffer) records ``id(tensor) ->
+    # (tensor, the tensor of its new value, its version after the update)`` here, the traced
+    # function's extra results; in-place ops chain.
+    updates = None
+    # Also while ``jit`` traces: called with what is asked (``".item()"``) when a tensor the trace
+    # computed is about to become a Python value, which would bake the example's value in; raises.
+    on_escape = None
+
+
+def escaping(t: "Tensor", what: str) -> None:
+    """Tell ``Mode.on_escape`` when the running trace computed ``t`` (tensors made before the
+    trace, and every tensor outside one, convert as usual)."""
+    node = t._node
+    if Mode.trace and node is not None and node.session is Mode.session:
+        Mode.on_escape(what)
+
+
+class Node:
+    """One recorded op: what ``backward`` and ``trace`` replay.  ``inputs`` are tensors;
+    ``versions`` their versions when recorded (an in-place change after that is an error)."""
+
+    __slots__ = ("op", "attrs", "inputs", "versions", "location", "session", "__weakref__")
+
+    def __init__(self, op: EagerOp, attrs: tuple, inputs: tuple):
+        self.op = op
+        self.attrs = attrs
+        self.inputs = inputs
+        self.versions = tuple(t._version for t in inputs)
+        if Mode.trace:
+            self.location, self.session = user_location(), Mode.session
+        else:
+            self.location = self.session = None
+
+    def name(self) -> str:
+        return "".join(part.capitalize() for part in self.op.name.split("_")) + "Backward"
+
+    @property
+    def next_functions(self) -> tuple:
+        if self.inputs is None:
+            return ()
+        return tuple((t._node, t._index) for t in self.inputs)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
+
+def record(op: EagerOp, attrs: tuple, inputs: tuple, outputs) -> None:
+    """Attach a node to ``outputs``; they require grad when grad mode is on, an input requires
+    grad and they are floats."""
+    grad = Mode.grad and any(t.requires_grad for t in inputs)
+    floats = [t._data.dtype in FLOATS for t in outputs]
+    if not (Mode.trace or any(floats)):
+        return  # integer and boolean results carry no gradient: nothing to record
+    node = Node(op, attrs, inputs)
+    for i, (t, is_float) in enumerate(zip(outputs, floats)):
+        if is_float or Mode.trace:
+            t._node, t._index = node, i
+            if grad and is_float:
+                t.requires_grad = True
+
+
+def wrap(array) -> "Tensor":
+    """A new tensor holding ``array`` (a storage array: ``device_arrays.storage``, or a kernel's result)."""
+    t = _new(Tensor)
+    t._data = array
+    return t
+
+
+# --- the hot path: one op ---------------------------------------------------------------------------
+
+def apply1(op: EagerOp, attrs: tuple, x: "Tensor") -> "Tensor":
+    """``apply`` of a one-input, one-result op, written out: the commonest call."""
+    a = x._data
+    key = (op, attrs, a.shape, a.dtype)
+    run = RUNNERS.get(key)
+    if run is None:
+        run = runner_for(key, op, attrs, (a,))
+    out = _new(Tensor)
+    out._data = run([a])[0]
+    if Mode.trace or (x.requires_grad and Mode.grad):
+        record(op, attrs, (x,), (out,))
+    return out
+
+
+def apply2(op: EagerOp, attrs: tuple, x: "Tensor", y: "Tensor") -> "Tensor":
+    """``apply`` of a two-input, one-result op (binary operators), written out."""
+    a, b = x._data, y._data
+    key = (op, attrs, a.shape, a.dtype, b.shape, b.dtype)
+    run = RUNNERS.get(key)
+    if run is None:
+        run = runner_for(key, op, attrs, (a, b))
+    out = _new(Tensor)
+    out._data = run([a, b])[0]
+    if Mode.trace or ((x.requires_grad or y.requires_grad) and Mode.grad):
+        record(op, attrs, (x, y), (out,))
+    return out
+
+
+def apply(op: EagerOp, attrs: tuple, *inputs: "Tensor"):
+    """Run ``op`` on tensors: one tensor, or a tuple for an op with several results."""
+    arrays = [t._data for t in inputs]
+    key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
+    run = RUNNERS.get(key)
+    if run is None:
+        run = runner_for(key, op, attrs, arrays)
+    outs = [wrap(r) for r in run(arrays)]
+    if Mode.trace or (Mode.grad and any(t.requires_grad for t in inputs)):
+        record(op, attrs, inputs, outs)
+    return outs[0] if op.num_results == 1 else tuple(outs)
+
+
+def reshaped(x: "Tensor", shape: tuple) -> "Tensor":
+    """A tensor sharing ``x``'s memory with another shape (no kernel), recorded as lz.reshape."""
+    out = _new(Tensor)
+    try:
+        out._data = x._data.reshape(shape)
+    except (ValueError, RuntimeError):  # numpy's and torch's complaint
+        raise OperatorError(f"reshape: cannot reshape a tensor of shape {_fmt(x.shape)} ({x.numel()} elements) "
+                            f"to {_fmt(shape)}", user_location()) from None
+    if Mode.trace or (x.requires_grad and Mode.grad):
+        record(RESHAPE, (("shape", tuple(out._data.shape)),), (x,), (out,))
+    return out
+
+
+def _fmt(shape) -> str:
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def cast_to(t: "Tensor", d: "_dt.dtype") -> "Tensor":
+    """``t`` with elements of ``d`` (``t`` itself when it has them)."""
+    a = t._data
+    if a.dtype == d.numpy or (a.__class__ is not np.ndarray and _dev.numpy_dtype(a) == d.numpy):
+        return t
+    return apply1(CAST, (("to", d.element_type),), t)
+
+
+# --- dims -------------------------------------------------------------------------------------------
+
+def axes_of(dim, rank: int) -> tuple:
+    """``dim`` (None, an int or a sequence) as sorted non-negative axes; None is every axis."""
+    if dim is None:
+        return tuple(range(rank))
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    out = []
+    for d in dims:
+        if not -max(rank, 1) <= d < max(rank, 1):
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-max(rank, 1)}, "
+                             f"{max(rank, 1) - 1}], but got {d})")
+        out.append(int(d) % max(rank, 1))
+    return tuple(sorted(set(out)))
+
+
+def axis_of(dim: int, rank: int) -> int:
+    """One ``dim`` of a tensor of ``rank`` dims, non-negative (PyTorch's wrapping and error)."""
+    if not -max(rank, 1) <= dim < max(rank, 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-max(rank, 1)}, {max(rank, 1) - 1}],"
+                         f" but got {dim})")
+    return int(dim) % max(rank, 1)
+
+
+def shape_args(args) -> tuple:
+    """``f(2, 3)`` or ``f((2, 3))`` as ``(2, 3)``."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    return tuple(int(a) for a in args)
+
+
+# --- the tensor ---------------------------------------------------------------------------------------
+
+class Tensor:
+    """An n-dimensional array on the CPU or on cuda; see the module docstring.  Its ops come from
+    ``lezero.eager.tensor``'s table."""
+
+    # Defaults as class attributes: a new tensor sets only ``_data``.
+    requires_grad = False
+    grad = None
+    _node = None
+    _index = 0
+    _version = 0
+    __array_priority__ = 1000  # numpy defers to our reflected operators
+    __hash__ = object.__hash__
+
+    def __init__(self, data=()):
+        """``lz.Tensor(data)``: a float tensor (PyTorch's legacy constructor); prefer ``lz.tensor``."""
+        self._data = storage(data, _dt.get_default_dtype().numpy)
+
+    # --- properties -------------------------------------------------------------------------------
+    @property
+    def dtype(self) -> "_dt.dtype":
+        a = self._data
+        return _dt.from_numpy_dtype(a.dtype if a.__class__ is np.ndarray else _dev.numpy_dtype(a))
+
+    @property
+    def shape(self) -> tuple:
+        s = self._data.shape
+        return s if s.__class__ is tuple else tuple(s)
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def device(self) -> Device:
+        return _dev.device_of(self._data)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._data.__class__ is not np.ndarray
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    @property
+    def grad_fn(self):
+        return self._node if self.requires_grad else None
+
+    @property
+    def data(self) -> "Tensor":
+        """The same memory, detached from the graph."""
+        return wrap(self._data)
+
+    @data.setter
+    def data(self, value) -> None:
+        value = value._data if isinstance(value, Tensor) else storage(value)
+        self._data = value
+        self._version += 1
+
+    @property
+    def T(self) -> "Tensor":  # noqa: N802
+        return self.permute(*reversed(range(self.ndim)))
+
+    @property
+    def mT(self) -> "Tensor":  # noqa: N802
+        return self.transpose(-2, -1)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self._data.shape[dim]
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    def numel(self) -> int:
+        return _dev.size(self._data)
+
+    def element_size(self) -> int:
+        return self._data.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self._data.dtype in FLOATS
+
+    def is_contiguous(self) -> bool:
+        return True
+
+    def contiguous(self) -> "Tensor":
+        return self
+
+    # --- numpy and Python interop (what a trace cannot follow: see ``Mode.on_escape``) -------------
+    def numpy(self) -> np.ndarray:
+        """The tensor's memory as a numpy array (no copy); a cuda tensor's copied to the host."""
+        if Mode.on_escape is not None:
+            escaping(self, ".numpy()")
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return _dev.host(self._data)
+
+    def __array__(self, dtype=None, copy=None):
+        if Mode.on_escape is not None:
+            escaping(self, "np.asarray()")
+        a = _dev.host(self._data)
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def item(self):
+        if Mode.on_escape is not None:
+            escaping(self, ".item()")
+        n = _dev.size(self._data)
+        if n != 1:
+            raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
+        return self._data.reshape(()).item()
+
+    def tolist(self):
+        if Mode.on_escape is not None:
+            escaping(self, ".tolist()")
+        return self._data.tolist()
+
+    def __len__(self) -> int:
+        if not self._data.ndim:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if not self._data.ndim:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    def __bool__(self) -> bool:
+        if Mode.on_escape is not None:
+            escaping(self, "bool()")
+        n = _dev.size(self._data)
+        if n != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {n} values is ambiguous")
+        return bool(self._data.reshape(()))
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if kind(self._data) not in "iub" or _dev.size(self._data) != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        a = _dev.host(self._data)
+        body = np.array2string(a, separator=", ", prefix="tensor(")
+        extras = [] if self._data is a else [f"device='{self.device}'"]
+        d = a.dtype
+        if d not in (_dt.get_default_dtype().numpy, np.dtype(np.int64), np.dtype(np.bool_)) or a.size == 0:
+            extras.append(f"dtype={self.dtype!r}")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn=<{self.grad_fn.name()}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+    def __reduce__(self):
+        if self._data.__class__ is np.ndarray:
+            return (_rebuild, (self._data, self.requires_grad))
+        return (_rebuild, (_dev.host(self._data), self.requires_grad, str(self.device)))
+
+    # --- the graph --------------------------------------------------------------------------------
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if not requires_grad and self._node is not None and self.requires_grad:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables.")
+        if requires_grad and self._data.dtype not in FLOATS:
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        self.requires_grad = requires_grad
+        return self
+
+    def detach(self) -> "Tensor":
+        return wrap(self._data)
+
+    def detach_(self) -> "Tensor":
+        self._node = None
+        self.requires_grad = False
+        return self
+
+
+def _rebuild(data, requires_grad, device=None):
+    t = wrap(storage(data) if device is None else _dev.to_device(storage(data), device))
+    if requires_grad:
+        t.requires_grad = True
+    return t

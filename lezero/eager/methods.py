@@ -1,0 +1,424 @@
+"""The ``Tensor`` methods that hold real logic (argument handling, dtype rules, several ops),
+written out and grouped by kind; ``lezero.eager.tensor`` installs each group onto ``Tensor`` next
+to the one-line methods it generates from its table.
+
+Each group is a plain class used as a namespace of methods (its functions take ``self``, a
+tensor): ``Arithmetic``, ``Reductions``, ``Shapes``, ``Devices``, ``InPlace``.  In-place ops write
+into the tensor's memory; on a tensor the graph records they are recorded functionally (the tensor
+takes a new buffer and node) and bump its version, so a backward that needs the old value fails
+loudly, as in PyTorch.
+"""
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+
+from lezero.eager import device_arrays as _dev
+from lezero.eager import dtypes as _dt
+from lezero.eager.autograd import backward
+from lezero.eager.core import Mode, Tensor, apply, apply1, apply2, axes_of, axis_of, cast_to, reshaped, shape_args, wrap
+from lezero.eager.creation import numpy_generator, tensor
+from lezero.eager.device_arrays import FLOATS, kind, storage
+from lezero.eager.dispatch import OperatorError, user_location
+from lezero.eager.functions import where
+from lezero.eager.ops import ARGMAX, BROADCAST, CLAMP, MATMUL, REDUCE, SWAP_2D, TRANSPOSE, UNARY, VAR
+from lezero.eager.promotion import float_input, operands
+from lezero.runtime.devices import Device
+from lezero.runtime.devices import device as _device
+
+MinMax = collections.namedtuple("MinMax", ["values", "indices"])
+
+
+def reduction(x: Tensor, name: str, dim, keepdim: bool) -> Tensor:
+    """``lz.reduce_<name>`` of ``x`` over ``dim`` (None: every dim)."""
+    axes = axes_of(dim, x.ndim)
+    attrs = (("axes", axes), ("keepdims", bool(keepdim))) if x.ndim else (("keepdims", bool(keepdim)),)
+    return apply1(REDUCE[name], attrs, x)
+
+
+def variance(x: Tensor, dim, unbiased, keepdim, correction, std: bool) -> Tensor:
+    """``var`` (or ``std``) with PyTorch's ``unbiased``/``correction`` (default: Bessel's 1)."""
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    x = float_input(x)
+    axes = axes_of(dim, x.ndim)
+    count = math.prod(x.shape[a] for a in axes) if x.ndim else 1
+    attrs = (("axes", axes), ("keepdims", bool(keepdim)), ("count", count), ("correction", correction),
+             ("std", std))
+    return apply1(VAR, attrs, x)
+
+
+def _extremum(x: Tensor, name: str, dim, keepdim: bool):
+    if dim is None:
+        return reduction(x, name, None, False)
+    values = reduction(x, name, dim, keepdim)
+    indices = (x if name == "max" else -x).argmax(dim, keepdim)
+    return MinMax(values, indices)
+
+
+class Arithmetic:
+    def __rmatmul__(self, other):
+        return tensor(other).matmul(self)
+
+    def matmul(self, other):
+        if not isinstance(other, Tensor):
+            other = tensor(other)
+        a, b = operands(self, other)
+        return apply2(MATMUL, (), a, b)
+
+    def square(self):
+        return self * self
+
+    def logical_not(self):
+        return apply1(UNARY["not"], (), cast_to(self, _dt.bool_))
+
+    def where(self, condition, other):
+        return where(condition, self, other)
+
+    def masked_fill(self, mask, value):
+        return where(mask, value, self)
+
+    def lerp(self, end, weight):
+        return self + (end - self) * weight
+
+    def clamp(self, min=None, max=None):  # noqa: A002 - PyTorch's names
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        bounds = []
+        x = self
+        for bound in (min, max):
+            if bound is None:
+                continue
+            pair = operands(x, bound)
+            if pair is None:
+                raise TypeError(f"clamp bound must be a number or a tensor, got {type(bound).__name__}")
+            x, b = pair
+            bounds.append(b)
+        bounds = [cast_to(b, x.dtype) for b in bounds]
+        return apply(CLAMP, (("min", min is not None), ("max", max is not None)), x, *bounds)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
+
+
+class Reductions:
+    def sum(self, dim=None, keepdim=False, dtype=None):
+        x = self
+        if dtype is not None:
+            x = cast_to(x, _dt.as_dtype(dtype))
+        elif kind(x._data) in "bui" and x.dtype is not _dt.int64:
+            x = cast_to(x, _dt.int64)
+        return reduction(x, "sum", dim, keepdim)
+
+    def mean(self, dim=None, keepdim=False, dtype=None):
+        x = self if dtype is None else cast_to(self, _dt.as_dtype(dtype))
+        if x._data.dtype not in FLOATS:
+            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
+                               f"or complex dtype. Got: {x.dtype.name.capitalize()}")
+        return reduction(x, "mean", dim, keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
+        return _extremum(self, "max", dim, keepdim)
+
+    def min(self, dim=None, keepdim=False):
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        return _extremum(self, "min", dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return (-self).argmax(dim, keepdim)
+
+    def argmax(self, dim=None, keepdim=False):
+        if dim is None:
+            return apply1(ARGMAX, (("axis", 0), ("keepdims", False)), self.reshape(-1))
+        return apply1(ARGMAX, (("axis", axis_of(dim, self.ndim)), ("keepdims", bool(keepdim))), self)
+
+    def logsumexp(self, dim, keepdim=False):
+        m = self.amax(dim, keepdim=True).detach()
+        out = (self - m).exp().sum(dim, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(dim)
+
+    def norm(self, p=2, dim=None, keepdim=False):
+        if p == 2:
+            return (self * self).sum(dim, keepdim).sqrt()
+        if p == 1:
+            return self.abs().sum(dim, keepdim)
+        return (self.abs() ** p).sum(dim, keepdim) ** (1.0 / p)
+
+
+class Shapes:
+    def reshape(self, *shape) -> Tensor:
+        return reshaped(self, shape_args(shape))
+
+    def view(self, *shape) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], _dt.dtype):
+            raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
+        return reshaped(self, shape_args(shape))
+
+    def flatten(self, start_dim=0, end_dim=-1) -> Tensor:
+        if self.ndim == 0:
+            return reshaped(self, (1,))
+        s, e = axis_of(start_dim, self.ndim), axis_of(end_dim, self.ndim)
+        shape = self.shape
+        return reshaped(self, shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
+
+    def unflatten(self, dim, sizes) -> Tensor:
+        d = axis_of(dim, self.ndim)
+        return reshaped(self, self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+
+    def unsqueeze(self, dim) -> Tensor:
+        d = axis_of(dim, self.ndim + 1)
+        return reshaped(self, self.shape[:d] + (1,) + self.shape[d:])
+
+    def squeeze(self, dim=None) -> Tensor:
+        if dim is None:
+            return reshaped(self, tuple(s for s in self.shape if s != 1))
+        dims = axes_of(dim, self.ndim)
+        return reshaped(self, tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
+
+    def permute(self, *dims) -> Tensor:
+        perm = tuple(axis_of(d, self.ndim) for d in shape_args(dims))
+        if sorted(perm) != list(range(self.ndim)):
+            raise RuntimeError(f"permute(): dims {list(dims)} are not a permutation of the {self.ndim} dims")
+        if perm == tuple(range(self.ndim)):
+            return self
+        return apply1(TRANSPOSE, (("perm", perm),), self)
+
+    def transpose(self, dim0, dim1) -> Tensor:
+        perm = list(range(self.ndim))
+        a, b = axis_of(dim0, self.ndim), axis_of(dim1, self.ndim)
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.permute(*perm)
+
+    def t(self) -> Tensor:
+        if self._data.ndim < 2:
+            return self
+        if self._data.ndim > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+        return apply1(TRANSPOSE, SWAP_2D, self)
+
+    def expand(self, *sizes) -> Tensor:
+        sizes = shape_args(sizes)
+        lead = len(sizes) - self.ndim
+        if lead < 0:
+            raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to "
+                               f"the number of dimensions in the tensor ({self.ndim})")
+        shape = tuple(self.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(sizes))
+        if shape == self.shape:
+            return self
+        return apply1(BROADCAST, (("shape", shape),), self)
+
+    def expand_as(self, other: Tensor) -> Tensor:
+        return self.expand(*other.shape)
+
+    def broadcast_to(self, shape) -> Tensor:
+        return self.expand(*shape)
+
+    def repeat(self, *sizes) -> Tensor:
+        sizes = shape_args(sizes)
+        x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape)
+        # tile as broadcast + reshape: (r0, d0, r1, d1, ...) -> (r0*d0, r1*d1, ...)
+        inter = tuple(v for r, d in zip(sizes, x.shape) for v in (1, d))
+        target = tuple(v for r, d in zip(sizes, x.shape) for v in (r, d))
+        return x.reshape(inter).expand(*target).reshape(tuple(r * d for r, d in zip(sizes, x.shape)))
+
+    def chunk(self, chunks: int, dim=0):
+        size = self.shape[axis_of(dim, self.ndim)]
+        step = -(-size // chunks)
+        return self.split(step, dim)
+
+    def split(self, split_size, dim=0):
+        d = axis_of(dim, self.ndim)
+        size = self.shape[d]
+        sizes = [split_size] * (size // split_size) + ([size % split_size] if size % split_size else []) \
+            if isinstance(split_size, int) else list(split_size)
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.narrow(d, start, s))
+            start += s
+        return tuple(out)
+
+    def narrow(self, dim, start, length) -> Tensor:
+        d = axis_of(dim, self.ndim)
+        index = [slice(None)] * self.ndim
+        index[d] = slice(start, start + length)
+        return self[tuple(index)]
+
+    def unbind(self, dim=0):
+        d = axis_of(dim, self.ndim)
+        return tuple(self.select(d, i) for i in range(self.shape[d]))
+
+    def select(self, dim, index) -> Tensor:
+        d = axis_of(dim, self.ndim)
+        return self[(slice(None),) * d + (index,)]
+
+
+class Devices:
+    def to(self, *args, **kwargs) -> Tensor:
+        """``to(dtype)``, ``to("cuda")``, ``to(device, dtype)``, ``to(other)`` (its device and dtype).
+        ``self`` when nothing changes; moving to another device copies (a cast happens on the CPU
+        side of the move)."""
+        dtype, target = to_arguments(args, kwargs)
+        if target is None or target == self.device:
+            return self if dtype is None else cast_to(self, dtype)
+        if dtype is not None and target.type != "cpu":
+            return _moved(cast_to(self, dtype), target)
+        moved = _moved(self, target)
+        return moved if dtype is None else cast_to(moved, dtype)
+
+    def type(self, d=None):
+        if d is None:
+            return f"lezero.{self.dtype.name.capitalize()}Tensor"
+        return cast_to(self, _dt.as_dtype(d))
+
+    def type_as(self, other: Tensor) -> Tensor:
+        return cast_to(self, other.dtype)
+
+    def cpu(self) -> Tensor:
+        return self if self._data.__class__ is np.ndarray else _moved(self, _dev.CPU)
+
+    def cuda(self, device=None, non_blocking: bool = False) -> Tensor:
+        return self.to(cuda_device(device))
+
+    def _new_like(self, make, dtype) -> Tensor:
+        """A new tensor on ``self``'s device: ``make(numpy dtype)`` (a numpy array) of ``dtype``,
+        default ``self``'s."""
+        array = make(_dt.as_dtype(dtype).numpy if dtype else _dev.numpy_dtype(self._data))
+        return wrap(_dev.like(array, self._data))
+
+    def new_full(self, size, fill_value, dtype=None) -> Tensor:
+        return self._new_like(lambda d: np.full(tuple(size), fill_value, d), dtype)
+
+    def new_tensor(self, data, dtype=None) -> Tensor:
+        return self._new_like(lambda d: storage(data, d), dtype)
+
+
+def _is_device_spec(value) -> bool:
+    """Whether ``value`` names a device: a string, a ``Device``, a ``torch.device``."""
+    return isinstance(value, (str, Device)) or type(value).__name__ == "device"
+
+
+def to_arguments(args, kwargs) -> tuple:
+    """``to``'s arguments (``to(dtype)``, ``to(device, dtype)``, ``to(other)``, keywords) as
+    ``(lz dtype or None, Device or None)``."""
+    dtype, target = kwargs.get("dtype"), kwargs.get("device")
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype, target = a.dtype, a.device
+        elif _is_device_spec(a):
+            target = a
+        elif a is not None:
+            dtype = a
+    return (None if dtype is None else _dt.as_dtype(dtype)), (None if target is None else _device(str(target)))
+
+
+def cuda_device(index) -> Device:
+    """``cuda()``'s argument: None, an index or a device."""
+    if index is None:
+        return _dev.CUDA
+    return _device(f"cuda:{index}" if isinstance(index, int) else str(index))
+
+
+def _moved(x: Tensor, target: Device) -> Tensor:
+    """A copy of ``x`` on ``target``.  Autograd does not record moves: moving a tensor the graph
+    needs would cut it, so that is an error."""
+    if Mode.trace:
+        raise OperatorError(f"jit.trace: moving a tensor to {target} inside a traced function is not supported: "
+                            f"move the model and the inputs before tracing", user_location())
+    if x.requires_grad and Mode.grad:
+        raise RuntimeError(f"moving a tensor that requires grad to {target} is not recorded by autograd: move it "
+                           f"before it requires grad (x.to(device).requires_grad_()) or under lz.no_grad()")
+    return wrap(_dev.to_device(x._data, target))
+
+
+class InPlace:
+    def _old(self) -> Tensor:
+        """A tensor standing for the current value before an in-place op changes ``self``: ``self``
+        itself when nothing is recorded, else a tensor taking over its place in the graph."""
+        if not (self.requires_grad and Mode.grad):
+            if Mode.updates is not None:  # a jit trace: see ``Mode.updates``
+                if id(self) in Mode.updates:
+                    return Mode.updates[id(self)][1]  # the traced value of an earlier in-place op
+                if self._traced():  # a value the trace computed: a stand-in takes its place in the graph
+                    old = wrap(self._data)
+                    old._node, old._index, old._version = self._node, self._index, self._version
+                    return old
+            return self
+        if self._node is None:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+        old = wrap(self._data)
+        old._node, old._index, old.requires_grad, old._version = self._node, self._index, True, self._version
+        return old
+
+    def _traced(self) -> bool:
+        """Whether the running trace computed this tensor (it is no argument of the traced graph)."""
+        return self._node is not None and self._node.session is Mode.session
+
+    def _inplace(self, result: Tensor) -> Tensor:
+        """Make ``self`` hold ``result`` (computed from ``_old()``).  Recorded: ``self`` takes a new
+        buffer and continues the graph from ``result`` (earlier nodes saw the old version).  Not
+        recorded: the result is written into ``self``'s memory, which views and numpy share."""
+        if result._data.shape != self._data.shape:
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
+                               f"{list(result.shape)}")
+        if (self.requires_grad or result.requires_grad) and Mode.grad:
+            self._data = _dev.cast(result._data, _dev.numpy_dtype(self._data))
+            self._node, self._index, self.requires_grad = result._node, result._index, result.requires_grad
+        else:
+            self._data[...] = result._data
+            if Mode.updates is not None and result._node is not None:
+                if self._traced():  # the graph continues from ``result``
+                    self._node, self._index = result._node, result._index
+                else:  # an argument of the trace (a parameter or buffer): ``result`` is its new value
+                    Mode.updates[id(self)] = (self, result, self._version + 1)
+        self._version += 1
+        return self
+
+    def _overwrite(self, array_or_value) -> Tensor:
+        """Fill ``self`` with data that does not depend on a graph (fill_, uniform_, copy_ of a
+        constant): a number or an array on either device, broadcast."""
+        self._old()
+        if self.requires_grad and Mode.grad:
+            fresh = _dev.empty_like(self._data)
+            _dev.copy_into(fresh, array_or_value)
+            self._data = fresh
+            self._node, self.requires_grad = None, False
+        else:
+            _dev.copy_into(self._data, array_or_value)
+        self._version += 1
+        return self
+
+    def clamp_(self, min=None, max=None):  # noqa: A002
+        return self._inplace(self._old().clamp(min, max))
+
+    def relu_(self):
+        return self._inplace(self._old().relu())
+
+    def copy_(self, src) -> Tensor:
+        if not isinstance(src, Tensor):
+            src = tensor(src)
+        if src.requires_grad and Mode.grad:
+            self._old()
+            return self._inplace(src.to(self.dtype).expand(*self.shape).clone())
+        return self._overwrite(src._data)
+
+    def zero_(self) -> Tensor:
+        return self._overwrite(0)
+
+    def fill_(self, value) -> Tensor:
+        return self._overwrite(value.item() if isinstance(value, Tensor) else value)
+
+    def uniform_(self, a=0.0, b=1.0, generator=None) -> Tensor:
+        values = numpy_generator(generator).uniform(a, b, self.shape)
+        return self._overwrite(values.astype(_dev.numpy_dtype(self._data)))
+
+    def normal_(self, mean=0.0, std=1.0, generator=None) -> Tensor:
+        values = numpy_generator(generator).standard_normal(self.shape) * std + mean
+        return self._overwrite(values.astype(_dev.numpy_dtype(self._data)))
+
+
+GROUPS = (Arithmetic, Reductions, Shapes, Devices, InPlace)
