@@ -106,7 +106,8 @@ class ExecutionPlan:
 
     @property
     def result_types(self) -> list:
-        return list(self.func.function_type.results)
+        """The static type of each result (of the returned values: the schedule's)."""
+        return [v.type for v in self.func.return_op.operands]
 
     def written_in_place(self, index: int) -> bool:
         """Whether the last kernel writing result ``index`` writes it into the output buffer."""
