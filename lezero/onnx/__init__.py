@@ -1,7 +1,8 @@
 """lezero's ONNX frontend.
 
 - ``import_model(path_or_model) -> ModuleOp``: the graph as ``func.func @main`` of lz ops
-  (``lezero/onnx/importer.py``; one converter per ONNX operator in ``lezero/onnx/ops``);
+  (``lezero/onnx/importer.py``; the converters per ONNX operator and opset in ``lezero/onnx/ops``,
+  found through ``lezero/onnx/registry.py``);
 - ``compile(path_or_model) -> CompiledModel``: imported and compiled for the CPU,
   ``.run({name: array}) -> {name: array}``;
 - ``lezero.onnx.backend``: ``onnx.backend.base.Backend`` for ONNX's own test suites;
@@ -12,7 +13,8 @@ not implement, naming the node and operator), ``ValueDependentError`` (a shape c
 inputs' values), ``DynamicShapeError`` (a computation with a dim the graph leaves dynamic).
 """
 from lezero.onnx.errors import DynamicShapeError, OnnxError, UnsupportedError, ValueDependentError
-from lezero.onnx.importer import CONVERTERS, MIN_OPSET, import_model
+from lezero.onnx.importer import MIN_OPSET, import_model
+from lezero.onnx.registry import converters
 from lezero.onnx.compiled_model import CompiledModel, FeedError, compile  # noqa: A004
 from lezero.onnx.export import ExportError, export, to_onnx  # noqa: E402
 
@@ -23,10 +25,12 @@ __all__ = ["import_model", "compile", "CompiledModel", "OnnxError", "Unsupported
 
 def supported_operators() -> list[str]:
     """``domain::op_type`` (just ``op_type`` in the default domain) of every converter."""
-    return sorted(f"{d}::{t}" if d else t for d, t in CONVERTERS)
+    return sorted(f"{d}::{t}" if d else t for d, t in converters())
 
 
 def __getattr__(name):
+    if name == "CONVERTERS":  # public since issue 5: the table, ``(domain, op_type) -> ((since, fn), ...)``
+        return converters()
     if name == "backend":  # imported on use: it pulls in onnx.backend
         import importlib
 

@@ -5,8 +5,9 @@ initializers (in order), its results the graph outputs; ``lz.input_names`` and `
 record their ONNX names.  Initializers become ``lz.constant``s; every op carries a ``NameLoc``
 naming the ONNX node it came from (``node.name``, or ``<op_type>_<index>`` for a nameless node).
 
-Each ONNX operator has one converter (``CONVERTERS``, filled by ``lezero/onnx/ops/*.py``): a
-function of a ``NodeContext`` returning one value per node output, built from lz ops.
+Each ONNX operator has a converter per opset range (``lezero.onnx.registry``, filled by
+``lezero/onnx/ops/*.py``): a function of a ``NodeContext`` returning one value per node output,
+built from lz ops.
 
 **Constants are evaluated at import.** An lz op whose operands are all known is run through its
 numpy reference at once and becomes an ``lz.constant`` (unless that would make a large constant
@@ -23,7 +24,6 @@ Opsets 11 and later of the default domain are imported; older models are refused
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import onnx
@@ -38,28 +38,12 @@ from lezero.ir.location import NameLoc
 from lezero.ir.opdef import OpError
 from lezero.ir.types import ElementType, FunctionType, TensorType, format_shape
 from lezero.ir.verifier import verify
-from lezero.onnx import element_types
+from lezero.onnx import element_types, registry
 from lezero.onnx.errors import DynamicShapeError, OnnxError, UnsupportedError, ValueDependentError
 from lezero.onnx.loading import load_model
 
 MIN_OPSET = 11
 DEFAULT_DOMAINS = ("", "ai.onnx")
-
-# (domain, op_type) -> converter; domain "" is the default ONNX domain.
-CONVERTERS: dict[tuple[str, str], Callable] = {}
-
-
-def converter(*op_types: str, domain: str = ""):
-    """Register the decorated function as the converter of ``op_types`` in ``domain``."""
-    def register(fn):
-        for op_type in op_types:
-            key = (domain, op_type)
-            if key in CONVERTERS:
-                raise ValueError(f"ONNX operator {op_type} has two converters")
-            CONVERTERS[key] = fn
-        return fn
-    return register
-
 
 # A folded constant may be this many elements, or as large as its operands together.
 FOLD_MAX_ELEMENTS = 1 << 16
@@ -434,18 +418,22 @@ class Importer:
             except UnsupportedError as e:
                 raise UnsupportedError(f"node '{name}' ({node.op_type}): attribute '{a.name}': {e.message}",
                                        location) from None
-        fn = CONVERTERS.get((domain, node.op_type))
+        versions = registry.versions_of(domain, node.op_type)
+        fn = None
+        if versions:
+            if domain not in opsets:
+                raise OnnxError(f"node '{name}' ({node.op_type}) is in domain '{domain}', which the model does not "
+                                "import (opset_import)", location)
+            fn = registry.converter_at(versions, opsets[domain])
         if fn is None:
             local = self.functions.get((domain, node.op_type))
             if local is not None:
                 self.inline_function(local, node, name, inputs, attributes, env)
                 return
             where = f"{domain}::" if domain else ""
-            raise UnsupportedError(f"node '{name}': ONNX operator {where}{node.op_type} is not supported by lezero",
-                                   location)
-        if domain not in opsets:
-            raise OnnxError(f"node '{name}' ({node.op_type}) is in domain '{domain}', which the model does not "
-                            "import (opset_import)", location)
+            since = f" before opset {versions[0][0]} (this model imports opset {opsets[domain]})" if versions else ""
+            raise UnsupportedError(f"node '{name}': ONNX operator {where}{node.op_type} is not supported by "
+                                   f"lezero{since}", location)
         ctx = NodeContext(self, node, name, opsets[domain], inputs, attributes, env, opsets)
         try:
             outputs = fn(ctx)
@@ -537,7 +525,4 @@ def upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
-# The converters register themselves in CONVERTERS.
-from lezero.onnx import ops  # noqa: E402,F401
-
-__all__ = ["import_model", "converter", "CONVERTERS", "NodeContext", "MIN_OPSET"]
+__all__ = ["import_model", "NodeContext", "MIN_OPSET"]

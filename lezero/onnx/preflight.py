@@ -6,7 +6,7 @@ error instead, marks the node's outputs as missing, and goes on; a node reading 
 skipped silently (its producer is already reported). What is reported, each with the node or input
 it is about and what to do:
 
-- an ONNX operator no converter handles (``importer.CONVERTERS``), an attribute or attribute value
+- an ONNX operator no converter handles (``lezero.onnx.registry``), an attribute or attribute value
   a converter refuses, an unsupported element type, an opset the version converter cannot lift;
 - a dim of a graph input that is dynamic and not bound by ``--shape`` (for the rest of the check
   it is taken as 1, so that the converters see the static shapes they will see once it is bound);

@@ -1,4 +1,2 @@
-"""The converters, one per ONNX operator, grouped by family; importing this package registers
-them all in ``lezero.onnx.importer.CONVERTERS``."""
-from lezero.onnx.ops import (attention, elementwise, losses, nn, quantization, reduction, resize,  # noqa: F401
-                             sampling, tensor, training)
+"""The converters, grouped by family, one module each; ``lezero.onnx.registry.CONVERTER_MODULES``
+lists the families and imports them on the first lookup."""

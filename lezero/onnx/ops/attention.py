@@ -14,7 +14,7 @@ import numpy as np
 
 from lezero.ir.types import I1, I64
 from lezero.onnx import element_types
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 from lezero.onnx.ops.tensor import broadcast_to
 
 

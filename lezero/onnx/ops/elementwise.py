@@ -7,7 +7,7 @@ import numpy as np
 
 from lezero.ir.types import F64, I1
 from lezero.onnx import element_types
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 from lezero.onnx.ops.common import binary
 
 # One lz op each.
@@ -128,12 +128,7 @@ def cast_like(ctx):
 @converter("Clip")
 def clip(ctx):
     x = ctx.input(0)
-    if ctx.opset < 11:
-        lo, hi = ctx.attr("min", None), ctx.attr("max", None)
-        lo = None if lo is None else ctx.scalar(lo, x)
-        hi = None if hi is None else ctx.scalar(hi, x)
-    else:
-        lo, hi = ctx.optional(1), ctx.optional(2)
+    lo, hi = ctx.optional(1), ctx.optional(2)
     if lo is not None:
         x = binary(ctx, "lz.max", x, lo)
     if hi is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from lezero.ir.types import I64
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 
 
 def _reduction(ctx) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 
 from lezero.ir.dialect.contraction import conv2d_input_grad
 from lezero.ir.types import F32, I32
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 from lezero.onnx.ops.common import axis_of, product, scaled
 
 
@@ -392,11 +392,21 @@ def _channel(ctx, v, rank, et):
 
 
 @converter("BatchNormalization")
-def batch_norm(ctx):
+def batch_norm_inference(ctx):
+    return batch_norm(ctx, training=0)
+
+
+@converter("BatchNormalization", since=14)
+def batch_norm_training_mode(ctx):
+    return batch_norm(ctx, training=ctx.attr("training_mode", 0))
+
+
+def batch_norm(ctx, training):
+    """Inference: ``lz.batch_norm`` with the running statistics; training: the batch's, and the new
+    running ones as outputs 1 and 2."""
     x, scale, bias, mean, var = (ctx.input(i) for i in range(5))
     epsilon = ctx.attr("epsilon", 1e-5)
     momentum = ctx.attr("momentum", 0.9)
-    training = ctx.attr("training_mode", 0) if ctx.opset >= 14 else 0
     et = ctx.dtype(x)
     if not training:
         params = [ctx.cast(v, et) for v in (scale, bias, mean, var)]
@@ -529,18 +539,28 @@ def lrn(ctx):
 
 # --- softmax --------------------------------------------------------------------------------------------
 
-def _softmax_family(ctx, name):
+# ONNX operator -> lz op (None: Hardmax, a comparison with the argmax)
+_SOFTMAX_FAMILY = {"Softmax": "lz.softmax", "LogSoftmax": "lz.log_softmax", "Hardmax": None}
+
+
+@converter(*_SOFTMAX_FAMILY)
+def softmax_flattened(ctx):
+    """Before opset 13: over all dims from ``axis`` on, as one."""
+    name = _SOFTMAX_FAMILY[ctx.op_type]
     x = ctx.input(0)
-    rank = ctx.rank(x)
-    if ctx.opset >= 13:
-        axis = axis_of(ctx, ctx.attr("axis", -1), rank)
-        return ctx.op(name, x, axis=axis) if name else _hardmax(ctx, x, axis)
-    # before opset 13: over all dims from axis on, as one
-    axis = axis_of(ctx, ctx.attr("axis", 1), rank)
+    axis = axis_of(ctx, ctx.attr("axis", 1), ctx.rank(x))
     shape = ctx.shape(x)
     flat = ctx.reshape(x, [product(shape[:axis]), product(shape[axis:])])
     y = ctx.op(name, flat, axis=1) if name else _hardmax(ctx, flat, 1)
     return ctx.reshape(y, shape)
+
+
+@converter(*_SOFTMAX_FAMILY, since=13)
+def softmax(ctx):
+    name = _SOFTMAX_FAMILY[ctx.op_type]
+    x = ctx.input(0)
+    axis = axis_of(ctx, ctx.attr("axis", -1), ctx.rank(x))
+    return ctx.op(name, x, axis=axis) if name else _hardmax(ctx, x, axis)
 
 
 def _hardmax(ctx, x, axis):
@@ -549,19 +569,4 @@ def _hardmax(ctx, x, axis):
     view[axis] = ctx.shape(x)[axis]
     hit = ctx.op("lz.cmp", index, ctx.constant(np.arange(view[axis], dtype=np.int64).reshape(view)), predicate="eq")
     return ctx.cast(hit, ctx.dtype(x))
-
-
-@converter("Softmax")
-def softmax(ctx):
-    return _softmax_family(ctx, "lz.softmax")
-
-
-@converter("LogSoftmax")
-def log_softmax(ctx):
-    return _softmax_family(ctx, "lz.log_softmax")
-
-
-@converter("Hardmax")
-def hardmax(ctx):
-    return _softmax_family(ctx, None)
 

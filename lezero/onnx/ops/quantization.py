@@ -9,7 +9,7 @@ import numpy as np
 
 from lezero.ir.types import F32, F64, I32, UI8
 from lezero.onnx import element_types
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 from lezero.onnx.ops.nn import _window_attrs, conv2d, spatial_rank
 from lezero.onnx.ops.tensor import broadcast_to
 

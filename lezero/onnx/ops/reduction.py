@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from lezero.ir.types import I1, UI8
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 from lezero.onnx.ops.common import axes_of, axis_of
 
 # op -> (lz reduction, prologue, epilogue); the prologue and epilogue take (ctx, value).
@@ -25,8 +25,6 @@ _REDUCTIONS = {
     "ReduceSumSquare": ("lz.reduce_sum", lambda ctx, x: ctx.op("lz.mul", x, x), None),
     "ReduceLogSum": ("lz.reduce_sum", None, lambda ctx, y: ctx.op("lz.log", y)),
 }
-# opset from which ``axes`` is an input rather than an attribute
-_AXES_INPUT_SINCE = {"ReduceSum": 13}
 
 
 def _sqrt(ctx, y):
@@ -37,12 +35,8 @@ def _sqrt(ctx, y):
     return ctx.cast(ctx.op("lz.sqrt", ctx.cast(y, F64)), ctx.dtype(y))
 
 
-def reduction_axes(ctx, x):
-    """The normalized axes to reduce, or None for 'reduce nothing' (noop_with_empty_axes)."""
-    if ctx.opset >= _AXES_INPUT_SINCE.get(ctx.op_type, 18):
-        axes = ctx.ints(1, "axes")
-    else:
-        axes = ctx.attr("axes", None)
+def reduction_axes(ctx, x, axes):
+    """The normalized ``axes`` to reduce, or None for 'reduce nothing' (noop_with_empty_axes)."""
     noop = ctx.attr("noop_with_empty_axes", 0)
     if not axes:
         return None if noop else list(range(ctx.rank(x)))
@@ -50,10 +44,22 @@ def reduction_axes(ctx, x):
 
 
 @converter(*_REDUCTIONS, "ReduceLogSumExp")
-def reduce(ctx):
+def reduce_axes_attribute(ctx):
     x = ctx.input(0)
+    return reduce(ctx, x, ctx.attr("axes", None))
+
+
+# ``axes`` became an input in opset 13 for ReduceSum, in opset 18 for the others.
+@converter("ReduceSum", since=13)
+@converter(*(op for op in (*_REDUCTIONS, "ReduceLogSumExp") if op != "ReduceSum"), since=18)
+def reduce_axes_input(ctx):
+    x = ctx.input(0)
+    return reduce(ctx, x, ctx.ints(1, "axes"))
+
+
+def reduce(ctx, x, axes):
     keepdims = bool(ctx.attr("keepdims", 1))
-    axes = reduction_axes(ctx, x)
+    axes = reduction_axes(ctx, x, axes)
     if ctx.op_type == "ReduceLogSumExp":
         return _log_sum_exp(ctx, x, axes, keepdims)
     name, prologue, epilogue = _REDUCTIONS[ctx.op_type]

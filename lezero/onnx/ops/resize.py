@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from lezero.ir.types import F64
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 
 
 def _source_coordinates(mode, y, scale, in_size, out_size_float, out_size, roi):
@@ -123,11 +123,9 @@ def _along(ctx, x, axis, weights):
     return ctx.transpose(moved, inverse)
 
 
-@converter("Resize")
+@converter("Resize", since=11)  # before 11 its coordinate rules differ
 def resize(ctx):
     x = ctx.input(0)
-    if ctx.opset < 11:
-        raise ctx.unsupported("Resize before opset 11 (its coordinate rules differ); convert the model to opset 11")
     shape = ctx.shape(x)
     rank = len(shape)
     mode = ctx.attr("mode", "nearest")

@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 
 from lezero.ir.types import I64
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 from lezero.onnx.ops.common import product
 
 
@@ -55,7 +55,7 @@ def _cubic_coefficients(ctx, t):
 @converter("GridSample")
 def grid_sample(ctx):
     x, grid = ctx.input(0), ctx.input(1)
-    mode = ctx.attr("mode", "linear" if ctx.opset >= 20 else "bilinear")
+    mode = ctx.attr("mode", "linear")  # opset 20's default, the name of opset 16's "bilinear"
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     padding = ctx.attr("padding_mode", "zeros")
     align = bool(ctx.attr("align_corners", 0))

@@ -1,10 +1,9 @@
-"""Shape and data-movement operators: Shape, Reshape, Slice, Gather, Concat, Pad, Einsum, ...
+"""Shape and data-movement operators: Shape, Reshape, Slice, Concat, Pad, Einsum, ... (gathers and
+scatters are in ``indexing.py``).
 
 Shapes are static wherever the graph inputs' shapes are: Shape and Size give constants, and the
 operators taking a shape, axes or indices as an input (Reshape, Expand, Slice, Unsqueeze, ...)
-read it at import (``ctx.require_const``).  Gathers of single elements (GatherElements, GatherND,
-ReverseSequence) are ``lz.gather`` on the flattened input with flat indices computed from the
-index tensor.
+read it at import (``ctx.require_const``).
 """
 from __future__ import annotations
 
@@ -14,9 +13,9 @@ import string
 import numpy as np
 
 from lezero.ir.dialect.broadcasting import try_broadcast_shapes
-from lezero.ir.types import I1, I64
+from lezero.ir.types import I1
 from lezero.onnx import element_types
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 from lezero.onnx.ops.common import axes_of, axis_of, product
 
 
@@ -39,7 +38,7 @@ def size(ctx):
 @converter("Reshape")
 def reshape(ctx):
     x = ctx.input(0)
-    target = ctx.ints(1, "the target shape") if ctx.opset >= 5 else list(ctx.attr("shape"))
+    target = ctx.ints(1, "the target shape")
     allowzero = ctx.attr("allowzero", 0)
     return ctx.reshape(x, resolve_reshape(ctx, x, target, allowzero))
 
@@ -80,9 +79,19 @@ def flatten(ctx):
 
 
 @converter("Squeeze")
-def squeeze(ctx):
+def squeeze_axes_attribute(ctx):
     x = ctx.input(0)
-    axes = ctx.ints(1, "axes") if ctx.opset >= 13 else ctx.attr("axes", None)
+    return squeeze(ctx, x, ctx.attr("axes", None))
+
+
+@converter("Squeeze", since=13)
+def squeeze_axes_input(ctx):
+    x = ctx.input(0)
+    return squeeze(ctx, x, ctx.ints(1, "axes"))
+
+
+def squeeze(ctx, x, axes):
+    """``x`` without the size-1 dims ``axes`` (every size-1 dim when None)."""
     shape = x.type.shape
     if axes is None:
         if None in shape:
@@ -97,9 +106,19 @@ def squeeze(ctx):
 
 
 @converter("Unsqueeze")
-def unsqueeze(ctx):
+def unsqueeze_axes_attribute(ctx):
     x = ctx.input(0)
-    axes = ctx.ints(1, "axes") if ctx.opset >= 13 else ctx.attr("axes")
+    return unsqueeze(ctx, x, ctx.attr("axes"))
+
+
+@converter("Unsqueeze", since=13)
+def unsqueeze_axes_input(ctx):
+    x = ctx.input(0)
+    return unsqueeze(ctx, x, ctx.ints(1, "axes"))
+
+
+def unsqueeze(ctx, x, axes):
+    """``x`` with size-1 dims inserted at ``axes`` (of the result)."""
     rank = ctx.rank(x) + len(axes)
     axes = axes_of(ctx, axes, rank)
     dims = iter(x.type.shape)
@@ -166,16 +185,31 @@ def slice_axis(ctx, x, axis: int, start: int, end: int, step: int = 1):
 
 
 @converter("Split")
-def split(ctx):
+def split_sizes_attribute(ctx):
+    return split(ctx, lambda: ctx.attr("split", None))
+
+
+@converter("Split", since=13)
+def split_sizes_input(ctx):
+    return split(ctx, lambda: ctx.ints(1, "split"))
+
+
+@converter("Split", since=18)
+def split_num_outputs(ctx):
+    return split(ctx, lambda: ctx.ints(1, "split"), ctx.attr("num_outputs", None))
+
+
+def split(ctx, read_sizes, n=None):
+    """Input 0 in pieces along ``axis``: of the sizes ``read_sizes()`` gives (read once the axis is
+    known to be static), else ``n`` (or one per output) equal pieces, the last one smaller."""
     x = ctx.input(0)
     axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(x))
     size = x.type.shape[axis]
     if size is None:
         raise ctx.dynamic(f"splitting dynamic dim {axis} of {x.type}")
-    sizes = ctx.ints(1, "split") if ctx.opset >= 13 else ctx.attr("split", None)
+    sizes = read_sizes()
     outputs = len(ctx.node.output)
     if sizes is None:
-        n = ctx.attr("num_outputs", None) if ctx.opset >= 18 else None
         n = n or outputs
         chunk = size // n if size % n == 0 else size // n + 1
         sizes = [chunk] * n
@@ -192,12 +226,8 @@ def split(ctx):
 @converter("Slice")
 def slice_(ctx):
     x = ctx.input(0)
-    if ctx.opset >= 10:
-        starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
-        axes, steps = ctx.ints(3, "axes"), ctx.ints(4, "steps")
-    else:
-        starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
-        axes, steps = ctx.attr("axes", None), None
+    starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
+    axes, steps = ctx.ints(3, "axes"), ctx.ints(4, "steps")
     axes = list(range(len(starts))) if axes is None else axes_of(ctx, axes, ctx.rank(x))
     steps = [1] * len(starts) if steps is None else steps
     if not len(starts) == len(ends) == len(axes) == len(steps):
@@ -215,14 +245,11 @@ def pad(ctx):
     x = ctx.input(0)
     rank = ctx.rank(x)
     mode = ctx.attr("mode", "constant")
-    if ctx.opset >= 11:
-        pads = ctx.ints(1, "pads")
-        value = ctx.const(2)
-        if ctx.has_input(2) and value is None:
-            value = ctx.require_const(2, "the constant value")
-        axes = ctx.ints(3, "axes")
-    else:
-        pads, value, axes = list(ctx.attr("pads")), ctx.attr("value", 0.0), None
+    pads = ctx.ints(1, "pads")
+    value = ctx.const(2)
+    if ctx.has_input(2) and value is None:
+        value = ctx.require_const(2, "the constant value")
+    axes = ctx.ints(3, "axes")
     value = 0 if value is None else np.asarray(value).reshape(-1)[0].item() if np.size(value) else 0
     axes = list(range(rank)) if axes is None else axes_of(ctx, axes, rank)
     if len(pads) != 2 * len(axes):
@@ -282,77 +309,6 @@ def _pad_axis(ctx, x, axis, begin, end, mode):
         else:
             pieces.append(ctx.op("lz.slice", x, starts=[0], ends=[end], axes=[axis]))
     return ctx.op("lz.concat", *pieces, axis=axis)
-
-
-@converter("Gather")
-def gather(ctx):
-    x, indices = ctx.input(0), ctx.input(1)
-    axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(x))
-    return ctx.op("lz.gather", x, indices, axis=axis)
-
-
-def normalized_indices(ctx, indices, size):
-    """Indices as i64, negative ones counted from the end (``size`` a number or an i64 value)."""
-    indices = ctx.cast(indices, I64)
-    size = ctx.scalar(size, I64) if isinstance(size, (int, np.integer)) else size
-    negative = ctx.op("lz.cmp", indices, ctx.scalar(0, I64), predicate="lt")
-    return ctx.op("lz.select", negative, ctx.op("lz.add", indices, size), indices)
-
-
-def gather_elements(ctx, x, indices, axis):
-    """``out[i, j, k] = x[i, indices[i, j, k], k]`` (for axis 1): ``lz.gather`` on the flattened
-    input at ``sum(coordinate * stride)``."""
-    shape = ctx.shape(x)
-    ishape = ctx.shape(indices, "the indices")
-    if len(shape) != len(ishape):
-        raise ctx.error(f"indices {indices.type} must have the rank of the data {x.type}")
-    strides = [product(shape[d + 1:]) for d in range(len(shape))]
-    base = np.zeros(ishape, np.int64)
-    for d in range(len(shape)):
-        if d != axis:
-            view = [1] * len(shape)
-            view[d] = ishape[d]
-            base = base + np.arange(ishape[d], dtype=np.int64).reshape(view) * strides[d]
-    flat = normalized_indices(ctx, indices, shape[axis])
-    if strides[axis] != 1:
-        flat = ctx.op("lz.mul", flat, ctx.scalar(strides[axis], I64))
-    if base.any():
-        flat = ctx.op("lz.add", flat, ctx.constant(base))
-    return ctx.op("lz.gather", ctx.reshape(x, [product(shape)]), flat, axis=0)
-
-
-@converter("GatherElements")
-def gather_elements_(ctx):
-    x = ctx.input(0)
-    return gather_elements(ctx, x, ctx.input(1), axis_of(ctx, ctx.attr("axis", 0), ctx.rank(x)))
-
-
-@converter("GatherND")
-def gather_nd(ctx):
-    x, indices = ctx.input(0), ctx.input(1)
-    b = ctx.attr("batch_dims", 0)
-    shape, ishape = ctx.shape(x), ctx.shape(indices, "the indices")
-    k = ishape[-1]
-    if b + k > len(shape) or ishape[:b] != shape[:b]:
-        raise ctx.error(f"indices {indices.type} do not fit data {x.type} with batch_dims={b}")
-    batch, picked, rest = shape[:b], shape[b:b + k], shape[b + k:]
-    strides = np.asarray([product(picked[j + 1:]) for j in range(k)], np.int64)
-    idx = ctx.cast(indices, I64)
-    sizes = ctx.constant(np.asarray(picked, np.int64))
-    idx = ctx.op("lz.select", ctx.op("lz.cmp", idx, ctx.scalar(0, I64), predicate="lt"),
-                 ctx.op("lz.add", idx, sizes), idx)
-    flat = ctx.op("lz.reduce_sum", ctx.op("lz.mul", idx, ctx.constant(strides)), axes=[len(ishape) - 1])
-    if b:
-        view = ishape[:-1]
-        base = np.zeros(view, np.int64)
-        batch_strides = [product(batch[d + 1:]) for d in range(b)]
-        for d in range(b):
-            shape_d = [1] * len(view)
-            shape_d[d] = view[d]
-            base = base + np.arange(view[d], dtype=np.int64).reshape(shape_d) * batch_strides[d]
-        flat = ctx.op("lz.add", flat, ctx.constant(base * product(picked)))
-    table = ctx.reshape(x, [product(batch) * product(picked)] + list(rest))
-    return ctx.op("lz.gather", table, flat, axis=0)
 
 
 @converter("Constant")
@@ -493,85 +449,38 @@ def center_crop_pad(ctx):
     return x
 
 
-@converter("ReverseSequence")
-def reverse_sequence(ctx):
-    x, lengths = ctx.input(0), ctx.input(1)
-    batch_axis, time_axis = ctx.attr("batch_axis", 1), ctx.attr("time_axis", 0)
-    shape = ctx.shape(x)
-    rank = len(shape)
-    view_t = [1] * rank
-    view_t[time_axis] = shape[time_axis]
-    view_b = [1] * rank
-    view_b[batch_axis] = shape[batch_axis]
-    t = ctx.constant(np.arange(shape[time_axis], dtype=np.int64).reshape(view_t))
-    n = ctx.reshape(ctx.cast(lengths, I64), view_b)
-    reversed_t = ctx.op("lz.sub", ctx.op("lz.sub", n, ctx.scalar(1, I64)), t)
-    source = ctx.op("lz.select", ctx.op("lz.cmp", t, n, predicate="lt"), reversed_t, t)
-    source = broadcast_to(ctx, source, shape)
-    return gather_elements(ctx, x, source, time_axis)
-
-
-@converter("OneHot")
-def one_hot(ctx):
-    indices, values = ctx.input(0), ctx.input(2)
-    depth = int(np.asarray(ctx.require_const(1, "depth")).reshape(-1)[0])
-    rank = ctx.rank(indices) + 1
-    axis = axis_of(ctx, ctx.attr("axis", -1), rank)
-    idx = ctx.cast(indices, I64) if not ctx.dtype(indices).is_float else ctx.cast(indices, I64)
-    idx = normalized_indices(ctx, idx, depth)
-    idx = ctx.reshape(idx, list(idx.type.shape[:axis]) + [1] + list(idx.type.shape[axis:]))
-    view = [1] * rank
-    view[axis] = depth
-    hit = ctx.op("lz.cmp", idx, ctx.constant(np.arange(depth, dtype=np.int64).reshape(view)), predicate="eq")
-    off = ctx.reshape(ctx.op("lz.slice", values, starts=[0], ends=[1]), [])
-    on = ctx.reshape(ctx.op("lz.slice", values, starts=[1], ends=[2]), [])
-    return ctx.op("lz.select", hit, on, off)
-
-
-@converter("Compress")
-def compress(ctx):
-    x = ctx.input(0)
-    condition = np.asarray(ctx.require_const(1, "the condition")).astype(bool).reshape(-1)
-    axis = ctx.attr("axis", None)
-    if axis is None:
-        x = ctx.reshape(x, [product(ctx.shape(x))])
-        axis = 0
-    axis = axis_of(ctx, axis, ctx.rank(x))
-    picked = np.nonzero(condition[: x.type.shape[axis]])[0].astype(np.int64)
-    return ctx.op("lz.gather", x, ctx.constant(picked), axis=axis)
-
-
 @converter("Dropout")
-def dropout(ctx):
-    """Inference: the input unchanged and a mask of ones.  Training mode with a nonzero ratio
-    draws random numbers, which lezero does not do."""
+def dropout_ratio_attribute(ctx):
+    """Before opset 12 Dropout is always the inference one."""
     ctx.ignore_attrs("seed")
     x = ctx.input(0)
-    if ctx.opset >= 12:
-        training = ctx.const(2)
-        if ctx.has_input(2) and training is None:
-            training = ctx.require_const(2, "training_mode")
-        ratio = ctx.const(1)
-        if ctx.has_input(1) and ratio is None and training is not None and np.asarray(training).reshape(-1)[0]:
-            ratio = ctx.require_const(1, "ratio")
-        ratio = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
-        training = bool(training is not None and np.asarray(training).reshape(-1)[0])
-    else:
-        ratio = ctx.attr("ratio", 0.5)
-        training = not ctx.attr("is_test", 1) if ctx.opset < 7 else False
+    return dropout(ctx, x, ctx.attr("ratio", 0.5), False)
+
+
+@converter("Dropout", since=12)
+def dropout_ratio_input(ctx):
+    """The ratio and training mode are inputs, which must be known at import when training."""
+    ctx.ignore_attrs("seed")
+    x = ctx.input(0)
+    training = ctx.const(2)
+    if ctx.has_input(2) and training is None:
+        training = ctx.require_const(2, "training_mode")
+    ratio = ctx.const(1)
+    if ctx.has_input(1) and ratio is None and training is not None and np.asarray(training).reshape(-1)[0]:
+        ratio = ctx.require_const(1, "ratio")
+    ratio = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+    return dropout(ctx, x, ratio, bool(training is not None and np.asarray(training).reshape(-1)[0]))
+
+
+def dropout(ctx, x, ratio, training):
+    """Inference: the input unchanged and a mask of ones.  Training mode with a nonzero ratio
+    draws random numbers, which lezero does not do."""
     if training and ratio != 0:
         raise ctx.unsupported("training mode with a nonzero ratio draws random numbers, which lezero does not do")
     outputs = [x]
     if len(ctx.node.output) > 1 and ctx.node.output[1]:
         outputs.append(broadcast_to(ctx, ctx.constant(np.ones((), bool)), ctx.shape(x)))
     return outputs
-
-
-@converter("ArrayFeatureExtractor", domain="ai.onnx.ml")
-def array_feature_extractor(ctx):
-    x = ctx.input(0)
-    indices = ctx.reshape(ctx.input(1), [-1]) if ctx.rank(ctx.input(1)) != 1 else ctx.input(1)
-    return ctx.op("lz.gather", x, indices, axis=ctx.rank(x) - 1)
 
 
 @converter("BitCast")
@@ -694,58 +603,6 @@ def _contract(ctx, a, ta, b, tb, keep, sizes):
     dims = [sizes[c] for c in batch] + [a.type.shape[ta.index(c)] for c in a_free] + \
         [b.type.shape[tb.index(c)] for c in b_free]
     return ctx.reshape(product_, dims), "".join(batch + a_free + b_free)
-
-
-# --- scatter and selection ------------------------------------------------------------------------
-
-def element_index_tuples(ctx, indices, axis):
-    """ScatterElements' addressing as ScatterND's: each index with the coordinates of its
-    position along the other dims, stacked on a new last axis."""
-    shape = ctx.shape(indices, "the indices")
-    columns = []
-    for d in range(len(shape)):
-        if d == axis:
-            columns.append(ctx.reshape(ctx.cast(indices, I64), list(shape) + [1]))
-        else:
-            view = [1] * len(shape)
-            view[d] = shape[d]
-            grid = np.broadcast_to(np.arange(shape[d], dtype=np.int64).reshape(view), shape)
-            columns.append(ctx.constant(np.ascontiguousarray(grid).reshape(list(shape) + [1])))
-    return ctx.op("lz.concat", *columns, axis=len(shape)) if len(columns) > 1 else columns[0]
-
-
-def _reduction(ctx):
-    reduction = ctx.attr("reduction", "none")
-    if reduction not in ("none", "add", "mul", "max", "min"):
-        raise ctx.error(f"attribute 'reduction' must be none, add, mul, max or min, got {reduction!r}")
-    return reduction
-
-
-@converter("ScatterElements", "Scatter")
-def scatter_elements(ctx):
-    data, indices, updates = ctx.input(0), ctx.input(1), ctx.input(2)
-    axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(data))
-    reduction = _reduction(ctx) if ctx.op_type == "ScatterElements" else "none"
-    if ctx.rank(indices) != ctx.rank(data):
-        raise ctx.error(f"indices {indices.type} must have the rank of the data {data.type}")
-    tuples = element_index_tuples(ctx, indices, axis)
-    return ctx.op("lz.scatter_nd", data, tuples, updates, reduction=reduction)
-
-
-@converter("ScatterND")
-def scatter_nd(ctx):
-    return ctx.op("lz.scatter_nd", ctx.input(0), ctx.input(1), ctx.input(2), reduction=_reduction(ctx))
-
-
-@converter("TopK")
-def top_k(ctx):
-    x = ctx.input(0)
-    k = ctx.ints(1, "K")[0] if ctx.opset >= 10 else ctx.attr("k")
-    axis = axis_of(ctx, ctx.attr("axis", -1), ctx.rank(x))
-    ctx.attr("sorted", 1)  # the results are always sorted, which 'sorted = 0' allows too
-    values, indices = ctx.create("lz.topk", [x], {"k": int(k), "axis": axis,
-                                                  "largest": bool(ctx.attr("largest", 1))})
-    return [values, indices]
 
 
 @converter("If")

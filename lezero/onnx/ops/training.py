@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from lezero.onnx.importer import converter
+from lezero.onnx.registry import converter
 
 DOMAIN = "ai.onnx.preview.training"
 
