@@ -1,25 +1,21 @@
-"""Passes over lz IR: the pass base and registry, pipelines as text, the pass manager, the pattern
-rewriter, and the passes themselves (one module each).
+"""Passes over lz IR: the pass base, the registry (``registry.py``: every pass by name), pipelines
+as text, the pass manager, the pattern rewriter, and the passes themselves (one module each).
 
     from lezero.passes import run_pipeline
     run_pipeline(module, "canonicalize,cse,dce")
 """
-from lezero.passes.pass_base import (OptionInfo, Pass, PassInfo, PipelineError, debug_channel, debug_channels,
-                                     format_pass_list, get_pass, list_passes, option, pass_names, register_pass)
+import lezero.ir.dialect  # noqa: F401  (op definitions: the passes ask them about every op)
+from lezero.passes.pass_base import OptionInfo, Pass, PassInfo, PipelineError, debug_channel, debug_channels, option
+from lezero.passes.registry import BUILTIN_PASSES, format_pass_list, get_pass, list_passes, pass_names, register_pass
 from lezero.passes.pipeline import format_pipeline, parse_pipeline
 from lezero.passes.pass_manager import (IRPrinter, PassError, PassInstrumentation, PassManager, PassTimer,
                                         make_pipeline_runner, run_pipeline)
 from lezero.passes.rewriter import (ConvergenceError, Match, PatternRewriter, RewritePattern, Rule, RulePattern,
                                     apply_patterns_greedily, is_pure, is_trivially_dead, patterns_from_rules)
 
-import lezero.ir.dialect  # noqa: E402,F401  (op definitions: the passes ask them about every op)
-
-# The passes register themselves on import.
-from lezero.passes import (autodiff, canonicalize, constant_fold, cse, dce, decompose, fuse,  # noqa: E402,F401
-                           memory_plan, partition, shape_infer)
-
 __all__ = [
-    "Pass", "PassInfo", "OptionInfo", "PipelineError", "option", "register_pass", "get_pass", "list_passes",
+    "Pass", "PassInfo", "OptionInfo", "PipelineError", "option", "BUILTIN_PASSES", "register_pass", "get_pass",
+    "list_passes",
     "pass_names", "format_pass_list", "debug_channel", "debug_channels", "parse_pipeline", "format_pipeline",
     "PassManager", "PassError",
     "PassInstrumentation", "IRPrinter", "PassTimer", "run_pipeline", "make_pipeline_runner", "RewritePattern",

@@ -24,6 +24,8 @@ Run ``canonicalize,cse,dce`` after it for the tidy form (tests/filecheck/autodif
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lezero.ir.core import Block, FuncOp, ModuleOp, Operation, Value
 from lezero.ir.diagnostics import IRError
 from lezero.ir.gradient import GradBuilder
@@ -32,7 +34,7 @@ from lezero.ir.types import FunctionType, TensorType
 from lezero.ir.verifier import types_compatible
 from lezero.passes.dce import erase_dead_ops
 from lezero.passes.decompose import MAX_ROUNDS, decompose_op
-from lezero.passes.pass_base import Pass, option, register_pass
+from lezero.passes.pass_base import Pass, option
 
 GRAD_SUFFIX = "_grad"
 
@@ -181,7 +183,7 @@ def _operand_gradients(b: GradBuilder, op: Operation, gradients: dict) -> list:
     return grads
 
 
-@register_pass
+@dataclass
 class Autodiff(Pass):
     name = "autodiff"
     summary = "Add @f_grad(args, cotangents) -> (results, gradients) for each function (reverse mode)"

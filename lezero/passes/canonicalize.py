@@ -11,9 +11,11 @@ for integers only (for floats, nan and inf make them wrong).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lezero.ir.types import ElementType, TensorType
 from lezero.passes.constant_fold import constant_value
-from lezero.passes.pass_base import Pass, option, register_pass
+from lezero.passes.pass_base import Pass, option
 from lezero.passes.rewriter import Rule, apply_patterns_greedily, patterns_from_rules
 
 
@@ -215,7 +217,7 @@ DATA_MOVEMENT = [
 CANONICALIZATION_RULES = ARITHMETIC + LOGIC + CASTS + DATA_MOVEMENT
 
 
-@register_pass
+@dataclass
 class Canonicalize(Pass):
     name = "canonicalize"
     summary = "Simplify local algebra (x*1, neg(neg x), transpose(transpose x), ...) and erase dead pure ops"

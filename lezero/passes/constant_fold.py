@@ -6,6 +6,8 @@ dims and ops whose reference raises.  Constants that folding leaves unused are e
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from lezero.ir.attributes import DenseElementsAttr
@@ -13,7 +15,7 @@ from lezero.ir.builder import Builder
 from lezero.ir.core import Block, ModuleOp, Operation
 from lezero.ir.interpreter import evaluate_op
 from lezero.ir.types import TensorType
-from lezero.passes.pass_base import Pass, option, register_pass
+from lezero.passes.pass_base import Pass, option
 from lezero.passes.rewriter import is_pure
 
 CONSTANT = "lz.constant"
@@ -67,7 +69,7 @@ def fold_block(block: Block, max_elements: int) -> int:
     return folded
 
 
-@register_pass
+@dataclass
 class ConstantFold(Pass):
     name = "constant-fold"
     summary = "Evaluate ops whose operands are all constants and replace them by lz.constant"

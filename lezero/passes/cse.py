@@ -8,9 +8,11 @@ may be isolated from the values around it).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lezero.ir.core import Block, ModuleOp, Operation
 from lezero.ir.opdef import COMMUTATIVE
-from lezero.passes.pass_base import Pass, register_pass
+from lezero.passes.pass_base import Pass
 from lezero.passes.rewriter import is_pure
 
 
@@ -50,7 +52,7 @@ def cse_block(block: Block) -> int:
     return merged
 
 
-@register_pass
+@dataclass
 class CommonSubexpressionElimination(Pass):
     name = "cse"
     summary = "Merge pure ops with the same name, operands, attributes and result types"

@@ -1,9 +1,11 @@
 """dce: erase pure ops whose results are unused, and private functions nothing refers to."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lezero.ir.attributes import ArrayAttr, SymbolRefAttr
 from lezero.ir.core import Block, FuncOp, ModuleOp, Operation
-from lezero.passes.pass_base import Pass, register_pass
+from lezero.passes.pass_base import Pass
 from lezero.passes.rewriter import is_trivially_dead
 
 
@@ -71,7 +73,7 @@ def erase_unused_private_functions(module: ModuleOp) -> int:
         total += len(dead)
 
 
-@register_pass
+@dataclass
 class DeadCodeElimination(Pass):
     name = "dce"
     summary = "Erase pure ops whose results are unused, and unreferenced private functions"

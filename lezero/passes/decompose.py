@@ -2,12 +2,14 @@
 ``OpDef.decompose`` builds, repeating while a decomposition produced composites of its own."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lezero.ir.builder import Builder
 from lezero.ir.core import ModuleOp, Operation, Value
 from lezero.ir.diagnostics import IRError
 from lezero.ir.opdef import COMPOSITE
 from lezero.ir.verifier import types_compatible
-from lezero.passes.pass_base import Pass, option, register_pass
+from lezero.passes.pass_base import Pass, option
 
 MAX_ROUNDS = 32  # nesting depth of composites built from composites
 
@@ -37,7 +39,7 @@ def decompose_op(op: Operation) -> None:
     op.erase()
 
 
-@register_pass
+@dataclass
 class Decompose(Pass):
     name = "decompose"
     summary = "Replace composite ops (softmax, layer_norm, ...) by the primitives they are made of"

@@ -27,6 +27,8 @@ reads are erased first, so every kernel yields something.  After fuse a function
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import networkx as nx
 
 from lezero.ir.attributes import IntegerAttr, StringAttr
@@ -38,7 +40,6 @@ from lezero.ir.types import I64
 from lezero.passes.partition import (DEVICE_ATTR, GROUP_ATTR, KIND_ATTR, PARTITION_ATTRS, STAGE_ATTR, TRANSFER_KIND,
                                      PartitionOptions, Refusal, classify, kernel_base_name, partition_function)
 from lezero.passes.placement import TRANSFER
-from lezero.passes.pass_base import register_pass
 from lezero.passes.rewriter import is_trivially_dead
 
 
@@ -238,7 +239,7 @@ class KernelNamer:
                 return name
 
 
-@register_pass
+@dataclass
 class Fuse(PartitionOptions):
     name = "fuse"
     summary = "Make each partition group one lz.kernel (partitioning first where no op is annotated)"

@@ -50,7 +50,7 @@ from lezero.ir.diagnostics import IRError
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType
 from lezero.passes.partition import STAGE_ATTR
-from lezero.passes.pass_base import Pass, debug_channel, option, register_pass
+from lezero.passes.pass_base import Pass, debug_channel, option
 from lezero.passes.placement import HOST
 
 MEMORY_LOG = debug_channel("memory-plan")
@@ -263,7 +263,7 @@ def _log_plan(func: FuncOp, plan: FunctionMemory) -> None:
         MEMORY_LOG.debug("%s%sarena %d bytes, peak %d bytes", where, named, arena.size, arena.peak)
 
 
-@register_pass
+@dataclass
 class MemoryPlan(Pass):
     name = "memory-plan"
     summary = "Place every kernel result in a static arena, one per device (lz.offsets, lz.arena_size, ...)"

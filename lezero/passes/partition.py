@@ -75,7 +75,7 @@ from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType, format_shape
-from lezero.passes.pass_base import Pass, option, register_pass
+from lezero.passes.pass_base import Pass, option
 from lezero.passes.placement import FUSION_LOG, HOST, TRANSFER, place_function
 
 # The discardable attributes partition writes (and fuse reads).
@@ -528,7 +528,7 @@ def partition_function(func: FuncOp, options: PartitionOptions) -> None:
     p.annotate()
 
 
-@register_pass
+@dataclass
 class Partition(PartitionOptions):
     name = "partition"
     summary = "Group ops into kernels (annotates lz.group, lz.group_kind, lz.stage); fuse makes them"

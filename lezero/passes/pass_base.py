@@ -1,9 +1,9 @@
-"""The pass base class, its typed options, and the registry that finds passes by name.
+"""The pass base class and its typed options (``lezero.passes.registry`` finds passes by name).
 
 A pass is a small dataclass: its fields are its options, ``name`` is what pipelines call it,
-``summary`` is one line for ``lezero-opt --list-passes``.  Declaring it is registering it::
+``summary`` is one line for ``lezero-opt --list-passes``::
 
-    @register_pass
+    @dataclass
     class Fuse(Pass):
         name = "fuse"
         summary = "Group elementwise ops into lz.kernel ops"
@@ -180,61 +180,6 @@ def format_option_value(value) -> str:
     if isinstance(value, str) and (value == "" or any(c in value for c in " {},=\"")):
         return '"' + value + '"'
     return str(value)
-
-
-# --- the registry ------------------------------------------------------------------------------
-
-_PASSES: dict[str, type[Pass]] = {}
-
-
-def register_pass(cls):
-    """Class decorator: make ``cls`` (made a dataclass if it is not one) known by ``cls.name``."""
-    if not cls.name:
-        raise ValueError(f"pass class {cls.__name__} has no name")
-    if "__dataclass_fields__" not in cls.__dict__:
-        cls = dataclass(cls)
-    existing = _PASSES.get(cls.name)
-    if existing is not None and existing.__qualname__ != cls.__qualname__:
-        raise ValueError(f"pass '{cls.name}' is registered twice ({existing.__qualname__}, {cls.__qualname__})")
-    cls.options()  # fail at declaration, not at first use, for a bad option type
-    _PASSES[cls.name] = cls
-    return cls
-
-
-def get_pass(name: str) -> type[Pass]:
-    """The pass class registered as ``name``; ``PipelineError`` with the closest name if none."""
-    try:
-        return _PASSES[name]
-    except KeyError:
-        raise PipelineError(unknown_pass_message(name)) from None
-
-
-def unknown_pass_message(name: str) -> str:
-    close = difflib.get_close_matches(name, list(_PASSES), n=1, cutoff=0.5)
-    if close:
-        return f"unknown pass '{name}'; did you mean '{close[0]}'?"
-    return f"unknown pass '{name}' (registered passes: {', '.join(sorted(_PASSES))})"
-
-
-def pass_names() -> list[str]:
-    return sorted(_PASSES)
-
-
-def list_passes() -> list[PassInfo]:
-    """Every registered pass, sorted by name, with its options."""
-    return [PassInfo(c.name, c.summary, c.options(), c) for _, c in sorted(_PASSES.items())]
-
-
-def format_pass_list() -> str:
-    """The text of ``lezero-opt --list-passes``."""
-    lines = ["Available passes:"]
-    for info in list_passes():
-        lines.append(f"  {info.name:<20} {info.summary}")
-        for o in info.options:
-            default = format_option_value(o.default) or "(none)"
-            help_ = f"  {o.help}" if o.help else ""
-            lines.append(f"      {o.name}: {o.type_name} = {default}{help_}")
-    return "\n".join(lines) + "\n"
 
 
 # --- debug channels ----------------------------------------------------------------------------

@@ -7,7 +7,8 @@ is accepted and ignored, since every lezero pass runs on the module.
 """
 from __future__ import annotations
 
-from lezero.passes.pass_base import Pass, PipelineError, _PASSES, unknown_pass_message
+from lezero.passes.pass_base import Pass, PipelineError
+from lezero.passes.registry import _PASSES, unknown_pass_message
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 _WRAPPERS = ("builtin.module",)

@@ -8,10 +8,12 @@ against a static size: that is the verifier's business).  Function signatures fo
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lezero.ir.core import FuncOp, ModuleOp, Operation
 from lezero.ir.opdef import OpError
 from lezero.ir.types import TensorType
-from lezero.passes.pass_base import Pass, register_pass
+from lezero.passes.pass_base import Pass
 
 
 def refine(current, inferred):
@@ -101,7 +103,7 @@ def infer_shapes(module: ModuleOp, max_rounds: int = 16) -> None:
             return
 
 
-@register_pass
+@dataclass
 class ShapeInfer(Pass):
     name = "shape-infer"
     summary = "Refine dynamic (?) dims in result types and signatures where inference knows them"

@@ -11,7 +11,7 @@ from lezero.ir.location import NameLoc
 from lezero.ir.printer import print_module
 from lezero.passes import (Pass, PassError, PassInstrumentation, PassManager, PipelineError, make_pipeline_runner,
                            register_pass, run_pipeline)
-from lezero.passes.pass_base import _PASSES
+from lezero.passes.registry import _PASSES
 from pass_testing import build, op_names
 
 T = tensor((2, 3))

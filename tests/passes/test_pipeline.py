@@ -5,7 +5,7 @@ import pytest
 
 from lezero.passes import (Pass, PipelineError, format_pass_list, format_pipeline, get_pass, list_passes, option,
                            parse_pipeline, pass_names, register_pass)
-from lezero.passes.pass_base import _PASSES
+from lezero.passes.registry import _PASSES
 
 
 @pytest.fixture
