@@ -14,7 +14,7 @@ torch: ``torch.nn.functional.conv2d`` (and ``relu(conv2d(x, w, b))``) on CPU ten
 ``--lowerings`` also times the ways lezero can lower the convolution (batch 1, no epilogue):
 "direct" (the GEMM's micro-kernel reads the padded input's rows in place, what lz.conv2d does),
 "implicit im2col" (the same GEMM packing the im2col matrix's rows from the padded input per K
-block: ``lower_contraction.CONV_B = "packed"``) and "explicit im2col" (a function that builds the
+block: ``lezero.codegen.llvm.contraction.CONV_B = "packed"``) and "explicit im2col" (a function that builds the
 576 x 3136 im2col matrix with lz.pad/lz.slice/lz.concat, one elementwise kernel, then multiplies it
 with lz.matmul, a second kernel).
 
@@ -42,7 +42,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lezero  # noqa: E402
-from lezero.codegen.llvm import lower_contraction  # noqa: E402
+from lezero.codegen.llvm import contraction  # noqa: E402
 from timing import best_seconds  # noqa: E402
 
 
@@ -128,13 +128,13 @@ def compare_lowerings() -> None:
     w = (rng.standard_normal((c, c, 3, 3)) * 0.05).astype(np.float32)
     expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
     print(f"\nlowerings of the batch-1 convolution ({2 * c * c * 9 * size * size / 1e6:.0f} MFLOP):")
-    saved = lower_contraction.CONV_B
+    saved = contraction.CONV_B
     for name, reading in (("direct", "direct"), ("implicit im2col", "packed")):
-        lower_contraction.CONV_B = reading
+        contraction.CONV_B = reading
         f = lezero.compile(conv_function(1, c, size, False))
         np.testing.assert_allclose(f(x, w), expected, rtol=1e-3, atol=1e-3)
         print(f"  {name:<18}{best_seconds(lambda: f(x, w), args.seconds) * 1e3:>9.3f} ms", flush=True)
-    lower_contraction.CONV_B = saved
+    contraction.CONV_B = saved
     f = lezero.compile(explicit_im2col_function(c, size))
     w2 = w.reshape(c, 9 * c)
     np.testing.assert_allclose(f(x, w2).reshape(expected.shape), expected, rtol=1e-3, atol=1e-3)

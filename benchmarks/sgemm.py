@@ -63,9 +63,12 @@ import llvmlite.ir as ir  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# the standalone GEMM driver lives with the test helpers (tests/support/sgemm_kernel.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import lezero  # noqa: E402
 from lezero.codegen.llvm import cache_model, gemm, jit  # noqa: E402
 from lezero.codegen.llvm.target import cpu_target  # noqa: E402
+from support.sgemm_kernel import SgemmKernel  # noqa: E402
 from timing import best_seconds  # noqa: E402
 
 try:
@@ -246,7 +249,7 @@ def run_table(cpu: str) -> None:
         import onnxruntime
         print(f"onnxruntime {onnxruntime.__version__}: a one-node MatMul model, intra_op_num_threads={threads}, "
               f"no spinning")
-    kernels = {backend: gemm.SgemmKernel(config, num_threads=threads, threads=backend, cpu=cpu)
+    kernels = {backend: SgemmKernel(config, num_threads=threads, threads=backend, cpu=cpu)
                for backend in ("native", "pool")}
     rng = np.random.default_rng(0)
     runs = {}  # (library, size) -> a call

@@ -1,8 +1,8 @@
-"""Fit the polynomial coefficients of lezero/codegen/llvm/scalar_math.py.
+"""Fit the polynomial coefficients of lezero/codegen/polynomials.py (the transcendentals of both backends).
 
 Each approximation is a polynomial on a small interval after range reduction.  The fit is
 least squares on Chebyshev nodes, reweighted toward minimax (Lawson's algorithm), against mpmath
-at 40 digits; the printed coefficients (lowest degree first) are pasted into scalar_math.py.  The
+at 40 digits; the printed coefficients (lowest degree first) are pasted into polynomials.py.  The
 script also prints each fit's maximum relative error in float64, before float32 rounding.
 
     .venv/bin/python tools/fit_scalar_math.py

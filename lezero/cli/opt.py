@@ -106,24 +106,22 @@ def _process_chunk(text: str, first_line: int, filename: str, args, pipeline_run
 def _kernel_text(module, emit: str, cpu=None) -> str:
     """The code of every kernel of ``module``, scheduled for the target of ``emit`` (``cpu``: the
     resolved ``CpuTarget`` for llvm/asm)."""
+    from lezero.codegen import targets
+
     if emit in ("llvm", "asm"):
-        from lezero.codegen.pipeline import llvm_text
-
-        return llvm_text(module, cpu, assembly=emit == "asm")
+        return targets.backend("cpu").kernel_text(module, cpu, assembly=emit == "asm")
     if emit == "triton":
-        from lezero.codegen.triton.lower_kernel import triton_text
-
-        return triton_text(module)
+        return targets.backend("cuda").kernel_text(module)
     return _ptx_text(module)
 
 
 def _ptx_text(module) -> str:
     """``--emit=ptx``: each GPU kernel built for sm_90, under a comment naming it and its launch."""
+    from lezero.codegen import targets
     from lezero.codegen.triton.jit import build_ptx
-    from lezero.codegen.triton.lower_kernel import lower_module
 
     parts = []
-    for kernel in lower_module(module):
+    for kernel in targets.backend("cuda").lower_module(module):
         config = kernel.configs[0]
         parts.append(f"// ---- kernel {kernel.name}: {kernel.kind}, grid {list(config.grid)}, "
                      f"num_warps={config.num_warps}\n{build_ptx(kernel, config).strip()}\n")
@@ -256,7 +254,9 @@ def _run(args, stdout, stderr) -> int:
         stderr.write(f"lezero-opt: error: {problem}\n")
         return 1
 
-    import lezero.codegen.triton  # noqa: F401  (registers the "cuda" target: partition{target=cuda})
+    from lezero.codegen import targets
+
+    targets.register_all()  # a pipeline may name any target: partition{target=cuda}
 
     try:
         runner = make_pipeline_runner(args.pass_pipeline, verify_each=args.verify_each,

@@ -10,6 +10,8 @@ Triton chunk loop) take their loop trip counts from ``block_sizes``.
 """
 from __future__ import annotations
 
+from lezero.ir.types import BF16, F16, F32, ElementType
+
 FANOUT = 16  # partial sums one loop adds in sequence: error <= (FANOUT - 1) * eps per level
 
 
@@ -25,3 +27,8 @@ def block_sizes(extent: int, leaf: int = FANOUT) -> list[int]:
         extent, capacity = blocks, FANOUT
     sizes.append(extent)
     return sizes[::-1]
+
+
+def accumulator_type(dtype: ElementType) -> ElementType:
+    """The element type a reduction of ``dtype`` accumulates in (f16 and bf16 in f32)."""
+    return F32 if dtype in (F16, BF16) else dtype

@@ -8,7 +8,7 @@ symbolic until a load needs an address lets the reshape of a contiguous buffer f
 plain offset (``(3*i + j) // 3 == i`` when ``0 <= j < 3``) and lets the loop builder see every
 address as coefficients on its loop variables, which is how it merges loops (``loop_coalescing``).
 
-Backend-neutral: nothing here emits code (``lezero/codegen/llvm/index_math.py`` does, for LLVM).
+Backend-neutral: nothing here emits code (``lezero/codegen/llvm/value_at_index.py`` does, for LLVM).
 """
 from __future__ import annotations
 

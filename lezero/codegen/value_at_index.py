@@ -23,8 +23,8 @@ giving an i1 value of ``s`` or None for "always true"; ``position(form)``, the f
 value of ``s``, for ops computed from their element's position), and the hooks of a subclass: ``load``,
 ``store``, ``constant_table`` and ``record_bad_index`` (the kernel's status buffer).  The LLVM
 backend's index is a loop variable
-(``codegen/llvm/index_math.py``), the Triton backend's a block of lanes
-(``codegen/triton/emitter.py``); the walk is the same.
+(``codegen/llvm/value_at_index.py``), the Triton backend's a block of lanes
+(``codegen/triton/value_at_index.py``); the walk is the same.
 """
 from __future__ import annotations
 

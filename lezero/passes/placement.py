@@ -1,9 +1,10 @@
 """Which ops each compilation target can run, and where each op of a function runs.
 
-**The registry** ``partition{target=...}`` reads: a code generator registers its target with a
-function that says why it cannot run an op (None when it can).  Passes sit below code
-generators, so the dependency goes through here: ``lezero.codegen.triton`` registers ``"cuda"``
-when it is imported (``lezero.codegen.pipeline.schedule`` and the runtime import it).
+**The registry** ``partition{target=...}`` reads: each target with a function that says why it
+cannot run an op (None when it can).  Passes sit below code generators, so the code generation
+layer fills it: its backend registry (``lezero/codegen/targets.py``) registers a target when it
+loads the target's backend, which ``schedule(module, target)`` and ``lezero-opt`` do; the CPU,
+which runs every op, is always here.
 
 **Placement** (``place_function``, run by ``partition`` for a target other than the CPU): every
 op runs on the target unless the target cannot run it; then it runs on the CPU instead
@@ -32,8 +33,6 @@ from lezero.passes.pass_base import debug_channel
 
 HOST = "cpu"
 TRANSFER = "lz.transfer"
-# What imports the code generator that registers a target (for the error when it is missing).
-REGISTERED_BY = {"cuda": "lezero.codegen.triton"}
 
 FUSION_LOG = debug_channel("fusion")
 
@@ -59,9 +58,8 @@ def check_target(target: str, location=None) -> None:
     """``IRError`` unless ``target`` is registered, saying what registers it."""
     if target in _TARGETS:
         return
-    module = REGISTERED_BY.get(target)
-    how = f": import {module}" if module else f" (targets: {', '.join(known_targets())})"
-    raise IRError(f"target '{target}' is not registered{how}", location)
+    raise IRError(f"target '{target}' is not registered (targets: {', '.join(known_targets())}): "
+                  "lezero.codegen.targets.backend(target) loads a backend and registers its target", location)
 
 
 def _describe(op: Operation) -> str:

@@ -8,7 +8,7 @@ import ctypes
 import numpy as np
 
 from lezero.codegen.llvm import jit
-from lezero.codegen.llvm.lower_kernel import LoweredKernel, lower_kernel
+from lezero.codegen.llvm.backend import LoweredKernel, lower_kernel
 from lezero.ir import Block, Builder, FuncOp, FunctionType, ModuleOp, Operation, Region, interpret
 from lezero.ir.types import TensorType, tensor
 from lezero.ir.verifier import verify

@@ -115,7 +115,7 @@ def test_traced_models_export_and_match(tmp_path, make_model, shape):
 
 
 def test_ops_without_an_onnx_form_are_named(tmp_path):
-    from lezero.codegen.pipeline import schedule
+    from lezero.codegen.schedule import schedule
     from lezero.ir import parse_module
     module = schedule(parse_module("""
     func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {

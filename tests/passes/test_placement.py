@@ -208,7 +208,7 @@ func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {
 
 def test_an_unregistered_target_is_a_clear_error(monkeypatch):
     monkeypatch.delitem(placement._TARGETS, "cuda", raising=False)
-    with pytest.raises(IRError, match=r"target 'cuda' is not registered: import lezero.codegen.triton"):
+    with pytest.raises(IRError, match=r"target 'cuda' is not registered \(targets: cpu\): lezero.codegen.targets"):
         run_pipeline(parse_module(MODEL), "partition{target=cuda}")
     with pytest.raises(IRError, match=r"target 'tpu' is not registered \(targets: cpu\)"):
         run_pipeline(parse_module(MODEL), "partition{target=tpu}")

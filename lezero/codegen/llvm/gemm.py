@@ -19,8 +19,8 @@ the store of an edge tile is masked (per row a branch, per column a vector mask)
 The epilogue (bias, relu, a residual, ...) runs inside the micro-kernel on the accumulator
 vectors of the last K block, just before they are stored, so a fused ``relu(x @ w + b)`` costs one
 pass over C. An ``Epilogue`` transforms each accumulator vector; a ``TileStore`` instead receives
-the whole tile's sums and generates the stores itself (how ``lower_contraction`` fuses a kernel's
-elementwise epilogue, whatever its results are). ``SgemmGenerator``'s ``b_row_offsets`` and
+the whole tile's sums and generates the stores itself (``gemm_epilogue.py``; a ``TileStore`` is how
+``contraction_gemm.py`` fuses a kernel's elementwise epilogue, whatever its results are). ``SgemmGenerator``'s ``b_row_offsets`` and
 ``pack_b`` let B be a matrix whose rows lie at arbitrary offsets (a convolution's input read as
 its im2col matrix), packed or read in place (``mask_b``: a plain matrix read in place, its last
 columns by masked loads); ``transpose_a``/``transpose_b`` pack an operand stored transposed
@@ -28,28 +28,28 @@ columns by masked loads); ``transpose_a``/``transpose_b`` pack an operand stored
 
 Threads: the exported ``<name>`` computes one rectangle of C; ``<name>_threaded`` takes a list of
 rectangles and runs them on POSIX threads (pthread_create / pthread_join), so an executable without
-Python gets the threading too. ``SgemmKernel`` (the standalone float32 GEMM, for tests and
-benchmarks/sgemm.py) splits C into one rectangle per thread and makes one ctypes call (which
-releases the GIL); a Python thread pool calling ``<name>`` per rectangle is the measured
-alternative (``threads="pool"``). Compiled kernels (``lower_contraction``) use neither: they call
-``<name>`` from the kernel ABI function, on the runtime's thread pool.
+Python gets the threading too. The standalone float32 GEMM of the tests and benchmarks/sgemm.py
+(``SgemmKernel``, tests/support/sgemm_kernel.py) calls either; compiled kernels
+(``contraction_gemm.py``) call ``<name>`` from the kernel ABI function, on the runtime's thread
+pool.
+
+Why this file is long: ``SgemmGenerator`` is one class, the packing routines, the micro-kernel and
+the loop nest around them, which must agree on the packed layouts and on the register tile; cut
+apart, each piece would have to restate what the others assume.  Its epilogue interface
+(``gemm_epilogue.py``) and vector helpers (``vectors.py``) are modules of their own.
 """
 from __future__ import annotations
 
-import ctypes
-import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import llvmlite.ir as ir
-import numpy as np
 
-from lezero.codegen.llvm import cache_model, jit
+from lezero.codegen.llvm import cache_model, vectors
+from lezero.codegen.llvm.gemm_epilogue import (ARG_KIND_PARAMS, Epilogue, EpilogueArg, OutputTile, OutputVector,
+                                               TileStore)
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
+from lezero.codegen.llvm.vectors import FLOAT_BYTES
 
 F32 = ir.FloatType()
 I1 = ir.IntType(1)
@@ -58,7 +58,6 @@ I64 = ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
-FLOAT_BYTES = 4
 WORKSPACE_ALIGNMENT = 64  # bytes; one cache line and one AVX-512 register
 
 
@@ -158,328 +157,6 @@ def register_tile(registers: int, fma: bool) -> tuple[int, int]:
 
 
 # --------------------------------------------------------------------------------------------
-# Epilogues
-# --------------------------------------------------------------------------------------------
-
-# Kinds of runtime argument an epilogue can ask for, and the IR parameters each one becomes.
-#   "vector": a float32 array indexed by column (bias[col])      -> ptr
-#   "matrix": a float32 2-D array indexed [row, col] (residual)  -> ptr, i64 row stride (floats)
-#   "scalar": a float32 value (alpha)                             -> float
-#   "pointer": any address (a kernel's buffer, for a TileStore)  -> ptr
-#   "index": any i64 (which batch a call computes)                -> i64
-_ARG_KIND_PARAMS = {"vector": (PTR,), "matrix": (PTR, I64), "scalar": (F32,), "pointer": (PTR,), "index": (I64,)}
-
-
-@dataclass(frozen=True)
-class EpilogueArg:
-    """``noalias``: a "pointer" the micro-kernel may assume no other pointer reaches (LLVM then
-    vectorizes the epilogue's loops without overlap checks)."""
-
-    name: str
-    kind: str  # "vector" | "matrix" | "scalar" | "pointer" | "index"
-    noalias: bool = False
-
-    def __post_init__(self):
-        if self.kind not in _ARG_KIND_PARAMS:
-            raise ValueError(f"epilogue argument {self.name!r}: unknown kind {self.kind!r}")
-        if not self.name.isidentifier() or self.name == "out":
-            raise ValueError(f"epilogue argument name {self.name!r} must be an identifier other than 'out'")
-
-
-class OutputVector:
-    """What an epilogue sees of one accumulator vector: C[row, col : col + W] before the store.
-
-    ``mask`` is None for a full tile, else an <W x i1> of the lanes inside C: any load of caller
-    memory must use it (``load_columns`` and ``load_matrix`` do).
-    """
-
-    def __init__(self, builder: ir.IRBuilder, row: ir.Value, col: ir.Value, mask: ir.Value | None,
-                 width: int, args: dict[str, tuple[ir.Value, ...]]):
-        self.builder = builder
-        self.row = row  # i64, global row of C
-        self.col = col  # i64, global column of C of lane 0
-        self.mask = mask
-        self.width = width
-        self.vector_type = ir.VectorType(F32, width)
-        self._args = args
-
-    def column_indices(self) -> ir.Value:
-        """<W x i64>: the global column of each lane, col + 0, ..., col + W - 1."""
-        lanes = ir.Constant(ir.VectorType(I64, self.width), list(range(self.width)))
-        return self.builder.add(_splat(self.builder, self.col, self.width), lanes)
-
-    def arg(self, name: str) -> ir.Value:
-        """The IR value of a "vector" pointer or "scalar" argument."""
-        return self._args[name][0]
-
-    def splat(self, value: float | ir.Value) -> ir.Value:
-        """A vector with every lane equal to ``value`` (a Python float, or an IR scalar of any type)."""
-        if not isinstance(value, ir.Value):
-            return ir.Constant(self.vector_type, [float(value)] * self.width)
-        return _splat(self.builder, value, self.width)
-
-    def load_columns(self, name: str) -> ir.Value:
-        """arg[col : col + W] of a "vector" argument (e.g. a bias indexed by column)."""
-        address = self.builder.gep(self.arg(name), [self.col], source_etype=F32)
-        return _load_vector(self.builder, address, self.width, self.mask)
-
-    def load_matrix(self, name: str) -> ir.Value:
-        """arg[row, col : col + W] of a "matrix" argument (e.g. a residual the shape of C)."""
-        pointer, row_stride = self._args[name]
-        offset = self.builder.add(self.builder.mul(self.row, row_stride), self.col)
-        address = self.builder.gep(pointer, [offset], source_etype=F32)
-        return _load_vector(self.builder, address, self.width, self.mask)
-
-    def maximum(self, a: ir.Value, b: ir.Value) -> ir.Value:
-        return _call_intrinsic(self.builder, "llvm.maxnum", a, b)
-
-
-@dataclass(frozen=True)
-class Epilogue:
-    """An elementwise transform of the GEMM output, emitted into the micro-kernel's store.
-
-    ``emit(out, acc)`` is called during IR generation once per accumulator vector, with the
-    builder positioned where the value is about to be stored; it returns the vector to store.
-    ``args`` are the runtime arguments it reads; they become parameters of the GEMM function
-    after the fixed ones, in order, and keyword arguments of ``SgemmKernel.__call__``.
-    """
-
-    name: str
-    emit: Callable[[OutputVector, ir.Value], ir.Value]
-    args: tuple[EpilogueArg, ...] = ()
-
-    def then(self, other: "Epilogue") -> "Epilogue":
-        """This epilogue followed by ``other``."""
-        return compose_epilogues(self, other)
-
-
-def compose_epilogues(*epilogues: Epilogue) -> Epilogue:
-    """Apply ``epilogues`` left to right; their arguments are concatenated (names must differ)."""
-    names = [arg.name for ep in epilogues for arg in ep.args]
-    if len(names) != len(set(names)):
-        raise ValueError(f"epilogue argument names collide: {names}")
-
-    def emit(out: OutputVector, acc: ir.Value) -> ir.Value:
-        for ep in epilogues:
-            acc = ep.emit(out, acc)
-        return acc
-
-    return Epilogue("_".join(ep.name for ep in epilogues), emit,
-                    tuple(arg for ep in epilogues for arg in ep.args))
-
-
-class OutputTile:
-    """What a ``TileStore`` sees: the final sums of one micro-tile,
-    C[row : row + rows, col : col + cols], in ``sums``, a float[mr * nr] stack array with row
-    stride nr (entries past ``rows``/``cols`` are not part of C). ``full`` says the tile is a whole
-    one, and then ``rows``/``cols`` are constants: mr, and nr or an edge micro-kernel's width.
-    """
-
-    def __init__(self, builder: ir.IRBuilder, row: ir.Value, col: ir.Value, rows: ir.Value, cols: ir.Value,
-                 sums: ir.Value, mr: int, nr: int, full: bool, args: dict[str, tuple[ir.Value, ...]]):
-        self.builder = builder
-        self.row, self.col = row, col  # i64: global row and column of C of the tile's corner
-        self.rows, self.cols = rows, cols
-        self.sums = sums
-        self.mr, self.nr = mr, nr
-        self.full = full
-        self._args = args
-
-    def arg(self, name: str) -> ir.Value:
-        """The IR value of a "pointer", "index", "vector" or "scalar" argument."""
-        return self._args[name][0]
-
-
-@dataclass(frozen=True)
-class TileStore:
-    """An epilogue that stores the results itself: on the last K block, the micro-kernel puts the
-    tile's sums in a stack array and calls ``emit(tile)`` (an ``OutputTile``) to generate the code
-    that computes and stores whatever the results are, wherever they go. C then only holds partial
-    sums between K blocks (untouched when K fits in one block), and may be the memory the
-    results are stored to, so C is not ``noalias`` in the micro-kernel. A code generator
-    uses it to fuse any elementwise epilogue, emitted as loops over the tile that LLVM vectorizes.
-    """
-
-    name: str
-    emit: Callable[[OutputTile], None]
-    args: tuple[EpilogueArg, ...] = ()
-
-
-def bias_add_epilogue(name: str = "bias") -> Epilogue:
-    """acc + bias[col]."""
-    return Epilogue("bias", lambda out, acc: out.builder.fadd(acc, out.load_columns(name)),
-                    (EpilogueArg(name, "vector"),))
-
-
-def relu_epilogue() -> Epilogue:
-    """max(acc, 0)."""
-    return Epilogue("relu", lambda out, acc: out.maximum(acc, out.splat(0.0)))
-
-
-def residual_add_epilogue(name: str = "residual") -> Epilogue:
-    """acc + residual[row, col]."""
-    return Epilogue("residual", lambda out, acc: out.builder.fadd(acc, out.load_matrix(name)),
-                    (EpilogueArg(name, "matrix"),))
-
-
-def scale_epilogue(name: str = "alpha") -> Epilogue:
-    """alpha * acc."""
-    return Epilogue("scale", lambda out, acc: out.builder.fmul(acc, out.splat(out.arg(name))),
-                    (EpilogueArg(name, "scalar"),))
-
-
-# --------------------------------------------------------------------------------------------
-# IR helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _intrinsic(module: ir.Module, name: str, return_type: ir.Type, arg_types: Sequence[ir.Type]) -> ir.Function:
-    """Declare (once) an overloaded intrinsic, its name mangled from the types, e.g. llvm.fma.v16f32."""
-    def mangle(t: ir.Type) -> str:
-        if isinstance(t, ir.VectorType):
-            return f"v{t.count}{mangle(t.element)}"
-        if isinstance(t, ir.PointerType):
-            return "p0"
-        if isinstance(t, ir.FloatType):
-            return "f32"
-        if isinstance(t, ir.IntType):
-            return f"i{t.width}"
-        raise TypeError(t)
-
-    overloads = {"llvm.fma": [return_type], "llvm.fmuladd": [return_type], "llvm.maxnum": [return_type],
-                 "llvm.minnum": [return_type], "llvm.masked.load": [return_type, PTR], "llvm.masked.store": [arg_types[0], PTR]}
-    mangled = ".".join([name] + [mangle(t) for t in overloads.get(name, [])])
-    existing = module.globals.get(mangled)
-    if existing is not None:
-        return existing
-    return ir.Function(module, ir.FunctionType(return_type, list(arg_types)), mangled)
-
-
-def _call_intrinsic(builder: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
-    function = _intrinsic(builder.module, name, args[0].type, [a.type for a in args])
-    return builder.call(function, list(args))
-
-
-def _splat(builder: ir.IRBuilder, scalar: ir.Value, width: int) -> ir.Value:
-    vector_type = ir.VectorType(scalar.type, width)
-    one_lane = builder.insert_element(ir.Constant(vector_type, None), scalar, ir.Constant(I32, 0))
-    return builder.shuffle_vector(one_lane, ir.Constant(vector_type, None), ir.Constant(ir.VectorType(I32, width), [0] * width))
-
-
-def _concatenate(builder: ir.IRBuilder, vectors: Sequence[ir.Value]) -> ir.Value:
-    """One vector of all lanes of ``vectors`` (same element type), in order."""
-    vectors = list(vectors)
-    while len(vectors) > 1:
-        joined = []
-        for first, second in zip(vectors[::2], vectors[1::2]):
-            n1, n2 = first.type.count, second.type.count
-            if n2 < n1:  # shufflevector wants equal operand types: widen the second (lane 0 as filler)
-                second = builder.shuffle_vector(second, second, ir.Constant(
-                    ir.VectorType(I32, n1), list(range(n2)) + [0] * (n1 - n2)))
-            mask = list(range(n1)) + [n1 + lane for lane in range(n2)]
-            joined.append(builder.shuffle_vector(first, second, ir.Constant(ir.VectorType(I32, n1 + n2), mask)))
-        if len(vectors) % 2:
-            joined.append(vectors[-1])
-        vectors = joined
-    return vectors[0]
-
-
-def _interleave(builder: ir.IRBuilder, vectors: Sequence[ir.Value]) -> ir.Value:
-    """result[k * len(vectors) + i] = vectors[i][k]: a transpose of the rows ``vectors``."""
-    count, width = len(vectors), vectors[0].type.count
-    everything = _concatenate(builder, vectors)
-    mask = [i * width + k for k in range(width) for i in range(count)]
-    return builder.shuffle_vector(everything, everything, ir.Constant(ir.VectorType(I32, count * width), mask))
-
-
-def transpose_square(builder: ir.IRBuilder, rows: Sequence[ir.Value]) -> list[ir.Value]:
-    """The transpose of a W x W matrix held as W vectors of W lanes (W a power of two):
-    result[l][i] = rows[i][l]. Round d (W/2, W/4, ..., 1) swaps bit d of the row number with
-    bit d of the lane number, one two-input shuffle per vector (vpermt2ps on AVX-512)."""
-    w = len(rows)
-    rows = list(rows)
-    d = w // 2
-    while d:
-        low = ir.Constant(ir.VectorType(I32, w), [l if not l & d else w + l - d for l in range(w)])
-        high = ir.Constant(ir.VectorType(I32, w), [l + d if not l & d else w + l for l in range(w)])
-        out = list(rows)
-        for i in range(w):
-            if not i & d:
-                out[i] = builder.shuffle_vector(rows[i], rows[i + d], low)
-                out[i + d] = builder.shuffle_vector(rows[i], rows[i + d], high)
-        rows = out
-        d //= 2
-    return rows
-
-
-def _lane_mask(builder: ir.IRBuilder, first_lane: int, lanes_valid: ir.Value, width: int) -> ir.Value:
-    """<width x i1>: lane l is on when first_lane + l < lanes_valid."""
-    lanes = ir.Constant(ir.VectorType(I64, width), [first_lane + l for l in range(width)])
-    return builder.icmp_signed("<", lanes, _splat(builder, lanes_valid, width))
-
-
-def _load_vector(builder: ir.IRBuilder, address: ir.Value, width: int, mask: ir.Value | None,
-                 align: int = FLOAT_BYTES) -> ir.Value:
-    """Load W floats from an unaligned address; with a mask, off lanes read nothing and give 0."""
-    vector_type = ir.VectorType(F32, width)
-    if mask is None:
-        return builder.load(address, typ=vector_type, align=align)
-    zeros = ir.Constant(vector_type, [0.0] * width)
-    function = _intrinsic(builder.module, "llvm.masked.load", vector_type, [PTR, I32, mask.type, vector_type])
-    return builder.call(function, [address, ir.Constant(I32, align), mask, zeros])
-
-
-def _store_vector(builder: ir.IRBuilder, value: ir.Value, address: ir.Value, mask: ir.Value | None,
-                  align: int = FLOAT_BYTES) -> None:
-    if mask is None:
-        builder.store(value, address, align=align)
-        return
-    function = _intrinsic(builder.module, "llvm.masked.store", VOID, [value.type, PTR, I32, mask.type])
-    builder.call(function, [value, address, ir.Constant(I32, align), mask])
-
-
-def _field_address(builder: ir.IRBuilder, struct_pointer: ir.Value, struct_type: ir.Type, index: int) -> ir.Value:
-    """&struct_pointer->field[index]."""
-    return builder.gep(struct_pointer, [ir.Constant(I32, 0), ir.Constant(I32, index)], source_etype=struct_type)
-
-
-def _alloca(builder: ir.IRBuilder, element_type: ir.Type, count: ir.Value, name: str) -> ir.Value:
-    """Stack space for ``count`` elements, as an opaque pointer.
-
-    llvmlite types an alloca as a typed pointer, and a GEP keeps its base's pointer type; the
-    opaque type keeps every address derived from it an opaque ``ptr`` (the text is the same).
-    """
-    slot = builder.alloca(element_type, size=count, name=name)
-    slot.type = PTR
-    return slot
-
-
-def _min(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
-    return builder.select(builder.icmp_signed("<", a, b), a, b)
-
-
-@contextmanager
-def _counted_loop(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int | ir.Value,
-                  name: str) -> Iterator[ir.Value]:
-    """``for i in range(start, stop, step)`` (step > 0); yields i, the body is emitted inside."""
-    step = _i64(step) if isinstance(step, int) else step
-    preheader = builder.block
-    header = builder.append_basic_block(f"{name}.header")
-    body = builder.append_basic_block(f"{name}.body")
-    exit_block = builder.append_basic_block(f"{name}.exit")
-    builder.branch(header)
-    builder.position_at_end(header)
-    index = builder.phi(I64, name=name)
-    index.add_incoming(start, preheader)
-    builder.cbranch(builder.icmp_signed("<", index, stop), body, exit_block)
-    builder.position_at_end(body)
-    yield index
-    index.add_incoming(builder.add(index, step, name=f"{name}.next"), builder.block)
-    builder.branch(header)
-    builder.position_at_end(exit_block)
-
-
-# --------------------------------------------------------------------------------------------
 # The generator
 # --------------------------------------------------------------------------------------------
 
@@ -544,7 +221,7 @@ class SgemmGenerator:
         self.vector_type = ir.VectorType(F32, config.vector_width)
         # Every vector in packed B starts a multiple of the vector size into an aligned workspace.
         self.vector_bytes = config.vector_width * FLOAT_BYTES
-        self.epilogue_param_types = [t for arg in self.epilogue_args for t in _ARG_KIND_PARAMS[arg.kind]]
+        self.epilogue_param_types = [t for arg in self.epilogue_args for t in ARG_KIND_PARAMS[arg.kind]]
         self._b_rows_table = None
 
     @property
@@ -615,24 +292,24 @@ class SgemmGenerator:
         for argument in (p["a"], p["packed"]):
             argument.add_attribute("noalias")
         zero = ir.Constant(F32, 0.0)
-        with _counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
+        with vectors.counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
             last_row = b.sub(p["rows"], _i64(1))
             sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=F32)
             row_pointers, row_valid = [], []
             for i in range(mr):
                 row = b.add(row0, _i64(i))
                 row_valid.append(b.icmp_signed("<=", row, last_row))
-                clamped = _min(b, row, last_row)
+                clamped = vectors.select_min(b, row, last_row)
                 row_pointers.append(b.gep(p["a"], [b.mul(clamped, p["lda"])], source_etype=F32))
             zeros = ir.Constant(self.vector_type, [0.0] * w)
             kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
-            with _counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
+            with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
                 rows = [b.select(row_valid[i], b.load(b.gep(row_pointers[i], [k0], source_etype=F32),
                                                       typ=self.vector_type, align=FLOAT_BYTES), zeros)
                         for i in range(mr)]
-                columns = _interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
+                columns = vectors.interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
                 b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=F32), align=FLOAT_BYTES)
-            with _counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
+            with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                 destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
                 for i in range(mr):
                     value = b.load(b.gep(row_pointers[i], [k], source_etype=F32), typ=F32)
@@ -649,7 +326,7 @@ class SgemmGenerator:
             ("b", PTR), ("ldb", I64), ("pc", I64), ("kc", I64), ("cols", I64), ("packed", PTR)])
         for argument in (p["b"], p["packed"]):
             argument.add_attribute("noalias")
-        with _counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
+        with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
             sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=F32)
             source = b.gep(p["b"], [col0], source_etype=F32)
             cols_left = b.sub(p["cols"], col0)
@@ -657,13 +334,13 @@ class SgemmGenerator:
             with b.if_else(full) as (then, otherwise):
                 for masked in (False, True):
                     with (otherwise if masked else then):
-                        masks = [_lane_mask(b, v * w, cols_left, w) if masked else None
+                        masks = [vectors.lane_mask(b, v * w, cols_left, w) if masked else None
                                  for v in range(self.config.nr_vectors)]
-                        with _counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+                        with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
                             row = self._b_row(b, source, p["ldb"], b.add(p["pc"], k))
                             destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=F32)
                             for v in range(self.config.nr_vectors):
-                                value = _load_vector(b, b.gep(row, [_i64(v * w)], source_etype=F32), w, masks[v])
+                                value = vectors.load_vector(b, b.gep(row, [_i64(v * w)], source_etype=F32), w, masks[v])
                                 b.store(value, b.gep(destination, [_i64(v * w)], source_etype=F32),
                                         align=self.vector_bytes)
         b.ret_void()
@@ -680,23 +357,23 @@ class SgemmGenerator:
         for argument in (p["a"], p["packed"]):
             argument.add_attribute("noalias")
         zero = ir.Constant(F32, 0.0)
-        with _counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
+        with vectors.counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
             last_row = b.sub(p["rows"], _i64(1))
             sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=F32)
             if mr <= w:
-                inside = _lane_mask(b, 0, _min(b, _i64(mr), b.sub(p["rows"], row0)), w)
+                inside = vectors.lane_mask(b, 0, vectors.select_min(b, _i64(mr), b.sub(p["rows"], row0)), w)
                 sliver_lanes = ir.Constant(ir.VectorType(I1, w), [lane < mr for lane in range(w)])
-                with _counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+                with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
                     source = b.gep(p["a"], [b.add(b.mul(k, p["lda"]), row0)], source_etype=F32)
-                    values = _load_vector(b, source, w, inside)
-                    _store_vector(b, values, b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32), sliver_lanes)
+                    values = vectors.load_vector(b, source, w, inside)
+                    vectors.store_vector(b, values, b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32), sliver_lanes)
             else:
                 columns, valid = [], []
                 for i in range(mr):
                     row = b.add(row0, _i64(i))
                     valid.append(b.icmp_signed("<=", row, last_row))
-                    columns.append(_min(b, row, last_row))
-                with _counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+                    columns.append(vectors.select_min(b, row, last_row))
+                with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
                     source = b.gep(p["a"], [b.mul(k, p["lda"])], source_etype=F32)
                     destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
                     for i in range(mr):
@@ -722,22 +399,22 @@ class SgemmGenerator:
         zero = ir.Constant(F32, 0.0)
         last_col = b.sub(p["cols"], _i64(1))
         kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
-        with _counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
+        with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
             sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=F32)
             for v in range(self.config.nr_vectors):
                 rows, valid = [], []
                 for i in range(w):
                     col = b.add(col0, _i64(v * w + i))
                     valid.append(b.icmp_signed("<=", col, last_col))
-                    offset = b.add(b.mul(_min(b, col, last_col), p["ldb"]), p["pc"])
+                    offset = b.add(b.mul(vectors.select_min(b, col, last_col), p["ldb"]), p["pc"])
                     rows.append(b.gep(p["b"], [offset], source_etype=F32))
-                with _counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
+                with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
                     block = [b.select(valid[i], b.load(b.gep(rows[i], [k0], source_etype=F32), typ=self.vector_type,
                                                        align=FLOAT_BYTES), zeros) for i in range(w)]
-                    for kk, column in enumerate(transpose_square(b, block)):
+                    for kk, column in enumerate(vectors.transpose_square(b, block)):
                         at = b.add(b.mul(b.add(k0, _i64(kk)), _i64(nr)), _i64(v * w))
                         b.store(column, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
-                with _counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
+                with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                     vector = zeros
                     for i in range(w):
                         value = b.load(b.gep(rows[i], [k], source_etype=F32), typ=F32)
@@ -769,10 +446,10 @@ class SgemmGenerator:
         for arg in self.epilogue_args:
             if arg.noalias and arg.kind == "pointer":
                 function.args[len(params) - len(self.epilogue_param_types) + position].add_attribute("noalias")
-            position += len(_ARG_KIND_PARAMS[arg.kind])
+            position += len(ARG_KIND_PARAMS[arg.kind])
         zeros = ir.Constant(self.vector_type, [0.0] * w)
-        b_masks = [_lane_mask(b, v * w, p["cols"], w) for v in range(nv)] if self.mask_b else [None] * nv
-        sums = _alloca(b, F32, _i64(mr * cfg.nr), "sums") if self.stores_tiles else None
+        b_masks = [vectors.lane_mask(b, v * w, p["cols"], w) for v in range(nv)] if self.mask_b else [None] * nv
+        sums = vectors.opaque_alloca(b, F32, _i64(mr * cfg.nr), "sums") if self.stores_tiles else None
         if sums is not None:
             sums.align = WORKSPACE_ALIGNMENT
 
@@ -796,16 +473,16 @@ class SgemmGenerator:
             b_row, b_align = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=F32), self.vector_bytes
         else:
             b_row, b_align = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k)), FLOAT_BYTES
-        b_vectors = [_load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=F32), w, b_masks[v], b_align)
+        b_vectors = [vectors.load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=F32), w, b_masks[v], b_align)
                      for v in range(nv)]
         a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=F32)
         for i in range(mr):
             a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=F32), typ=F32)
-            a_broadcast = _splat(b, a_value, w)
+            a_broadcast = vectors.splat(b, a_value, w)
             for v in range(nv):
                 # fmuladd: one FMA where the target has FMA, else a multiply and an add (llvm.fma
                 # would be a call of the correctly rounded fmaf per element, 100x slower)
-                updated = _call_intrinsic(b, "llvm.fmuladd", a_broadcast, b_vectors[v], accumulators[i][v])
+                updated = vectors.call_intrinsic(b, "llvm.fmuladd", a_broadcast, b_vectors[v], accumulators[i][v])
                 accumulators[i][v].add_incoming(updated, body)
         k.add_incoming(b.add(k, _i64(1)), body)
         b.branch(header)
@@ -820,7 +497,7 @@ class SgemmGenerator:
                 if sums is not None:
                     self._emit_tile_store(b, p, sums, nv * w, epilogue_values)
             with otherwise:
-                masks = [_lane_mask(b, v * w, p["cols"], w) for v in range(nv)]
+                masks = [vectors.lane_mask(b, v * w, p["cols"], w) for v in range(nv)]
                 for i in range(mr):
                     with b.if_then(b.icmp_signed("<", _i64(i), p["rows"])):
                         self._emit_row_update(b, p, accumulators[i], i, masks, epilogue_values, sums)
@@ -844,7 +521,7 @@ class SgemmGenerator:
         values = list(row_accumulators)
         before = b.block
         with b.if_then(b.not_(p["first_k_block"])):
-            summed = [b.fadd(values[v], _load_vector(b, addresses[v], w, lane_masks[v])) for v in range(nv)]
+            summed = [b.fadd(values[v], vectors.load_vector(b, addresses[v], w, lane_masks[v])) for v in range(nv)]
             summed_block = b.block
         values = [self._phi(b, (values[v], before), (summed[v], summed_block)) for v in range(nv)]
 
@@ -856,7 +533,7 @@ class SgemmGenerator:
                         b.store(values[v], address, align=self.vector_bytes)
                 with partial:
                     for v in range(nv):
-                        _store_vector(b, values[v], addresses[v], lane_masks[v])
+                        vectors.store_vector(b, values[v], addresses[v], lane_masks[v])
             return
 
         if self.epilogue is not None:
@@ -872,7 +549,7 @@ class SgemmGenerator:
             values = [self._phi(b, (values[v], before), (transformed[v], transformed_block)) for v in range(nv)]
 
         for v in range(nv):
-            _store_vector(b, values[v], addresses[v], lane_masks[v])
+            vectors.store_vector(b, values[v], addresses[v], lane_masks[v])
 
     def _emit_tile_store(self, b: ir.IRBuilder, p: dict[str, ir.Value], sums: ir.Value, full_cols: int | None,
                          epilogue_values: list[ir.Value]) -> None:
@@ -894,7 +571,7 @@ class SgemmGenerator:
     def _epilogue_arg_values(self, values: list[ir.Value]) -> dict[str, tuple[ir.Value, ...]]:
         grouped, position = {}, 0
         for arg in self.epilogue_args:
-            count = len(_ARG_KIND_PARAMS[arg.kind])
+            count = len(ARG_KIND_PARAMS[arg.kind])
             grouped[arg.name] = tuple(values[position:position + count])
             position += count
         return grouped
@@ -910,8 +587,8 @@ class SgemmGenerator:
         packed_a = p["workspace"]
         packed_b = b.gep(p["workspace"], [_i64(cfg.packed_a_floats)], source_etype=F32)
 
-        with _counted_loop(b, p["n_begin"], p["n_end"], cfg.nc, "jc") as jc:
-            nc = _min(b, _i64(cfg.nc), b.sub(p["n_end"], jc))
+        with vectors.counted_loop(b, p["n_begin"], p["n_end"], cfg.nc, "jc") as jc:
+            nc = vectors.select_min(b, _i64(cfg.nc), b.sub(p["n_end"], jc))
             # pc runs at least once, so K == 0 still stores epilogue(0).
             pc_entry = b.block
             pc_body = b.append_basic_block("pc.body")
@@ -920,7 +597,7 @@ class SgemmGenerator:
             b.position_at_end(pc_body)
             pc = b.phi(I64, name="pc")
             pc.add_incoming(_i64(0), pc_entry)
-            kc = _min(b, _i64(cfg.kc), b.sub(p["K"], pc))
+            kc = vectors.select_min(b, _i64(cfg.kc), b.sub(p["K"], pc))
             pc_next = b.add(pc, kc)
             first_k_block = b.icmp_signed("==", pc, _i64(0))
             last_k_block = b.icmp_signed(">=", pc_next, p["K"])
@@ -928,23 +605,23 @@ class SgemmGenerator:
             if pack_b is not None:
                 b.call(pack_b, [b_columns, p["ldb"], pc, kc, nc, packed_b])
 
-            with _counted_loop(b, p["m_begin"], p["m_end"], cfg.mc, "ic") as ic:
-                mc = _min(b, _i64(cfg.mc), b.sub(p["m_end"], ic))
+            with vectors.counted_loop(b, p["m_begin"], p["m_end"], cfg.mc, "ic") as ic:
+                mc = vectors.select_min(b, _i64(cfg.mc), b.sub(p["m_end"], ic))
                 a_offset = b.add(b.mul(pc, p["lda"]), ic) if self.transpose_a else b.add(b.mul(ic, p["lda"]), pc)
                 a_block = b.gep(p["A"], [a_offset], source_etype=F32)
                 b.call(pack_a, [a_block, p["lda"], mc, kc, packed_a])
-                with _counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
+                with vectors.counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
                     if pack_b is not None:
                         b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=F32)
                     else:
                         b_sliver = b.gep(b_columns, [jr], source_etype=F32)
-                    cols = _min(b, _i64(cfg.nr), b.sub(nc, jr))
+                    cols = vectors.select_min(b, _i64(cfg.nr), b.sub(nc, jr))
                     col = b.add(jc, jr)
 
                     def row_tiles(micro_kernel):
-                        with _counted_loop(b, _i64(0), mc, cfg.mr, "ir") as ir_:
+                        with vectors.counted_loop(b, _i64(0), mc, cfg.mr, "ir") as ir_:
                             a_sliver = b.gep(packed_a, [b.mul(ir_, kc)], source_etype=F32)
-                            rows = _min(b, _i64(cfg.mr), b.sub(mc, ir_))
+                            rows = vectors.select_min(b, _i64(cfg.mr), b.sub(mc, ir_))
                             b.call(micro_kernel, [kc, a_sliver, b_sliver, p["ldb"], pc, p["C"], p["ldc"],
                                                   b.add(ic, ir_), col, rows, cols, first_k_block, last_k_block]
                                    + epilogue_values)
@@ -992,26 +669,26 @@ class SgemmGenerator:
         task_main.linkage = "internal"
         b = ir.IRBuilder(task_main.append_basic_block("entry"))
         task = task_main.args[0]
-        arguments = [b.load(_field_address(b, task, task_type, i), typ=field_type)
+        arguments = [b.load(vectors.field_address(b, task, task_type, i), typ=field_type)
                      for i, field_type in enumerate(task_type.elements)]
         b.call(rectangle_function, arguments)
         b.ret(ir.Constant(PTR, None))
 
         function, b, p = self._define(module, f"{self.name}_threaded", params, exported=True)
         num_tasks = p["num_tasks"]
-        tasks = _alloca(b, task_type, num_tasks, "tasks")
-        thread_ids = _alloca(b, I64, num_tasks, "thread_ids")
-        started = _alloca(b, I1, num_tasks, "started")
+        tasks = vectors.opaque_alloca(b, task_type, num_tasks, "tasks")
+        thread_ids = vectors.opaque_alloca(b, I64, num_tasks, "thread_ids")
+        started = vectors.opaque_alloca(b, I1, num_tasks, "started")
         fixed_values = [p[name] for name, _ in fixed]
         epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
-        with _counted_loop(b, _i64(0), num_tasks, 1, "fill") as t:
+        with vectors.counted_loop(b, _i64(0), num_tasks, 1, "fill") as t:
             rectangle = b.gep(p["rectangles"], [b.mul(t, _i64(4))], source_etype=I64)
             bounds = [b.load(b.gep(rectangle, [_i64(j)], source_etype=I64), typ=I64) for j in range(4)]
             workspace = b.load(b.gep(p["workspaces"], [t], source_etype=PTR), typ=PTR)
             task = b.gep(tasks, [t], source_etype=task_type)
             for i, value in enumerate(fixed_values + bounds + [workspace] + epilogue_values):
-                b.store(value, _field_address(b, task, task_type, i))
-        with _counted_loop(b, _i64(1), num_tasks, 1, "spawn") as t:
+                b.store(value, vectors.field_address(b, task, task_type, i))
+        with vectors.counted_loop(b, _i64(1), num_tasks, 1, "spawn") as t:
             task = b.gep(tasks, [t], source_etype=task_type)
             status = b.call(pthread_create, [b.gep(thread_ids, [t], source_etype=I64), ir.Constant(PTR, None),
                                              task_main, task])
@@ -1020,7 +697,7 @@ class SgemmGenerator:
             with b.if_then(b.not_(ok)):
                 b.call(task_main, [task])
         b.call(task_main, [tasks])
-        with _counted_loop(b, _i64(1), num_tasks, 1, "join") as t:
+        with vectors.counted_loop(b, _i64(1), num_tasks, 1, "join") as t:
             with b.if_then(b.load(b.gep(started, [t], source_etype=I1), typ=I1)):
                 b.call(pthread_join, [b.load(b.gep(thread_ids, [t], source_etype=I64), typ=I64),
                                       ir.Constant(PTR, None)])
@@ -1034,252 +711,3 @@ def build_sgemm_module(config: GemmConfig | None = None, epilogue: Epilogue | No
     return SgemmGenerator(config or GemmConfig.for_target(), epilogue, name).build_module()
 
 
-# --------------------------------------------------------------------------------------------
-# Running it: ctypes and a thread pool
-# --------------------------------------------------------------------------------------------
-
-def _ctypes_type(ir_type: ir.Type):
-    if isinstance(ir_type, ir.PointerType):
-        return ctypes.c_void_p
-    if ir_type == I64:
-        return ctypes.c_int64
-    if ir_type == F32:
-        return ctypes.c_float
-    raise TypeError(ir_type)
-
-
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_POOL_THREAD_PREFIX = "lezero-gemm"
-
-
-def default_num_threads() -> int:
-    """LEZERO_NUM_THREADS, else the CPUs this process may run on."""
-    configured = os.environ.get("LEZERO_NUM_THREADS")
-    if configured:
-        return max(1, int(configured))
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _thread_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=max(default_num_threads(), 2), thread_name_prefix=_POOL_THREAD_PREFIX)
-        return _pool
-
-
-_workspaces = threading.local()
-
-
-def thread_workspace(floats: int) -> int:
-    """Address of this thread's 64-byte aligned scratch buffer of at least ``floats`` floats.
-
-    One buffer per thread, shared by all kernels (a thread runs one GEMM at a time) and kept
-    across calls, so packing touches warm pages instead of faulting in fresh ones every call.
-    """
-    if getattr(_workspaces, "floats", 0) < floats:
-        buffer = np.empty(floats + WORKSPACE_ALIGNMENT // FLOAT_BYTES, dtype=np.float32)
-        address = buffer.ctypes.data
-        _workspaces.buffer, _workspaces.floats = buffer, floats
-        _workspaces.address = address + (-address) % WORKSPACE_ALIGNMENT
-    return _workspaces.address
-
-
-def thread_workspaces(floats: int, count: int) -> np.ndarray:
-    """Addresses (uint64[count]) of ``count`` aligned scratch buffers owned by this thread, for
-    the tasks of one ``<name>_threaded`` call."""
-    buffers = getattr(_workspaces, "task_buffers", None)
-    if buffers is None or buffers[0] < floats or len(buffers[1]) < count:
-        arrays = [np.empty(floats + WORKSPACE_ALIGNMENT // FLOAT_BYTES, dtype=np.float32) for _ in range(count)]
-        addresses = np.array([x.ctypes.data + (-x.ctypes.data) % WORKSPACE_ALIGNMENT for x in arrays], np.uint64)
-        buffers = _workspaces.task_buffers = (floats, arrays, addresses)
-    return buffers[2]
-
-
-def _in_pool_thread() -> bool:
-    return threading.current_thread().name.startswith(_POOL_THREAD_PREFIX)
-
-
-def split_rectangles(m: int, n: int, k: int, num_tasks: int, mr: int, nr: int) -> list[tuple[int, int, int, int]]:
-    """Cut C[m, n] into at most ``num_tasks`` rectangles (m_begin, m_end, n_begin, n_end).
-
-    A grid of tm x tn, cuts on multiples of mr / nr (so only the matrix edge is ragged). Each task
-    packs its own rows of A and its own columns of B, so the grid is chosen to minimize the
-    slowest task's time, estimated as its multiply-adds plus ``PACKING_COST`` per packed float.
-    """
-    def cuts(extent: int, parts: int, unit: int) -> list[int]:
-        units = math.ceil(extent / unit)
-        return [min(extent, (units * p // parts) * unit) for p in range(parts + 1)]
-
-    best = None
-    for tasks in range(num_tasks, 0, -1):
-        for tm in range(1, tasks + 1):
-            if tasks % tm:
-                continue
-            tn = tasks // tm
-            if tm > math.ceil(m / mr) or tn > math.ceil(n / nr):
-                continue
-            row_cuts, col_cuts = cuts(m, tm, mr), cuts(n, tn, nr)
-            rows = max(b - a for a, b in zip(row_cuts, row_cuts[1:]))
-            cols = max(b - a for a, b in zip(col_cuts, col_cuts[1:]))
-            slowest = rows * cols * k + PACKING_COST * (rows + cols) * k
-            if best is None or slowest < best[0]:
-                best = (slowest, row_cuts, col_cuts)
-    _, row_cuts, col_cuts = best
-    return [(r0, r1, c0, c1) for r0, r1 in zip(row_cuts, row_cuts[1:]) for c0, c1 in zip(col_cuts, col_cuts[1:])
-            if r0 < r1 and c0 < c1]
-
-
-# Packing a float costs about as much as this many multiply-adds (16 per cycle per core on
-# AVX-512/AVX2 with two FMA pipes vs about one scalar copy per cycle).
-PACKING_COST = 16
-
-
-# Below this many flops a GEMM runs on the calling thread: handing a task to a pool thread and
-# waiting for it costs 35-80 us here, what one core computes in ~100 us of a 180^3 GEMM.
-PARALLEL_THRESHOLD_FLOPS = 2 * 180 ** 3
-
-
-class SgemmKernel:
-    """A compiled float32 GEMM with an optional fused epilogue.
-
-    >>> kernel = SgemmKernel(epilogue=bias_add_epilogue().then(relu_epilogue()))
-    >>> y = kernel(x, w, bias=b)          # relu(x @ w + b)
-
-    Arrays: float32, 2-D, rows contiguous (row strides may be larger than the width, e.g. slices);
-    others are copied. With ``transpose_a``/``transpose_b`` the kernel computes ``a.T @ b`` /
-    ``a @ b.T`` from the arrays as they are; ``b_in_place`` reads B's rows where they lie.
-    ``out`` must not overlap any input. Epilogue arguments are keywords: "vector" ones 1-D of
-    length N, "matrix" ones M x N, "scalar" ones floats.
-    ``num_threads`` defaults to ``default_num_threads()``; products under
-    ``parallel_threshold_flops`` run on the calling thread. ``threads`` picks how the rectangles
-    run in parallel: "native" (default) makes one ctypes call to ``<name>_threaded``, which starts
-    a POSIX thread per extra rectangle and joins them, with no Python or GIL involved (~20 us per
-    call here); "pool" submits one ctypes call per rectangle to a Python thread pool (a hand-off
-    costs 17-35 us at best, more when other Python threads hold the GIL). On this 2-core machine
-    both were equal at 1024^3 when it was quiet, and "native" was faster when it was shared.
-    """
-
-    def __init__(self, config: GemmConfig | None = None, epilogue: Epilogue | None = None,
-                 num_threads: int | None = None, name: str = "lz_sgemm", threads: str = "native",
-                 transpose_a: bool = False, transpose_b: bool = False, b_in_place: bool = False,
-                 cpu: CpuTarget | str | None = None):
-        if threads not in ("pool", "native"):
-            raise ValueError(f"threads must be 'pool' or 'native', not {threads!r}")
-        self.config = config or GemmConfig.for_target(cpu)
-        self.epilogue = epilogue
-        self.num_threads = num_threads or default_num_threads()
-        self.parallel_threshold_flops = PARALLEL_THRESHOLD_FLOPS
-        self.threads = threads
-        self.name = name
-        self.transpose_a, self.transpose_b = transpose_a, transpose_b
-        self.generator = SgemmGenerator(self.config, epilogue, name, pack_b=not b_in_place, mask_b=b_in_place,
-                                        transpose_a=transpose_a, transpose_b=transpose_b)
-        self.ir_module = self.generator.build_module()
-        self.compiled = jit.compile_module(self.ir_module, cpu)
-        fixed_types = [_ctypes_type(t) for _, t in GEMM_PARAMS]
-        epilogue_types = [_ctypes_type(t) for t in self.generator.epilogue_param_types]
-        self.function = self.compiled.ctypes_function(name, None, fixed_types + epilogue_types)
-        self.threaded_function = self.compiled.ctypes_function(
-            f"{name}_threaded", None,
-            fixed_types[:7] + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p] + epilogue_types)
-
-    def _run_rectangle(self, fixed_args: tuple, rectangle: tuple[int, int, int, int], epilogue_args: list) -> None:
-        self.function(*fixed_args, *rectangle, thread_workspace(self.config.workspace_floats), *epilogue_args)
-
-    def __call__(self, a: np.ndarray, b: np.ndarray, /, out: np.ndarray | None = None, **epilogue_arrays) -> np.ndarray:
-        a, b = _as_rows_contiguous_f32(a, "a"), _as_rows_contiguous_f32(b, "b")
-        m, k = a.shape[::-1] if self.transpose_a else a.shape
-        k_b, n = b.shape[::-1] if self.transpose_b else b.shape
-        if k != k_b:
-            raise ValueError(f"matmul shapes {a.shape} and {b.shape} do not agree on K")
-        # Epilogue arrays are checked and converted first; ``epilogue_arrays`` keeps them alive.
-        epilogue_args = self._epilogue_call_args(epilogue_arrays, m, n) if self.epilogue else []
-        if out is None:
-            out = np.empty((m, n), dtype=np.float32)
-        else:
-            if out.shape != (m, n) or out.dtype != np.float32 or not out.flags.aligned or \
-                    out.strides[1] != FLOAT_BYTES or out.strides[0] % FLOAT_BYTES or out.strides[0] < 0:
-                raise ValueError(f"out must be a float32 {m}x{n} array with contiguous rows")
-            # C holds partial sums between K blocks, so no input may be read through it.
-            inputs = [a, b] + [x for x in epilogue_arrays.values() if isinstance(x, np.ndarray)]
-            if any(np.may_share_memory(out, x) for x in inputs):
-                raise ValueError("out must not overlap a, b or an epilogue argument")
-        if m == 0 or n == 0:
-            return out
-        fixed_args = (k, a.ctypes.data, _row_stride(a), b.ctypes.data, _row_stride(b),
-                      out.ctypes.data, _row_stride(out))
-        if self.num_threads == 1 or 2 * m * n * k < self.parallel_threshold_flops or _in_pool_thread():
-            # (From a pool thread, waiting on the pool could deadlock: run on this thread.)
-            self._run_rectangle(fixed_args, (0, m, 0, n), epilogue_args)
-            return out
-        rectangles = split_rectangles(m, n, k, self.num_threads, self.config.mr, self.config.nr)
-        if len(rectangles) == 1:
-            self._run_rectangle(fixed_args, rectangles[0], epilogue_args)
-        elif self.threads == "native":
-            bounds = np.array(rectangles, dtype=np.int64)
-            workspaces = thread_workspaces(self.config.workspace_floats, len(rectangles))
-            self.threaded_function(*fixed_args, len(rectangles), bounds.ctypes.data, workspaces.ctypes.data,
-                                   *epilogue_args)
-        else:
-            pool = _thread_pool()
-            # The caller computes the first rectangle itself instead of waiting idle.
-            futures = [pool.submit(self._run_rectangle, fixed_args, r, epilogue_args) for r in rectangles[1:]]
-            self._run_rectangle(fixed_args, rectangles[0], epilogue_args)
-            for future in futures:
-                future.result()
-        return out
-
-    def _epilogue_call_args(self, arrays: dict, m: int, n: int) -> list:
-        expected = {arg.name for arg in self.generator.epilogue_args}
-        if arrays.keys() != expected:
-            raise TypeError(f"epilogue {self.epilogue and self.epilogue.name!r} takes arguments "
-                            f"{sorted(expected)}, got {sorted(arrays)}")
-        call_args = []
-        for arg in self.generator.epilogue_args:
-            value = arrays[arg.name]
-            if arg.kind == "scalar":
-                call_args.append(float(value))
-                continue
-            if arg.kind in ("pointer", "index"):
-                call_args.append(int(value))
-                continue
-            array = np.ascontiguousarray(value, dtype=np.float32) if arg.kind == "vector" else \
-                _as_rows_contiguous_f32(value, arg.name)
-            expected_shape = (n,) if arg.kind == "vector" else (m, n)
-            if array.shape != expected_shape:
-                raise ValueError(f"epilogue argument {arg.name!r} has shape {array.shape}, expected {expected_shape}")
-            arrays[arg.name] = array  # the caller's dict keeps converted copies alive
-            call_args.append(array.ctypes.data)
-            if arg.kind == "matrix":
-                call_args.append(_row_stride(array))
-        return call_args
-
-
-def _as_rows_contiguous_f32(array: np.ndarray, name: str) -> np.ndarray:
-    array = np.asarray(array)
-    if array.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {array.shape}")
-    if array.dtype != np.float32 or not array.flags.aligned or array.strides[1] != FLOAT_BYTES \
-            or array.strides[0] % FLOAT_BYTES or array.strides[0] < 0:
-        array = np.ascontiguousarray(array, dtype=np.float32)
-    return array
-
-
-def _row_stride(array: np.ndarray) -> int:
-    """Row stride in floats (a 1-row or 0-column array may report any stride; any value >= 1 works)."""
-    return max(array.strides[0] // FLOAT_BYTES, 1)
-
-
-_default_kernel: SgemmKernel | None = None
-_default_kernel_lock = threading.Lock()
-
-
-def sgemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """a @ b in float32 with the host's default kernel (compiled on first use)."""
-    global _default_kernel
-    with _default_kernel_lock:
-        if _default_kernel is None:
-            _default_kernel = SgemmKernel()
-    return _default_kernel(a, b, out)

@@ -1,10 +1,13 @@
 """Loops in LLVM IR: a counted loop whose induction variable LLVM's vectorizer recognizes, and
-index helpers."""
+index helpers (constants, minima, unravelled coordinates, an IR value as an affine index form,
+functions declared once per module)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
 
 import llvmlite.ir as ir
+
+from lezero.codegen.affine import Affine, Var
 
 I64 = ir.IntType(64)
 
@@ -65,3 +68,16 @@ def unravel_values(b: ir.IRBuilder, flat, extents) -> list:
             out.append(b.urem(flat, i64(extents[k])))
             flat = b.udiv(flat, i64(extents[k]))
     return list(reversed(out))
+
+
+def affine_value(value: ir.Value, extent: int | None = None, name: str = "v") -> Affine:
+    """An IR value as an index form (a variable of ``extent`` values whose payload it is)."""
+    return Affine.of(Var(name, extent, payload=value))
+
+
+def declare(module: ir.Module, name: str, return_type, arg_types) -> ir.Function:
+    """The function ``name`` of ``module`` (``malloc``, an intrinsic), declared on first use."""
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(return_type, arg_types), name)

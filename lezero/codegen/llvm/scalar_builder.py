@@ -25,7 +25,7 @@ from lezero.codegen.llvm import scalar_math
 from lezero.codegen.llvm.scalar_math import MathBuilder
 from lezero.codegen.value_at_index import is_unsigned
 from lezero.ir.scalar import ScalarBuilder
-from lezero.ir.types import BF16, ELEMENT_TYPES, F16, F32, F64, I1, ElementType
+from lezero.ir.types import BF16, ELEMENT_TYPES, F16, F64, I1, ElementType
 
 HALF = ir.HalfType()
 FLOAT = ir.FloatType()
@@ -48,11 +48,6 @@ def storage_type(dtype: ElementType) -> ir.Type:
     if dtype == I1:
         return I8
     return compute_type(dtype)
-
-
-def accumulator_type(dtype: ElementType) -> ElementType:
-    """The element type a reduction of ``dtype`` accumulates in (f16 and bf16 in f32)."""
-    return F32 if dtype in (F16, BF16) else dtype
 
 
 class Scalar:

@@ -48,10 +48,10 @@ import math
 from dataclasses import dataclass
 
 from lezero.codegen.affine import Affine, Var
-from lezero.codegen.llvm.lower_contraction import ConvShape, MatmulShape, anchor_op, stored_operand
-from lezero.codegen.triton.emitter import TritonCode, TritonContext, TValue, next_pow2
+from lezero.codegen.contraction_shapes import ConvShape, MatmulShape, anchor_op, stored_operand
+from lezero.codegen.triton.context import TritonCode, TritonContext, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
-from lezero.codegen.triton.scalar_builder import compute_dtype
+from lezero.codegen.triton.scalar_builder import TValue, compute_dtype
 from lezero.codegen.value_at_index import is_unsigned
 from lezero.ir.core import Operation
 from lezero.ir.types import BF16, F16, F32, F64, ElementType

@@ -17,29 +17,13 @@ from __future__ import annotations
 
 import math
 
-from lezero.codegen.affine import Affine, Var
-from lezero.codegen.triton.emitter import TritonContext, next_pow2
+from lezero.codegen.kernel import index_variables, iteration_space
+from lezero.codegen.triton.context import TritonContext, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
-from lezero.ir.types import format_shape
 
 # Block sizes tried on a GPU (autotuning); the first that is not much larger than the space is
 # the heuristic.  Under the interpreter a program runs in Python, so fewer, larger blocks are cheaper.
 BLOCKS = (1024, 2048, 512)
-
-
-def iteration_space(ctx: TritonContext) -> tuple:
-    shape = ctx.yields[0].type.shape if ctx.yields else ()
-    for y in ctx.yields:
-        if y.type.shape != shape:
-            raise ctx.failure(f"yielded shapes {format_shape(shape)} and {format_shape(y.type.shape)} differ")
-    return shape
-
-
-def block_index(shape) -> tuple[list, tuple]:
-    """One ``Var`` per dim of size > 1 and the index of ``shape`` in them (size-1 dims are 0)."""
-    variables = [Var(f"i{k}", d) if d != 1 else None for k, d in enumerate(shape)]
-    index = tuple(Affine.of(v) if v is not None else Affine() for v in variables)
-    return [v for v in variables if v is not None], index
 
 
 def flat_blocks(ctx: TritonContext, size: int, name: str = "BLOCK") -> tuple:
@@ -71,7 +55,7 @@ def lower_elementwise(ctx: TritonContext) -> tuple:
         ctx.code.line("pass  # an empty iteration space")
         return (LaunchConfig({}, (1,)),)
     configs = flat_blocks(ctx, size)
-    variables, index = block_index(shape)
+    variables, index = index_variables(shape)
     if variables:
         ctx.index.bind_group(variables, "offs")
     ctx.emitter.mask = "mask"

@@ -22,12 +22,12 @@ bf16, rounded once at the end, as the reference does.
 """
 from __future__ import annotations
 
-
+from lezero.codegen.accumulation import accumulator_type
+from lezero.codegen.triton.context import TritonContext
 from lezero.codegen.triton.elementwise import flat_blocks
-from lezero.codegen.triton.emitter import TritonContext
 from lezero.codegen.triton.kernel import LaunchConfig
 from lezero.codegen.triton.reduction import literal
-from lezero.codegen.triton.scalar_builder import TValue, accumulator_type, compute_dtype
+from lezero.codegen.triton.scalar_builder import TValue, compute_dtype
 from lezero.ir.dialect.numerics import lowest
 from lezero.ir.dialect.pooling import pool_geometry
 

@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import math
 
-from lezero.codegen.accumulation import block_sizes
+from lezero.codegen.accumulation import accumulator_type, block_sizes
 from lezero.codegen.affine import Affine, Var
-from lezero.codegen.triton.emitter import TritonCode, TritonContext, next_pow2
+from lezero.codegen.kernel import lines_along_axis, scan_identity
+from lezero.codegen.triton.context import TritonCode, TritonContext, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
-from lezero.codegen.triton.scalar_builder import (TritonScalarBuilder, TValue, accumulator_type, compute_dtype,
-                                                  float_literal)
-from lezero.ir.dialect.axes import normalize_axis
-from lezero.ir.dialect.numerics import highest, lowest
+from lezero.codegen.triton.scalar_builder import TritonScalarBuilder, TValue, compute_dtype, float_literal
+from lezero.ir.dialect.numerics import lowest
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.types import I64, format_shape
 
@@ -50,7 +49,6 @@ SCAN_OPS = frozenset({"lz.cumulative"})
 TILE = 4096  # lanes of a program's accumulator (ROWS x RBLOCK)
 MAX_RBLOCK = 1024
 MAX_SCAN = 16384  # the longest axis a cumulative scans in one block
-
 
 
 def literal(value, dtype) -> str:
@@ -243,9 +241,7 @@ def lower_cumulative(ctx: TritonContext, op) -> tuple:
     dtype = x.type.element_type
     (x_buffer,) = [ctx.emitter.buffers[v] for v in op.operands]
     out_buffer = ctx.result_buffers[ctx.yields.index(op.result)]
-    axis = normalize_axis(attrs.axis, x.type.rank)
-    shape = x.type.shape
-    outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    _, outer, n, inner = lines_along_axis(op)
     lines = outer * inner
     if lines * n == 0:
         ctx.code.line("pass  # an empty scan")
@@ -255,8 +251,7 @@ def lower_cumulative(ctx: TritonContext, op) -> tuple:
     code.line("cols = tl.arange(0, N)[None, :]")
     code.line(f"mask = (rows < {lines}) & (cols < {n})")
     base = code.assign("base", f"rows // {inner} * {n * inner} + rows % {inner}" if inner > 1 else f"rows * {n}")
-    identity = {"add": 0, "mul": 1, "max": lowest(dtype.numpy_dtype), "min": highest(dtype.numpy_dtype)}[attrs.combine]
-    fill = literal(identity, dtype)
+    fill = literal(scan_identity(attrs.combine, dtype), dtype)
     if attrs.exclusive:  # the element before (after, reversed) each one; the identity at the start
         neighbour = "cols + 1" if attrs.reverse else "cols - 1"
         inside = f"(cols + 1 < {n})" if attrs.reverse else "(cols >= 1)"

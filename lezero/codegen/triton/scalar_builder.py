@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import math
 
-from lezero.codegen.llvm.scalar_math import ERFC_Q, TANH_P
+from lezero.codegen.polynomials import ERFC_Q, TANH_P
 from lezero.codegen.value_at_index import is_unsigned
 from lezero.ir.scalar import ScalarBuilder
-from lezero.ir.types import BF16, ELEMENT_TYPES, F16, F32, F64, I1, ElementType
+from lezero.ir.types import BF16, ELEMENT_TYPES, F16, F64, I1, ElementType
 
 _INT_TRITON = {"i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",
                "ui8": "tl.uint8", "ui16": "tl.uint16", "ui32": "tl.uint32", "ui64": "tl.uint64"}
@@ -58,11 +58,6 @@ def pointer_signature(dtype: ElementType) -> str:
     if dtype == I1:
         return "*i1"
     return "*" + _INT_SIGNATURE[dtype.name]
-
-
-def accumulator_type(dtype: ElementType) -> ElementType:
-    """The element type a reduction of ``dtype`` accumulates in (f16 and bf16 in f32)."""
-    return F32 if dtype in (F16, BF16) else dtype
 
 
 def float_literal(value: float) -> str:

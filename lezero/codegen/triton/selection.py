@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 
+from lezero.codegen.kernel import lines_along_axis, single_buffers
+from lezero.codegen.triton.context import TritonContext, next_pow2
 from lezero.codegen.triton.elementwise import flat_blocks
-from lezero.codegen.triton.emitter import TritonContext, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
 from lezero.codegen.triton.reduction import TILE
 from lezero.codegen.triton.scalar_builder import TValue
@@ -57,24 +58,13 @@ def scatter_unsupported_reason(op) -> str | None:
     return None
 
 
-def _single_buffers(ctx: TritonContext, op):
-    """The op's operand buffers and its result buffers (None for a result the kernel does not yield)."""
-    operands = [ctx.emitter.buffers.get(v) for v in op.operands]
-    if any(b is None for b in operands):
-        raise ctx.emitter.failure(op, "a single kernel reads its operands from memory")
-    results = [ctx.result_buffers[ctx.yields.index(r)] if r in ctx.yields else None for r in op.results]
-    return operands, results
-
-
 def lower_topk(ctx: TritonContext, op) -> tuple:
     code, s = ctx.code, ctx.s
     attrs = op.definition.attrs(op)
-    (x_buffer,), (values_buffer, indices_buffer) = _single_buffers(ctx, op)
+    (x_buffer,), (values_buffer, indices_buffer) = single_buffers(ctx, op)
     x = op.operands[0]
     dtype = x.type.element_type
-    shape = x.type.shape
-    axis = normalize_axis(attrs.axis, x.type.rank)
-    outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    axis, outer, n, inner = lines_along_axis(op)
     lines, k = outer * inner, attrs.k
     if lines == 0 or k == 0:
         code.line("pass  # no output elements")
@@ -120,7 +110,7 @@ def lower_topk(ctx: TritonContext, op) -> tuple:
 def lower_scatter_nd(ctx: TritonContext, op) -> tuple:
     code, s = ctx.code, ctx.s
     attrs = op.definition.attrs(op)
-    (data_buffer, indices_buffer, updates_buffer), (out_buffer,) = _single_buffers(ctx, op)
+    (data_buffer, indices_buffer, updates_buffer), (out_buffer,) = single_buffers(ctx, op)
     data, indices, _ = op.operands
     dtype = data.type.element_type
     shape = data.type.shape

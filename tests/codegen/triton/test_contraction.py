@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 
 from lezero.codegen.triton import jit
 from lezero.codegen.triton.contraction import DotKind, Gemm, contraction_unsupported_reason
-from lezero.codegen.triton.lower_kernel import lower_kernel, unsupported_reason
+from lezero.codegen.triton.backend import lower_kernel, unsupported_reason
 from lezero.ir.dialect.numerics import round_to_bf16
 from lezero.ir.opdef import OpError
 from lezero.ir.types import ELEMENT_TYPES, F16, F32, tensor
 
 from codegen.kernel_testing import MOVED_OPERAND_SHAPES, batch_norm_epilogue, make_kernel, moved_operands_epilogue
 from support.ir_building import build, random_array
-from triton_testing import assert_matches, check_triton, garbage, reference
+from codegen.triton.triton_testing import assert_matches, check_triton, garbage, reference
 
 F32_TOL = dict(rtol=1e-4, atol=1e-4)  # f32 sums in another order than numpy's
 BF16_TOL = dict(rtol=1e-2, atol=1e-2)  # one bf16 rounding of a sum may land on either side

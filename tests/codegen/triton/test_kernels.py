@@ -10,9 +10,9 @@ import torch
 from hypothesis import given, settings
 
 from lezero.codegen.errors import LoweringError
-from lezero.codegen.pipeline import schedule
+from lezero.codegen.schedule import schedule
 from lezero.codegen.triton import jit
-from lezero.codegen.triton.lower_kernel import lower_kernel, triton_text, unsupported_reason
+from lezero.codegen.triton.backend import lower_kernel, kernel_text, unsupported_reason
 from lezero.ir import parse_module
 from lezero.ir.types import tensor
 from lezero.passes import run_pipeline
@@ -21,7 +21,7 @@ from codegen.kernel_testing import GROUP_NORM_SHAPES, group_norm_body
 from support.fusion_testing import inputs_for, random_graphs
 from support.ir_building import build
 from support.op_samples import Arg, Sample
-from triton_testing import assert_matches, check_triton, reference, run_triton
+from codegen.triton.triton_testing import assert_matches, check_triton, reference, run_triton
 
 
 def t(shape: str, element: str = "f32") -> str:
@@ -476,7 +476,7 @@ def test_triton_text_names_every_kernel():
     m = module(f"(%x: {x}) -> {x}",
                f'%0 = "lz.reduce_max"(%x) {{axes = array<i64: 1>, keepdims = true}} : ({x}) -> {r}',
                f'%1 = "lz.sub"(%x, %0) : ({x}, {r}) -> {x}', f"func.return %1 : {x}")
-    text = triton_text(m)
+    text = kernel_text(m)
     assert text.startswith("# ---- kernel lz_fused_reduce_max_sub_0: reduction, grid [1], ROWS=4, RBLOCK=8")
     assert "@triton.jit\ndef lz_fused_reduce_max_sub_0(b0, b1, ROWS: tl.constexpr, RBLOCK: tl.constexpr):" in text
 

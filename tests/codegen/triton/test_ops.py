@@ -8,11 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import lezero.codegen.triton  # noqa: F401  (registers the cuda target)
-from lezero.codegen.triton.lower_kernel import unsupported_reason
+from lezero.codegen.triton.backend import unsupported_reason
 
 from support.op_samples import ALL_SAMPLES, SAMPLES
-from triton_testing import check_triton
+from codegen.triton.triton_testing import check_triton
 
 # Ops that become no Triton kernel at all: a transfer is a copy the runtime makes.
 NO_KERNEL = {"lz.transfer"}

@@ -18,7 +18,7 @@ import triton  # noqa: F401  (a missing triton fails this module loudly)
 
 from lezero.cli.opt import run as opt_run
 from lezero.codegen.triton.jit import build_ptx
-from lezero.codegen.triton.lower_kernel import lower_module
+from lezero.codegen.triton.backend import lower_module
 from lezero.ir import parse_module
 
 

@@ -4,10 +4,9 @@ reduction's prologue."""
 import numpy as np
 import pytest
 
-import lezero.codegen.triton  # noqa: F401  (registers the cuda target)
 from lezero.ir import interpret, parse_module
 
-from triton_testing import run_triton
+from codegen.triton.triton_testing import run_triton
 
 
 def _module(n, dtype):

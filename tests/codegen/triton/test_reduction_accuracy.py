@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from lezero.codegen.triton.jit import build_ptx
-from lezero.codegen.triton.lower_kernel import lower_module
+from lezero.codegen.triton.backend import lower_module
 from lezero.ir import interpret
 from lezero.ir.types import tensor
 
 from support.ir_building import build
-from triton_testing import run_triton
+from codegen.triton.triton_testing import run_triton
 
 SAME_SIGN = {"uniform": lambda rng, shape: rng.uniform(0, 1, shape), "constant": lambda rng, shape: np.full(shape, 0.1)}
 

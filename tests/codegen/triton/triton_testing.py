@@ -1,8 +1,8 @@
 """Run a module's kernels as Triton (in the interpreter) and compare with the reference.
 
 ``run_triton(module, inputs)`` schedules the module for the cuda target
-(``lezero.codegen.pipeline.schedule``), lowers every ``lz.kernel`` placed on the GPU with
-``lezero.codegen.triton.lower_kernel`` and launches them in order on torch CPU tensors (a buffer
+(``lezero.codegen.schedule.schedule``), lowers every ``lz.kernel`` placed on the GPU with
+``lezero.codegen.triton.backend`` and launches them in order on torch CPU tensors (a buffer
 per value, results pre-filled with garbage so an unwritten element shows); kernels placed on the
 CPU (ops Triton cannot run) and transfers run in the reference interpreter.
 """
@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from lezero.codegen.index_checks import initial_status, status_error
-from lezero.codegen.pipeline import schedule
+from lezero.codegen.schedule import schedule
 from lezero.codegen.triton import jit
-from lezero.codegen.triton.lower_kernel import lower_kernel
+from lezero.codegen.triton.backend import lower_kernel
 from lezero.ir import interpret
 from lezero.ir.interpreter import run_block
 

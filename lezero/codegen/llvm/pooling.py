@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from lezero.codegen.llvm.kernel_function import KernelContext
+from lezero.codegen.accumulation import accumulator_type
+from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.loops import I64, for_range, i64
-from lezero.codegen.llvm.scalar_builder import Scalar, accumulator_type, compute_type, storage_type
+from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
 from lezero.ir.dialect.numerics import lowest
 from lezero.ir.dialect.pooling import pool_geometry
 

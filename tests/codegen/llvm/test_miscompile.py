@@ -21,16 +21,16 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from kernel_testing import assert_matches, make_kernel, reference
+from codegen.kernel_testing import assert_matches, make_kernel, reference
 from lezero.codegen.llvm import jit
-from lezero.codegen.llvm.lower_kernel import lower_kernel
+from lezero.codegen.llvm.backend import lower_kernel
 
 if platform.machine().lower() not in ("x86_64", "amd64"):
     pytest.skip(f"an X86 backend bug: the CPUs named here cannot be targeted from {platform.machine()}",
                 allow_module_level=True)
 
 FIXED = ("LLVM fixed the X86 AVX-512 shuffle miscompile: the workaround in "
-         "lezero/codegen/llvm/lower_contraction.py:lower_matmul_loops (ITEM_LOOP) may go")
+         "lezero/codegen/llvm/contraction.py:lower_matmul_loops (ITEM_LOOP) may go")
 
 # @f(a, out): out[5 * r + 2] = 2 * a[13], out[5 * r + 3] = 2 * a[19] for r in 0..3, the rest 0
 REPRODUCER = r"""

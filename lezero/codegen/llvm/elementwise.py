@@ -14,7 +14,7 @@ Work items: the innermost (merged) loop runs contiguously; a work item is a bloc
 
 Transposes: a kernel that is one ``lz.transpose`` of an operand moving its contiguous dim away
 from the innermost one copies blocks of W x W elements (W = 16 floats with AVX-512): W vectors
-loaded along the operand's contiguous dim, transposed in registers (``gemm.transpose_square``),
+loaded along the operand's contiguous dim, transposed in registers (``vectors.transpose_square``),
 stored as W vectors along the result's rows, so every cache line read or written is used whole
 at once (power-of-two strides make lines evict each other in L1 otherwise); a work item is a
 band of W rows of the result, the ragged edges are scalar loops.
@@ -32,15 +32,13 @@ import math
 
 import llvmlite.ir as ir
 
-from lezero.codegen.affine import Affine, Var
-from lezero.codegen.errors import LoweringError
-from lezero.codegen.llvm import gemm
-from lezero.codegen.llvm.kernel_function import KernelContext
+from lezero.codegen.kernel import index_variables, iteration_space
+from lezero.codegen.llvm import vectors
+from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.loops import for_range, min_i64, unravel_values
 from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
 from lezero.ir.dialect.data_movement import TransposeOp
-from lezero.ir.types import format_shape
 
 I64 = ir.IntType(64)
 
@@ -57,22 +55,6 @@ INTERLEAVE_MIN_TRIP_COUNT = 512
 # conflict in L1 when the stride is a power of two: measured on 256 x 256 and 4096 x 1024).
 STRIDED_READ = 16
 TILE = (16, 16)
-
-
-def iteration_space(ctx: KernelContext) -> tuple:
-    shape = ctx.yields[0].type.shape if ctx.yields else ()
-    for y in ctx.yields:
-        if y.type.shape != shape:
-            raise LoweringError(f"failed to lower elementwise kernel {ctx.name} for {ctx.target}: yielded shapes "
-                                f"{format_shape(shape)} and {format_shape(y.type.shape)} differ", ctx.kernel.location)
-    return shape
-
-
-def loop_variables(shape) -> tuple[list, tuple]:
-    """One ``Var`` per dim of size > 1, and the index of the shape in them (size-1 dims are 0)."""
-    variables = [Var(f"i{k}", d) if d != 1 else None for k, d in enumerate(shape)]
-    index = tuple(Affine.of(v) if v is not None else Affine() for v in variables)
-    return [v for v in variables if v is not None], index
 
 
 def coalesce(forms, loop_vars: list) -> list[list]:
@@ -129,7 +111,7 @@ def lower_elementwise(ctx: KernelContext) -> int:
     copy = transposed_copy(ctx)
     if copy is not None:
         return _lower_transposed_copy(ctx, *copy)
-    loop_vars, index = loop_variables(shape)
+    loop_vars, index = index_variables(shape)
     forms = _analyze(ctx, loop_vars, index)
     groups = coalesce(forms, loop_vars)
     extents = [math.prod(v.extent for v in g) for g in groups]
@@ -178,55 +160,6 @@ def lower_elementwise(ctx: KernelContext) -> int:
                     inner_loop(0, length)
     ctx.fn.finish()
     return work_items
-
-
-# --- scatter: a single kernel ---------------------------------------------------------------------
-
-SCATTER_OPS = frozenset({"lz.scatter_nd"})
-
-
-def lower_scatter_nd(ctx: KernelContext, op) -> int:
-    """One work item (updates apply in order, and may hit one place twice): copy the data, then
-    for each index tuple inside the data combine its slice of updates into place (a tuple with a
-    coordinate out of range is skipped and recorded in the status buffer: the runtime raises)."""
-    from lezero.codegen.llvm.loops import i64
-    from lezero.codegen.llvm.lower_reduction import _element, _single_buffers
-    from lezero.codegen.llvm.scalar_builder import storage_type
-
-    b, s = ctx.b, ctx.s
-    attrs = op.definition.attrs(op)
-    (data_buffer, indices_buffer, updates_buffer), (out_buffer,) = _single_buffers(ctx, op)
-    data, indices, _ = op.operands
-    dtype, index_dtype = data.type.element_type, indices.type.element_type
-    shape = data.type.shape
-    k = indices.type.shape[-1]
-    count = math.prod(indices.type.shape[:-1])
-    piece = math.prod(shape[k:])
-    total = math.prod(shape)
-    if out_buffer is None:
-        ctx.fn.finish()
-        return 1
-    with for_range(b, 0, total, "copy") as e:
-        b.store(b.load(_element(b, data_buffer, e, dtype), typ=storage_type(dtype)), _element(b, out_buffer, e, dtype))
-    if count and piece:
-        combine = {"none": None, "add": s.add, "mul": s.mul, "max": s.max, "min": s.min}[attrs.reduction]
-        strides = [math.prod(shape[j + 1:k]) * piece for j in range(k)]
-        with for_range(b, 0, count, "update") as u:
-            offset, valid = i64(0), ir.Constant(ir.IntType(1), 1)
-            for j in range(k):
-                raw = s.load(_element(b, indices_buffer, b.add(b.mul(u, i64(k)), i64(j)), index_dtype), index_dtype)
-                index, bad = ctx.emitter.checked_index(op, f"dim {j}", raw, shape[j])
-                valid = b.and_(valid, b.not_(bad.value))
-                offset = b.add(offset, b.mul(index.value, i64(strides[j])))
-            with b.if_then(valid):
-                with for_range(b, 0, piece, "e") as e:
-                    target = _element(b, out_buffer, b.add(offset, e), dtype)
-                    update = s.load(_element(b, updates_buffer, b.add(b.mul(u, i64(piece)), e), dtype), dtype)
-                    if combine is not None:
-                        update = s.round(combine(s.load(target, dtype), update))
-                    b.store(s.to_storage(update), target)
-    ctx.fn.finish()
-    return 1
 
 
 def _tiled_loops(ctx: KernelContext, groups, extents, tiled: int, index) -> int:
@@ -336,7 +269,7 @@ def _lower_transposed_copy(ctx: KernelContext, x, dims, p: int) -> int:
                         t0 = b.mul(block, c(w))
                         loaded = [b.load(b.gep(source, [b.add(x_base, b.mul(b.add(t0, c(j)), c(in_strides[q])))],
                                                source_etype=element), typ=vector, align=itemsize) for j in range(w)]
-                        for i, row in enumerate(gemm.transpose_square(b, loaded)):
+                        for i, row in enumerate(vectors.transpose_square(b, loaded)):
                             at = b.add(out_base, b.add(c(i * out_strides[p]), t0))
                             b.store(row, b.gep(result, [at], source_etype=element), align=itemsize)
                 if cols % w:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import lezero as lz
-from lezero.codegen.pipeline import schedule
+from lezero.codegen.schedule import schedule
 from lezero.ir import interpret, parse_module
 
 STATES = [(0, 0), (0x0123456789ABCDEF, 5), (2 ** 64 - 1, 2 ** 64 - 3)]

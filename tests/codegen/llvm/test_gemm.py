@@ -1,13 +1,16 @@
 """The generated float32 GEMM against numpy: shapes, block edges, strides, threads, epilogues, FMA."""
 from __future__ import annotations
 
+import llvmlite.ir as ir
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lezero.codegen.llvm import cache_model, gemm, jit, target
+from lezero.codegen.llvm import cache_model, gemm, gemm_epilogue, jit, target
 from lezero.codegen.llvm.target import cpu_target
+
+from support import sgemm_kernel
 
 HOST = gemm.GemmConfig.for_target()
 # Tiny cache blocks so that small matrices cross every K, M and N block boundary.
@@ -20,12 +23,12 @@ _kernels: dict = {}
 
 
 def kernel(config_name: str = "host", epilogue_name: str | None = None, threads: int = 1,
-           backend: str = "pool") -> gemm.SgemmKernel:
+           backend: str = "pool") -> sgemm_kernel.SgemmKernel:
     """Compiled once per (config, epilogue, threads, thread backend); threaded kernels split even
     tiny problems."""
     key = (config_name, epilogue_name, threads, backend)
     if key not in _kernels:
-        compiled = gemm.SgemmKernel(CONFIGS[config_name], EPILOGUES[epilogue_name], num_threads=threads,
+        compiled = sgemm_kernel.SgemmKernel(CONFIGS[config_name], EPILOGUES[epilogue_name], num_threads=threads,
                                     threads=backend)
         compiled.parallel_threshold_flops = 0
         _kernels[key] = compiled
@@ -87,7 +90,7 @@ def test_operands_stored_transposed_or_read_in_place(config_name, layout):
     """a.T @ b and a @ b.T packed from the arrays as stored (B's slivers transposed in registers,
     W x W for every vector width), and B read in place with masked loads at its last columns."""
     options = LAYOUTS[layout]
-    compiled = gemm.SgemmKernel(CONFIGS.get(config_name, TALL_SSE), num_threads=2, **options)
+    compiled = sgemm_kernel.SgemmKernel(CONFIGS.get(config_name, TALL_SSE), num_threads=2, **options)
     compiled.parallel_threshold_flops = 0
     for m, n, k in [(1, 1, 1), (7, 65, 3), (13, 31, 129), (37, 91, 53), (145, 70, 17), (5, 300, 600)]:
         rng = np.random.default_rng(m * 10007 + n * 101 + k)
@@ -111,7 +114,7 @@ def test_threads_split_the_output(backend, threads, m, n, k):
                                          (1000, 3, 3, 3), (100, 100, 100, 1)])
 def test_split_rectangles_cover_the_output_once(m, n, k, tasks):
     covered = np.zeros((m, n), np.int64)
-    rectangles = gemm.split_rectangles(m, n, k, tasks, 6, 64)
+    rectangles = sgemm_kernel.split_rectangles(m, n, k, tasks, 6, 64)
     assert 1 <= len(rectangles) <= tasks
     for m0, m1, n0, n1 in rectangles:
         covered[m0:m1, n0:n1] += 1
@@ -159,11 +162,11 @@ def test_shape_errors():
 
 EPILOGUES = {
     None: None,
-    "bias_relu": gemm.bias_add_epilogue().then(gemm.relu_epilogue()),
-    "residual": gemm.residual_add_epilogue(),
-    "scale_bias_residual_relu": gemm.compose_epilogues(
-        gemm.scale_epilogue("alpha"), gemm.bias_add_epilogue("b"), gemm.residual_add_epilogue("r"),
-        gemm.relu_epilogue()),
+    "bias_relu": sgemm_kernel.bias_add_epilogue().then(sgemm_kernel.relu_epilogue()),
+    "residual": sgemm_kernel.residual_add_epilogue(),
+    "scale_bias_residual_relu": gemm_epilogue.compose_epilogues(
+        sgemm_kernel.scale_epilogue("alpha"), sgemm_kernel.bias_add_epilogue("b"), sgemm_kernel.residual_add_epilogue("r"),
+        sgemm_kernel.relu_epilogue()),
 }
 
 
@@ -201,13 +204,13 @@ def test_residual_and_composed_epilogues(config_name, m, n, k):
 
 def test_epilogue_sees_global_rows_and_columns():
     """A custom epilogue that stores its indices: row * 1000 + col, from IR values."""
-    def emit(out: gemm.OutputVector, acc):
+    def emit(out: gemm_epilogue.OutputVector, acc):
         b = out.builder
         rows = out.splat(out.row)
-        index = b.add(b.mul(rows, out.splat(gemm.ir.Constant(gemm.I64, 1000))), out.column_indices())
+        index = b.add(b.mul(rows, out.splat(ir.Constant(ir.IntType(64), 1000))), out.column_indices())
         return b.fadd(acc, b.sitofp(index, out.vector_type))
 
-    compiled = gemm.SgemmKernel(TINY_AVX512, gemm.Epilogue("index", emit), num_threads=3, threads="native")
+    compiled = sgemm_kernel.SgemmKernel(TINY_AVX512, gemm_epilogue.Epilogue("index", emit), num_threads=3, threads="native")
     compiled.parallel_threshold_flops = 0
     m, n = 41, 150
     result = compiled(np.zeros((m, 7), np.float32), np.zeros((7, n), np.float32))
@@ -223,7 +226,7 @@ def test_epilogue_arguments_are_checked():
     with pytest.raises(ValueError, match="shape"):
         k(a, b, bias=np.ones(4, np.float32))
     with pytest.raises(ValueError, match="collide"):
-        gemm.compose_epilogues(gemm.bias_add_epilogue(), gemm.bias_add_epilogue())
+        gemm_epilogue.compose_epilogues(sgemm_kernel.bias_add_epilogue(), sgemm_kernel.bias_add_epilogue())
 
 
 # -- the machine code ----------------------------------------------------------------------------
@@ -245,7 +248,7 @@ def test_micro_kernel_uses_vector_fma():
 
 def test_module_emits_an_object_file():
     """The same IR compiles to a relocatable object, for executables without Python."""
-    module = gemm.build_sgemm_module(HOST, gemm.bias_add_epilogue())
+    module = gemm.build_sgemm_module(HOST, sgemm_kernel.bias_add_epilogue())
     assert jit.emit_object(module)[:4] == b"\x7fELF"
 
 
@@ -356,7 +359,7 @@ TARGET_SHAPES = [(7, 65, 3), (37, 91, 53), (5, 300, 600), (200, 130, 513), (257,
 def test_target_tiles_match_numpy(cpu, m, n, k):
     """Each x86 class's own tiles, compiled for it, cross K blocks and edge tiles correctly."""
     if cpu not in _kernels:
-        _kernels[cpu] = gemm.SgemmKernel(gemm.GemmConfig.for_target(cpu), num_threads=2, cpu=cpu)
+        _kernels[cpu] = sgemm_kernel.SgemmKernel(gemm.GemmConfig.for_target(cpu), num_threads=2, cpu=cpu)
         _kernels[cpu].parallel_threshold_flops = 0
     rng = np.random.default_rng(m * 31 + n * 7 + k)
     a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_testing import (GROUP_NORM_SHAPES, assert_matches, check_kernel, group_norm_body, make_kernel, random_array,
+from codegen.kernel_testing import (GROUP_NORM_SHAPES, assert_matches, check_kernel, group_norm_body, make_kernel, random_array,
                             reference, run_kernel)
 from lezero.codegen.llvm import jit
-from lezero.codegen.llvm.lower_kernel import lower_kernel
+from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.llvm.target import cpu_target
 from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.types import ELEMENT_TYPES, TensorType

@@ -1,5 +1,4 @@
-"""What every Triton kernel kind is written with: the source being built, index blocks, and the
-"value at index" walk (``lezero/codegen/value_at_index.py``) emitting Triton.
+"""The "value at index" walk (``lezero/codegen/value_at_index.py``) emitting Triton.
 
 In Triton an index is a *block*: each loop variable of the LLVM backend is a tensor of lanes
 here (``offs // 20 % 4`` unravelled from a flat block of offsets, or ``rows[:, None]`` and
@@ -7,75 +6,29 @@ here (``offs // 20 % 4`` unravelled from a flat block of offsets, or ``rows[:, N
 expressions over those names (a group of variables that a flat block covers row-major costs one
 multiply of the flat offsets, so a contiguous load stays ``b0 + offs``).  Loads and stores carry
 the kernel's lane mask (``mask``: the lanes of the block inside the iteration space); lanes
-outside it may compute any index, so every load of them is masked too.
-
-``TritonContext`` holds one kernel being lowered: its buffers (``b0, b1, ...``: operands then
-results, then ``status`` for a kernel with bounds checks, ``lezero/codegen/index_checks.py``:
-a lane whose index is out of range sets its check's flag and index there with masked
-``tl.atomic_max``, so lanes in range store nothing and the order of programs does not matter),
-the body's lines (``code``), the scalar builder and the emitter.  A kind's lowering writes the
-body and returns its launch configurations; ``lower_kernel`` wraps the body into a module with
-its signature and docstring.
+outside it may compute any index, so every load of them is masked too.  A lane whose index is
+out of range (``lezero/codegen/index_checks.py``) sets its check's flag and index in the
+``status`` buffer with masked ``tl.atomic_max``, so lanes in range store nothing and the order of
+programs does not matter.
 """
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from lezero.codegen.affine import Affine, Var, linear_index
 from lezero.codegen.errors import LoweringError
-from lezero.codegen.index_checks import SLOTS_PER_CHECK, IndexChecks, checks_indices
+from lezero.codegen.index_checks import SLOTS_PER_CHECK, IndexChecks
 from lezero.codegen.triton.scalar_builder import TritonScalarBuilder, TValue
 from lezero.codegen.value_at_index import Buffer, IndexBindings, ValueAtIndex
 from lezero.ir.core import Operation
 from lezero.ir.types import I1, I64
 
+if TYPE_CHECKING:  # (the context imports this module)
+    from lezero.codegen.triton.context import TritonCode
+
 # Tables of constants are select chains over the position: fine for a few elements only.
 MAX_CONSTANT_TABLE = 64
-
-
-
-def next_pow2(n: int) -> int:
-    """The smallest power of two >= ``n`` (1 for 0): ``tl.arange`` extents must be powers of two."""
-    return 1 << max(0, n - 1).bit_length()
-
-class TritonCode:
-    """Lines of a kernel body under construction, with fresh names (``x0``, ``t3``, ``idx1``)."""
-
-    def __init__(self, indent: int = 1):
-        self.lines: list[str] = []
-        self.depth = indent
-        self.counters: dict[str, int] = {}
-
-    def fresh(self, prefix: str) -> str:
-        """``prefix`` and a number; a prefix that ends in a digit (a coordinate ``i1``) is itself
-        the first time, then ``i1_1``, ``i1_2``."""
-        n = self.counters.get(prefix, 0)
-        self.counters[prefix] = n + 1
-        if prefix[-1].isdigit():
-            return prefix if n == 0 else f"{prefix}_{n}"
-        return f"{prefix}{n}"
-
-    def line(self, text: str) -> None:
-        self.lines.append("    " * self.depth + text)
-
-    def assign(self, prefix: str, expr: str) -> str:
-        name = self.fresh(prefix)
-        self.line(f"{name} = {expr}")
-        return name
-
-    @contextmanager
-    def block(self, header: str):
-        """``header`` (a ``for``/``if`` line) and the lines written inside the ``with``, indented."""
-        self.line(header)
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
 
 
 class TritonIndex(IndexBindings):
@@ -234,42 +187,3 @@ class TritonValueAtIndex(ValueAtIndex):
         for k in range(len(values) - 2, -1, -1):
             out = self.s.select(TValue(f"{position.value} == {k}", I1), self.s.constant(values[k].item(), dtype), out)
         return out
-
-
-class TritonContext:
-    """One kernel being lowered: buffers ``b0..`` (operands then results), the body being written,
-    its scalar builder, index materializer and emitter."""
-
-    def __init__(self, kernel: Operation, name: str, target: str = "cuda"):
-        self.kernel = kernel
-        self.name = name
-        self.target = target
-        self.body = kernel.regions[0].blocks[0]
-        self.yields = list(self.body.terminator.operands)
-        self.code = TritonCode()
-        self.s = TritonScalarBuilder(self.code)
-        self.extra_helpers: dict[str, str] = {}  # name -> source of a kernel-specific @triton.jit helper
-        self.index = TritonIndex(self.code, self.s)
-        n = len(kernel.operands)
-        self.operand_buffers = [Buffer(f"b{k}", a.type) for k, a in enumerate(self.body.args)]
-        self.result_buffers = [Buffer(f"b{n + k}", r.type) for k, r in enumerate(kernel.results)]
-        self.checks = IndexChecks() if checks_indices(kernel) else None
-        self.emitter = TritonValueAtIndex(self.code, self.s, self.index,
-                                          dict(zip(self.body.args, self.operand_buffers)), target=target,
-                                          checks=self.checks)
-
-    @property
-    def buffer_names(self) -> list[str]:
-        """The kernel's pointer parameters: operands, results, then the status buffer if any."""
-        return [b.pointer for b in self.operand_buffers + self.result_buffers] + \
-            (["status"] if self.checks is not None else [])
-
-    def index_type(self) -> str:
-        """``tl.int64`` when some buffer has 2^31 elements or more (offsets overflow int32)."""
-        big = any(math.prod(b.type.shape) >= 2 ** 31 for b in self.operand_buffers + self.result_buffers)
-        return "tl.int64" if big else "tl.int32"
-
-    def failure(self, why: str) -> LoweringError:
-        return LoweringError(f"failed to lower {self.kernel.definition.attrs(self.kernel).kind} kernel {self.name} "
-                             f"for {self.target}: {why}", self.kernel.location)
-

@@ -88,13 +88,13 @@ def test_every_executable_cpu_computes_the_same_matmul():
 @needs_x86
 def test_the_cpu_decides_the_vector_registers_in_the_machine_code():
     module = lezero.ir.parser.parse_module(MATMUL)
-    from lezero.codegen.pipeline import llvm_text
+    from lezero.codegen.llvm.backend import kernel_text
 
-    v3 = llvm_text(module, "x86-64-v3", assembly=True)
+    v3 = kernel_text(module, "x86-64-v3", assembly=True)
     assert "ymm" in v3 and "zmm" not in v3
-    sse = llvm_text(module, "x86-64", assembly=True)
+    sse = kernel_text(module, "x86-64", assembly=True)
     assert "xmm" in sse and "ymm" not in sse and "zmm" not in sse
-    assert "zmm" in llvm_text(module, "skylake-avx512", assembly=True)
+    assert "zmm" in kernel_text(module, "skylake-avx512", assembly=True)
 
 
 @needs_x86

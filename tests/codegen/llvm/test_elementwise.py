@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_testing import (assert_matches, check_kernel, compile_lowered, make_kernel, random_array, reference,
+from codegen.kernel_testing import (assert_matches, check_kernel, compile_lowered, make_kernel, random_array, reference,
                             run_kernel)
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm.target import cpu_target
-from lezero.codegen.llvm import jit, lower_elementwise
-from lezero.codegen.llvm.lower_kernel import lower_kernel
+from lezero.codegen.llvm import elementwise, jit
+from lezero.codegen.llvm.backend import lower_kernel
 from lezero.ir.dialect.elementwise import BINARY_OPS, UNARY_OPS
 from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.types import ELEMENT_TYPES, TensorType
@@ -179,7 +179,7 @@ def test_strided_reads_are_tiled(shape):
                                  lambda b, x, y: b.op("lz.add", b.op("lz.transpose", x), y))
     rng = np.random.default_rng(rows)
     lowered = check_kernel(module, kernel, [data(rng, (cols, rows), "f32"), data(rng, (rows, cols), "f32")], splits=2)
-    assert lowered.work_items == -(-rows // lower_elementwise.TILE[0])
+    assert lowered.work_items == -(-rows // elementwise.TILE[0])
 
 
 @settings(max_examples=20)

@@ -1,4 +1,6 @@
-"""The kernel function every kind of kernel is built in, and what its lowering works with.
+"""The LLVM side of a kernel being lowered: the function every kind of kernel is built in, and
+the context its lowering works with (``lezero/codegen/kernel.py``'s, plus the function, the IR
+builder, the scalar builder and the value-at-index walk emitting LLVM IR).
 
 Every kernel has the ABI ``void @name(i8** buffers, i64 begin, i64 end)`` (operands, then
 results; ``[begin, end)`` a range of work items).  It loads the buffer pointers and calls
@@ -17,12 +19,11 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from lezero.codegen.index_checks import IndexChecks, checks_indices
-from lezero.codegen.llvm.index_math import IndexMaterializer, LLVMValueAtIndex
+from lezero.codegen import kernel
 from lezero.codegen.llvm.loops import i64
-from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder
+from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, storage_type
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
-from lezero.codegen.value_at_index import Buffer
+from lezero.codegen.llvm.value_at_index import IndexMaterializer, LLVMValueAtIndex
 from lezero.ir.core import Operation
 
 I64 = ir.IntType(64)
@@ -66,28 +67,27 @@ class KernelFunction:
         self.builder.ret_void()
 
 
-class KernelContext:
+class KernelContext(kernel.KernelContext):
     """One kernel being lowered into ``module``: its function, buffers and emitters."""
 
-    def __init__(self, kernel: Operation, module: ir.Module, name: str, target: str = "cpu",
+    def __init__(self, kernel_op: Operation, module: ir.Module, name: str, target: str = "cpu",
                  cpu: CpuTarget | None = None):
-        self.kernel = kernel
+        super().__init__(kernel_op, name, target)
         self.module = module
-        self.name = name
-        self.target = target
         self.cpu = cpu_target(cpu)  # what vector widths and tiles are chosen for
-        self.body = kernel.regions[0].blocks[0]
-        self.yields = list(self.body.terminator.operands)
-        # kernels with bounds checks take a status buffer after the results
-        self.checks = IndexChecks() if checks_indices(kernel) else None
-        self.fn = KernelFunction(module, name, len(kernel.operands) + len(kernel.results) + (self.checks is not None))
+        self.fn = KernelFunction(module, name,
+                                 len(kernel_op.operands) + len(kernel_op.results) + (self.checks is not None))
         self.b = self.fn.builder
         self.s = LLVMScalarBuilder(self.b)
         self.index = IndexMaterializer(self.b)
         pointers = self.fn.buffers
-        self.operand_buffers = [Buffer(p, a.type) for p, a in zip(pointers, self.body.args)]
-        self.result_buffers = [Buffer(p, r.type) for p, r in zip(pointers[len(kernel.operands):], kernel.results)]
+        self.bind_buffers(pointers)
         self.status = pointers[-1] if self.checks is not None else None
         self.emitter = LLVMValueAtIndex(self.s, self.index, dict(zip(self.body.args, self.operand_buffers)),
                                         target=target, checks=self.checks, status=self.status)
         self.fn.before_return.append(self.emitter.flush_index_checks)
+
+
+def element_address(b: ir.IRBuilder, buffer, index, dtype) -> ir.Value:
+    """The address of element ``index`` (flat, i64) of ``buffer``, holding ``dtype``'s storage."""
+    return b.gep(buffer.pointer, [index], inbounds=True, source_etype=storage_type(dtype))

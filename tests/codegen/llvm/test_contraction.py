@@ -13,11 +13,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kernel_testing import (MOVED_OPERAND_SHAPES, assert_matches, batch_norm_epilogue, check_kernel, make_kernel,
+from codegen.kernel_testing import (MOVED_OPERAND_SHAPES, assert_matches, batch_norm_epilogue, check_kernel, make_kernel,
                             moved_operands_epilogue, random_array, reference, run_kernel)
 from lezero.codegen.llvm.target import cpu_target
-from lezero.codegen.llvm import jit, lower_contraction
-from lezero.codegen.llvm.lower_kernel import lower_kernel
+from lezero.codegen.llvm import contraction, contraction_gemm, gemm, jit
+from lezero.codegen.llvm.backend import lower_kernel
 from lezero.ir.dialect.windows import window_output_size
 from lezero.ir.opdef import OpError
 
@@ -147,7 +147,7 @@ def test_matmul_work_items_in_any_pieces():
     shape_a, shape_b = (2, 300, 256), (256, 330)
     module, kernel = matmul_kernel(shape_a, shape_b, "f32", [(330,)], lambda b, p, c: b.op("lz.add", p, c))
     lowered = lower_kernel(kernel)
-    assert lowered.work_items == 2 * lower_contraction.MAX_SLICES  # 50 tiles of 6 rows per batch, in 32 slices
+    assert lowered.work_items == 2 * contraction_gemm.MAX_SLICES  # 50 tiles of 6 rows per batch, in 32 slices
     assert lowered.flops >= 2 * 2 * 300 * 256 * 330
     rng = np.random.default_rng(8)
     inputs = [data(rng, s, "f32") for s in (shape_a, shape_b, (330,))]
@@ -260,19 +260,19 @@ def test_dot_product_matmuls(a_shape, b_shape, transpose_b):
 
 def test_dot_tiles_cover_few_columns_or_one_row():
     """Tiles of at most 12 accumulators: ten columns as 5 x 2 (whole along n), one row 1 x 12."""
-    assert lower_contraction.dot_tile(64, 10, 12) == (5, 2)
-    assert lower_contraction.dot_tile(1, 256, 12) == (1, 12)
-    assert lower_contraction.dot_tile(4096, 1, 12) == (12, 1)
+    assert contraction.dot_tile(64, 10, 12) == (5, 2)
+    assert contraction.dot_tile(1, 256, 12) == (1, 12)
+    assert contraction.dot_tile(4096, 1, 12) == (12, 1)
 
 
 def test_thin_matmuls_get_thin_tiles():
     """Ten columns: as few vectors as cover them (one on AVX-512: then eight rows tall); one row: a
     row of vectors over B read in place (no packing)."""
-    host = lower_contraction.gemm.GemmConfig.for_target()
-    thin_n = lower_contraction.matmul_config(host, 64, 10, 256, direct=False)
+    host = gemm.GemmConfig.for_target()
+    thin_n = contraction_gemm.matmul_config(host, 64, 10, 256, direct=False)
     vectors = min(-(-10 // host.vector_width), host.nr_vectors)
     assert (thin_n.mr, thin_n.nr_vectors) == (max(host.mr, 8) if vectors == 1 else host.mr, vectors)
-    one_row = lower_contraction.matmul_config(host, 1, 256, 784, direct=True)
+    one_row = contraction_gemm.matmul_config(host, 1, 256, 784, direct=True)
     assert one_row.mr == 1 and one_row.nr_vectors == min(-(-256 // host.vector_width), host.mr * host.nr_vectors, 16)
     assert one_row.kc == 784  # B in place: no K blocks
     module, kernel = matmul_kernel((1, 784), (784, 256))
@@ -322,7 +322,7 @@ def test_conv_any_attributes(case, dtype, reading, splits):
     rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
     channel = (out_shape[1], 1, 1)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lower_contraction, "CONV_B", reading)
+        patch.setattr(contraction, "CONV_B", reading)
         module, kernel = conv_kernel(x_shape, w_shape, attrs, dtype, [channel], lambda b, y, c: b.op("lz.add", y, c))
         inputs = [data(rng, x_shape, dtype), data(rng, w_shape, dtype), data(rng, channel, dtype)]
         check_kernel(module, kernel, inputs, splits, **tolerance(dtype))
@@ -350,7 +350,7 @@ CONV_CASES = {
 @pytest.mark.parametrize("reading", ["direct", "packed"])
 @pytest.mark.parametrize("name", list(CONV_CASES))
 def test_conv_epilogues(name, reading, monkeypatch):
-    monkeypatch.setattr(lower_contraction, "CONV_B", reading)
+    monkeypatch.setattr(contraction, "CONV_B", reading)
     x_shape, w_shape, attrs, extra, epilogue = CONV_CASES[name]
     rng = np.random.default_rng(len(name))
     module, kernel = conv_kernel(x_shape, w_shape, attrs, "f32", extra, epilogue)
@@ -367,7 +367,7 @@ def test_conv_epilogues(name, reading, monkeypatch):
 def test_conv_batch_norm_epilogue_reads_reshaped_vectors(x_shape, w_shape, attrs, reading, monkeypatch):
     """relu(conv * scale + shift) with the 1-D per-channel vectors read through their reshapes to
     C x 1 x 1 (a traced BatchNorm), and a residual stored NHWC read through a transpose."""
-    monkeypatch.setattr(lower_contraction, "CONV_B", reading)
+    monkeypatch.setattr(contraction, "CONV_B", reading)
     out = conv_output_shape(x_shape, w_shape, attrs)
     nhwc = (out[0], out[2], out[3], out[1])
 
@@ -397,7 +397,7 @@ def test_conv_other_dtypes(dtype):
     ("packed", (1, 70, 5, 4), (6, 70, 3, 3), (1, 0, 1, 2)),  # K = 630 through the slab: in the workspace
 ])
 def test_conv_partial_sums_across_k_blocks(reading, x_shape, w_shape, pads, monkeypatch):
-    monkeypatch.setattr(lower_contraction, "CONV_B", reading)
+    monkeypatch.setattr(contraction, "CONV_B", reading)
     rng = np.random.default_rng(12)
     module, kernel = conv_kernel(x_shape, w_shape, attrs_of(pads=pads), "f32")
     check_kernel(module, kernel, [data(rng, x_shape, "f32"), data(rng, w_shape, "f32")], splits=2,
@@ -410,8 +410,8 @@ def test_conv_work_items_in_any_pieces():
     lowered = lower_kernel(kernel)
     # (image, group) GEMMs of 19 * 22 + 20 q-space columns, sliced by the register tile's width
     # (7 slices of 64 on AVX-512), MAX_SLICES at most
-    column_tiles = -(-(19 * 22 + 20) // lower_contraction.gemm.GemmConfig.for_target().nr)
-    assert lowered.work_items == 3 * 2 * min(column_tiles, lower_contraction.MAX_SLICES)
+    column_tiles = -(-(19 * 22 + 20) // gemm.GemmConfig.for_target().nr)
+    assert lowered.work_items == 3 * 2 * min(column_tiles, contraction_gemm.MAX_SLICES)
     rng = np.random.default_rng(13)
     inputs = [data(rng, x_shape, "f32"), data(rng, w_shape, "f32")]
     want = reference(module, inputs)[0]

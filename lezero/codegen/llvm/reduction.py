@@ -38,13 +38,13 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from lezero.codegen.accumulation import FANOUT, block_sizes
+from lezero.codegen.accumulation import FANOUT, accumulator_type, block_sizes
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.errors import LoweringError
-from lezero.codegen.llvm.kernel_function import KernelContext
+from lezero.codegen.kernel import lines_along_axis, scan_identity, single_buffers
+from lezero.codegen.llvm.context import KernelContext, element_address
 from lezero.codegen.llvm.loops import for_range, i64, min_i64, unravel_values
-from lezero.codegen.llvm.scalar_builder import Scalar, accumulator_type, compute_type
-from lezero.ir.dialect.axes import normalize_axis
+from lezero.codegen.llvm.scalar_builder import Scalar, compute_type
 from lezero.ir.dialect.numerics import lowest
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.types import I1, I64, format_shape
@@ -318,51 +318,22 @@ def _emit_reduction(ctx: KernelContext, red: _Reduction, full_index, count, over
     over_tile(finalize)
 
 
-# --- scans and selection: single kernels ----------------------------------------------------------
-
-SCAN_OPS = frozenset({"lz.cumulative", "lz.topk"})
-
-
-def _single_buffers(ctx: KernelContext, op):
-    """The buffers of a single kernel's one op: its operands (read from memory) and its results
-    (None for a result the kernel does not yield)."""
-    operands = [ctx.emitter.buffers.get(v) for v in op.operands]
-    if any(buf is None for buf in operands):
-        raise LoweringError(f"failed to lower {op.name} for {ctx.target}: a single kernel reads its operands "
-                            "from memory", op.location)
-    results = [ctx.result_buffers[ctx.yields.index(r)] if r in ctx.yields else None for r in op.results]
-    return operands, results
-
-
-def _element(b, buffer, index, dtype):
-    from lezero.codegen.llvm.scalar_builder import storage_type
-
-    return b.gep(buffer.pointer, [index], inbounds=True, source_etype=storage_type(dtype))
-
-
-def _around_axis(shape, axis):
-    outer = math.prod(shape[:axis])
-    inner = math.prod(shape[axis + 1:])
-    return outer, shape[axis], inner
-
+# --- scans: a single kernel ---------------------------------------------------------------------
 
 def lower_cumulative(ctx: KernelContext, op) -> int:
     """A work item is one position of the dims before the axis; along the axis each row of the
     dims after it (contiguous, vectorized) combines the previous row's results with this row."""
     b, s = ctx.b, ctx.s
     attrs = op.definition.attrs(op)
-    (x_buffer,), (out_buffer,) = _single_buffers(ctx, op)
+    (x_buffer,), (out_buffer,) = single_buffers(ctx, op)
     x = op.operands[0]
     dtype = x.type.element_type
-    axis = normalize_axis(attrs.axis, x.type.rank)
-    outer, n, inner = _around_axis(x.type.shape, axis)
+    _, outer, n, inner = lines_along_axis(op)
     if out_buffer is None or outer * n * inner == 0:
         ctx.fn.finish()
         return 1
     combine = {"add": s.add, "mul": s.mul, "max": s.max, "min": s.min}[attrs.combine]
-    from lezero.ir.dialect.numerics import highest
-
-    identity = {"add": 0, "mul": 1, "max": lowest(dtype.numpy_dtype), "min": highest(dtype.numpy_dtype)}[attrs.combine]
+    identity = scan_identity(attrs.combine, dtype)
     step = -1 if attrs.reverse else 1
     with for_range(b, ctx.fn.begin, ctx.fn.end, "outer") as o:
         base = b.mul(o, i64(n * inner))
@@ -375,74 +346,13 @@ def lower_cumulative(ctx: KernelContext, op) -> int:
             with for_range(b, 0, inner, "j") as j:
                 here, before = b.add(row, j), b.add(previous, j)
                 start = s.constant(identity, dtype)
-                acc = Scalar(b.select(first, start.value, s.load(_element(b, out_buffer, before, dtype), dtype).value),
+                acc = Scalar(b.select(first, start.value, s.load(element_address(b, out_buffer, before, dtype), dtype).value),
                              dtype)
                 if attrs.exclusive:
-                    value = s.round(combine(acc, s.load(_element(b, x_buffer, before, dtype), dtype)))
+                    value = s.round(combine(acc, s.load(element_address(b, x_buffer, before, dtype), dtype)))
                     value = Scalar(b.select(first, start.value, value.value), dtype)
                 else:
-                    value = s.round(combine(acc, s.load(_element(b, x_buffer, here, dtype), dtype)))
-                b.store(s.to_storage(value), _element(b, out_buffer, here, dtype))
+                    value = s.round(combine(acc, s.load(element_address(b, x_buffer, here, dtype), dtype)))
+                b.store(s.to_storage(value), element_address(b, out_buffer, here, dtype))
     ctx.fn.finish()
     return outer
-
-
-def lower_topk(ctx: KernelContext, op) -> int:
-    """A work item is one line along the axis; the ``k`` results are found one after another, each
-    the best element ordered after the previous pick (value, then index): O(n k), no workspace."""
-    b, s = ctx.b, ctx.s
-    attrs = op.definition.attrs(op)
-    (x_buffer,), (values_buffer, indices_buffer) = _single_buffers(ctx, op)
-    x = op.operands[0]
-    dtype = x.type.element_type
-    axis = normalize_axis(attrs.axis, x.type.rank)
-    outer, n, inner = _around_axis(x.type.shape, axis)
-    k = attrs.k
-    lines = outer * inner
-    if lines == 0 or k == 0:
-        ctx.fn.finish()
-        return 1
-    ct = compute_type(dtype)
-    best_value, best_index = ctx.fn.alloca(ct, 1, "best"), ctx.fn.alloca(ir.IntType(64), 1, "best_index")
-    prev_value, prev_index = ctx.fn.alloca(ct, 1, "prev"), ctx.fn.alloca(ir.IntType(64), 1, "prev_index")
-
-    def is_nan(v):
-        return b.fcmp_unordered("uno", v.value, v.value) if dtype.is_float else ir.Constant(ir.IntType(1), 0)
-
-    def before(v, i, w, j):
-        """Whether (v, i) comes before (w, j) in the output order (nan the largest value)."""
-        vn, wn = is_nan(v), is_nan(w)
-        if attrs.largest:
-            strictly = b.or_(s.cmp("gt", v, w).value, b.and_(vn, b.not_(wn)))
-        else:
-            strictly = b.or_(s.cmp("lt", v, w).value, b.and_(b.not_(vn), wn))
-        equal = b.or_(s.cmp("eq", v, w).value, b.and_(vn, wn))
-        return b.or_(strictly, b.and_(equal, b.icmp_signed("<", i, j)))
-
-    with for_range(b, ctx.fn.begin, ctx.fn.end, "line") as line:
-        o = b.sdiv(line, i64(inner)) if inner > 1 else line
-        j0 = b.srem(line, i64(inner)) if inner > 1 else i64(0)
-        in_base = b.add(b.mul(o, i64(n * inner)), j0)
-        out_base = b.add(b.mul(o, i64(k * inner)), j0)
-        with for_range(b, 0, k, "r") as r:
-            b.store(i64(-1), best_index)
-            with for_range(b, 0, n, "i") as i:
-                v = s.load(_element(b, x_buffer, b.add(in_base, b.mul(i, i64(inner))), dtype), dtype)
-                have_prev = b.icmp_signed(">", r, i64(0))
-                after_prev = b.or_(b.not_(have_prev),
-                                   before(Scalar(b.load(prev_value), dtype), b.load(prev_index), v, i))
-                current = b.load(best_index)
-                better = b.or_(b.icmp_signed("<", current, i64(0)),
-                               before(v, i, Scalar(b.load(best_value), dtype), current))
-                take = b.and_(after_prev, better)
-                b.store(b.select(take, v.value, b.load(best_value)), best_value)
-                b.store(b.select(take, i, current), best_index)
-            slot = b.add(out_base, b.mul(r, i64(inner)))
-            if values_buffer is not None:
-                b.store(s.to_storage(Scalar(b.load(best_value), dtype)), _element(b, values_buffer, slot, dtype))
-            if indices_buffer is not None:
-                b.store(b.load(best_index), _element(b, indices_buffer, slot, I64))
-            b.store(b.load(best_value), prev_value)
-            b.store(b.load(best_index), prev_index)
-    ctx.fn.finish()
-    return lines

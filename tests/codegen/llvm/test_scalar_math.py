@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from kernel_testing import assert_matches, make_kernel, reference, run_kernel
+from codegen.kernel_testing import assert_matches, make_kernel, reference, run_kernel
 
 _erf64 = np.frompyfunc(math.erf, 1, 1)
 _erfc64 = np.frompyfunc(math.erfc, 1, 1)
@@ -100,7 +100,7 @@ def test_f64_and_f16_transcendentals():
     names = ["exp", "log", "tanh", "sigmoid", "erf", "sin", "cos"]
     module, kernel = make_kernel([((257,), "f64")], lambda b, v: [b.op("lz." + n, v) for n in names]
                                  + [b.op("lz.gelu", v)])
-    from lezero.codegen.llvm.lower_kernel import lower_kernel
+    from lezero.codegen.llvm.backend import lower_kernel
 
     lowered = lower_kernel(kernel)
     assert set(lowered.external_symbols) == {"exp", "log", "tanh", "erf", "erfc", "sin", "cos"}

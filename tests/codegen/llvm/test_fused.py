@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernel_testing import check_kernel, make_kernel
+from codegen.kernel_testing import check_kernel, make_kernel
 
 UNARY = ["lz.neg", "lz.abs", "lz.tanh", "lz.sigmoid", "lz.relu", "lz.erf", "lz.sin", "lz.cos", "lz.gelu"]
 BINARY = ["lz.add", "lz.sub", "lz.mul", "lz.max", "lz.min"]  # bounded inputs stay bounded

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kernel_testing import check_kernel, make_kernel, random_array
+from codegen.kernel_testing import check_kernel, make_kernel, random_array
 from lezero.ir.dialect.windows import window_output_size
 from lezero.ir.opdef import OpError, lookup
 from lezero.ir.types import ELEMENT_TYPES, tensor

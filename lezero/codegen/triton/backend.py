@@ -1,4 +1,5 @@
-"""Lower one ``lz.kernel`` to a Triton function: the entry point of the GPU code generator.
+"""The GPU backend (target ``"cuda"`` in ``lezero/codegen/targets.py``): one ``lz.kernel`` as a
+Triton function, what the runtime and the tools call.
 
 ``lower_kernel(kernel_op)`` returns a ``TritonKernel`` (``kernel.py``): a whole Python module
 holding ``@triton.jit def <name>(b0, b1, ..., BLOCK: tl.constexpr)`` (buffers: operands then
@@ -6,7 +7,9 @@ results; shapes and strides are literals, as the runtime specializes), and its l
 configurations.  ``name`` is the kernel's ``name`` attribute made an identifier
 (``lz_fused_add_relu_0``), so a profile says what was fused.
 
-Kinds (the partitioner decides; ``lezero/passes/partition.py``):
+The driver is ``lezero/codegen/kernel.py``'s; the kinds' lowerings are this folder's modules by
+the same names as the LLVM backend's (the partitioner decides the kind;
+``lezero/passes/partition.py``):
 
 - ``elementwise``: ``elementwise.py`` (flat blocks over the yielded shape);
 - ``reduction``: ``reduction.py`` (row blocks, reduced extent in chunks);
@@ -17,16 +20,18 @@ Kinds (the partitioner decides; ``lezero/passes/partition.py``):
 
 ``unsupported_reason(op)`` says which ops the Triton lowerings cannot run (a cumulative or topk
 over a longer axis than one block holds, a scatter_nd whose gather would cost too many compares,
-a contraction of an unsupported element type): it is registered as target ``"cuda"`` in
-``lezero.passes.placement``, so ``partition{target=cuda}`` keeps those on the CPU.
+a contraction of an unsupported element type): ``lezero/codegen/targets.py`` registers it as
+target ``"cuda"`` with ``lezero.passes.placement`` when it loads this backend, so
+``partition{target=cuda}`` keeps those on the CPU.
 """
 from __future__ import annotations
 
-from lezero.codegen.errors import LoweringError
-from lezero.codegen.llvm.lower_kernel import estimate_flops, symbol_name
+from lezero.codegen import kernel
+from lezero.codegen.contraction_shapes import CONTRACTION_OPS
+from lezero.codegen.schedule import schedule
+from lezero.codegen.triton.context import TritonContext
 from lezero.codegen.triton.contraction import contraction_unsupported_reason, lower_contraction
 from lezero.codegen.triton.elementwise import lower_elementwise
-from lezero.codegen.triton.emitter import TritonContext
 from lezero.codegen.triton.kernel import TritonKernel
 from lezero.codegen.triton.pooling import lower_max_pool2d_grad, lower_pooling
 from lezero.codegen.triton.reduction import MAX_SCAN, SCAN_OPS, lower_cumulative, lower_reduction
@@ -39,11 +44,15 @@ from lezero.ir.dialect.axes import normalize_axis
 from lezero.ir.dialect.pooling import POOL_GRAD_OPS, POOL_OPS
 from lezero.ir.dialect.reduction import REDUCTION_OPS
 from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
-from lezero.ir.types import I64, TensorType
+from lezero.ir.types import I64
+
+LOWERINGS = kernel.KindLowerings(
+    backend="Triton", elementwise=lower_elementwise, reduction=lower_reduction, contraction=lower_contraction,
+    pooling=lower_pooling, max_pool2d_grad=lower_max_pool2d_grad, cumulative=lower_cumulative, topk=lower_topk,
+    scatter_nd=lower_scatter_nd)
 
 # Ops whose Triton lowering runs only some instances: why an instance stays on the CPU.
 LIMITED = {"lz.topk": topk_unsupported_reason, "lz.scatter_nd": scatter_unsupported_reason}
-CONTRACTION_OPS = frozenset({"lz.matmul", "lz.conv2d"})
 STRUCTURAL = frozenset({"lz.constant", "lz.kernel", "lz.yield", "lz.transfer", "func.return"})
 
 
@@ -69,32 +78,11 @@ def unsupported_reason(op: Operation) -> str | None:
 
 
 def lower_kernel(kernel_op: Operation, target: str = "cuda") -> TritonKernel:
-    if kernel_op.name != "lz.kernel":
-        raise LoweringError(f"lower_kernel expects an lz.kernel, got {kernel_op.name}", kernel_op.location)
-    attrs = kernel_op.definition.attrs(kernel_op)
-    name = symbol_name(attrs.name)
-    for v in list(kernel_op.operands) + list(kernel_op.results):
-        if not (isinstance(v.type, TensorType) and v.type.is_static):
-            raise LoweringError(f"failed to lower lz.kernel {attrs.name} for {target}: {v.type} is not a static "
-                                "tensor type (the runtime specializes shapes before lowering)", kernel_op.location)
-    ctx = TritonContext(kernel_op, name, target)
-    for op in ctx.body.ops:
-        why = unsupported_reason(op)
-        if why is not None:
-            dtype = op.results[0].type.element_type if op.results else "none"
-            raise LoweringError(f"failed to lower {op.name} with {dtype} for {target}: {why}", op.location)
-    kind = attrs.kind
-    if kind == "elementwise":
-        configs = lower_elementwise(ctx)
-    elif kind == "reduction":
-        configs = lower_reduction(ctx)
-    elif kind == "single":
-        configs = _lower_single(ctx)
-    elif kind in ("matmul", "conv"):
-        configs = lower_contraction(ctx)
-    else:
-        raise LoweringError(f"failed to lower lz.kernel {attrs.name} of kind '{kind}' for {target}: unknown kernel "
-                            "kind", kernel_op.location)
+    """``kernel_op`` as a Triton function and its launch configurations (``configs[0]`` the
+    heuristic one)."""
+    ctx, configs = kernel.lower_kernel(kernel_op, target, lambda name: TritonContext(kernel_op, name, target),
+                                       LOWERINGS, unsupported_reason)
+    kind = kernel_op.definition.attrs(kernel_op).kind
     constexprs = tuple(configs[0].constexprs)
     signature = {b.pointer: pointer_signature(b.type.element_type)
                  for b in ctx.operand_buffers + ctx.result_buffers}
@@ -102,31 +90,11 @@ def lower_kernel(kernel_op: Operation, target: str = "cuda") -> TritonKernel:
         signature["status"] = pointer_signature(I64)
     signature.update({c: "constexpr" for c in constexprs})
     return TritonKernel(
-        name=name, source=_module_source(ctx, kind, constexprs), kind=kind, signature=signature,
+        name=ctx.name, source=_module_source(ctx, kind, constexprs), kind=kind, signature=signature,
         configs=tuple(configs), operand_types=tuple(v.type for v in kernel_op.operands),
-        result_types=tuple(r.type for r in kernel_op.results), flops=estimate_flops(ctx.body),
-        bytes_accessed=sum(v.type.nbytes for v in list(kernel_op.operands) + list(kernel_op.results)),
+        result_types=tuple(r.type for r in kernel_op.results), flops=kernel.estimate_flops(ctx.body),
+        bytes_accessed=kernel.bytes_accessed(kernel_op),
         index_checks=None if ctx.checks is None else tuple(ctx.checks.checks))
-
-
-def _lower_single(ctx: TritonContext) -> tuple:
-    ops = [op for op in ctx.body.ops if op.name not in ("lz.yield", "lz.constant")]
-    if len(ops) != 1:
-        raise ctx.failure(f"it holds {len(ops)} ops ({', '.join(op.name for op in ops)}), not one")
-    (op,) = ops
-    if op.name in POOL_OPS:
-        return lower_pooling(ctx, op)
-    if op.name in POOL_GRAD_OPS:
-        return lower_max_pool2d_grad(ctx, op)
-    if op.name in REDUCTION_OPS:
-        return lower_reduction(ctx)
-    if op.name == "lz.cumulative":
-        return lower_cumulative(ctx, op)
-    if op.name == "lz.topk":
-        return lower_topk(ctx, op)
-    if op.name == "lz.scatter_nd":
-        return lower_scatter_nd(ctx, op)
-    return lower_elementwise(ctx)  # unsupported_reason let only elementwise and movement ops through
 
 
 def describe(ctx: TritonContext) -> str:
@@ -152,20 +120,18 @@ def _module_source(ctx: TritonContext, kind: str, constexprs) -> str:
 def lower_module(module: ModuleOp) -> list[TritonKernel]:
     """Every GPU kernel of ``module`` scheduled for cuda (``schedule(module, target="cuda")``),
     lowered, in schedule order: kernels placed on the CPU and transfers are not Triton kernels."""
-    from lezero.codegen.pipeline import schedule
-
     return [lower_kernel(op) for f in schedule(module, target="cuda").functions for op in f.entry_block.ops
             if op.name == "lz.kernel" and op.definition.attrs(op).device == "cuda"
             and op.definition.attrs(op).kind != "transfer"]
 
 
-def triton_text(module: ModuleOp) -> str:
+def kernel_text(module: ModuleOp) -> str:
     """``lezero-opt --emit=triton``: the source of each kernel that runs on the GPU, under a comment
     header naming it (kernels placed on the CPU and transfers have no Triton source)."""
     parts = []
-    for kernel in lower_module(module):
-        config = kernel.configs[0]
-        parts.append(f"# ---- kernel {kernel.name}: {kernel.kind}, grid {list(config.grid)}, "
+    for lowered in lower_module(module):
+        config = lowered.configs[0]
+        parts.append(f"# ---- kernel {lowered.name}: {lowered.kind}, grid {list(config.grid)}, "
                      f"{', '.join(f'{k}={v}' for k, v in config.constexprs.items()) or 'no blocks'}, "
-                     f"~{kernel.flops} flops, {kernel.bytes_accessed} bytes\n{kernel.source.strip()}\n")
+                     f"~{lowered.flops} flops, {lowered.bytes_accessed} bytes\n{lowered.source.strip()}\n")
     return "\n".join(parts)

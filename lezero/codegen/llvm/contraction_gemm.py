@@ -1,0 +1,492 @@
+"""float32 matmul and conv kernels through the GEMM of ``gemm.py`` (``contraction.py`` decides
+which kernels come here).
+
+The kernel's epilogue is emitted inside the micro-kernel, as a ``TileStore`` (``TileEpilogue``):
+on the last K block the tile's sums go to a stack array and, for each row of the tile, a loop over
+its columns evaluates every yielded value with the same value-at-index emitter the elementwise
+kernels use (``ValueAtIndex``; the contraction's value is read from the tile), and stores it.
+LLVM vectorizes that loop like any elementwise loop, so bias, activations, residuals and any
+broadcast operand cost one pass over the tile while it is in L1; an operand read through data
+movement of memory (BatchNorm's per-channel vector reshaped to C x 1 x 1) is index arithmetic on
+its load, the same code as for an operand stored in that shape.
+
+- matmul (``MatmulGemm``): each batch index is one GEMM, its operands at the batch's (broadcast)
+  offsets, stored row-major or transposed.
+- conv2d (``ConvGemm``): each (image, group) is one GEMM out[co, pixel] = W[co, k] . col[k, pixel] with
+  k = (ci, kh, kw), which is NCHW already.  The im2col matrix is never built: pixels are numbered
+  in *q-space*, ``q = oh * WQ + ow`` over rows of the padded input wide enough for every kernel
+  column (``WQ = OW + (KW - 1) * dw`` for stride 1), so that row ``k`` of col is one contiguous
+  run of the input, ``col[k, q] = x[off[k] + q]``, with ``off`` a constant table (gemm.py's
+  ``b_row_offsets``).  The ``WQ - OW`` columns past each output row are computed and never stored
+  (3.4% for a 3x3 at 56x56).  Pads and strides go through a *slab*: the rows of the input a task
+  reads, zero padded and split into ``sh x sw`` phases (``slab[ci, a, b, r, c] = xpad[ci, r*sh + a,
+  c*sw + b]``), which makes a strided convolution a stride-1 one over the phases.  A stride-1
+  convolution without pads reads its input in place.
+
+Work items are slices: each batch's output (each GEMM's C) is cut into at most ``MAX_SLICES``
+slices of whole register tiles along its longer dim, and work item ``batch * S + s`` is slice s.
+A call of the ABI function on ``[begin, end)`` computes, for each batch the range touches, the
+slices it covers as *one* rectangle: the runtime gives each thread one contiguous range, so every
+thread packs its operands once, with any number of threads (fixed rectangles would pack once per
+rectangle, and a count tuned for one thread count wastes packing or balance at another).  Results
+do not depend on the split: the sum of each element runs over the same K blocks in the same order.
+
+The workspace (packed A, packed B, the slab, partial sums when they cannot wait in a float32
+result) is ``malloc``ed by each call of the ABI function and freed at its end: the ABI has no
+workspace argument, the stack is too small (megabytes), and a thread-local buffer would need TLS
+in JIT-loaded objects.  A call does a thread's whole share, so this is once per thread per launch,
+and glibc serves the repeated size warm from its heap (a handful of page faults per launch on the
+benchmark).  A failed malloc traps.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from lezero.codegen.contraction_shapes import ConvShape, MatmulShape, stored_operand
+from lezero.codegen.llvm import gemm, gemm_epilogue
+from lezero.codegen.llvm.context import KernelContext
+from lezero.codegen.llvm.loops import affine_value, declare, for_range, i64, min_i64, unravel_values
+from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar
+from lezero.codegen.llvm.value_at_index import IndexMaterializer, LLVMValueAtIndex
+from lezero.codegen.value_at_index import Buffer
+from lezero.ir.core import Operation
+from lezero.ir.types import F32
+
+I8 = ir.IntType(8)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+FLOAT = ir.FloatType()
+VOID = ir.VoidType()
+
+# Work items: each batch's output is cut into at most MAX_SLICES slices along its longer dim
+# (whole register tiles), and a call of the kernel computes the slices of its range as one
+# rectangle per batch (see lower_gemm).
+MAX_SLICES = 32
+# A matmul with fewer rows gets a register tile of its own height, and reads B in place
+# (matmul_config, MatmulGemm); a tile is at most this many vectors wide.
+THIN_ROWS = 4
+MAX_THIN_VECTORS = 16
+# Direct mode keeps all of K in one block (no partial sums) up to this depth; the packed A block
+# then holds cache_model.direct_a_block_floats of the target's caches at most.
+DIRECT_MAX_KC = 2304
+# The epilogue's loops over a tile row are short (64 columns at most, split at output rows in a
+# conv): masked vector iterations rather than a scalar remainder loop, which would run a
+# transcendental epilogue up to 15 times per row one lane at a time.
+TILE_LOOP = {"vectorize_enable": 1, "vectorize_predicate_enable": 1}
+
+
+def _align_up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def gemm_layout(rows: int, cols: int, row_stride: int, col_stride: int):
+    """How the GEMM reads a rows x cols operand with these strides (elements): ``(False, ld)`` for
+    contiguous rows ``ld`` apart, ``(True, ld)`` for contiguous columns ``ld`` apart (stored
+    transposed), None for neither (the loop kernel reads any strides)."""
+    if col_stride == 1 or cols == 1:
+        return False, max(row_stride, 1) if rows > 1 else 1
+    if row_stride == 1 or rows == 1:
+        return True, max(col_stride, 1)
+    return None
+
+
+def matmul_config(host: gemm.GemmConfig, m: int, n: int, k: int, direct: bool) -> gemm.GemmConfig:
+    """The host's blocking for a GEMM of m x k by k x n, with a register tile cut to a thin
+    product: fewer than THIN_ROWS rows make a tile of m rows and as many column vectors as the
+    host's tile has registers for; fewer columns than the host's tile make a tile of that many
+    vectors (8 rows when one vector: 8 independent FMA chains).  ``direct`` (B read in place):
+    all of K in one block, there is no packed B to keep in cache."""
+    w = host.vector_width
+    vectors = -(-n // w)
+    if m < THIN_ROWS:
+        mr = m
+        nv = min(vectors, (host.mr * host.nr_vectors) // mr, MAX_THIN_VECTORS)
+    else:
+        nv = min(host.nr_vectors, vectors)
+        mr = host.mr if nv > 1 else max(host.mr, 8)
+    if (mr, nv) == (host.mr, host.nr_vectors) and not direct:
+        return _shrink(host, m, n, k)
+    blocks = 1 if direct else max(1, -(-k // host.kc))
+    nr = nv * w
+    return gemm.GemmConfig(w, mr, nv, max(1, -(-k // blocks)), min(host.mc // mr * mr, _align_up(m, mr)),
+                           min(host.nc // nr * nr, _align_up(n, nr)))
+
+
+class MatmulGemm:
+    """matmul as GEMMs: batch index -> A, B and the output's row-major layout.
+
+    Operands may be stored transposed (read through a transpose in the kernel): the GEMM packs
+    them from that layout.  A thin product gets a register tile of its shape (``matmul_config``);
+    with fewer than THIN_ROWS rows, B's rows are read in place (each element of B is used m
+    times, not worth a packed copy), and when B is stored transposed the GEMM computes
+    C^T = B^T A^T instead (``swapped``: the tile's rows are C's columns), whose packed A is B's
+    contiguous rows and whose B is A's few rows."""
+
+    b_row_offsets = None
+
+    def __init__(self, shape: MatmulShape, a_layout: tuple, b_layout: tuple):
+        self.shape = shape
+        self.batches = shape.batches
+        (a_transposed, lda), (b_transposed, ldb) = a_layout, b_layout
+        self.swapped = shape.m < THIN_ROWS and b_transposed
+        if self.swapped:
+            self.m, self.n = shape.n, shape.m
+            self.transpose_a, self.lda, self.transpose_b, self.ldb = False, ldb, not a_transposed, lda
+        else:
+            self.m, self.n = shape.m, shape.n
+            self.transpose_a, self.lda, self.transpose_b, self.ldb = a_transposed, lda, b_transposed, ldb
+        self.k = shape.k
+        self.pack_b = self.transpose_b or self.m >= THIN_ROWS
+        self.mask_b = not self.pack_b
+        self.slab_floats = 0
+
+    def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
+        return matmul_config(host, self.m, self.n, self.k, direct=not self.pack_b)
+
+    def operands(self, b, ctx, a_ptr, b_ptr, batch, n_begin, n_end, slab):
+        """(A, B) of one task: the operands at the batch index's (broadcast) offsets."""
+        s = self.shape
+        coords = unravel_values(b, batch, s.batch_shape) if s.batch_shape else []
+
+        def offset(strides):
+            total = i64(0)
+            for coord, stride in zip(coords, strides):
+                if stride:
+                    total = b.add(total, b.mul(coord, i64(stride)))
+            return total
+
+        a = b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=FLOAT)
+        bm = b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=FLOAT)
+        return (bm, a) if self.swapped else (a, bm)
+
+    def output_layout(self):
+        """(floats per batch, ldc) of the result as a C matrix: a result buffer can hold the
+        partial sums (not when the GEMM computes C^T)."""
+        return None if self.swapped else (self.m * self.n, self.n)
+
+    def emit_tile(self, b, tile: gemm_epilogue.OutputTile, batch, store) -> None:
+        s = self.shape
+        coords = [affine_value(c, d, f"batch{i}") for i, (c, d) in
+                  enumerate(zip(unravel_values(b, batch, s.batch_shape) if s.batch_shape else [], s.batch_shape))]
+
+        def index(row, col):
+            return coords + ([row] if s.has_rows else []) + ([col] if s.has_cols else [])
+
+        if self.swapped:  # tile rows are C's columns: a loop over C's rows, then along each row
+            with for_range(b, 0, tile.cols, "i") as i:
+                row = affine_value(b.add(tile.col, i), s.m, "row")
+                with for_range(b, 0, tile.rows, "j", **TILE_LOOP) as j:
+                    store(j, i, index(row, affine_value(b.add(tile.row, j), s.n, "col")))
+            return
+        with for_range(b, 0, tile.rows, "i") as i:
+            row = affine_value(b.add(tile.row, i), s.m, "row")
+            with for_range(b, 0, tile.cols, "j", **TILE_LOOP) as j:
+                store(i, j, index(row, affine_value(b.add(tile.col, j), s.n, "col")))
+
+
+class ConvGemm:
+    """conv2d as one GEMM per (image, group) over q-space pixels (see the module docstring)."""
+
+    transpose_a = transpose_b = mask_b = False
+
+    def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int):
+        s = self.shape = shape
+        sh, sw = s.strides
+        dh, dw = s.dilations
+        self.batches = s.n * s.groups
+        self.m, self.k = s.out_per_group, s.k
+        self.lda, self.ldb = s.k, 0
+        # phase rows/columns each kernel tap reads past the output's: (kh*dh) // sh
+        self.qh = [(kh * dh) // sh for kh in range(s.kh)]
+        self.qw = [(kw * dw) // sw for kw in range(s.kw)]
+        self.wq = s.ow + self.qw[-1]  # q-space row width
+        self.n = (s.oh - 1) * self.wq + s.ow
+        self.direct = direct
+        self.a_block_floats = a_block_floats  # direct mode's packed A block at most
+        self.pack_b = not direct
+        self.in_place = not direct and s.strides == (1, 1) and s.pads == (0, 0, 0, 0)
+        self.rows_per_plane = None  # rows per phase plane of the slab (or of the input in place): config()
+        self.slab_floats = 0
+        self.b_row_offsets = None
+
+    def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
+        s = self.shape
+        # The slab holds every row of the image's phases (a call may compute all of q-space); a
+        # call fills the rows its columns read.
+        self._set_offsets(s.h if self.in_place else s.oh + self.qh[-1])
+        if not self.in_place:
+            planes = s.in_per_group * s.strides[0] * s.strides[1]
+            # slack: the last tile of a call reads up to NR - 1 columns past it (direct), and a
+            # row up to qw[-1] past its end
+            self.slab_floats = planes * self.rows_per_plane * self.wq + 2 * (host.nr + self.wq)
+        if not self.direct:
+            return _shrink(host, self.m, self.n, self.k)
+        kc = self.k if self.k <= DIRECT_MAX_KC else -(-self.k // -(-self.k // DIRECT_MAX_KC))
+        mc = max(host.mr, min(host.mc, (self.a_block_floats // kc) // host.mr * host.mr))
+        return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc, min(mc, _align_up(self.m, host.mr)),
+                               min(host.nc, _align_up(self.n, host.nr)))
+
+    def _set_offsets(self, rows: int) -> None:
+        s = self.shape
+        sh, sw = s.strides
+        dh, dw = s.dilations
+        self.rows_per_plane = rows
+        plane = rows * self.wq
+        offsets = []
+        for ci in range(s.in_per_group):
+            for kh in range(s.kh):
+                for kw in range(s.kw):
+                    phase = (ci * sh + (kh * dh) % sh) * sw + (kw * dw) % sw
+                    offsets.append(phase * plane + self.qh[kh] * self.wq + self.qw[kw])
+        self.b_row_offsets = tuple(offsets)
+
+    def operands(self, b, ctx, x_ptr, w_ptr, batch, n_begin, n_end, slab):
+        """(A, B) of one task: the group's weights, and its input (in place or through the slab)."""
+        s = self.shape
+        groups = i64(s.groups)
+        image, group = (b.udiv(batch, groups), b.urem(batch, groups)) if s.groups > 1 else (batch, i64(0))
+        a = b.gep(w_ptr, [b.mul(group, i64(self.m * self.k))], source_etype=FLOAT)
+        channel0 = b.add(b.mul(image, i64(s.c)), b.mul(group, i64(s.in_per_group)))
+        x = b.gep(x_ptr, [b.mul(channel0, i64(s.h * s.w))], source_etype=FLOAT)
+        if self.in_place:
+            return a, x
+        first_row = b.udiv(n_begin, i64(self.wq))
+        rows = b.add(b.sub(b.udiv(b.sub(n_end, i64(1)), i64(self.wq)), first_row), i64(1 + self.qh[-1]))
+        self._emit_slab(b, x, first_row, rows, slab)
+        # B[k, q] = slab[off[k] + q - first_row * WQ]
+        return a, b.gep(slab, [b.mul(first_row, i64(-self.wq))], source_etype=FLOAT)
+
+    def _emit_slab(self, b, x, first_row, rows_used, slab) -> None:
+        """slab[ci][a][bb][r][c] = xpad[ci, (first_row + r) * sh + a, c * sw + bb] (zero outside
+        x), for r < rows_used."""
+        s = self.shape
+        sh, sw = s.strides
+        pt, pl = s.pads[0], s.pads[1]
+        rows, wq = self.rows_per_plane, self.wq
+        zero = ir.Constant(FLOAT, 0.0)
+        with for_range(b, 0, s.in_per_group, "slab_ci") as ci:
+            x_plane = b.gep(x, [b.mul(ci, i64(s.h * s.w))], source_etype=FLOAT)
+            for a in range(sh):
+                for bb in range(sw):
+                    # columns c whose input column c * sw + bb - pl is inside x
+                    c_lo = min(wq, max(0, -(-(pl - bb) // sw)))
+                    c_hi = max(c_lo, min(wq, (s.w - 1 + pl - bb) // sw + 1))
+                    plane = b.mul(b.add(b.mul(ci, i64(sh * sw)), i64(a * sw + bb)), i64(rows * wq))
+                    with for_range(b, 0, min_i64(b, rows_used, rows), "slab_r") as r:
+                        out = b.gep(slab, [b.add(plane, b.mul(r, i64(wq)))], source_etype=FLOAT)
+                        xi = b.sub(b.add(b.mul(b.add(first_row, r), i64(sh)), i64(a)), i64(pt))
+                        inside = b.icmp_unsigned("<", xi, i64(s.h))  # 0 <= xi < h
+                        with b.if_else(inside) as (then, otherwise):
+                            with then:
+                                source = b.gep(x_plane, [b.mul(xi, i64(s.w))], source_etype=FLOAT)
+                                _fill(b, out, 0, c_lo, zero)
+                                with for_range(b, c_lo, c_hi, "slab_c") as c:
+                                    column = b.add(b.mul(c, i64(sw)), i64(bb - pl))
+                                    value = b.load(b.gep(source, [column], source_etype=FLOAT), typ=FLOAT, align=4)
+                                    b.store(value, b.gep(out, [c], source_etype=FLOAT), align=4)
+                                _fill(b, out, c_hi, wq, zero)
+                            with otherwise:
+                                _fill(b, out, 0, wq, zero)
+
+    def output_layout(self):
+        """A result buffer is the C matrix only when q-space has no extra columns."""
+        s = self.shape
+        return (self.m * s.oh * s.ow, s.oh * s.ow) if self.wq == s.ow else None
+
+    def emit_tile(self, b, tile: gemm_epilogue.OutputTile, batch, store) -> None:
+        s = self.shape
+        wq = i64(self.wq)
+        image, group = (b.udiv(batch, i64(s.groups)), b.urem(batch, i64(s.groups))) if s.groups > 1 \
+            else (batch, i64(0))
+        channel0 = b.add(b.mul(group, i64(self.m)), tile.row)
+        col_end = b.add(tile.col, tile.cols)
+        first = b.udiv(tile.col, wq)
+        last = b.udiv(b.sub(col_end, i64(1)), wq)
+        n_index = affine_value(image, s.n, "image")
+        with for_range(b, 0, tile.rows, "i") as i:
+            channel = affine_value(b.add(channel0, i), s.o, "channel")
+            with for_range(b, first, b.add(last, i64(1)), "oh") as oh:
+                row_start = b.mul(oh, wq)
+                lo = b.sub(tile.col, row_start)
+                lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo)
+                hi = min_i64(b, b.sub(col_end, row_start), s.ow)
+                oh_index = affine_value(oh, s.oh, "oh")
+                with for_range(b, lo, hi, "ow", **TILE_LOOP) as ow:
+                    j = b.sub(b.add(row_start, ow), tile.col)
+                    store(i, j, [n_index, channel, oh_index, affine_value(ow, s.ow, "ow")])
+
+
+def _fill(b, pointer, start: int, stop: int, value) -> None:
+    if stop > start:
+        with for_range(b, start, stop, "fill") as c:
+            b.store(value, b.gep(pointer, [c], source_etype=FLOAT), align=4)
+
+
+def _shrink(host: gemm.GemmConfig, m: int, n: int, k: int) -> gemm.GemmConfig:
+    """The host's blocking cut down to the problem: K blocks of equal depth, and M and N blocks no
+    larger than the matrix (so the workspace is no larger than needed)."""
+    blocks = max(1, -(-k // host.kc))
+    kc = max(1, -(-k // blocks))
+    return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc, min(host.mc, _align_up(m, host.mr)),
+                           min(host.nc, _align_up(n, host.nr)))
+
+
+def slice_cuts(m: int, n: int, mr: int, nr: int) -> tuple[str, list[int]]:
+    """Which dim the work items slice ("rows" or "cols", the one with more register tiles) and
+    where: at most MAX_SLICES + 1 cuts on tile boundaries, 0 first and the extent last."""
+    row_tiles, col_tiles = -(-m // mr), -(-n // nr)
+    dim, extent, unit, tiles = ("rows", m, mr, row_tiles) if row_tiles > col_tiles else ("cols", n, nr, col_tiles)
+    count = max(1, min(MAX_SLICES, tiles))
+    return dim, [min(extent, (tiles * s // count) * unit) for s in range(count + 1)]
+
+
+def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
+    """The ABI function: work item ``batch * S + s`` is slice s of batch ``batch``'s output (S
+    slices along one dim); a call computes, for each batch its range touches, the slices of the
+    range as one rectangle, so that each thread packs its operands once whatever the number of
+    threads (the runtime gives each thread one contiguous range)."""
+    config = plan.config(gemm.GemmConfig.for_target(ctx.cpu))
+    dim, cuts = slice_cuts(plan.m, plan.n, config.mr, config.nr)
+    slices = len(cuts) - 1
+
+    # Where partial sums wait between K blocks: a float32 result when the output is a C matrix,
+    # else the workspace.
+    k_blocks = -(-plan.k // config.kc) if plan.k else 1
+    layout = plan.output_layout()
+    # A bare matmul or conv into a C-layout float32 result: the micro-kernel stores its tile
+    # straight from the registers (no TileStore pass over a stack copy of the tile).
+    plain = (layout is not None and list(ctx.yields) == [anchor.result] and len(ctx.kernel.results) == 1
+             and ctx.kernel.results[0].type.element_type == F32)
+    partial_result = None
+    if (k_blocks > 1 or plain) and layout is not None:
+        partial_result = next((i for i, r in enumerate(ctx.kernel.results) if r.type.element_type == F32), None)
+    partials_in_workspace = k_blocks > 1 and partial_result is None
+
+    # Buffers never overlap (memory-plan shares buffers only within elementwise kernels), except
+    # that a result holding partial sums is also reached through C.
+    num_operands = len(ctx.kernel.operands)
+    args = tuple(gemm_epilogue.EpilogueArg(f"buffer{i}", "pointer",
+                                  noalias=partial_result is None or i != num_operands + partial_result)
+                 for i in range(len(ctx.fn.buffers))) + (gemm_epilogue.EpilogueArg("batch", "index"),)
+    tile_store = TileEpilogue(ctx, anchor, plan)
+    # Slices and N blocks end on whole tiles: only C's last column tile can be narrower.
+    edge_vectors = -(-(plan.n % config.nr) // config.vector_width)
+    epilogue = None if plain else gemm_epilogue.TileStore(ctx.name, tile_store.emit, args)
+    generator = gemm.SgemmGenerator(config, epilogue, f"{ctx.name}.gemm",
+                                    b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
+                                    transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
+                                    edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
+    rectangle_function = generator.build_into(ctx.module)
+    rectangle_function.linkage = "internal"
+    ctx.s.external_symbols |= tile_store.external_symbols
+
+    b = ctx.b
+    module = ctx.module
+    buffers = ctx.fn.buffers
+    begin, end = ctx.fn.begin, ctx.fn.end
+    first, second = (buffers[ctx.body.args.index(stored_operand(ctx, v, anchor)[0])] for v in anchor.operands)
+    cut_type = ir.ArrayType(I64, len(cuts))
+    cut_table = ir.GlobalVariable(module, cut_type, f"{ctx.name}.cuts")
+    cut_table.global_constant = True
+    cut_table.linkage = "internal"
+    cut_table.initializer = ir.Constant(cut_type, cuts)
+
+    def cut(s):
+        return b.load(b.gep(cut_table, [i64(0), s], source_etype=cut_type), typ=I64)
+
+    with b.if_then(b.icmp_signed("<", begin, end)):
+        first_batch = b.udiv(begin, i64(slices))
+        last_batch = b.udiv(b.sub(end, i64(1)), i64(slices))
+        # Workspace: packed A and B, partial sums (for the largest rectangle of the call: a whole
+        # batch's when the range spans batches), the slab.
+        gemm_floats = config.packed_a_floats + (config.packed_b_floats if plan.pack_b else 0)
+        slab_floats = _align_up(plan.slab_floats, 16)
+        partial_floats = i64(0)
+        if partials_in_workspace:
+            one_batch = b.icmp_unsigned("==", first_batch, last_batch)
+            extent = b.select(one_batch, b.sub(cut(b.add(b.urem(b.sub(end, i64(1)), i64(slices)), i64(1))),
+                                               cut(b.urem(begin, i64(slices)))), i64(cuts[-1]))
+            other = plan.n if dim == "rows" else plan.m
+            partial_floats = b.mul(extent, i64(other))
+        workspace_bytes = b.add(b.mul(b.add(partial_floats, i64(gemm_floats + slab_floats)), i64(4)),
+                                i64(gemm.WORKSPACE_ALIGNMENT))
+        raw = b.call(declare(module, "malloc", PTR, [I64]), [workspace_bytes])
+        with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
+            b.call(declare(module, "llvm.trap", VOID, []), [])
+            b.unreachable()
+        address = b.ptrtoint(raw, I64)
+        aligned = b.and_(b.add(address, i64(gemm.WORKSPACE_ALIGNMENT - 1)), i64(-gemm.WORKSPACE_ALIGNMENT))
+        workspace = b.gep(raw, [b.sub(aligned, address)], source_etype=I8)
+        slab = b.gep(workspace, [i64(gemm_floats)], source_etype=FLOAT)
+        partials = b.gep(slab, [i64(slab_floats)], source_etype=FLOAT)
+
+        with for_range(b, first_batch, b.add(last_batch, i64(1)), "batch") as batch:
+            base = b.mul(batch, i64(slices))
+            s0 = b.sub(b.select(b.icmp_signed("<", begin, base), base, begin), base)
+            s1 = b.sub(min_i64(b, end, b.add(base, i64(slices))), base)
+            lo, hi = cut(s0), cut(s1)
+            m0, m1, n0, n1 = (lo, hi, i64(0), i64(plan.n)) if dim == "rows" else (i64(0), i64(plan.m), lo, hi)
+            a, bm = plan.operands(b, ctx, first, second, batch, n0, n1, slab)
+            if k_blocks == 1 and not plain:
+                c, ldc = ir.Constant(PTR, None), i64(0)
+            elif partial_result is not None:
+                per_batch_floats, ldc_value = layout
+                result = buffers[num_operands + partial_result]
+                c, ldc = b.gep(result, [b.mul(batch, i64(per_batch_floats))], source_etype=FLOAT), i64(ldc_value)
+            else:  # C[m, n] lives at partials[(m - m0) * ldc + n - n0]
+                ldc = b.sub(n1, n0)
+                shift = b.add(b.mul(m0, ldc), n0)
+                c = b.gep(partials, [b.sub(i64(0), shift)], source_etype=FLOAT)
+            b.call(rectangle_function, [i64(plan.k), a, i64(plan.lda), bm, i64(plan.ldb), c, ldc, m0, m1, n0, n1,
+                                        workspace] + ([] if plain else list(buffers) + [batch]))
+        b.call(declare(module, "free", VOID, [PTR]), [raw])
+    ctx.fn.finish()
+    return plan.batches * slices
+
+
+class TileEpilogue:
+    """The ``TileStore`` of a contraction kernel: every yielded value at each element of the tile,
+    through a ``ValueAtIndex`` whose contraction value is the tile's sum."""
+
+    def __init__(self, ctx: KernelContext, anchor: Operation, plan):
+        self.ctx, self.anchor, self.plan = ctx, anchor, plan
+        self.external_symbols: set[str] = set()
+        self._emitter: LLVMValueAtIndex | None = None
+        self._results: list[Buffer] = []
+        self._builder = None
+
+    def _emitter_for(self, tile: gemm_epilogue.OutputTile) -> LLVMValueAtIndex:
+        b = tile.builder
+        if self._builder is not b:  # one emitter per micro-kernel (its constant tables are module globals)
+            ctx = self.ctx
+            pointers = [tile.arg(f"buffer{i}") for i in range(len(ctx.fn.buffers))]
+            operands = {arg: Buffer(p, arg.type) for arg, p in zip(ctx.body.args, pointers)}
+            s = LLVMScalarBuilder(b)
+            self.external_symbols = s.external_symbols  # filled as the code is emitted
+            self._emitter = LLVMValueAtIndex(s, IndexMaterializer(b), operands, target=ctx.target,
+                                             checks=ctx.checks, status=ctx.status and pointers[-1])
+            self._results = [Buffer(p, r.type) for p, r in zip(pointers[len(ctx.kernel.operands):], ctx.kernel.results)]
+            self._builder = b
+        return self._emitter
+
+    def emit(self, tile: gemm_epilogue.OutputTile) -> None:
+        emitter = self._emitter_for(tile)
+        b = tile.builder
+        yields = self.ctx.yields
+        results = self._results
+
+        def store(i, j, index):
+            emitter.new_scope()
+            position = b.add(b.mul(i, i64(tile.nr)), j)
+
+            def tile_value(op, value, at):
+                address = b.gep(tile.sums, [position], source_etype=FLOAT)
+                return Scalar(b.load(address, typ=FLOAT, align=4), F32)
+
+            emitter.overrides[self.anchor] = tile_value
+            values = [emitter.at(y, index) for y in yields]
+            for value, buffer in zip(values, results):
+                emitter.store(buffer, index, value)
+
+        self.plan.emit_tile(b, tile, tile.arg("batch"), store)
+        emitter.flush_index_checks()

@@ -1,0 +1,1 @@
+"""The Triton backend's tests (lezero/codegen/triton), run in Triton's interpreter."""
