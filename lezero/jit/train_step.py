@@ -9,11 +9,11 @@
    (parameters and buffers are named arguments, the batch dim dynamic);
 2. **gradients**: the autodiff pass (``differentiate``) on that function, for a batch size made
    static (gradient rules materialize shapes), with the loss's cotangent a constant 1;
-3. **the update**: per parameter, the optimizer's own update rule (the very ``emit`` the eager
-   ``Adam``/``AdamW``/``SGD`` compile into their fused kernel) on the parameter, its gradient and its
-   state; the hyperparameters (learning rate, bias corrections) are rank-0 arguments computed per
-   step in Python exactly as the eager optimizer computes them, so a learning-rate schedule never
-   recompiles and the compiled step follows the eager loop's numbers;
+3. **the update**: per parameter group, the optimizer's own ``update_rule`` (the rule its eager
+   ``step()`` runs as a fused kernel) built on each parameter, its gradient and its state; the
+   hyperparameters (learning rate, bias corrections) are rank-0 arguments the rule computes per
+   step in Python, so a learning-rate schedule never recompiles and the compiled step follows the
+   eager loop's numbers;
 
 compiled by ``lezero.compile``'s pipeline (gradient kernels fuse with the update: the Adam step of
 a weight becomes the epilogue of the matmul computing its gradient), once per input shape.
@@ -40,14 +40,10 @@ again, which CSE merges with the gradient function's copy.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 
-from lezero.eager.creation import tensor
-from lezero.eager.device_arrays import CPU, like, numpy_dtype, zeros_like
-from lezero.eager.dispatch import EagerOp, compile_for, tensor_type, user_location
+from lezero.eager.device_arrays import CPU, like, numpy_dtype
+from lezero.eager.dispatch import compile_for, tensor_type, user_location
 from lezero.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
@@ -57,53 +53,10 @@ from lezero.ir.types import FunctionType, TensorType, element_type_of
 from lezero.jit.trace import (NAME_ATTR, TraceError, argument_names, as_input_tuple, bind_arguments,
                               bound_arrays, device_inputs, generalize_batch, record_function, reinfer,
                               run_device, with_batch)
-from lezero.optim.adam import _ADAM, Adam
-from lezero.optim.sgd import _SGD, SGD
+from lezero.optim.optimizer import Optimizer, UpdateRule
 from lezero.passes.autodiff import differentiate
 from lezero.eager.core import wrap as _wrap
 from lezero.eager.tensor import Tensor
-
-
-# --- optimizers as IR -------------------------------------------------------------------------------------
-
-@dataclass
-class GroupUpdate:
-    """How one parameter group updates: the eager optimizer's update ``op`` with ``attrs``, its
-    per-parameter ``state_keys`` (arrays of the parameter's shape) and the rank-0 hyperparameters
-    of this step (``scalars``).  ``emit(b, attrs, p, g, *states, *scalars) -> [p, *states]``."""
-
-    op: EagerOp
-    attrs: tuple
-    state_keys: tuple
-    scalars: list
-
-
-def _adam_update(optimizer: Adam, group: dict, steps: float) -> GroupUpdate:
-    """``Adam._update_group``'s attributes and scalars for step number ``steps``."""
-    beta1, beta2 = group["betas"]
-    lr, wd, amsgrad = group["lr"], group["weight_decay"], group["amsgrad"]
-    decay = "none" if wd == 0 else "decoupled" if optimizer._decoupled else "l2"
-    bias_correction1 = 1 - beta1 ** steps
-    bias_correction2 = 1 - beta2 ** steps
-    step_size = lr / bias_correction1
-    attrs = (("amsgrad", bool(amsgrad)), ("maximize", bool(group["maximize"])), ("weight_decay", decay),
-             ("lerp_high", 1 - beta1 >= 0.5))
-    wd_scalar = 1 - lr * wd if decay == "decoupled" else wd
-    scalars = [1 - beta1, beta2, 1 - beta2, group["eps"], -step_size, math.sqrt(bias_correction2), wd_scalar]
-    keys = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
-    return GroupUpdate(_ADAM, attrs, keys, scalars)
-
-
-def _sgd_update(optimizer: SGD, group: dict, first: bool) -> GroupUpdate:
-    """``SGD._update_group``'s update, always in its steady form: on the first step the momentum
-    buffer is zeros and the gradient's weight ``1 - dampening`` is 1, which gives ``buf = g``
-    exactly, as the eager first step does."""
-    momentum, wd = group["momentum"], group["weight_decay"]
-    attrs = (("momentum", momentum != 0), ("first", False), ("weight_decay", wd != 0),
-             ("nesterov", bool(group["nesterov"])), ("maximize", bool(group["maximize"])))
-    scalars = [group["lr"]] + ([wd] if wd != 0 else []) + \
-        ([momentum, 1.0 if first else 1 - group["dampening"]] if momentum != 0 else [])
-    return GroupUpdate(_SGD, attrs, ("momentum_buffer",) if momentum != 0 else (), scalars)
 
 
 # --- building the step ----------------------------------------------------------------------------------
@@ -189,42 +142,29 @@ class TrainStep:
         self._spares: dict[int, np.ndarray] = {}
         self._compiled_for(example_shapes, self._updates(), self._device())
 
-    def _updates(self) -> list[GroupUpdate]:
-        """Each group's update for the coming step (the state it needs is created by ``_advance``)."""
-        updates, state = [], self.optimizer.state
+    def _updates(self) -> list[UpdateRule]:
+        """Each group's update rule for the coming step (the state it needs is created by ``_advance``)."""
+        state = self.optimizer.state
+        updates = []
         for g, group in enumerate(self.groups):
-            params = [p for _, p, gi in self.updated if gi == g]
-            if isinstance(self.optimizer, Adam):
-                steps = {float(state[p]["step"]._data) if "step" in state[p] else 0.0 for p in params}
-                if len(steps) != 1:
-                    raise RuntimeError("compile_train_step: the parameters of one group have taken different "
-                                       "numbers of optimizer steps")
-                updates.append(_adam_update(self.optimizer, group, steps.pop() + 1))
-            else:
-                first = group["momentum"] != 0 and any("momentum_buffer" not in state[p] for p in params)
-                updates.append(_sgd_update(self.optimizer, group, first))
+            states = [state[p] for _, p, gi in self.updated if gi == g]
+            try:
+                updates.append(self.optimizer.update_rule(group, states))
+            except RuntimeError as e:
+                raise RuntimeError(f"compile_train_step: {e}") from None
         return updates
 
-    def _advance(self, updates: list[GroupUpdate]) -> None:
-        """Count the step and create missing state, as the eager optimizer does (zeros where its first
-        step would start from them; see ``_sgd_update`` for the momentum buffer)."""
-        state = self.optimizer.state
+    def _advance(self, updates: list[UpdateRule]) -> None:
+        """Count the step and create missing state, as the eager optimizer does before its update."""
         for _, p, g in self.updated:
-            s = state[p]
-            for key in updates[g].state_keys:
-                if key not in s:
-                    s[key] = _wrap(zeros_like(p._data))
-            if isinstance(self.optimizer, Adam):
-                if "step" not in s:
-                    s["step"] = tensor(0.0)
-                s["step"]._data[...] += 1
+            self.optimizer.advance(p, updates[g])
 
     def _device(self, data: tuple = ()):
         """The device the step runs on: the parameters' (``run_device``; tensor ``data`` must be
         there too)."""
         return run_device("train_step", self.bound, data)
 
-    def _compiled_for(self, shapes: list, updates: list[GroupUpdate], device) -> tuple:
+    def _compiled_for(self, shapes: list, updates: list[UpdateRule], device) -> tuple:
         structure = tuple((u.op, u.attrs, u.state_keys, len(u.scalars)) for u in updates)
         key = (tuple(shapes), structure, device)
         entry = self._steps.get(key)
@@ -317,7 +257,7 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
                        dynamic_batch: bool = True) -> TrainStep:
     """One compiled function for a whole training step; ``step(*inputs, target)`` runs it and returns
     the loss (a rank-0 tensor).  See the module docstring."""
-    if not isinstance(optimizer, (Adam, SGD)):
+    if getattr(type(optimizer), "update_rule", Optimizer.update_rule) is Optimizer.update_rule:
         raise TypeError(f"compile_train_step supports lz.optim.SGD, Adam and AdamW, got {type(optimizer).__name__}")
     inputs = as_input_tuple(example_inputs)
 

@@ -9,10 +9,8 @@ import math
 import numpy as np
 
 from lezero.eager.creation import tensor
-from lezero.eager.device_arrays import cast, numpy_dtype, zeros_like
 from lezero.eager.dispatch import EagerOp
-from lezero.optim.optimizer import Optimizer, fused_update
-from lezero.eager.core import wrap as _wrap
+from lezero.optim.optimizer import Optimizer, UpdateRule
 
 
 def _emit_adam(b, attrs, p, g, m, v, *rest):
@@ -65,37 +63,33 @@ class Adam(Optimizer):
                                       maximize=maximize, foreach=foreach, capturable=capturable,
                                       differentiable=differentiable, fused=fused))
 
-    def _update_group(self, group: dict) -> None:
+    def update_rule(self, group: dict, states: list[dict]) -> UpdateRule:
+        """The bias corrections for the coming step number, computed in Python as PyTorch does;
+        one rule serves parameters that have taken the same number of steps."""
+        steps = {float(s["step"]._data) if "step" in s else 0.0 for s in states}
+        if len(steps) != 1:
+            raise RuntimeError("the parameters of one group have taken different numbers of optimizer steps")
+        step = steps.pop() + 1
         beta1, beta2 = group["betas"]
         lr, wd, amsgrad = group["lr"], group["weight_decay"], group["amsgrad"]
         decay = "none" if wd == 0 else "decoupled" if self._decoupled else "l2"
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            state = self.state[p]
-            if not state:
-                state["step"] = tensor(0.0)
-                state["exp_avg"] = _wrap(zeros_like(p._data))
-                state["exp_avg_sq"] = _wrap(zeros_like(p._data))
-                if amsgrad:
-                    state["max_exp_avg_sq"] = _wrap(zeros_like(p._data))
-            state["step"]._data[...] += 1
-            step = float(state["step"].item())
-            bias_correction1 = 1 - beta1 ** step
-            bias_correction2 = 1 - beta2 ** step
-            step_size = lr / bias_correction1
-            attrs = (("amsgrad", bool(amsgrad)), ("maximize", bool(group["maximize"])), ("weight_decay", decay),
-                     ("lerp_high", 1 - beta1 >= 0.5))
-            m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
-            inputs = [p._data, cast(p.grad._data, numpy_dtype(p._data)), m, v]
-            outs = [p._data, m, v]
-            if amsgrad:
-                inputs.append(state["max_exp_avg_sq"]._data)
-                outs.append(state["max_exp_avg_sq"]._data)
-            wd_scalar = 1 - lr * wd if decay == "decoupled" else wd
-            scalars = [1 - beta1, beta2, 1 - beta2, group["eps"], -step_size, math.sqrt(bias_correction2), wd_scalar]
-            fused_update(_ADAM, attrs, inputs, outs, scalars)
-            p._version += 1
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2 = 1 - beta2 ** step
+        step_size = lr / bias_correction1
+        attrs = (("amsgrad", bool(amsgrad)), ("maximize", bool(group["maximize"])), ("weight_decay", decay),
+                 ("lerp_high", 1 - beta1 >= 0.5))
+        wd_scalar = 1 - lr * wd if decay == "decoupled" else wd
+        scalars = [1 - beta1, beta2, 1 - beta2, group["eps"], -step_size, math.sqrt(bias_correction2), wd_scalar]
+        keys = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
+        return UpdateRule(_ADAM, attrs, keys, scalars)
+
+    def advance(self, p, rule: UpdateRule) -> None:
+        """The moments start at zeros; the step count (PyTorch's ``state["step"]``) goes up by one."""
+        state = self.state[p]
+        if "step" not in state:
+            state["step"] = tensor(0.0)
+        super().advance(p, rule)
+        state["step"]._data[...] += 1
 
 
 class AdamW(Adam):

@@ -1,6 +1,12 @@
 """The optimizer base: parameter groups, per-parameter state, state dicts (PyTorch's layout), and
 the fused update every optimizer runs.
 
+An optimizer's update math is one method, ``update_rule(group, states) -> UpdateRule``: the update
+op (an ``EagerOp`` whose ``emit`` builds the new parameter and state from the old), its attributes,
+the state it reads and writes, and the rank-0 hyperparameters of the coming step.  The eager
+``step()`` runs that rule per parameter; ``lezero.jit.compile_train_step`` builds the same ``emit``
+into the compiled step, so the two follow the same numbers.
+
 An update is one IR function per (optimizer, options, shape, dtype): the parameter, its gradient
 and its state in, the new parameter and state out, the hyperparameters as rank-0 inputs (so a
 learning-rate schedule never recompiles).  Compiled through the usual pipeline it is one fused
@@ -11,10 +17,11 @@ next to them, as ``state_dict`` shows it).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
-from lezero.eager.device_arrays import copy_into, like, numpy_dtype, scalar_like
+from lezero.eager.device_arrays import cast, copy_into, like, numpy_dtype, scalar_like, zeros_like
 from lezero.eager.dispatch import RUNNERS as _RUNNERS, EagerOp, runner_for
 from lezero.eager.core import wrap as _wrap
 from lezero.eager.tensor import Tensor
@@ -26,6 +33,19 @@ class _Required:
 
 
 required = _Required()
+
+
+@dataclass
+class UpdateRule:
+    """How the parameters of one group update at the coming step: the update ``op`` with ``attrs``,
+    the per-parameter ``state_keys`` it reads and writes (arrays of the parameter's shape, in the
+    order ``emit`` takes them) and the rank-0 hyperparameters of this step (``scalars``).
+    ``op``'s emit is ``emit(b, attrs, p, g, *states, *scalars) -> [p, *states]``."""
+
+    op: EagerOp
+    attrs: tuple
+    state_keys: tuple
+    scalars: list
 
 
 def fused_update(op: EagerOp, attrs: tuple, inputs: list, outs: list, scalars: list) -> None:
@@ -106,8 +126,29 @@ class Optimizer:
                 self._update_group(group)
         return loss
 
+    def update_rule(self, group: dict, states: list[dict]) -> UpdateRule:
+        """The update of ``group``'s parameters whose states (as they are before this step) are
+        ``states``; one rule serves them all.  Computes without changing any state."""
+        raise NotImplementedError(f"{type(self).__name__} has no update_rule")
+
+    def advance(self, p: Tensor, rule: UpdateRule) -> None:
+        """Before ``p``'s update: create the state ``rule`` reads that ``p`` lacks (zeros: a first
+        step starts from them)."""
+        state = self.state[p]
+        for key in rule.state_keys:
+            if key not in state:
+                state[key] = _wrap(zeros_like(p._data))
+
     def _update_group(self, group: dict) -> None:
-        raise NotImplementedError
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            rule = self.update_rule(group, [self.state[p]])
+            self.advance(p, rule)
+            states = [self.state[p][key]._data for key in rule.state_keys]
+            fused_update(rule.op, rule.attrs, [p._data, cast(p.grad._data, numpy_dtype(p._data)), *states],
+                         [p._data, *states], rule.scalars)
+            p._version += 1
 
     # --- state dicts: PyTorch's layout (parameters numbered in group order) -------------------------------
     def state_dict(self) -> dict:

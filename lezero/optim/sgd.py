@@ -2,17 +2,16 @@
 update, fused into one kernel per parameter shape."""
 from __future__ import annotations
 
-from lezero.eager.device_arrays import cast, empty_like, numpy_dtype
 from lezero.eager.dispatch import EagerOp
-from lezero.optim.optimizer import Optimizer, fused_update, required
-from lezero.eager.core import wrap as _wrap
+from lezero.optim.optimizer import Optimizer, UpdateRule, required
 
 
 def _emit_sgd(b, attrs, p, g, *rest):
-    """``g += wd p``; with momentum ``buf = g`` (first step) or ``momentum buf + (1 - dampening) g``,
-    then ``g = g + momentum buf`` (Nesterov) or ``buf``; ``p -= lr g``."""
+    """``g += wd p``; with momentum ``buf = momentum buf + keep g`` (``keep`` is 1 on the first step,
+    from a zero buffer, else ``1 - dampening``), then ``g = g + momentum buf`` (Nesterov) or ``buf``;
+    ``p -= lr g``."""
     rest = list(rest)
-    buf = rest.pop(0) if attrs["momentum"] and not attrs["first"] else None
+    buf = rest.pop(0) if attrs["momentum"] else None
     lr = rest.pop(0)
     if attrs["maximize"]:
         g = b.op("lz.neg", g)
@@ -21,7 +20,7 @@ def _emit_sgd(b, attrs, p, g, *rest):
     results = []
     if attrs["momentum"]:
         momentum, keep = rest.pop(0), rest.pop(0)
-        buf = g if attrs["first"] else b.op("lz.add", b.op("lz.mul", buf, momentum), b.op("lz.mul", g, keep))
+        buf = b.op("lz.add", b.op("lz.mul", buf, momentum), b.op("lz.mul", g, keep))
         g = b.op("lz.add", g, b.op("lz.mul", buf, momentum)) if attrs["nesterov"] else buf
         results.append(buf)
     return [b.op("lz.sub", p, b.op("lz.mul", g, lr))] + results
@@ -46,25 +45,14 @@ class SGD(Optimizer):
                                       nesterov=nesterov, maximize=maximize, foreach=foreach,
                                       differentiable=differentiable, fused=fused))
 
-    def _update_group(self, group: dict) -> None:
+    def update_rule(self, group: dict, states: list[dict]) -> UpdateRule:
+        """Always the steady form, reading the momentum buffer: on a parameter's first step the
+        buffer is zeros and the gradient's weight ``1 - dampening`` is 1, which gives PyTorch's
+        ``buf = g`` exactly, and the first step needs no kernel of its own."""
         momentum, wd = group["momentum"], group["weight_decay"]
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            state = self.state[p]
-            buf = state.get("momentum_buffer")
-            first = momentum != 0 and buf is None
-            attrs = (("momentum", momentum != 0), ("first", first), ("weight_decay", wd != 0),
-                     ("nesterov", bool(group["nesterov"])), ("maximize", bool(group["maximize"])))
-            inputs = [p._data, cast(p.grad._data, numpy_dtype(p._data))]
-            if momentum != 0 and not first:
-                inputs.append(buf._data)
-            scalars = [group["lr"]] + ([wd] if wd != 0 else []) + \
-                ([momentum, 1 - group["dampening"]] if momentum != 0 else [])
-            outs = [p._data]
-            if momentum != 0:
-                if first:
-                    buf = state["momentum_buffer"] = _wrap(empty_like(p._data))
-                outs.append(buf._data)
-            fused_update(_SGD, attrs, inputs, outs, scalars)
-            p._version += 1
+        first = momentum != 0 and any("momentum_buffer" not in s for s in states)
+        attrs = (("momentum", momentum != 0), ("weight_decay", wd != 0), ("nesterov", bool(group["nesterov"])),
+                 ("maximize", bool(group["maximize"])))
+        scalars = [group["lr"]] + ([wd] if wd != 0 else []) + \
+            ([momentum, 1.0 if first else 1 - group["dampening"]] if momentum != 0 else [])
+        return UpdateRule(_SGD, attrs, ("momentum_buffer",) if momentum != 0 else (), scalars)

@@ -116,3 +116,43 @@ def test_zero_grad_and_state_dict_round_trip():
     assert params[0].grad is None
     with pytest.raises(ValueError, match="empty parameter list"):
         lz.optim.Adam([])
+
+
+def test_update_rule_is_what_step_runs():
+    """The rule states the update without running it: Adam's bias corrections for the coming step,
+    SGD's steady form (a zero buffer and weight 1 on the first step); ``step()`` then creates the
+    state the rule names."""
+    p = lz.nn.Parameter(lz.ones(3))
+    adam = lz.optim.Adam([p], lr=0.1, betas=(0.9, 0.99), amsgrad=True)
+    rule = adam.update_rule(adam.param_groups[0], [adam.state[p]])
+    assert rule.op.name == "adam_update" and dict(rule.attrs)["amsgrad"]
+    assert rule.state_keys == ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+    assert rule.scalars[4] == pytest.approx(-0.1 / (1 - 0.9)) and not adam.state[p]  # step 1, nothing created
+    p.grad = lz.ones(3)
+    adam.step()
+    assert list(adam.state[p]) == ["step", *rule.state_keys] and adam.state[p]["step"].item() == 1
+    later = adam.update_rule(adam.param_groups[0], [adam.state[p]])
+    assert later.scalars[4] == pytest.approx(-0.1 / (1 - 0.9 ** 2))
+
+    q = lz.nn.Parameter(lz.ones(3))
+    sgd = lz.optim.SGD([q], lr=0.1, momentum=0.9, dampening=0.5)
+    group = sgd.param_groups[0]
+    assert sgd.update_rule(group, [{}]).scalars == [0.1, 0.9, 1.0]
+    assert sgd.update_rule(group, [{"momentum_buffer": None}]).scalars == [0.1, 0.9, 0.5]
+    assert lz.optim.SGD([q], lr=0.1).update_rule(group | {"momentum": 0}, [{}]).state_keys == ()
+
+
+def test_update_rule_refuses_a_group_at_different_steps():
+    adam = lz.optim.Adam([lz.nn.Parameter(lz.ones(2))])
+    with pytest.raises(RuntimeError, match="different numbers of optimizer steps"):
+        adam.update_rule(adam.param_groups[0], [{}, {"step": lz.tensor(3.0)}])
+
+
+def test_an_optimizer_without_an_update_rule_says_so():
+    class Plain(lz.optim.Optimizer):
+        pass
+
+    p = lz.nn.Parameter(lz.ones(2))
+    p.grad = lz.ones(2)
+    with pytest.raises(NotImplementedError, match="Plain has no update_rule"):
+        Plain([p], {}).step()
