@@ -37,3 +37,10 @@ from lezero.eager import autograd  # noqa: E402
 from lezero.eager.serialization import load, save  # noqa: E402
 from lezero import nn, optim, utils  # noqa: E402
 from lezero import jit  # noqa: E402  (lz.jit.trace, lz.jit.compile_train_step)
+
+# PyTorch's users write `from torch.autograd import grad` and `import torch.cuda`: the same paths
+# reach the eager engine's modules here (their home is lezero/eager/, the layer they belong to).
+import sys as _sys  # noqa: E402
+
+_sys.modules[__name__ + ".autograd"] = autograd
+_sys.modules[__name__ + ".cuda"] = cuda

@@ -13,6 +13,7 @@ from hypothesis import settings
 from lezero.ir import interpret
 from lezero.ir.types import TensorType, tensor_type_of
 
+from support.backend_testing import BackendTarget
 from support.ir_building import build, random_array
 
 # Property tests stay small by default (the suite runs on two shared cores); no deadline, since
@@ -180,6 +181,8 @@ def pytest_report_header(config):
 
 
 def pytest_generate_tests(metafunc):
+    if metafunc.definition.get_closest_marker("backends") is not None:
+        _parametrize_backends(metafunc)
     marker = metafunc.definition.get_closest_marker("cross_target")
     if marker is None:
         return
@@ -196,3 +199,31 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def cross_target_matrix(request) -> CrossTargetMatrix:
     return request.config.stash[_MATRIX]
+
+
+# --- Every backend (tests/backend) ----------------------------------------------------------------
+# A test marked ``backends`` takes a ``target`` argument, a BackendTarget: the host CPU, cuda (Triton's
+# interpreter on this machine: TRITON_INTERPRET=1 is set for the whole session by
+# tests/codegen/triton/conftest.py and tests/backend/conftest.py), and each CPU of the cross-target
+# matrix.  With ``cases`` (as for ``cross_target``), the host and cuda run every case and the matrix
+# CPUs share them out as above.
+
+
+BACKEND_TARGETS = (BackendTarget("cpu"), BackendTarget("cuda"))
+
+
+def _parametrize_backends(metafunc):
+    marker = metafunc.definition.get_closest_marker("backends")
+    matrix = metafunc.config.stash[_MATRIX]
+    cases = marker.kwargs.get("cases")
+    matrix_targets = [BackendTarget("cpu", cpu) for cpu in matrix.cpus if cpu != "host"]
+    if cases is None:
+        targets = list(BACKEND_TARGETS) + matrix_targets
+        metafunc.parametrize("target", targets, ids=[t.id for t in targets])
+        return
+    runs = [(t, case_id) for t in BACKEND_TARGETS for case_id in cases]
+    runs += [(BackendTarget("cpu", cpu), case_id)
+             for cpu, case_id in matrix.runs(cases, marker.kwargs.get("group", lambda case: case),
+                                             marker.kwargs.get("per_cpu")) if cpu != "host"]
+    metafunc.parametrize(("target", "case"), [(t, cases[case_id]) for t, case_id in runs],
+                         ids=[f"{case_id}@{t.id}" for t, case_id in runs])

@@ -14,7 +14,7 @@ import numpy as np
 from lezero.eager import dtypes as _dt
 from lezero.eager.core import apply, apply1 as _apply1, apply2 as _apply2, cast_to as _cast_to, wrap as _wrap
 from lezero.eager.creation import default_generator
-from lezero.eager.device_arrays import kind as _kind, like
+from lezero.eager.device_arrays import kind as _kind
 from lezero.eager.dispatch import EagerOp
 from lezero.eager.functions import where
 from lezero.eager.tensor import Tensor

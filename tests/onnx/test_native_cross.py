@@ -5,7 +5,6 @@ for another x86-64 CPU; and the errors of a target that cannot be built."""
 from __future__ import annotations
 
 import io
-import os
 import pathlib
 import platform
 import shutil

@@ -21,9 +21,8 @@ from lezero.ir import interpret
 from lezero.ir.dialect.numerics import round_to_bf16
 from lezero.ir.types import ELEMENT_TYPES, TensorType
 
+from support.backend_testing import BackendTarget
 from support.ir_building import build
-
-from cross_target_testing import compile_and_run
 
 # M and N: up to and around the vector lanes (2, 4, 8 f64; 4, 8, 16 f32), the register tiles' rows (6)
 # and columns (16 AVX2, 64 AVX-512), and past a tile
@@ -157,7 +156,7 @@ def test_contraction_matches_the_interpreter(cpu, case):
 def check(case: Contraction, cpu: str) -> None:
     module = case.module()
     arrays = case.arrays(np.random.default_rng(0))
-    (got,) = compile_and_run(module, arrays, cpu)
+    got = BackendTarget("cpu", cpu).compile(module)(*arrays)
     want = interpret(module, "f", *arrays)
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
     if got.dtype.kind != "f":
