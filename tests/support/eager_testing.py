@@ -91,3 +91,60 @@ def training_losses(model, loss_fn, optimizer, batches, step=None, after_each=No
         if after_each is not None:
             after_each()
     return np.array(losses)
+
+
+# --- the seed's SimpleMLP on a small learnable task (the train-step tests on every device) --------
+
+class SimpleMLP(lz.nn.Module):
+    """The seed program's layers (Linear, ReLU, Linear), at small sizes by default: Triton's
+    interpreter runs every program instance in Python, and Adam divides each gradient element by its
+    own magnitude, so at 784x256 the few weights whose gradient is near ``eps`` turn float
+    summation-order differences (1e-7) into 1e-4 parameter differences."""
+
+    def __init__(self, n_in=64, hidden=32, n_out=10):
+        super().__init__()
+        self.fc1 = lz.nn.Linear(n_in, hidden)
+        self.fc2 = lz.nn.Linear(hidden, n_out)
+
+    def forward(self, x):
+        return self.fc2(lz.nn.functional.relu(self.fc1(x)))
+
+
+def teacher_batches(steps=3, batch=8, last=5) -> list:
+    """(x, labels) numpy pairs of a learnable task (labels from a fixed linear teacher), the last
+    batch smaller."""
+    rng = np.random.default_rng(0)
+    teacher = rng.standard_normal((64, 10))
+    out = []
+    for i in range(steps):
+        x = rng.standard_normal((last if i == steps - 1 else batch, 64)).astype(np.float32)
+        out.append((x, (x @ teacher).argmax(axis=1)))
+    return out
+
+
+def train_simple_mlp(device: str, compiled: bool):
+    """(losses, model, optimizer) of SimpleMLP trained with Adam on ``teacher_batches`` on
+    ``device``, eagerly or through ``compile_train_step``; every loss must be on ``device``."""
+    lz.manual_seed(0)
+    model = SimpleMLP().to(device)
+    optimizer = lz.optim.Adam(model.parameters(), lr=1e-2)
+    criterion = lz.nn.CrossEntropyLoss()
+    batches = [(lz.from_numpy(x).to(device), lz.from_numpy(y).to(device)) for x, y in teacher_batches()]
+    step = lz.jit.compile_train_step(model, criterion, optimizer, *batches[0]) if compiled else None
+
+    def on_device(loss):
+        assert loss.device == lz.device(device)
+
+    return training_losses(model, criterion, optimizer, batches, step, check=on_device), model, optimizer
+
+
+def assert_same_training(got, want) -> None:
+    """Two ``train_simple_mlp`` results agree: losses, parameters and Adam's second moments."""
+    (losses, model, optimizer), (want_losses, want_model, want_optimizer) = got, want
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), want_model.parameters()):
+        np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=1e-5, atol=1e-5,
+                                   err_msg=name)
+        np.testing.assert_allclose(optimizer.state[p]["exp_avg_sq"].cpu().numpy(),
+                                   want_optimizer.state[q]["exp_avg_sq"].cpu().numpy(), rtol=1e-5, atol=1e-8,
+                                   err_msg=name)
