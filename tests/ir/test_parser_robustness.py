@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from lezero.ir.attributes import DenseArrayAttr, DenseElementsAttr, FloatAttr, IntegerAttr, StringAttr
 from lezero.ir.core import ModuleOp
 from lezero.ir.diagnostics import ParseError
-from lezero.ir.parser import _tokenize, parse_module
+from lezero.ir.lexer import tokenize
+from lezero.ir.parser import parse_module
 from lezero.ir.printer import print_module
 from lezero.ir.types import ELEMENT_TYPES, tensor
 
@@ -84,7 +85,7 @@ def test_mutated_modules(text):
     parse_or_error(text)
 
 
-_SEED_TOKENS = [_tokenize(seed)[1][:-1] for seed in SEEDS]
+_SEED_TOKENS = [tokenize(seed)[1][:-1] for seed in SEEDS]
 _VOCABULARY = sorted({t for tokens in _SEED_TOKENS for t in tokens})
 
 
