@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lezero.eager.creation import tensor
 from lezero.eager.device_arrays import cast, copy_into, like, numpy_dtype, scalar_like, zeros_like
 from lezero.eager.dispatch import RUNNERS as _RUNNERS, EagerOp, runner_for
 from lezero.eager.core import wrap as _wrap
@@ -68,8 +69,26 @@ def fused_update(op: EagerOp, attrs: tuple, inputs: list, outs: list, scalars: l
             copy_into(out, result)
 
 
+_HYPERPARAMETER_LABELS = {"lr": "learning rate", "eps": "epsilon value"}
+
+
+def check_hyperparameters(betas=None, **values) -> None:
+    """PyTorch's checks: each of ``values`` at least 0, each of ``betas`` in [0, 1)."""
+    for name, value in values.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {_HYPERPARAMETER_LABELS.get(name, name + ' value')}: {value}")
+    for i, beta in enumerate(betas or ()):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+
+
 class Optimizer:
-    """``params``: tensors, or dicts of parameter groups (``{"params": [...], "lr": ...}``)."""
+    """``params``: tensors, or dicts of parameter groups (``{"params": [...], "lr": ...}``).
+
+    ``counts_steps``: the optimizer keeps PyTorch's ``state["step"]`` per parameter (a rank-0
+    float32 tensor on the host, first in the state), which its rule reads through ``coming_step``."""
+
+    counts_steps = False
 
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
@@ -131,13 +150,25 @@ class Optimizer:
         ``states``; one rule serves them all.  Computes without changing any state."""
         raise NotImplementedError(f"{type(self).__name__} has no update_rule")
 
+    def coming_step(self, states: list[dict]) -> float:
+        """The number of the step the parameters whose states are ``states`` take next (1 for a
+        first step); one rule serves parameters that have taken the same number of steps."""
+        steps = {float(s["step"]._data) if "step" in s else 0.0 for s in states}
+        if len(steps) != 1:
+            raise RuntimeError("the parameters of one group have taken different numbers of optimizer steps")
+        return steps.pop() + 1
+
     def advance(self, p: Tensor, rule: UpdateRule) -> None:
         """Before ``p``'s update: create the state ``rule`` reads that ``p`` lacks (zeros: a first
-        step starts from them)."""
+        step starts from them) and count the step."""
         state = self.state[p]
+        if self.counts_steps and "step" not in state:
+            state["step"] = tensor(0.0)
         for key in rule.state_keys:
             if key not in state:
                 state[key] = _wrap(zeros_like(p._data))
+        if self.counts_steps:
+            state["step"]._data[...] += 1
 
     def _update_group(self, group: dict) -> None:
         for p in group["params"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lezero.eager.dispatch import EagerOp
 from lezero.optim.optimizer import Optimizer, UpdateRule, required
+from lezero.optim.update_math import directed_gradient, weight_decay_mode
 
 
 def _emit_sgd(b, attrs, p, g, *rest):
@@ -13,10 +14,7 @@ def _emit_sgd(b, attrs, p, g, *rest):
     rest = list(rest)
     buf = rest.pop(0) if attrs["momentum"] else None
     lr = rest.pop(0)
-    if attrs["maximize"]:
-        g = b.op("lz.neg", g)
-    if attrs["weight_decay"]:
-        g = b.op("lz.add", g, b.op("lz.mul", p, rest.pop(0)))
+    _, g = directed_gradient(b, attrs, p, g, *([rest.pop(0)] if attrs["weight_decay"] == "l2" else []))
     results = []
     if attrs["momentum"]:
         momentum, keep = rest.pop(0), rest.pop(0)
@@ -51,8 +49,8 @@ class SGD(Optimizer):
         ``buf = g`` exactly, and the first step needs no kernel of its own."""
         momentum, wd = group["momentum"], group["weight_decay"]
         first = momentum != 0 and any("momentum_buffer" not in s for s in states)
-        attrs = (("momentum", momentum != 0), ("weight_decay", wd != 0), ("nesterov", bool(group["nesterov"])),
-                 ("maximize", bool(group["maximize"])))
+        attrs = (("momentum", momentum != 0), ("weight_decay", weight_decay_mode(wd, decoupled=False)),
+                 ("nesterov", bool(group["nesterov"])), ("maximize", bool(group["maximize"])))
         scalars = [group["lr"]] + ([wd] if wd != 0 else []) + \
             ([momentum, 1.0 if first else 1 - group["dampening"]] if momentum != 0 else [])
         return UpdateRule(_SGD, attrs, ("momentum_buffer",) if momentum != 0 else (), scalars)

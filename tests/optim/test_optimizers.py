@@ -15,7 +15,7 @@ from support.eager_testing import assert_same
 SHAPES = [(3, 4), (4,)]
 
 
-def run_both(make, steps: int = 4, dtype=np.float64, schedule=None):
+def run_both(make, steps: int = 10, dtype=np.float64, schedule=None):
     """``steps`` updates by both libraries' optimizers from the same parameters and gradients."""
     rng = np.random.default_rng(0)
     init = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
@@ -51,6 +51,25 @@ OPTIMIZERS = [
     ("adam lerp high", lambda lib, p: lib.optim.Adam(p, lr=0.01, betas=(0.3, 0.99))),
     ("param groups", lambda lib, p: lib.optim.SGD([{"params": p[:1], "lr": 0.5}, {"params": p[1:]}], lr=0.1,
                                                   momentum=0.9)),
+    ("rmsprop", lambda lib, p: lib.optim.RMSprop(p)),
+    ("rmsprop centered momentum decay", lambda lib, p: lib.optim.RMSprop(p, lr=0.01, alpha=0.9, momentum=0.8,
+                                                                         centered=True, weight_decay=0.1)),
+    ("rmsprop centered maximize", lambda lib, p: lib.optim.RMSprop(p, lr=0.01, alpha=0.3, centered=True,
+                                                                   maximize=True)),
+    ("adagrad", lambda lib, p: lib.optim.Adagrad(p)),
+    ("adagrad decay", lambda lib, p: lib.optim.Adagrad(p, lr=0.1, lr_decay=0.05, weight_decay=0.1,
+                                                       initial_accumulator_value=0.5, maximize=True)),
+    ("adamax", lambda lib, p: lib.optim.Adamax(p)),
+    ("adamax decay", lambda lib, p: lib.optim.Adamax(p, lr=0.05, betas=(0.3, 0.9), weight_decay=0.1, maximize=True)),
+    ("nadam", lambda lib, p: lib.optim.NAdam(p)),
+    ("nadam decay", lambda lib, p: lib.optim.NAdam(p, lr=0.01, betas=(0.8, 0.9), weight_decay=0.1,
+                                                   momentum_decay=0.01)),
+    ("nadam decoupled", lambda lib, p: lib.optim.NAdam(p, lr=0.01, weight_decay=0.1, decoupled_weight_decay=True,
+                                                       maximize=True)),
+    ("radam", lambda lib, p: lib.optim.RAdam(p, lr=0.01)),
+    ("radam decay", lambda lib, p: lib.optim.RAdam(p, lr=0.01, betas=(0.3, 0.9), weight_decay=0.1)),
+    ("radam decoupled", lambda lib, p: lib.optim.RAdam(p, lr=0.01, weight_decay=0.1, decoupled_weight_decay=True,
+                                                       maximize=True)),
 ]
 
 
@@ -156,3 +175,39 @@ def test_an_optimizer_without_an_update_rule_says_so():
     p.grad = lz.ones(2)
     with pytest.raises(NotImplementedError, match="Plain has no update_rule"):
         Plain([p], {}).step()
+
+
+def _as_numpy(value):
+    return value.detach().numpy() if isinstance(value, torch.Tensor) else value
+
+
+NEW_OPTIMIZERS = [c for c in OPTIMIZERS if c[0].split()[0] in ("rmsprop", "adagrad", "adamax", "nadam", "radam")]
+
+
+@pytest.mark.parametrize("case", NEW_OPTIMIZERS, ids=[c[0] for c in NEW_OPTIMIZERS])
+def test_torch_state_dict_loads_and_training_continues_alike(case):
+    """PyTorch's state dict (its layout: numbered parameters, the same state names in the same
+    order, the same group options) loads into ours, and the next steps match torch's."""
+    make = case[1]
+    results = run_both(make, steps=3)
+    (_, our_opt, _), (theirs, their_opt, _) = results[lz], results[torch]
+    theirs_saved = their_opt.state_dict()
+    ours_saved = our_opt.state_dict()
+    for i, their_state in theirs_saved["state"].items():
+        assert list(ours_saved["state"][i]) == list(their_state)
+    for mine, their_group in zip(ours_saved["param_groups"], theirs_saved["param_groups"]):
+        assert mine.keys() == their_group.keys() and mine["params"] == their_group["params"]
+    rng = np.random.default_rng(7)
+    params = [lz.tensor(q.detach().numpy().copy(), requires_grad=True) for q in theirs]
+    resumed = make(lz, params)
+    resumed.load_state_dict({"state": {i: {k: _as_numpy(v) for k, v in s.items()}
+                                       for i, s in theirs_saved["state"].items()},
+                             "param_groups": theirs_saved["param_groups"]})
+    for _ in range(3):
+        grads = [rng.standard_normal(s) for s in SHAPES]
+        for opt, ps, lib in ((resumed, params, lz), (their_opt, theirs, torch)):
+            for p, g in zip(ps, grads):
+                p.grad = lib.tensor(g)
+            opt.step()
+    for p, q in zip(params, theirs):
+        assert_same(p, q)
