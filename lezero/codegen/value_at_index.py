@@ -7,9 +7,9 @@ elements) of any value of a kernel, computed from its operands in memory.
   index (``load``); a constant is a literal (a splat) or a table lookup (``constant_table``);
 - an elementwise op is its definition's ``lower_scalar`` facet on its operands, each at the index
   broadcast to its shape (size-1 dims read index 0), rounded to the result's element type;
-- data movement is index arithmetic (the ``MOVEMENT`` table): transpose permutes, broadcast_to
-  and slice remap, reshape goes through the row-major position, pad and concat select (reading
-  at a clamped index, so no load leaves its buffer), gather loads the index first and checks it
+- data movement is index arithmetic (the ``MOVEMENT`` table): transpose permutes, broadcast_to,
+  slice and as_strided remap, reshape goes through the row-major position, pad and concat select
+  (reading at a clamped index, so no load leaves its buffer), gather loads the index first and checks it
   (``checked_index``: an index out of range is recorded for the runtime to raise, and the load
   reads a clamped address, ``lezero/codegen/index_checks.py``);
 - an op with a ``lower_at_position`` facet (``lz.random_uniform``) is computed from its element's
@@ -299,6 +299,14 @@ def _slice(e: ValueAtIndex, op, attrs, index):
     return e.at(x, source)
 
 
+def _as_strided(e: ValueAtIndex, op, attrs, index):
+    (x,) = op.operands
+    position = Affine() + attrs.offset
+    for i, stride in zip(index, attrs.strides):
+        position = position + Affine.of(i) * stride
+    return e.at(x, unravel(position, x.type.shape))
+
+
 def _pad(e: ValueAtIndex, op, attrs, index):
     (x,) = op.operands
     shape, dtype = x.type.shape, x.type.element_type
@@ -358,6 +366,7 @@ MOVEMENT = {
     "lz.transpose": _transpose,
     "lz.broadcast_to": _broadcast_to,
     "lz.slice": _slice,
+    "lz.as_strided": _as_strided,
     "lz.pad": _pad,
     "lz.concat": _concat,
     "lz.gather": _gather,

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from lezero.ir.core import FuncOp, ModuleOp, Operation
 from lezero.ir.diagnostics import IRError
+from lezero.ir.dialect.data_movement import strided_positions
 
 OPSET = 18
 
@@ -192,6 +193,10 @@ def _export_op(g: _Graph, op: Operation) -> list[str]:
         steps = attrs.steps if attrs.steps is not None else [1] * len(attrs.starts)
         return [g.node("Slice", ins + [g.constant(_i64s(attrs.starts), "starts"), g.constant(_i64s(attrs.ends), "ends"),
                                        g.constant(_i64s(axes), "axes"), g.constant(_i64s(steps), "steps")], "slice")]
+    if short == "as_strided":  # the view's storage positions, gathered from the flattened input
+        flat = g.node("Reshape", ins + [g.constant(_i64s([-1]), "flat")], "flat")
+        positions = strided_positions(attrs.shape, attrs.strides, attrs.offset)
+        return [g.node("Gather", [flat, g.constant(positions, "positions")], "as_strided", axis=0)]
     if short == "concat":
         return [g.node("Concat", ins, "concat", axis=attrs.axis)]
     if short == "pad":

@@ -86,8 +86,8 @@ DEVICE_ATTR = "lz.device"  # only with a target other than the CPU
 PARTITION_ATTRS = (GROUP_ATTR, KIND_ATTR, STAGE_ATTR, DEVICE_ATTR)
 TRANSFER_KIND = "transfer"
 
-MOVEMENT_OPS = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.slice", "lz.pad", "lz.concat",
-                          "lz.gather"})
+MOVEMENT_OPS = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.slice", "lz.as_strided", "lz.pad",
+                          "lz.concat", "lz.gather"})
 CONTRACTION_OPS = {"lz.matmul": "matmul", "lz.conv2d": "conv"}
 
 # Longest kernel name: this many distinct op names, then "etc".

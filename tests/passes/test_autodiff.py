@@ -156,6 +156,8 @@ TORCH = {
     "lz.transpose": lambda a, x: x.permute(a["perm"]) if a.get("perm") else x.permute(*reversed(range(x.dim()))),
     "lz.broadcast_to": lambda a, x: torch.broadcast_to(x, a["shape"]),
     "lz.slice": lambda a, x: _torch_slice(x, a),
+    "lz.as_strided": lambda a, x: torch.as_strided(x.contiguous().reshape(-1), a["shape"], a["strides"],
+                                                   a.get("offset", 0)),
     "lz.concat": lambda a, *xs: torch.cat(xs, a["axis"]),
     "lz.pad": lambda a, x: _torch_pad(x, a),
     "lz.gather": lambda a, x, i: _torch_gather(x, i, a),

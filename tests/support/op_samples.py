@@ -211,5 +211,12 @@ SAMPLES["lz.random_uniform"] = [
 SAMPLES["lz.transfer"] = [Sample("lz.transfer", [Arg((3, 4))], {"device": "cuda"}),
                          Sample("lz.transfer", [Arg((5,), "int32", "small-int")], {"device": "cpu"}),
                          Sample("lz.transfer", [Arg((2, 3), "bool", "bool")], {"device": "cuda"})]
+# strided views (the eager engine reads non-contiguous views through it): a transpose's strides,
+# a diagonal with an offset, overlapping windows (unfold) and a stride-0 dim (expand)
+SAMPLES["lz.as_strided"] = [
+    Sample("lz.as_strided", [Arg((3, 4))], {"shape": [4, 3], "strides": [1, 4]}),
+    Sample("lz.as_strided", [Arg((4, 5), "float64")], {"shape": [3], "strides": [6], "offset": 1}),
+    Sample("lz.as_strided", [Arg((10,))], {"shape": [4, 3], "strides": [2, 1], "offset": 1}),
+    Sample("lz.as_strided", [Arg((2, 3), "int32", "small-int")], {"shape": [2, 4, 3], "strides": [3, 0, 1]})]
 
 ALL_SAMPLES = [s for samples in SAMPLES.values() for s in samples]

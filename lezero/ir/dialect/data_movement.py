@@ -1,13 +1,13 @@
-"""Ops that move data without arithmetic: reshape, transpose, broadcast_to, slice, concat, pad,
-gather.
+"""Ops that move data without arithmetic: reshape, transpose, broadcast_to, slice, as_strided,
+concat, pad, gather.
 
 Their gradients move the cotangent back: reshape and transpose invert themselves, broadcast_to
 sums, slice pads with zeros (zeros inserted between the elements a step skipped, the order
 reversed for a negative step), concat slices, pad crops (and pads what it cropped), and gather
 adds each cotangent row to the row it was taken from, as a matmul with a one-hot matrix of the
 indices (``numel(indices) x size of the axis`` elements: fine for the classification losses and
-small tables it is used on; an ``lz.scatter_add`` primitive is the way for large embedding
-tables).
+small tables it is used on), or beyond ``ONE_HOT_LIMIT`` elements (large embedding tables,
+``Tensor.gather``'s flattened input) as an ``lz.scatter_nd`` adding the rows.
 """
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ from lezero.ir.opdef import PURE, AttrSpec, OpDef, OpError, register
 from lezero.ir.types import I64, TensorType, format_shape
 
 _PURE = frozenset({PURE})
+# the most elements (indices x the gathered axis) gather's gradient spends on a one-hot matmul;
+# beyond, an lz.scatter_nd adds the cotangent rows in place (one pass, but serial on the CPU)
+ONE_HOT_LIMIT = 1 << 20
 
 
 def _static_shape(v, op_name: str) -> tuple:
@@ -205,6 +208,59 @@ class SliceOp(OpDef):
         return [dy]
 
 
+def strided_positions(shape, strides, offset: int) -> np.ndarray:
+    """The row-major storage position of each element of the strided view ``(shape, strides,
+    offset)``, in the view's own row-major order (int64)."""
+    positions = np.full(tuple(shape), offset, np.int64)
+    for axis, (size, stride) in enumerate(zip(shape, strides)):
+        positions += (np.arange(size, dtype=np.int64) * stride).reshape((size,) + (1,) * (len(shape) - axis - 1))
+    return positions
+
+
+@register
+class AsStridedOp(OpDef):
+    """``lz.as_strided {shape, strides, offset = 0}``: PyTorch's ``as_strided`` over the input's
+    row-major elements: ``out[i] = flat(x)[offset + sum_k i_k strides[k]]`` (strides in elements,
+    >= 0; several results may read one element: ``expand``, ``unfold``).  How the eager engine
+    reads a non-contiguous view without copying it: the kernel's load is that index arithmetic.
+    Its gradient adds each cotangent element into the element it was read from."""
+
+    name = "lz.as_strided"
+    operands = ("input",)
+    traits = _PURE
+    attributes = {"shape": AttrSpec("i64_array"), "strides": AttrSpec("i64_array"), "offset": AttrSpec("i64", 0)}
+    summary = "a strided view of the elements"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        shape, strides = tuple(attrs.shape), tuple(attrs.strides)
+        if len(shape) != len(strides):
+            raise OpError(f"attributes 'shape' and 'strides' must have the same length, got {list(shape)} and "
+                          f"{list(strides)}")
+        if any(d < 0 for d in shape) or any(s < 0 for s in strides) or attrs.offset < 0:
+            raise OpError(f"shape, strides and offset must be >= 0, got {list(shape)}, {list(strides)}, {attrs.offset}")
+        if x.is_static and 0 not in shape:
+            last = attrs.offset + sum((d - 1) * s for d, s in zip(shape, strides))
+            if last >= _product(x.shape):
+                raise OpError(f"a view of shape {format_shape(shape)}, strides {list(strides)} and offset "
+                              f"{attrs.offset} reads element {last} of {x}, which has {_product(x.shape)}")
+        return [x.with_shape(shape)]
+
+    def reference(self, attrs, x):
+        return np.ascontiguousarray(x).reshape(-1)[strided_positions(attrs.shape, attrs.strides, attrs.offset)]
+
+    def grad(self, b, op, attrs, dy):
+        x = op.operands[0]
+        shape = _static_shape(x, self.name)
+        count = _product(attrs.shape)
+        if count == 0:
+            return [b.zeros(x.type)]
+        positions = strided_positions(attrs.shape, attrs.strides, attrs.offset).reshape(count, 1)
+        flat = b.op("lz.scatter_nd", b.zeros(x.type.with_shape((_product(shape),))), b.constant(positions),
+                    b.reshape(dy, (count,)), reduction="add")
+        return [b.reshape(flat, shape)]
+
+
 @register
 class ConcatOp(OpDef):
     """``lz.concat(x0, x1, ...) {axis}``: join along ``axis``; the other dims must agree."""
@@ -336,6 +392,12 @@ class GatherOp(OpDef):
         before, after = _product(shape[:axis]), _product(shape[axis + 1:])
         index = b.reshape(indices, (count, 1))
         index = b.select(b.cmp("lt", index, 0), b.add(index, size), index)
+        if count * size > ONE_HOT_LIMIT:
+            # the cotangent rows (index dims first) added at their index: dx[d, a, b] += dy[a, i, b]
+            rows = b.transpose(b.reshape(dy, (before, count, after)), [1, 0, 2])
+            dx = b.op("lz.scatter_nd", b.zeros(TensorType((size, before, after), x.type.element_type)), index,
+                      rows, reduction="add")
+            return [b.reshape(b.transpose(dx, [1, 0, 2]), shape), None]
         et = indices.type.element_type
         iota = b.constant(np.arange(size, dtype=et.numpy_dtype).reshape(1, size), TensorType((1, size), et))
         one_hot = b.op("lz.cast", b.op("lz.cmp", index, iota, predicate="eq"), to=x.type.element_type)
