@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lezero.eager.device_arrays import CPU, like, numpy_dtype
+from lezero.eager.device_arrays import CPU, like, numpy_dtype, zeros_like
 from lezero.eager.dispatch import compile_for, tensor_type, user_location
 from lezero.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
@@ -53,6 +53,8 @@ from lezero.ir.types import FunctionType, TensorType, element_type_of
 from lezero.jit.trace import (NAME_ATTR, TraceError, argument_names, as_input_tuple, bind_arguments,
                               bound_arrays, device_inputs, generalize_batch, record_function, reinfer,
                               run_device, with_batch)
+from lezero.optim.grad_clipping import GradClipping
+from lezero.optim.lbfgs import LBFGS
 from lezero.optim.optimizer import Optimizer, UpdateRule
 from lezero.passes.autodiff import differentiate
 from lezero.eager.core import wrap as _wrap
@@ -61,12 +63,18 @@ from lezero.eager.tensor import Tensor
 
 # --- building the step ----------------------------------------------------------------------------------
 
-def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: str = "train_step") -> FuncOp:
+def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: str = "train_step", *,
+                        clipping: GradClipping | None = None, accumulated: bool = False,
+                        update: bool = True) -> FuncOp:
     """``@train_step`` from a static ``@forward(data..., parameters and buffers...) -> (loss, new
     buffers...)``: returns the loss, the new parameters, the new optimizer states, the new buffers.
 
     ``updated``: ``(argument index, parameter, group index)`` per parameter to update;
-    ``structure``: per group ``(update op, attrs, state keys, number of scalars)``."""
+    ``structure``: per group ``(update op, attrs, state keys, number of scalars)``.
+    ``accumulated``: the step also takes the gradients accumulated so far (one argument per
+    updated parameter, after the forward's) and adds its own to them; without ``update`` it
+    returns those sums instead of updating (the loss, the summed gradients, the new buffers);
+    ``clipping`` acts on the (summed) gradients just before the update."""
     loss_only = forward.clone()
     loss_only.return_op.set_operands(list(loss_only.return_op.operands)[:1])
     loss_only.update_function_type()
@@ -78,32 +86,43 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
     value_map = {old: block.add_argument(old.type) for old in grad.arguments[:len(forward.arguments)]}
     (seed,) = grad.arguments[len(forward.arguments):]
     value_map[seed] = b.constant(np.ones(seed.type.shape, seed.type.element_type.numpy_dtype))
-    states = []
-    for index, p, g in updated:
-        keys = structure[g][2]
-        t = tensor_type(p._data)
-        states.append([block.add_argument(t) for _ in keys])
-        names += [f"{names[index]}.{key}" for key in keys]
-    scalars = []
-    for g, (_, _, _, count) in enumerate(structure):
-        p = next(p for _, p, gi in updated if gi == g)
-        scalars.append([block.add_argument(TensorType((), element_type_of(numpy_dtype(p._data))))
-                        for _ in range(count)])
-        names += [f"group{g}.scalar{i}" for i in range(count)]
+    sums = []
+    if accumulated:
+        sums = [block.add_argument(tensor_type(p._data)) for _, p, _ in updated]
+        names += [f"{names[index]}.grad" for index, _, _ in updated]
+    states, scalars = [], []
+    if update:
+        for index, p, g in updated:
+            keys = structure[g][2]
+            t = tensor_type(p._data)
+            states.append([block.add_argument(t) for _ in keys])
+            names += [f"{names[index]}.{key}" for key in keys]
+        for g, (_, _, _, count) in enumerate(structure):
+            p = next(p for _, p, gi in updated if gi == g)
+            scalars.append([block.add_argument(TensorType((), element_type_of(numpy_dtype(p._data))))
+                            for _ in range(count)])
+            names += [f"group{g}.scalar{i}" for i in range(count)]
     for op in grad.entry_block.ops[:-1]:
         b.insert(op.clone(value_map))
     loss, *grads = [value_map.get(v, v) for v in grad.return_op.operands]
+    if accumulated:
+        grads = [b.op("lz.add", total, g) for total, g in zip(sums, grads)]  # backward() adds into .grad
     forward_map = dict(zip(forward.arguments, block.args))
     for op in forward.entry_block.ops[:-1]:
         b.insert(op.clone(forward_map))
     new_buffers = [forward_map.get(v, v) for v in forward.return_op.operands[1:]]
-    new_params, new_states = [], []
-    for (index, _, g), gradient, state in zip(updated, grads, states):
-        update_op, attrs, _, _ = structure[g]
-        results = update_op.build(b, attrs, [block.args[index], gradient, *state, *scalars[g]])
-        new_params.append(results[0])
-        new_states += results[1:]
-    b.create("func.return", [loss] + new_params + new_states + new_buffers, result_types=[])
+    if not update:
+        b.create("func.return", [loss] + grads + new_buffers, result_types=[])
+    else:
+        if clipping is not None:
+            grads = clipping.emit(b, grads)
+        new_params, new_states = [], []
+        for (index, _, g), gradient, state in zip(updated, grads, states):
+            update_op, attrs, _, _ = structure[g]
+            results = update_op.build(b, attrs, [block.args[index], gradient, *state, *scalars[g]])
+            new_params.append(results[0])
+            new_states += results[1:]
+        b.create("func.return", [loss] + new_params + new_states + new_buffers, result_types=[])
     step.update_function_type()
     step.attributes["arg_attrs"] = ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n in names])
     return step
@@ -115,8 +134,12 @@ class TrainStep:
     pass and loss (batch dim dynamic)."""
 
     def __init__(self, forward: FuncOp, batch_args: list[int], n_inputs: int, bound: list, optimizer,
-                 example_shapes: list, static_reason: str = "", buffers: list = (), random: list = ()):
+                 example_shapes: list, static_reason: str = "", buffers: list = (), random: list = (),
+                 clipping: GradClipping | None = None, accumulate: int = 1):
         self.forward = forward
+        self.clipping = clipping
+        self.accumulate = accumulate        # calls (micro-batches) per optimizer update
+        self.micro_batch = 0                # calls since the last update
         self.buffers = list(buffers)        # tensors whose new values the step returns after the states
         self.random = list(random)          # RandomArgument per generator: bound before each call
         self.static_reason = static_reason  # why the batch dim could not be made dynamic
@@ -138,9 +161,15 @@ class TrainStep:
             raise TraceError("compile_train_step: the loss depends on none of the optimizer's parameters", user_location())
         self._dtypes = [next(numpy_dtype(p._data) for _, p, gi in self.updated if gi == g)
                         for g in range(len(self.groups))]
-        self._steps: dict[tuple, tuple] = {}    # (shapes, structure, device) -> (compiled function, runner)
+        self._steps: dict[tuple, tuple] = {}    # (shapes, structure, device, phase) -> (compiled, runner)
         self._spares: dict[int, np.ndarray] = {}
-        self._compiled_for(example_shapes, self._updates(), self._device())
+        accumulated, update = self._phase()
+        self._compiled_for(example_shapes, self._updates() if update else [], self._device(), accumulated, update)
+
+    def _phase(self) -> tuple[bool, bool]:
+        """For the coming call: whether it adds to gradients accumulated by the calls before it,
+        and whether it updates (the last micro-batch of ``accumulate``)."""
+        return self.micro_batch > 0, self.micro_batch == self.accumulate - 1
 
     def _updates(self) -> list[UpdateRule]:
         """Each group's update rule for the coming step (the state it needs is created by ``_advance``)."""
@@ -164,12 +193,14 @@ class TrainStep:
         there too)."""
         return run_device("train_step", self.bound, data)
 
-    def _compiled_for(self, shapes: list, updates: list[UpdateRule], device) -> tuple:
+    def _compiled_for(self, shapes: list, updates: list[UpdateRule], device, accumulated: bool = False,
+                      update: bool = True) -> tuple:
         structure = tuple((u.op, u.attrs, u.state_keys, len(u.scalars)) for u in updates)
-        key = (tuple(shapes), structure, device)
+        key = (tuple(shapes), structure, device, accumulated, update)
         entry = self._steps.get(key)
         if entry is None:
-            func = build_step_function(self._forward_at(shapes), self.updated, structure)
+            func = build_step_function(self._forward_at(shapes), self.updated, structure, clipping=self.clipping,
+                                       accumulated=accumulated, update=update)
             compiled = compile_for(ModuleOp([func]), func.sym_name, device)
             entry = self._steps[key] = (compiled, compiled.runner([a.type.shape for a in func.arguments]))
         return entry
@@ -196,7 +227,8 @@ class TrainStep:
 
     @property
     def graph(self) -> str:
-        compiled, _ = self._compiled_for(self.example_shapes, self._updates(), self._device())
+        """The updating step (with ``accumulate``, the cycle's last call)."""
+        compiled, _ = self._compiled_for(self.example_shapes, self._updates(), self._device(), self.accumulate > 1)
         return print_module(compiled.module)
 
     @property
@@ -210,8 +242,9 @@ class TrainStep:
         for r in self.random:
             r.bind()
         arrays = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in data]
-        updates = self._updates()
-        compiled, run = self._compiled_for([tuple(a.shape) for a in arrays], updates, device)
+        accumulated, update = self._phase()
+        updates = self._updates() if update else []
+        compiled, run = self._compiled_for([tuple(a.shape) for a in arrays], updates, device, accumulated, update)
         func = compiled.func
         on_host = device == CPU
         if on_host:
@@ -221,21 +254,26 @@ class TrainStep:
         else:
             arrays = device_inputs(func, arrays, device)
         bound = bound_arrays(self.bound, func.arguments[len(arrays):], device)
-        self._advance(updates)
-        # the tensors whose storage this step replaces, in result order: parameters, states, buffers
-        state = self.optimizer.state
-        owners = [p for _, p, _ in self.updated]
-        owners += [state[p][key] for (_, p, g) in self.updated for key in updates[g].state_keys]
-        scalars = [like(np.asarray(s, self._dtypes[g]), owners[0]._data) for g, u in enumerate(updates)
-                   for s in u.scalars]
-        inputs = arrays + bound + [t._data for t in owners[len(self.updated):]] + scalars
+        params = [p for _, p, _ in self.updated]
+        sums = [self._gradient_sum(p) for p in params] if accumulated or not update else []
+        inputs = arrays + bound + ([t._data for t in sums] if accumulated else [])
+        if update:
+            self._advance(updates)
+            # the tensors whose storage this step replaces, in result order: parameters, states, buffers
+            state = self.optimizer.state
+            owners = params + [state[p][key] for (_, p, g) in self.updated for key in updates[g].state_keys]
+            inputs += [t._data for t in owners[len(params):]]
+            inputs += [like(np.asarray(s, self._dtypes[g]), params[0]._data) for g, u in enumerate(updates)
+                       for s in u.scalars]
+        else:  # the summed gradients, then the buffers
+            owners = sums
         owners += self.buffers
         if not on_host:  # the device's runner makes its results: no spares to write into
             results = run(inputs)
             for t, new in zip(owners, results[1:]):
                 t._data = new
                 t._version += 1
-            return _wrap(results[0])
+            return self._finish(update, params, results[0])
         outs = [np.empty((), func.function_type.results[0].element_type.numpy_dtype)]
         for t in owners:
             spare = self._spares.get(id(t))
@@ -247,18 +285,53 @@ class TrainStep:
             self._spares[id(t)] = t._data
             t._data = new
             t._version += 1
-        return _wrap(results[0])
+        return self._finish(update, params, results[0])
+
+    def _gradient_sum(self, p: Tensor) -> Tensor:
+        """``p.grad`` as the gradients summed over this cycle's calls so far; the cycle's first
+        call starts it afresh (its own gradient becomes the value), as after ``zero_grad()``."""
+        if p.grad is None or self.micro_batch == 0:
+            p.grad = _wrap(zeros_like(p._data))
+        return p.grad
+
+    def _finish(self, update: bool, params: list, loss) -> Tensor:
+        """Count the micro-batch; an update consumes the summed gradients (``p.grad`` becomes
+        ``None``, as ``zero_grad()`` leaves it)."""
+        self.micro_batch = (self.micro_batch + 1) % self.accumulate
+        if update and self.accumulate > 1:
+            for p in params:
+                self._spares.pop(id(p.grad), None)
+                p.grad = None
+        return _wrap(loss)
 
     def __repr__(self) -> str:
         return f"<TrainStep: {len(self.updated)} parameters, {len(self._steps)} compiled shape(s)>"
 
 
 def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target, *,
-                       dynamic_batch: bool = True) -> TrainStep:
+                       dynamic_batch: bool = True, clip_grad_norm: float | None = None, norm_type: float = 2.0,
+                       clip_grad_value: float | None = None, accumulate: int = 1) -> TrainStep:
     """One compiled function for a whole training step; ``step(*inputs, target)`` runs it and returns
-    the loss (a rank-0 tensor).  See the module docstring."""
+    the loss (a rank-0 tensor).  See the module docstring.
+
+    ``clip_grad_norm`` (a max norm, of ``norm_type``) and ``clip_grad_value`` clip the gradients
+    inside the step, as ``nn.utils.clip_grad_norm_(model.parameters(), ...)`` /
+    ``clip_grad_value_`` before ``optimizer.step()`` do.  ``accumulate=k``: gradient accumulation,
+    each call one micro-batch: the gradients of ``k`` consecutive calls sum in ``p.grad`` (as
+    ``backward()`` sums them; divide the loss by ``k`` in ``loss_fn`` for their mean) and every
+    ``k``-th call clips, updates and clears them."""
+    if isinstance(optimizer, LBFGS):
+        raise TypeError("compile_train_step: LBFGS re-evaluates the loss through a closure several times per "
+                        "step; run it eagerly (optimizer.step(closure))")
     if getattr(type(optimizer), "update_rule", Optimizer.update_rule) is Optimizer.update_rule:
-        raise TypeError(f"compile_train_step supports lz.optim.SGD, Adam and AdamW, got {type(optimizer).__name__}")
+        raise TypeError("compile_train_step needs an optimizer with an update_rule (lz.optim's SGD, Adam, AdamW, "
+                        f"RMSprop, Adagrad, Adamax, NAdam, RAdam), got {type(optimizer).__name__}")
+    if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
+        raise ValueError(f"compile_train_step: accumulate must be a positive number of micro-batches, got "
+                         f"{accumulate!r}")
+    clipping = None
+    if clip_grad_norm is not None or clip_grad_value is not None:
+        clipping = GradClipping(clip_grad_norm, norm_type, clip_grad_value)
     inputs = as_input_tuple(example_inputs)
 
     def loss_of(*args):
@@ -282,4 +355,4 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
         except TraceError as e:  # the step runs at the example shapes only; another shape says why
             reason = f"{e.location.describe()}: {e.message}"
     return TrainStep(func, batch_args, len(inputs), [(names[id(t)], t) for t in bound], optimizer, shapes, reason,
-                     [t for _, t in recorded.updates], recorded.random)
+                     [t for _, t in recorded.updates], recorded.random, clipping, accumulate)

@@ -5,4 +5,5 @@ from lezero.optim.sgd import SGD  # noqa: F401
 from lezero.optim.adam import Adam, AdamW  # noqa: F401
 from lezero.optim.adam_variants import Adamax, NAdam, RAdam  # noqa: F401
 from lezero.optim.rmsprop import Adagrad, RMSprop  # noqa: F401
+from lezero.optim.lbfgs import LBFGS  # noqa: F401
 from lezero.optim import lr_scheduler  # noqa: F401

@@ -59,6 +59,11 @@ OPTIMIZERS = {
     "sgd-nesterov": lambda p: lz.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
     "sgd-dampening": lambda p: lz.optim.SGD(p, lr=0.1, momentum=0.8, dampening=0.3),
     "sgd-plain": lambda p: lz.optim.SGD(p, lr=0.1),
+    "rmsprop-centered-momentum": lambda p: lz.optim.RMSprop(p, lr=1e-3, momentum=0.5, centered=True),
+    "adagrad": lambda p: lz.optim.Adagrad(p, lr=0.05, lr_decay=0.01, initial_accumulator_value=0.1),
+    "adamax": lambda p: lz.optim.Adamax(p, lr=1e-2, weight_decay=1e-3),
+    "nadam-decoupled": lambda p: lz.optim.NAdam(p, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True),
+    "radam": lambda p: lz.optim.RAdam(p, lr=1e-2, betas=(0.9, 0.9)),
 }
 
 
@@ -103,7 +108,7 @@ def test_the_step_is_one_ir_function_with_the_update_inside():
 def test_what_the_compiled_step_cannot_do_is_a_clear_error():
     x, y = lz.randn(4, 8), lz.tensor([0, 1, 0, 1])
     model = Net(n_in=8, n_out=2)
-    with pytest.raises(TypeError, match="SGD, Adam and AdamW"):
+    with pytest.raises(TypeError, match="needs an optimizer with an update_rule"):
         lz.jit.compile_train_step(model, nn.CrossEntropyLoss(), object(), x, y)
     optimizer = lz.optim.Adam(model.parameters())
     step = lz.jit.compile_train_step(model, nn.CrossEntropyLoss(), optimizer, x, y)
@@ -206,3 +211,117 @@ def test_attention_dropout_compiles_and_draws_new_masks():
                                      lz.zeros(2, 5, 16))
     losses = {round(step(x, lz.zeros(2, 5, 16)).item(), 6) for _ in range(3)}
     assert len(losses) == 3
+
+
+# --- gradient clipping and accumulation inside the compiled step ---------------------------------------
+
+def _torch_clip(params, max_norm=None, norm_type=2.0, clip_value=None) -> float:
+    """Clip the lz parameters' gradients with torch's own ``clip_grad_value_`` / ``clip_grad_norm_``
+    (the reference); returns the total norm torch measured (0 without norm clipping)."""
+    import torch
+
+    copies = []
+    for p in params:
+        t = torch.tensor(p.detach().numpy(), requires_grad=True)
+        t.grad = torch.tensor(p.grad.numpy())
+        copies.append(t)
+    if clip_value is not None:
+        torch.nn.utils.clip_grad_value_(copies, clip_value)
+    total = float(torch.nn.utils.clip_grad_norm_(copies, max_norm, norm_type)) if max_norm is not None else 0.0
+    for p, t in zip(params, copies):
+        p.grad = lz.tensor(t.grad.numpy())
+    return total
+
+
+def _eager_accumulating_loop(model, loss_fn, optimizer, batches, accumulate=1, clip=None):
+    losses, norms = [], []
+    optimizer.zero_grad()
+    for i, (x, y) in enumerate(batches):
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        if (i + 1) % accumulate == 0:
+            if clip is not None:
+                norms.append(_torch_clip(list(model.parameters()), **clip))
+            optimizer.step()
+            optimizer.zero_grad()
+    return np.array(losses), norms
+
+
+CLIPPING = {
+    "norm": dict(max_norm=0.5),
+    "inf norm": dict(max_norm=0.2, norm_type=float("inf")),
+    "1-norm": dict(max_norm=2.0, norm_type=1.0),
+    "3-norm": dict(max_norm=0.3, norm_type=3.0),
+    "value": dict(clip_value=0.02),
+}
+
+
+def _compiled_options(clip):
+    clip = clip or {}
+    return {k: v for k, v in dict(clip_grad_norm=clip.get("max_norm"), norm_type=clip.get("norm_type", 2.0),
+                                  clip_grad_value=clip.get("clip_value")).items() if v is not None}
+
+
+def _clip_runs(clip, accumulate=1, make_optimizer=OPTIMIZERS["adam"], n=12):
+    criterion = nn.CrossEntropyLoss()
+
+    def loss_fn(out, y):
+        return criterion(out, y) / accumulate
+
+    batches = [(lz.from_numpy(x), lz.from_numpy(y)) for x, y in _batches(n=n, last=16)]
+    runs = []
+    for compiled in (False, True):
+        lz.manual_seed(0)
+        model = Net()
+        optimizer = make_optimizer(model.parameters())
+        if compiled:
+            step = lz.jit.compile_train_step(model, loss_fn, optimizer, *batches[0], accumulate=accumulate,
+                                             **_compiled_options(clip))
+            runs.append((np.array([step(x, y).item() for x, y in batches]), None, model, step))
+        else:
+            losses, norms = _eager_accumulating_loop(model, loss_fn, optimizer, batches, accumulate, clip)
+            runs.append((losses, norms, model, None))
+    return runs
+
+
+@pytest.mark.parametrize("name", list(CLIPPING))
+def test_clipping_inside_the_compiled_step_follows_torch_clipping(name):
+    clip = CLIPPING[name]
+    (eager_losses, norms, eager_model, _), (losses, _, model, step) = _clip_runs(clip)
+    if "max_norm" in clip:
+        assert max(norms) > clip["max_norm"]  # the clipping acted
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-5, atol=1e-6)
+    for (n, p), q in zip(model.named_parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=n)
+    assert ("lz.min" in step.graph) and len(step._steps) == 1
+
+
+@pytest.mark.parametrize("accumulate,clip", [(3, None), (2, CLIPPING["norm"])], ids=["3 micro-batches", "2 clipped"])
+def test_gradient_accumulation_compiled_follows_the_eager_loop(accumulate, clip):
+    (eager_losses, _, eager_model, _), (losses, _, model, step) = _clip_runs(clip, accumulate)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-5, atol=1e-6)
+    for (n, p), q in zip(model.named_parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=n)
+    assert len(step._steps) == min(accumulate, 3)  # the first, middle and last calls of a cycle
+    assert all(p.grad is None for p in model.parameters())  # the cycle's update consumed them
+
+
+def test_accumulated_gradients_are_in_p_grad_between_calls():
+    lz.manual_seed(0)
+    model = Net()
+    optimizer = lz.optim.SGD(model.parameters(), lr=0.1)
+    (x1, y1), (x2, y2) = [(lz.from_numpy(x), lz.from_numpy(y)) for x, y in _batches(n=2, last=16)]
+    step = lz.jit.compile_train_step(model, nn.CrossEntropyLoss(), optimizer, x1, y1, accumulate=2)
+    step(x1, y1)
+    compiled_grad = model.fc1.weight.grad.numpy().copy()
+    assert step.micro_batch == 1
+    nn.CrossEntropyLoss()(model(x1), y1).backward()  # eager: the parameters have not moved yet
+    np.testing.assert_allclose(compiled_grad * 2, model.fc1.weight.grad.numpy(), rtol=1e-5, atol=1e-7)
+    before = model.fc1.weight.detach().numpy().copy()
+    step(x2, y2)
+    assert step.micro_batch == 0 and not np.allclose(before, model.fc1.weight.detach().numpy())
+    with pytest.raises(ValueError, match="accumulate must be a positive number of micro-batches, got 0"):
+        lz.jit.compile_train_step(model, nn.CrossEntropyLoss(), optimizer, x1, y1, accumulate=0)
+    with pytest.raises(ValueError, match="clip_grad_norm must be a non-negative max norm, got -1"):
+        lz.jit.compile_train_step(model, nn.CrossEntropyLoss(), optimizer, x1, y1, clip_grad_norm=-1)
