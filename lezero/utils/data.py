@@ -1,9 +1,11 @@
 """``lz.utils.data``: datasets, samplers and ``DataLoader`` (batching, seeded shuffling,
-``drop_last``), yielding lezero tensors.
+``drop_last``, worker processes), yielding lezero tensors.
 
 Collation stacks samples with numpy (loading data is not a tensor op: nothing to compile), and a
-``TensorDataset`` batch is one numpy ``take`` per tensor rather than a stack of samples.  Loading
-runs in the calling process (``num_workers`` is accepted and ignored).
+``TensorDataset`` batch is one numpy ``take`` per tensor rather than a stack of samples.  With
+``num_workers=0`` loading runs in the calling process; with more, in worker processes
+(``lezero.utils.data_workers``), the batches in the same order.  ``pin_memory`` is accepted and
+does nothing: batches are host arrays, and a copy to cuda happens where they are used.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from lezero.eager.core import wrap as _wrap
 from lezero.eager.creation import Generator, default_generator, numpy_generator as _generator
 from lezero.eager.device_arrays import storage
 from lezero.eager.tensor import Tensor
+from lezero.utils.data_workers import Fetcher, WorkerInfo, WorkerIterator, get_worker_info  # noqa: F401
 
 
 class Dataset:
@@ -217,11 +220,29 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
                  batch_sampler=None, num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
-                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, generator: Generator | None = None,
-                 *, prefetch_factor=None, persistent_workers: bool = False):
+                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, multiprocessing_context=None,
+                 generator: Generator | None = None, *, prefetch_factor: int | None = None,
+                 persistent_workers: bool = False, pin_memory_device: str = ""):
+        if num_workers < 0:
+            raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable "
+                             "multiprocessing.")
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 "
+                             "to enable multiprocessing, otherwise set prefetch_factor to None.")
+        if prefetch_factor is not None and prefetch_factor < 0:
+            raise ValueError("prefetch_factor option should be non-negative")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
         self.dataset = dataset
         self.num_workers = num_workers
+        self.prefetch_factor = 2 if num_workers > 0 and prefetch_factor is None else prefetch_factor
+        self.timeout, self.worker_init_fn, self.persistent_workers = timeout, worker_init_fn, persistent_workers
+        self.multiprocessing_context = multiprocessing_context
+        self.pin_memory, self.pin_memory_device = pin_memory, pin_memory_device
         self.generator = generator
+        self._workers: WorkerIterator | None = None  # the persistent workers, once started
         self.collate_fn = collate_fn or default_collate
         self._iterable = isinstance(dataset, IterableDataset)
         if batch_sampler is not None:
@@ -243,32 +264,45 @@ class DataLoader:
         self.batch_size, self.drop_last = batch_size, drop_last
         self.sampler, self.batch_sampler = sampler, batch_sampler
 
-    def __iter__(self):
-        if self._iterable:
-            yield from self._iterate_iterable()
-            return
-        if self.batch_sampler is None:
-            for index in self.sampler:
-                yield self.dataset[index]
-            return
-        # a whole batch at once, unless a custom collate_fn wants the samples
-        fetch_many = getattr(self.dataset, "__getitems__", None) if self.collate_fn is default_collate else None
-        for indices in self.batch_sampler:
-            samples = fetch_many(indices) if fetch_many is not None else [self.dataset[i] for i in indices]
-            yield self.collate_fn(samples)
+    @property
+    def _auto_collation(self) -> bool:
+        return self.batch_size is not None if self._iterable else self.batch_sampler is not None
 
-    def _iterate_iterable(self):
-        if self.batch_size is None:
-            yield from iter(self.dataset)
+    def _index_source(self):
+        """What the sampler gives per batch: index lists, or single indices (``batch_size=None``)."""
+        return self.batch_sampler if self.batch_sampler is not None else self.sampler
+
+    def _fetch_many(self):
+        """A whole batch at once (``dataset.__getitems__``), unless a custom collate_fn wants the samples."""
+        return getattr(self.dataset, "__getitems__", None) if self.collate_fn is default_collate else None
+
+    def __iter__(self):
+        """Each epoch draws a base seed from the loader's generator (the workers' seeds), with or
+        without workers, so that the sampler's order is the same either way."""
+        base_seed = int(_generator(self.generator).integers(0, 2 ** 62))
+        if self.num_workers == 0:
+            return self._batches()
+        if self._workers is not None:
+            self._workers.reset(base_seed)
+            return self._workers
+        workers = WorkerIterator(self, base_seed)
+        if self.persistent_workers:
+            self._workers = workers
+        return workers
+
+    def _batches(self):
+        fetch = Fetcher(self.dataset, self.collate_fn, self._auto_collation, self.batch_size, self.drop_last,
+                        self._iterable, self._fetch_many())
+        if not self._iterable:
+            for indices in self._index_source():
+                yield fetch(indices)
             return
-        batch = []
-        for sample in self.dataset:
-            batch.append(sample)
-            if len(batch) == self.batch_size:
-                yield self.collate_fn(batch)
-                batch = []
-        if batch and not self.drop_last:
-            yield self.collate_fn(batch)
+        while True:
+            try:
+                batch = fetch(None)
+            except StopIteration:
+                return
+            yield batch
 
     def __len__(self) -> int:
         if self._iterable:
