@@ -30,6 +30,10 @@ from lezero.eager.creation import (Generator, arange, as_tensor, bernoulli, defa
                                    normal, ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm,
                                    seed, tensor, zeros, zeros_like)
 from lezero.eager.functions import *  # noqa: E402,F401,F403
+# issue 19's tensor functions: einsum, the triangle indices, lz.linalg and lz.fft
+from lezero.eager.einsum import einsum  # noqa: E402
+from lezero.eager.selection import tril_indices, triu_indices  # noqa: E402
+from lezero.eager import fft, linalg  # noqa: E402
 from lezero.eager.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,  # noqa: E402
                                    set_grad_enabled, value_and_grad)
 from lezero.eager.autograd import grad_transform as grad  # noqa: E402

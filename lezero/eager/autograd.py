@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -335,6 +336,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
     stop = list(inputs) if inputs is not None else []
     if isinstance(inputs, Tensor):
         stop = [inputs]
+    if HOOKED and not stop:
+        return _backward_by_segments(outputs, seeds, retain_graph, create_graph)
     rec = walk(outputs, stop, stop_at_constants=True)
     if stop:
         wrt = tuple(range(len(stop)))
@@ -344,15 +347,113 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
         with set_grad_enabled(create_graph):
             grads = _run_gradient(rec, wrt, seeds, create_graph)
             for i, g in zip(wrt, grads):
-                leaf = rec.args[i]
-                if leaf.grad is None:
-                    leaf.grad = g
-                elif create_graph or leaf.grad.shape != g.shape:
-                    leaf.grad = leaf.grad + g
-                else:
-                    leaf.grad.add_(g)  # in place, as PyTorch accumulates
+                _accumulate(rec.args[i], g, create_graph)
     if not retain_graph:
         _free(rec)
+
+
+def _accumulate(t: Tensor, g: Tensor, create_graph: bool) -> None:
+    """Add ``g`` (after ``t``'s hooks) into ``t.grad``."""
+    g = _run_hooks(t, g)
+    if t.grad is None:
+        t.grad = g
+    elif create_graph or t.grad.shape != g.shape:
+        t.grad = t.grad + g
+    else:
+        t.grad.add_(g)  # in place, as PyTorch accumulates
+
+
+# --- tensor hooks and retained gradients ------------------------------------------------------------------
+# ``register_hook(fn)`` calls ``fn(grad)`` when the gradient of the tensor is computed (a result
+# not None replaces it); ``retain_grad()`` keeps a non-leaf tensor's gradient in ``.grad``.  A
+# leaf's hooks run before its ``.grad`` accumulates.  A non-leaf's gradient is no value of the
+# one recorded function ``backward`` compiles, so when some non-leaf is hooked (``HOOKED``; none
+# is the common case, which costs one dict lookup) ``backward`` runs in segments: from the
+# outputs to the hooked tensors and the leaves, then from each hooked tensor, latest first (it is
+# complete once every later one has passed its gradient on), to the next ones.
+
+HOOKED: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDictionary()
+
+
+def _run_hooks(t: Tensor, g: Tensor) -> Tensor:
+    for hook in list(getattr(t, "_hooks", {}).values()):
+        replaced = hook(g)
+        if replaced is not None:
+            g = replaced
+    return g
+
+
+def _backward_by_segments(outputs, seeds, retain_graph: bool, create_graph: bool) -> None:
+    whole = walk(outputs, stop_at_constants=True)
+    position = {id(node): i for i, node in enumerate(whole.nodes)}
+    hooked = sorted((t for t in whole.tensors.values() if HOOKED.get(id(t)) is t),
+                    key=lambda t: position[id(t._node)], reverse=True)
+    pending: dict[int, Tensor] = {}
+    recordings = []
+
+    def segment(sources, cotangents, stop) -> None:
+        rec = walk(sources, stop, stop_at_constants=True)
+        recordings.append(rec)
+        wrt = tuple(i for i, t in enumerate(rec.args) if t.requires_grad and (t._node is None or id(t) in HOOKED))
+        if not wrt:
+            return
+        with set_grad_enabled(create_graph):
+            for i, g in zip(wrt, _run_gradient(rec, wrt, cotangents, create_graph)):
+                t = rec.args[i]
+                if t._node is None:
+                    _accumulate(t, g, create_graph)
+                else:
+                    pending[id(t)] = g if id(t) not in pending else pending[id(t)] + g
+
+    hooked_outputs = [t for t in outputs if HOOKED.get(id(t)) is t]  # their gradient is the seed
+    hooked = hooked_outputs + [t for t in hooked if not any(t is o for o in hooked_outputs)]
+    segment(outputs, seeds, hooked)
+    for t in hooked:
+        g = pending.pop(id(t), None)
+        if g is None:
+            continue
+        g = _run_hooks(t, g)
+        if getattr(t, "_retains_grad", False):
+            t.grad = g if t.grad is None else t.grad + g
+        segment([t], [g], [h for h in hooked if h is not t])
+    if not retain_graph:
+        for rec in recordings:
+            _free(rec)
+
+
+class RemovableHandle:
+    """What ``register_hook`` returns: ``remove()`` takes the hook off again."""
+
+    def __init__(self, hooks: dict, key: int):
+        self.hooks, self.key = hooks, key
+
+    def remove(self) -> None:
+        self.hooks.pop(self.key, None)
+
+
+class Hooks:
+    """The ``Tensor`` methods of hooks and retained gradients (installed by ``lezero.eager.tensor``)."""
+
+    def register_hook(self, hook) -> RemovableHandle:
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        hooks = self.__dict__.setdefault("_hooks", {})
+        key = max(hooks, default=-1) + 1
+        hooks[key] = hook
+        if self._node is not None:
+            HOOKED[id(self)] = self
+        return RemovableHandle(hooks, key)
+
+    def retain_grad(self) -> None:
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self._node is not None:
+            self._retains_grad = True
+            HOOKED[id(self)] = self
+
+    @property
+    def retains_grad(self) -> bool:
+        return bool(getattr(self, "_retains_grad", False)) and self._node is not None
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,

@@ -118,3 +118,13 @@ def is_tensor(x) -> bool:
 
 
 __all__.append("is_tensor")
+
+
+# --- issue 19's selection, scan and mask functions (lezero.eager.selection), as PyTorch spells them -----
+_SELECTION_METHODS = ("topk", "sort", "argsort", "msort", "gather", "take_along_dim", "scatter", "scatter_add",
+                      "scatter_reduce", "masked_select", "nonzero", "argwhere", "multinomial", "cumsum", "cumprod",
+                      "cummax", "cummin", "logcumsumexp", "triu", "tril", "isnan", "isinf", "isposinf", "isneginf",
+                      "isfinite")
+for _name in _SELECTION_METHODS:
+    globals()[_name] = _method(_name)
+__all__ += _SELECTION_METHODS

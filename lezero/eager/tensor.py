@@ -23,6 +23,7 @@ import types
 import numpy as np
 
 from lezero.eager import dtypes as _dt
+from lezero.eager.autograd import Hooks
 from lezero.eager.core import Tensor, apply1, apply2, axes_of, axis_of, cast_to, reshaped, shape_args
 from lezero.eager.device_arrays import FLOATS
 from lezero.eager.indexing import getitem, setitem
@@ -30,6 +31,7 @@ from lezero.eager.methods import GROUPS, reduction, variance
 from lezero.eager.ops import (ADD, AND, ANY_ALL, CLONE, CMP, CMP_ATTRS, DIV, EXPM1, FLOOR_DIVIDE, LOG1P, LOG_SOFTMAX,
                               MAX, MIN, MUL, OR, POW, REMAINDER, SOFTMAX, SUB, UNARY)
 from lezero.eager.promotion import binary, compare, float_input
+from lezero.eager.selection import GROUPS as SELECTION_GROUPS
 
 __all__ = ["Tensor", "TABLE", "install"]
 
@@ -277,7 +279,6 @@ TABLE = {
     "indexing": {
         "__getitem__": getitem,
         "__setitem__": setitem,
-        "index_select": "select",
     },
     "in-place ops": {
         "add_": inplace_scaled(operator.add, "+"),
@@ -316,6 +317,8 @@ def install(cls: type, groups, table: dict) -> None:
             if isinstance(member, types.FunctionType):
                 member.__qualname__ = f"{cls.__name__}.{name}"
                 put(name, member)
+            elif isinstance(member, property):
+                put(name, member)
     for rows in table.values():
         for name, method in rows.items():
             if isinstance(method, str):
@@ -325,4 +328,4 @@ def install(cls: type, groups, table: dict) -> None:
             put(name, method)
 
 
-install(Tensor, GROUPS, TABLE)
+install(Tensor, GROUPS + SELECTION_GROUPS + (Hooks,), TABLE)

@@ -57,13 +57,18 @@ def _torch_slice(x, attrs):
     return x
 
 
-def _torch_cumsum(x, attrs):
+def _torch_cumulative(x, attrs):
     axis = attrs["axis"]
     if attrs.get("reverse"):
         x = x.flip(axis)
-    y = torch.cumsum(x, axis)
-    if attrs.get("exclusive"):
-        y = y - x
+    if attrs["combine"] == "mul":  # exclusive: the running product shifted one along, from 1
+        y = torch.cumprod(x, axis)
+        if attrs.get("exclusive"):
+            y = torch.cat([torch.ones_like(y.narrow(axis, 0, 1)), y.narrow(axis, 0, y.shape[axis] - 1)], axis)
+    else:
+        y = torch.cumsum(x, axis)
+        if attrs.get("exclusive"):
+            y = y - x
     return y.flip(axis) if attrs.get("reverse") else y
 
 
@@ -132,7 +137,7 @@ TORCH = {
     "lz.asinh": lambda a, x: x.asinh(), "lz.acosh": lambda a, x: x.acosh(), "lz.atanh": lambda a, x: x.atanh(),
     "lz.round": lambda a, x: x.round(),
     "lz.rem": lambda a, x, y: torch.fmod(x, y),
-    "lz.cumulative": lambda a, x: _torch_cumsum(x, a),
+    "lz.cumulative": lambda a, x: _torch_cumulative(x, a),
     "lz.scatter_nd": lambda a, d, i, u: _torch_scatter_nd(d, i, u, a),
     "lz.gelu": lambda a, x: F.gelu(x, approximate=a.get("approximate", "none")),
     "lz.cast": lambda a, x: x.to(_TORCH_DTYPES[a["to"]]),
@@ -273,10 +278,10 @@ def _differentiable(sample: Sample) -> bool:
 
 
 def _has_rule(sample: Sample) -> bool:
-    """Gradient rules that exist only for some attributes: cumulative sums (not products or
+    """Gradient rules that exist only for some attributes: cumulative sums and products (not
     extrema), replacing and adding scatters."""
     if sample.op == "lz.cumulative":
-        return sample.attrs["combine"] == "add"
+        return sample.attrs["combine"] in ("add", "mul")
     if sample.op == "lz.scatter_nd":
         return sample.attrs.get("reduction", "none") in ("none", "add")
     return True

@@ -218,5 +218,11 @@ SAMPLES["lz.as_strided"] = [
     Sample("lz.as_strided", [Arg((4, 5), "float64")], {"shape": [3], "strides": [6], "offset": 1}),
     Sample("lz.as_strided", [Arg((10,))], {"shape": [4, 3], "strides": [2, 1], "offset": 1}),
     Sample("lz.as_strided", [Arg((2, 3), "int32", "small-int")], {"shape": [2, 4, 3], "strides": [3, 0, 1]})]
+# issue 19's tensor functions: cumprod's gradient rule (exclusive and reverse too), and a gather past
+# ONE_HOT_LIMIT, whose gradient is a scatter_nd adding rows
+SAMPLES["lz.cumulative"] += [
+    Sample("lz.cumulative", [Arg((3, 5), "float64")], {"combine": "mul", "axis": 1}),
+    Sample("lz.cumulative", [Arg((4, 2, 3), "float64")], {"combine": "mul", "axis": 0, "exclusive": True})]
+SAMPLES["lz.gather"] += [Sample("lz.gather", [Arg((2, 2048)), Arg((600,), "int64", "index:2048")], {"axis": 1})]
 
 ALL_SAMPLES = [s for samples in SAMPLES.values() for s in samples]

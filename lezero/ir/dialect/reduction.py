@@ -229,10 +229,40 @@ class CumulativeOp(OpDef):
         return np.moveaxis(out, 0, axis)
 
     def grad(self, b, op, attrs, dy):
+        if attrs.combine == "mul":
+            return [_cumulative_product_grad(b, op, attrs, dy)]
         if attrs.combine != "add":
             raise OpError(f"no gradient rule for lz.cumulative with combine = {attrs.combine}")
         return [b.op("lz.cumulative", dy, combine="add", axis=attrs.axis, exclusive=attrs.exclusive,
                      reverse=not attrs.reverse)]
+
+
+def _cumulative_product_grad(b, op, attrs, dy):
+    """``dx_k = sum_j [x_k is a factor of y_j] dy_j prod_{i in y_j's factors, i != k} x_i``, with the
+    products formed as a running product over an ``n x n`` copy of each line whose diagonal is 1:
+    exact where ``x`` holds zeros (where ``y / x`` is not), as PyTorch's rule, at ``n^2`` elements a line."""
+    x = op.operands[0]
+    shape = x.type.shape
+    if not x.type.is_static:
+        raise OpError(f"autodiff of lz.cumulative needs static shapes, got {x.type}")
+    rank = x.type.rank
+    axis = normalize_axis(attrs.axis, rank)
+    n = shape[axis]
+    perm = [d for d in range(rank) if d != axis] + [axis]  # the scanned axis last
+    inverse = [perm.index(d) for d in range(rank)]
+    rows = tuple(shape[d] for d in perm[:-1])
+    lines = b.op("lz.broadcast_to", b.reshape(b.transpose(x, perm), rows + (1, n)), shape=rows + (n, n))
+    k, j = np.indices((n, n))  # line k leaves out factor k; j runs along the scan
+    diagonal = b.constant(k == j)
+    others = b.op("lz.cumulative", b.select(diagonal, 1, lines), combine="mul", axis=-1,
+                  exclusive=attrs.exclusive, reverse=attrs.reverse)
+    if attrs.reverse:
+        has_factor = (k > j) if attrs.exclusive else (k >= j)
+    else:
+        has_factor = (k < j) if attrs.exclusive else (k <= j)
+    weighted = b.mul(others, b.reshape(b.transpose(dy, perm), rows + (1, n)))
+    dx = b.op("lz.reduce_sum", b.where_else_zero(b.constant(has_factor), weighted), axes=[-1])
+    return b.transpose(dx, inverse)
 
 
 @register
