@@ -14,9 +14,18 @@ matrices of models and tests; there is no blocked kernel):
   part the gradient).
 
 A singular matrix (``solve``, ``inv``) or one that is not positive-definite (``cholesky``) is the
-error PyTorch raises, found from the factorization's values on the host.  ``svd``, ``eigh``,
-``eig`` and ``lstsq`` are not here: an iterative eigensolver unrolled into ops is out of reach of
-this composition.
+error PyTorch raises, found from the factorization's values on the host.
+
+``eigh`` is iterative: cyclic Jacobi rotations (each a few lz ops on the batch) until the
+off-diagonal part is below rounding, under ``no_grad``, on the lower triangle (as LAPACK reads
+it).  Its gradient is not the iteration's: the results are rebuilt as expressions of ``A`` whose
+values are the converged ones and whose first derivatives are the analytic ones PyTorch uses,
+``dL = diag(V^T dA V)`` and ``dV = V (F * (V^T dA V))`` with ``F_ij = 1 / (L_j - L_i)`` and ``dA``
+the symmetric part of the change (the detached factors make every other term vanish), so
+first-order gradients equal PyTorch's (not second-order ones).  ``svd`` is ``eigh`` of ``A^T A`` (or ``A A^T`` for wide matrices):
+``S = sqrt(L)``, ``U = A V / S``, differentiated through those ops (distinct, nonzero singular
+values; the squared condition number limits its precision).  ``eig`` (complex) and ``lstsq`` are
+not here.
 """
 from __future__ import annotations
 
@@ -26,15 +35,19 @@ import math
 import numpy as np
 
 from lezero.eager import device_arrays as _dev
+from lezero.eager.autograd import no_grad
 from lezero.eager.core import Tensor
 from lezero.eager.creation import eye, tensor
 from lezero.eager.functions import cat, where
 
 __all__ = ["vector_norm", "matrix_norm", "norm", "qr", "det", "slogdet", "solve", "solve_triangular", "inv",
-           "cholesky"]
+           "cholesky", "eigh", "eigvalsh", "svd", "svdvals"]
 
 QR = collections.namedtuple("qr", ["Q", "R"])
 SlogDet = collections.namedtuple("slogdet", ["sign", "logabsdet"])
+Eigh = collections.namedtuple("eigh", ["eigenvalues", "eigenvectors"])
+SVD = collections.namedtuple("svd", ["U", "S", "Vh"])
+JACOBI_SWEEPS = 30  # cyclic Jacobi converges quadratically: a few sweeps for the matrices it is used on
 
 
 def _square(name: str, a: Tensor) -> None:
@@ -91,8 +104,12 @@ def matrix_norm(a, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None) -> Ten
         sums = a.abs().sum(summed, keepdim=True)
         out = sums.amax(over, keepdim=True) if ord > 0 else sums.amin(over, keepdim=True)
         return out if keepdim else out.squeeze((rows, columns))
-    raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported (lezero has no singular values: 'nuc', 2 "
-                       f"and -2 need them)")
+    if ord in ("nuc", 2, -2):
+        rest = [d for d in range(a.ndim) if d not in (rows, columns)]
+        values = svdvals(a.permute(*rest, rows, columns))
+        out = values.sum(-1) if ord == "nuc" else values.amax(-1) if ord == 2 else values.amin(-1)
+        return out.unsqueeze(min(rows, columns)).unsqueeze(max(rows, columns)) if keepdim else out
+    raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
 
 
 def norm(x, ord=None, dim=None, keepdim=False, *, dtype=None) -> Tensor:  # noqa: A002
@@ -266,3 +283,89 @@ def cholesky(a: Tensor, *, upper: bool = False) -> Tensor:
         new = column / root * _constant(rows > j, a) + _constant(rows == j, a) * root
         lower = lower + new.unsqueeze(-1) * _constant(rows == j, a)
     return lower.mT if upper else lower
+
+
+# --- symmetric eigenproblems and singular values ------------------------------------------------------
+
+def _jacobi(a: Tensor) -> tuple:
+    """The eigenvalues (ascending) and eigenvectors of the symmetric ``a``, by cyclic Jacobi
+    rotations (no gradient: see the module docstring)."""
+    n = a.shape[-1]
+    unit = np.eye(n)
+    v = eye(n, dtype=a.dtype, device=a.device).expand(*a.shape).clone()
+    scale = float(_dev.host((a * a).sum((-2, -1)).amax()._data)) or 1.0
+    tolerance = (np.finfo(_dev.numpy_dtype(a._data)).eps * n) ** 2 * scale
+    for _ in range(JACOBI_SWEEPS):
+        if float(_dev.host((a * a).sum((-2, -1)).amax()._data)) - \
+                float(_dev.host((_diagonal(a) ** 2).sum(-1).amin()._data)) <= tolerance:
+            break
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                app, aqq = a.select(-2, p).select(-1, p), a.select(-2, q).select(-1, q)
+                apq = a.select(-2, p).select(-1, q)
+                zero = apq == 0
+                tau = (aqq - app) / (2 * where(zero, 1.0, apq))
+                sign = where(tau >= 0, tau * 0 + 1, tau * 0 - 1)
+                t = where(zero, 0.0, sign / (tau.abs() + (1 + tau * tau).sqrt()))
+                c = (1 / (1 + t * t).sqrt()).unsqueeze(-1).unsqueeze(-1)
+                s = (t * c.squeeze(-1).squeeze(-1)).unsqueeze(-1).unsqueeze(-1)
+                ep, eq = unit[:, [p]], unit[:, [q]]
+                rotation = eye(n, dtype=a.dtype, device=a.device) + (c - 1) * _constant(ep @ ep.T + eq @ eq.T, a) + \
+                    s * _constant(ep @ eq.T - eq @ ep.T, a)
+                a = rotation.mT @ a @ rotation
+                v = v @ rotation
+    values = _diagonal(a)
+    order = values.argsort(-1)
+    return values.gather(-1, order), v.gather(-1, order.unsqueeze(-2).expand(*v.shape))
+
+
+def eigh(a: Tensor, UPLO: str = "L") -> Eigh:  # noqa: N803 - PyTorch's names
+    """The eigenvalues (ascending) and orthonormal eigenvectors of a symmetric matrix, from its
+    ``UPLO`` triangle."""
+    _square("eigh", a)
+    _float("eigh", a)
+    if UPLO not in ("L", "U"):
+        raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
+    with no_grad():
+        triangle = a.detach().tril() if UPLO == "L" else a.detach().triu()
+        values, vectors = _jacobi(triangle + triangle.mT - triangle * _constant(np.eye(a.shape[-1]), a))
+    n = a.shape[-1]
+    symmetric = (a + a.mT) / 2
+    change = symmetric - symmetric.detach()  # zero, with the gradient of ``a`` (symmetric, as PyTorch's)
+    projected = vectors.mT @ change @ vectors
+    gaps = values.unsqueeze(-2) - values.unsqueeze(-1)  # L_j - L_i
+    off = _constant(~np.eye(n, dtype=bool), a)
+    inverse_gaps = where(off > 0, 1 / where(off > 0, gaps, 1.0), 0.0)
+    return Eigh(values + _diagonal(projected), vectors + vectors @ (inverse_gaps * projected))
+
+
+def eigvalsh(a: Tensor, UPLO: str = "L") -> Tensor:  # noqa: N803
+    return eigh(a, UPLO).eigenvalues
+
+
+def svd(a: Tensor, full_matrices: bool = True) -> SVD:
+    """``a = U diag(S) Vh``, ``S`` descending; from ``eigh`` of the Gram matrix of the short side."""
+    _float("svd", a)
+    if a.ndim < 2:
+        raise RuntimeError("linalg.svd: The input tensor A must have at least 2 dimensions.")
+    m, n = a.shape[-2:]
+    if m < n:
+        u, s, vh = svd(a.mT, full_matrices)
+        return SVD(vh.mT, s, u.mT)
+    values, vectors = eigh(a.mT @ a)
+    descending = tensor(np.arange(n - 1, -1, -1), device=a.device)
+    values, vectors = values.index_select(-1, descending), vectors.index_select(-1, descending)
+    s = values.clamp(min=0).sqrt()
+    u = (a @ vectors) / s.unsqueeze(-2)
+    if full_matrices and m > n:
+        if a.requires_grad:
+            raise RuntimeError("linalg.svd: The derivative of linalg.svd is not implemented when full_matrices=True "
+                               "(the completed columns of U are arbitrary); use full_matrices=False")
+        completion = qr(u.detach(), "complete").Q.narrow(-1, n, m - n)
+        u = cat([u, completion], -1)
+    return SVD(u, s, vectors.mT)
+
+
+def svdvals(a: Tensor) -> Tensor:
+    """The singular values, descending."""
+    return svd(a, full_matrices=False).S

@@ -99,7 +99,7 @@ def test_cholesky_reads_the_lower_triangle_as_torch():
     (lambda: lz.linalg.det(lz.tensor(TALL)), "square matrices"),
     (lambda: lz.linalg.inv(lz.tensor(np.ones(3))), "at least 2 dimensions"),
     (lambda: lz.linalg.qr(lz.tensor(A), "full"), "unrecognized mode"),
-    (lambda: lz.linalg.matrix_norm(lz.tensor(A), "nuc"), "not supported"),
+    (lambda: lz.linalg.matrix_norm(lz.tensor(A), 3), "not supported"),
     (lambda: lz.linalg.solve(lz.tensor(A), lz.tensor(np.ones((3, 1)))), "Incompatible shapes"),
     (lambda: lz.linalg.det(lz.tensor(np.ones((2, 2), np.int64))), "floating point"),
 ])
@@ -157,3 +157,59 @@ def test_fft_frequencies_and_errors():
         lz.fft.fft(lz.tensor(SIGNAL), norm="both")
     with pytest.raises(RuntimeError, match="Invalid number of data points"):
         lz.fft.fft(lz.tensor(SIGNAL), n=0)
+
+
+# --- eigh and svd: eigenvectors and singular vectors up to sign, so compared squared -------------------
+
+SYMMETRIC = (lambda b: b + b.T)(RNG.standard_normal((4, 4)))
+LOW = 1e-7
+LOOSE = dict(rtol=LOW, atol=LOW * 1e-2)  # svd squares the condition number (eigh of the Gram matrix)
+
+
+def _eigh_parts(lib):
+    def parts(a):
+        values, vectors = lib.linalg.eigh(a)
+        return values, vectors * vectors, lib.linalg.eigvalsh(a, UPLO="U")
+    return parts
+
+
+def test_eigh_matches_torch_with_gradients():
+    compare(_eigh_parts(lz), _eigh_parts(torch), SYMMETRIC)
+    batch = (lambda b: b + b.transpose(0, 2, 1))(RNG.standard_normal((2, 3, 3)))
+    compare(_eigh_parts(lz), _eigh_parts(torch), batch)
+
+
+def test_eigh_reads_one_triangle_and_its_vectors_are_orthonormal():
+    lopsided = np.tril(SYMMETRIC) + np.triu(RNG.standard_normal((4, 4)), 1)
+    values, vectors = lz.linalg.eigh(lz.tensor(lopsided))
+    np.testing.assert_allclose(values.numpy(), torch.linalg.eigvalsh(torch.tensor(lopsided)).numpy(), rtol=1e-10)
+    v = vectors.numpy()
+    np.testing.assert_allclose(v.T @ v, np.eye(4), atol=1e-12)
+    np.testing.assert_allclose(v @ np.diag(values.numpy()) @ v.T, np.tril(lopsided) + np.tril(lopsided, -1).T,
+                               atol=1e-12)
+
+
+def _svd_parts(lib):
+    def parts(a):
+        u, s, vh = lib.linalg.svd(a, full_matrices=False)
+        return u * u, s, vh * vh, lib.linalg.svdvals(a)
+    return parts
+
+
+@pytest.mark.parametrize("x", [TALL, WIDE], ids=["tall", "wide"])
+def test_svd_matches_torch_with_gradients(x):
+    compare(_svd_parts(lz), _svd_parts(torch), x, tol=LOOSE)
+
+
+def test_full_svd_and_the_norms_of_singular_values():
+    u, s, vh = lz.linalg.svd(lz.tensor(TALL))
+    assert u.shape == (5, 5) and vh.shape == (3, 3)
+    np.testing.assert_allclose(u.numpy().T @ u.numpy(), np.eye(5), atol=1e-10)
+    np.testing.assert_allclose(u.numpy()[:, :3] @ np.diag(s.numpy()) @ vh.numpy(), TALL, atol=1e-10)
+    for ord in ("nuc", 2, -2):
+        compare(lambda a: lz.linalg.matrix_norm(a, ord), lambda a: torch.linalg.matrix_norm(a, ord), WIDE, tol=LOOSE)
+    compare(lambda a: lz.linalg.norm(a, 2, dim=(0, 2)), lambda a: torch.linalg.norm(a, 2, dim=(0, 2)), BATCH, tol=LOOSE)
+    with pytest.raises(RuntimeError, match="full_matrices=True"):
+        lz.linalg.svd(lz.tensor(TALL, requires_grad=True))
+    with pytest.raises(RuntimeError, match="UPLO"):
+        lz.linalg.eigh(lz.tensor(SYMMETRIC), UPLO="X")
