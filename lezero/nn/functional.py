@@ -19,17 +19,18 @@ from lezero.eager.dispatch import EagerOp
 from lezero.eager.functions import where
 from lezero.eager.tensor import Tensor
 from lezero.ir.types import ELEMENT_TYPES
+# issue 19's functions, each beside its modules (they import nothing of this file)
+from lezero.nn.activation import (celu, elu, glu, hardshrink, hardsigmoid, hardswish, hardtanh,  # noqa: F401
+                                  logsigmoid, mish, prelu, selu, softshrink, softsign, tanhshrink, threshold)
+from lezero.nn.convolution import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, ntuple  # noqa: F401
+from lezero.nn.embedding_bag import embedding_bag  # noqa: F401
+from lezero.nn.normalization import group_norm, instance_norm, rms_norm  # noqa: F401
+from lezero.nn.padding import pad  # noqa: F401
+from lezero.nn.resampling import interpolate, pixel_shuffle, pixel_unshuffle, upsample  # noqa: F401
 
 
 def _pair(v, what: str = "value") -> tuple:
-    if isinstance(v, (int, np.integer)):
-        return (int(v), int(v))
-    v = tuple(int(x) for x in v)
-    if len(v) == 1:
-        return v * 2
-    if len(v) != 2:
-        raise ValueError(f"{what} must be an int or a pair of ints, got {v}")
-    return v
+    return ntuple(v, 2, what)
 
 
 def _const(b, value, like) -> object:
@@ -97,7 +98,7 @@ def log_softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
     return (x if dtype is None else x.to(dtype)).log_softmax(dim)
 
 
-# --- linear and convolution ------------------------------------------------------------------------------
+# --- linear ------------------------------------------------------------------------------------------------
 
 def _emit_linear(b, attrs, x, w, *bias):
     y = b.op("lz.matmul", x, b.op("lz.transpose", w, perm=[1, 0]))
@@ -112,45 +113,6 @@ _LINEAR = EagerOp("linear", _emit_linear)
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias``; ``weight`` is ``out x in`` as in PyTorch."""
     return apply(_LINEAR, (), x, weight) if bias is None else apply(_LINEAR, (), x, weight, bias)
-
-
-def _emit_conv2d(b, attrs, x, w, *bias):
-    y = b.op("lz.conv2d", x, w, strides=attrs["strides"], pads=attrs["pads"], dilations=attrs["dilations"],
-             groups=attrs["groups"])
-    if bias:
-        y = b.op("lz.add", y, b.op("lz.reshape", bias[0], shape=[1, -1, 1, 1]))
-    return [y]
-
-
-_CONV2D = EagerOp("conv2d", _emit_conv2d)
-
-
-def _conv_padding(padding, weight: Tensor, dilation) -> tuple:
-    """``[top, left, bottom, right]`` from PyTorch's ``padding`` (an int, a pair, 'valid', 'same')."""
-    if padding == "valid":
-        return (0, 0, 0, 0)
-    if padding == "same":
-        pads = []
-        for k, d in zip(weight.shape[2:], dilation):
-            total = d * (k - 1)
-            pads.append((total // 2, total - total // 2))
-        return (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
-    ph, pw = _pair(padding, "padding")
-    return (ph, pw, ph, pw)
-
-
-def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
-           groups: int = 1) -> Tensor:
-    """2-D cross-correlation of ``N x C x H x W`` (or ``C x H x W``) input with ``O x C/groups x KH
-    x KW`` weights."""
-    unbatched = x.ndim == 3
-    if unbatched:
-        x = x.unsqueeze(0)
-    dilation = _pair(dilation, "dilation")
-    attrs = (("strides", _pair(stride, "stride")), ("pads", _conv_padding(padding, weight, dilation)),
-             ("dilations", dilation), ("groups", int(groups)))
-    y = apply(_CONV2D, attrs, x, weight) if bias is None else apply(_CONV2D, attrs, x, weight, bias)
-    return y.squeeze(0) if unbatched else y
 
 
 # --- pooling ------------------------------------------------------------------------------------------------
@@ -425,21 +387,6 @@ def one_hot(indices: Tensor, num_classes: int = -1) -> Tensor:
     if num_classes < 0:
         num_classes = int(np.asarray(indices).max()) + 1 if indices.numel() else 0
     return _apply1(_ONE_HOT, (("num_classes", int(num_classes)),), _cast_to(indices, _dt.int64))
-
-
-def pad(x: Tensor, pad, mode: str = "constant", value: float = 0.0) -> Tensor:
-    """``pad`` lists (begin, end) pairs from the last dim backwards, as PyTorch; negative pads
-    crop.  Constant padding only."""
-    if mode != "constant":
-        raise NotImplementedError(f"pad(mode={mode!r}) is not supported (only 'constant')")
-    pad = [int(p) for p in pad]
-    if len(pad) % 2 or len(pad) // 2 > x.ndim:
-        raise RuntimeError(f"Padding length must be divisible by 2 and at most twice the rank, got {len(pad)}")
-    begins, ends = [0] * x.ndim, [0] * x.ndim
-    for i in range(len(pad) // 2):
-        begins[x.ndim - 1 - i], ends[x.ndim - 1 - i] = pad[2 * i], pad[2 * i + 1]
-    from lezero.eager.dispatch import lz_op
-    return _apply1(lz_op("lz.pad"), (("pads", tuple(begins + ends)), ("value", float(value))), x)
 
 
 # --- losses ---------------------------------------------------------------------------------------------------

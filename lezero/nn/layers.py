@@ -51,56 +51,6 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-class Conv2d(Module):
-    """``weight`` is ``out x in/groups x KH x KW``, initialized as ``Linear``'s (fan_in = in/groups
-    * KH * KW)."""
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None):
-        super().__init__()
-        if in_channels % groups or out_channels % groups:
-            raise ValueError("in_channels and out_channels must be divisible by groups")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"padding_mode={padding_mode!r} is not supported (only 'zeros')")
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = F._pair(kernel_size, "kernel_size")
-        self.stride = F._pair(stride, "stride")
-        self.padding = padding if isinstance(padding, str) else F._pair(padding, "padding")
-        self.dilation = F._pair(dilation, "dilation")
-        self.groups = groups
-        self.padding_mode = padding_mode
-        d = _float_dtype(dtype)
-        self.weight = Parameter(empty(out_channels, in_channels // groups, *self.kernel_size, dtype=d))
-        if bias:
-            self.bias = Parameter(empty(out_channels, dtype=d))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            if fan_in:
-                bound = 1 / math.sqrt(fan_in)
-                init.uniform_(self.bias, -bound, bound)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
-
-    def extra_repr(self) -> str:
-        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
-        if self.padding != (0, 0):
-            s += f", padding={self.padding}"
-        if self.dilation != (1, 1):
-            s += f", dilation={self.dilation}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.bias is None:
-            s += ", bias=False"
-        return s
-
-
 class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False,
                  ceil_mode: bool = False):
@@ -390,6 +340,9 @@ class Softplus(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.softplus(x, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
 
 
 class Softmax(Module):
