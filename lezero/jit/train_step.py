@@ -30,6 +30,13 @@ wrong in general: a kernel updating ``W2`` could run before the kernel that stil
 ``W2`` for the previous layer's gradient.  The model, the optimizer and its ``state_dict`` always
 see the current values, so eager and compiled steps can be mixed freely.
 
+**Gradient clipping and accumulation are part of the step.**  ``clip_grad_norm``/``clip_grad_value``
+become IR ops on the gradients before the update (``optim.grad_clipping``: PyTorch's
+``clip_grad_norm_``/``clip_grad_value_`` numerics).  With ``accumulate=k`` a call is one
+micro-batch: the first ``k - 1`` calls of a cycle run a step that returns the gradients summed so
+far (kept in ``p.grad``, as ``backward()`` sums them), the last adds its own, clips, updates and
+clears ``p.grad``; each of these three kinds of call is one compiled function.
+
 **Training-mode layers are part of the step.**  Dropout draws from the generator's state, an
 argument of the step bound and advanced at every call (``lezero.creation.RandomArgument``), so
 every step draws new masks, the ones the eager loop draws from the same seed.  A forward that

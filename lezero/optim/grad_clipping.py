@@ -16,8 +16,8 @@ def _constant(b, value, like):
 
 def emit_grad_norm(b, grads: list, norm_type: float):
     """The ``norm_type`` norm of all ``grads`` together, as PyTorch computes it: the norm of the
-    per-gradient norms (``inf``: the largest magnitude)."""
-    if norm_type == math.inf:
+    per-gradient norms."""
+    if norm_type == math.inf:  # the largest magnitude
         norms = [b.op("lz.reduce_max", b.op("lz.abs", g)) for g in grads]
         total = norms[0]
         for n in norms[1:]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from lezero.eager.core import wrap as _wrap
-from lezero.eager.device_arrays import copy_into, host, is_torch, like, numpy_dtype, size
+from lezero.eager.device_arrays import copy_into, host, like, numpy_dtype, size
 from lezero.eager.tensor import Tensor
 from lezero.optim.optimizer import Optimizer, check_hyperparameters
 
@@ -121,7 +121,7 @@ def _loaded(value):
         return [_loaded(v) for v in value]
     elif value is None or isinstance(value, (int, float)):
         return value
-    array = host(value) if is_torch(value) else np.array(value)
+    array = np.array(np.asarray(value))  # torch tensors too (their __array__ takes no copy argument)
     return array[()] if array.ndim == 0 else array
 
 

@@ -248,12 +248,13 @@ def _eager_accumulating_loop(model, loss_fn, optimizer, batches, accumulate=1, c
     return np.array(losses), norms
 
 
-CLIPPING = {
-    "norm": dict(max_norm=0.5),
-    "inf norm": dict(max_norm=0.2, norm_type=float("inf")),
-    "1-norm": dict(max_norm=2.0, norm_type=1.0),
-    "3-norm": dict(max_norm=0.3, norm_type=3.0),
-    "value": dict(clip_value=0.02),
+CLIPPING = {  # options, optimizer
+    "norm": (dict(max_norm=0.5), "adam"),
+    "inf norm": (dict(max_norm=0.2, norm_type=float("inf")), "adam"),
+    "inf norm sgd": (dict(max_norm=0.01, norm_type=float("inf")), "sgd-nesterov"),
+    "1-norm": (dict(max_norm=2.0, norm_type=1.0), "adam"),
+    "3-norm": (dict(max_norm=0.3, norm_type=3.0), "adam"),
+    "value": (dict(clip_value=0.02), "adam"),
 }
 
 
@@ -287,8 +288,9 @@ def _clip_runs(clip, accumulate=1, make_optimizer=OPTIMIZERS["adam"], n=12):
 
 @pytest.mark.parametrize("name", list(CLIPPING))
 def test_clipping_inside_the_compiled_step_follows_torch_clipping(name):
-    clip = CLIPPING[name]
-    (eager_losses, norms, eager_model, _), (losses, _, model, step) = _clip_runs(clip)
+    clip, optimizer = CLIPPING[name]
+    (eager_losses, norms, eager_model, _), (losses, _, model, step) = _clip_runs(clip,
+                                                                              make_optimizer=OPTIMIZERS[optimizer])
     if "max_norm" in clip:
         assert max(norms) > clip["max_norm"]  # the clipping acted
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-5, atol=1e-6)
@@ -297,7 +299,7 @@ def test_clipping_inside_the_compiled_step_follows_torch_clipping(name):
     assert ("lz.min" in step.graph) and len(step._steps) == 1
 
 
-@pytest.mark.parametrize("accumulate,clip", [(3, None), (2, CLIPPING["norm"])], ids=["3 micro-batches", "2 clipped"])
+@pytest.mark.parametrize("accumulate,clip", [(3, None), (2, CLIPPING["norm"][0])], ids=["3 micro-batches", "2 clipped"])
 def test_gradient_accumulation_compiled_follows_the_eager_loop(accumulate, clip):
     (eager_losses, _, eager_model, _), (losses, _, model, step) = _clip_runs(clip, accumulate)
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-5, atol=1e-6)
@@ -325,3 +327,6 @@ def test_accumulated_gradients_are_in_p_grad_between_calls():
         lz.jit.compile_train_step(model, nn.CrossEntropyLoss(), optimizer, x1, y1, accumulate=0)
     with pytest.raises(ValueError, match="clip_grad_norm must be a non-negative max norm, got -1"):
         lz.jit.compile_train_step(model, nn.CrossEntropyLoss(), optimizer, x1, y1, clip_grad_norm=-1)
+    with pytest.raises(ValueError, match="norm_type must be positive or inf, got -inf"):
+        lz.jit.compile_train_step(model, nn.CrossEntropyLoss(), optimizer, x1, y1, clip_grad_norm=1,
+                                  norm_type=float("-inf"))
