@@ -34,7 +34,6 @@ import math
 
 import numpy as np
 
-from lezero.eager import device_arrays as _dev
 from lezero.eager.autograd import no_grad
 from lezero.eager.core import Tensor
 from lezero.eager.creation import eye, tensor
@@ -93,7 +92,7 @@ def matrix_norm(a, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None) -> Ten
     (``inf``, ``-inf``) sum over the two dims ``dim``."""
     _float("matrix_norm", a)
     if a.ndim < 2:
-        raise RuntimeError(f"linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
+        raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
     if dtype is not None:
         a = a.to(dtype)
     rows, columns = (d % a.ndim for d in dim)
@@ -160,7 +159,7 @@ def qr(a: Tensor, mode: str = "reduced") -> QR:
                            f"or 'complete'")
     _float("qr", a)
     if a.ndim < 2:
-        raise RuntimeError(f"linalg.qr: The input tensor A must have at least 2 dimensions.")
+        raise RuntimeError("linalg.qr: The input tensor A must have at least 2 dimensions.")
     m, n = a.shape[-2:]
     q, r, _ = _householder(a)
     r = r.triu()
@@ -202,7 +201,7 @@ def _back_substitute(r: Tensor, c: Tensor, name: str, unitriangular: bool = Fals
     """``x`` with ``r x = c`` (``r`` upper triangular ``n x n``, ``c`` ``n x k``), row by row from the last."""
     n = r.shape[-1]
     if not unitriangular:
-        zero = np.flatnonzero((_dev.host(_diagonal(r).detach()._data).reshape(-1, n) == 0).any(axis=0))
+        zero = np.flatnonzero((_diagonal(r).detach().numpy().reshape(-1, n) == 0).any(axis=0))
         if zero.size:
             raise RuntimeError(f"linalg.{name}: The solver failed because the input matrix is singular (the diagonal "
                                f"element {int(zero[0]) + 1} is zero).")
@@ -276,7 +275,7 @@ def cholesky(a: Tensor, *, upper: bool = False) -> Tensor:
     for j in range(n):
         column = a.select(-1, j) - (lower @ lower.select(-2, j).unsqueeze(-1)).squeeze(-1)
         pivot = column.narrow(-1, j, 1)
-        if (_dev.host(pivot.detach()._data) <= 0).any():
+        if (pivot.detach().numpy() <= 0).any():
             raise RuntimeError(f"linalg.cholesky: The factorization could not be completed because the input is not "
                                f"positive-definite (the leading minor of order {j + 1} is not positive-definite).")
         root = pivot.sqrt()
@@ -293,11 +292,11 @@ def _jacobi(a: Tensor) -> tuple:
     n = a.shape[-1]
     unit = np.eye(n)
     v = eye(n, dtype=a.dtype, device=a.device).expand(*a.shape).clone()
-    scale = float(_dev.host((a * a).sum((-2, -1)).amax()._data)) or 1.0
-    tolerance = (np.finfo(_dev.numpy_dtype(a._data)).eps * n) ** 2 * scale
+    scale = (a * a).sum((-2, -1)).amax().item() or 1.0
+    tolerance = (np.finfo(a.dtype.numpy).eps * n) ** 2 * scale
     for _ in range(JACOBI_SWEEPS):
-        if float(_dev.host((a * a).sum((-2, -1)).amax()._data)) - \
-                float(_dev.host((_diagonal(a) ** 2).sum(-1).amin()._data)) <= tolerance:
+        if (a * a).sum((-2, -1)).amax().item() - \
+                (_diagonal(a) ** 2).sum(-1).amin().item() <= tolerance:
             break
         for p in range(n - 1):
             for q in range(p + 1, n):

@@ -332,7 +332,7 @@ class Selection:
         return flat.index_select(0, wrap(_dev.like(positions.astype(np.int64), self._data)))
 
     def nonzero(self, *, as_tuple=False):
-        coordinates = np.nonzero(_dev.host(self._data).reshape(self.shape or (1,)))
+        coordinates = np.nonzero(self.detach().numpy().reshape(self.shape or (1,)))
         if as_tuple:
             return tuple(wrap(_dev.like(c.astype(np.int64), self._data)) for c in coordinates)
         return wrap(_dev.like(np.stack(coordinates, axis=1).astype(np.int64).reshape(-1, max(self.ndim, 1)),
@@ -353,7 +353,7 @@ class Selection:
         if not replacement and num_samples > n:
             raise RuntimeError(f"cannot sample n_sample > prob_dist.size(-1) samples without replacement "
                                f"({num_samples} > {n})")
-        p = _dev.host(rows.detach()._data)
+        p = rows.detach().numpy()
         if not np.isfinite(p).all() or (p < 0).any():
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
         if (p.sum(axis=1) <= 0).any():

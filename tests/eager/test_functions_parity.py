@@ -242,3 +242,27 @@ def test_a_hook_removed_no_longer_runs_and_hooks_need_grad():
         lz.tensor([1.0]).register_hook(lambda g: g)
     with pytest.raises(RuntimeError, match="requires_grad=False"):
         lz.tensor([1.0]).retain_grad()
+
+
+# --- the names issue 19 lists for this part (and their neighbours) exist, as functions and methods -----
+
+FUNCTIONS = ["einsum", "triu", "tril", "topk", "sort", "argsort", "msort", "cumsum", "cumprod", "cummax", "cummin",
+             "logcumsumexp", "gather", "take_along_dim", "scatter", "scatter_add", "scatter_reduce", "index_select",
+             "masked_fill", "masked_select", "nonzero", "argwhere", "multinomial", "isnan", "isinf", "isposinf",
+             "isneginf", "isfinite", "tril_indices", "triu_indices"]
+METHODS = ["topk", "sort", "argsort", "msort", "cumsum", "cumprod", "cumsum_", "cumprod_", "cummax", "cummin",
+           "logcumsumexp", "tril", "triu", "tril_", "triu_", "gather", "take_along_dim", "scatter", "scatter_",
+           "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "index_select", "masked_select",
+           "nonzero", "argwhere", "multinomial", "isnan", "isinf", "isposinf", "isneginf", "isfinite",
+           "register_hook", "retain_grad", "retains_grad"]
+LINALG = ["norm", "vector_norm", "matrix_norm", "solve", "solve_triangular", "inv", "det", "slogdet", "qr", "svd",
+          "svdvals", "eigh", "eigvalsh", "cholesky"]
+FFT = ["fft", "ifft", "rfft", "irfft", "fftfreq", "rfftfreq"]
+
+
+def test_every_listed_name_exists_where_torch_has_it():
+    for names, ours, theirs in [(FUNCTIONS, lz, torch), (METHODS, lz.Tensor, torch.Tensor),
+                                (LINALG, lz.linalg, torch.linalg), (FFT, lz.fft, torch.fft)]:
+        assert all(hasattr(theirs, n) for n in names), [n for n in names if not hasattr(theirs, n)]
+        missing = [n for n in names if not hasattr(ours, n)]
+        assert not missing, f"{ours.__name__} lacks {missing}"

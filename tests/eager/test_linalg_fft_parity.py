@@ -161,9 +161,10 @@ def test_fft_frequencies_and_errors():
 
 # --- eigh and svd: eigenvectors and singular vectors up to sign, so compared squared -------------------
 
-SYMMETRIC = (lambda b: b + b.T)(RNG.standard_normal((4, 4)))
+SQUARE = RNG.standard_normal((4, 4))
+SYMMETRIC = SQUARE + SQUARE.T
 LOW = 1e-7
-LOOSE = dict(rtol=LOW, atol=LOW * 1e-2)  # svd squares the condition number (eigh of the Gram matrix)
+LOOSE = {"rtol": LOW, "atol": LOW * 1e-2}  # svd squares the condition number (eigh of the Gram matrix)
 
 
 def _eigh_parts(lib):
@@ -175,7 +176,8 @@ def _eigh_parts(lib):
 
 def test_eigh_matches_torch_with_gradients():
     compare(_eigh_parts(lz), _eigh_parts(torch), SYMMETRIC)
-    batch = (lambda b: b + b.transpose(0, 2, 1))(RNG.standard_normal((2, 3, 3)))
+    batch = RNG.standard_normal((2, 3, 3))
+    batch = batch + batch.transpose(0, 2, 1)
     compare(_eigh_parts(lz), _eigh_parts(torch), batch)
 
 
@@ -206,8 +208,9 @@ def test_full_svd_and_the_norms_of_singular_values():
     assert u.shape == (5, 5) and vh.shape == (3, 3)
     np.testing.assert_allclose(u.numpy().T @ u.numpy(), np.eye(5), atol=1e-10)
     np.testing.assert_allclose(u.numpy()[:, :3] @ np.diag(s.numpy()) @ vh.numpy(), TALL, atol=1e-10)
-    for ord in ("nuc", 2, -2):
-        compare(lambda a: lz.linalg.matrix_norm(a, ord), lambda a: torch.linalg.matrix_norm(a, ord), WIDE, tol=LOOSE)
+    for order in ("nuc", 2, -2):
+        compare(lambda a, o=order: lz.linalg.matrix_norm(a, o), lambda a, o=order: torch.linalg.matrix_norm(a, o), WIDE,
+                tol=LOOSE)
     compare(lambda a: lz.linalg.norm(a, 2, dim=(0, 2)), lambda a: torch.linalg.norm(a, 2, dim=(0, 2)), BATCH, tol=LOOSE)
     with pytest.raises(RuntimeError, match="full_matrices=True"):
         lz.linalg.svd(lz.tensor(TALL, requires_grad=True))
