@@ -1,6 +1,6 @@
 """Optimizers updating cuda parameters (under Triton's interpreter, ``TRITON_INTERPRET=1``) follow
-the CPU path step for step: SGD with momentum, Adam, AdamW with amsgrad; their state lives on
-the parameters' device."""
+the CPU path step for step: SGD with momentum, Adam, AdamW with amsgrad, RMSprop, Adagrad,
+Adamax, NAdam, RAdam; their state lives on the parameters' device."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +14,11 @@ OPTIMIZERS = {
     "sgd-momentum": lambda p: lz.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-2),
     "adam": lambda p: lz.optim.Adam(p, lr=1e-2),
     "adamw-amsgrad": lambda p: lz.optim.AdamW(p, lr=1e-2, weight_decay=0.1, amsgrad=True),
+    "rmsprop-centered": lambda p: lz.optim.RMSprop(p, lr=1e-2, momentum=0.5, centered=True),
+    "adagrad": lambda p: lz.optim.Adagrad(p, lr=1e-2, initial_accumulator_value=0.1),
+    "adamax": lambda p: lz.optim.Adamax(p, lr=1e-2),
+    "nadam": lambda p: lz.optim.NAdam(p, lr=1e-2),
+    "radam": lambda p: lz.optim.RAdam(p, lr=1e-2, betas=(0.5, 0.6)),
 }
 
 
@@ -43,4 +48,27 @@ def test_cuda_updates_equal_the_cpu_updates(name):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     for state in optimizer.state.values():
         for key, value in state.items():
-            assert value.is_cuda == (key != "step"), key   # moments next to the parameter, the count on the host
+            # moments next to the parameter, the count (and NAdam's momentum product) on the host
+            assert value.is_cuda == (key not in ("step", "mu_product")), key
+
+
+def test_lbfgs_on_cuda_parameters_equals_the_cpu_run():
+    def run(device):
+        rng = np.random.default_rng(0)
+        w = lz.from_numpy(rng.standard_normal((3, 4)).astype(np.float32)).to(device).requires_grad_()
+        x = lz.from_numpy(rng.standard_normal((5, 3)).astype(np.float32)).to(device)
+        optimizer = lz.optim.LBFGS([w], max_iter=4, line_search_fn="strong_wolfe")
+
+        def closure():
+            optimizer.zero_grad()
+            loss = ((x @ w).tanh() ** 2).sum()
+            loss.backward()
+            return loss
+
+        for _ in range(2):
+            optimizer.step(closure)
+        return w
+
+    cpu, cuda = run("cpu"), run("cuda")
+    assert cuda.is_cuda
+    np.testing.assert_allclose(cuda.detach().numpy(), cpu.detach().numpy(), rtol=1e-4, atol=1e-5)
