@@ -201,7 +201,7 @@ class LBFGS(Optimizer):
             flat_grad = self._gather_flat_grad()
             if np.abs(flat_grad).max() <= tolerance_grad:
                 return orig_loss
-            d, t, old_dirs, old_stps, ro, H_diag, prev_flat_grad, prev_loss = (  # noqa: N806
+            d, t, old_dirs, old_stps, ro, H_diag, prev_flat_grad, prev_loss = (
                 _loaded(state.get(key)) for key in ("d", "t", "old_dirs", "old_stps", "ro", "H_diag",
                                                      "prev_flat_grad", "prev_loss"))
             n_iter = 0
@@ -210,7 +210,7 @@ class LBFGS(Optimizer):
                 state["n_iter"] += 1
                 if state["n_iter"] == 1:
                     d = -flat_grad
-                    old_dirs, old_stps, ro, H_diag = [], [], [], 1  # noqa: N806
+                    old_dirs, old_stps, ro, H_diag = [], [], [], 1
                 else:
                     y = flat_grad - prev_flat_grad
                     s = d * t
@@ -223,7 +223,7 @@ class LBFGS(Optimizer):
                         old_dirs.append(y)
                         old_stps.append(s)
                         ro.append(1.0 / ys)
-                        H_diag = ys / y.dot(y)  # noqa: N806
+                        H_diag = ys / y.dot(y)
                     num_old = len(old_dirs)
                     al = _loaded(state["al"]) if "al" in state else [None] * history_size
                     q = -flat_grad

@@ -52,7 +52,7 @@ class _ExceptionInWorker:
     """An exception raised in a worker, sent to the main process to be raised there again."""
 
     def __init__(self, worker_id: int, where: str = "in DataLoader worker process"):
-        exc_type, exc, _ = sys.exc_info()
+        exc_type = sys.exc_info()[0]
         self.exc_type = exc_type
         self.message = f"Caught {exc_type.__name__} {where} {worker_id}.\nOriginal {traceback.format_exc()}"
 
