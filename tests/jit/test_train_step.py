@@ -233,7 +233,14 @@ def _torch_clip(params, max_norm=None, norm_type=2.0, clip_value=None) -> float:
     return total
 
 
-def _eager_accumulating_loop(model, loss_fn, optimizer, batches, accumulate=1, clip=None):
+def _lezero_clip(params, max_norm=None, norm_type=2.0, clip_value=None) -> float:
+    """The same with the eager ``lz.nn.utils`` clipping."""
+    if clip_value is not None:
+        lz.nn.utils.clip_grad_value_(params, clip_value)
+    return lz.nn.utils.clip_grad_norm_(params, max_norm, norm_type).item() if max_norm is not None else 0.0
+
+
+def _eager_accumulating_loop(model, loss_fn, optimizer, batches, accumulate=1, clip=None, clip_with=_torch_clip):
     losses, norms = [], []
     optimizer.zero_grad()
     for i, (x, y) in enumerate(batches):
@@ -242,7 +249,7 @@ def _eager_accumulating_loop(model, loss_fn, optimizer, batches, accumulate=1, c
         losses.append(loss.item())
         if (i + 1) % accumulate == 0:
             if clip is not None:
-                norms.append(_torch_clip(list(model.parameters()), **clip))
+                norms.append(clip_with(list(model.parameters()), **clip))
             optimizer.step()
             optimizer.zero_grad()
     return np.array(losses), norms
@@ -264,7 +271,7 @@ def _compiled_options(clip):
                                   clip_grad_value=clip.get("clip_value")).items() if v is not None}
 
 
-def _clip_runs(clip, accumulate=1, make_optimizer=OPTIMIZERS["adam"], n=12):
+def _clip_runs(clip, accumulate=1, make_optimizer=OPTIMIZERS["adam"], n=12, clip_with=_torch_clip):
     criterion = nn.CrossEntropyLoss()
 
     def loss_fn(out, y):
@@ -281,7 +288,7 @@ def _clip_runs(clip, accumulate=1, make_optimizer=OPTIMIZERS["adam"], n=12):
                                              **_compiled_options(clip))
             runs.append((np.array([step(x, y).item() for x, y in batches]), None, model, step))
         else:
-            losses, norms = _eager_accumulating_loop(model, loss_fn, optimizer, batches, accumulate, clip)
+            losses, norms = _eager_accumulating_loop(model, loss_fn, optimizer, batches, accumulate, clip, clip_with)
             runs.append((losses, norms, model, None))
     return runs
 
@@ -297,6 +304,14 @@ def test_clipping_inside_the_compiled_step_follows_torch_clipping(name):
     for (n, p), q in zip(model.named_parameters(), eager_model.parameters()):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=n)
     assert ("lz.min" in step.graph) and len(step._steps) == 1
+
+
+@pytest.mark.parametrize("clip", [CLIPPING["norm"][0], CLIPPING["value"][0]], ids=["norm", "value"])
+def test_clipping_compiled_follows_eager_nn_utils_clipping(clip):
+    (eager_losses, _, eager_model, _), (losses, _, model, _) = _clip_runs(clip, accumulate=2, clip_with=_lezero_clip)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-5, atol=1e-6)
+    for (n, p), q in zip(model.named_parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=n)
 
 
 @pytest.mark.parametrize("accumulate,clip", [(3, None), (2, CLIPPING["norm"][0])], ids=["3 micro-batches", "2 clipped"])
