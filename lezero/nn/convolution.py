@@ -70,7 +70,7 @@ def _emit_conv2d(b, attrs, x, w, *bias):
 def _emit_conv3d(b, attrs, x, w, *bias):
     """``N x C x D x H x W`` by ``O x C/G x KD x KH x KW`` as one ``conv2d`` (module docstring):
     channels of the stacked input ordered (group, depth tap, channel), as the reordered weights."""
-    _, c, _, h, wd = x.type.shape
+    _, _, _, h, wd = x.type.shape
     o, cg, kd, kh, kw = w.type.shape
     g = attrs["groups"]
     sd, sh, sw = attrs["strides"]
@@ -102,7 +102,7 @@ def _emit_conv3d(b, attrs, x, w, *bias):
 def _emit_conv_transpose2d(b, attrs, x, w, *bias):
     """The input gradient of ``conv2d`` with these weights, for an input of the output's size."""
     n, _, h, wd = x.type.shape
-    cin, cout_g, kh, kw = w.type.shape
+    _, cout_g, kh, kw = w.type.shape
     (sh, sw), (ph, pw), (oph, opw), (dh, dw) = attrs["strides"], attrs["padding"], attrs["output_padding"], \
         attrs["dilations"]
     out_shape = (n, cout_g * attrs["groups"], (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1,

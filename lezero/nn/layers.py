@@ -4,11 +4,12 @@ from __future__ import annotations
 import math
 
 from lezero.eager import dtypes as _dt
-from lezero.eager.creation import empty, ones, tensor, zeros
+from lezero.eager.creation import empty, ones, zeros
 from lezero.eager.tensor import Tensor
 from lezero.nn import functional as F
 from lezero.nn import init
 from lezero.nn.module import Module, Parameter
+from lezero.nn.normalization import NormBase
 
 
 def _float_dtype(dtype):
@@ -94,7 +95,7 @@ class AdaptiveAvgPool2d(Module):
         return f"output_size={self.output_size}"
 
 
-class _BatchNorm(Module):
+class _BatchNorm(NormBase):
     """Per-channel (dim 1) normalization: batch statistics in training (updating the running
     ones), running statistics in evaluation."""
 
@@ -102,36 +103,7 @@ class _BatchNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None):
-        super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        d = _float_dtype(dtype)
-        if affine:
-            self.weight = Parameter(ones(num_features, dtype=d))
-            self.bias = Parameter(zeros(num_features, dtype=d))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=d))
-            self.register_buffer("running_var", ones(num_features, dtype=d))
-            self.register_buffer("num_batches_tracked", tensor(0, dtype=_dt.int64))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
-
-    def reset_running_stats(self) -> None:
-        if self.track_running_stats:
-            self.running_mean.zero_()
-            self.running_var.fill_(1)
-            self.num_batches_tracked.zero_()
-
-    def reset_parameters(self) -> None:
-        self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            init.zeros_(self.bias)
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim not in self.expected_ranks:
@@ -145,10 +117,6 @@ class _BatchNorm(Module):
         tracked = not self.training or self.track_running_stats
         return F.batch_norm(x, self.running_mean if tracked else None, self.running_var if tracked else None,
                             self.weight, self.bias, batch_stats, factor, self.eps)
-
-    def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):

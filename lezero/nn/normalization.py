@@ -182,18 +182,18 @@ class GroupNorm(Module):
                 f"bias={self.bias is not None}")
 
 
-class _InstanceNorm(Module):
-    """PyTorch's defaults: no affine parameters, no running statistics."""
+class NormBase(Module):
+    """What batch and instance norm share (PyTorch's ``_NormBase``): ``weight`` ones and ``bias``
+    zeros (C) when ``affine``, and with ``track_running_stats`` the buffers ``running_mean``
+    (zeros), ``running_var`` (ones) and ``num_batches_tracked``."""
 
-    spatial_dims = 0
-
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
-                 track_running_stats: bool = False, device=None, dtype=None, *, bias: bool = True):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        d = _float_dtype(dtype)
         _affine_parameters(self, num_features, affine, bias, dtype)
+        d = _float_dtype(dtype)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features, dtype=d))
             self.register_buffer("running_var", ones(num_features, dtype=d))
@@ -202,6 +202,30 @@ class _InstanceNorm(Module):
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
             self.register_buffer("num_batches_tracked", None)
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            self.running_mean.zero_()
+            self.running_var.fill_(1)
+            self.num_batches_tracked.zero_()
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        _reset_affine(self)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class _InstanceNorm(NormBase):
+    """PyTorch's defaults: no affine parameters, no running statistics."""
+
+    spatial_dims = 0
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
+                 track_running_stats: bool = False, device=None, dtype=None, *, bias: bool = True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         n = self.spatial_dims
@@ -221,13 +245,6 @@ class _InstanceNorm(Module):
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
                 f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
-
-    def reset_parameters(self) -> None:
-        if self.track_running_stats:
-            self.running_mean.zero_()
-            self.running_var.fill_(1)
-            self.num_batches_tracked.zero_()
-        _reset_affine(self)
 
 
 class InstanceNorm1d(_InstanceNorm):

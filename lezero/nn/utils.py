@@ -10,31 +10,32 @@ from __future__ import annotations
 import math
 
 from lezero.eager.autograd import no_grad
+from lezero.eager.core import apply
 from lezero.eager.creation import tensor
-from lezero.eager.functions import cat, stack
+from lezero.eager.dispatch import EagerOp
+from lezero.eager.functions import cat
 from lezero.eager.tensor import Tensor
+from lezero.optim.grad_clipping import emit_grad_norm
 
 
 def _tensors(parameters) -> list:
     return [parameters] if isinstance(parameters, Tensor) else list(parameters)
 
 
-def _vector_norm(t: Tensor, norm_type: float) -> Tensor:
-    if norm_type == math.inf:
-        return t.abs().max()
-    if norm_type == -math.inf:
-        return t.abs().min()
-    return t.reshape(-1).norm(norm_type)
+_TOTAL_NORM = EagerOp("total_norm", lambda b, attrs, *grads: [emit_grad_norm(b, list(grads), attrs["norm_type"])])
 
 
 def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None) -> Tensor:
-    """The ``norm_type`` norm of the tensors' norms (a rank-0 tensor; 0 for none)."""
+    """The ``norm_type`` norm of the tensors' norms (a rank-0 tensor; 0 for none): one op, the
+    rule ``compile_train_step`` clips with (``optim.grad_clipping.emit_grad_norm``)."""
     tensors = [t for t in _tensors(tensors) if t is not None]
     norm_type = float(norm_type)
+    if not (norm_type == math.inf or norm_type > 0):
+        raise ValueError(f"norm_type must be positive or inf, got {norm_type}")
     if not tensors:
         return tensor(0.0)
     with no_grad():
-        total = _vector_norm(stack([_vector_norm(t, norm_type) for t in tensors]), norm_type)
+        total = apply(_TOTAL_NORM, (("norm_type", norm_type),), *tensors)
     if error_if_nonfinite and not math.isfinite(total.item()):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
                            "it cannot be clipped. To disable this error and scale the gradients by the non-finite "

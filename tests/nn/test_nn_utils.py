@@ -43,6 +43,8 @@ def test_total_norm_nonfinite_and_empty():
     with pytest.raises(RuntimeError, match="non-finite"):
         lz.nn.utils.clip_grad_norm_(lz_model.parameters(), 1.0, error_if_nonfinite=True)
     assert lz.nn.utils.clip_grad_norm_([lz.nn.Parameter(lz.ones(2))], 1.0).item() == 0.0  # no gradients
+    with pytest.raises(ValueError, match="norm_type must be positive or inf, got -inf"):
+        lz.nn.utils.get_total_norm(grads, -math.inf)
 
 
 def test_clip_grad_value():
