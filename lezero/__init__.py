@@ -39,6 +39,8 @@ from lezero.eager.autograd import (enable_grad, inference_mode, is_grad_enabled,
 from lezero.eager.autograd import grad_transform as grad  # noqa: E402
 from lezero.eager import autograd  # noqa: E402
 from lezero.eager.serialization import load, save  # noqa: E402
+from lezero.eager.creation import from_dlpack  # noqa: E402  (torch.from_dlpack)
+from lezero.eager.interop import ForeignInputError  # noqa: E402
 from lezero import nn, optim, utils  # noqa: E402
 from lezero import jit  # noqa: E402  (lz.jit.trace, lz.jit.compile_train_step)
 

@@ -22,12 +22,18 @@ Reshapes of a contiguous array need no kernel (``reshaped``): they return a tens
 """
 from __future__ import annotations
 
+import __future__
+import ast
+import inspect
+import textwrap
+
 import numpy as np
 
 from lezero.eager import device_arrays as _dev
 from lezero.eager import dtypes as _dt
 from lezero.eager.device_arrays import FLOATS, kind, storage
 from lezero.eager.dispatch import RUNNERS, EagerOp, OperatorError, runner_for, user_location
+from lezero.eager.interop import not_a_tensor, storage_of
 from lezero.eager.ops import CAST, RESHAPE
 from lezero.runtime.devices import Device
 
@@ -110,11 +116,96 @@ def wrap(array) -> "Tensor":
     return t
 
 
+# --- inputs from other libraries (lezero.eager.interop): off the hot path ---------------------------------
+
+# Classes of values an input check lets through unconverted: tensors, and what is known to be no array
+# (the slow path adds each class it meets: Parameter, str, ...).  One set lookup per argument.
+NOT_FOREIGN = {type(None), bool, int, float}
+
+
+def as_input(value, what: str) -> "Tensor":
+    """``value`` as a tensor input of ``what`` (an op, a module, a function): a tensor itself; an
+    array of another library (a torch tensor, a numpy array, DLPack, ``__array__``) a tensor
+    sharing its memory; anything else a ``ForeignInputError`` naming it."""
+    if isinstance(value, Tensor):
+        return value
+    array = storage_of(value, what)
+    if array is None:
+        raise not_a_tensor(value, what)
+    return wrap(array)
+
+
+def as_inputs(values: tuple, what: str) -> tuple:
+    """``values`` (a call's arguments) with each array of another library as a tensor; tensors and
+    other values as they are."""
+    for v in values:
+        if v.__class__ not in NOT_FOREIGN:
+            break
+    else:
+        return values
+    return tuple(_converted(v, what) for v in values)
+
+
+def _converted(value, what: str):
+    if value.__class__ in NOT_FOREIGN:
+        return value
+    if isinstance(value, Tensor):
+        NOT_FOREIGN.add(value.__class__)
+        return value
+    array = storage_of(value, what)
+    if array is None:
+        NOT_FOREIGN.add(value.__class__)
+        return value
+    return wrap(array)
+
+
+def accepting_arrays(fn):
+    """``fn`` (a function of tensors: ``nn.functional``'s) taking arrays of other libraries in each
+    parameter annotated ``Tensor`` too.  ``fn`` is compiled again from its source with one first
+    statement added, so no wrapper frame is paid: a class lookup per such argument
+    (``x.__class__ not in NOT_FOREIGN``), ``as_inputs`` only when one is not known.  Its file and
+    line numbers stay, for tracebacks and ``user_location``."""
+    checked = [p.name for p in inspect.signature(fn).parameters.values()
+               if "Tensor" in str(p.annotation) and p.kind in _NAMED]
+    if not checked:
+        return fn
+    func = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    if func.decorator_list or fn.__closure__ is not None:
+        raise TypeError(f"accepting_arrays: {fn.__qualname__} is decorated or a closure; it can take only a plain "
+                        f"module-level function (define it as one, or convert its inputs with as_inputs)")
+    ast.increment_lineno(func, fn.__code__.co_firstlineno - func.lineno)
+    names = ", ".join(checked)
+    check = ast.parse(f"if {' or '.join(f'{n}.__class__ not in _lz_plain' for n in checked)}:\n"
+                      f"    {names}, = _lz_as_inputs(({names},), {fn.__name__!r})").body[0]
+    has_docstring = isinstance(func.body[0], ast.Expr) and isinstance(func.body[0].value, ast.Constant)
+    first = func.body[1 if has_docstring and len(func.body) > 1 else 0]
+    for node in ast.walk(check):
+        ast.copy_location(node, first)
+    func.body.insert(func.body.index(first), check)
+    # def _make(_lz_plain, _lz_as_inputs): <fn>; return fn  -- the two names as closure cells
+    make = ast.parse("def _make(_lz_plain, _lz_as_inputs):\n    pass").body[0]
+    make.body = [func, ast.Return(ast.Name(fn.__name__, ast.Load()))]
+    module = ast.fix_missing_locations(ast.Module([make], []))
+    code = compile(module, fn.__code__.co_filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    scope: dict = {}
+    exec(code, fn.__globals__, scope)
+    rebuilt = scope["_make"](NOT_FOREIGN, as_inputs)
+    rebuilt.__qualname__, rebuilt.__wrapped__ = fn.__qualname__, fn
+    return rebuilt
+
+
+_NAMED = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
 # --- the hot path: one op ---------------------------------------------------------------------------
 
 def apply1(op: EagerOp, attrs: tuple, x: "Tensor") -> "Tensor":
     """``apply`` of a one-input, one-result op, written out: the commonest call."""
-    a = x._data
+    try:
+        a = x._data
+    except AttributeError:  # not a tensor (free in the common case: no exception)
+        x = as_input(x, op.name)
+        a = x._data
     key = (op, attrs, a.shape, a.dtype)
     run = RUNNERS.get(key)
     if run is None:
@@ -128,7 +219,11 @@ def apply1(op: EagerOp, attrs: tuple, x: "Tensor") -> "Tensor":
 
 def apply2(op: EagerOp, attrs: tuple, x: "Tensor", y: "Tensor") -> "Tensor":
     """``apply`` of a two-input, one-result op (binary operators), written out."""
-    a, b = x._data, y._data
+    try:
+        a, b = x._data, y._data
+    except AttributeError:  # not tensors
+        x, y = as_input(x, op.name), as_input(y, op.name)
+        a, b = x._data, y._data
     key = (op, attrs, a.shape, a.dtype, b.shape, b.dtype)
     run = RUNNERS.get(key)
     if run is None:
@@ -142,7 +237,11 @@ def apply2(op: EagerOp, attrs: tuple, x: "Tensor", y: "Tensor") -> "Tensor":
 
 def apply(op: EagerOp, attrs: tuple, *inputs: "Tensor"):
     """Run ``op`` on tensors: one tensor, or a tuple for an op with several results."""
-    arrays = [t._data for t in inputs]
+    try:
+        arrays = [t._data for t in inputs]
+    except AttributeError:  # not tensors
+        inputs = tuple(as_input(t, op.name) for t in inputs)
+        arrays = [t._data for t in inputs]
     key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
     run = RUNNERS.get(key)
     if run is None:
@@ -309,12 +408,32 @@ class Tensor:
         return _dev.host(self._data)
 
     def __array__(self, dtype=None, copy=None):
+        """``np.asarray(t)``: ``numpy()`` (the same memory; refused while ``t`` requires grad, as
+        PyTorch), copied only for another ``dtype``, a cuda tensor, or ``copy=True``; ``copy=False``
+        where a copy is needed raises, as numpy asks."""
         if Mode.on_escape is not None:
             escaping(self, "np.asarray()")
-        a = _dev.host(self._data)
-        if dtype is not None and np.dtype(dtype) != a.dtype:
+        a = self.numpy()
+        converts = dtype is not None and np.dtype(dtype) != a.dtype
+        if copy is False and (converts or a is not self._data):
+            raise ValueError(f"np.asarray(copy=False): a {self.device} tensor of {self.dtype} needs a copy as a numpy "
+                             f"array{' of ' + str(np.dtype(dtype)) if converts else ''}")
+        if converts:
             return a.astype(dtype)
         return a.copy() if copy else a
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """The tensor as a DLPack capsule of the same memory (``torch.from_dlpack(t)``,
+        ``np.from_dlpack(t)``, JAX, CuPy): its storage array's own export."""
+        if Mode.on_escape is not None:
+            escaping(self, "__dlpack__()")
+        if self.requires_grad:
+            raise BufferError("Can't export tensors that require gradient, use tensor.detach()")  # torch's
+        asked = {"stream": stream, "max_version": max_version, "dl_device": dl_device, "copy": copy}
+        return self._data.__dlpack__(**{k: v for k, v in asked.items() if v is not None})
+
+    def __dlpack_device__(self) -> tuple:
+        return self._data.__dlpack_device__()
 
     def item(self):
         if Mode.on_escape is not None:
@@ -392,6 +511,9 @@ class Tensor:
         self._node = None
         self.requires_grad = False
         return self
+
+
+NOT_FOREIGN.add(Tensor)
 
 
 def _rebuild(data, requires_grad, device=None):

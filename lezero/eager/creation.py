@@ -1,4 +1,5 @@
-"""Making tensors: from data (``tensor``, ``from_numpy``), filled (``zeros`` ... ``arange``), and
+"""Making tensors: from data (``tensor`` copies; ``as_tensor``, ``from_numpy``, ``from_dlpack`` share
+the memory of another library's array), filled (``zeros`` ... ``arange``), and
 random (``randn`` ..., seeded by ``manual_seed`` or a ``Generator``).
 
 ``device="cuda"`` makes the values on the host and copies them to the device (``to_device``).
@@ -19,9 +20,10 @@ import numpy as np
 
 from lezero.eager import dtypes as _dt
 from lezero.eager.core import Mode, Tensor, wrap
-from lezero.eager.device_arrays import CPU, device_of, host, storage, to_device
+from lezero.eager.device_arrays import CPU, device_of, host, numpy_dtype, storage, to_device
 from lezero.eager.device_arrays import like as storage_like
 from lezero.eager.dispatch import OperatorError, user_location
+from lezero.eager.interop import ForeignInputError, describe, storage_of
 from lezero.runtime.devices import device as _device
 
 
@@ -165,9 +167,9 @@ def _finish(array: np.ndarray, requires_grad: bool, device=None) -> Tensor:
 
 def _infer_dtype(data) -> "_dt.dtype":
     """PyTorch's inference from Python data: floats -> the default float, ints -> int64,
-    bools -> bool; numpy arrays keep their dtype."""
-    if isinstance(data, (np.ndarray, np.generic)) or (hasattr(data, "__array__") and hasattr(data, "dtype")):
-        return _dt.from_numpy_dtype(np.asarray(data).dtype)  # numpy arrays (and torch tensors) keep theirs
+    bools -> bool; numpy scalars keep their dtype."""
+    if isinstance(data, np.generic):
+        return _dt.from_numpy_dtype(data.dtype)
     array = np.asarray(_unwrap(data))
     if array.dtype.kind == "f":
         return _dt.get_default_dtype()
@@ -175,7 +177,8 @@ def _infer_dtype(data) -> "_dt.dtype":
         return _dt.int64
     if array.dtype.kind == "b":
         return _dt.bool_
-    raise TypeError(f"cannot make a tensor from {type(data).__name__} holding {array.dtype}")
+    raise ForeignInputError(f"lz.tensor: cannot make a tensor from {describe(data)} (numpy sees {array.dtype}): pass "
+                            f"numbers, (nested) lists of them, or an array (torch, numpy, DLPack)", user_location())
 
 
 def _on(array: np.ndarray, device):
@@ -192,29 +195,53 @@ def _unwrap(data):
 
 
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """A new tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays, tensors)."""
-    d = _dt.as_dtype(dtype) if dtype is not None else \
-        data.dtype if isinstance(data, Tensor) else _infer_dtype(data)
-    return _finish(np.array(_unwrap(data), dtype=d.numpy, order="C"), requires_grad, device)
+    """A new tensor holding a copy of ``data``: nested lists, numbers, tensors, or an array of
+    another library (torch, numpy, DLPack, ``__array__``: ``lezero.eager.interop``), which keeps
+    its dtype and, unless ``device`` is given, its device."""
+    source = data._data if isinstance(data, Tensor) else storage_of(data, "lz.tensor")
+    if source is None:
+        d = _dt.as_dtype(dtype) if dtype is not None else _infer_dtype(data)
+        return _finish(np.array(_unwrap(data), dtype=d.numpy, order="C"), requires_grad, device)
+    d = _dt.as_dtype(dtype) if dtype is not None else _dt.from_numpy_dtype(numpy_dtype(source))
+    copy = np.array(host(source), dtype=d.numpy, order="C")
+    return _finish(copy, requires_grad, device if device is not None else _storage_device(source))
+
+
+def _storage_device(array):
+    """The device of a storage array, None for the CPU (which needs no move)."""
+    d = device_of(array)
+    return None if d == CPU else d
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
-    """``data`` as a tensor, without a copy when it already is one (or a suitable numpy array)."""
+    """``data`` as a tensor, sharing its memory when it is a tensor or an array of another library
+    whose dtype and device are the ones asked for (PyTorch's ``as_tensor``); converted otherwise
+    (Python data is copied)."""
     if isinstance(data, Tensor):
         return data.to(dtype=dtype, device=device)
-    if isinstance(data, np.ndarray) and (dtype is None or _dt.as_dtype(dtype).numpy == data.dtype):
-        t = from_numpy(data)
-        return t if device is None else t.to(device)
-    return tensor(data, dtype, device)
+    source = storage_of(data, "lz.as_tensor")
+    if source is None:
+        return tensor(data, dtype, device)
+    return wrap(source).to(dtype=dtype, device=device)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor sharing ``array``'s memory (C-contiguous arrays; others are copied, since kernels
-    read contiguous buffers)."""
+    """A tensor sharing ``array``'s memory: a write through either shows in the other (C-contiguous
+    arrays; others are copied, since kernels read contiguous buffers)."""
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
-    _dt.from_numpy_dtype(array.dtype)  # a clear error for unsupported dtypes
-    return wrap(storage(array))
+        raise TypeError(f"expected np.ndarray (got {type(array).__name__}); lz.as_tensor takes any array")
+    return wrap(storage_of(array, "lz.from_numpy"))
+
+
+def from_dlpack(ext_tensor) -> Tensor:
+    """A tensor sharing the memory of ``ext_tensor``: an object with ``__dlpack__`` (a torch or
+    JAX array, a numpy array, ...) or a DLPack capsule (``torch.utils.dlpack.to_dlpack``)."""
+    if isinstance(ext_tensor, Tensor):
+        return ext_tensor
+    if not (hasattr(ext_tensor, "__dlpack__") or type(ext_tensor).__name__ == "PyCapsule"):
+        raise ForeignInputError(f"lz.from_dlpack: expected an object with __dlpack__ or a DLPack capsule, got "
+                                f"{describe(ext_tensor)} (lz.as_tensor takes any array)", user_location())
+    return wrap(storage_of(ext_tensor, "lz.from_dlpack"))
 
 
 def _shape(size) -> tuple:
@@ -277,10 +304,7 @@ def empty_like(t: Tensor, dtype=None, device=None, requires_grad=False) -> Tenso
 
 def _like_device(t: Tensor, device):
     """``*_like``'s device: ``t``'s unless given (None for the CPU, which needs no copy)."""
-    if device is not None:
-        return device
-    d = device_of(t._data)
-    return None if d == CPU else d
+    return device if device is not None else _storage_device(t._data)
 
 
 def full_like(t: Tensor, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:

@@ -66,7 +66,7 @@ def from_numpy_dtype(np_dtype) -> dtype:
 
 
 def as_dtype(value) -> dtype:
-    """``lz.float32``, a numpy dtype, a Python type (float, int, bool) or a name."""
+    """``lz.float32``, a numpy dtype, a torch dtype, a Python type (float, int, bool) or a name."""
     if isinstance(value, dtype):
         return value
     if value is float:
@@ -77,6 +77,11 @@ def as_dtype(value) -> dtype:
         return bool_
     if isinstance(value, str) and value in _BY_NAME:
         return _BY_NAME[value]
+    if type(value).__module__ == "torch":  # torch.float32 ...: lezero's dtype of that name
+        name = str(value).removeprefix("torch.")
+        if name not in _BY_NAME:
+            raise TypeError(f"torch dtype {value} has no lezero dtype (supported: {', '.join(d.name for d in ALL)})")
+        return _BY_NAME[name]
     return from_numpy_dtype(value)
 
 

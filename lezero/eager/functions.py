@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from lezero.eager import dtypes as _dt
 from lezero.eager.core import Tensor, apply, axis_of, cast_to
-from lezero.eager.creation import tensor
+from lezero.eager.creation import as_tensor
 from lezero.eager.ops import CONCAT, SELECT
 from lezero.eager.promotion import is_number, scalar
 
 
 def _as_tensor(x) -> Tensor:
+    """An argument as a tensor: arrays of other libraries shared (``as_tensor``), Python data copied."""
     if isinstance(x, Tensor):
         return x
-    return tensor(x)
+    return as_tensor(x)
 
 
 def cat(tensors, dim: int = 0) -> Tensor:
@@ -53,6 +54,7 @@ def stack(tensors, dim: int = 0) -> Tensor:
 def where(condition, input, other) -> Tensor:  # noqa: A002 - PyTorch's names
     """``input`` where ``condition`` holds, else ``other`` (tensors or numbers; they broadcast)."""
     condition = cast_to(_as_tensor(condition), _dt.bool_)
+    input, other = (v if is_number(v) else _as_tensor(v) for v in (input, other))  # noqa: A001
     tensors = [v for v in (input, other) if isinstance(v, Tensor)]
     if not tensors:
         raise TypeError("where() needs at least one of input and other to be a tensor")

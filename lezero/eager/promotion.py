@@ -3,7 +3,8 @@
 A binary op on two tensors of one dtype goes straight to ``apply2``; anything else comes here
 (``binary``, ``compare``): numbers become rank-0 tensors of the tensor's dtype when their category
 (bool < integer < float) does not go above it, dimensioned tensors win over rank-0 ones within a
-category, and numpy arrays or lists become tensors on the other operand's device.
+category, lists become tensors on the other operand's device, and arrays of other libraries (torch,
+numpy, DLPack) tensors sharing their memory (a host array moves to a cuda operand's device).
 """
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import numpy as np
 
 from lezero.eager import device_arrays as _dev
 from lezero.eager import dtypes as _dt
-from lezero.eager.core import Tensor, apply2, cast_to
+from lezero.eager.core import Tensor, apply2, cast_to, wrap
 from lezero.eager.creation import tensor
 from lezero.eager.device_arrays import CATEGORY, FLOATS
 from lezero.eager.dispatch import EagerOp
+from lezero.eager.interop import storage_of
 from lezero.eager.ops import CMP, CMP_ATTRS
 
 _new = object.__new__
@@ -65,9 +67,14 @@ def operands(x: Tensor, other, true_divide: bool = False):
         target = _dt.get_default_dtype() if (cat == 2 or true_divide) else _dt.int64
         x = cast_to(x, target)
         return x, scalar_like(other, x._data)
-    if isinstance(other, (np.ndarray, list, tuple)):
+    if isinstance(other, (list, tuple)):
         return operands(x, tensor(other, device=_dev.device_of(x._data)), true_divide)
-    return None
+    array = storage_of(other, "an operator")  # torch, numpy, DLPack, __array__: shared, not copied
+    if array is None:
+        return None
+    if array.__class__ is np.ndarray and x._data.__class__ is not np.ndarray:
+        array = _dev.like(array, x._data)  # host arrays go to the tensor's device, as numbers do
+    return operands(x, wrap(array), true_divide)
 
 
 def binary(op: EagerOp, x: Tensor, other, reverse: bool = False, attrs: tuple = (), true_divide=False):

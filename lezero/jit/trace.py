@@ -50,7 +50,7 @@ import numpy as np
 
 from lezero.eager.autograd import graph_capture
 from lezero.eager.autograd import trace as record
-from lezero.eager.core import wrap
+from lezero.eager.core import as_input, as_inputs, wrap
 from lezero.eager.creation import random_arguments
 from lezero.eager.device_arrays import CPU, copy_into, device_of, host, is_torch, like, numpy_dtype, to_device
 from lezero.eager.dispatch import OperatorError, compile_for, device_of_arrays, user_location
@@ -120,11 +120,11 @@ def preserved_buffers(model):
 
 
 def as_input_tuple(example_inputs) -> tuple:
-    if isinstance(example_inputs, (Tensor, np.ndarray)):
-        return (example_inputs,)
+    """``example_inputs`` (a tensor, an array of another library such as ``torch.randn(1, 784)``, or
+    a tuple or list of them) as a tuple of tensors (``lezero.eager.core.as_input``)."""
     if isinstance(example_inputs, (tuple, list)):
-        return tuple(example_inputs)
-    raise TypeError(f"example_inputs must be a tensor or a tuple of tensors, got {type(example_inputs).__name__}")
+        return tuple(as_input(x, "jit.trace: example_inputs") for x in example_inputs)
+    return (as_input(example_inputs, "jit.trace: example_inputs"),)
 
 
 def output_structure(outputs, counter=None):
@@ -346,8 +346,8 @@ def _shape_matches(shape: tuple, want: tuple) -> bool:
 
 
 class TracedModule:
-    """A traced model: ``.graph`` (MLIR text), ``.module`` (the IR), callable on lz tensors or numpy
-    arrays (numpy in, numpy out), running the whole graph compiled.  Parameters and buffers are
+    """A traced model: ``.graph`` (MLIR text), ``.module`` (the IR), callable on lz tensors, arrays of
+    other libraries (torch, DLPack: tensors out) or numpy arrays (numpy in, numpy out), running the whole graph compiled.  Parameters and buffers are
     read from ``named_tensors`` at every call: for a traced ``nn.Module`` these are its own
     tensors, so the traced module follows its weights, and their device (``run_device``)."""
 
@@ -380,6 +380,8 @@ class TracedModule:
         if len(inputs) != self.n_inputs:
             raise TypeError(f"the traced module takes {self.n_inputs} input{'s' if self.n_inputs != 1 else ''}, "
                             f"got {len(inputs)}")
+        # torch and DLPack arrays come in as tensors (tensors out); numpy arrays stay (numpy out)
+        inputs = tuple(x if x.__class__ is np.ndarray else t for x, t in zip(inputs, as_inputs(inputs, f"@{self.entry}")))
         as_numpy = all(not isinstance(x, Tensor) for x in inputs)
         for r in self.random:
             r.bind()

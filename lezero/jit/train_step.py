@@ -64,7 +64,7 @@ from lezero.optim.grad_clipping import GradClipping
 from lezero.optim.lbfgs import LBFGS
 from lezero.optim.optimizer import Optimizer, UpdateRule
 from lezero.passes.autodiff import differentiate
-from lezero.eager.core import wrap as _wrap
+from lezero.eager.core import as_inputs, wrap as _wrap
 from lezero.eager.tensor import Tensor
 
 
@@ -245,6 +245,7 @@ class TrainStep:
     def __call__(self, *data) -> Tensor:
         if len(data) != self.n_inputs + 1:
             raise TypeError(f"the train step takes {self.n_inputs} input(s) and a target, got {len(data)} arguments")
+        data = as_inputs(data, "train_step")  # a torch DataLoader's batches, numpy: tensors sharing their memory
         device = self._device(data)
         for r in self.random:
             r.bind()

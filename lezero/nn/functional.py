@@ -7,12 +7,13 @@ and fused as a unit, and replayed as the same IR by ``backward`` and ``trace``.
 """
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
 
 from lezero.eager import dtypes as _dt
-from lezero.eager.core import apply, apply1 as _apply1, apply2 as _apply2, cast_to as _cast_to, wrap as _wrap
+from lezero.eager.core import accepting_arrays as _accepting_arrays, apply, apply1 as _apply1, apply2 as _apply2, cast_to as _cast_to, wrap as _wrap
 from lezero.eager.creation import default_generator
 from lezero.eager.device_arrays import kind as _kind
 from lezero.eager.dispatch import EagerOp
@@ -564,3 +565,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     return x / x.norm(p, dim, keepdim=True).clamp(min=eps)
 
+
+# --- arrays of other libraries: keep this block last ---------------------------------------------------------
+# Every public function here takes a torch tensor, a numpy array or a DLPack array wherever it takes a Tensor
+# (lezero.eager.core.accepting_arrays: one class lookup per Tensor argument when none is foreign).
+for _name, _function in list(globals().items()):
+    if not _name.startswith("_") and inspect.isfunction(_function) and _function.__module__.startswith("lezero.nn"):
+        globals()[_name] = _accepting_arrays(_function)

@@ -7,6 +7,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from lezero.eager import dtypes as _dt
+from lezero.eager.core import as_inputs as _as_inputs
 from lezero.eager.device_arrays import host, like, numpy_dtype, storage
 from lezero.eager.methods import cuda_device as _cuda_device, to_arguments as _to_arguments
 from lezero.eager.tensor import Tensor
@@ -370,6 +371,13 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
+        # arrays of other libraries (a torch DataLoader's batches, numpy) come in as tensors
+        args = _as_inputs(args, type(self).__name__)
+        if kwargs:
+            values = tuple(kwargs.values())
+            converted = _as_inputs(values, type(self).__name__)
+            if converted is not values:
+                kwargs = dict(zip(kwargs, converted))
         if self._forward_pre_hooks or self._forward_hooks:
             return self._call_with_hooks(*args, **kwargs)
         return self.forward(*args, **kwargs)

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lezero.eager import dtypes as _dt
-from lezero.eager.core import wrap as _wrap
+from lezero.eager.core import as_input, wrap as _wrap
 from lezero.eager.creation import Generator, default_generator, numpy_generator as _generator
 from lezero.eager.device_arrays import storage
+from lezero.eager.interop import storage_of
 from lezero.eager.tensor import Tensor
 from lezero.utils.data_workers import Fetcher, WorkerInfo, WorkerIterator, get_worker_info  # noqa: F401
 
@@ -46,6 +46,7 @@ class TensorDataset(Dataset):
     def __init__(self, *tensors: Tensor):
         if not tensors:
             raise ValueError("TensorDataset needs at least one tensor")
+        tensors = tuple(as_input(t, "TensorDataset") for t in tensors)  # torch, numpy: their memory, shared
         n = tensors[0].shape[0]
         if any(t.shape[0] != n for t in tensors):
             raise ValueError("Size mismatch between tensors")
@@ -188,11 +189,8 @@ def default_collate(batch):
     if isinstance(batch, _Batch):
         return tuple(batch)
     first = batch[0]
-    if isinstance(first, Tensor):
-        return _wrap(np.stack([t._data for t in batch]))
-    if isinstance(first, np.ndarray):
-        _dt.from_numpy_dtype(first.dtype)
-        return _wrap(np.stack(batch))
+    if isinstance(first, Tensor) or storage_of(first, "default_collate") is not None:  # torch, numpy, DLPack too
+        return _wrap(np.stack([as_input(t, "default_collate")._data for t in batch]))
     if isinstance(first, (bool, np.bool_)):
         return _wrap(np.asarray(batch, np.bool_))
     if isinstance(first, numbers.Integral):
