@@ -332,8 +332,8 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
         raise TypeError("compile_train_step: LBFGS re-evaluates the loss through a closure several times per "
                         "step; run it eagerly (optimizer.step(closure))")
     if getattr(type(optimizer), "update_rule", Optimizer.update_rule) is Optimizer.update_rule:
-        raise TypeError("compile_train_step needs an optimizer with an update_rule (lz.optim's SGD, Adam, AdamW, "
-                        f"RMSprop, Adagrad, Adamax, NAdam, RAdam), got {type(optimizer).__name__}")
+        raise TypeError("compile_train_step needs an optimizer with an update_rule (every lz.optim optimizer but "
+                        f"LBFGS has one), got {type(optimizer).__name__}")
     if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
         raise ValueError(f"compile_train_step: accumulate must be a positive number of micro-batches, got "
                          f"{accumulate!r}")

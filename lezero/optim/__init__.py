@@ -5,6 +5,7 @@ from lezero.optim.optimizer import Optimizer  # noqa: F401
 from lezero.optim.sgd import SGD  # noqa: F401
 from lezero.optim.adam import Adam, AdamW  # noqa: F401
 from lezero.optim.adam_variants import Adamax, NAdam, RAdam  # noqa: F401
+from lezero.optim.adadelta import Adadelta  # noqa: F401
 from lezero.optim.adagrad import Adagrad  # noqa: F401
 from lezero.optim.rmsprop import RMSprop  # noqa: F401
 from lezero.optim.lbfgs import LBFGS  # noqa: F401

@@ -62,6 +62,7 @@ OPTIMIZERS = {
     "rmsprop-centered-momentum": lambda p: lz.optim.RMSprop(p, lr=1e-3, momentum=0.5, centered=True),
     "adagrad": lambda p: lz.optim.Adagrad(p, lr=0.05, lr_decay=0.01, initial_accumulator_value=0.1),
     "adamax": lambda p: lz.optim.Adamax(p, lr=1e-2, weight_decay=1e-3),
+    "adadelta": lambda p: lz.optim.Adadelta(p, lr=1.0, rho=0.8),
     "nadam-decoupled": lambda p: lz.optim.NAdam(p, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True),
     "radam": lambda p: lz.optim.RAdam(p, lr=1e-2, betas=(0.9, 0.9)),
 }

@@ -59,6 +59,9 @@ OPTIMIZERS = [
     ("adagrad", lambda lib, p: lib.optim.Adagrad(p)),
     ("adagrad decay", lambda lib, p: lib.optim.Adagrad(p, lr=0.1, lr_decay=0.05, weight_decay=0.1,
                                                        initial_accumulator_value=0.5, maximize=True)),
+    ("adadelta", lambda lib, p: lib.optim.Adadelta(p)),
+    ("adadelta decay", lambda lib, p: lib.optim.Adadelta(p, lr=0.5, rho=0.6, eps=1e-4, weight_decay=0.1,
+                                                         maximize=True)),
     ("adamax", lambda lib, p: lib.optim.Adamax(p)),
     ("adamax decay", lambda lib, p: lib.optim.Adamax(p, lr=0.05, betas=(0.3, 0.9), weight_decay=0.1, maximize=True)),
     ("nadam", lambda lib, p: lib.optim.NAdam(p)),
@@ -181,7 +184,8 @@ def _as_numpy(value):
     return value.detach().numpy() if isinstance(value, torch.Tensor) else value
 
 
-NEW_OPTIMIZERS = [c for c in OPTIMIZERS if c[0].split()[0] in ("rmsprop", "adagrad", "adamax", "nadam", "radam")]
+NEW_OPTIMIZERS = [c for c in OPTIMIZERS if c[0].split()[0] in ("rmsprop", "adagrad", "adadelta", "adamax", "nadam",
+                                                                "radam")]
 
 
 @pytest.mark.parametrize("case", NEW_OPTIMIZERS, ids=[c[0] for c in NEW_OPTIMIZERS])

@@ -1,6 +1,6 @@
 """Optimizers updating cuda parameters (under Triton's interpreter, ``TRITON_INTERPRET=1``) follow
 the CPU path step for step: SGD with momentum, Adam, AdamW with amsgrad, RMSprop, Adagrad,
-Adamax, NAdam, RAdam; their state lives on the parameters' device."""
+Adadelta, Adamax, NAdam, RAdam; their state lives on the parameters' device."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,6 +16,7 @@ OPTIMIZERS = {
     "adamw-amsgrad": lambda p: lz.optim.AdamW(p, lr=1e-2, weight_decay=0.1, amsgrad=True),
     "rmsprop-centered": lambda p: lz.optim.RMSprop(p, lr=1e-2, momentum=0.5, centered=True),
     "adagrad": lambda p: lz.optim.Adagrad(p, lr=1e-2, initial_accumulator_value=0.1),
+    "adadelta": lambda p: lz.optim.Adadelta(p, weight_decay=0.1),
     "adamax": lambda p: lz.optim.Adamax(p, lr=1e-2),
     "nadam": lambda p: lz.optim.NAdam(p, lr=1e-2),
     "radam": lambda p: lz.optim.RAdam(p, lr=1e-2, betas=(0.5, 0.6)),
