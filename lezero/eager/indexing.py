@@ -11,6 +11,7 @@ import numpy as np
 
 from lezero.eager import device_arrays as _dev
 from lezero.eager.core import Mode, Tensor, apply1, apply2, reshaped, wrap
+from lezero.eager.core import as_inputs
 from lezero.eager.device_arrays import kind, storage
 from lezero.eager.ops import INDEX
 from lezero.eager.promotion import is_number
@@ -90,6 +91,7 @@ def getitem(x: Tensor, key) -> Tensor:
     result = _basic_index(x, key)
     if result is not None:
         return result
+    key = as_inputs(key, "indexing")  # torch and DLPack index arrays and masks as tensors
     # a boolean mask over the leading dims: the indices of its true elements, gathered
     for i, k in enumerate(key):
         mask = k._data if isinstance(k, Tensor) else k if isinstance(k, np.ndarray) else None

@@ -183,7 +183,7 @@ class BatchSampler(Sampler):
 # --- collation ----------------------------------------------------------------------------------------------------
 
 def default_collate(batch):
-    """Stack a list of samples into a batch, field by field: tensors and numpy arrays stack along
+    """Stack a list of samples into a batch, field by field: tensors and arrays (numpy, torch) stack along
     a new dim 0, Python ints become int64, floats float64 (as PyTorch's), tuples, lists and dicts
     collate per element."""
     if isinstance(batch, _Batch):

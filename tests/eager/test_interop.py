@@ -154,6 +154,19 @@ def test_eager_functions_take_foreign_arrays():
     np.testing.assert_allclose(lz.maximum(a, tb).numpy(), torch.maximum(ta, tb).numpy())
 
 
+def test_indexing_takes_torch_index_tensors_and_masks_as_torch():
+    a = _f64(3, 4)
+    x, ref = lz.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    keys = [torch.tensor([2, 0]), torch.tensor([True, False, True]), (slice(None), torch.tensor([3, 1]))]
+    for key in keys:
+        np.testing.assert_array_equal(x[key].detach().numpy(), ref[key].detach().numpy())
+    x[keys[0]].sum().backward(), ref[keys[0]].sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), ref.grad.numpy())
+    y, ref = lz.tensor(a), torch.tensor(a)
+    y[keys[1]] = ref[keys[1]] = torch.tensor(5.0, dtype=torch.float64)
+    np.testing.assert_array_equal(y.numpy(), ref.numpy())
+
+
 def test_functional_takes_torch_tensors_with_gradients_as_torch():
     x, w, bias, target = _f64(5, 4), _f64(3, 4), _f64(3), np.array([0, 2, 1, 1, 0])
     lw, lb = lz.tensor(w, requires_grad=True), lz.tensor(bias, requires_grad=True)
