@@ -1,7 +1,7 @@
 """Learning-rate schedules, PyTorch's recursive ("chainable") formulas so the rates match step for
 step: ``StepLR``, ``MultiStepLR``, ``ExponentialLR``, ``CosineAnnealingLR``, ``LambdaLR``,
 ``MultiplicativeLR``, ``ConstantLR`` and ``LinearLR`` (warm-up), ``PolynomialLR``,
-``CosineAnnealingWarmRestarts``, ``OneCycleLR`` (which also cycles the momentum),
+``CosineAnnealingWarmRestarts``, ``CyclicLR`` and ``OneCycleLR`` (which also cycle the momentum),
 ``ReduceLROnPlateau`` (driven by a metric), and the combinators ``SequentialLR`` and
 ``ChainedScheduler``.  State dicts are PyTorch's: the scheduler's attributes but the optimizer
 (lambdas as ``None``, or their ``__dict__`` for callable objects; nested schedulers' own state
@@ -316,7 +316,99 @@ def _per_group(name: str, optimizer, value) -> list:
     return [value] * len(optimizer.param_groups)
 
 
-class OneCycleLR(LRScheduler):
+class _CyclesMomentum(LRScheduler):
+    """A schedule that moves the momentum (SGD's ``momentum``, Adam's beta1) against the rate,
+    between ``base_momentum`` and ``max_momentum`` (starting at the latter)."""
+
+    def _setup_momentum(self, optimizer, cycle_momentum: bool, base_momentum, max_momentum, last_epoch: int) -> None:
+        self.cycle_momentum = cycle_momentum
+        if not cycle_momentum:
+            return
+        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+            raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+        self.use_beta1 = "betas" in optimizer.defaults
+        self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
+        self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
+        if last_epoch == -1:
+            for high, low, group in zip(self.max_momentums, self.base_momentums, optimizer.param_groups):
+                self._set_momentum(group, high)
+                group["max_momentum"], group["base_momentum"] = high, low
+
+    def _set_momentum(self, group: dict, value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+
+class CyclicLR(_CyclesMomentum):
+    """The rate cycles between ``base_lr`` and ``max_lr`` (``step_size_up`` steps up,
+    ``step_size_down`` down), its amplitude scaled per cycle (``triangular``: constant,
+    ``triangular2``: halved, ``exp_range``: ``gamma`` per step) or by ``scale_fn``."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up: int = 2000, step_size_down: int | None = None,
+                 mode: str = "triangular", gamma: float = 1.0, scale_fn=None, scale_mode: str = "cycle",
+                 cycle_momentum: bool = True, base_momentum=0.8, max_momentum=0.9, last_epoch: int = -1):
+        _check_optimizer(optimizer)
+        self.optimizer = optimizer
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        step_size_up = float(step_size_up)
+        step_size_down = float(step_size_down) if step_size_down is not None else step_size_up
+        self.total_size = step_size_up + step_size_down
+        self.step_ratio = step_size_up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma, self._scale_fn_custom, self.scale_mode = mode, gamma, scale_fn, scale_mode
+        self._init_scale_fn()
+        self._setup_momentum(optimizer, cycle_momentum, base_momentum, max_momentum, last_epoch)
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _init_scale_fn(self) -> None:
+        if self._scale_fn_custom is None:  # the modes' own scales say what they scale by
+            self.scale_mode = "iterations" if self.mode == "exp_range" else "cycle"
+
+    def scale_fn(self, x) -> float:
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self) -> list:
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        scale_factor = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base + (peak - base) * scale_factor * scale for base, peak in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for group, low, high in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
+                self._set_momentum(group, high - (high - low) * scale_factor * scale)
+        return lrs
+
+    def state_dict(self) -> dict:
+        """``scale_fn`` as the lambdas are saved: ``None`` for a function, else its ``__dict__``."""
+        state = super().state_dict()
+        fn = state.pop("_scale_fn_custom")
+        state["_scale_fn_custom"] = None if fn is None or isinstance(fn, types.FunctionType) else fn.__dict__.copy()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = dict(state_dict)
+        fn = state.pop("_scale_fn_custom")
+        super().load_state_dict(state)
+        if fn is not None:
+            self._scale_fn_custom.__dict__.update(fn)
+        self._init_scale_fn()
+
+
+class OneCycleLR(_CyclesMomentum):
     """The 1cycle policy: the rate rises from ``max_lr / div_factor`` to ``max_lr`` over
     ``pct_start`` of ``total_steps``, then anneals to ``initial_lr / final_div_factor`` (with
     ``three_phase``, back to the initial rate first); the momentum (or Adam's beta1) cycles the
@@ -366,24 +458,8 @@ class OneCycleLR(LRScheduler):
                 group["initial_lr"] = peak / div_factor
                 group["max_lr"] = peak
                 group["min_lr"] = group["initial_lr"] / final_div_factor
-        self.cycle_momentum = cycle_momentum
-        if cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
-            self.use_beta1 = "betas" in optimizer.defaults
-            if last_epoch == -1:
-                for high, low, group in zip(_per_group("max_momentum", optimizer, max_momentum),
-                                            _per_group("base_momentum", optimizer, base_momentum),
-                                            optimizer.param_groups):
-                    self._set_momentum(group, high)
-                    group["max_momentum"], group["base_momentum"] = high, low
+        self._setup_momentum(optimizer, cycle_momentum, base_momentum, max_momentum, last_epoch)
         super().__init__(optimizer, last_epoch)
-
-    def _set_momentum(self, group: dict, value: float) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def _anneal(self, start, end, pct):
         if self._anneal_func_type == "cos":

@@ -1,5 +1,5 @@
-"""Learning-rate schedules against torch.optim.lr_scheduler: the same rates (and OneCycleLR's
-momentum) step by step over two parameter groups, the combinators, ReduceLROnPlateau on a metric
+"""Learning-rate schedules against torch.optim.lr_scheduler: the same rates (and OneCycleLR's and
+CyclicLR's momentum) step by step over two parameter groups, the combinators, ReduceLROnPlateau on a metric
 sequence, and state dicts that resume a schedule where it stopped."""
 from __future__ import annotations
 
@@ -41,6 +41,13 @@ SCHEDULES = {
     "OneCycleLR adam linear three-phase": (lambda s, o: s.OneCycleLR(
         o, max_lr=0.3, epochs=4, steps_per_epoch=4, anneal_strategy="linear", three_phase=True, pct_start=0.25),
         "adam"),
+    "CyclicLR": (lambda s, o: s.CyclicLR(o, base_lr=0.01, max_lr=[0.1, 0.05], step_size_up=3), "sgd"),
+    "CyclicLR triangular2 adam": (lambda s, o: s.CyclicLR(o, 0.001, 0.1, step_size_up=2, step_size_down=3,
+                                                          mode="triangular2"), "adam"),
+    "CyclicLR exp_range": (lambda s, o: s.CyclicLR(o, 0.01, 0.1, step_size_up=4, mode="exp_range", gamma=0.9,
+                                                   cycle_momentum=False), "sgd"),
+    "CyclicLR scale_fn": (lambda s, o: s.CyclicLR(o, 0.01, 0.1, step_size_up=2, scale_fn=Halving(),
+                                                  scale_mode="iterations"), "sgd"),
     "SequentialLR warm-up then cosine": (lambda s, o: s.SequentialLR(
         o, [s.LinearLR(o, start_factor=0.2, total_iters=4), s.CosineAnnealingLR(o, T_max=8)], milestones=[4]),
         "sgd"),
@@ -100,6 +107,8 @@ def test_state_dict_resumes_the_schedule(name):
 def test_lambda_state_dict_is_torchs():
     saved = lz.optim.lr_scheduler.LambdaLR(_optimizer(lz), [lambda e: 1.0, Halving()]).state_dict()
     assert saved["lr_lambdas"] == [None, {"rate": 0.5}]
+    cyclic = lz.optim.lr_scheduler.CyclicLR(_optimizer(lz), 0.01, 0.1, scale_fn=Halving()).state_dict()
+    assert cyclic["_scale_fn_custom"] == {"rate": 0.5}
 
 
 @pytest.mark.parametrize("options", [dict(), dict(mode="max", factor=0.5, patience=1, threshold_mode="abs",
