@@ -36,7 +36,7 @@ import numpy as np
 
 from lezero.eager import device_arrays as _dev
 from lezero.eager import dtypes as _dt
-from lezero.eager.core import Tensor, apply, apply1, axis_of, cast_to, wrap
+from lezero.eager.core import Tensor, apply, apply1, as_input, axis_of, cast_to, wrap
 from lezero.eager.creation import numpy_generator, tensor
 from lezero.eager.device_arrays import FLOATS, kind
 from lezero.eager.dispatch import EagerOp
@@ -211,8 +211,7 @@ CUMULATIVE = EagerOp("cumulative", lambda b, attrs, x: [b.op("lz.cumulative", x,
 # --- argument checks ------------------------------------------------------------------------------------
 
 def _index_tensor(name: str, index) -> Tensor:
-    if not isinstance(index, Tensor):
-        raise TypeError(f"{name}(): argument 'index' must be Tensor, not {type(index).__name__}")
+    index = as_input(index, f"{name}(): argument 'index'")  # torch, numpy, DLPack: shared
     if index.dtype is not _dt.int64:
         raise RuntimeError(f"{name}(): Expected dtype int64 for index")
     return index

@@ -152,6 +152,9 @@ def test_eager_functions_take_foreign_arrays():
     np.testing.assert_allclose(lz.cat([ta, lz.tensor(b)], 1).numpy(), torch.cat([ta, tb], 1).numpy())
     np.testing.assert_allclose(lz.where(ta > 0, ta, lz.tensor(b)).numpy(), torch.where(ta > 0, ta, tb).numpy())
     np.testing.assert_allclose(lz.maximum(a, tb).numpy(), torch.maximum(ta, tb).numpy())
+    index = torch.tensor([[0, 2], [1, 1]])
+    np.testing.assert_array_equal(lz.tensor(a).gather(1, index).numpy(), ta.gather(1, index).numpy())
+    np.testing.assert_array_equal(lz.tensor(a).index_select(1, index[0]).numpy(), ta.index_select(1, index[0]).numpy())
 
 
 def test_indexing_takes_torch_index_tensors_and_masks_as_torch():
