@@ -77,7 +77,7 @@ def as_dtype(value) -> dtype:
         return bool_
     if isinstance(value, str) and value in _BY_NAME:
         return _BY_NAME[value]
-    if type(value).__module__ == "torch":  # torch.float32 ...: lezero's dtype of that name
+    if type(value).__module__ == "torch" and type(value).__name__ == "dtype":  # torch.float32: lezero's of that name
         name = str(value).removeprefix("torch.")
         if name not in _BY_NAME:
             raise TypeError(f"torch dtype {value} has no lezero dtype (supported: {', '.join(d.name for d in ALL)})")

@@ -23,6 +23,7 @@ from lezero.eager.creation import numpy_generator, tensor
 from lezero.eager.device_arrays import FLOATS, kind, storage
 from lezero.eager.dispatch import OperatorError, user_location
 from lezero.eager.functions import where
+from lezero.eager.interop import is_torch_tensor
 from lezero.eager.ops import ARGMAX, BROADCAST, CLAMP, MATMUL, REDUCE, SWAP_2D, TRANSPOSE, UNARY, VAR
 from lezero.eager.promotion import float_input, operands
 from lezero.runtime.devices import Device
@@ -276,7 +277,7 @@ class Devices:
         return cast_to(self, _dt.as_dtype(d))
 
     def type_as(self, other: Tensor) -> Tensor:
-        return cast_to(self, other.dtype)
+        return cast_to(self, _dt.as_dtype(other.dtype))  # a torch tensor's dtype too
 
     def cpu(self) -> Tensor:
         return self if self._data.__class__ is np.ndarray else _moved(self, _dev.CPU)
@@ -307,7 +308,7 @@ def to_arguments(args, kwargs) -> tuple:
     ``(lz dtype or None, Device or None)``."""
     dtype, target = kwargs.get("dtype"), kwargs.get("device")
     for a in args:
-        if isinstance(a, Tensor):
+        if isinstance(a, Tensor) or is_torch_tensor(a):  # to(other): its dtype and device
             dtype, target = a.dtype, a.device
         elif _is_device_spec(a):
             target = a

@@ -79,6 +79,8 @@ def test_torch_dtypes_name_lezero_dtypes():
     assert lz.tensor(np.ones(2), dtype=torch.bool).dtype is lz.bool
     with pytest.raises(TypeError, match="torch dtype torch.complex64 has no lezero dtype"):
         lz.zeros(2, dtype=torch.complex64)
+    other = torch.ones(1, dtype=torch.float64)
+    assert lz.ones(2).type_as(other).dtype is lz.float64 and lz.ones(2).to(other).dtype is lz.float64
 
 
 def test_torch_tensors_that_require_grad_or_are_strided_come_in_detached_or_contiguous():
