@@ -7,7 +7,7 @@ and fused as a unit, and replayed as the same IR by ``backward`` and ``trace``.
 """
 from __future__ import annotations
 
-import inspect
+import inspect as _inspect
 import math
 
 import numpy as np
@@ -570,5 +570,5 @@ def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Te
 # Every public function here takes a torch tensor, a numpy array or a DLPack array wherever it takes a Tensor
 # (lezero.eager.core.accepting_arrays: one class lookup per Tensor argument when none is foreign).
 for _name, _function in list(globals().items()):
-    if not _name.startswith("_") and inspect.isfunction(_function) and _function.__module__.startswith("lezero.nn"):
+    if not _name.startswith("_") and _inspect.isfunction(_function) and _function.__module__.startswith("lezero.nn"):
         globals()[_name] = _accepting_arrays(_function)
