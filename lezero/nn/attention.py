@@ -68,27 +68,29 @@ class MultiheadAttention(Module):
         unbatched = query.ndim == 2
         same_kv, same_qk = key is value, query is key
         if unbatched:
-            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask.unsqueeze(0)
-        elif self.batch_first:
+        elif not self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         if is_causal and attn_mask is None:
-            n = query.shape[0]
+            n = query.shape[1]
             attn_mask = _wrap(np.triu(np.ones((n, n), bool), 1))
         out, weights = self._attend(query, key, value, same_qk and same_kv, same_kv, key_padding_mask, attn_mask,
                                     need_weights, average_attn_weights)
         if unbatched:
-            out = out.squeeze(1)
+            out = out.squeeze(0)
             weights = weights.squeeze(0) if weights is not None else None
-        elif self.batch_first:
+        elif not self.batch_first:
             out = out.transpose(0, 1)
         return out, weights
 
     def _attend(self, query, key, value, self_attention, same_kv, key_padding_mask, attn_mask, need_weights,
                 average):
-        tgt_len, bsz, e = query.shape
-        src_len = key.shape[0]
+        """Batch-major (``N x L x E``) throughout, heads as a dim of their own (``N x h x L x hd``):
+        every reshape keeps the batch leading, so a trace's dynamic batch stays dynamic."""
+        bsz, tgt_len, e = query.shape
+        src_len = key.shape[1]
         h, hd = self.num_heads, self.head_dim
         w, b = self.in_proj_weight, self.in_proj_bias
         if self_attention:
@@ -103,14 +105,13 @@ class MultiheadAttention(Module):
             else:
                 k, v = F.linear(key, w[e:2 * e], bk), F.linear(value, w[2 * e:], bv)
         mask = _additive_mask(attn_mask, q)
-        if mask is not None and mask.ndim == 2:
-            mask = mask.unsqueeze(0)
-        q = q.reshape(tgt_len, bsz * h, hd).transpose(0, 1)
-        k = k.reshape(src_len, bsz * h, hd).transpose(0, 1)
-        v = v.reshape(src_len, bsz * h, hd).transpose(0, 1)
+        if mask is not None and mask.ndim == 3:  # PyTorch's N*h x L x S
+            mask = mask.reshape(bsz, h, tgt_len, src_len)
+        q = q.reshape(bsz, tgt_len, h, hd).permute(0, 2, 1, 3)
+        k = k.reshape(bsz, src_len, h, hd).permute(0, 2, 1, 3)
+        v = v.reshape(bsz, src_len, h, hd).permute(0, 2, 1, 3)
         if key_padding_mask is not None:
             padding = _additive_mask(key_padding_mask, q).reshape(bsz, 1, 1, src_len)
-            padding = padding.expand(bsz, h, 1, src_len).reshape(bsz * h, 1, src_len)
             mask = padding if mask is None else mask + padding
         scores = (q * math.sqrt(1.0 / float(hd))).matmul(k.transpose(-2, -1))
         if mask is not None:
@@ -118,11 +119,10 @@ class MultiheadAttention(Module):
         weights = scores.softmax(-1)
         if self.dropout > 0.0 and self.training:
             weights = F.dropout(weights, self.dropout)
-        out = weights.matmul(v).transpose(0, 1).reshape(tgt_len * bsz, e)
-        out = F.linear(out, self.out_proj.weight, self.out_proj.bias).reshape(tgt_len, bsz, e)
+        out = weights.matmul(v).permute(0, 2, 1, 3).reshape(bsz, tgt_len, e)
+        out = F.linear(out, self.out_proj.weight, self.out_proj.bias)
         if not need_weights:
             return out, None
-        weights = weights.reshape(bsz, h, tgt_len, src_len)
         return out, (weights.mean(1) if average else weights)
 
     def extra_repr(self) -> str:

@@ -109,4 +109,4 @@ def test_trace_exports():
     lz.manual_seed(0)
     layer = lz.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, norm_first=True)
     x = np.random.default_rng(2).standard_normal((2, 5, 8)).astype(np.float32)
-    assert_traces_and_exports(layer, x, dynamic_batch=False)
+    assert_traces_and_exports(layer, x)  # the batch (dim 0) dynamic
