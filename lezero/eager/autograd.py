@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lezero.eager.core import Mode, Tensor, record, wrap
+from lezero.eager.core import Mode, Tensor, alias, record, wrap
 from lezero.eager.creation import tensor, zeros_like
-from lezero.eager.device_arrays import like, numpy_dtype, size, storage
+from lezero.eager.device_arrays import contiguous, like, numpy_dtype, size, storage
 from lezero.eager.dispatch import EagerOp, compile_for, device_of_arrays, tensor_type
 from lezero.ir.attributes import DenseArrayAttr
 from lezero.ir.builder import Builder
@@ -122,17 +122,24 @@ class Recording:
     tensors: dict
     key: tuple = ()
     used_args: set = field(default_factory=set)
+    stale_args: set = field(default_factory=set)  # arguments changed in place since a node read them
 
 
 def walk(outputs, inputs=(), stop_at_constants: bool = False, session=None) -> Recording:
     """Find the nodes between ``outputs`` and ``inputs``.  The walk also stops at tensors without
     a node, at those that need no grad when ``stop_at_constants`` (backward), and at nodes not
-    recorded in trace ``session`` when one is given (``trace``)."""
+    recorded in trace ``session`` when one is given (``trace``).
+
+    A node's input changed in place after the node read it (its version moved on) is read where
+    it stood then: at the node it had (``Tensor._history``), with ``_made`` the version read, so a
+    gradient that needs its value finds it stale (``_run_gradient`` raises PyTorch's error; one
+    that does not, runs)."""
     args = list(inputs)
     arg_index = {id(t): i for i, t in enumerate(args)}
     number: dict[int, int] = {}
     expanded: set[int] = set()
-    nodes, refs, tensors = [], [], {}
+    nodes, refs, tensors, stale_args = [], [], {}, set()
+    read: dict[int, list] = {}  # id(node) -> the tensors standing for its inputs
 
     def stops(t: Tensor) -> bool:
         if id(t) in arg_index:
@@ -151,8 +158,16 @@ def walk(outputs, inputs=(), stop_at_constants: bool = False, session=None) -> R
             args.append(t)
             return ("a", len(args) - 1)
         r = ("n", number[id(t._node)], t._index)
-        tensors.setdefault(r[1:], t)
+        seen = tensors.get(r[1:])
+        if seen is None or seen._version != seen._made:  # prefer a tensor still holding the value
+            tensors[r[1:]] = t
         return r
+
+    def inputs_of(node) -> list:
+        out = read.get(id(node))
+        if out is None:
+            out = read[id(node)] = [_as_read(x, version) for x, version in zip(node.inputs, node.versions)]
+        return out
 
     for root in outputs:
         stack = [root]
@@ -168,30 +183,50 @@ def walk(outputs, inputs=(), stop_at_constants: bool = False, session=None) -> R
                                    "need to backward through the graph a second time.")
             if id(node) not in expanded:
                 expanded.add(id(node))
-                stack.extend(x for x in reversed(node.inputs) if not (stops(x) or id(x._node) in number))
+                stack.extend(x for x in reversed(inputs_of(node)) if not (stops(x) or id(x._node) in number))
                 continue
             stack.pop()
-            for x, version in zip(node.inputs, node.versions):
-                # a jit trace reads an updated parameter or buffer before its update as the argument
-                if x._version != version and not (Mode.updates and id(x) in Mode.updates):
-                    raise RuntimeError(
-                        f"one of the variables needed for gradient computation has been modified by an inplace "
-                        f"operation: a tensor of shape {list(x.shape)} used by {node.op.name} is at version "
-                        f"{x._version}; expected version {version} instead.")
             number[id(node)] = len(nodes)
             nodes.append(node)
-            refs.append(tuple(ref(x) for x in node.inputs))
+            node_refs = []
+            for x, version in zip(inputs_of(node), node.versions):
+                r = ref(x)
+                # a jit trace reads an updated parameter or buffer before its update as the argument
+                if r[0] == "a" and x._version != version and not (Mode.updates and id(x) in Mode.updates):
+                    stale_args.add(r[1])
+                node_refs.append(r)
+            refs.append(tuple(node_refs))
     out_refs = [ref(t) for t in outputs]
     key = (tuple((a._data.shape, a._data.dtype) for a in args),
            tuple((node.op, node.attrs, r) for node, r in zip(nodes, refs)), tuple(out_refs))
     used = {r[1] for rs in refs for r in rs if r[0] == "a"} | {r[1] for r in out_refs if r[0] == "a"}
-    return Recording(args, nodes, refs, out_refs, tensors, key, used)
+    return Recording(args, nodes, refs, out_refs, tensors, key, used, stale_args)
 
 
-def build_function(rec: Recording, name: str = "f", locations: bool = False, tag: bool = False) -> FuncOp:
+def _as_read(x: Tensor, version: int) -> Tensor:
+    """``x`` as a node read it at ``version``: ``x`` itself, unless an in-place op gave it another
+    node since; then a stand-in at the node it had, on ``x``'s memory, made at ``version``."""
+    history = x.__dict__.get("_history")
+    if history is None or x._version == version:
+        return x
+    for last, node, index in history:  # (the last version with that node, the node, its result index)
+        if last >= version:
+            if node is None:
+                return x
+            stand_in = alias(x)  # x's memory holds a later value: stale (``_version != _made``)
+            stand_in._node, stand_in._index, stand_in.requires_grad = node, index, True
+            stand_in._version_count, stand_in._made = x._version, version
+            return stand_in
+    return x
+
+
+def build_function(rec: Recording, name: str = "f", locations: bool = False, tag: bool = False,
+                   same_value: dict | None = None) -> FuncOp:
     """``@name(args...) -> outputs``: the recorded nodes replayed through their ``emit``.  With
     ``locations``, ops carry the user's lines the nodes were recorded at; with ``tag``, each node
-    result's op carries ``lz.eager_value = array<i64: node, result>``."""
+    result's op carries ``lz.eager_value = array<i64: node, result>``, and ``same_value`` gets,
+    for each tagged result, the later node results that are the same value (``clone`` emits its
+    input)."""
     func = FuncOp(name, FunctionType([tensor_type(a._data) for a in rec.args], []))
     block = func.entry_block
     b = Builder.at_end(block)
@@ -206,8 +241,11 @@ def build_function(rec: Recording, name: str = "f", locations: bool = False, tag
         results = node.op.build(b, node.attrs, [value(r) for r in refs])
         if tag:
             for k, v in enumerate(results):
-                if isinstance(v, OpResult) and TAG not in v.op.attributes and len(v.op.results) == 1:
-                    v.op.attributes[TAG] = DenseArrayAttr(I64, (n, k))
+                if isinstance(v, OpResult) and len(v.op.results) == 1:
+                    if TAG not in v.op.attributes:
+                        v.op.attributes[TAG] = DenseArrayAttr(I64, (n, k))
+                    elif same_value is not None:
+                        same_value.setdefault(tuple(v.op.attributes[TAG].values), []).append((n, k))
         values.append(results)
     b.create("func.return", [value(r) for r in rec.outputs], result_types=[])
     func.update_function_type()
@@ -226,6 +264,7 @@ class GradientFunction:
     sources: list
     run: object
     op: EagerOp  # inlines ``func``: how create_graph records it
+    same_value: dict  # (node, result) -> later node results holding the same value (``build_function``)
 
 
 _GRADIENTS: dict[tuple, GradientFunction] = {}
@@ -243,7 +282,8 @@ def _build_gradient_function(rec: Recording, wrt: tuple) -> GradientFunction:
     from lezero.passes.autodiff import differentiate  # the compiler loads on first use
     from lezero.passes.dce import erase_dead_ops
 
-    forward = build_function(rec, "backward", tag=True)
+    same_value: dict = {}
+    forward = build_function(rec, "backward", tag=True, same_value=same_value)
     grad = differentiate(forward, wrt=list(wrt))
     block = grad.entry_block
     n_args, n_out = len(rec.args), len(rec.outputs)
@@ -271,7 +311,7 @@ def _build_gradient_function(rec: Recording, wrt: tuple) -> GradientFunction:
     device = device_of_arrays("backward", [a._data for a in rec.args])
     run = compile_for(module, grad.sym_name, device).runner(shapes)
     return GradientFunction(grad, sources, run, EagerOp("backward", functools.partial(_inline, grad),
-                                                           len(grad.function_type.results)))
+                                                           len(grad.function_type.results)), same_value)
 
 
 def _inline(func: FuncOp, b: Builder, attrs: dict, *values) -> list:
@@ -288,12 +328,29 @@ def _run_gradient(rec: Recording, wrt: tuple, seeds: list, create_graph: bool) -
     inputs = []
     for src in gf.sources:
         if src[0] == "a":
+            if src[1] in rec.stale_args:
+                t = rec.args[src[1]]
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: a tensor of shape {list(t.shape)} is at version {t._version}, changed after "
+                    f"the graph read it.")
             inputs.append(rec.args[src[1]])
         elif src[0] == "seed":
             inputs.append(seeds[src[1]])
         else:
-            inputs.append(rec.tensors[src[1:]])
-    outs = [wrap(a) for a in gf.run([t._data for t in inputs])]
+            t = rec.tensors[src[1:]]
+            for other in gf.same_value.get(src[1:], ()):
+                if t._version == t._made:
+                    break
+                t = rec.tensors.get(other, t)  # another tensor of the same value, still holding it
+            if t._version != t._made:  # the forward value the gradient reads was overwritten in place
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: a tensor of shape {list(t.shape)}, output {src[2]} of {rec.nodes[src[1]].op.name}, "
+                    f"is at version {t._version}; expected version {t._made} instead.")
+            inputs.append(t)
+    # the gradient function takes contiguous arrays: a view's elements are copied (once, here)
+    outs = [wrap(a) for a in gf.run([contiguous(t._data) if t._strided else t._data for t in inputs])]
     if create_graph and Mode.grad or Mode.trace:
         record(gf.op, (), tuple(inputs), outs)
     return outs
@@ -574,7 +631,7 @@ class Trace:
 def trace(fn, *example_inputs, name: str = "traced", **kwargs) -> Trace:
     """Run ``fn`` on ``example_inputs`` recording every op (at the user's source lines) and return
     it as one IR function.  ``fn`` returns a tensor or a (nested) tuple/list of tensors."""
-    inputs = [wrap(x._data) if isinstance(x, Tensor) else tensor(x) for x in example_inputs]
+    inputs = [alias(x) if isinstance(x, Tensor) else tensor(x) for x in example_inputs]
     session = object()  # marks the nodes this trace records: earlier recordings are constants to it
     previous = (Mode.trace, Mode.session)
     Mode.trace, Mode.session = previous[0] + 1, session

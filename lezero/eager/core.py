@@ -1,7 +1,7 @@
 """The eager engine's core: what a tensor is, and the hot path of one op.
 
-A tensor holds a C-contiguous numpy array (``_data``) of a lezero dtype; a cuda tensor a torch
-tensor on the device instead (``lezero.eager.device_arrays``: ``x.to("cuda")``, ``device=`` on
+A tensor holds a numpy array (``_data``) of a lezero dtype, C-contiguous unless it is a view; a
+cuda tensor a torch tensor on the device instead (``lezero.eager.device_arrays``: ``x.to("cuda")``, ``device=`` on
 creation, ``.numpy()``/``.item()`` copy to the host).  Every op on tensors is an ``EagerOp``
 (``lezero.eager.dispatch``) run through ``apply1``/``apply2``/``apply``: a dict lookup of ``(op,
 attributes, input shapes and dtypes)`` to a compiled one-op function (compiled for the inputs'
@@ -17,8 +17,12 @@ IR function and differentiates it (``lezero.eager.autograd``).  While tracing
 are installed onto it from one table by ``lezero.eager.tensor`` (the module to import it from),
 since they need modules above this one (promotion, indexing, creation) that need the hot path here.
 
-Reshapes of a contiguous array need no kernel (``reshaped``): they return a tensor sharing memory
-(PyTorch's views), recorded as ``lz.reshape``.
+Views (``view_of``): a tensor may hold numpy's (or torch's) own view of another tensor's array,
+which PyTorch's view ops return (reshapes here, ``reshaped``; indexing, ``t()``, ``expand``, ...
+above): the same memory, with ``_base`` the tensor owning it and one version counter for both.
+A view that is not C-contiguous is ``_strided``: an op on it takes ``apply_strided``, whose kernel
+reads it through its strides.  In-place ops on views and autograd through them:
+``lezero.eager.methods.InPlace``.
 """
 from __future__ import annotations
 
@@ -34,7 +38,8 @@ from lezero.eager import dtypes as _dt
 from lezero.eager.device_arrays import FLOATS, kind, storage
 from lezero.eager.dispatch import RUNNERS, EagerOp, OperatorError, runner_for, user_location
 from lezero.eager.interop import not_a_tensor, storage_of
-from lezero.eager.ops import CAST, RESHAPE
+from lezero.eager.ops import CAST, CLONE, MEMORY_VIEW, RESHAPE
+from lezero.eager.strided import strided_runner
 from lezero.runtime.devices import Device
 
 _new = object.__new__
@@ -96,7 +101,11 @@ class Node:
 
 def record(op: EagerOp, attrs: tuple, inputs: tuple, outputs) -> None:
     """Attach a node to ``outputs``; they require grad when grad mode is on, an input requires
-    grad and they are floats."""
+    grad and they are floats.  A view input whose base changed in place since it took its node
+    reads the base's new value first (``refresh_view``)."""
+    for t in inputs:
+        if t._base is not None and t._made != t._base._version_count:
+            refresh_view(t)
     grad = Mode.grad and any(t.requires_grad for t in inputs)
     floats = [t._data.dtype in FLOATS for t in outputs]
     if not (Mode.trace or any(floats)):
@@ -206,6 +215,8 @@ def apply1(op: EagerOp, attrs: tuple, x: "Tensor") -> "Tensor":
     except AttributeError:  # not a tensor (free in the common case: no exception)
         x = as_input(x, op.name)
         a = x._data
+    if x._strided:
+        return apply_strided(op, attrs, (x,))
     key = (op, attrs, a.shape, a.dtype)
     run = RUNNERS.get(key)
     if run is None:
@@ -224,6 +235,8 @@ def apply2(op: EagerOp, attrs: tuple, x: "Tensor", y: "Tensor") -> "Tensor":
     except AttributeError:  # not tensors
         x, y = as_input(x, op.name), as_input(y, op.name)
         a, b = x._data, y._data
+    if x._strided or y._strided:
+        return apply_strided(op, attrs, (x, y))
     key = (op, attrs, a.shape, a.dtype, b.shape, b.dtype)
     run = RUNNERS.get(key)
     if run is None:
@@ -242,6 +255,9 @@ def apply(op: EagerOp, attrs: tuple, *inputs: "Tensor"):
     except AttributeError:  # not tensors
         inputs = tuple(as_input(t, op.name) for t in inputs)
         arrays = [t._data for t in inputs]
+    for t in inputs:
+        if t._strided:
+            return apply_strided(op, attrs, inputs)
     key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
     run = RUNNERS.get(key)
     if run is None:
@@ -252,17 +268,123 @@ def apply(op: EagerOp, attrs: tuple, *inputs: "Tensor"):
     return outs[0] if op.num_results == 1 else tuple(outs)
 
 
-def reshaped(x: "Tensor", shape: tuple) -> "Tensor":
-    """A tensor sharing ``x``'s memory with another shape (no kernel), recorded as lz.reshape."""
-    out = _new(Tensor)
+def reshaped(x: "Tensor", shape: tuple, copy: bool = True) -> "Tensor":
+    """``x`` in another shape, a view of its memory (no kernel), recorded as lz.reshape.  A
+    non-contiguous view whose strides cannot take the shape is copied first (``reshape``), or
+    refused when ``copy`` is False (``view``), as PyTorch does."""
+    a = x._data
     try:
-        out._data = x._data.reshape(shape)
+        if not x._strided:  # the common case, ``view_of`` written out: the reshape of a contiguous array is a view
+            out = _new(Tensor)
+            out._data = a.reshape(shape)
+            root = x._base
+            if root is None:
+                root = x
+            out._base = root
+            if root._version_count:
+                out._made = root._version_count
+            root._shared = True
+            if Mode.trace or (x.requires_grad and Mode.grad):
+                record(RESHAPE, (("shape", tuple(out._data.shape)),), (x,), (out,))
+            return out
+        b = _dev.reshaped_view(a, shape)
     except (ValueError, RuntimeError):  # numpy's and torch's complaint
         raise OperatorError(f"reshape: cannot reshape a tensor of shape {_fmt(x.shape)} ({x.numel()} elements) "
                             f"to {_fmt(shape)}", user_location()) from None
-    if Mode.trace or (x.requires_grad and Mode.grad):
-        record(RESHAPE, (("shape", tuple(out._data.shape)),), (x,), (out,))
+    if b is not None:
+        return view_of(x, b, RESHAPE, not _dev.is_contiguous(b))
+    if not copy:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one dimension "
+                           "spans across two contiguous subspaces). Use .reshape(...) instead.")
+    return reshaped(apply1(CLONE, (), x), shape)
+
+
+# --- views: tensors sharing a base's memory -------------------------------------------------------------
+
+def view_of(x: "Tensor", array, op: EagerOp | None = None, strided: bool = True, attrs: tuple | None = None):
+    """A view of ``x``: a tensor holding ``array`` (numpy's or torch's view of ``x``'s memory),
+    whose base is ``x``'s (the tensor that owns the memory), recorded as ``op`` (attributes
+    ``attrs``, default the result's shape) when the graph needs it.  ``strided``: whether
+    ``array`` may be non-contiguous (a kernel then reads it through its strides)."""
+    out = _new(Tensor)
+    out._data = array
+    root = x._base
+    if root is None:
+        root = x
+    out._base = root
+    out._made = root._version_count
+    root._shared = True
+    if strided and not _dev.is_contiguous(array):
+        out._strided = True
+    if op is not None and (Mode.trace or (x.requires_grad and Mode.grad)):
+        record(op, (("shape", tuple(array.shape)),) if attrs is None else attrs, (x,), (out,))
     return out
+
+
+def alias(x: "Tensor") -> "Tensor":
+    """A new tensor holding ``x``'s array (not a view in autograd's sense: no base)."""
+    t = _new(Tensor)
+    t._data = x._data
+    if x._strided:
+        t._strided = True
+    root = x if x._base is None else x._base
+    root._shared = True
+    return t
+
+
+def geometry(t: "Tensor") -> tuple:
+    """The attributes of ``MEMORY_VIEW`` and ``COPY_SLICES`` that place view ``t`` in its base's memory."""
+    a, root = t._data, t._base._data
+    return (("order", _dev.memory_order(root)), ("shape", tuple(a.shape)), ("strides", _dev.element_strides(a)),
+            ("offset", _dev.element_offset(a, root)))
+
+
+def refresh_view(t: "Tensor") -> None:
+    """View ``t``'s base changed in place since ``t`` took its node: when the base's history is
+    recorded, ``t`` becomes a view of the base's new value (PyTorch regenerates a view's grad_fn
+    the same way)."""
+    root = t._base
+    if root.requires_grad and Mode.grad:
+        remember_node(t, root._version_count - 1)
+        t._node, t._index, t.requires_grad = Node(MEMORY_VIEW, geometry(t), (root,)), 0, True
+    t._made = root._version_count
+
+
+def remember_node(t: "Tensor", last_version: int) -> None:
+    """Keep ``t``'s node before an in-place op replaces it: nodes recorded before read ``t`` there
+    (``Tensor._history``: ``(last version with that node, node, result index)``)."""
+    entry = (last_version, t._node, t._index)
+    history = t.__dict__.get("_history")
+    if history is None:
+        t._history = [entry]
+    else:
+        history.append(entry)
+
+
+def apply_strided(op: EagerOp, attrs: tuple, inputs: tuple):
+    """``apply`` when an input is a non-contiguous view: its kernel reads the view's memory in
+    place (``lezero.eager.strided``), keyed by the inputs' strides too.  On cuda the views are
+    copied contiguous first."""
+    arrays = [t._data for t in inputs]
+    if any(a.__class__ is not np.ndarray for a in arrays):
+        arrays = [_dev.contiguous(a) for a in arrays]
+        key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
+        run = RUNNERS.get(key) or runner_for(key, op, attrs, arrays)
+        outs = [wrap(r) for r in run(arrays)]
+    else:
+        layouts = tuple(None if a.flags.c_contiguous else a.strides for a in arrays)
+        key = (op, "strided", attrs, layouts, *[x for a in arrays for x in (a.shape, a.dtype)])
+        run = RUNNERS.get(key)
+        if run is None:
+            run = RUNNERS[key] = strided_runner(op, attrs, arrays, layouts)
+        results, strided = run(arrays)
+        outs = [wrap(r) for r in results]
+        if strided:
+            for t in outs:
+                t._strided = True
+    if Mode.trace or (Mode.grad and any(t.requires_grad for t in inputs)):
+        record(op, attrs, inputs, outs)
+    return outs[0] if op.num_results == 1 else tuple(outs)
 
 
 def _fmt(shape) -> str:
@@ -319,7 +441,18 @@ class Tensor:
     grad = None
     _node = None
     _index = 0
-    _version = 0
+    # Views (``view_of``): ``_base`` is the tensor owning the memory (PyTorch's ``._base``; None for
+    # a tensor that owns it), ``_strided`` says the array is not C-contiguous (kernels read it
+    # through its strides).  ``_shared``: views or aliases of this tensor's memory exist.  The
+    # version counter lives on the base (``_version``), one for a base and all its views;
+    # ``_made`` is the version at which the tensor took its node (a later change makes its value
+    # stale for backward, and a view's node stale: ``refresh_view``).
+    _base = None
+    _strided = False
+    _multi = None  # (function, output index) for one of several views a function returned (split, unbind)
+    _shared = False
+    _version_count = 0
+    _made = 0
     __array_priority__ = 1000  # numpy defers to our reflected operators
     __hash__ = object.__hash__
 
@@ -359,13 +492,29 @@ class Tensor:
         return self._node if self.requires_grad else None
 
     @property
+    def _version(self) -> int:
+        """How many in-place changes this tensor's memory has had (shared by a base and its views)."""
+        root = self._base
+        return (self if root is None else root)._version_count
+
+    @_version.setter
+    def _version(self, value: int) -> None:
+        root = self._base
+        (self if root is None else root)._version_count = value
+
+    @property
     def data(self) -> "Tensor":
-        """The same memory, detached from the graph."""
-        return wrap(self._data)
+        """The same memory, detached from the graph (and from the version counter)."""
+        return alias(self)
 
     @data.setter
     def data(self, value) -> None:
-        value = value._data if isinstance(value, Tensor) else storage(value)
+        if isinstance(value, Tensor):
+            self._strided = value._strided
+            value = value._data
+        else:
+            value = storage(value)
+            self._strided = False
         self._data = value
         self._version += 1
 
@@ -393,10 +542,24 @@ class Tensor:
         return self._data.dtype in FLOATS
 
     def is_contiguous(self) -> bool:
-        return True
+        return not self._strided
 
     def contiguous(self) -> "Tensor":
-        return self
+        """``self`` when its elements lie in row-major order, else a copy that has them so."""
+        return apply1(CLONE, (), self) if self._strided else self
+
+    def stride(self, dim=None):
+        """The step in elements between neighbours along each dim (PyTorch's ``stride()``)."""
+        strides = _dev.element_strides(self._data)
+        return strides if dim is None else strides[axis_of(dim, self.ndim)]
+
+    def storage_offset(self) -> int:
+        """Where the first element lies in the base's memory, in elements."""
+        return 0 if self._base is None else _dev.element_offset(self._data, self._base._data)
+
+    def data_ptr(self) -> int:
+        """The address of the first element: views of one memory differ by their offsets."""
+        return _dev.data_address(self._data)
 
     # --- numpy and Python interop (what a trace cannot follow: see ``Mode.on_escape``) -------------
     def numpy(self) -> np.ndarray:
@@ -505,7 +668,8 @@ class Tensor:
         return self
 
     def detach(self) -> "Tensor":
-        return wrap(self._data)
+        """The same memory and version counter, out of the graph."""
+        return view_of(self, self._data)
 
     def detach_(self) -> "Tensor":
         self._node = None

@@ -74,10 +74,10 @@ def device_of(a):
 
 
 def host(a) -> np.ndarray:
-    """``a`` as a numpy array: ``a`` itself on the CPU, else a copy in host memory."""
+    """``a`` as a numpy array: ``a`` itself on the CPU, else a C-contiguous copy in host memory."""
     if a.__class__ is np.ndarray:
         return a
-    return a.detach().to("cpu", copy=True).numpy()
+    return a.detach().to("cpu", copy=True).contiguous().numpy()
 
 
 def to_device(a, target):
@@ -143,3 +143,113 @@ def same_device(arrays):
     if len(on_host) > 1:
         return None
     return CUDA if on_host == {False} else CPU
+
+
+# --- strided views (the storage of a view tensor: lezero.eager.core.view_of) ------------------------------
+# A view's array is numpy's (or torch's) own view of its base's array: the same memory, its shape,
+# strides and offset; writes through either are seen by both.
+
+def is_contiguous(a) -> bool:
+    return a.flags.c_contiguous if a.__class__ is np.ndarray else a.is_contiguous()
+
+
+def element_strides(a) -> tuple:
+    """``a``'s strides in elements (PyTorch's ``stride()``)."""
+    if a.__class__ is np.ndarray:
+        return tuple(s // a.itemsize for s in a.strides)
+    return tuple(a.stride())
+
+
+def data_address(a) -> int:
+    """The address of ``a``'s first element (PyTorch's ``data_ptr()``)."""
+    return a.ctypes.data if a.__class__ is np.ndarray else a.data_ptr()
+
+
+def element_offset(a, root) -> int:
+    """Where ``a``'s first element lies in ``root``'s memory, in elements."""
+    return (data_address(a) - data_address(root)) // a.itemsize if a.__class__ is np.ndarray else \
+        a.storage_offset() - root.storage_offset()
+
+
+def dense_order(shape, strides):
+    """The dims of an array of ``shape`` and element ``strides`` from the slowest to the fastest
+    in memory when its elements fill one block (the array is a permutation of a C-contiguous one:
+    ``t()``, ``permute``), else None.  Size-1 dims come last: they address nothing."""
+    order = tuple(sorted(range(len(shape)), key=lambda d: (shape[d] == 1, -strides[d])))
+    expected = 1
+    for d in reversed(order):
+        if shape[d] != 1:
+            if strides[d] != expected:
+                return None
+            expected *= shape[d]
+    return order
+
+
+def memory_order(a):
+    """``dense_order`` of ``a`` (None also for a C-contiguous ``a``: row-major is its order)."""
+    if is_contiguous(a):
+        return None
+    order = dense_order(a.shape, element_strides(a))
+    if order is None:
+        raise ValueError(f"an array of shape {tuple(a.shape)} and strides {element_strides(a)} owns no dense memory")
+    return order
+
+
+def memory_block(a):
+    """``a``'s memory as a C-contiguous array (``a`` permuted to its ``memory_order``)."""
+    order = memory_order(a)
+    if order is None:
+        return a
+    return a.transpose(order) if a.__class__ is np.ndarray else a.permute(order)
+
+
+def strided(root, shape, strides, offset: int):
+    """The view ``(shape, strides, offset)`` (in elements) of ``root``'s memory, writable
+    (PyTorch's ``as_strided``; ``root`` owns its memory: C-contiguous or a permutation of it)."""
+    root = memory_block(root)
+    if root.__class__ is np.ndarray:
+        flat = root.reshape(-1)[offset:] if root.size else root.reshape(-1)
+        return np.lib.stride_tricks.as_strided(flat, tuple(shape), tuple(s * root.itemsize for s in strides))
+    return root.as_strided(tuple(shape), tuple(strides), root.storage_offset() + offset)
+
+
+def reshaped_view(a, shape):
+    """``a`` (a non-contiguous view) in ``shape`` without a copy, or None when its strides do not
+    allow it (PyTorch's ``view`` refuses, ``reshape`` copies); a size mismatch raises ValueError."""
+    if a.__class__ is not np.ndarray:
+        try:
+            return a.view(shape)
+        except RuntimeError as e:
+            if "view size is not compatible" in str(e):
+                return None
+            raise ValueError(str(e)) from None
+    b = a.view()
+    try:
+        b.shape = shape
+    except AttributeError:  # numpy: "Incompatible shape for in-place modification"
+        return None
+    return b
+
+
+def contiguous(a):
+    """``a`` as a C-contiguous array (itself when it is one)."""
+    if a.__class__ is np.ndarray:
+        return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+    return a.contiguous()
+
+
+def copy_in_layout(a):
+    """A copy of ``a`` (which owns its memory) with ``a``'s layout: the same strides."""
+    order = memory_order(a)
+    block = memory_block(a)
+    copy = np.array(block, order="C") if block.__class__ is np.ndarray else block.clone()
+    if order is None:
+        return copy
+    inverse = tuple(order.index(d) for d in range(len(order)))
+    return copy.transpose(inverse) if copy.__class__ is np.ndarray else copy.permute(inverse)
+
+
+def overlaps(a) -> bool:
+    """Whether several elements of ``a`` share one memory location (a stride-0 dim: ``expand``),
+    which PyTorch refuses to write through."""
+    return any(s == 0 and d > 1 for s, d in zip(element_strides(a), a.shape))

@@ -1,28 +1,40 @@
 """Indexing a tensor: ``x[key]`` and ``x[key] = value``, as PyTorch reads a key.
 
-Ints and slices (positive steps) are one ``lz.slice``; ``None`` and ``...`` only change the
-shape; one integer-array index is an ``lz.gather`` (its indices checked here, so an error names
-the dim); a boolean mask over leading dims becomes the indices of its true elements.  The common
+Ints, slices (positive steps), ``None`` and ``...`` make a view (numpy's own view of the memory,
+``lezero.eager.core.view_of``), recorded for autograd as one ``lz.slice`` and a reshape; one
+integer-array index is an ``lz.gather`` (a copy; its indices checked here, so an error names the
+dim); a boolean mask over leading dims becomes the indices of its true elements.  The common
 case, ints and slices only, is parsed by ``_basic_index`` without the general walk.
+``x[key] = value`` writes into the memory; when autograd records it, it is ``x[key].copy_(value)``
+(an in-place op on a view: PyTorch's semantics).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from lezero.eager import device_arrays as _dev
-from lezero.eager.core import Mode, Tensor, apply1, apply2, reshaped, wrap
+from lezero.eager.core import Mode, Tensor, apply2, reshaped, view_of, wrap
 from lezero.eager.core import as_inputs
 from lezero.eager.device_arrays import kind, storage
 from lezero.eager.ops import INDEX
 from lezero.eager.promotion import is_number
 
+# PyTorch's refusal to write through a view whose elements share memory (``expand``)
+OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
+           "location. Please clone() the tensor before performing the operation.")
+
 
 def setitem(self: Tensor, key, value) -> None:
-    """``x[key] = value``: written into ``x``'s memory (not recorded: a tensor that requires grad
-    refuses it)."""
-    if self.requires_grad and Mode.grad:
-        raise RuntimeError("in-place assignment to a tensor that requires grad is not supported "
-                           "(use lz.no_grad(), or build the result out of place)")
+    """``x[key] = value``: written into ``x``'s memory; recorded (``self`` or ``value`` requires
+    grad) as ``x[key].copy_(value)`` when the key makes a view, refused for an index array."""
+    if Mode.grad and (self.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
+        if any(_is_index_array(k) and not _is_int_index(k) for k in (key if isinstance(key, tuple) else (key,))):
+            raise RuntimeError("in-place assignment through an index array to a tensor that requires grad (or of a "
+                               "value that does) is not supported: use lz.no_grad(), or build the result out of place")
+        getitem(self, key).copy_(value)
+        return
+    if self._strided and _dev.overlaps(self._data):
+        raise RuntimeError(OVERLAP)
     if isinstance(value, Tensor):
         value = value._data
     key = _numpy_key(key)
@@ -80,8 +92,10 @@ def _basic_index(x: Tensor, key: tuple):
     out.extend(shape[len(key):])
     if not starts:
         return x
-    return apply1(INDEX, (("starts", tuple(starts)), ("ends", tuple(ends)), ("axes", tuple(axes)),
-                            ("steps", tuple(steps)), ("gather_axis", None), ("shape", tuple(out))), x)
+    # ``...`` at the end: all ints give a 0-d view, not a numpy scalar
+    return view_of(x, x._data[key + (Ellipsis,)], INDEX, True, (("starts", tuple(starts)), ("ends", tuple(ends)),
+                                                   ("axes", tuple(axes)), ("steps", tuple(steps)),
+                                                   ("gather_axis", None), ("shape", tuple(out))))
 
 
 def getitem(x: Tensor, key) -> Tensor:
@@ -123,10 +137,12 @@ def getitem(x: Tensor, key) -> Tensor:
     shape: list = []
     gather_axis, index_array, sliced_shape = None, None, list(x.shape)
     kinds = ["int" if _is_int_index(k) else "array" if _is_index_array(k) else "other" for k in expanded]
+    view_key = []  # the key as numpy (and torch) read it, for a view
     dim = 0
     for k in expanded:
         if k is None:
             shape.append(1)
+            view_key.append(None)
             continue
         size = x.shape[dim]
         if _is_int_index(k):
@@ -136,6 +152,7 @@ def getitem(x: Tensor, key) -> Tensor:
             i %= size
             starts.append(i), ends.append(i + 1), axes.append(dim), steps.append(1)
             sliced_shape[dim] = 1
+            view_key.append(i)
         elif isinstance(k, slice):
             start, stop, step = k.indices(size)
             if step <= 0:
@@ -145,6 +162,7 @@ def getitem(x: Tensor, key) -> Tensor:
                 starts.append(start), ends.append(stop if n else start), axes.append(dim), steps.append(step)
             sliced_shape[dim] = n
             shape.append(n)
+            view_key.append(k)
         elif _is_index_array(k):
             if index_array is not None:
                 raise IndexError("lezero supports one integer-array index per indexing expression")
@@ -171,5 +189,5 @@ def getitem(x: Tensor, key) -> Tensor:
     if index_array is None:
         if not starts:
             return reshaped(x, tuple(shape)) if tuple(shape) != x.shape else x
-        return apply1(INDEX, attrs, x)
+        return view_of(x, x._data[(*view_key, Ellipsis)], INDEX, True, attrs)  # ``...``: 0-d stays an array
     return apply2(INDEX, attrs, x, wrap(_dev.like(index_array, x._data)))

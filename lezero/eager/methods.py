@@ -3,10 +3,16 @@ written out and grouped by kind; ``lezero.eager.tensor`` installs each group ont
 to the one-line methods it generates from its table.
 
 Each group is a plain class used as a namespace of methods (its functions take ``self``, a
-tensor): ``Arithmetic``, ``Reductions``, ``Shapes``, ``Devices``, ``InPlace``.  In-place ops write
-into the tensor's memory; on a tensor the graph records they are recorded functionally (the tensor
-takes a new buffer and node) and bump its version, so a backward that needs the old value fails
-loudly, as in PyTorch.
+tensor): ``Arithmetic``, ``Reductions``, ``Shapes``, ``Devices``, ``InPlace``.
+
+``Shapes`` returns views wherever PyTorch does (``lezero.eager.core.view_of``: numpy's own view of
+the memory, recorded as its lz op).  In-place ops write into the tensor's memory, which its base
+and every view of it share, and bump their shared version.  On a tensor the graph records they
+are recorded functionally: the result is computed from a stand-in for the old value, and the
+tensor continues the graph from it; on a view, its base's history becomes "the old base with the
+view's elements replaced" (``COPY_SLICES``, PyTorch's CopySlices) and the view reads the new base
+(``MEMORY_VIEW``), so gradients reach the base as in PyTorch.  A backward that needs an
+overwritten value fails loudly, as in PyTorch.
 """
 from __future__ import annotations
 
@@ -18,13 +24,16 @@ import numpy as np
 from lezero.eager import device_arrays as _dev
 from lezero.eager import dtypes as _dt
 from lezero.eager.autograd import backward
-from lezero.eager.core import Mode, Tensor, apply, apply1, apply2, axes_of, axis_of, cast_to, reshaped, shape_args, wrap
+from lezero.eager.core import (Mode, Node, Tensor, alias, apply, apply1, apply2, axes_of, axis_of, cast_to, geometry,
+                               remember_node, reshaped, shape_args, view_of, wrap)
 from lezero.eager.creation import numpy_generator, tensor
 from lezero.eager.device_arrays import FLOATS, kind, storage
 from lezero.eager.dispatch import OperatorError, user_location
 from lezero.eager.functions import where
 from lezero.eager.interop import is_torch_tensor
-from lezero.eager.ops import ARGMAX, BROADCAST, CLAMP, MATMUL, REDUCE, SWAP_2D, TRANSPOSE, UNARY, VAR
+from lezero.eager.indexing import OVERLAP
+from lezero.eager.ops import (ARGMAX, AS_STRIDED, BROADCAST, CLAMP, COPY_SLICES, MATMUL, MEMORY_VIEW, REDUCE, SWAP_2D,
+                              TRANSPOSE, UNARY, VAR)
 from lezero.eager.promotion import float_input, operands
 from lezero.runtime.devices import Device
 from lezero.runtime.devices import device as _device
@@ -158,7 +167,10 @@ class Shapes:
     def view(self, *shape) -> Tensor:
         if len(shape) == 1 and isinstance(shape[0], _dt.dtype):
             raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
-        return reshaped(self, shape_args(shape))
+        return reshaped(self, shape_args(shape), copy=False)
+
+    def ravel(self) -> Tensor:
+        return reshaped(self, (-1,))
 
     def flatten(self, start_dim=0, end_dim=-1) -> Tensor:
         if self.ndim == 0:
@@ -187,7 +199,9 @@ class Shapes:
             raise RuntimeError(f"permute(): dims {list(dims)} are not a permutation of the {self.ndim} dims")
         if perm == tuple(range(self.ndim)):
             return self
-        return apply1(TRANSPOSE, (("perm", perm),), self)
+        a = self._data
+        return view_of(self, a.transpose(perm) if a.__class__ is np.ndarray else a.permute(perm), TRANSPOSE, True,
+                       (("perm", perm),))
 
     def transpose(self, dim0, dim1) -> Tensor:
         perm = list(range(self.ndim))
@@ -200,7 +214,71 @@ class Shapes:
             return self
         if self._data.ndim > 2:
             raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
-        return apply1(TRANSPOSE, SWAP_2D, self)
+        return view_of(self, self._data.T, TRANSPOSE, True, SWAP_2D)
+
+    def movedim(self, source, destination) -> Tensor:
+        sources = [axis_of(d, self.ndim) for d in ((source,) if isinstance(source, int) else source)]
+        targets = [axis_of(d, self.ndim) for d in ((destination,) if isinstance(destination, int) else destination)]
+        if len(sources) != len(targets):
+            raise RuntimeError(f"movedim: Invalid source or destination dims: source ({list(sources)} dims) should "
+                               f"contain the same number of dims as destination ({list(targets)} dims)")
+        rest = iter(d for d in range(self.ndim) if d not in sources)
+        placed = dict(zip(targets, sources))
+        return self.permute(*[placed[d] if d in placed else next(rest) for d in range(self.ndim)])
+
+    def swapdims(self, dim0, dim1) -> Tensor:
+        return self.transpose(dim0, dim1)
+
+    def diagonal(self, offset=0, dim1=0, dim2=1) -> Tensor:
+        """The diagonal ``offset`` of the matrices over ``dim1`` and ``dim2``, a view (its last dim)."""
+        d1, d2 = axis_of(dim1, self.ndim), axis_of(dim2, self.ndim)
+        if d1 == d2:
+            raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+        n = max(min(self.shape[d1] + min(offset, 0), self.shape[d2] - max(offset, 0)), 0)
+        rest = [d for d in range(self.ndim) if d not in (d1, d2)]
+        return self._restrided(tuple(self.shape[d] for d in rest) + (n,),
+                               lambda st: tuple(st[d] for d in rest) + (st[d1] + st[d2],),
+                               lambda st: (offset * st[d2] if offset >= 0 else -offset * st[d1]) if n else 0)
+
+    def unfold(self, dimension, size, step) -> Tensor:
+        """Every window of ``size`` elements ``step`` apart along ``dimension``, a view (windows
+        overlap when ``step < size``) with the window as its last dim."""
+        d = axis_of(dimension, max(self.ndim, 1))
+        length = self.shape[d] if self.ndim else 1
+        if size > length:
+            raise RuntimeError(f"maximum size for tensor at dimension {d} is {length} but size is {size}")
+        if step <= 0:
+            raise RuntimeError(f"step is {step} but must be > 0")
+        count = (length - size) // step + 1
+        shape = self.shape[:d] + (count,) + self.shape[d + 1:] + (size,) if self.ndim else (size,)
+        return self._restrided(shape, lambda st: st[:d] + (st[d] * step,) + st[d + 1:] + (st[d],) if st else (1,),
+                               lambda st: 0)
+
+    def as_strided(self, size, stride, storage_offset=None) -> Tensor:
+        """PyTorch's ``as_strided``: the view ``(size, stride, storage_offset)`` of the base's memory
+        (in elements; the offset defaults to this tensor's)."""
+        root = self if self._base is None else self._base
+        offset = self.storage_offset() if storage_offset is None else int(storage_offset)
+        size, stride = tuple(int(d) for d in size), tuple(int(s) for s in stride)
+        if len(size) != len(stride):
+            raise RuntimeError(f"mismatch in length of strides and shape: {len(size)} and {len(stride)}")
+        if 0 not in size and offset + sum((d - 1) * s for d, s in zip(size, stride)) >= root.numel():
+            raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset} are "
+                               f"out of bounds for storage of {root.numel()} elements")
+        return view_of(root, _dev.strided(root._data, size, stride, offset), MEMORY_VIEW, True,
+                       (("order", _dev.memory_order(root._data)), ("shape", size), ("strides", stride),
+                        ("offset", offset)))
+
+    def _restrided(self, shape: tuple, strides_from, offset_from) -> Tensor:
+        """A view of ``self`` whose strides and first element are ``strides_from(s)`` and
+        ``offset_from(s)`` given ``self``'s strides ``s``: in memory from ``self``'s own, recorded
+        as ``lz.as_strided`` of its row-major elements."""
+        root = self if self._base is None else self._base
+        memory = _dev.element_strides(self._data)
+        row_major = tuple(math.prod(self.shape[d + 1:]) for d in range(self.ndim))
+        array = _dev.strided(root._data, shape, strides_from(memory), self.storage_offset() + offset_from(memory))
+        return view_of(self, array, AS_STRIDED, True, (("shape", shape), ("strides", strides_from(row_major)),
+                                                     ("offset", offset_from(row_major))))
 
     def expand(self, *sizes) -> Tensor:
         sizes = shape_args(sizes)
@@ -211,7 +289,14 @@ class Shapes:
         shape = tuple(self.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(sizes))
         if shape == self.shape:
             return self
-        return apply1(BROADCAST, (("shape", shape),), self)
+        a = self._data
+        for dim, (have, want) in enumerate(zip(self.shape, shape[lead:]), lead):
+            if have != want and have != 1:
+                raise RuntimeError(f"The expanded size of the tensor ({want}) must match the existing size ({have}) "
+                                   f"at non-singleton dimension {dim}.  Target sizes: {list(sizes)}.  "
+                                   f"Tensor sizes: {list(self.shape)}")
+        expanded = np.broadcast_to(a, shape) if a.__class__ is np.ndarray else a.expand(shape)
+        return view_of(self, expanded, BROADCAST, True, (("shape", shape),))
 
     def expand_as(self, other: Tensor) -> Tensor:
         return self.expand(*other.shape)
@@ -238,8 +323,9 @@ class Shapes:
         sizes = [split_size] * (size // split_size) + ([size % split_size] if size % split_size else []) \
             if isinstance(split_size, int) else list(split_size)
         out, start = [], 0
-        for s in sizes:
-            out.append(self.narrow(d, start, s))
+        for i, s in enumerate(sizes):
+            out.append(_one_of_views(self.narrow(d, start, s), "Split" if isinstance(split_size, int) else
+                                     "SplitWithSizes", i))
             start += s
         return tuple(out)
 
@@ -251,11 +337,19 @@ class Shapes:
 
     def unbind(self, dim=0):
         d = axis_of(dim, self.ndim)
-        return tuple(self.select(d, i) for i in range(self.shape[d]))
+        return tuple(_one_of_views(self.select(d, i), "Unbind", i) for i in range(self.shape[d]))
 
     def select(self, dim, index) -> Tensor:
         d = axis_of(dim, self.ndim)
         return self[(slice(None),) * d + (index,)]
+
+
+def _one_of_views(view: Tensor, function: str, index: int) -> Tensor:
+    """Mark ``view`` as output ``index`` of ``function``, which returns several views: PyTorch
+    refuses a recorded in-place op on one (``InPlace._old``)."""
+    if view._base is not None:
+        view._multi = (function, index)
+    return view
 
 
 class Devices:
@@ -338,21 +432,35 @@ def _moved(x: Tensor, target: Device) -> Tensor:
 
 class InPlace:
     def _old(self) -> Tensor:
-        """A tensor standing for the current value before an in-place op changes ``self``: ``self``
-        itself when nothing is recorded, else a tensor taking over its place in the graph."""
-        if not (self.requires_grad and Mode.grad):
-            if Mode.updates is not None:  # a jit trace: see ``Mode.updates``
-                if id(self) in Mode.updates:
-                    return Mode.updates[id(self)][1]  # the traced value of an earlier in-place op
-                if self._traced():  # a value the trace computed: a stand-in takes its place in the graph
-                    old = wrap(self._data)
-                    old._node, old._index, old._version = self._node, self._index, self._version
-                    return old
+        """A tensor standing for the current value before an in-place op changes ``self`` (the
+        op computes its result from it, then ``_inplace``): ``self`` itself when grad mode is off,
+        else a new tensor on the same memory taking over ``self``'s place in the graph (which
+        ``_inplace`` gives the old value when it overwrites the memory)."""
+        if self.requires_grad and Mode.grad:
+            if self._node is None:
+                raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+            base = self._base
+            if base is not None and base._node is None and base.requires_grad:
+                raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
+                                   "operation.")
+            if self._multi is not None:
+                raise RuntimeError(f"Output {self._multi[1]} of {self._multi[0]} is a view and is being modified "
+                                   f"inplace. This view is the output of a function that returns multiple views. Such "
+                                   f"functions do not allow the output views to be modified inplace. You should "
+                                   f"replace the inplace operation by an out-of-place one.")
+        elif Mode.updates is not None:  # a jit trace: see ``Mode.updates``
+            if id(self) in Mode.updates:
+                return Mode.updates[id(self)][1]  # the traced value of an earlier in-place op
+            if self._traced():  # a value the trace computed: a stand-in takes its place in the graph
+                old = alias(self)
+                old._node, old._index = self._node, self._index
+                return old
             return self
-        if self._node is None:
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-        old = wrap(self._data)
-        old._node, old._index, old.requires_grad, old._version = self._node, self._index, True, self._version
+        elif not Mode.grad:
+            return self
+        old = alias(self)  # grad mode: the result may require grad (``x.add_(w)``), recorded from ``old``
+        old._node, old._index, old.requires_grad = self._node, self._index, self.requires_grad
+        self._pending = old
         return old
 
     def _traced(self) -> bool:
@@ -360,36 +468,78 @@ class InPlace:
         return self._node is not None and self._node.session is Mode.session
 
     def _inplace(self, result: Tensor) -> Tensor:
-        """Make ``self`` hold ``result`` (computed from ``_old()``).  Recorded: ``self`` takes a new
-        buffer and continues the graph from ``result`` (earlier nodes saw the old version).  Not
-        recorded: the result is written into ``self``'s memory, which views and numpy share."""
+        """Make ``self`` hold ``result`` (computed from ``_old()``), written into its memory.  When
+        the graph records it, ``self`` continues the graph from ``result`` (``_rebase``)."""
         if result._data.shape != self._data.shape:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
                                f"{list(result.shape)}")
+        old = self.__dict__.pop("_pending", None)
         if (self.requires_grad or result.requires_grad) and Mode.grad:
-            self._data = _dev.cast(result._data, _dev.numpy_dtype(self._data))
-            self._node, self._index, self.requires_grad = result._node, result._index, result.requires_grad
-        else:
-            self._data[...] = result._data
-            if Mode.updates is not None and result._node is not None:
-                if self._traced():  # the graph continues from ``result``
-                    self._node, self._index = result._node, result._index
-                else:  # an argument of the trace (a parameter or buffer): ``result`` is its new value
-                    Mode.updates[id(self)] = (self, result, self._version + 1)
+            self._rebase(result, old)
+            return self
+        if self._strided and _dev.overlaps(self._data):
+            raise RuntimeError(OVERLAP)
+        _dev.copy_into(self._data, result._data)
+        if Mode.updates is not None and result._node is not None:
+            if self._traced():  # the graph continues from ``result``
+                self._node, self._index = result._node, result._index
+            else:  # an argument of the trace (a parameter or buffer): ``result`` is its new value
+                Mode.updates[id(self)] = (self, result, self._version + 1)
         self._version += 1
         return self
+
+    def _rebase(self, result: Tensor, old) -> None:
+        """The recorded in-place update of ``self`` to ``result``.  A tensor whose memory nothing
+        else sees takes ``result``'s buffer (the old one stays ``old``'s).  Otherwise the memory is
+        overwritten, so ``old`` (and the base's stand-in) get a copy of the old value first; for a
+        view, the base's new history is ``COPY_SLICES(old base, result)`` and ``self`` reads it
+        through ``MEMORY_VIEW``."""
+        base = self._base
+        root = self if base is None else base
+        if base is None and not self._shared:
+            self._data = _dev.cast(result._data, _dev.numpy_dtype(self._data))
+            self.__dict__.pop("_strided", None)  # contiguous now
+        else:
+            if self._strided and _dev.overlaps(self._data):
+                raise RuntimeError(OVERLAP)
+            snapshot = _dev.copy_in_layout(root._data)
+            old_root = alias(root)
+            old_root._data = snapshot
+            old_root._node, old_root._index, old_root.requires_grad = root._node, root._index, root.requires_grad
+            if old is not None:
+                old._data = snapshot if base is None else _dev.strided(snapshot, self.shape, self.stride(),
+                                                                       self.storage_offset())
+                if base is not None:  # the stand-in is a view of the old base now, not of ``root``
+                    old._node, old._index = Node(MEMORY_VIEW, geometry(self), (old_root,)), 0
+                    old.requires_grad = old_root.requires_grad
+            if base is not None:
+                where = geometry(self)
+            _dev.copy_into(self._data, result._data)
+        remember_node(root, root._version_count)
+        if base is not None:
+            remember_node(self, root._version_count)
+        root._version_count += 1
+        if base is None:
+            self._node, self._index, self.requires_grad = result._node, result._index, result.requires_grad
+            self._made = root._version_count
+            return
+        root._node, root._index = Node(COPY_SLICES, where, (old_root, result)), 0
+        root.requires_grad, root._made = True, root._version_count
+        self._node, self._index = Node(MEMORY_VIEW, where, (root,)), 0
+        self.requires_grad, self._made = True, root._version_count
 
     def _overwrite(self, array_or_value) -> Tensor:
         """Fill ``self`` with data that does not depend on a graph (fill_, uniform_, copy_ of a
         constant): a number or an array on either device, broadcast."""
-        self._old()
+        old = self._old()
         if self.requires_grad and Mode.grad:
-            fresh = _dev.empty_like(self._data)
+            fresh = _dev.contiguous(_dev.empty_like(self._data))
             _dev.copy_into(fresh, array_or_value)
-            self._data = fresh
-            self._node, self.requires_grad = None, False
-        else:
-            _dev.copy_into(self._data, array_or_value)
+            return self._inplace(self._replacing(old, wrap(fresh)))
+        self.__dict__.pop("_pending", None)
+        if self._strided and _dev.overlaps(self._data):
+            raise RuntimeError(OVERLAP)
+        _dev.copy_into(self._data, array_or_value)
         self._version += 1
         return self
 
@@ -403,9 +553,13 @@ class InPlace:
         if not isinstance(src, Tensor):
             src = tensor(src)
         if src.requires_grad and Mode.grad:
-            self._old()
-            return self._inplace(src.to(self.dtype).expand(*self.shape).clone())
+            return self._inplace(self._replacing(self._old(), src.to(self.dtype)))
         return self._overwrite(src._data)
+
+    def _replacing(self, old: Tensor, new: Tensor) -> Tensor:
+        """``new`` broadcast to ``self``'s shape, recorded as replacing ``old``: the old value's
+        history gets a zero gradient (PyTorch's CopyBackwards and FillBackward)."""
+        return where(wrap(_dev.like(np.ones((), np.bool_), self._data)), new, old)
 
     def zero_(self) -> Tensor:
         return self._overwrite(0)

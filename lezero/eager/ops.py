@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from lezero.eager.dispatch import EagerOp, lz_op
+from lezero.ir.dialect.data_movement import strided_positions
 from lezero.ir.types import ELEMENT_TYPES
 
 
@@ -123,3 +124,40 @@ CMP_ATTRS = {p: (("predicate", p),) for p in ("eq", "ne", "lt", "le", "gt", "ge"
 UNARY = {n: lz_op(f"lz.{n}") for n in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
                                          "erf", "sin", "cos", "floor", "ceil", "sign", "reciprocal", "not")}
 REDUCE = {n: lz_op(f"lz.reduce_{n}") for n in ("sum", "mean", "max", "min", "prod")}
+
+
+# --- views (lezero.eager.core.view_of): a view read from its base, and an in-place write into one -------
+# A view's geometry (``shape``, ``strides``, ``offset``) is in its base's memory, whose layout is
+# the base's dims in ``order`` (None: row-major; a base may be a permutation of a C-contiguous
+# array, as an elementwise op on ``x.t()`` returns): the memory's elements are the base value
+# transposed to ``order``, read row-major.
+
+def _memory(b, base, order):
+    return base if order is None else b.op("lz.transpose", base, perm=list(order))
+
+
+def _emit_memory_view(b, attrs, base):
+    """The view of ``base``'s memory (PyTorch's ``as_strided``)."""
+    return [b.op("lz.as_strided", _memory(b, base, attrs["order"]), shape=list(attrs["shape"]),
+                 strides=list(attrs["strides"]), offset=attrs["offset"])]
+
+
+def _emit_copy_slices(b, attrs, base, src):
+    """``base`` with the elements of its view replaced by ``src``: the new value of a base after
+    an in-place op on a view of it (PyTorch's ``CopySlices``, its ``as_strided_scatter``), as a
+    scatter into the base's memory, flattened."""
+    count = int(np.prod(attrs["shape"], dtype=np.int64))
+    if count == 0:
+        return [base]
+    order = attrs["order"]
+    memory = _memory(b, base, order)
+    positions = strided_positions(attrs["shape"], attrs["strides"], attrs["offset"]).reshape(count, 1)
+    flat = b.op("lz.reshape", memory, shape=[int(np.prod(memory.type.shape, dtype=np.int64))])
+    flat = b.op("lz.scatter_nd", flat, b.constant(positions), b.op("lz.reshape", src, shape=[count]))
+    out = b.op("lz.reshape", flat, shape=list(memory.type.shape))
+    return [out if order is None else b.op("lz.transpose", out, perm=[order.index(d) for d in range(len(order))])]
+
+
+AS_STRIDED = lz_op("lz.as_strided")
+MEMORY_VIEW = EagerOp("as_strided", _emit_memory_view)
+COPY_SLICES = EagerOp("copy_slices", _emit_copy_slices)
