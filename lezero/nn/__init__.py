@@ -20,6 +20,7 @@ from lezero.nn.padding import (CircularPad1d, CircularPad2d, CircularPad3d, Cons
 from lezero.nn.resampling import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d,  # noqa: F401,E402
                                   UpsamplingNearest2d)
 from lezero.nn.embedding_bag import EmbeddingBag  # noqa: F401,E402
+from lezero.nn.layers import AdaptiveAvgPool1d, AvgPool1d, MaxPool1d  # noqa: F401,E402
 from lezero.nn.transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,  # noqa: F401,E402
                                    TransformerEncoder, TransformerEncoderLayer)
 from lezero.nn import utils  # noqa: F401,E402

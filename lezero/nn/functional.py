@@ -199,6 +199,37 @@ def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
     return y.squeeze(0) if unbatched else y
 
 
+def _pool1d(pool2d, x: Tensor, name: str, *args) -> Tensor:
+    """A 2-D pool over a unit height: ``N x C x L`` (or ``C x L``) as ``N x C x 1 x L`` (a view)."""
+    if x.ndim not in (2, 3):
+        raise RuntimeError(f"{name}: expected a 2-D (unbatched) or 3-D (batched) input, got shape {list(x.shape)}")
+    return pool2d(x.unsqueeze(-2), *args).squeeze(-2)
+
+
+def _single(v, what: str) -> int:
+    return ntuple(v, 1, what)[0]
+
+
+def max_pool1d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor:
+    k = _single(kernel_size, "kernel_size")
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _single(stride, "stride")
+    return _pool1d(max_pool2d, x, "max_pool1d", (1, k), (1, s), (0, _single(padding, "padding")),
+                   (1, _single(dilation, "dilation")), ceil_mode, return_indices)
+
+
+def avg_pool1d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
+    k = _single(kernel_size, "kernel_size")
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _single(stride, "stride")
+    return _pool1d(avg_pool2d, x, "avg_pool1d", (1, k), (1, s), (0, _single(padding, "padding")), ceil_mode,
+                   count_include_pad)
+
+
+def adaptive_avg_pool1d(x: Tensor, output_size) -> Tensor:
+    return _pool1d(adaptive_avg_pool2d, x, "adaptive_avg_pool1d", (1, _single(output_size, "output_size")))
+
+
 # --- normalization ------------------------------------------------------------------------------------------
 
 def _emit_layer_norm(b, attrs, x, *params):

@@ -53,6 +53,8 @@ class Linear(Module):
 
 
 class MaxPool2d(Module):
+    functional = staticmethod(F.max_pool2d)
+
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False,
                  ceil_mode: bool = False):
         super().__init__()
@@ -60,8 +62,8 @@ class MaxPool2d(Module):
         self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
-                            self.return_indices)
+        return type(self).functional(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                                     self.return_indices)
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -84,15 +86,39 @@ class AvgPool2d(Module):
 
 
 class AdaptiveAvgPool2d(Module):
+    functional = staticmethod(F.adaptive_avg_pool2d)
+
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.adaptive_avg_pool2d(x, self.output_size)
+        return type(self).functional(x, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class MaxPool1d(MaxPool2d):
+    """``MaxPool2d`` over a unit height (``F.max_pool1d``)."""
+
+    functional = staticmethod(F.max_pool1d)
+
+
+class AvgPool1d(AvgPool2d):
+    """``AvgPool2d`` over a unit height (``F.avg_pool1d``); the sizes are 1-tuples, as PyTorch's."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True):
+        single = F.ntuple
+        super().__init__(single(kernel_size, 1), single(stride if stride is not None else kernel_size, 1),
+                         single(padding, 1), ceil_mode, count_include_pad)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+
+
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    functional = staticmethod(F.adaptive_avg_pool1d)
 
 
 class _BatchNorm(NormBase):

@@ -1,6 +1,6 @@
-"""Conv1d/2d/3d and ConvTranspose1d/2d against torch in float64 (outputs, input and weight
-gradients, every padding mode), their functional forms, arguments and errors, and their traces
-and ONNX exports."""
+"""Conv1d/2d/3d, ConvTranspose1d/2d and the 1-D pools against torch in float64 (outputs, input
+and weight gradients, every padding mode), their functional forms, arguments and errors, and
+their traces and ONNX exports."""
 from __future__ import annotations
 
 import numpy as np
@@ -112,7 +112,21 @@ def test_defaults_and_errors():
     (lambda: lz.nn.Conv3d(2, 3, 2, stride=(1, 2, 2), padding=1), (2, 2, 4, 5, 5)),
     (lambda: lz.nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1), (2, 3, 4, 4)),
     (lambda: lz.nn.ConvTranspose1d(3, 2, 4, stride=2), (2, 3, 5)),
+    (lambda: lz.nn.Sequential(lz.nn.Conv1d(3, 4, 3), lz.nn.MaxPool1d(2), lz.nn.AvgPool1d(2), lz.nn.AdaptiveAvgPool1d(1)),
+     (2, 3, 12)),
 ])
 def test_traces_and_exports(make, shape):
     lz.manual_seed(0)
     assert_traces_and_exports(make(), RNG.standard_normal(shape).astype(np.float32))
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda nn: nn.MaxPool1d(3, 2, 1), (2, 3, 9)),
+    (lambda nn: nn.MaxPool1d(2, dilation=2, ceil_mode=True), (3, 8)),
+    (lambda nn: nn.AvgPool1d(3, padding=1, count_include_pad=False), (2, 3, 7)),
+    (lambda nn: nn.AdaptiveAvgPool1d(3), (2, 3, 7)),
+])
+def test_pools_1d(make, shape):
+    torch_pool, lz_pool = twins(make)
+    assert repr(lz_pool) == repr(torch_pool)
+    compare_modules(torch_pool, lz_pool, randn(*shape))
