@@ -7,9 +7,10 @@ Run it as
 
     .venv/bin/python benchmarks/views.py [--size 2048] [--threads 1] [--seconds 0.3]
 
-Times are the best of repetitions (the machine may be shared).  New memory is what the operation
-allocates: for lezero, numpy's allocations (``tracemalloc``); for torch, the bytes of a storage it
-did not share with ``x``.  Ratios are lezero / torch.
+Times are the best of repetitions (the machine may be shared).  New memory is the bytes of the
+result when it does not share ``x``'s memory (0 for a view), and, for lezero, the peak of numpy's
+allocations during the operation (``tracemalloc``: a copy and the result both alive).  Ratios are
+lezero / torch.
 """
 from __future__ import annotations
 
@@ -53,13 +54,13 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def lz_new_bytes(fn) -> int:
+def lz_new_bytes(x, fn) -> tuple:
+    """The result's bytes outside ``x``'s memory, and the peak allocated while making it."""
     tracemalloc.start()
     out = fn()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    del out
-    return peak
+    return (0 if np.shares_memory(out.numpy(), x.numpy()) else out.numpy().nbytes), peak
 
 
 def torch_new_bytes(x, fn) -> int:
@@ -73,7 +74,7 @@ def main() -> None:
     data = np.random.default_rng(0).standard_normal((n, n), np.float32)
     lx, tx = lz.from_numpy(data), torch.from_numpy(data)
     print(f"CPU: {cpu_model()}; {n}x{n} float32, {args.threads} thread(s)")
-    print(f"{'operation':40} {'lezero':>10} {'torch':>10} {'ratio':>7}   new memory (lezero / torch)")
+    print(f"{'operation':40} {'lezero':>10} {'torch':>10} {'ratio':>7}   new memory: lezero / torch (lezero peak)")
     for name, view in VIEWS:
         rows = [
             (f"{name}", lambda x: view(x)),
@@ -85,9 +86,9 @@ def main() -> None:
             fn(lx), fn(tx)  # compile and warm up
             lt = best_seconds(lambda: fn(lx), args.seconds)
             tt = best_seconds(lambda: fn(tx), args.seconds)
-            lb, tb = lz_new_bytes(lambda: fn(lx)), torch_new_bytes(tx, lambda: fn(tx))
+            (lb, peak), tb = lz_new_bytes(lx, lambda: fn(lx)), torch_new_bytes(tx, lambda: fn(tx))
             print(f"{label:40} {lt * 1e6:8.1f}us {tt * 1e6:8.1f}us {lt / tt:7.2f}   {lb / 2**20:6.2f} / "
-                  f"{tb / 2**20:6.2f} MiB")
+                  f"{tb / 2**20:6.2f} MiB ({peak / 2**20:.2f})")
         v = view(lx)
         shared = np.shares_memory(v.numpy(), lx.numpy())
         print(f"  {name}: shares x's memory: {shared}; strides {v.stride()} (torch {view(tx).stride()})")

@@ -526,6 +526,9 @@ class Tensor:
     def mT(self) -> "Tensor":  # noqa: N802
         return self.transpose(-2, -1)
 
+    H = T    # noqa: N815 - the conjugate transposes: real tensors only
+    mH = mT  # noqa: N815
+
     def size(self, dim=None):
         return self.shape if dim is None else self._data.shape[dim]
 

@@ -329,6 +329,35 @@ class Shapes:
             start += s
         return tuple(out)
 
+    def split_with_sizes(self, split_sizes, dim=0):
+        return self.split(list(split_sizes), dim)
+
+    def tensor_split(self, indices_or_sections, dim=0):
+        """Views between the given indices, or ``n`` views whose sizes differ by at most one (the
+        first ones longer); unlike ``split``'s, in-place ops may write through them."""
+        d = axis_of(dim, self.ndim)
+        size = self.shape[d]
+        if isinstance(indices_or_sections, int):
+            n = indices_or_sections
+            if n <= 0:
+                raise RuntimeError(f"number of sections must be larger than 0, got {n}")
+            bounds = [i * (size // n) + min(i, size % n) for i in range(n + 1)]
+        else:
+            bounds = [0] + [min(max(int(i), 0), size) for i in indices_or_sections] + [size]
+        return tuple(self.narrow(d, lo, max(hi - lo, 0)) for lo, hi in zip(bounds, bounds[1:]))
+
+    def hsplit(self, sections):
+        return _split_along(self, "hsplit", 1 if self.ndim > 1 else 0, sections, 1)
+
+    def vsplit(self, sections):
+        return _split_along(self, "vsplit", 0, sections, 2)
+
+    def dsplit(self, sections):
+        return _split_along(self, "dsplit", 2, sections, 3)
+
+    def adjoint(self) -> Tensor:
+        return self.transpose(-2, -1)
+
     def narrow(self, dim, start, length) -> Tensor:
         d = axis_of(dim, self.ndim)
         index = [slice(None)] * self.ndim
@@ -342,6 +371,18 @@ class Shapes:
     def select(self, dim, index) -> Tensor:
         d = axis_of(dim, self.ndim)
         return self[(slice(None),) * d + (index,)]
+
+
+def _split_along(x: Tensor, name: str, dim: int, sections, rank: int) -> tuple:
+    """``hsplit``/``vsplit``/``dsplit``: ``tensor_split`` along ``dim`` of a tensor of at least
+    ``rank`` dims, whose size a number of sections must divide."""
+    if x.ndim < rank:
+        raise RuntimeError(f"torch.{name} requires a tensor with at least {rank} dimension, but got a tensor with "
+                           f"{x.ndim} dimensions!")
+    if isinstance(sections, int) and (sections == 0 or x.shape[dim] % sections):
+        raise RuntimeError(f"torch.{name} attempted to split along dimension {dim}, but the size of the dimension "
+                           f"{x.shape[dim]} is not divisible by the split_size {sections}!")
+    return x.tensor_split(sections, dim)
 
 
 def _one_of_views(view: Tensor, function: str, index: int) -> Tensor:

@@ -36,6 +36,14 @@ VIEWS = {
     "split": lambda fw, x: x.split(2, 0)[1],
     "split sizes": lambda fw, x: x.split([1, 3], 1)[1],
     "unbind": lambda fw, x: x.unbind(1)[2],
+    "split_with_sizes": lambda fw, x: x.split_with_sizes([1, 2], 0)[1],
+    "tensor_split": lambda fw, x: x.tensor_split(3, 1)[0],
+    "tensor_split indices": lambda fw, x: x.tensor_split([1, 3], 1)[1],
+    "hsplit": lambda fw, x: x.hsplit(2)[1],
+    "vsplit": lambda fw, x: x.vsplit([1])[1],
+    "H": lambda fw, x: x.H,
+    "mH": lambda fw, x: x.mH,
+    "adjoint": lambda fw, x: x.adjoint(),
     "view": lambda fw, x: x.view(2, 6),
     "view -1": lambda fw, x: x.view(-1),
     "reshape": lambda fw, x: x.reshape(4, 3),
@@ -129,7 +137,8 @@ def test_gradients_flow_through_a_view(name):
 
 # PyTorch refuses a recorded in-place op on one of several views a function returned
 SEVERAL = {"chunk": "Output 1 of Split is a view", "split": "Output 1 of Split is a view",
-           "split sizes": "Output 1 of SplitWithSizes is a view", "unbind": "Output 2 of Unbind is a view"}
+           "split sizes": "Output 1 of SplitWithSizes is a view", "unbind": "Output 2 of Unbind is a view",
+           "split_with_sizes": "Output 1 of SplitWithSizes is a view"}
 
 
 @pytest.mark.parametrize("permuted", [False, True], ids=["row-major", "permuted"])
@@ -248,6 +257,7 @@ def test_errors_where_torch_raises():
     same_error(sibling_view_read_then_written, modified)
     same_error(write_to_expanded, "more than one element of the written-to tensor refers to a single memory location")
     same_error(view_of_a_transpose, "view size is not compatible with input tensor's size and stride")
+    same_error(lambda fw: fw.zeros(3, 4).hsplit(3), "is not divisible by the split_size 3")
     for name, fragment in SEVERAL.items():
         same_error(lambda fw: VIEWS[name](fw, fw.ones(3, 4, requires_grad=True) * 1).mul_(2), fragment)
         for fw in (lz, torch):  # allowed without grad
