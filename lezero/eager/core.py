@@ -675,6 +675,8 @@ class Tensor:
         return view_of(self, self._data)
 
     def detach_(self) -> "Tensor":
+        if self._base is not None:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         self._node = None
         self.requires_grad = False
         return self

@@ -522,7 +522,17 @@ class InPlace:
             raise RuntimeError(OVERLAP)
         _dev.copy_into(self._data, result._data)
         if Mode.updates is not None and result._node is not None:
-            if self._traced():  # the graph continues from ``result``
+            base = self._base
+            if base is not None and base._traced():  # the base's graph continues: CopySlices, as recorded
+                where = geometry(self)
+                old_base = alias(base)
+                old_base._node, old_base._index = base._node, base._index
+                remember_node(base, self._version)
+                remember_node(self, self._version)
+                base._node, base._index = Node(COPY_SLICES, where, (old_base, result)), 0
+                self._node, self._index = Node(MEMORY_VIEW, where, (base,)), 0
+            elif self._traced():  # the graph continues from ``result``
+                remember_node(self, self._version)
                 self._node, self._index = result._node, result._index
             else:  # an argument of the trace (a parameter or buffer): ``result`` is its new value
                 Mode.updates[id(self)] = (self, result, self._version + 1)
@@ -573,7 +583,8 @@ class InPlace:
         """Fill ``self`` with data that does not depend on a graph (fill_, uniform_, copy_ of a
         constant): a number or an array on either device, broadcast."""
         old = self._old()
-        if self.requires_grad and Mode.grad:
+        traced = Mode.updates is not None and (self._traced() or (self._base is not None and self._base._traced()))
+        if self.requires_grad and Mode.grad or traced:  # the graph continues from the new value
             fresh = _dev.contiguous(_dev.empty_like(self._data))
             _dev.copy_into(fresh, array_or_value)
             return self._inplace(self._replacing(old, wrap(fresh)))

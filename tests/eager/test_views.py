@@ -258,6 +258,7 @@ def test_errors_where_torch_raises():
     same_error(write_to_expanded, "more than one element of the written-to tensor refers to a single memory location")
     same_error(view_of_a_transpose, "view size is not compatible with input tensor's size and stride")
     same_error(lambda fw: fw.zeros(3, 4).hsplit(3), "is not divisible by the split_size 3")
+    same_error(lambda fw: fw.zeros(3, 4)[0].detach_(), "Can't detach views in-place. Use detach() instead.")
     for name, fragment in SEVERAL.items():
         same_error(lambda fw: VIEWS[name](fw, fw.ones(3, 4, requires_grad=True) * 1).mul_(2), fragment)
         for fw in (lz, torch):  # allowed without grad
@@ -306,3 +307,19 @@ def test_views_of_cuda_tensors_are_torch_views(monkeypatch):
         out[fw] = (x.cpu(), (v * 2).cpu(), d.cpu(), w.grad.cpu())
     for got, want in zip(out[lz], out[torch]):
         assert_same(got, want)
+
+
+def test_a_traced_function_writes_through_views_as_eager_does():
+    def f(x):
+        y = x * 1
+        y[:, :2] += 1
+        y[0].mul_(3)
+        y.diagonal().zero_()
+        return y * 2
+
+    x = lz.tensor(np.arange(12.0).reshape(3, 4))
+    traced = lz.jit.trace(f, example_inputs=x, dynamic_batch=False)
+    assert_same(traced(x), f(torch.arange(12.0, dtype=torch.float64).reshape(3, 4)))
+    assert_same(f(x), f(torch.arange(12.0, dtype=torch.float64).reshape(3, 4)))
+    with pytest.raises(lz.jit.TraceError, match="dynamic_batch=False"):  # the write's positions fix the shape
+        lz.jit.trace(f, example_inputs=x)
