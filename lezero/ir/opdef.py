@@ -16,13 +16,14 @@ instantiates a definition and makes it known by name.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from lezero.ir.attributes import (ArrayAttr, Attribute, BoolAttr, DenseArrayAttr, DenseElementsAttr,
-                                  FloatAttr, IntegerAttr, StringAttr, TypeAttr, UnitAttr)
-from lezero.ir.types import ELEMENT_TYPES, F32, I64, ElementType, TensorType
+                                  FloatAttr, IntegerAttr, StringAttr, TypeAttr, UnitAttr, round_to_float_type)
+from lezero.ir.types import ELEMENT_TYPES, F32, F64, I64, ElementType, TensorType
 
 # Traits: facts passes rely on.
 PURE = "pure"                # no side effects: CSE and DCE may touch it
@@ -43,7 +44,8 @@ _MISSING = object()
 class AttrSpec:
     """The kind of one attribute, its default, and its allowed values.
 
-    Kinds: ``i64``, ``f64`` (any float; stored as f32 unless the value says otherwise), ``bool``,
+    Kinds: ``i64``, ``f64`` (any float; stored as f32 when f32 holds it exactly, else as f64, so an
+    epsilon of 1e-5 or a fill value keeps every digit in a float64 graph), ``bool``,
     ``str``, ``i64_array``, ``f64_array``, ``type`` (an element type), ``dense``.
     """
 
@@ -95,7 +97,9 @@ class AttrSpec:
         if k == "i64":
             return IntegerAttr(int(value), I64)
         if k == "f64":
-            return FloatAttr(float(value), F32)
+            value = float(value)
+            exact_in_f32 = not math.isfinite(value) or round_to_float_type(value, F32) == value
+            return FloatAttr(value, F32 if exact_in_f32 else F64)
         if k == "bool":
             return BoolAttr(bool(value))
         if k == "str":

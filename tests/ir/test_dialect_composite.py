@@ -83,7 +83,7 @@ def test_layer_norm_matches_torch_and_decomposes(harness, shape, axis, param_sha
     expected = F.layer_norm(torch.from_numpy(x), normalized,
                             torch.from_numpy(np.broadcast_to(scale, normalized).copy()),
                             torch.from_numpy(np.broadcast_to(bias, normalized).copy()),
-                            eps=float(np.float32(1e-3))).numpy()  # epsilon is an f32 attribute
+                            eps=1e-3).numpy()  # every digit of epsilon kept (an f64 attribute here)
     harness.assert_close(got, expected)
     original, lowered = decomposed(harness, "lz.layer_norm", [tensor_type_of(a) for a in (x, scale, bias)],
                                    axis=axis, epsilon=1e-3)
