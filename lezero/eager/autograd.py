@@ -531,6 +531,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     seeds = _seeds(outputs, grad_outputs)
     retain_graph = create_graph if retain_graph is None else retain_graph
     rec = walk(outputs, inputs, stop_at_constants=True)
+    hooked = [t for t in list(rec.tensors.values()) + rec.args if getattr(t, "_hooks", None) or id(t) in HOOKED]
+    if hooked:  # PyTorch runs them here too; a silent skip would return other numbers than torch's
+        raise NotImplementedError("lz.autograd.grad does not run tensor hooks or retain_grad yet: a tensor it "
+                                  "differentiates through has them; use backward() (which runs them), or "
+                                  "remove the hooks")
     unused = [i for i in range(len(inputs)) if i not in rec.used_args]
     if unused and not (allow_unused or materialize_grads):
         raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "

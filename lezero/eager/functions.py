@@ -130,3 +130,11 @@ _SELECTION_METHODS = ("topk", "sort", "argsort", "msort", "gather", "take_along_
 for _name in _SELECTION_METHODS:
     globals()[_name] = _method(_name)
 __all__ += _SELECTION_METHODS
+
+
+# --- rearrangements and whole-tensor comparisons (lezero.eager.rearrange) ----------------------------------
+_REARRANGE_METHODS = ("flip", "fliplr", "flipud", "roll", "repeat_interleave", "diag", "outer", "ger", "allclose",
+                      "equal")
+for _name in _REARRANGE_METHODS:
+    globals()[_name] = _method(_name)
+__all__ += _REARRANGE_METHODS

@@ -31,6 +31,7 @@ from lezero.eager.methods import GROUPS, reduction, variance
 from lezero.eager.ops import (ADD, AND, ANY_ALL, CLONE, CMP, CMP_ATTRS, DIV, EXPM1, FLOOR_DIVIDE, LOG1P, LOG_SOFTMAX,
                               MAX, MIN, MUL, OR, POW, REMAINDER, SOFTMAX, SUB, UNARY)
 from lezero.eager.promotion import binary, compare, float_input
+from lezero.eager.rearrange import GROUPS as REARRANGE_GROUPS
 from lezero.eager.selection import GROUPS as SELECTION_GROUPS
 
 __all__ = ["Tensor", "TABLE", "install"]
@@ -328,4 +329,4 @@ def install(cls: type, groups, table: dict) -> None:
             put(name, method)
 
 
-install(Tensor, GROUPS + SELECTION_GROUPS + (Hooks,), TABLE)
+install(Tensor, GROUPS + SELECTION_GROUPS + REARRANGE_GROUPS + (Hooks,), TABLE)
