@@ -10,7 +10,7 @@ import lezero as lz
 from lezero import nn
 from lezero.jit import TraceError
 
-from support.eager_testing import training_losses
+from support.eager_testing import teacher_batches, training_losses
 
 STEPS = 20
 
@@ -25,16 +25,8 @@ class Net(nn.Module):
         return self.fc2(nn.functional.relu(self.fc1(x)))
 
 
-def _batches(n=STEPS, batch=16, last=7, seed=0):
-    """``n`` batches of a learnable task (labels from a fixed linear teacher); the last one
-    smaller, as an epoch's last batch is."""
-    rng = np.random.default_rng(seed)
-    teacher = rng.standard_normal((20, 5))
-    out = []
-    for i in range(n):
-        x = rng.standard_normal((last if i == n - 1 else batch, 20)).astype(np.float32)
-        out.append((x, (x @ teacher).argmax(axis=1)))
-    return out
+def _batches(n=STEPS, batch=16, last=7):
+    return teacher_batches(n, batch, last, n_in=20, n_out=5)
 
 
 def _run(make_optimizer, compiled: bool, schedule: bool = False, batches=None):

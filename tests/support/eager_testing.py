@@ -110,14 +110,14 @@ class SimpleMLP(lz.nn.Module):
         return self.fc2(lz.nn.functional.relu(self.fc1(x)))
 
 
-def teacher_batches(steps=3, batch=8, last=5) -> list:
+def teacher_batches(steps=3, batch=8, last=5, n_in=64, n_out=10, seed=0) -> list:
     """(x, labels) numpy pairs of a learnable task (labels from a fixed linear teacher), the last
-    batch smaller."""
-    rng = np.random.default_rng(0)
-    teacher = rng.standard_normal((64, 10))
+    batch smaller, as an epoch's last batch is."""
+    rng = np.random.default_rng(seed)
+    teacher = rng.standard_normal((n_in, n_out))
     out = []
     for i in range(steps):
-        x = rng.standard_normal((last if i == steps - 1 else batch, 64)).astype(np.float32)
+        x = rng.standard_normal((last if i == steps - 1 else batch, n_in)).astype(np.float32)
         out.append((x, (x @ teacher).argmax(axis=1)))
     return out
 
