@@ -17,7 +17,7 @@ from lezero.eager.creation import full
 from lezero.eager.dispatch import EagerOp
 from lezero.eager.tensor import Tensor
 from lezero.ir.gradient import GradBuilder
-from lezero.nn import init as _init
+import lezero.nn.init as _init
 from lezero.nn.module import Module, Parameter
 
 SELU_ALPHA = 1.6732632423543772848170429916717

@@ -12,8 +12,8 @@ from lezero.eager.core import wrap as _wrap
 from lezero.eager.creation import empty
 from lezero.eager.device_arrays import like as _like
 from lezero.eager.tensor import Tensor
-from lezero.nn import functional as F
-from lezero.nn import init
+import lezero.nn.functional as F
+import lezero.nn.init as init
 from lezero.nn.layers import Linear
 from lezero.nn.module import Module, Parameter
 

@@ -27,7 +27,7 @@ from lezero.eager.dispatch import EagerOp
 from lezero.eager.tensor import Tensor
 from lezero.ir.dialect.contraction import conv2d_input_grad
 from lezero.ir.gradient import GradBuilder
-from lezero.nn import init
+import lezero.nn.init as init
 from lezero.nn.module import Module, Parameter
 from lezero.nn.padding import pad as _pad
 

@@ -19,7 +19,7 @@ from lezero.eager.device_arrays import kind
 from lezero.eager.dispatch import EagerOp
 from lezero.eager.tensor import Tensor
 from lezero.ir.gradient import GradBuilder
-from lezero.nn import init
+import lezero.nn.init as init
 from lezero.nn.module import Module, Parameter
 
 _MODES = ("sum", "mean", "max")

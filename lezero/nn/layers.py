@@ -6,8 +6,8 @@ import math
 from lezero.eager import dtypes as _dt
 from lezero.eager.creation import empty, ones, zeros
 from lezero.eager.tensor import Tensor
-from lezero.nn import functional as F
-from lezero.nn import init
+import lezero.nn.functional as F
+import lezero.nn.init as init
 from lezero.nn.module import Module, Parameter
 from lezero.nn.normalization import NormBase
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lezero.eager.tensor import Tensor
-from lezero.nn import functional as F
+import lezero.nn.functional as F
 from lezero.nn.module import Module
 
 

@@ -18,7 +18,7 @@ from lezero.eager.creation import ones, tensor, zeros
 from lezero.eager.dispatch import EagerOp
 from lezero.eager.tensor import Tensor
 from lezero.ir.gradient import GradBuilder
-from lezero.nn import init
+import lezero.nn.init as init
 from lezero.nn.module import Module, Parameter
 
 

@@ -15,8 +15,8 @@ import numpy as np
 from lezero.eager import dtypes as _dt
 from lezero.eager.core import wrap
 from lezero.eager.tensor import Tensor
-from lezero.nn import functional as F
-from lezero.nn import init
+import lezero.nn.functional as F
+import lezero.nn.init as init
 from lezero.nn.attention import MultiheadAttention
 from lezero.nn.container import ModuleList
 from lezero.nn.layers import Dropout, LayerNorm, Linear
