@@ -24,6 +24,14 @@ OVERLAP = ("unsupported operation: more than one element of the written-to tenso
            "location. Please clone() the tensor before performing the operation.")
 
 
+def slice_bounds(k: slice, size: int) -> tuple:
+    """``(start, stop, step, length)`` of slice ``k`` over ``size`` elements (PyTorch: no negative steps)."""
+    start, stop, step = k.indices(size)
+    if step <= 0:
+        raise ValueError("step must be greater than zero")
+    return start, stop, step, len(range(start, stop, step))
+
+
 def setitem(self: Tensor, key, value) -> None:
     """``x[key] = value``: written into ``x``'s memory; recorded (``self`` or ``value`` requires
     grad) as ``x[key].copy_(value)`` when the key makes a view, refused for an index array."""
@@ -80,10 +88,7 @@ def _basic_index(x: Tensor, key: tuple):
                 raise IndexError(f"index {k} is out of bounds for dimension {dim} with size {size}")
             starts.append(i), ends.append(i + 1), axes.append(dim), steps.append(1)
         elif k.__class__ is slice:
-            start, stop, step = k.indices(size)
-            if step <= 0:
-                raise ValueError("step must be greater than zero")
-            n = len(range(start, stop, step))
+            start, stop, step, n = slice_bounds(k, size)
             if n != size:
                 starts.append(start), ends.append(stop if n else start), axes.append(dim), steps.append(step)
             out.append(n)
@@ -154,10 +159,7 @@ def getitem(x: Tensor, key) -> Tensor:
             sliced_shape[dim] = 1
             view_key.append(i)
         elif isinstance(k, slice):
-            start, stop, step = k.indices(size)
-            if step <= 0:
-                raise ValueError("step must be greater than zero")
-            n = len(range(start, stop, step))
+            start, stop, step, n = slice_bounds(k, size)
             if n != size:
                 starts.append(start), ends.append(stop if n else start), axes.append(dim), steps.append(step)
             sliced_shape[dim] = n
