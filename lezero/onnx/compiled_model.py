@@ -1,5 +1,6 @@
 """``lezero.onnx.compile(model) -> CompiledModel``: an ONNX model compiled for the CPU through
-``lezero.compile``, run with ``.run({name: array}) -> {name: array}``.
+``lezero.compile``, run with ``.run({name: array}) -> {name: array}`` (``.profile(feeds)``: the same
+run timing each kernel launch).
 
 When a shape (or another compile-time parameter) is computed from graph inputs -- Reshape's target
 shape fed as an input, Range's bounds, TopK's K -- the model compiles on its first ``run`` for the
@@ -45,11 +46,16 @@ class _Program:
         self.result_types = list(self.func.function_type.results)
         self.compiled = CompiledFunction(module, "main")
 
-    def __call__(self, feeds: dict) -> list:
-        arrays = [feeds[name] for name in self.argument_names]
-        out = self.compiled(*arrays)
-        out = list(out) if isinstance(out, tuple) else [out]
+    def _outputs(self, out: list) -> list:
         return [element_types.from_storage_array(a, t.element_type) for a, t in zip(out, self.result_types)]
+
+    def __call__(self, feeds: dict) -> list:
+        out = self.compiled(*[feeds[name] for name in self.argument_names])
+        return self._outputs(list(out) if isinstance(out, tuple) else [out])
+
+    def profile(self, feeds: dict) -> tuple[list, list]:
+        out, timings = self.compiled.profile(*[feeds[name] for name in self.argument_names])
+        return self._outputs(out), timings
 
 
 class CompiledModel:
@@ -155,6 +161,14 @@ class CompiledModel:
         feeds = self._checked(feeds)
         program = self._program(feeds)
         return dict(zip(self.output_names, program(feeds)))
+
+    def profile(self, feeds: dict) -> tuple[dict, list]:
+        """``run(feeds)`` timing each kernel launch: ``(outputs, a lezero.runtime.cpu.KernelTiming
+        per launch)`` (``CompiledFunction.profile``; a first run at new shapes compiles outside
+        the timing, but warm the model up to time steady-state kernels)."""
+        feeds = self._checked(feeds)
+        outputs, timings = self._program(feeds).profile(feeds)
+        return dict(zip(self.output_names, outputs)), timings
 
     def __repr__(self) -> str:
         return f"<CompiledModel inputs={self.input_names} outputs={self.output_names}>"

@@ -19,11 +19,18 @@ arena is shared state.  A kernel with bounds checks also gets its status buffer 
 index_checks.py``), read after the launch: an index out of range raises ``IndexError`` naming
 the op, its location, the index and the valid range.  ``runner`` gives callers that check their
 inputs themselves the lean launcher (``lezero.runtime.launch``): the eager hot path.
+
+``CompiledFunction.profile`` (``profile_plan``) runs a plan once with ``time.perf_counter``
+around each launch and returns a ``KernelTiming`` per launch: name, kind, seconds, and the flops
+and bytes codegen estimated for the kernel, so a caller can put achieved GFLOP/s and GB/s next to
+the machine's peak (``benchmarks/onnx_models.py --profile``).  It is a loop of its own: running
+without profiling costs nothing more.
 """
 from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,40 +129,97 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
     return CpuPlan(plan, launches, outputs, arena, keepalive)
 
 
+def _result_arrays(plan: CpuPlan) -> list:
+    """A new array for each result the last kernel writes in place, None for the others."""
+    return [np.empty(t.shape, t.element_type.numpy_dtype) if written_in_place else None
+            for written_in_place, _, t in plan.outputs]
+
+
+def _launch(launch: _Launch, inputs: list[np.ndarray], results: list, pool: ThreadPool) -> None:
+    """Patch ``launch``'s per-call pointers and run it (across ``pool`` when the plan splits it)."""
+    for slot, kind, index in launch.patches:
+        array = inputs[index] if kind == "input" else results[index]
+        launch.pointers[slot] = array.ctypes.data
+    if launch.parallel:
+        pool.parallel_for(launch.function, launch.pointers, launch.work_items)
+    else:
+        launch.function(launch.pointers, 0, launch.work_items)
+    if launch.checks is not None:
+        check_status(launch.checks, launch.status)
+
+
+def _copy_results(plan: CpuPlan, inputs: list[np.ndarray], results: list) -> None:
+    """Fill in the results not written in place: copies of an input, another result, a constant
+    or an arena buffer."""
+    for i, (written_in_place, ref, t) in enumerate(plan.outputs):
+        if written_in_place:
+            continue
+        if ref.kind == "input":
+            results[i] = inputs[ref.where].copy()
+        elif ref.kind == "output":
+            results[i] = results[ref.where].copy()
+        elif ref.kind == "constant":
+            results[i] = plan.plan.constants[ref.where].copy()
+        else:  # an arena buffer
+            nbytes = t.nbytes
+            results[i] = plan.arena[ref.where:ref.where + nbytes].view(t.element_type.numpy_dtype) \
+                .reshape(t.shape).copy()
+
+
 def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> list[np.ndarray]:
-    results = []
-    for written_in_place, _, t in plan.outputs:
-        results.append(np.empty(t.shape, t.element_type.numpy_dtype) if written_in_place else None)
+    results = _result_arrays(plan)
     with plan.lock:
         for launch in plan.launches:
-            for slot, kind, index in launch.patches:
-                array = inputs[index] if kind == "input" else results[index]
-                launch.pointers[slot] = array.ctypes.data
-            if launch.parallel:
-                pool.parallel_for(launch.function, launch.pointers, launch.work_items)
-            else:
-                launch.function(launch.pointers, 0, launch.work_items)
-            if launch.checks is not None:
-                check_status(launch.checks, launch.status)
-        for i, (written_in_place, ref, t) in enumerate(plan.outputs):
-            if written_in_place:
-                continue
-            if ref.kind == "input":
-                results[i] = inputs[ref.where].copy()
-            elif ref.kind == "output":
-                results[i] = results[ref.where].copy()
-            elif ref.kind == "constant":
-                results[i] = plan.plan.constants[ref.where].copy()
-            else:  # an arena buffer
-                nbytes = t.nbytes
-                results[i] = plan.arena[ref.where:ref.where + nbytes].view(t.element_type.numpy_dtype) \
-                    .reshape(t.shape).copy()
+            _launch(launch, inputs, results, pool)
+        _copy_results(plan, inputs, results)
     return results
 
 
+@dataclass(frozen=True)
+class KernelTiming:
+    """One launch of a profiled run: the kernel's ``name`` (its symbol), ``kind`` (partition's:
+    ``elementwise``, ``reduction``, ``single``, ``matmul``, ``conv``), wall ``seconds`` of the
+    launch (``time.perf_counter`` around it: the ctypes call and, for a ``parallel`` launch, the
+    hand-off to the thread pool), ``flops`` (codegen's ``estimate_flops``) and ``bytes`` (every
+    operand and result buffer read or written once: ``bytes_accessed``)."""
+
+    name: str
+    kind: str
+    seconds: float
+    flops: int
+    bytes: int
+    parallel: bool
+
+    @property
+    def gflops_per_second(self) -> float:
+        return self.flops / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+    @property
+    def gbytes_per_second(self) -> float:
+        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+
+def profile_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> tuple[list, list[KernelTiming]]:
+    """Run ``plan`` once as ``run_plan`` does, timing each launch: ``(results, one KernelTiming
+    per launch in launch order)``.  A separate loop, so that ``run_plan`` pays nothing for it."""
+    results = _result_arrays(plan)
+    rows = []
+    clock = time.perf_counter
+    with plan.lock:
+        for planned, launch in zip(plan.plan.launches, plan.launches):
+            start = clock()
+            _launch(launch, inputs, results, pool)
+            seconds = clock() - start
+            rows.append(KernelTiming(launch.name, planned.kind, seconds, planned.kernel.flops,
+                                     planned.kernel.bytes_accessed, launch.parallel))
+        _copy_results(plan, inputs, results)
+    return results, rows
+
+
 class CompiledFunction:
-    """A function compiled for the CPU; call it with numpy arrays.  Subclasses for other targets
-    set ``target`` and override ``bind_plan``, ``__call__`` and ``runner``."""
+    """A function compiled for the CPU; call it with numpy arrays (``profile`` for a call that
+    times each kernel).  Subclasses for other targets set ``target`` and override ``bind_plan``,
+    ``__call__`` and ``runner``."""
 
     target = "cpu"
 
@@ -201,11 +265,24 @@ class CompiledFunction:
 
         return lean_runner(self.plan_for([tuple(s) for s in shapes]), self.pool)
 
+    def _checked_inputs(self, arrays) -> list[np.ndarray]:
+        return [np.require(a, requirements="C") for a in check_arguments(self.func, arrays)]
+
     def __call__(self, *arrays):
-        inputs = [np.require(a, requirements="C") for a in check_arguments(self.func, arrays)]
-        plan = self.plan_for([a.shape for a in inputs])
-        results = run_plan(plan, inputs, self.pool)
+        inputs = self._checked_inputs(arrays)
+        results = run_plan(self.plan_for([a.shape for a in inputs]), inputs, self.pool)
         return results[0] if len(results) == 1 else tuple(results)
+
+    def profile(self, *arrays) -> tuple[list[np.ndarray], list[KernelTiming]]:
+        """Call the function once, timing each kernel launch: ``(the list of results, a
+        KernelTiming per launch)``.  The plan is built and its kernels loaded before the timing;
+        the first run of a plan still touches its arena first, so profile a warmed-up function
+        to see steady-state times.  CPU plans only (a subclass's plans raise)."""
+        inputs = self._checked_inputs(arrays)
+        plan = self.plan_for([a.shape for a in inputs])
+        if not isinstance(plan, CpuPlan):
+            raise NotImplementedError(f"profile times CPU launches; {self.target} plans are not profiled")
+        return profile_plan(plan, inputs, self.pool)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} @{self.entry}: {self.func.function_type}, {len(self._plans)} plan(s)>"
