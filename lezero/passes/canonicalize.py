@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lezero.ir.types import ElementType, TensorType
+from lezero.ir.types import F64, ElementType, TensorType
 from lezero.passes.constant_fold import constant_value
 from lezero.passes.pass_base import Pass, option
 from lezero.passes.rewriter import Rule, apply_patterns_greedily, patterns_from_rules
@@ -160,6 +160,108 @@ def _is_zero_pad(m, x):
     return x if all(p == 0 for p in m.attrs.pads) else None
 
 
+# --- constant exponents (strength reduction) --------------------------------------------------------
+#
+# ``x ** c`` for a splat ``c`` becomes multiplies, a square root or a reciprocal: vector
+# instructions instead of a call of libm's ``pow`` per element (GPT-2's GELU: ``Pow(x, 3.0)``).
+# IEEE ``pow``'s special values are kept: ``x**0`` is 1 even for nan, ``(-0)**0.5`` is +0 and
+# ``(-inf)**0.5`` is +inf (``sqrt`` gives -0 and nan there), ``(-0)**-0.5`` is +inf.  One rounding
+# (``x*x``, ``sqrt``, ``1/x``): the correctly rounded power, in every float type.  More
+# (``x*x*x``, ``(x*x)*(x*x)``, ``1/sqrt(x)``): float32 computes them in float64 and rounds once
+# (correctly rounded but for a double rounding on about one input in 2^29), float64 is within
+# 2 ulps, both exact wherever the power is representable; half types keep ``pow``, as they would
+# round each step to their short mantissa.  Integers (wrapping) take the multiplies, exact
+# modulo 2^n in any order.  tests/passes/test_strength_reduction.py measures the ulps.
+
+def _exponent(x, y, one_rounding=True):
+    """``y``'s splat value when ``x ** y`` may be strength-reduced for ``x``'s element type
+    (``one_rounding=False``: by more than one rounding step)."""
+    c = splat(y)
+    dtype = x.type.element_type
+    if c is None or dtype.is_bool or (not one_rounding and dtype.is_float and dtype.name not in ("f32", "f64")):
+        return None
+    return c
+
+
+def _in_float64(m, x, compute):
+    """``compute(x)``, for a float32 ``x`` computed in float64 and rounded once."""
+    if x.type.element_type.name != "f32":
+        return compute(x)
+    wide = m.create("lz.cast", [x], {"to": F64}).result
+    return m.create("lz.cast", [compute(wide)], {"to": x.type.element_type}).result
+
+
+def _unless_minus_inf(m, x, value_there, elsewhere):
+    """``elsewhere``, but ``value_there`` where ``x`` is -inf."""
+    scalar = TensorType((), x.type.element_type)
+    at = m.create("lz.cmp", [x, m.constant(float("-inf"), scalar)], {"predicate": "eq"}).result
+    return m.create("lz.select", [at, m.constant(value_there, scalar), elsewhere]).result
+
+
+def _mul(m, a, b):
+    return m.create("lz.mul", [a, b]).result
+
+
+def _root(m, x):
+    """``sqrt(x)`` with +0 at -0 (``pow``'s sign there)."""
+    return m.create("lz.abs", [m.create("lz.sqrt", [x]).result]).result
+
+
+def _pow_zero(m, x, y):
+    return m.constant(1) if _exponent(x, y) == 0 and m.type.is_static else None
+
+
+def _pow_two(m, x, y):
+    return _mul(m, x, x) if _exponent(x, y) == 2 else None
+
+
+def _pow_three(m, x, y):
+    if _exponent(x, y, one_rounding=False) != 3:
+        return None
+    return _in_float64(m, x, lambda v: _mul(m, _mul(m, v, v), v))
+
+
+def _pow_four(m, x, y):
+    if _exponent(x, y, one_rounding=False) != 4:
+        return None
+
+    def fourth(v):
+        square = _mul(m, v, v)
+        return _mul(m, square, square)
+
+    return _in_float64(m, x, fourth)
+
+
+def _pow_half(m, x, y):
+    if not x.type.element_type.is_float or _exponent(x, y) != 0.5:
+        return None
+    return _unless_minus_inf(m, x, float("inf"), _root(m, x))
+
+
+def _pow_minus_one(m, x, y):
+    if not x.type.element_type.is_float or _exponent(x, y) != -1:
+        return None
+    return m.create("lz.reciprocal", [x]).result
+
+
+def _pow_minus_half(m, x, y):
+    if not x.type.element_type.is_float or _exponent(x, y, one_rounding=False) != -0.5:
+        return None
+    inverse_root = _in_float64(m, x, lambda v: m.create("lz.reciprocal", [_root(m, v)]).result)
+    return _unless_minus_inf(m, x, 0.0, inverse_root)
+
+
+POWERS = [
+    Rule("lz.pow", lambda m, x, y: x if _exponent(x, y) == 1 else None, "x**1 -> x"),
+    Rule("lz.pow", _pow_zero, "x**0 -> 1 (nan**0 too)"),
+    Rule("lz.pow", _pow_two, "x**2 -> x*x"),
+    Rule("lz.pow", _pow_three, "x**3 -> x*x*x (f32 in f64; f64, integers)"),
+    Rule("lz.pow", _pow_four, "x**4 -> (x*x)*(x*x) (f32 in f64; f64, integers)"),
+    Rule("lz.pow", _pow_half, "x**0.5 -> |sqrt(x)|, +inf at -inf (floats)"),
+    Rule("lz.pow", _pow_minus_one, "x**-1 -> 1/x (floats)"),
+    Rule("lz.pow", _pow_minus_half, "x**-0.5 -> 1/|sqrt(x)|, 0 at -inf (f32 in f64; f64)"),
+]
+
 # --- the tables ----------------------------------------------------------------------------------
 
 ARITHMETIC = [
@@ -172,7 +274,6 @@ ARITHMETIC = [
     Rule("lz.sub", lambda m, x, y: x if is_splat(y, 0) else None, "x-0 -> x"),
     Rule("lz.sub", lambda m, x, y: zeros(m) if x is y and is_int(x) else None, "x-x -> 0 (integers only)"),
     Rule("lz.div", lambda m, x, y: x if is_splat(y, 1) else None, "x/1 -> x"),
-    Rule("lz.pow", lambda m, x, y: x if is_splat(y, 1) else None, "x**1 -> x"),
     Rule("lz.neg", lambda m, x: x.op.operands[0] if defined_by(x, "lz.neg") else None, "neg(neg(x)) -> x"),
     Rule("lz.max", lambda m, x, y: x if x is y else None, "max(x, x) -> x"),
     Rule("lz.min", lambda m, x, y: x if x is y else None, "min(x, x) -> x"),
@@ -214,7 +315,7 @@ DATA_MOVEMENT = [
     Rule("lz.pad", _is_zero_pad, "pad by zero everywhere -> x"),
 ]
 
-CANONICALIZATION_RULES = ARITHMETIC + LOGIC + CASTS + DATA_MOVEMENT
+CANONICALIZATION_RULES = ARITHMETIC + POWERS + LOGIC + CASTS + DATA_MOVEMENT
 
 
 @dataclass
