@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo setup cross-tools clean
+.PHONY: test demo setup cross-tools clean bench-models
 
 setup: $(STAMP) cross-tools
 
@@ -36,6 +36,18 @@ test: $(STAMP) cross-tools
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
+
+# What benchmarks/onnx_models.py needs beyond the light models, to export its torchvision and
+# transformers models: torchvision --no-deps (its wheel's compiled ops are built for a CUDA torch;
+# the model definitions need none of them), pillow (torchvision imports it) and transformers, with
+# torch pinned to the build installed, so that no dependency can swap it for a CUDA build.
+bench-models: $(STAMP)
+	@torch="torch==$$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	echo "installing torchvision (--no-deps), pillow and transformers into $(VENV), keeping $$torch"; \
+	$(PY) -m pip install --quiet --no-deps torchvision && \
+	$(PY) -m pip install --quiet pillow transformers "$$torch"
+	@$(PY) -c "import torch; assert torch.version.cuda is None, 'torch is now a CUDA build'"
+	@echo "ready: $(PY) benchmarks/onnx_models.py (exports are built into build/bench-models/ on first use)"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -1,6 +1,7 @@
 """Timing shared by the benchmarks (imported as a plain module: scripts here run from this folder)."""
 from __future__ import annotations
 
+import statistics
 import time
 
 
@@ -15,3 +16,22 @@ def best_seconds(run, budget: float, max_reps: int = 100) -> float:
         run()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def alternating_medians(runs: dict, budget: float, min_reps: int = 7, max_reps: int = 200) -> dict:
+    """The median seconds of each of ``runs`` (name -> callable), called in turn one after another
+    (at least ``min_reps`` rounds, more while ``budget`` seconds last), after one warm-up call each.
+    Alternating makes the peers share the same load on a busy machine; the median ignores the
+    rounds someone else's burst disturbed."""
+    for run in runs.values():
+        run()
+    times: dict = {name: [] for name in runs}
+    deadline = time.perf_counter() + budget
+    rounds = 0
+    while rounds < min_reps or (time.perf_counter() < deadline and rounds < max_reps):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+        rounds += 1
+    return {name: statistics.median(t) for name, t in times.items()}
