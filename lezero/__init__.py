@@ -21,6 +21,7 @@ def compile(module_or_text, entry=None, target="cpu", cpu=None):  # noqa: A001 -
 from lezero.eager.dtypes import (bool_ as bool, double, dtype, float16, float32, float64,  # noqa: E402,A001
                                  get_default_dtype, half, int8, int16, int32, int64, long, set_default_dtype, uint8)
 from lezero.eager.dtypes import int_ as int  # noqa: E402,A001
+from lezero.eager.dtypes import bfloat16  # noqa: E402
 from lezero.eager.dispatch import OperatorError  # noqa: E402
 from lezero.runtime.devices import Device, DeviceError, device  # noqa: E402
 from lezero.eager.tensor import Tensor  # noqa: E402

@@ -37,6 +37,7 @@ from lezero.eager import device_arrays as _dev
 from lezero.eager import dtypes as _dt
 from lezero.eager.device_arrays import FLOATS, kind, storage
 from lezero.eager.dispatch import RUNNERS, EagerOp, OperatorError, runner_for, user_location
+from lezero.eager.dtypes import BFLOAT16_STORAGE
 from lezero.eager.interop import not_a_tensor, storage_of
 from lezero.eager.ops import CAST, CLONE, MEMORY_VIEW, RESHAPE
 from lezero.eager.strided import strided_runner
@@ -363,10 +364,10 @@ def remember_node(t: "Tensor", last_version: int) -> None:
 
 def apply_strided(op: EagerOp, attrs: tuple, inputs: tuple):
     """``apply`` when an input is a non-contiguous view: its kernel reads the view's memory in
-    place (``lezero.eager.strided``), keyed by the inputs' strides too.  On cuda the views are
-    copied contiguous first."""
+    place (``lezero.eager.strided``), keyed by the inputs' strides too.  On cuda, and for bfloat16
+    (which the kernels read widened to float32: a copy anyway), the views are copied contiguous first."""
     arrays = [t._data for t in inputs]
-    if any(a.__class__ is not np.ndarray for a in arrays):
+    if any(a.__class__ is not np.ndarray or a.dtype is BFLOAT16_STORAGE for a in arrays):
         arrays = [_dev.contiguous(a) for a in arrays]
         key = (op, attrs, *[x for a in arrays for x in (a.shape, a.dtype)])
         run = RUNNERS.get(key) or runner_for(key, op, attrs, arrays)
@@ -596,7 +597,10 @@ class Tensor:
         if self.requires_grad:
             raise BufferError("Can't export tensors that require gradient, use tensor.detach()")  # torch's
         asked = {"stream": stream, "max_version": max_version, "dl_device": dl_device, "copy": copy}
-        return self._data.__dlpack__(**{k: v for k, v in asked.items() if v is not None})
+        a = self._data
+        if a.dtype is BFLOAT16_STORAGE:  # numpy exports no bfloat16; torch's view of the same memory does
+            a = _dev.torch_of(a)
+        return a.__dlpack__(**{k: v for k, v in asked.items() if v is not None})
 
     def __dlpack_device__(self) -> tuple:
         return self._data.__dlpack_device__()
@@ -645,7 +649,9 @@ class Tensor:
 
     def __repr__(self) -> str:
         a = _dev.host(self._data)
-        body = np.array2string(a, separator=", ", prefix="tensor(")
+        # bfloat16 shows its exact values as float32 prints them (ml_dtypes' own printing drops the point: "1")
+        shown = a.astype(np.float32) if a.dtype is BFLOAT16_STORAGE else a
+        body = np.array2string(shown, separator=", ", prefix="tensor(")
         extras = [] if self._data is a else [f"device='{self.device}'"]
         d = a.dtype
         if d not in (_dt.get_default_dtype().numpy, np.dtype(np.int64), np.dtype(np.bool_)) or a.size == 0:

@@ -201,9 +201,9 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     source = data._data if isinstance(data, Tensor) else storage_of(data, "lz.tensor")
     if source is None:
         d = _dt.as_dtype(dtype) if dtype is not None else _infer_dtype(data)
-        return _finish(np.array(_unwrap(data), dtype=d.numpy, order="C"), requires_grad, device)
+        return _finish(d.array(_unwrap(data)), requires_grad, device)
     d = _dt.as_dtype(dtype) if dtype is not None else _dt.from_numpy_dtype(numpy_dtype(source))
-    copy = np.array(host(source), dtype=d.numpy, order="C")
+    copy = d.array(host(source))
     return _finish(copy, requires_grad, device if device is not None else _storage_device(source))
 
 
@@ -268,7 +268,7 @@ def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
     d = _dt.as_dtype(dtype) if dtype is not None else _dt.scalar_dtype(fill_value)
-    return _finish(np.full(tuple(size), fill_value, d.numpy), requires_grad, device)
+    return _finish(d.array(np.full(tuple(size), fill_value)), requires_grad, device)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -279,11 +279,11 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
             _dt.get_default_dtype()
     else:
         d = _dt.as_dtype(dtype)
-    return _finish(np.arange(start, end, step).astype(d.numpy), requires_grad, device)
+    return _finish(d.array(np.arange(start, end, step)), requires_grad, device)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(np.linspace(start, end, steps).astype(_float_dtype(dtype).numpy), requires_grad, device)
+    return _finish(_float_dtype(dtype).array(np.linspace(start, end, steps)), requires_grad, device)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -315,13 +315,13 @@ def full_like(t: Tensor, fill_value, dtype=None, device=None, requires_grad=Fals
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform on [0, 1)."""
     d = _float_dtype(dtype)
-    return _finish(numpy_generator(generator).random(_shape(size)).astype(d.numpy), requires_grad, device)
+    return _finish(d.array(numpy_generator(generator).random(_shape(size))), requires_grad, device)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal."""
     d = _float_dtype(dtype)
-    return _finish(numpy_generator(generator).standard_normal(_shape(size)).astype(d.numpy), requires_grad, device)
+    return _finish(d.array(numpy_generator(generator).standard_normal(_shape(size))), requires_grad, device)
 
 
 def randint(low, high=None, size=(), generator=None, dtype=None, device=None) -> Tensor:

@@ -8,22 +8,29 @@ numpy's dtypes only, and the CPU path reads them exactly as before (``a.dtype in
 
 Everything here takes either kind of array: ``KIND[a.dtype]`` (numpy's kind letter), ``numpy_dtype``,
 ``device_of``, ``host`` (a numpy copy), ``to_device``; ``storage`` makes the host array a tensor holds.
+
+bfloat16 (``lezero.eager.dtypes.BFLOAT16_STORAGE``, ml_dtypes' on the host, ``torch.bfloat16`` on
+cuda) crosses between numpy and torch as its bits (``torch.from_numpy`` and ``.numpy()`` know no
+bfloat16: an int16 view of the same memory either way, ``torch_of``/``numpy_of``); compiled
+functions take it widened to float32 (``widened``/``narrowed``).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from lezero.eager.dtypes import BFLOAT16_STORAGE, as_bfloat16
 from lezero.runtime.devices import device, require_device, torch_device
 
 CPU = device("cpu")
 CUDA = device("cuda")
 
 _NUMPY_DTYPES = [np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16,
-                                       np.float32, np.float64)]
+                                       np.float32, np.float64)] + [BFLOAT16_STORAGE]
 
-KIND: dict = {d: d.kind for d in _NUMPY_DTYPES}          # storage dtype (numpy or torch) -> "b" "u" "i" "f"
-FLOATS: set = {d for d in _NUMPY_DTYPES if d.kind == "f"}  # the floating storage dtypes
-CATEGORY: dict = {d: {"b": 0, "u": 1, "i": 1, "f": 2}[d.kind] for d in _NUMPY_DTYPES}  # promotion category
+# storage dtype (numpy or torch) -> "b" "u" "i" "f" (ml_dtypes' bfloat16 says "V" itself)
+KIND: dict = {d: "f" if d is BFLOAT16_STORAGE else d.kind for d in _NUMPY_DTYPES}
+FLOATS: set = {d for d in _NUMPY_DTYPES if KIND[d] == "f"}  # the floating storage dtypes
+CATEGORY: dict = {d: {"b": 0, "u": 1, "i": 1, "f": 2}[KIND[d]] for d in _NUMPY_DTYPES}  # promotion category
 _TO_NUMPY: dict = {d: d for d in _NUMPY_DTYPES}           # storage dtype -> numpy dtype
 _TO_TORCH: dict = {}                                      # numpy dtype -> torch dtype, once torch is loaded
 _torch = None
@@ -36,7 +43,7 @@ def torch():
         import torch as module
 
         for d in _NUMPY_DTYPES:
-            t = module.from_numpy(np.empty(0, d)).dtype
+            t = module.bfloat16 if d is BFLOAT16_STORAGE else module.from_numpy(np.empty(0, d)).dtype
             _TO_TORCH[d], _TO_NUMPY[t], KIND[t], CATEGORY[t] = t, d, KIND[d], CATEGORY[d]
             if d in FLOATS:
                 FLOATS.add(t)
@@ -50,14 +57,43 @@ def numpy_dtype(a) -> np.dtype:
 
 
 def kind(a) -> str:
-    """numpy's kind letter of an array's elements (either kind of array)."""
-    return a.dtype.kind if a.__class__ is np.ndarray else KIND[a.dtype]
+    """numpy's kind letter of an array's elements (either kind of array; "f" for bfloat16)."""
+    return KIND[a.dtype]
+
+
+def torch_of(a: np.ndarray):
+    """The torch CPU tensor of a numpy array's memory (shared; bfloat16 through its bits)."""
+    t = torch()
+    if a.dtype is BFLOAT16_STORAGE:
+        return t.from_numpy(a.view(np.int16)).view(t.bfloat16)
+    return t.from_numpy(a)
+
+
+def numpy_of(t) -> np.ndarray:
+    """The numpy array of a torch CPU tensor's memory (shared; bfloat16 through its bits)."""
+    if t.dtype is torch().bfloat16:
+        return t.view(_torch.int16).numpy().view(BFLOAT16_STORAGE)
+    return t.numpy()
+
+
+def widened(a):
+    """A bfloat16 array (either kind) as float32, exactly: what a compiled function takes for bf16."""
+    if a.__class__ is np.ndarray:
+        return a.astype(np.float32)
+    return a.float()
+
+
+def narrowed(a):
+    """A compiled function's bf16 result (float32 holding bf16 values) as bfloat16 storage, exactly."""
+    if a.__class__ is np.ndarray:
+        return a.astype(BFLOAT16_STORAGE)
+    return a.to(_torch.bfloat16)
 
 
 def storage(value, dtype=None) -> np.ndarray:
     """``value`` as an array a tensor can hold: C-contiguous, aligned, native byte order (a 0-d
     array stays 0-d, unlike ``np.ascontiguousarray``)."""
-    a = np.asarray(value, dtype)
+    a = as_bfloat16(value) if dtype is BFLOAT16_STORAGE else np.asarray(value, dtype)
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     return a if a.flags.c_contiguous and a.flags.aligned else np.array(a, order="C")
@@ -77,7 +113,7 @@ def host(a) -> np.ndarray:
     """``a`` as a numpy array: ``a`` itself on the CPU, else a C-contiguous copy in host memory."""
     if a.__class__ is np.ndarray:
         return a
-    return a.detach().to("cpu", copy=True).contiguous().numpy()
+    return numpy_of(a.detach().to("cpu", copy=True).contiguous())
 
 
 def to_device(a, target):
@@ -89,7 +125,7 @@ def to_device(a, target):
     require_device(target)
     t = torch()
     if a.__class__ is np.ndarray:
-        return t.from_numpy(np.ascontiguousarray(a)).to(torch_device(target), copy=True)
+        return torch_of(np.ascontiguousarray(a)).to(torch_device(target), copy=True)
     return a.to(torch_device(target))
 
 
@@ -97,7 +133,7 @@ def like(array: np.ndarray, other):
     """The numpy ``array`` on ``other``'s device (``array`` itself when ``other`` is a numpy array)."""
     if other.__class__ is np.ndarray:
         return array
-    return torch().from_numpy(np.ascontiguousarray(array)).to(other.device)
+    return torch_of(np.ascontiguousarray(array)).to(other.device)
 
 
 def scalar_like(value, other):

@@ -25,13 +25,16 @@ import linecache
 import os
 import sys
 
-from lezero.eager.device_arrays import device_of, numpy_dtype, same_device
+import numpy as np
+
+from lezero.eager.device_arrays import device_of, narrowed, numpy_dtype, same_device, widened
+from lezero.eager.dtypes import BFLOAT16_STORAGE
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.diagnostics import IRError
 from lezero.ir.location import UNKNOWN, FileLineColLoc, Location
 from lezero.ir.opdef import OpError
-from lezero.ir.types import FunctionType, TensorType, element_type_of
+from lezero.ir.types import BF16, FunctionType, TensorType, element_type_of
 from lezero.runtime import compile as compile_module
 from lezero.runtime.devices import Device
 
@@ -119,9 +122,17 @@ def one_op_function(op: EagerOp, attrs: tuple, types: list) -> FuncOp:
     return func
 
 
+def constant_of(b: Builder, value, element_type):
+    """``value`` as an ``lz.constant`` of ``element_type``: bf16 too, which its float32 numpy storage
+    alone would make f32."""
+    array = np.asarray(value, element_type.numpy_dtype)
+    return b.constant(array, TensorType(array.shape, element_type))
+
+
 def tensor_type(array) -> TensorType:
     """The IR type of an array (numpy, or a cuda tensor's torch storage)."""
-    return TensorType(tuple(array.shape), element_type_of(numpy_dtype(array)))
+    d = numpy_dtype(array)
+    return TensorType(tuple(array.shape), BF16 if d is BFLOAT16_STORAGE else element_type_of(d))
 
 
 def device_of_arrays(name: str, arrays) -> Device:
@@ -137,8 +148,39 @@ def device_of_arrays(name: str, arrays) -> Device:
 def compile_for(module: ModuleOp, entry: str, device: Device, cpu=None):
     """``lezero.compile`` of ``@entry`` for ``device`` (host code for ``cpu``: default ``$LEZERO_CPU``
     or the host); its lean ``runner(shapes)`` runs numpy arrays on the CPU (``run(arrays,
-    outs=None)``), torch tensors on cuda."""
-    return compile_module(module, entry, device.type, cpu)
+    outs=None)``), torch tensors on cuda.  A function with bf16 in its signature takes and gives
+    the tensors' bfloat16 storage (``bf16_storage_runner``)."""
+    compiled = compile_module(module, entry, device.type, cpu)
+    signature = compiled.func.function_type
+    if any(t.element_type == BF16 for t in (*signature.inputs, *signature.results)):
+        lean = compiled.runner
+        compiled.runner = lambda shapes: bf16_storage_runner(lean(shapes), signature)  # this object's runners only
+    return compiled
+
+
+def bf16_storage_runner(run, signature: FunctionType):
+    """``run`` (a lean runner of a function of ``signature``, whose bf16 buffers are float32
+    holding bf16 values) taking bf16 arguments as bfloat16 storage (widened to float32, exactly)
+    and giving its bf16 results as bfloat16 storage (narrowed, exactly: the kernels rounded them).
+    The eager engine's bf16 costs these two copies per op."""
+    wide = [i for i, t in enumerate(signature.inputs) if t.element_type == BF16]
+    narrow = [i for i, t in enumerate(signature.results) if t.element_type == BF16]
+
+    def run_bf16(arrays, outs=None):
+        arrays = list(arrays)
+        for i in wide:
+            if numpy_dtype(arrays[i]) is BFLOAT16_STORAGE:
+                arrays[i] = widened(arrays[i])
+        results = list(run(arrays))
+        for i in narrow:
+            results[i] = narrowed(results[i])
+        if outs is None:
+            return results
+        for out, r in zip(outs, results):
+            out[...] = r
+        return outs
+    run_bf16.kernel_count, run_bf16.checks_indices = run.kernel_count, run.checks_indices
+    return run_bf16
 
 
 # (op, attrs, shape0, dtype0, shape1, dtype1, ...) -> run(inputs, outs=None) -> [arrays]

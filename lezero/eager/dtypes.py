@@ -1,10 +1,29 @@
 """The eager frontend's dtypes (``lz.float32`` ...): each names an IR element type and its numpy
-storage, and type promotion follows PyTorch's rules."""
+storage, and type promotion follows PyTorch's rules.
+
+``lz.bfloat16``: numpy has no bfloat16, so an eager bf16 tensor holds ml_dtypes' ``bfloat16``
+(``BFLOAT16_STORAGE``: two bytes, what JAX uses, a dtype of its own, so the storage says what the
+tensor is, as ``lz.float16``'s does).  The IR's bf16 buffers are float32 holding bf16 values
+(``lezero.ir.types.BF16``), and its kernels round every result to bf16: a compiled function is
+given its bf16 inputs widened to float32 (exact) and its bf16 results narrowed back (exact: they
+hold bf16 values), ``lezero.eager.dispatch.compile_for``.  Data become bf16 through float32
+(``dtype.array``), as torch converts (float64 -> float32 -> bf16, each to nearest even).
+"""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from lezero.ir.types import ELEMENT_TYPES, ElementType
+
+BFLOAT16_STORAGE = np.dtype(ml_dtypes.bfloat16)
+
+
+def as_bfloat16(data) -> np.ndarray:
+    """``data`` as a new C-contiguous bfloat16 array, through float32 as torch converts (beyond
+    float32's range is inf, as there)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(data, np.float32).astype(BFLOAT16_STORAGE, order="C")
 
 
 class dtype:  # noqa: N801 - PyTorch's spelling
@@ -15,7 +34,7 @@ class dtype:  # noqa: N801 - PyTorch's spelling
     def __init__(self, name: str, element_type: str, rank: int):
         self.name = name
         self.element_type: ElementType = ELEMENT_TYPES[element_type]
-        self.numpy = self.element_type.numpy_dtype
+        self.numpy = BFLOAT16_STORAGE if element_type == "bf16" else self.element_type.numpy_dtype
         self.is_floating_point = self.element_type.is_float
         self.itemsize = self.numpy.itemsize
         self._rank = rank  # position in the promotion lattice within a category
@@ -24,6 +43,13 @@ class dtype:  # noqa: N801 - PyTorch's spelling
     def category(self) -> int:
         """0 bool, 1 integer, 2 float: promotion never goes down a category."""
         return {"bool": 0, "int": 1, "float": 2}[self.element_type.kind]
+
+    def array(self, data) -> np.ndarray:
+        """``data`` (numbers, lists, an array) as a new C-contiguous array of this dtype's storage;
+        bf16 through float32, as torch rounds (each step to nearest, ties to even)."""
+        if self.numpy is BFLOAT16_STORAGE:
+            return as_bfloat16(data)
+        return np.array(data, dtype=self.numpy, order="C")
 
     def __repr__(self) -> str:
         return f"lezero.{self.name}"
@@ -39,10 +65,11 @@ int16 = dtype("int16", "i16", 2)
 int32 = dtype("int32", "i32", 3)
 int64 = dtype("int64", "i64", 4)
 float16 = dtype("float16", "f16", 1)
+bfloat16 = dtype("bfloat16", "bf16", 1)
 float32 = dtype("float32", "f32", 2)
 float64 = dtype("float64", "f64", 3)
 
-ALL = (bool_, uint8, int8, int16, int32, int64, float16, float32, float64)
+ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
 _BY_NUMPY = {d.numpy: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NAME.update({"bool_": bool_, "float": float32, "double": float64, "half": float16, "long": int64, "int": int32})
@@ -105,6 +132,8 @@ def promote(a: dtype, b: dtype) -> dtype:
         return a if a.category > b.category else b
     if a.category == 1 and {a, b} == {uint8, int8}:
         return int16
+    if {a, b} == {float16, bfloat16}:  # neither holds the other: PyTorch's float32
+        return float32
     return a if a._rank >= b._rank else b
 
 

@@ -8,7 +8,8 @@ allows, as ``torch.from_numpy`` and ``torch.from_dlpack`` do: on the CPU a C-con
 buffers), on cuda a torch tensor on the device (a torch cuda tensor is kept as is; another
 library's cuda memory comes in through ``torch.from_dlpack``).  A value that is not an array (a
 number, a list) gives ``None``: the caller decides (``lz.tensor`` copies Python data, an op input
-is an error).  An array lezero cannot hold (bfloat16, complex, another device) is a
+is an error).  A torch bfloat16 tensor comes in through its bits (``device_arrays.numpy_of``: ml_dtypes'
+bfloat16, the same memory).  An array lezero cannot hold (complex, another device) is a
 ``ForeignInputError`` that names what it got and what to pass, at the user's line.
 
 The doors to it: ``lezero.eager.core.as_input`` (what every op, module, functional and jit input
@@ -92,7 +93,7 @@ def _torch_storage(t, what: str):
         raise ForeignInputError(f"{what}: got a torch tensor of dtype {t.dtype}, which lezero has no dtype for; "
                                 f"convert it first (t.float(), t.to(torch.float32))", user_location())
     if t.device.type == "cpu":
-        return _dev.storage(t.resolve_conj().resolve_neg().numpy())
+        return _dev.storage(_dev.numpy_of(t.resolve_conj().resolve_neg()))
     if t.device.type != "cuda":
         raise ForeignInputError(f"{what}: got a torch tensor on {t.device}; lezero takes cpu and cuda tensors "
                                 f"(pass t.cpu())", user_location())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lezero.eager.dispatch import EagerOp, lz_op
+from lezero.eager.dispatch import EagerOp, constant_of, lz_op
 from lezero.ir.dialect.data_movement import strided_positions
 from lezero.ir.types import ELEMENT_TYPES
 
@@ -53,7 +53,7 @@ def _emit_var(b, attrs, x):
     total = b.op("lz.reduce_sum", b.op("lz.mul", centered, centered), axes=axes, keepdims=attrs["keepdims"])
     divisor = max(attrs["count"] - attrs["correction"], 0)
     et = x.type.element_type
-    d = b.constant(np.asarray(divisor, et.numpy_dtype))
+    d = constant_of(b, divisor, et)
     y = b.op("lz.div", total, d)
     if attrs["std"]:
         y = b.op("lz.sqrt", y)
@@ -69,8 +69,8 @@ def _emit_floor_divide(b, attrs, x, y):
         return [b.op("lz.floor", b.op("lz.div", x, y))]
     q = b.op("lz.div", x, y)  # truncates toward zero: step down where the signs differ and it was inexact
     r = b.op("lz.sub", x, b.op("lz.mul", q, y))
-    zero = b.constant(np.zeros((), x.type.element_type.numpy_dtype))
-    one = b.constant(np.ones((), x.type.element_type.numpy_dtype))
+    zero = constant_of(b, 0, x.type.element_type)
+    one = constant_of(b, 1, x.type.element_type)
     inexact = b.op("lz.cmp", r, zero, predicate="ne")
     signs = b.op("lz.cmp", b.op("lz.cmp", x, zero, predicate="lt"), b.op("lz.cmp", y, zero, predicate="lt"),
                  predicate="ne")
@@ -84,7 +84,7 @@ def _emit_remainder(b, attrs, x, y):
 
 def _emit_any_all(b, attrs, x):
     et = ELEMENT_TYPES["i32"]
-    nonzero = b.op("lz.cmp", x, b.constant(np.zeros((), x.type.element_type.numpy_dtype)), predicate="ne")
+    nonzero = b.op("lz.cmp", x, constant_of(b, 0, x.type.element_type), predicate="ne")
     as_int = b.op("lz.cast", nonzero, to=et)
     reduce = "lz.reduce_max" if attrs["any"] else "lz.reduce_min"
     r = b.op(reduce, as_int, axes=list(attrs["axes"]) or None, keepdims=attrs["keepdims"])
@@ -92,12 +92,12 @@ def _emit_any_all(b, attrs, x):
 
 
 def _emit_log1p(b, attrs, x):
-    one = b.constant(np.ones((), x.type.element_type.numpy_dtype))
+    one = constant_of(b, 1, x.type.element_type)
     return [b.op("lz.log", b.op("lz.add", x, one))]
 
 
 def _emit_expm1(b, attrs, x):
-    one = b.constant(np.ones((), x.type.element_type.numpy_dtype))
+    one = constant_of(b, 1, x.type.element_type)
     return [b.op("lz.sub", b.op("lz.exp", x), one)]
 
 

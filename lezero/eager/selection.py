@@ -39,7 +39,7 @@ from lezero.eager import dtypes as _dt
 from lezero.eager.core import Tensor, apply, apply1, as_input, axis_of, cast_to, wrap
 from lezero.eager.creation import numpy_generator, tensor
 from lezero.eager.device_arrays import FLOATS, kind
-from lezero.eager.dispatch import EagerOp
+from lezero.eager.dispatch import EagerOp, constant_of
 from lezero.eager.promotion import float_input, scalar
 from lezero.ir.types import I64
 
@@ -117,21 +117,22 @@ def _emit_scatter(b, attrs, x, index, src):
                    steps=[1] * len(ishape))
     if reduce is None:
         return [b.op("lz.scatter_nd", x, tuples, src)]
-    np_dtype = x.type.element_type.numpy_dtype
+    et = x.type.element_type
+    np_dtype = et.numpy_dtype
     if not attrs["include_self"]:  # the places written start from the reduction's identity
         identity = _IDENTITY[reduce]
         if np.dtype(np_dtype).kind != "f" and not np.isfinite(identity):
             info = np.iinfo(np_dtype) if np.dtype(np_dtype).kind in "iu" else None
             identity = (info.min if identity < 0 else info.max) if info else identity > 0
-        filler = b.op("lz.broadcast_to", b.constant(np.asarray(identity, np_dtype)), shape=list(ishape))
+        filler = b.op("lz.broadcast_to", constant_of(b, identity, et), shape=list(ishape))
         x = b.op("lz.scatter_nd", x, tuples, filler)
     out = b.op("lz.scatter_nd", x, tuples, src, reduction=_COMBINE[reduce])
     if reduce == "mean":
-        ones = b.op("lz.broadcast_to", b.constant(np.ones((), np_dtype)), shape=list(ishape))
+        ones = b.op("lz.broadcast_to", constant_of(b, 1, et), shape=list(ishape))
         start = np.ones if attrs["include_self"] else np.zeros
-        count = b.op("lz.scatter_nd", b.constant(start(x.type.shape, np_dtype)), tuples, ones, reduction="add")
-        count = b.op("lz.select", b.op("lz.cmp", count, b.constant(np.zeros((), np_dtype)), predicate="eq"),
-                     b.constant(np.ones((), np_dtype)), count)
+        count = b.op("lz.scatter_nd", constant_of(b, start(x.type.shape), et), tuples, ones, reduction="add")
+        count = b.op("lz.select", b.op("lz.cmp", count, constant_of(b, 0, et), predicate="eq"),
+                     constant_of(b, 1, et), count)
         out = b.op("lz.div", out, count)
     return [out]
 
@@ -141,13 +142,12 @@ def _emit_triangle(b, attrs, x):
     m, n = x.type.shape[-2:]
     i, j = np.indices((m, n))
     keep = (j - i >= attrs["diagonal"]) if attrs["upper"] else (j - i <= attrs["diagonal"])
-    return [b.op("lz.select", b.constant(keep), x, b.constant(np.zeros((), x.type.element_type.numpy_dtype)))]
+    return [b.op("lz.select", b.constant(keep), x, constant_of(b, 0, x.type.element_type))]
 
 
 def _emit_float_class(b, attrs, x):
     """``isnan`` (``x != x``), ``isinf``/``isposinf``/``isneginf``, ``isfinite`` (``|x| < inf``, false for nan)."""
-    et = x.type.element_type.numpy_dtype
-    inf = b.constant(np.asarray(np.inf, et))
+    inf = constant_of(b, np.inf, x.type.element_type)
     which = attrs["which"]
     if which == "nan":
         return [b.op("lz.cmp", x, x, predicate="ne")]
@@ -188,10 +188,10 @@ def _emit_counted_below(b, attrs, cdf, draws):
 
 def _emit_race(b, attrs, probabilities, draws):
     """Without replacement: the ``k`` largest ``log(u) / p`` (categories of ``p = 0`` never win)."""
-    et = probabilities.type.element_type.numpy_dtype
+    et = probabilities.type.element_type
     keys = b.op("lz.div", b.op("lz.log", draws), probabilities)
-    keys = b.op("lz.select", b.op("lz.cmp", probabilities, b.constant(np.zeros((), et)), predicate="gt"), keys,
-                b.constant(np.asarray(-np.inf, et)))
+    keys = b.op("lz.select", b.op("lz.cmp", probabilities, constant_of(b, 0, et), predicate="gt"), keys,
+                constant_of(b, -np.inf, et))
     return [b.create("lz.topk", [keys], {"k": attrs["k"], "axis": 1, "largest": True}).results[1]]
 
 

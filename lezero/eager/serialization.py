@@ -110,7 +110,7 @@ def save(obj, f) -> None:
         entries.append({"dtype": _dt.from_numpy_dtype(a.dtype).name, "shape": list(a.shape), "offset": offset,
                         "nbytes": a.nbytes})
         offset += a.nbytes + _pad(a.nbytes)
-    blobs = [storage(a).astype(a.dtype.newbyteorder("<"), copy=False) for a in arrays]
+    blobs = [_bits(storage(a)).astype(_bits(a).dtype.newbyteorder("<"), copy=False) for a in arrays]
     for blob in blobs:
         digest.update(memoryview(blob).cast("B") if blob.nbytes else b"")
         digest.update(b"\0" * _pad(blob.nbytes))
@@ -175,6 +175,11 @@ def load(f, map_location=None, weights_only: bool = True):
                 view.release()
 
 
+def _bits(a: np.ndarray) -> np.ndarray:
+    """``a`` as the numbers a file holds: bfloat16 as its 16 bits (ml_dtypes' type has no buffer format)."""
+    return a.view(np.uint16) if a.dtype is _dt.BFLOAT16_STORAGE else a
+
+
 def _read_tensor(payload: memoryview, i: int, entry: dict, data_bytes: int, fail) -> np.ndarray:
     """Tensor ``i`` of the data section: a writable, native-order copy."""
     try:
@@ -186,8 +191,9 @@ def _read_tensor(payload: memoryview, i: int, entry: dict, data_bytes: int, fail
     if nbytes != math.prod(shape) * d.itemsize or offset < 0 or offset + nbytes > data_bytes:
         fail(f"tensor #{i} ({entry['dtype']}, shape {list(shape)}) does not fit the data section")
     with payload[offset:offset + nbytes] as chunk:
-        stored = np.frombuffer(chunk, dtype=d.numpy.newbyteorder("<")).reshape(shape)
-        array = np.array(stored, dtype=d.numpy, order="C")
+        bits = np.uint16 if d.numpy is _dt.BFLOAT16_STORAGE else d.numpy
+        stored = np.frombuffer(chunk, dtype=np.dtype(bits).newbyteorder("<")).reshape(shape)
+        array = np.array(stored, dtype=bits, order="C").view(d.numpy)
         del stored
     return array
 

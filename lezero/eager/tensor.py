@@ -296,6 +296,7 @@ TABLE = {
         "float": cast(_dt.float32),
         "double": cast(_dt.float64),
         "half": cast(_dt.float16),
+        "bfloat16": cast(_dt.bfloat16),
         "long": cast(_dt.int64),
         "int": cast(_dt.int32),
         "bool": cast(_dt.bool_),

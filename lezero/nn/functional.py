@@ -16,7 +16,7 @@ from lezero.eager import dtypes as _dt
 from lezero.eager.core import accepting_arrays as _accepting_arrays, apply, apply1 as _apply1, apply2 as _apply2, cast_to as _cast_to, wrap as _wrap
 from lezero.eager.creation import default_generator
 from lezero.eager.device_arrays import kind as _kind
-from lezero.eager.dispatch import EagerOp
+from lezero.eager.dispatch import EagerOp, constant_of as _constant_of
 from lezero.eager.functions import where
 from lezero.eager.tensor import Tensor
 from lezero.ir.types import ELEMENT_TYPES
@@ -36,7 +36,7 @@ def _pair(v, what: str = "value") -> tuple:
 
 def _const(b, value, like) -> object:
     """A rank-0 constant of ``like``'s element type."""
-    return b.constant(np.asarray(value, like.type.element_type.numpy_dtype))
+    return _constant_of(b, value, like.type.element_type)
 
 
 # --- activations -----------------------------------------------------------------------------------------

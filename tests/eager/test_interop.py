@@ -287,7 +287,7 @@ def test_inputs_lezero_cannot_take_are_clear_errors_at_the_users_line():
     x = lz.ones(2, 3)
     model = nn.Linear(3, 2)
     cases = [
-        (lambda: x + torch.ones(3, dtype=torch.bfloat16), "torch tensor of dtype torch.bfloat16"),
+        (lambda: x + torch.ones(3, dtype=torch.complex64), "torch tensor of dtype torch.complex64"),
         (lambda: model(np.ones((2, 3), np.complex64)), "numpy array of dtype complex64"),
         (lambda: lz.as_tensor(torch.ones(2, device="meta")), "torch tensor on meta"),
         (lambda: F.linear("x", model.weight), "got a str; pass an lz.Tensor, a torch tensor, a numpy array"),

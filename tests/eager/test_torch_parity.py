@@ -80,10 +80,7 @@ def resolve(root, path: str):
 
 # On the list and not in lezero yet, each with what it needs: the test fails when one appears (take
 # it off here and give it a row) or when another goes missing.
-KNOWN_MISSING = {
-    "bfloat16": "an eager bf16 tensor needs a dtype of its own: the storage is float32 rounded to bf16 (as the "
-                "IR's bf16 buffers are), so Tensor must carry the dtype beside its numpy array",
-}
+KNOWN_MISSING: dict[str, str] = {}
 
 
 def test_every_name_on_the_list_exists():
@@ -485,7 +482,7 @@ def test_comparisons_and_dtype_names():
     for fw in (lz, torch):
         assert fw.allclose(fw.tensor(a), fw.tensor(b)) and not fw.equal(fw.tensor(a), fw.tensor(b))
         assert fw.equal(fw.tensor(a), fw.tensor(a))
-    for name in ("float16", "float32", "float64", "int64", "bool"):
+    for name in ("float16", "bfloat16", "float32", "float64", "int64", "bool"):
         assert str(resolve(lz, name)).split(".")[-1] == str(resolve(torch, name)).split(".")[-1], name
         assert lz.zeros(2, dtype=resolve(lz, name)).dtype == resolve(lz, name)
 
@@ -493,7 +490,7 @@ def test_comparisons_and_dtype_names():
 def test_every_numerical_name_has_a_row():
     covered = {r.name for r in FUNCTIONS} | {r.name for r in LAYERS} | set(OPTIMIZERS) | set(SCHEDULERS)
     covered |= {"nn.utils.clip_grad_norm_", "nn.utils.clip_grad_value_", "Tensor.register_hook",
-                "Tensor.retain_grad", "autograd.grad", "allclose", "equal", "float16", "float32",
+                "Tensor.retain_grad", "autograd.grad", "allclose", "equal", "float16", "bfloat16", "float32",
                 "float64", "int64", "bool"}
     # conversions and properties, exercised by every row above and by tests/eager/test_views.py
     presence_only = set(ELSEWHERE) | {"Tensor.numpy", "Tensor.item", "Tensor.tolist", "Tensor.to", "Tensor.stride",
