@@ -17,6 +17,11 @@ from lezero.ir.core import Operation
 from lezero.ir.dialect.data_movement import TransposeOp
 
 CONTRACTION_OPS = ("lz.matmul", "lz.conv2d")
+# The CPU's float32 matmul kernels (``matmul_kernel``): a matmul with A's rows contiguous along k
+# and fewer columns than this, or fewer than THIN_ROWS rows and B's columns contiguous too, is dot
+# products; the GEMM gives fewer than THIN_ROWS rows a register tile of their own height.
+DOT_MAX_COLS = 16
+THIN_ROWS = 4
 
 
 def anchor_op(ctx) -> Operation:
@@ -76,6 +81,7 @@ class MatmulShape:
     has_cols: bool  # the result has the n dim (a 2-D+ rhs)
     a_matrix_strides: tuple = (0, 1)  # elements per step of (row, k) of A
     b_matrix_strides: tuple = (0, 1)  # elements per step of (k, column) of B
+    row_batch_shape: tuple = ()  # batch dims folded into the rows (``batches_as_rows``): m counts them
 
     @staticmethod
     def of(op: Operation, a_strides: tuple | None = None, b_strides: tuple | None = None) -> "MatmulShape":
@@ -101,6 +107,37 @@ class MatmulShape:
     @property
     def batches(self) -> int:
         return math.prod(self.batch_shape)
+
+    @property
+    def row_dims(self) -> tuple:
+        """The result dims a row of the GEMMs runs over, outer first: the folded batch dims, then
+        the lhs's m dim (a 1-D lhs has none)."""
+        inner = self.m // math.prod(self.row_batch_shape)
+        return self.row_batch_shape + ((inner,) if self.has_rows else ())
+
+    def batches_as_rows(self) -> "MatmulShape":
+        """The same product with its innermost batch dims along which B is shared (batch stride 0)
+        folded into A's rows, as far as A's rows still lie one stride apart: one GEMM of many rows
+        instead of many GEMMs of a few, each of which would read all of B (ViT's
+        ``Transpose(x, [1, 0, 2]) @ W`` is 197 batches of one row: 197 reads of W, or one).  The
+        result is row-major, so its folded rows lie ``n`` apart as C's rows do."""
+        batch, a_strides, b_strides = list(self.batch_shape), list(self.a_batch_strides), list(self.b_batch_strides)
+        m, (row_stride, k_stride) = self.m, self.a_matrix_strides
+        folded = list(self.row_batch_shape)
+        while batch and b_strides[-1] == 0:
+            size, stride = batch[-1], a_strides[-1]
+            if size > 1:  # B's stride 0 along a dim of more than one index: A's is not 0
+                if m == 1:
+                    row_stride = stride
+                elif stride != m * row_stride:
+                    break
+            m *= size
+            folded.insert(0, size)
+            del batch[-1], a_strides[-1], b_strides[-1]
+        if len(batch) == len(self.batch_shape):
+            return self
+        return MatmulShape(tuple(batch), tuple(a_strides), tuple(b_strides), m, self.n, self.k, self.has_rows,
+                           self.has_cols, (row_stride, k_stride), self.b_matrix_strides, tuple(folded))
 
 
 @dataclass(frozen=True)
@@ -139,3 +176,44 @@ class ConvShape:
     @property
     def k(self) -> int:
         return self.in_per_group * self.kh * self.kw
+
+
+def gemm_layout(rows: int, cols: int, row_stride: int, col_stride: int) -> tuple[bool, int, int]:
+    """How the GEMM packs a rows x cols operand with these strides (elements): ``(False, ld, 1)``
+    for contiguous rows ``ld`` apart, ``(True, ld, 1)`` for contiguous columns ``ld`` apart (stored
+    transposed), ``(False, row_stride, col_stride)`` for neither (gathered a float at a time)."""
+    if col_stride == 1 or cols == 1:
+        return False, max(row_stride, 1) if rows > 1 else 1, 1
+    if row_stride == 1 or rows == 1:
+        return True, max(col_stride, 1), 1
+    return False, row_stride, col_stride
+
+
+def dot_products(shape: MatmulShape) -> bool:
+    """Whether a float32 matmul is a set of dot products: A's rows contiguous along k, and too
+    few columns (DOT_MAX_COLS) to fill the GEMM's register tile, whose lanes run along columns
+    (B's columns are copied contiguous first when they are not), or too few rows (THIN_ROWS) with
+    B's columns contiguous (x @ w.T at batch 1; with B's rows contiguous the GEMM reads them in
+    place)."""
+    (_, a_k), (b_k, _) = shape.a_matrix_strides, shape.b_matrix_strides
+    if not (a_k == 1 or shape.k == 1):
+        return False
+    return shape.n < DOT_MAX_COLS or (shape.m < THIN_ROWS and (b_k == 1 or shape.k == 1))
+
+
+def matmul_kernel(op: Operation, a_strides: tuple | None = None, b_strides: tuple | None = None):
+    """Which CPU kernel a float32 ``lz.matmul`` runs when its operands are read with these strides
+    (elements per step along each of the operand's dims, as ``stored_operand`` gives them: a
+    transpose fused into the operand permutes its buffer's strides; row-major when not given),
+    and the product as that kernel sees it (``batches_as_rows``: ``shape.batches`` GEMMs of
+    ``shape.m`` rows, each reading all of B).
+
+    The kernel is "gemm" (packed, blocked, vector FMA: the fast path, whatever the strides) or
+    "dots" (dot products along k, for thin shapes: as fast), or "loops" for K = 0.  A fusion's
+    cost model asks it: fusing a transpose into a matmul operand costs nothing more than its
+    packing (``gemm_layout``: a float at a time when neither the operand's rows nor its columns
+    are contiguous) as long as ``shape.batches`` does not grow."""
+    shape = MatmulShape.of(op, a_strides, b_strides).batches_as_rows()
+    if shape.k == 0:
+        return "loops", shape
+    return ("dots" if dot_products(shape) else "gemm"), shape

@@ -18,14 +18,15 @@ operand (partition's one prologue: ``x @ w.T``); it is that buffer with permuted
 (``lezero/codegen/contraction_shapes.py``'s ``stored_operand``), and the GEMM packs it from
 its stored layout (``gemm_layout``).
 
-**Thin float32 matmuls** keep every vector lane busy: with A's rows contiguous along k, fewer
-than DOT_MAX_COLS columns (or fewer than THIN_ROWS rows times a B whose columns are contiguous)
-are dot products along k (``lower_matmul_dots``); the GEMM's other thin shapes get a register
-tile of their own shape (``matmul_config``), B read in place for fewer than THIN_ROWS rows.
+**Thin float32 matmuls** keep every vector lane busy: with A's rows contiguous along k, few
+columns (or few rows times a B whose columns are contiguous) are dot products along k
+(``lower_matmul_dots``); the GEMM's other thin shapes get a register tile of their own shape
+(``matmul_config``), B read in place for a few rows.  Batches along which B is shared are rows
+of one GEMM (``MatmulShape.batches_as_rows``); ``contraction_shapes.matmul_kernel`` chooses.
 
 **Other dtypes** (f64, f16 and bf16 accumulating in f32 as the reference does, integers
-wrapping), float32 operands the GEMM cannot pack, and convs the GEMM tiles waste (fewer than 4
-output channels per group, e.g. depthwise): loops.  matmul is i-k-j over blocks of 256 columns
+wrapping), float32 matmuls with K = 0, and convs the GEMM tiles waste (fewer than 4 output
+channels per group, e.g. depthwise): loops.  matmul is i-k-j over blocks of 256 columns
 (the j loop vectorizes; a stack array holds the sums), or i-j-k when B's columns are contiguous
 (x @ w.T: dot products, the k loop a vectorized reduction), a work item per output row; conv is a
 work item per output row (n, co, oh): for each (ci, kh, kw) the valid ``ow`` range is computed
@@ -36,11 +37,11 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from lezero.codegen.accumulation import accumulator_type
-from lezero.codegen.contraction_shapes import ConvShape, MatmulShape, anchor_op, stored_operand
+from lezero.codegen.contraction_shapes import ConvShape, MatmulShape, anchor_op, matmul_kernel, stored_operand
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm import cache_model, gemm
 from lezero.codegen.llvm.context import KernelContext
-from lezero.codegen.llvm.contraction_gemm import THIN_ROWS, ConvGemm, MatmulGemm, gemm_layout, lower_gemm
+from lezero.codegen.llvm.contraction_gemm import ConvGemm, MatmulGemm, lower_gemm, row_index
 from lezero.codegen.llvm.loops import affine_value, declare, for_range, i64, min_i64, unravel_values
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
 from lezero.ir.core import Operation
@@ -51,11 +52,9 @@ PTR = ir.PointerType()
 FLOAT = ir.FloatType()
 VOID = ir.VoidType()
 
-# A float32 matmul with fewer columns whose A rows are contiguous along k is dot products
-# (lower_matmul_dots), as is one with fewer than THIN_ROWS rows whose B columns are contiguous
-# too; a tile of C then holds this many vector accumulators, by vector width (the A and B
-# vectors of a step stay in registers too).
-DOT_MAX_COLS = 16
+# A tile of C of the dot-product kernel (contraction_shapes.matmul_kernel says when it runs)
+# holds this many vector accumulators, by vector width (the A and B vectors of a step stay in
+# registers too).
 DOT_ACCUMULATORS = {16: 12, 8: 6, 4: 4}
 # Below this the GEMM's 6 x 64 tiles are mostly padding: the loop kernel is used instead.
 CONV_GEMM_MIN_CHANNELS = 4
@@ -87,13 +86,11 @@ def lower_contraction(ctx: KernelContext) -> int:
         return 1
     dtype = anchor.result.type.element_type
     if anchor.name == "lz.matmul":
-        shape = MatmulShape.of(anchor, stored[0][1], stored[1][1])
-        a_layout = gemm_layout(shape.m, shape.k, *shape.a_matrix_strides)
-        b_layout = gemm_layout(shape.k, shape.n, *shape.b_matrix_strides)
-        if dtype == F32 and shape.k > 0 and dot_products(shape):
+        kernel, shape = matmul_kernel(anchor, stored[0][1], stored[1][1])
+        if dtype == F32 and kernel == "dots":
             return lower_matmul_dots(ctx, anchor, shape)
-        if dtype == F32 and shape.k > 0 and a_layout and b_layout:
-            return lower_gemm(ctx, anchor, MatmulGemm(shape, a_layout, b_layout))
+        if dtype == F32 and kernel == "gemm":
+            return lower_gemm(ctx, anchor, MatmulGemm(shape))
         return lower_matmul_loops(ctx, anchor, shape)
     shape = ConvShape.of(anchor)
     if dtype == F32 and shape.k > 0 and shape.out_per_group >= CONV_GEMM_MIN_CHANNELS:
@@ -107,18 +104,6 @@ def lower_contraction(ctx: KernelContext) -> int:
 # --------------------------------------------------------------------------------------------
 # float32 dot products: a few rows or columns, both operands contiguous along k
 # --------------------------------------------------------------------------------------------
-
-
-def dot_products(shape: MatmulShape) -> bool:
-    """Whether a matmul is a set of dot products: A's rows contiguous along k, and too few
-    columns (DOT_MAX_COLS) to fill the GEMM's register tile, whose lanes run along columns (B's
-    columns are copied contiguous first when they are not), or too few rows (THIN_ROWS) with
-    B's columns contiguous (x @ w.T at batch 1; with B's rows contiguous the GEMM reads them in
-    place)."""
-    (_, a_k), (b_k, _) = shape.a_matrix_strides, shape.b_matrix_strides
-    if not (a_k == 1 or shape.k == 1):
-        return False
-    return shape.n < DOT_MAX_COLS or (shape.m < THIN_ROWS and (b_k == 1 or shape.k == 1))
 
 
 def dot_tile(m: int, n: int, accumulators: int) -> tuple[int, int]:
@@ -221,7 +206,7 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape)
         col_count = min_i64(b, i64(cols), b.sub(i64(shape.n), first_col))
         index_prefix = [affine_value(c, d, f"batch{i}") for i, (c, d) in enumerate(zip(coords, shape.batch_shape))]
         with for_range(b, 0, row_count, "r") as r:
-            row = [affine_value(b.add(first_row, r), shape.m, "row")] if shape.has_rows else []
+            row = row_index(b, shape, b.add(first_row, r))
             with for_range(b, 0, col_count, "c") as c:
                 col = [affine_value(b.add(first_col, c), shape.n, "col")] if shape.has_cols else []
                 address = b.gep(sums, [b.add(b.mul(r, i64(cols)), c)], source_etype=FLOAT)
@@ -309,8 +294,7 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
         a_row = b.gep(a_ptr, [b.add(a_offset, b.mul(row, i64(shape.a_matrix_strides[0])))], source_etype=storage)
         b_mat = b.gep(b_ptr, [b_offset], source_etype=storage)
         index_prefix = [affine_value(c, d, f"batch{i}") for i, (c, d) in enumerate(zip(coords, shape.batch_shape))]
-        if shape.has_rows:
-            index_prefix.append(affine_value(row, shape.m, "row"))
+        index_prefix += row_index(b, shape, row)
 
         def dot_products(j0, width: int):
             with for_range(b, 0, width, "j") as j:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from lezero.codegen.contraction_shapes import ConvShape, MatmulShape, stored_operand
+from lezero.codegen.contraction_shapes import THIN_ROWS, ConvShape, MatmulShape, gemm_layout, stored_operand
 from lezero.codegen.llvm import gemm, gemm_epilogue
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.loops import affine_value, declare, for_range, i64, min_i64, unravel_values
@@ -62,10 +62,14 @@ VOID = ir.VoidType()
 # (whole register tiles), and a call of the kernel computes the slices of its range as one
 # rectangle per batch (see lower_gemm).
 MAX_SLICES = 32
-# A matmul with fewer rows gets a register tile of its own height, and reads B in place
-# (matmul_config, MatmulGemm); a tile is at most this many vectors wide.
-THIN_ROWS = 4
+# A matmul with fewer than THIN_ROWS rows gets a register tile of its own height (matmul_config);
+# a tile is at most this many vectors wide.
 MAX_THIN_VECTORS = 16
+# With fewer rows than this, B's rows are read in place (MatmulGemm), all of K in one block: each
+# element of B is used m times, and packing B (a read and a write of all of it per call) costs
+# more than the products.  Measured (1 thread, medians): 4x768x2304 packed 393 us, in place 197;
+# 8x768x3072 2981 / 2073; 16x768x2304 1463 / 1182; from 32 rows on within noise.
+PACK_B_MIN_ROWS = 32
 # Direct mode keeps all of K in one block (no partial sums) up to this depth; the packed A block
 # then holds cache_model.direct_a_block_floats of the target's caches at most.
 DIRECT_MAX_KC = 2304
@@ -79,15 +83,12 @@ def _align_up(x: int, to: int) -> int:
     return -(-x // to) * to
 
 
-def gemm_layout(rows: int, cols: int, row_stride: int, col_stride: int):
-    """How the GEMM reads a rows x cols operand with these strides (elements): ``(False, ld)`` for
-    contiguous rows ``ld`` apart, ``(True, ld)`` for contiguous columns ``ld`` apart (stored
-    transposed), None for neither (the loop kernel reads any strides)."""
-    if col_stride == 1 or cols == 1:
-        return False, max(row_stride, 1) if rows > 1 else 1
-    if row_stride == 1 or rows == 1:
-        return True, max(col_stride, 1)
-    return None
+def row_index(b, shape: MatmulShape, row) -> list:
+    """The result's indices along ``shape.row_dims`` at GEMM row ``row`` (an i64 value)."""
+    dims = shape.row_dims
+    if len(dims) <= 1:
+        return [affine_value(row, d, "row") for d in dims]
+    return [affine_value(v, d, f"row{i}") for i, (v, d) in enumerate(zip(unravel_values(b, row, dims), dims))]
 
 
 def matmul_config(host: gemm.GemmConfig, m: int, n: int, k: int, direct: bool) -> gemm.GemmConfig:
@@ -115,28 +116,33 @@ def matmul_config(host: gemm.GemmConfig, m: int, n: int, k: int, direct: bool) -
 class MatmulGemm:
     """matmul as GEMMs: batch index -> A, B and the output's row-major layout.
 
-    Operands may be stored transposed (read through a transpose in the kernel): the GEMM packs
-    them from that layout.  A thin product gets a register tile of its shape (``matmul_config``);
-    with fewer than THIN_ROWS rows, B's rows are read in place (each element of B is used m
-    times, not worth a packed copy), and when B is stored transposed the GEMM computes
+    Operands may be stored transposed or with any strides (read through a transpose in the
+    kernel): the GEMM packs them from that layout.  A thin product gets a register tile of its
+    shape (``matmul_config``); with fewer than PACK_B_MIN_ROWS rows, B's rows are read in place
+    (each element of B is used m times, not worth a packed copy), and for fewer than THIN_ROWS
+    rows with B stored transposed the GEMM computes
     C^T = B^T A^T instead (``swapped``: the tile's rows are C's columns), whose packed A is B's
     contiguous rows and whose B is A's few rows."""
 
     b_row_offsets = None
 
-    def __init__(self, shape: MatmulShape, a_layout: tuple, b_layout: tuple):
+    def __init__(self, shape: MatmulShape):
         self.shape = shape
         self.batches = shape.batches
-        (a_transposed, lda), (b_transposed, ldb) = a_layout, b_layout
-        self.swapped = shape.m < THIN_ROWS and b_transposed
+        a_transposed, lda, a_k_stride = gemm_layout(shape.m, shape.k, *shape.a_matrix_strides)
+        b_transposed, ldb, b_col_stride = gemm_layout(shape.k, shape.n, *shape.b_matrix_strides)
+        # C^T = B^T A^T reads A's few rows as B^T: its columns must be contiguous or k steps
+        self.swapped = shape.m < THIN_ROWS and b_transposed and a_k_stride == 1
         if self.swapped:
             self.m, self.n = shape.n, shape.m
             self.transpose_a, self.lda, self.transpose_b, self.ldb = False, ldb, not a_transposed, lda
+            self.a_k_stride, self.b_col_stride = 1, 1
         else:
             self.m, self.n = shape.m, shape.n
             self.transpose_a, self.lda, self.transpose_b, self.ldb = a_transposed, lda, b_transposed, ldb
+            self.a_k_stride, self.b_col_stride = a_k_stride, b_col_stride
         self.k = shape.k
-        self.pack_b = self.transpose_b or self.m >= THIN_ROWS
+        self.pack_b = self.transpose_b or self.b_col_stride != 1 or self.m >= PACK_B_MIN_ROWS
         self.mask_b = not self.pack_b
         self.slab_floats = 0
 
@@ -170,16 +176,16 @@ class MatmulGemm:
                   enumerate(zip(unravel_values(b, batch, s.batch_shape) if s.batch_shape else [], s.batch_shape))]
 
         def index(row, col):
-            return coords + ([row] if s.has_rows else []) + ([col] if s.has_cols else [])
+            return coords + row + ([col] if s.has_cols else [])
 
         if self.swapped:  # tile rows are C's columns: a loop over C's rows, then along each row
             with for_range(b, 0, tile.cols, "i") as i:
-                row = affine_value(b.add(tile.col, i), s.m, "row")
+                row = row_index(b, s, b.add(tile.col, i))
                 with for_range(b, 0, tile.rows, "j", **TILE_LOOP) as j:
                     store(j, i, index(row, affine_value(b.add(tile.row, j), s.n, "col")))
             return
         with for_range(b, 0, tile.rows, "i") as i:
-            row = affine_value(b.add(tile.row, i), s.m, "row")
+            row = row_index(b, s, b.add(tile.row, i))
             with for_range(b, 0, tile.cols, "j", **TILE_LOOP) as j:
                 store(i, j, index(row, affine_value(b.add(tile.col, j), s.n, "col")))
 
@@ -188,6 +194,7 @@ class ConvGemm:
     """conv2d as one GEMM per (image, group) over q-space pixels (see the module docstring)."""
 
     transpose_a = transpose_b = mask_b = False
+    a_k_stride = b_col_stride = 1
 
     def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int):
         s = self.shape = shape
@@ -209,16 +216,20 @@ class ConvGemm:
         self.slab_floats = 0
         self.b_row_offsets = None
 
-    def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
+    def lay_out_slab(self, overrun: int) -> None:
+        """Set the tap offsets and the slab's size for a reader that loads up to ``overrun``
+        floats past the last q of its range (NR - 1 for the GEMM's direct tiles)."""
         s = self.shape
         # The slab holds every row of the image's phases (a call may compute all of q-space); a
         # call fills the rows its columns read.
         self._set_offsets(s.h if self.in_place else s.oh + self.qh[-1])
         if not self.in_place:
             planes = s.in_per_group * s.strides[0] * s.strides[1]
-            # slack: the last tile of a call reads up to NR - 1 columns past it (direct), and a
-            # row up to qw[-1] past its end
-            self.slab_floats = planes * self.rows_per_plane * self.wq + 2 * (host.nr + self.wq)
+            # slack: the overrun, and a row up to qw[-1] past its end
+            self.slab_floats = planes * self.rows_per_plane * self.wq + 2 * (overrun + self.wq)
+
+    def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
+        self.lay_out_slab(host.nr)
         if not self.direct:
             return _shrink(host, self.m, self.n, self.k)
         kc = self.k if self.k <= DIRECT_MAX_KC else -(-self.k // -(-self.k // DIRECT_MAX_KC))
@@ -303,15 +314,17 @@ class ConvGemm:
         first = b.udiv(tile.col, wq)
         last = b.udiv(b.sub(col_end, i64(1)), wq)
         n_index = affine_value(image, s.n, "image")
-        with for_range(b, 0, tile.rows, "i") as i:
+        # Only the ow loop vectorizes: when a tile's rows are few and known (depthwise.py's small
+        # images), LLVM would unroll it whole and vectorize the oh loop instead, into gathers.
+        with for_range(b, 0, tile.rows, "i", vectorize_enable=0) as i:
             channel = affine_value(b.add(channel0, i), s.o, "channel")
-            with for_range(b, first, b.add(last, i64(1)), "oh") as oh:
+            with for_range(b, first, b.add(last, i64(1)), "oh", vectorize_enable=0) as oh:
                 row_start = b.mul(oh, wq)
                 lo = b.sub(tile.col, row_start)
                 lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo)
                 hi = min_i64(b, b.sub(col_end, row_start), s.ow)
                 oh_index = affine_value(oh, s.oh, "oh")
-                with for_range(b, lo, hi, "ow", **TILE_LOOP) as ow:
+                with for_range(b, lo, hi, "ow", **TILE_LOOP, unroll_disable=1) as ow:
                     j = b.sub(b.add(row_start, ow), tile.col)
                     store(i, j, [n_index, channel, oh_index, affine_value(ow, s.ow, "ow")])
 
@@ -375,6 +388,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     generator = gemm.SgemmGenerator(config, epilogue, f"{ctx.name}.gemm",
                                     b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
                                     transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
+                                    a_k_stride=plan.a_k_stride, b_col_stride=plan.b_col_stride,
                                     edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
     rectangle_function = generator.build_into(ctx.module)
     rectangle_function.linkage = "internal"

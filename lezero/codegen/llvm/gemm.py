@@ -196,16 +196,23 @@ class SgemmGenerator:
     Either operand may be stored transposed (a matmul reading ``x @ w.T`` packs ``w`` as it is):
     with ``transpose_a``, A[i, k] is at ``A[k * lda + i]``; with ``transpose_b``, B[k, j] is at
     ``B[j * ldb + k]``. Packing is where the layout matters: A's slivers then copy MR contiguous
-    floats per k, and B's are W x W blocks transposed in registers.
+    floats per k, and B's are W x W blocks transposed in registers.  Or neither its rows nor its
+    columns are contiguous (a batch dim of a permuted tensor is innermost): ``a_k_stride`` puts
+    A[i, k] at ``A[i * lda + k * a_k_stride]``, ``b_col_stride`` B[k, j] at ``B[k * ldb + j *
+    b_col_stride]``, and the slivers are gathered a float at a time (packing is O(MK + KN) of an
+    O(MNK) product; the micro-kernel is the same).
     """
 
     def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
                  b_row_offsets: Sequence[int] | None = None, pack_b: bool = True, mask_b: bool = False,
-                 transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None):
+                 transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None,
+                 a_k_stride: int = 1, b_col_stride: int = 1):
         if transpose_b and (not pack_b or b_row_offsets is not None):
             raise ValueError("a transposed B is packed, and has no row offsets")
         if mask_b and pack_b:
             raise ValueError("mask_b is for a B read in place (pack_b=False)")
+        if (a_k_stride != 1 and transpose_a) or (b_col_stride != 1 and (transpose_b or not pack_b or b_row_offsets)):
+            raise ValueError("a strided operand is neither transposed nor read in place, nor has row offsets")
         self.config = config
         self.epilogue = epilogue
         self.name = name
@@ -214,6 +221,8 @@ class SgemmGenerator:
         self.mask_b = mask_b
         self.transpose_a = transpose_a
         self.transpose_b = transpose_b
+        self.a_k_stride = a_k_stride
+        self.b_col_stride = b_col_stride
         every_edge = range(1, config.nr_vectors)
         self.edge_vectors = tuple(sorted(set(every_edge if edge_vectors is None else edge_vectors)))
         if not set(self.edge_vectors) <= set(every_edge):
@@ -246,9 +255,14 @@ class SgemmGenerator:
             self._b_rows_table.global_constant = True
             self._b_rows_table.linkage = "internal"
             self._b_rows_table.initializer = ir.Constant(table_type, list(self.b_row_offsets) or [0])
-        pack_a = self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
+        if self.a_k_stride != 1:
+            pack_a = self._build_pack_a_strided(module)
+        else:
+            pack_a = self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
         pack_b = None
-        if self.pack_b:
+        if self.b_col_stride != 1:
+            pack_b = self._build_pack_b_strided(module)
+        elif self.pack_b:
             pack_b = self._build_pack_b_transposed(module) if self.transpose_b else self._build_pack_b(module)
         widths = self.edge_vectors + (self.config.nr_vectors,)
         micro_kernels = {nv: self._build_micro_kernel(module, nv) for nv in widths}
@@ -419,6 +433,66 @@ class SgemmGenerator:
                     for i in range(w):
                         value = b.load(b.gep(rows[i], [k], source_etype=F32), typ=F32)
                         vector = b.insert_element(vector, b.select(valid[i], value, zero), ir.Constant(I32, i))
+                    at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
+                    b.store(vector, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
+        b.ret_void()
+        return function
+
+    def _build_pack_a_strided(self, module: ir.Module) -> ir.Function:
+        """packed[s][k][i] = A[s*MR + i, k] for i < rows, else 0, where A[i, k] is at ``a[i * lda
+        + k * a_k_stride]``: one float at a time, rows past the block read at a clamped (valid)
+        row and replaced by zeros."""
+        mr = self.config.mr
+        function, b, p = self._define(module, f"{self.name}_pack_a", [
+            ("a", PTR), ("lda", I64), ("rows", I64), ("kc", I64), ("packed", PTR)])
+        for argument in (p["a"], p["packed"]):
+            argument.add_attribute("noalias")
+        zero = ir.Constant(F32, 0.0)
+        with vectors.counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
+            last_row = b.sub(p["rows"], _i64(1))
+            sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=F32)
+            rows, valid = [], []
+            for i in range(mr):
+                row = b.add(row0, _i64(i))
+                valid.append(b.icmp_signed("<=", row, last_row))
+                rows.append(b.gep(p["a"], [b.mul(vectors.select_min(b, row, last_row), p["lda"])], source_etype=F32))
+            with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+                offset = b.mul(k, _i64(self.a_k_stride))
+                destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
+                for i in range(mr):
+                    value = b.load(b.gep(rows[i], [offset], source_etype=F32), typ=F32)
+                    b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=F32))
+        b.ret_void()
+        return function
+
+    def _build_pack_b_strided(self, module: ir.Module) -> ir.Function:
+        """packed[s][k][j] = B[pc + k, s*NR + j] for j < cols, else 0, where B[k, j] is at ``b[k *
+        ldb + j * b_col_stride]`` (``b`` points at the block's first column): each vector of a
+        sliver's row gathered a float at a time, columns past the block read at a clamped (valid)
+        column and replaced by zeros."""
+        w, nr = self.config.vector_width, self.config.nr
+        function, b, p = self._define(module, f"{self.name}_pack_b", [
+            ("b", PTR), ("ldb", I64), ("pc", I64), ("kc", I64), ("cols", I64), ("packed", PTR)])
+        for argument in (p["b"], p["packed"]):
+            argument.add_attribute("noalias")
+        zeros = ir.Constant(self.vector_type, [0.0] * w)
+        zero = ir.Constant(F32, 0.0)
+        last_col = b.sub(p["cols"], _i64(1))
+        with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
+            sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=F32)
+            columns, valid = [], []
+            for j in range(nr):
+                col = b.add(col0, _i64(j))
+                valid.append(b.icmp_signed("<=", col, last_col))
+                columns.append(b.gep(p["b"], [b.mul(vectors.select_min(b, col, last_col), _i64(self.b_col_stride))],
+                                     source_etype=F32))
+            with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+                offset = b.mul(b.add(p["pc"], k), p["ldb"])
+                for v in range(self.config.nr_vectors):
+                    vector = zeros
+                    for i in range(w):
+                        value = b.load(b.gep(columns[v * w + i], [offset], source_etype=F32), typ=F32)
+                        vector = b.insert_element(vector, b.select(valid[v * w + i], value, zero), ir.Constant(I32, i))
                     at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
                     b.store(vector, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
         b.ret_void()
@@ -601,13 +675,17 @@ class SgemmGenerator:
             pc_next = b.add(pc, kc)
             first_k_block = b.icmp_signed("==", pc, _i64(0))
             last_k_block = b.icmp_signed(">=", pc_next, p["K"])
-            b_columns = b.gep(p["B"], [b.mul(jc, p["ldb"]) if self.transpose_b else jc], source_etype=F32)
+            b_column_step = p["ldb"] if self.transpose_b else _i64(self.b_col_stride)
+            b_columns = b.gep(p["B"], [b.mul(jc, b_column_step)], source_etype=F32)
             if pack_b is not None:
                 b.call(pack_b, [b_columns, p["ldb"], pc, kc, nc, packed_b])
 
             with vectors.counted_loop(b, p["m_begin"], p["m_end"], cfg.mc, "ic") as ic:
                 mc = vectors.select_min(b, _i64(cfg.mc), b.sub(p["m_end"], ic))
-                a_offset = b.add(b.mul(pc, p["lda"]), ic) if self.transpose_a else b.add(b.mul(ic, p["lda"]), pc)
+                if self.transpose_a:
+                    a_offset = b.add(b.mul(pc, p["lda"]), ic)
+                else:
+                    a_offset = b.add(b.mul(ic, p["lda"]), b.mul(pc, _i64(self.a_k_stride)))
                 a_block = b.gep(p["A"], [a_offset], source_etype=F32)
                 b.call(pack_a, [a_block, p["lda"], mc, kc, packed_a])
                 with vectors.counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:

@@ -143,8 +143,9 @@ def test_matmul_partial_sums_across_k_blocks():
 
 
 def test_matmul_work_items_in_any_pieces():
-    """Every (batch, rectangle) work item on its own, in reverse order, and in uneven pieces."""
-    shape_a, shape_b = (2, 300, 256), (256, 330)
+    """Every (batch, rectangle) work item on its own, in reverse order, and in uneven pieces (B
+    per batch: a shared B would make the batches rows of one GEMM)."""
+    shape_a, shape_b = (2, 300, 256), (2, 256, 330)
     module, kernel = matmul_kernel(shape_a, shape_b, "f32", [(330,)], lambda b, p, c: b.op("lz.add", p, c))
     lowered = lower_kernel(kernel)
     assert lowered.work_items == 2 * contraction_gemm.MAX_SLICES  # 50 tiles of 6 rows per batch, in 32 slices
