@@ -41,6 +41,7 @@ from lezero.codegen.contraction_shapes import ConvShape, MatmulShape, anchor_op,
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm import cache_model, gemm
 from lezero.codegen.llvm.context import KernelContext
+from lezero.codegen.llvm.depthwise import lower_depthwise
 from lezero.codegen.llvm.contraction_gemm import ConvGemm, MatmulGemm, lower_gemm, row_index
 from lezero.codegen.llvm.loops import affine_value, declare, for_range, i64, min_i64, unravel_values
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
@@ -56,7 +57,8 @@ VOID = ir.VoidType()
 # holds this many vector accumulators, by vector width (the A and B vectors of a step stay in
 # registers too).
 DOT_ACCUMULATORS = {16: 12, 8: 6, 4: 4}
-# Below this the GEMM's 6 x 64 tiles are mostly padding: the loop kernel is used instead.
+# Below this the GEMM's 6 x 64 tiles are mostly padding: float32 convs with fewer output channels
+# per group, and depthwise ones, run depthwise.py's kernel.
 CONV_GEMM_MIN_CHANNELS = 4
 # How a conv's GEMM reads its input: "direct" (the micro-kernel loads the slab's rows in place),
 # "packed" (rows copied to NR-wide slivers per K block), or "auto": packed straight from the input
@@ -93,7 +95,10 @@ def lower_contraction(ctx: KernelContext) -> int:
             return lower_gemm(ctx, anchor, MatmulGemm(shape))
         return lower_matmul_loops(ctx, anchor, shape)
     shape = ConvShape.of(anchor)
-    if dtype == F32 and shape.k > 0 and shape.out_per_group >= CONV_GEMM_MIN_CHANNELS:
+    if dtype == F32 and shape.k > 0 and (shape.out_per_group < CONV_GEMM_MIN_CHANNELS or
+                                         (shape.in_per_group == 1 and shape.groups > 1)):
+        return lower_depthwise(ctx, anchor, shape)
+    if dtype == F32 and shape.k > 0:
         in_place = shape.strides == (1, 1) and shape.pads == (0, 0, 0, 0)
         direct = CONV_B == "direct" or (CONV_B == "auto" and not in_place)
         a_block_floats = cache_model.direct_a_block_floats(cache_model.caches_for(ctx.cpu))

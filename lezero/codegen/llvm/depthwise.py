@@ -1,0 +1,140 @@
+"""float32 convolutions with few output channels per group (depthwise above all): vector FMAs
+along the output's pixels, the epilogue fused.
+
+The GEMM's register tiles (6 x 64) run along output channels too: a depthwise conv, one output
+channel per group, would fill one row in six of them.  Here a group's output channels are
+computed one at a time, each as ``out[q] = sum_k w[k] * col[k, q]`` over the same q-space and
+slab as ``ConvGemm``'s direct mode (``contraction_gemm.py``): pixels numbered ``q = oh * WQ +
+ow`` over rows of the zero-padded input split into ``sh x sw`` phases, so that every tap reads
+one contiguous run of the slab at a constant offset (``b_row_offsets``).  So a tap is one
+unaligned vector load and one vector FMA per W pixels whatever the stride (stride 2 reads
+phases, never gathers), pads are zeros in the slab (no test per element), dilation only moves
+the offsets, and an image of any width fills the vectors across its rows (7x7 outputs of a 5x5
+kernel: 49 pixels in 73 lanes, where vectors along each row would use 49 of 112).  The
+``WQ - OW`` pixels past each row are computed and not stored.
+
+A work item is a block of output rows of one (image, group): the slab of the block's input
+rows is built (in L1 for BLOCK_SLAB_FLOATS), then each output channel of the group (one, or the
+multiplier) sums its taps over steps of a few vectors of q (``step_vectors``) (the taps unrolled, the input
+channels of the group a loop), stores its sums to a row of the workspace, and the kernel's
+epilogue runs over them as ``ConvGemm``'s tile epilogue does (``TileEpilogue``: a loop per
+output row that LLVM vectorizes).  The slab and the sums are ``malloc``ed once per call.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from lezero.codegen.contraction_shapes import ConvShape
+from lezero.codegen.llvm import gemm, gemm_epilogue
+from lezero.codegen.llvm.context import KernelContext
+from lezero.codegen.llvm.contraction_gemm import ConvGemm, TileEpilogue
+from lezero.codegen.llvm.loops import declare, for_range, i64, min_i64
+from lezero.codegen.llvm.vectors import splat
+from lezero.ir.core import Operation
+
+I8 = ir.IntType(8)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+FLOAT = ir.FloatType()
+VOID = ir.VoidType()
+
+# Accumulators per step along q (each a vector of the target's width), at most: with the taps'
+# input vectors and weights they stay in registers.
+MAX_VECTORS = 6
+# A work item's slab (its output rows' input, all phases) is cut to about this many floats, so
+# that it stays in L1 while every tap reads it; more items than this per image are not needed.
+BLOCK_SLAB_FLOATS = 6144
+MIN_ITEMS = 16
+
+
+def row_block(s: ConvShape, plan: ConvGemm) -> int:
+    """Output rows per work item: a slab of at most BLOCK_SLAB_FLOATS (one row at least), and
+    enough items for the threads when there are few (image, group) pairs."""
+    phases = s.in_per_group * s.strides[0] * s.strides[1]
+    rows = max(1, BLOCK_SLAB_FLOATS // (phases * plan.wq) - plan.qh[-1])
+    blocks_for_items = -(-MIN_ITEMS // plan.batches)
+    return max(1, min(s.oh, rows, -(-s.oh // blocks_for_items)))
+
+
+def step_vectors(vectors: int) -> int:
+    """Vectors per step along q for a block of ``vectors`` vectors of pixels: the fewest
+    computed in whole steps (3 to MAX_VECTORS accumulators; the larger on a tie)."""
+    if vectors <= MAX_VECTORS:
+        return vectors
+    return min(range(MAX_VECTORS, 2, -1), key=lambda g: -(-vectors // g) * g)
+
+
+def lower_depthwise(ctx: KernelContext, anchor: Operation, s: ConvShape) -> int:
+    """The ABI function over work items ``batch * blocks + block`` (see the module docstring)."""
+    b = ctx.b
+    module = ctx.module
+    w = gemm.GemmConfig.for_target(ctx.cpu).vector_width
+    vector = ir.VectorType(FLOAT, w)
+    zeros = ir.Constant(vector, [0.0] * w)
+    fma = declare(module, f"llvm.fmuladd.v{w}f32", vector, [vector] * 3)
+    plan = ConvGemm(s, direct=True, a_block_floats=0)
+    plan.lay_out_slab(w)
+    rows = row_block(s, plan)
+    blocks = -(-s.oh // rows)
+    taps = s.kh * s.kw
+    tap_offsets = plan.b_row_offsets[:taps]
+    channel_stride = s.strides[0] * s.strides[1] * plan.rows_per_plane * plan.wq  # slab floats per input channel
+    pixels_per_block = (rows - 1) * plan.wq + s.ow
+    vectors = step_vectors(-(-pixels_per_block // w))
+    step = vectors * w
+    sums_floats = pixels_per_block + step
+    x_ptr, w_ptr = (ctx.fn.buffers[ctx.body.args.index(v)] for v in anchor.operands)
+    tile_store = TileEpilogue(ctx, anchor, plan)
+    args = {f"buffer{i}": (p,) for i, p in enumerate(ctx.fn.buffers)}
+
+    with b.if_then(b.icmp_signed("<", ctx.fn.begin, ctx.fn.end)):
+        slab_floats = -(-plan.slab_floats // 16) * 16
+        raw = b.call(declare(module, "malloc", PTR, [I64]), [i64(4 * (slab_floats + sums_floats) + 64)])
+        with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
+            b.call(declare(module, "llvm.trap", VOID, []), [])
+            b.unreachable()
+        address = b.ptrtoint(raw, I64)
+        slab = b.gep(raw, [b.sub(b.and_(b.add(address, i64(63)), i64(-64)), address)], source_etype=I8)
+        sums = b.gep(slab, [i64(slab_floats)], source_etype=FLOAT)
+        with for_range(b, 0, slab_floats, "clear") as i:  # the slack past a block's rows is read, never used
+            b.store(ir.Constant(FLOAT, 0.0), b.gep(slab, [i], source_etype=FLOAT), align=4)
+
+        with for_range(b, ctx.fn.begin, ctx.fn.end, "item", vectorize_enable=0) as item:
+            batch, block = (b.udiv(item, i64(blocks)), b.urem(item, i64(blocks))) if blocks > 1 else (item, i64(0))
+            first_row = b.mul(block, i64(rows))
+            q_begin = b.mul(first_row, i64(plan.wq))
+            last_row = min_i64(b, b.add(first_row, i64(rows)), s.oh)
+            q_end = b.add(b.mul(b.sub(last_row, i64(1)), i64(plan.wq)), i64(s.ow))
+            weights, col = plan.operands(b, ctx, x_ptr, w_ptr, batch, q_begin, q_end, slab)
+            pixels = b.sub(q_end, q_begin)
+            steps = b.udiv(b.add(pixels, i64(step - 1)), i64(step))
+            with for_range(b, 0, plan.m, "oc", vectorize_enable=0) as oc:
+                channel_weights = b.gep(weights, [b.mul(oc, i64(plan.k))], source_etype=FLOAT)
+                with for_range(b, 0, steps, "q", vectorize_enable=0) as q_step:
+                    q = b.add(q_begin, b.mul(q_step, i64(step)))
+                    entry = b.block
+                    with for_range(b, 0, s.in_per_group, "ci", vectorize_enable=0) as ci:
+                        accumulators = [b.phi(vector, name=f"acc{v}") for v in range(vectors)]
+                        for acc in accumulators:
+                            acc.add_incoming(zeros, entry)
+                        source = b.gep(col, [b.add(q, b.mul(ci, i64(channel_stride)))], source_etype=FLOAT)
+                        tap_weights = b.gep(channel_weights, [b.mul(ci, i64(taps))], source_etype=FLOAT)
+                        totals = list(accumulators)
+                        for tap, offset in enumerate(tap_offsets):
+                            weight = splat(b, b.load(b.gep(tap_weights, [i64(tap)], source_etype=FLOAT), typ=FLOAT), w)
+                            for v in range(vectors):
+                                pixels_at = b.gep(source, [i64(offset + v * w)], source_etype=FLOAT)
+                                loaded = b.load(pixels_at, typ=vector, align=4)
+                                totals[v] = b.call(fma, [weight, loaded, totals[v]])
+                        for acc, total in zip(accumulators, totals):
+                            acc.add_incoming(total, b.block)
+                    for v, total in enumerate(totals):
+                        at = b.gep(sums, [b.add(b.mul(q_step, i64(step)), i64(v * w))], source_etype=FLOAT)
+                        b.store(total, at, align=4)
+                tile = gemm_epilogue.OutputTile(b, oc, q_begin, i64(1), pixels, sums, 1, sums_floats, False,
+                                                {**args, "batch": (batch,)})
+                tile_store.emit(tile)
+        b.call(declare(module, "free", VOID, [PTR]), [raw])
+    ctx.s.external_symbols |= tile_store.external_symbols
+    ctx.fn.finish()
+    return plan.batches * blocks

@@ -1,0 +1,140 @@
+"""The float32 kernel for convolutions with few output channels per group (``depthwise.py``):
+depthwise 3x3 and 5x5 at strides 1 and 2, odd sizes, 1x1 images, asymmetric pads, dilation,
+multipliers (groups == C_in, C_out = 2 or 3 C_in), grouped and plain convs with fewer than 4
+outputs per group, several images and row blocks, against the reference interpreter on every CPU
+of the cross-target matrix and against ONNX Runtime; and its machine code (no gathers)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import lezero.onnx
+from codegen.kernel_testing import KERNEL_SIGNATURE, make_kernel, random_array, reference
+from lezero.codegen.llvm import depthwise, jit
+from lezero.codegen.llvm.backend import lower_kernel
+from lezero.ir.dialect.windows import window_output_size
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def attrs_of(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups=1):
+    return {"strides": list(strides), "pads": list(pads), "dilations": list(dilations), "groups": groups}
+
+
+def silu_kernel(x_shape, w_shape, attrs):
+    """lz.kernel(x, w, bias) { silu(conv2d(x, w) + bias) }."""
+    bias_shape = (w_shape[0], 1, 1)
+
+    def body(b, x, w, bias):
+        y = b.op("lz.add", b.op("lz.conv2d", x, w, **attrs), bias)
+        return b.op("lz.mul", y, b.op("lz.sigmoid", y))
+
+    return make_kernel([(x_shape, "f32"), (w_shape, "f32"), (bias_shape, "f32")], body, kind="conv"), bias_shape
+
+
+CASES = {
+    # name: (x shape, w shape, attrs)
+    "3x3_s1_odd": ((1, 8, 9, 11), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=8)),
+    "3x3_s2_odd": ((2, 6, 13, 7), (6, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1), groups=6)),
+    "5x5_s2": ((1, 4, 15, 15), (4, 1, 5, 5), attrs_of(strides=(2, 2), pads=(2, 2, 2, 2), groups=4)),
+    "5x5_7x7": ((1, 5, 7, 7), (5, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=5)),
+    "1x1_image": ((1, 3, 1, 1), (3, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=3)),
+    "asymmetric_pads_dilation": ((1, 4, 12, 10), (4, 1, 3, 3),
+                                 attrs_of(strides=(2, 1), pads=(0, 2, 1, 0), dilations=(2, 2), groups=4)),
+    "multiplier_2": ((1, 4, 10, 9), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=4)),
+    "multiplier_3_stride_2": ((2, 2, 9, 9), (6, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 0, 1, 1), groups=2)),
+    "rectangular_kernel": ((1, 3, 6, 17), (3, 1, 1, 5), attrs_of(strides=(1, 2), pads=(0, 2, 0, 1), groups=3)),
+    "grouped_2_per_group": ((1, 6, 8, 8), (6, 2, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=3)),
+    "two_outputs": ((1, 5, 6, 7), (2, 5, 3, 2), attrs_of(strides=(2, 1), pads=(1, 0, 1, 1))),
+    "row_blocks": ((1, 1, 40, 37), (1, 1, 3, 3), attrs_of(strides=(1, 1), pads=(1, 1, 1, 1))),
+    "wide_rows_stride_2": ((1, 2, 45, 130), (2, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1), groups=2)),
+}
+
+
+def run_on(cpu, kernel, inputs, pieces):
+    """The kernel lowered and compiled for ``cpu``, its work items run in ``pieces`` calls (last first)."""
+    lowered = lower_kernel(kernel, cpu=cpu)
+    function = jit.compile_module(lowered.llvm_ir, cpu).ctypes_function(lowered.name, KERNEL_SIGNATURE[0],
+                                                                         KERNEL_SIGNATURE[1:])
+    out = np.full(lowered.result_types[0].shape, np.nan, np.float32)
+    pointers = (ctypes.c_void_p * (len(inputs) + 1))(*[a.ctypes.data for a in inputs + [out]])
+    n = lowered.work_items
+    bounds = sorted({0, n, *[n * k // pieces for k in range(1, pieces)]})
+    for lo, hi in reversed(list(zip(bounds, bounds[1:]))):
+        function(pointers, lo, hi)
+    return out
+
+
+def kind(case):
+    """Groups of cases every CPU runs some of: by stride, and depthwise (one output per group) or not."""
+    x_shape, w_shape, attrs = case
+    return max(attrs["strides"]), w_shape[1] == 1 and w_shape[0] == x_shape[1]
+
+
+@pytest.mark.cross_target(cases=CASES, group=kind)
+def test_depthwise_matches_the_reference_on_every_cpu(cpu, case):
+    x_shape, w_shape, attrs = case
+    (module, kernel), bias_shape = silu_kernel(x_shape, w_shape, attrs)
+    rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
+    inputs = [random_array(rng, s, np.float32) for s in (x_shape, w_shape, bias_shape)]
+    want = reference(module, inputs)[0]
+    for pieces in (1, 3):
+        np.testing.assert_allclose(run_on(cpu, kernel, inputs, pieces), want, err_msg=f"cpu {cpu}", **TOL)
+
+
+def test_row_blocks_cut_large_images_and_keep_few_for_many_channels():
+    module, kernel = silu_kernel(*CASES["row_blocks"][:3])[0]
+    # one image of one channel: MIN_ITEMS blocks at most, of 3 rows here (40 = 13 * 3 + 1)
+    assert lower_kernel(kernel).work_items == 14
+    module, kernel = silu_kernel((1, 64, 14, 14), (64, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=64))[0]
+    assert lower_kernel(kernel).work_items == 64
+
+
+def test_steps_along_q_waste_few_lanes():
+    assert [depthwise.step_vectors(v) for v in (1, 5, 6, 7, 8, 14, 196)] == [1, 5, 6, 4, 4, 5, 4]
+
+
+def test_stride_2_and_small_images_use_no_gathers():
+    """Stride 2 reads the slab's phases with plain loads, and the epilogue of a 7x7 image runs along
+    its rows (LLVM would otherwise unroll them and vectorize across rows, into gathers and scatters)."""
+    for x_shape, attrs in (((1, 16, 7, 7), attrs_of(pads=(2, 2, 2, 2), groups=16)),
+                           ((1, 16, 28, 28), attrs_of(strides=(2, 2), pads=(2, 2, 2, 2), groups=16))):
+        module, kernel = silu_kernel(x_shape, (16, 1, 5, 5), attrs)[0]
+        asm = jit.emit_assembly(lower_kernel(kernel).llvm_ir)
+        assert "vfmadd" in asm or "vfmla" in asm or "fmla" in asm
+        assert "gather" not in asm and "scatter" not in asm
+
+
+def depthwise_onnx(c, multiplier, size, k, stride, pads, dilation):
+    rng = np.random.default_rng(c * size + k)
+    w = rng.standard_normal((c * multiplier, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c * multiplier).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y0"], kernel_shape=[k, k], strides=[stride] * 2, pads=pads,
+                              dilations=[dilation] * 2, group=c),
+             helper.make_node("Clip", ["y0", "lo", "hi"], ["y"])]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
+             numpy_helper.from_array(np.array(0, np.float32), "lo"), numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    oh = window_output_size(size, k, stride, pads[0], pads[2], dilation)
+    ow = window_output_size(size, k, stride, pads[1], pads[3], dilation)
+    graph = helper.make_graph(nodes, "depthwise", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c * multiplier, oh, ow])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("c,multiplier,size,k,stride,pads,dilation", [
+    (32, 1, 17, 3, 2, [1, 1, 1, 1], 1),  # mobilenet's stride-2 block, odd input
+    (24, 2, 9, 3, 1, [0, 1, 2, 1], 1),  # multiplier 2, asymmetric pads
+    (16, 1, 7, 5, 1, [2, 2, 2, 2], 1),  # efficientnet's 5x5 at 7x7
+    (8, 1, 11, 3, 1, [2, 2, 2, 2], 2),  # dilation
+])
+def test_depthwise_relu6_matches_onnxruntime(c, multiplier, size, k, stride, pads, dilation):
+    proto = depthwise_onnx(c, multiplier, size, k, stride, pads, dilation)
+    x = np.random.default_rng(size).standard_normal((1, c, size, size)).astype(np.float32) * 3
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = lezero.onnx.compile(proto).run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
