@@ -20,6 +20,14 @@ with lz.matmul, a second kernel).
 
 Each time is the best of several repetitions (the machine is shared: the best is the least
 disturbed).  Ratios are torch time / lezero time: above 1, lezero is faster.
+
+``--mobile`` instead times the convolutions of mobilenet_v2 and efficientnet_b0 (depthwise 3x3
+and 5x5 at strides 1 and 2, 1x1 pointwise, the squeeze-excite block's 1x1 convs on a 1x1 image),
+each a one-node ONNX model (Conv with bias, then ReLU6 or SiLU) run by ``lezero.onnx.compile``
+and by ONNX Runtime (``intra_op_num_threads`` = --threads, thread spinning off, so that neither
+steals a core from the other's next call), the two alternating call by call in this process:
+medians, and lezero / ORT (below 1, lezero is faster).  ORT's own graph optimizations run (its
+NCHWc layout too, with reorders around the one node that a whole model would not pay).
 """
 from __future__ import annotations
 
@@ -34,6 +42,8 @@ parser.add_argument("--channels", type=int, default=64)
 parser.add_argument("--size", type=int, default=56)
 parser.add_argument("--seconds", type=float, default=2.0, help="time budget per implementation and shape")
 parser.add_argument("--lowerings", action="store_true", help="also compare direct, implicit and explicit im2col")
+parser.add_argument("--mobile", action="store_true", help="the mobile nets' layer shapes against ONNX Runtime instead")
+parser.add_argument("--reps", type=int, default=100, help="--mobile: alternating calls per layer")
 args = parser.parse_args()
 os.environ["LEZERO_NUM_THREADS"] = str(args.threads)  # before the runtime's pool is made
 
@@ -141,7 +151,95 @@ def compare_lowerings() -> None:
     print(f"  {'explicit im2col':<18}{best_seconds(lambda: f(x, w2), args.seconds) * 1e3:>9.3f} ms", flush=True)
 
 
+# (name, C_in, C_out, image size, kernel, stride, groups, activation): mobilenet_v2 (ReLU6) and
+# efficientnet_b0 (SiLU) at 224 x 224, the layers that take the most time of each kind.
+MOBILE_LAYERS = [
+    ("dw 3x3", 32, 32, 112, 3, 1, 32, "relu6"),
+    ("dw 3x3 s2", 96, 96, 112, 3, 2, 96, "relu6"),
+    ("dw 3x3", 144, 144, 56, 3, 1, 144, "relu6"),
+    ("dw 3x3 s2", 144, 144, 56, 3, 2, 144, "relu6"),
+    ("dw 3x3", 384, 384, 14, 3, 1, 384, "relu6"),
+    ("dw 3x3", 960, 960, 7, 3, 1, 960, "relu6"),
+    ("dw 5x5 s2", 144, 144, 56, 5, 2, 144, "silu"),
+    ("dw 5x5", 240, 240, 28, 5, 1, 240, "silu"),
+    ("dw 5x5", 672, 672, 14, 5, 1, 672, "silu"),
+    ("dw 5x5", 1152, 1152, 7, 5, 1, 1152, "silu"),
+    ("pw", 16, 96, 112, 1, 1, 1, "relu6"),
+    ("pw", 24, 144, 56, 1, 1, 1, "relu6"),
+    ("pw", 144, 24, 56, 1, 1, 1, "none"),
+    ("pw", 96, 576, 14, 1, 1, 1, "relu6"),
+    ("pw", 576, 96, 14, 1, 1, 1, "none"),
+    ("pw", 960, 320, 7, 1, 1, 1, "none"),
+    ("pw", 320, 1280, 7, 1, 1, 1, "relu6"),
+    ("pw", 192, 1152, 7, 1, 1, 1, "silu"),
+    ("SE 1x1", 1152, 48, 1, 1, 1, 1, "silu"),
+    ("SE 1x1", 48, 1152, 1, 1, 1, 1, "none"),
+    ("first 3x3 s2", 3, 32, 224, 3, 2, 1, "relu6"),
+]
+
+
+def mobile_layer_model(c, o, size, k, stride, groups, activation):
+    """Conv(x, w, b) then ReLU6 (Clip 0..6), SiLU (x * sigmoid(x)) or nothing, pads k // 2."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(c * o + size)
+    out = (size + 2 * (k // 2) - k) // stride + 1
+    inits = [numpy_helper.from_array((rng.standard_normal((o, c // groups, k, k)) * 0.1).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(o).astype(np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], kernel_shape=[k, k], strides=[stride] * 2,
+                              pads=[k // 2] * 4, group=groups)]
+    if activation == "relu6":
+        inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", 0), ("hi", 6))]
+        nodes.append(helper.make_node("Clip", ["conv", "lo", "hi"], ["y"]))
+    elif activation == "silu":
+        nodes += [helper.make_node("Sigmoid", ["conv"], ["s"]), helper.make_node("Mul", ["conv", "s"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Identity", ["conv"], ["y"]))
+    graph = helper.make_graph(nodes, "layer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, o, out, out])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), 2 * o * out * out * (c // groups) * k * k
+
+
+def compare_mobile_layers() -> None:
+    import platform
+    import time
+
+    import onnxruntime as ort
+    import lezero.onnx
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    print(f"mobilenet_v2 / efficientnet_b0 convolutions, batch 1, {args.threads} threads, {cpu}, "
+          f"onnxruntime {ort.__version__}; medians of {args.reps} alternating calls")
+    print(f"{'layer':<34}{'lezero ms':>10}{'ORT ms':>9}{'lezero/ORT':>12}{'lezero GFLOP/s':>16}")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    ratios = []
+    for name, c, o, size, k, stride, groups, activation in MOBILE_LAYERS:
+        proto, flops = mobile_layer_model(c, o, size, k, stride, groups, activation)
+        feeds = {"x": np.random.default_rng(size).standard_normal((1, c, size, size)).astype(np.float32)}
+        ours = lezero.onnx.compile(proto)
+        theirs = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(ours.run(feeds)["y"], theirs.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+        times = ([], [])
+        for _ in range(args.reps):
+            for run, spent in ((lambda: ours.run(feeds), times[0]), (lambda: theirs.run(None, feeds), times[1])):
+                start = time.perf_counter()
+                run()
+                spent.append(time.perf_counter() - start)
+        a, b = (float(np.median(t)) for t in times)
+        ratios.append(a / b)
+        label = f"{name} {c}->{o} {size}x{size} {activation}"
+        print(f"{label:<34}{a * 1e3:>10.3f}{b * 1e3:>9.3f}{a / b:>12.2f}{flops / a / 1e9:>16.1f}", flush=True)
+    print(f"geometric mean lezero/ORT {float(np.exp(np.mean(np.log(ratios)))):.2f}")
+
+
 if __name__ == "__main__":
-    main()
-    if args.lowerings:
-        compare_lowerings()
+    if args.mobile:
+        compare_mobile_layers()
+    else:
+        main()
+        if args.lowerings:
+            compare_lowerings()

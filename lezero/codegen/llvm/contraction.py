@@ -25,8 +25,9 @@ columns (or few rows times a B whose columns are contiguous) are dot products al
 of one GEMM (``MatmulShape.batches_as_rows``); ``contraction_shapes.matmul_kernel`` chooses.
 
 **Other dtypes** (f64, f16 and bf16 accumulating in f32 as the reference does, integers
-wrapping), float32 matmuls with K = 0, and convs the GEMM tiles waste (fewer than 4 output
-channels per group, e.g. depthwise): loops.  matmul is i-k-j over blocks of 256 columns
+wrapping) and float32 matmuls with K = 0: loops.  float32 convs the GEMM tiles waste (fewer than
+4 output channels per group, or depthwise) run ``depthwise.py``'s vector kernel over the GEMM's
+q-space.  matmul is i-k-j over blocks of 256 columns
 (the j loop vectorizes; a stack array holds the sums), or i-j-k when B's columns are contiguous
 (x @ w.T: dot products, the k loop a vectorized reduction), a work item per output row; conv is a
 work item per output row (n, co, oh): for each (ci, kh, kw) the valid ``ow`` range is computed

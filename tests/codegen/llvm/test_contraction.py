@@ -302,7 +302,7 @@ def conv_output_shape(x_shape, w_shape, attrs):
 def conv_cases(draw):
     groups = draw(st.sampled_from([1, 1, 2, 3]))
     cin = draw(st.integers(1, 4)) * groups
-    cout = draw(st.sampled_from([1, 4, 7, 9])) * groups  # fewer than 4 per group: the loop kernel
+    cout = draw(st.sampled_from([1, 4, 7, 9])) * groups  # fewer than 4 per group: depthwise.py (f64: loops)
     kernel = (draw(st.integers(1, 4)), draw(st.integers(1, 3)))
     attrs = {"strides": [draw(st.integers(1, 3)), draw(st.integers(1, 2))],
              "pads": [draw(st.integers(0, 2)) for _ in range(4)],
@@ -363,7 +363,7 @@ def test_conv_epilogues(name, reading, monkeypatch):
 @pytest.mark.parametrize("x_shape,w_shape,attrs", [
     ((2, 16, 12, 12), (16, 16, 3, 3), attrs_of(pads=(1, 1, 1, 1))),  # the GEMM
     ((1, 16, 9, 9), (16, 16, 1, 1), attrs_of()),  # the GEMM, B packed in place
-    ((2, 8, 9, 9), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=8)),  # depthwise: loops
+    ((2, 8, 9, 9), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=8)),  # depthwise: depthwise.py
 ])
 def test_conv_batch_norm_epilogue_reads_reshaped_vectors(x_shape, w_shape, attrs, reading, monkeypatch):
     """relu(conv * scale + shift) with the 1-D per-channel vectors read through their reshapes to
