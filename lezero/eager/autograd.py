@@ -19,6 +19,13 @@ attributes and operand references, and each argument's shape and dtype, never a 
 - ``trace(fn, *examples)`` runs ``fn`` with every op recorded, at the user's lines: the function
   ``lezero.jit`` compiles whole, under ``graph_capture`` (in-place updates of parameters become
   results; converting a traced tensor to a Python value raises).
+- Tensor hooks (``register_hook``, ``retain_grad``): ``backward`` and ``grad`` run in segments
+  between the hooked tensors when there are any, as PyTorch's engine fires them (``_by_segments``).
+
+Why this file is long: ``backward``, ``grad`` and ``trace`` are three readers of one recording
+(``walk``) and one cache of compiled gradient functions, and the hooks' segments are ``backward``
+and ``grad`` run piecewise through the same two; apart, each would import the others' private
+parts.
 """
 from __future__ import annotations
 
@@ -427,7 +434,8 @@ def _accumulate(t: Tensor, g: Tensor, create_graph: bool) -> None:
 # one recorded function ``backward`` compiles, so when some non-leaf is hooked (``HOOKED``; none
 # is the common case, which costs one dict lookup) ``backward`` runs in segments: from the
 # outputs to the hooked tensors and the leaves, then from each hooked tensor, latest first (it is
-# complete once every later one has passed its gradient on), to the next ones.
+# complete once every later one has passed its gradient on), to the next ones.  ``grad`` does the
+# same where hooks are involved, firing only those PyTorch's engine fires (``_grad_by_segments``).
 
 HOOKED: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDictionary()
 
@@ -443,39 +451,94 @@ def _run_hooks(t: Tensor, g: Tensor) -> Tensor:
 def _backward_by_segments(outputs, seeds, retain_graph: bool, create_graph: bool) -> None:
     whole = walk(outputs, stop_at_constants=True)
     position = {id(node): i for i, node in enumerate(whole.nodes)}
-    hooked = sorted((t for t in whole.tensors.values() if HOOKED.get(id(t)) is t),
-                    key=lambda t: position[id(t._node)], reverse=True)
-    pending: dict[int, Tensor] = {}
+    hooked = [t for t in whole.tensors.values() if HOOKED.get(id(t)) is t]
+    leaves, _, recordings = _by_segments(outputs, seeds, hooked, position, lambda t: t._node is None,
+                                         lambda t: True, create_graph)
+    for t, g in leaves.values():
+        _accumulate(t, g, create_graph)
+    if not retain_graph:
+        for rec in recordings:
+            _free(rec)
+
+
+def _by_segments(outputs, seeds, boundary: list, position: dict, is_target, continues, create_graph: bool):
+    """The gradients of ``outputs`` (weighted by ``seeds``) in segments, running hooks on the way:
+    from the outputs to the ``boundary`` tensors (non-leaves whose gradient is wanted on its own)
+    and to the tensors ``is_target`` accepts; then from each boundary tensor, latest first
+    (``position``: its node's place in the whole recording; it is complete once every later one
+    has passed its gradient on), whose hooks run and whose retained ``.grad`` takes the hooked
+    value, on to the next ones when ``continues(t)``.  Returns ``({id: (target, its summed
+    gradient)}, {id(boundary tensor): (its gradient, after its hooks)}, the recordings)``."""
+    ordered = sorted(boundary, key=lambda t: position[id(t._node)], reverse=True)
+    first = [t for t in outputs if any(t is b for b in ordered)]  # their gradient is the seed
+    ordered = first + [t for t in ordered if not any(t is o for o in first)]
+    in_boundary = {id(t) for t in ordered}
+    pending: dict[int, tuple] = {}
     recordings = []
 
     def segment(sources, cotangents, stop) -> None:
         rec = walk(sources, stop, stop_at_constants=True)
         recordings.append(rec)
-        wrt = tuple(i for i, t in enumerate(rec.args) if t.requires_grad and (t._node is None or id(t) in HOOKED))
+        wrt = tuple(i for i, t in enumerate(rec.args) if t.requires_grad and (id(t) in in_boundary or is_target(t)))
         if not wrt:
             return
         with set_grad_enabled(create_graph):
             for i, g in zip(wrt, _run_gradient(rec, wrt, cotangents, create_graph)):
                 t = rec.args[i]
-                if t._node is None:
-                    _accumulate(t, g, create_graph)
-                else:
-                    pending[id(t)] = g if id(t) not in pending else pending[id(t)] + g
+                pending[id(t)] = (t, g) if id(t) not in pending else (t, pending[id(t)][1] + g)
 
-    hooked_outputs = [t for t in outputs if HOOKED.get(id(t)) is t]  # their gradient is the seed
-    hooked = hooked_outputs + [t for t in hooked if not any(t is o for o in hooked_outputs)]
-    segment(outputs, seeds, hooked)
-    for t in hooked:
-        g = pending.pop(id(t), None)
+    segment(outputs, seeds, ordered)
+    reached = {}
+    for t in ordered:
+        g = pending.pop(id(t), (None, None))[1]
         if g is None:
             continue
-        g = _run_hooks(t, g)
+        hooked = _run_hooks(t, g)
         if getattr(t, "_retains_grad", False):
-            t.grad = g if t.grad is None else t.grad + g
-        segment([t], [g], [h for h in hooked if h is not t])
+            t.grad = hooked if t.grad is None else t.grad + hooked
+        reached[id(t)] = (g, hooked)
+        if continues(t):
+            segment([t], [hooked], [h for h in ordered if h is not t])
+    return pending, reached, recordings
+
+
+def _grad_by_segments(outputs, inputs, seeds, retain_graph: bool, create_graph: bool) -> list:
+    """``grad`` as PyTorch's engine runs it when hooks are involved or an input lies below another:
+    it runs the nodes from which an input is reached, so the hooks (and retained ``.grad``) of the
+    non-leaves there fire, their results passed on, and the hooks of the inputs themselves; other
+    tensors' hooks do not.  A leaf input gets its gradient after its hooks, as does a non-leaf one
+    whose node runs for nothing else; one whose node passes gradients on to another input gets it
+    before its hooks (PyTorch captures it there)."""
+    whole = walk(outputs, stop_at_constants=True)
+    position = {id(node): i for i, node in enumerate(whole.nodes)}
+    wanted = {id(t) for t in inputs}
+    input_refs = {("a", i) for i, a in enumerate(whole.args) if id(a) in wanted}
+    input_refs |= {("n", position[id(t._node)], t._index) for t in inputs if id(t._node) in position}
+    reaches_input = []  # per node: an input lies below it (walk lists a node after those it reads)
+    for refs in whole.refs:
+        reaches_input.append(any(r in input_refs or (r[0] == "n" and reaches_input[r[1]]) for r in refs))
+
+    def runs(t) -> bool:
+        return reaches_input[position[id(t._node)]]
+
+    in_graph = [t for t in HOOKED.values() if id(t._node) in position]
+    boundary = [t for t in in_graph if id(t) in wanted or runs(t)]
+    boundary += [t for t in inputs if t._node is not None and id(t._node) in position
+                 and not any(t is b for b in boundary)]
+    leaves, reached, recordings = _by_segments(outputs, seeds, boundary, position, lambda t: id(t) in wanted,
+                                               runs, create_graph)
     if not retain_graph:
         for rec in recordings:
             _free(rec)
+    grads = []
+    for t in inputs:
+        if t._node is None:
+            g = leaves.get(id(t), (None, None))[1]
+            grads.append(None if g is None else _run_hooks(t, g))
+        else:
+            before, after = reached.get(id(t), (None, None))
+            grads.append(before if before is None or runs(t) else after)
+    return grads
 
 
 class RemovableHandle:
@@ -516,7 +579,8 @@ class Hooks:
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
          allow_unused: bool = False, materialize_grads: bool = False):
     """``torch.autograd.grad``: the gradients of ``outputs`` to ``inputs``, as a tuple (nothing
-    accumulates into ``.grad``)."""
+    accumulates into the leaves' ``.grad``).  Tensor hooks fire as PyTorch's do
+    (``_grad_by_segments``)."""
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     single = isinstance(inputs, Tensor)
     inputs = [inputs] if single else list(inputs)
@@ -531,15 +595,20 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     seeds = _seeds(outputs, grad_outputs)
     retain_graph = create_graph if retain_graph is None else retain_graph
     rec = walk(outputs, inputs, stop_at_constants=True)
-    hooked = [t for t in list(rec.tensors.values()) + rec.args if getattr(t, "_hooks", None) or id(t) in HOOKED]
-    if hooked:  # PyTorch runs them here too; a silent skip would return other numbers than torch's
-        raise NotImplementedError("lz.autograd.grad does not run tensor hooks or retain_grad yet: a tensor it "
-                                  "differentiates through has them; use backward() (which runs them), or "
-                                  "remove the hooks")
-    unused = [i for i in range(len(inputs)) if i not in rec.used_args]
+    hooked = any(getattr(t, "_hooks", None) or id(t) in HOOKED for t in list(rec.tensors.values()) + rec.args)
+    nested = len(inputs) > 1 and any(t._node is not None for t in inputs)  # one input may lie below another
+    if hooked or nested:
+        grads = _grad_by_segments(outputs, inputs, seeds, retain_graph, create_graph)
+        unused = [i for i, g in enumerate(grads) if g is None]
+    else:
+        unused = [i for i in range(len(inputs)) if i not in rec.used_args]
     if unused and not (allow_unused or materialize_grads):
         raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
                            "Set allow_unused=True if this is the desired behavior.")
+    if hooked or nested:
+        if materialize_grads:
+            grads = [zeros_like(t) if g is None else g for t, g in zip(inputs, grads)]
+        return tuple(grads)
     with set_grad_enabled(create_graph):
         grads = _run_gradient(rec, tuple(range(len(inputs))), seeds, create_graph)
     if not retain_graph:
