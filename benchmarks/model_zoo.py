@@ -169,11 +169,11 @@ def export(model: BenchModel) -> str:
         axes = {0: "batch", 1: "sequence"}
         dynamic = {"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes}
     partial = path + ".partial"
+    # Not under torch.no_grad(): without autograd, torch's MultiheadAttention (ViT) takes its fused
+    # fast path, aten::_native_multi_head_attention, which has no ONNX export.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with torch.no_grad():
-            torch.onnx.export(module, args, partial, opset_version=OPSET, dynamo=False, input_names=names,
-                              output_names=None if dynamic is None else ["last_hidden_state"],
-                              dynamic_axes=dynamic)
+        torch.onnx.export(module, args, partial, opset_version=OPSET, dynamo=False, input_names=names,
+                          output_names=None if dynamic is None else ["last_hidden_state"], dynamic_axes=dynamic)
     os.replace(partial, path)  # a file in build/bench-models/ is always a whole export
     return path
