@@ -23,8 +23,8 @@ inputs themselves the lean launcher (``lezero.runtime.launch``): the eager hot p
 ``CompiledFunction.profile`` (``profile_plan``) runs a plan once with ``time.perf_counter``
 around each launch and returns a ``KernelTiming`` per launch: name, kind, seconds, and the flops
 and bytes codegen estimated for the kernel, so a caller can put achieved GFLOP/s and GB/s next to
-the machine's peak (``benchmarks/onnx_models.py --profile``).  It is a loop of its own: running
-without profiling costs nothing more.
+the machine's peak (``benchmarks/onnx_models.py --profile``).  It is a loop of its own beside
+``run_plan``'s (they share the launch step), so running without profiling checks no flag.
 """
 from __future__ import annotations
 
@@ -106,9 +106,8 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
         return None
 
     launches = []
-    for launch in plan.launches:
+    for launch, loaded in zip(plan.launches, cache.load_kernels([launch.kernel for launch in plan.launches], cpu)):
         lowered = launch.kernel
-        loaded = cache.load(lowered.llvm_ir, lowered.name, cpu)
         checks = lowered.index_checks
         status = None if checks is None else status_buffer(checks)
         buffers = launch.buffers
@@ -180,8 +179,9 @@ class KernelTiming:
     """One launch of a profiled run: the kernel's ``name`` (its symbol), ``kind`` (partition's:
     ``elementwise``, ``reduction``, ``single``, ``matmul``, ``conv``), wall ``seconds`` of the
     launch (``time.perf_counter`` around it: the ctypes call and, for a ``parallel`` launch, the
-    hand-off to the thread pool), ``flops`` (codegen's ``estimate_flops``) and ``bytes`` (every
-    operand and result buffer read or written once: ``bytes_accessed``)."""
+    hand-off to the thread pool), ``flops`` (codegen's ``estimate_flops``), ``bytes`` (every
+    operand and result buffer read or written once: ``bytes_accessed``) and whether the launch
+    was split over the thread pool (``parallel``; else it ran on the calling thread)."""
 
     name: str
     kind: str
@@ -201,7 +201,7 @@ class KernelTiming:
 
 def profile_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> tuple[list, list[KernelTiming]]:
     """Run ``plan`` once as ``run_plan`` does, timing each launch: ``(results, one KernelTiming
-    per launch in launch order)``.  A separate loop, so that ``run_plan`` pays nothing for it."""
+    per launch in launch order)``.  A loop of its own: ``run_plan``'s has no profiling branch."""
     results = _result_arrays(plan)
     rows = []
     clock = time.perf_counter
@@ -250,7 +250,7 @@ class CompiledFunction:
                         shown = ", ".join(format_shape(s) for s in shapes)
                         raise InputError(f"@{self.entry} cannot run on inputs of shapes ({shown}): {e.message}",
                                          e.location) from None
-                    plan = self.bind_plan(build_plan(specialized, self.entry, self.cpu))
+                    plan = self.bind_plan(build_plan(specialized, self.entry, self.cpu, cache=self.cache))
                     self._plans[key] = plan
         return plan
 
