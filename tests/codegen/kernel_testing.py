@@ -48,21 +48,23 @@ def lz_attrs(**values):
 _COMPILED: dict[str, jit.CompiledModule] = {}
 
 
-def compile_lowered(lowered: LoweredKernel):
-    if lowered.llvm_ir not in _COMPILED:
-        _COMPILED[lowered.llvm_ir] = jit.compile_module(lowered.llvm_ir)
-    return _COMPILED[lowered.llvm_ir].ctypes_function(lowered.name, KERNEL_SIGNATURE[0], KERNEL_SIGNATURE[1:])
+def compile_lowered(lowered: LoweredKernel, cpu=None):
+    key = (lowered.llvm_ir, cpu)
+    if key not in _COMPILED:
+        _COMPILED[key] = jit.compile_module(lowered.llvm_ir, cpu)
+    return _COMPILED[key].ctypes_function(lowered.name, KERNEL_SIGNATURE[0], KERNEL_SIGNATURE[1:])
 
 
 def storage_dtype(t: TensorType) -> np.dtype:
     return t.element_type.numpy_dtype
 
 
-def run_kernel(kernel: Operation, inputs, splits: int = 1, lowered: LoweredKernel | None = None):
-    """Lower, compile and run ``kernel`` on ``inputs``; ``[0, work_items)`` is cut into ``splits``
-    ranges called one after another (any order must give the same answer)."""
-    lowered = lowered or lower_kernel(kernel)
-    fn = compile_lowered(lowered)
+def run_kernel(kernel: Operation, inputs, splits: int = 1, lowered: LoweredKernel | None = None, cpu=None):
+    """Lower, compile and run ``kernel`` on ``inputs`` (for ``cpu``: a cross-target test's, default
+    the host); ``[0, work_items)`` is cut into ``splits`` ranges called one after another (any
+    order must give the same answer)."""
+    lowered = lowered or lower_kernel(kernel, cpu=cpu)
+    fn = compile_lowered(lowered, cpu)
     inputs = [np.ascontiguousarray(a, dtype=storage_dtype(t)) for a, t in zip(inputs, lowered.operand_types)]
     outputs = [_poisoned(t) for t in lowered.result_types]
     pointers = (ctypes.c_void_p * max(1, len(inputs) + len(outputs)))(*[a.ctypes.data for a in inputs + outputs])

@@ -121,7 +121,7 @@ def exp_f32(m: MathBuilder, x, x_lo=None):
     nan = m.is_nan(x)
     xc = m.select(m.gt(x, EXP_MAX), _f32(EXP_MAX), x)
     xc = m.select(m.lt(xc, EXP_MIN), _f32(EXP_MIN), xc)
-    xc = m.select(nan, _f32(0.0), xc)  # keeps the integer conversion below well defined
+    # (a nan stays nan: its integer conversion below is poison, which the last select never picks)
     n = m.rint(b.fmul(xc, _f32(LOG2E)))
     r = m.fma(n, _f32(-LN2_HI), xc)
     r = m.fma(n, _f32(-LN2_LO), r)
@@ -130,7 +130,10 @@ def exp_f32(m: MathBuilder, x, x_lo=None):
     p = b.fadd(m.fma(b.fmul(r, r), m.poly(r, EXP_P), r), _f32(1.0))
     k = b.fptosi(n, I32)
     k1 = b.ashr(k, _i32(1))
-    y = b.fmul(b.fmul(p, _pow2(m, k1)), _pow2(m, b.sub(k, k1)))
+    # p * 2^(k - k1) by adding to p's exponent field (p is in [0.7, 1.5], k - k1 in [-75, 64]: the
+    # product is normal), then times 2^k1, the one rounding (denormal results are right)
+    scaled = b.bitcast(b.add(b.bitcast(p, I32), b.shl(b.sub(k, k1), _i32(23))), F32)
+    y = b.fmul(scaled, _pow2(m, k1))
     return m.select(nan, x, y)
 
 
