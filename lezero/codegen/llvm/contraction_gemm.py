@@ -96,12 +96,20 @@ def matmul_config(host: gemm.GemmConfig, m: int, n: int, k: int, direct: bool) -
     product: fewer than THIN_ROWS rows make a tile of m rows and as many column vectors as the
     host's tile has registers for; fewer columns than the host's tile make a tile of that many
     vectors (8 rows when one vector: 8 independent FMA chains).  ``direct`` (B read in place):
-    all of K in one block, there is no packed B to keep in cache."""
+    all of K in one block, there is no packed B to keep in cache, and a few rows are one tile."""
     w = host.vector_width
     vectors = -(-n // w)
+    accumulators = host.mr * host.nr_vectors
+    # B read in place: one row tile over all of m when it fits at 2 vectors or more, so that each
+    # element of B is loaded once (a second row tile reloads it, from L2 at best: B's rows are far
+    # apart, 12 KiB for 3072 columns, so they compete for a few cache sets); 8x768x3072 on one
+    # thread: 6 x 4 tiles 645 us, 8 x 3 454; 8x768x768 123 -> 83 us
+    one_tile_vectors = min(host.nr_vectors, vectors, accumulators // m)
     if m < THIN_ROWS:
         mr = m
-        nv = min(vectors, (host.mr * host.nr_vectors) // mr, MAX_THIN_VECTORS)
+        nv = min(vectors, accumulators // mr, MAX_THIN_VECTORS)
+    elif direct and one_tile_vectors >= 2:
+        mr, nv = m, one_tile_vectors
     else:
         nv = min(host.nr_vectors, vectors)
         mr = host.mr if nv > 1 else max(host.mr, 8)
@@ -314,16 +322,25 @@ class ConvGemm:
         first = b.udiv(tile.col, wq)
         last = b.udiv(b.sub(col_end, i64(1)), wq)
         n_index = affine_value(image, s.n, "image")
-        # Only the ow loop vectorizes: when a tile's rows are few and known (depthwise.py's small
-        # images), LLVM would unroll it whole and vectorize the oh loop instead, into gathers.
-        with for_range(b, 0, tile.rows, "i", vectorize_enable=0) as i:
-            channel = affine_value(b.add(channel0, i), s.o, "channel")
-            with for_range(b, first, b.add(last, i64(1)), "oh", vectorize_enable=0) as oh:
-                row_start = b.mul(oh, wq)
-                lo = b.sub(tile.col, row_start)
-                lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo)
-                hi = min_i64(b, b.sub(col_end, row_start), s.ow)
-                oh_index = affine_value(oh, s.oh, "oh")
+        if self.wq == s.ow:  # no extra columns: a row of the tile is a contiguous run of pixels
+            with for_range(b, 0, tile.rows, "i", vectorize_enable=0) as i:
+                channel = affine_value(b.add(channel0, i), s.o, "channel")
+                with for_range(b, 0, tile.cols, "j", **TILE_LOOP, unroll_disable=1) as j:
+                    pixel = affine_value(b.add(tile.col, j), s.oh * s.ow, "pixel")
+                    store(i, j, [n_index, channel, pixel.floordiv(s.ow), pixel.mod(s.ow)])
+            return
+        # Each output row's part of the tile is found once for all the tile's channels (it costs
+        # more than the stores when K is small).  Only the ow loop vectorizes: when a tile's rows
+        # are few and known (depthwise.py's small images), LLVM would unroll it whole and
+        # vectorize the oh loop instead, into gathers.
+        with for_range(b, first, b.add(last, i64(1)), "oh", vectorize_enable=0) as oh:
+            row_start = b.mul(oh, wq)
+            lo = b.sub(tile.col, row_start)
+            lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo)
+            hi = min_i64(b, b.sub(col_end, row_start), s.ow)
+            oh_index = affine_value(oh, s.oh, "oh")
+            with for_range(b, 0, tile.rows, "i", vectorize_enable=0) as i:
+                channel = affine_value(b.add(channel0, i), s.o, "channel")
                 with for_range(b, lo, hi, "ow", **TILE_LOOP, unroll_disable=1) as ow:
                     j = b.sub(b.add(row_start, ow), tile.col)
                     store(i, j, [n_index, channel, oh_index, affine_value(ow, s.ow, "ow")])

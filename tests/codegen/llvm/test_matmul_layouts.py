@@ -14,7 +14,7 @@ import pytest
 
 from codegen.kernel_testing import KERNEL_SIGNATURE, check_kernel, make_kernel, random_array, reference
 from lezero.codegen.contraction_shapes import matmul_kernel, row_major
-from lezero.codegen.llvm import contraction_gemm, jit
+from lezero.codegen.llvm import contraction_gemm, gemm, jit
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.ir.dialect.data_movement import TransposeOp
 
@@ -126,6 +126,26 @@ def test_small_m_reads_b_in_place():
     assert contraction_gemm.MatmulGemm(shape).pack_b
 
 
+@pytest.mark.parametrize("m", [4, 5, 7, 8, 9, 12, 13, 17, 31])
+@pytest.mark.parametrize("n", [17, 53, 200])
+def test_few_rows_times_b_in_place(m, n):
+    """Rows up to PACK_B_MIN_ROWS: one tile of all rows where it fits (8 x 3 vectors, ...), else
+    the host's tiles, B's rows read in place with masked loads at the right edge; K = 33 (a tail
+    of every vector width)."""
+    rng = np.random.default_rng(m * 100 + n)
+    module, kernel, stored = permuted_matmul((m, 33), (33, n), None, None, [(n,)],
+                                             lambda b, p, bias: b.op("lz.add", p, bias))
+    check_kernel(module, kernel, [random_array(rng, s, np.float32) for s in stored + [(n,)]], splits=2, **TOL)
+
+
+def test_few_rows_are_one_tile():
+    avx512, avx2 = gemm.GemmConfig.for_target("x86-64-v4"), gemm.GemmConfig.for_target("x86-64-v3")
+    tiles = {(cfg.vector_width, m): (c.mr, c.nr_vectors) for cfg in (avx512, avx2) for m in (5, 8, 12, 13)
+             for c in [contraction_gemm.matmul_config(cfg, m, 3072, 768, direct=True)]}
+    assert tiles == {(16, 5): (5, 4), (16, 8): (8, 3), (16, 12): (12, 2), (16, 13): (6, 4),
+                     (8, 5): (5, 2), (8, 8): (6, 2), (8, 12): (6, 2), (8, 13): (6, 2)}
+
+
 # --- every CPU ------------------------------------------------------------------------------------
 
 CROSS = {f"{a}@{p}x{b}@{q}": (a, b, p, q) for a, b, p, q in [
@@ -134,6 +154,8 @@ CROSS = {f"{a}@{p}x{b}@{q}": (a, b, p, q) for a, b, p, q in [
     ((4, 1, 9), (9, 33), (1, 0, 2), None),  # folded rows
     ((5, 9, 1), (1, 7), (2, 1, 0), None),  # K = 1, gathered
     ((2, 3, 17), (2, 17, 6), (2, 1, 0), (1, 0, 2)),  # few columns: dots with B copied
+    ((8, 19), (19, 53), None, None),  # few rows: one tile, B in place
+    ((12, 7), (7, 100), None, None),
 ]}
 
 
