@@ -9,15 +9,7 @@ import torch
 
 import lezero as lz
 
-
-def edge_values(shape, rng) -> np.ndarray:
-    x = rng.integers(-2, 3, shape).astype(np.float64)
-    r = rng.random(shape)
-    x[r < 0.1] = np.nan
-    x[(r >= 0.1) & (r < 0.15)] = np.inf
-    x[(r >= 0.15) & (r < 0.2)] = -np.inf
-    x[(r >= 0.2) & (r < 0.3)] = -0.0
-    return x
+from support.selection_testing import ties_and_nan
 
 
 def same(ours, theirs) -> None:
@@ -30,7 +22,7 @@ def same(ours, theirs) -> None:
                                         ((4, 9, 3), 1), ((2, 4096), -1)])
 @pytest.mark.parametrize("descending", [False, True])
 def test_sort_matches_torch_on_ties_nan_and_signed_zeros(shape, dim, descending):
-    x = edge_values(shape, np.random.default_rng(sum(shape)))
+    x = ties_and_nan(shape, np.float64, np.random.default_rng(sum(shape)))
     same(lz.tensor(x).sort(dim=dim, descending=descending),
          torch.tensor(x).sort(dim=dim, descending=descending, stable=True))
     assert np.array_equal(lz.tensor(x).argsort(dim=dim, descending=descending).numpy(),

@@ -11,6 +11,7 @@ from lezero.codegen.llvm.selection import merge_sorts
 from lezero.ir.interpreter import interpret
 from lezero.ir.parser import parse_module
 from lezero.runtime import compile as compile_module
+from support.selection_testing import ties_and_nan
 
 
 def topk_module(shape, element: str, k: int, axis: int, largest: bool):
@@ -24,17 +25,6 @@ def topk_module(shape, element: str, k: int, axis: int, largest: bool):
     func.return %0#0, %0#1 : {v}, {i}
   }}
 }}""")
-
-
-def ties_and_nan(shape, dtype, rng) -> np.ndarray:
-    """Small integers (many ties), some nan, +-inf and -0.0 (equal to 0.0: the index decides)."""
-    x = rng.integers(-2, 3, shape).astype(np.float64)
-    r = rng.random(shape)
-    x[r < 0.1] = np.nan
-    x[(r >= 0.1) & (r < 0.15)] = np.inf
-    x[(r >= 0.15) & (r < 0.2)] = -np.inf
-    x[(r >= 0.2) & (r < 0.3)] = -0.0
-    return x.astype(dtype)
 
 
 def check(shape, element, k, axis, largest, x):

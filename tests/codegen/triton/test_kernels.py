@@ -21,6 +21,7 @@ from codegen.kernel_testing import GROUP_NORM_SHAPES, group_norm_body
 from support.fusion_testing import inputs_for, random_graphs
 from support.ir_building import build
 from support.op_samples import Arg, Sample
+from support.selection_testing import ties_and_nan
 from codegen.triton.triton_testing import assert_matches, check_triton, reference, run_triton
 
 
@@ -365,17 +366,6 @@ def topk_module(shape, element: str, k: int, axis: int, largest: bool, results=(
                   f'%0:2 = "lz.topk"(%x) {{k = {k} : i64, axis = {axis} : i64, largest = {str(largest).lower()}}} : '
                   f"({x}) -> ({v}, {i})",
                   f"func.return {', '.join(name for name, _ in returned)} : {', '.join(ty for _, ty in returned)}")
-
-
-def ties_and_nan(shape, dtype, rng) -> np.ndarray:
-    """Small integers (many ties), some nan, +-inf and -0.0 (equal to 0.0: the index decides)."""
-    x = rng.integers(-2, 3, shape).astype(np.float64)
-    r = rng.random(shape)
-    x[r < 0.1] = np.nan
-    x[(r >= 0.1) & (r < 0.15)] = np.inf
-    x[(r >= 0.15) & (r < 0.2)] = -np.inf
-    x[(r >= 0.2) & (r < 0.3)] = -0.0
-    return x.astype(dtype)
 
 
 @pytest.mark.parametrize("shape,element,k,axis,largest", [
