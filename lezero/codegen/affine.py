@@ -163,6 +163,19 @@ class Affine:
             return rest
         return Affine.of(Derived("mod", rest, divisor))
 
+    def recombined(self) -> "Affine":
+        """The same form with each pair ``m * c * floor(a / c) + m * (a mod c)`` written ``m * a``
+        (an index that ``unravel`` split, laid out row-major again)."""
+        terms, whole = dict(self.terms), Affine()
+        for t, coef in self.terms.items():
+            if isinstance(t, Derived) and t.op == "div" and t in terms:
+                mod = Derived("mod", t.operand, t.divisor)
+                m = terms.get(mod, 0)
+                if m and coef == m * t.divisor:
+                    del terms[t], terms[mod]
+                    whole = whole + t.operand * m
+        return self if not whole.terms and not whole.const else Affine(terms, self.const) + whole
+
     def vars(self) -> set:
         """Every ``Var`` this form depends on, also inside derived terms."""
         out = set()
@@ -181,12 +194,13 @@ class Affine:
 
 
 def linear_index(index, shape) -> Affine:
-    """The row-major position of ``index`` in ``shape``."""
+    """The row-major position of ``index`` in ``shape`` (``recombined``: the position of an index
+    split by ``unravel`` or by a caller's floordiv and mod is the form it was split from)."""
     out, stride = Affine(), 1
     for i, d in zip(reversed(index), reversed(shape)):
         out = out + Affine.of(i) * stride
         stride *= d
-    return out
+    return out.recombined()
 
 
 def unravel(linear: Affine, shape) -> tuple:

@@ -122,7 +122,7 @@ class Buffer:
         for i, s, d in zip(index, self.strides, self.type.shape):
             if d != 1:
                 out = out + Affine.of(i) * s
-        return out
+        return out.recombined()  # an index split by floordiv and mod (a conv tile's pixels) is one run
 
 
 class ValueAtIndex:
