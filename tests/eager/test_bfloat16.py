@@ -154,7 +154,7 @@ def test_checkpoints_state_dicts_and_printing(tmp_path):
     assert loaded.dtype == lz.bfloat16 and (bits(loaded) == bits(x)).all()
     assert repr(lz.tensor([1.0, 0.1], dtype=lz.bfloat16)) == "tensor([1.        , 0.10009766], dtype=lezero.bfloat16)"
     peer = torch.nn.Linear(3, 2).bfloat16()
-    model = lz.nn.Linear(3, 2).to(lz.bfloat16)
+    model = lz.nn.Linear(3, 2).bfloat16()
     model.load_state_dict({k: lz.tensor(v) for k, v in peer.state_dict().items()})
     inputs = torch.randn(4, 3).bfloat16()
     assert model.weight.dtype == lz.bfloat16
