@@ -38,6 +38,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from lezero.codegen.accumulation import accumulator_type
+from lezero.codegen.affine import Affine
 from lezero.codegen.contraction_shapes import ConvShape, MatmulShape, anchor_op, matmul_kernel, stored_operand
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm import cache_model, gemm
@@ -96,6 +97,11 @@ def lower_contraction(ctx: KernelContext) -> int:
             return lower_gemm(ctx, anchor, MatmulGemm(shape))
         return lower_matmul_loops(ctx, anchor, shape)
     shape = ConvShape.of(anchor)
+    dots = conv_as_dots(shape) if dtype == F32 else None
+    if dots is not None:
+        opg = shape.out_per_group
+        return lower_matmul_dots(ctx, anchor, dots,
+                                 lambda group, image, col: [image[0], group[0] * opg + col[0], Affine(), Affine()])
     if dtype == F32 and shape.k > 0 and (shape.out_per_group < CONV_GEMM_MIN_CHANNELS or
                                          (shape.in_per_group == 1 and shape.groups > 1)):
         return lower_depthwise(ctx, anchor, shape)
@@ -105,6 +111,16 @@ def lower_contraction(ctx: KernelContext) -> int:
         a_block_floats = cache_model.direct_a_block_floats(cache_model.caches_for(ctx.cpu))
         return lower_gemm(ctx, anchor, ConvGemm(shape, direct, a_block_floats))
     return lower_conv_loops(ctx, anchor, shape)
+
+
+def conv_as_dots(s: ConvShape) -> MatmulShape | None:
+    """A 1x1 conv of 1x1 images (squeeze-excite's) as dot products: per group, C[image, co] =
+    x[image, :] . W[co, :], both contiguous along k (the GEMM's 64-wide tiles would hold one
+    useful column); None for any other conv."""
+    if (s.h, s.w, s.kh, s.kw, s.oh, s.ow) != (1, 1, 1, 1, 1, 1) or s.k == 0:
+        return None
+    return MatmulShape((s.groups,), (s.in_per_group,), (s.out_per_group * s.in_per_group,), s.n, s.out_per_group,
+                       s.in_per_group, True, True, (s.c, 1), (1, s.in_per_group))
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,14 +139,16 @@ def dot_tile(m: int, n: int, accumulators: int) -> tuple[int, int]:
     return min(((r, min(n, accumulators // r)) for r in range(1, min(m, accumulators) + 1)), key=cost)
 
 
-def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape) -> int:
+def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape, result_index=None) -> int:
     """A work item per tile of R x C elements of C (``dot_tile``): R rows of A and C columns of
     B (both contiguous along k) are read a vector at a time, R x C vector FMAs per step, the last
     K % W columns by masked loads; each sum is the horizontal sum of its vector, then the
     epilogue.  Every element of A and B is loaded once per tile it meets, nothing is packed and
     every lane does useful work (the GEMM's tiles would be 1 to 3 columns of 16 lanes).  When
     B's columns are not contiguous (a plain K x N matrix of few columns), a call first copies
-    each batch's B transposed to a workspace (K x N floats, ``malloc``ed per call)."""
+    each batch's B transposed to a workspace (K x N floats, ``malloc``ed per call).
+    ``result_index(batch, row, col)``: the result's index at an element of C (lists of index
+    forms; default their concatenation), for a conv run as dot products (``conv_as_dots``)."""
     b = ctx.b
     w = gemm.GemmConfig.for_target(ctx.cpu).vector_width
     rows, cols = dot_tile(shape.m, shape.n, DOT_ACCUMULATORS.get(w, 8))
@@ -216,7 +234,8 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape)
             with for_range(b, 0, col_count, "c") as c:
                 col = [affine_value(b.add(first_col, c), shape.n, "col")] if shape.has_cols else []
                 address = b.gep(sums, [b.add(b.mul(r, i64(cols)), c)], source_etype=FLOAT)
-                _store_epilogue(ctx, anchor, index_prefix + row + col, address, F32)
+                index = result_index(index_prefix, row, col) if result_index else index_prefix + row + col
+                _store_epilogue(ctx, anchor, index, address, F32)
     if copy_b:
         b.call(declare(ctx.module, "free", VOID, [PTR]), [raw])
     ctx.fn.finish()

@@ -1,8 +1,9 @@
-"""The float32 kernel for convolutions with few output channels per group (``depthwise.py``):
-depthwise 3x3 and 5x5 at strides 1 and 2, odd sizes, 1x1 images, asymmetric pads, dilation,
-multipliers (groups == C_in, C_out = 2 or 3 C_in), grouped and plain convs with fewer than 4
-outputs per group, several images and row blocks, against the reference interpreter on every CPU
-of the cross-target matrix and against ONNX Runtime; and its machine code (no gathers)."""
+"""The float32 kernels of the mobile nets' thin convolutions: few output channels per group
+(``depthwise.py``: depthwise 3x3 and 5x5 at strides 1 and 2, odd sizes, 1x1 images, asymmetric
+pads, dilation, multipliers (groups == C_in, C_out = 2 or 3 C_in), grouped and plain convs with
+fewer than 4 outputs per group, several images and row blocks) and squeeze-excite's 1x1 convs of
+1x1 images (dot products, ``contraction.conv_as_dots``), against the reference interpreter on every
+CPU of the cross-target matrix and against ONNX Runtime; and the machine code (no gathers)."""
 from __future__ import annotations
 
 import ctypes
@@ -15,7 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import lezero.onnx
 from codegen.kernel_testing import KERNEL_SIGNATURE, make_kernel, random_array, reference
-from lezero.codegen.llvm import depthwise, jit
+from lezero.codegen.contraction_shapes import ConvShape
+from lezero.codegen.llvm import contraction, depthwise, gemm, jit
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.ir.dialect.windows import window_output_size
 
@@ -53,6 +55,9 @@ CASES = {
     "two_outputs": ((1, 5, 6, 7), (2, 5, 3, 2), attrs_of(strides=(2, 1), pads=(1, 0, 1, 1))),
     "row_blocks": ((1, 1, 40, 37), (1, 1, 3, 3), attrs_of(strides=(1, 1), pads=(1, 1, 1, 1))),
     "wide_rows_stride_2": ((1, 2, 45, 130), (2, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1), groups=2)),
+    "se_reduce": ((1, 67, 1, 1), (5, 67, 1, 1), attrs_of()),
+    "se_expand": ((1, 5, 1, 1), (70, 5, 1, 1), attrs_of()),
+    "se_grouped_two_images": ((2, 12, 1, 1), (9, 4, 1, 1), attrs_of(groups=3)),
 }
 
 
@@ -93,6 +98,17 @@ def test_row_blocks_cut_large_images_and_keep_few_for_many_channels():
     assert lower_kernel(kernel).work_items == 14
     module, kernel = silu_kernel((1, 64, 14, 14), (64, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=64))[0]
     assert lower_kernel(kernel).work_items == 64
+
+
+def test_squeeze_excite_convs_are_dot_products():
+    """A 1x1 conv of a 1x1 image: dot products along C_in, a tile of outputs per work item (the
+    GEMM would use one column of its 64-wide tiles)."""
+    shape = contraction.conv_as_dots(ConvShape(2, 12, 1, 1, 9, 1, 1, 1, 1, 3, (1, 1), (0, 0, 0, 0), (1, 1)))
+    assert (shape.batches, shape.m, shape.n, shape.k) == (3, 2, 3, 4)
+    assert contraction.conv_as_dots(ConvShape(1, 12, 2, 1, 9, 1, 1, 2, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1))) is None
+    module, kernel = silu_kernel((1, 1152, 1, 1), (48, 1152, 1, 1), attrs_of())[0]
+    rows, cols = contraction.dot_tile(1, 48, contraction.DOT_ACCUMULATORS[gemm.GemmConfig.for_target().vector_width])
+    assert lower_kernel(kernel).work_items == -(-48 // cols)
 
 
 def test_steps_along_q_waste_few_lanes():
