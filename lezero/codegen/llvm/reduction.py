@@ -58,9 +58,10 @@ from lezero.ir.types import I1, I64, format_shape
 
 TILE = 256  # tile positions per work item: accumulators stay in L1, and columns split into items
 VECTORS_PER_LEAF = 4  # LLVM interleaves a vectorized reduction over 4 vector accumulators
-# A row reduction keeps the values it accumulates in a stack row of at most ROW_CACHE elements
-# (32 KB of f32: L1) when later passes read them again and they cost two ops or more to compute
-# (softmax's exp(x - max): the epilogue divides the cached row instead of computing exp again).
+# A row reduction keeps the values it accumulates in a stack row when later passes read them
+# again and they cost two ops or more to compute (softmax's exp(x - max): the epilogue divides the
+# cached row instead of computing exp again); the rows of a kernel hold at most ROW_CACHE float32
+# elements (L1's 32 KB, on a thread's stack; f64 rows count twice).
 ROW_CACHE = 8192
 # Float max and min accumulate integers: the float's bits with every bit but the sign flipped when
 # the sign is set, which orders as signed integers as the floats do (-0 below +0), a nan made
@@ -158,12 +159,11 @@ def _expression_ops(value, stop) -> int:
     return len(seen)
 
 
-def _row_cached(op, ops, count: int) -> bool:
-    """Whether a row reduction keeps its accumulated values (``ROW_CACHE``): they are read
-    again by an op other than ``op`` and cost two ops or more."""
+def _row_cached(op, ops) -> bool:
+    """Whether a row reduction would keep its accumulated values (``ROW_CACHE``): they are
+    read again by an op other than ``op`` and cost two ops or more."""
     value = op.operands[0]
-    return (count <= ROW_CACHE and any(use.op is not op for use in value.uses)
-            and _expression_ops(value, set(ops)) >= 2)
+    return any(use.op is not op for use in value.uses) and _expression_ops(value, set(ops)) >= 2
 
 
 def lower_reduction(ctx: KernelContext) -> int:
@@ -201,9 +201,14 @@ def lower_reduction(ctx: KernelContext) -> int:
     row_position = Affine()  # the position along the reduced dims (row-major), a row cache's index
     for k in sorted(axes):
         row_position = row_position * full[k] + full_index[k]
-    for op in ops:
-        if not tile_vars and _row_cached(op, ops, count):
-            reductions[op].row_cache = ctx.fn.alloca(compute_type(reductions[op].input_dtype), count, "row")
+    cache_left, cached = 4 * ROW_CACHE, set()  # bytes
+    for op, red in reductions.items():
+        row_bytes = count * max(4, red.input_dtype.itemsize)  # (f16 and bf16 are kept as f32)
+        value = op.operands[0]
+        if not tile_vars and row_bytes <= cache_left and value not in cached and _row_cached(op, ops):
+            red.row_cache = ctx.fn.alloca(compute_type(red.input_dtype), count, "row")
+            cache_left -= row_bytes
+            cached.add(value)
     epilogue_loops = _reduced_loops(full, axes, variables, blocked=False)
 
     with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:

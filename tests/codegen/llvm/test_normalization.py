@@ -147,3 +147,17 @@ def test_row_max_is_a_vectorized_integer_max():
     # (SSE2 has no pmaxsd: a compare and a blend)
     assert re.search(r"\bv?(pmaxsd|pcmpgtd)\s+.*%[xyz]mm", asm), "the row max is no packed integer max"
     assert not re.search(r"\bv?maxps\b", asm), "the row max still holds float maxes"
+
+
+def test_rows_read_by_two_reductions_are_cached_once_within_the_budget():
+    """exp(x - max) summed and maxed: one row; rows past the kernel's budget are recomputed."""
+    def two_reductions(b, x):
+        m = b.op("lz.reduce_max", x, axes=[1], keepdims=True)
+        e = b.op("lz.exp", b.op("lz.sub", x, m))
+        total = b.op("lz.reduce_sum", e, axes=[1], keepdims=True)
+        return b.op("lz.div", e, b.op("lz.add", total, b.op("lz.reduce_max", e, axes=[1], keepdims=True)))
+
+    x = np.random.default_rng(5).standard_normal((6, 300)).astype(np.float32)
+    module, kernel = make_kernel([(x.shape, "f32")], two_reductions, kind="reduction")
+    assert lower_kernel(kernel).llvm_ir.count('%"row" = alloca') == 1
+    assert_matches(run_kernel(kernel, [x], 2)[0], reference(module, [x])[0])
