@@ -228,7 +228,7 @@ def bind_cuda_plan(plan: ExecutionPlan, cache, pool, cpu=None) -> CudaPlan:
             launches.append(_TritonLaunch(launch.name, load(kernel), tuple(kernel.configs), len(op.operands), sources,
                                           kernel.flops, checks=kernel.index_checks))
         else:
-            loaded = cache.load(kernel.llvm_ir, kernel.name, cpu)
+            (loaded,) = cache.load_kernels([kernel], cpu)
             launches.append(_HostLaunch(launch.name, loaded.function, kernel.work_items, launch.split_over_threads,
                                         sources, pool, kernel.index_checks))
 

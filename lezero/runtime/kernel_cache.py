@@ -1,30 +1,65 @@
-"""The kernel cache: compiled kernels keyed by a hash of their LLVM IR, the target and the compiler.
+"""The kernel cache: CPU kernels lowered, compiled and loaded once, in memory and on disk.
 
-Two levels: in memory (per process) and on disk in ``$LEZERO_CACHE_DIR`` (default
-``~/.cache/lezero``), one object file per kernel. An entry on disk carries a header with the
-SHA-256 of its payload; an entry that is truncated, corrupt or written by another compiler version
-is detected, removed and rebuilt, never loaded. Files are written atomically (temp file + rename),
-so a crash or a concurrent writer never leaves half an entry behind.
+Two keys, two kinds of entry in ``$LEZERO_CACHE_DIR`` (default ``~/.cache/lezero``):
+
+- a kernel's **content** key (``kernel_key``): the ``lz.kernel`` op printed on its own, without
+  what says where it sits (its name, arena offsets, stage), with the target (CPU, its caches, which
+  the GEMM blocks for, LLVM's and llvmlite's versions) and ``source_fingerprint()`` (the code that
+  lowers it: lezero/ir, lezero/passes and lezero/codegen).  Its entry (``<key>.k``) holds what the
+  runtime needs besides the code (work items, flops, the symbol, the object key), so a hit skips
+  lowering: ResNet's repeated blocks are lowered and compiled once per model, and a warm start
+  builds no LLVM IR at all.  Kernels with bounds checks (their errors name their op's location)
+  are keyed by their LLVM IR only.
+- the **object** key (``object_key``): a hash of the LLVM IR, the optimization level and the
+  target.  Its entry (``<key>.o``) is the object code, so code whose IR did not change is reused
+  after an edit of the compiler's sources.
+
+Every entry carries a header with the SHA-256 of its payload; one that is truncated, corrupt or
+written by another compiler version is removed and rebuilt, never loaded.  Files are written
+atomically (temp file + rename), so a crash or a concurrent writer never leaves half an entry.
+
+A kernel missing from the cache is lowered when the plan asks for it (``plan_kernel``) and its
+compilation starts right then in the background (``lezero.runtime.kernel_compiler``), so LLVM
+compiles some kernels while Python lowers the next ones; ``load_kernels`` waits for them.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import pathlib
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import Future, wait
+from dataclasses import asdict, dataclass, field, replace
 
 import llvmlite
 import llvmlite.binding as llvm
 
+from lezero.codegen.index_checks import checks_indices
+from lezero.codegen.kernel import symbol_name
 from lezero.codegen.llvm import jit
+from lezero.codegen.llvm.backend import LoweredKernel, lower_kernel
+from lezero.codegen.llvm.cache_model import caches_for
+from lezero.codegen.llvm.object_compiler import OPT_LEVEL
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
+from lezero.ir.core import Operation
+from lezero.ir.printer import print_op
+from lezero.passes.memory_plan import OFFSETS_ATTR
+from lezero.passes.partition import STAGE_ATTR
+from lezero.runtime.kernel_compiler import compiler_for
 
-# Bump when generated code changes meaning, so old entries are never reused.
-CODEGEN_VERSION = "lezero-cpu-1"
-_MAGIC = b"LZKCACHE1\n"
+# Bump when generated code changes meaning in a way the sources' fingerprint cannot see.
+CODEGEN_VERSION = "lezero-cpu-2"
+_MAGIC = b"LZKCACHE2\n"
+_HEADER_LENGTH = len(_MAGIC) + 64 + 1
+
+# Attributes of an lz.kernel that say where it sits, not what it computes.
+_PLACEMENT_ATTRS = frozenset({"name", OFFSETS_ATTR, STAGE_ATTR})
+# The packages whose code decides what a kernel is lowered to (the layers below the runtime).
+_LOWERING_PACKAGES = ("ir", "passes", "codegen")
 
 
 def cache_directory() -> pathlib.Path:
@@ -34,16 +69,87 @@ def cache_directory() -> pathlib.Path:
 
 def target_identity(cpu: CpuTarget) -> str:
     """Everything about the target and the compiler that changes the object code."""
-    return "|".join([CODEGEN_VERSION, f"llvmlite-{llvmlite.__version__}", cpu.identity])
+    return "|".join([CODEGEN_VERSION, f"llvmlite-{llvmlite.__version__}",
+                     "llvm-" + ".".join(map(str, llvm.llvm_version_info)), cpu.identity])
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """A hash of the sources that lower kernels (~8 ms, once per process): an edit there makes
+    every content key new, so the cache never hands back what older code lowered."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for package in _LOWERING_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def kernel_text(kernel_op: Operation) -> str:
+    """``kernel_op`` printed on its own, values numbered from it, without its placement attributes:
+    equal for kernels that compute the same thing wherever they sit."""
+    attributes = {k: v for k, v in kernel_op.attributes.items() if k not in _PLACEMENT_ATTRS}
+    alone = Operation(kernel_op.name, (), [r.type for r in kernel_op.results], attributes,
+                      [region.clone({}) for region in kernel_op.regions])
+    return print_op(alone)
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """What a content entry holds: what the runtime reads of a lowered kernel besides its code."""
+
+    symbol: str            # the ABI function in the object (the name of the kernel first lowered)
+    object_key: str
+    work_items: int
+    flops: int
+    bytes_accessed: int
+    external_symbols: tuple
+
+
+class CachedKernel:
+    """A CPU kernel of a plan keyed by its content: ``LoweredKernel``'s fields, read from the cache
+    (or from lowering it now), its LLVM IR lowered only when something asks for it (a native
+    build, ``--emit=llvm``)."""
+
+    index_checks = None  # kernels with bounds checks are never keyed by content
+
+    def __init__(self, op: Operation, cpu: CpuTarget, content_key: str, facts: KernelFacts,
+                 lowered: LoweredKernel | None = None):
+        self.op = op
+        self.cpu = cpu
+        self.content_key = content_key
+        self.facts = facts
+        self._lowered = lowered
+        attrs = op.definition.attrs(op)
+        self.name = symbol_name(attrs.name)
+        self.kind = attrs.kind
+        self.work_items = facts.work_items
+        self.flops = facts.flops
+        self.bytes_accessed = facts.bytes_accessed
+        self.external_symbols = facts.external_symbols
+        self.operand_types = tuple(v.type for v in op.operands)
+        self.result_types = tuple(r.type for r in op.results)
+
+    def lowered(self) -> LoweredKernel:
+        if self._lowered is None:
+            self._lowered = lower_kernel(self.op, cpu=self.cpu)
+        return self._lowered
+
+    @property
+    def llvm_ir(self) -> str:
+        return self.lowered().llvm_ir
 
 
 @dataclass
 class CacheStats:
-    memory_hits: int = 0
-    disk_hits: int = 0
-    compiles: int = 0
-    rejected: int = 0  # corrupt or stale disk entries, rebuilt
-    compile_seconds: float = 0.0
+    memory_hits: int = 0    # kernels found in this process (an identical kernel counts here)
+    disk_hits: int = 0      # kernels whose content entry was read from disk (not lowered)
+    objects_read: int = 0   # objects read from disk (not compiled)
+    lowerings: int = 0      # kernels lowered to LLVM IR
+    compiles: int = 0       # objects compiled by LLVM
+    rejected: int = 0       # corrupt or stale disk entries, rebuilt
+    lower_seconds: float = 0.0
+    compile_seconds: float = 0.0  # waiting for LLVM after lowering (compiles overlap the lowering)
     load_seconds: float = 0.0
 
 
@@ -65,69 +171,194 @@ class KernelCache:
     stats: CacheStats = field(default_factory=CacheStats)
 
     def __post_init__(self):
-        self._memory: dict[str, LoadedKernel] = {}
+        self._facts: dict[str, KernelFacts] = {}      # content key -> facts
+        self._loaded: dict[str, LoadedKernel] = {}    # object key -> code
+        self._pending: dict[str, Future] = {}         # object key -> object bytes being compiled
         self._lock = threading.Lock()
 
-    def key(self, llvm_ir: str, cpu: CpuTarget) -> str:
-        return hashlib.sha256((target_identity(cpu) + "\n" + llvm_ir).encode()).hexdigest()
+    # --- keys and files --------------------------------------------------------------------------
+    def kernel_key(self, kernel_op: Operation, cpu: CpuTarget) -> str:
+        identity = "\n".join([target_identity(cpu), repr(caches_for(cpu)), source_fingerprint()])
+        return hashlib.sha256((identity + "\n" + kernel_text(kernel_op)).encode()).hexdigest()
 
-    def path(self, key: str) -> pathlib.Path:
-        return (self.directory or cache_directory()) / key[:2] / f"{key}.o"
+    def object_key(self, llvm_ir: str, cpu: CpuTarget) -> str:
+        return hashlib.sha256(f"{target_identity(cpu)}|O{OPT_LEVEL}\n{llvm_ir}".encode()).hexdigest()
+
+    def path(self, key: str, suffix: str = ".o") -> pathlib.Path:
+        return (self.directory or cache_directory()) / key[:2] / f"{key}{suffix}"
+
+    # --- the plan's kernels ----------------------------------------------------------------------
+    def plan_kernel(self, kernel_op: Operation, cpu: CpuTarget | str | None = None):
+        """``kernel_op`` for a plan: a ``CachedKernel`` from memory or disk without lowering it, or
+        lowered now with its compilation started (a kernel with bounds checks: its
+        ``LoweredKernel``)."""
+        cpu = cpu_target(cpu)
+        if checks_indices(kernel_op):
+            lowered = self._lower(kernel_op, cpu)
+            self._start_compile(self.object_key(lowered.llvm_ir, cpu), lowered, cpu)
+            return lowered
+        key = self.kernel_key(kernel_op, cpu)
+        with self._lock:
+            facts = self._facts.get(key)
+        if facts is not None:
+            self.stats.memory_hits += 1
+            return CachedKernel(kernel_op, cpu, key, facts)
+        facts = self._read_facts(key)
+        if facts is not None:
+            self.stats.disk_hits += 1
+            with self._lock:
+                self._facts[key] = facts
+            return CachedKernel(kernel_op, cpu, key, facts)
+        lowered = self._lower(kernel_op, cpu)
+        facts = KernelFacts(lowered.name, self.object_key(lowered.llvm_ir, cpu),
+                            lowered.work_items, lowered.flops, lowered.bytes_accessed, lowered.external_symbols)
+        with self._lock:
+            self._facts[key] = facts
+        self._start_compile(facts.object_key, lowered, cpu)
+        self._write(self.path(key, ".k"), json.dumps(asdict(facts)).encode())
+        return CachedKernel(kernel_op, cpu, key, facts, lowered)
+
+    def load_kernels(self, kernels, cpu: CpuTarget | str | None = None) -> list[LoadedKernel]:
+        """The machine code of each of ``kernels`` (``plan_kernel``'s), waiting for compilations."""
+        cpu = cpu_target(cpu)
+        keys = [self._object_key_of(kernel, cpu)[0] for kernel in kernels]
+        with self._lock:
+            pending = [self._pending[key] for key in keys if key in self._pending]
+        # Every compilation ends before any loading starts: loading takes LLVM's lock, which the
+        # compiler in this process holds for a whole kernel at a time.
+        start = time.perf_counter()
+        wait(pending)
+        self.stats.compile_seconds += time.perf_counter() - start
+        return [self._load_planned(kernel, cpu) for kernel in kernels]
 
     def load(self, llvm_ir: str, symbol: str, cpu: CpuTarget | str | None = None) -> LoadedKernel:
-        """The compiled ``symbol`` of ``llvm_ir`` for ``cpu`` (default: ``$LEZERO_CPU`` or the host;
-        it must be executable here), from memory, disk, or a fresh compile."""
+        """The compiled ``symbol`` of ``llvm_ir`` for ``cpu`` (default: ``$LEZERO_CPU`` or
+        the host; it must be executable here), from memory, disk, or a fresh compile."""
         cpu = cpu_target(cpu)
-        key = self.key(llvm_ir, cpu)
+        key = self.object_key(llvm_ir, cpu)
         with self._lock:
-            hit = self._memory.get(key)
-            if hit is not None:
-                self.stats.memory_hits += 1
-                return hit
-        obj = self._read(key)
+            hit = self._loaded.get(key)
+        if hit is not None:
+            self.stats.memory_hits += 1
+            return hit
+        return self._load_object(key, symbol, cpu, lambda: _compile_object(llvm_ir, cpu))
+
+    # --- inside ----------------------------------------------------------------------------------
+    def _lower(self, kernel_op: Operation, cpu: CpuTarget) -> LoweredKernel:
+        start = time.perf_counter()
+        lowered = lower_kernel(kernel_op, cpu=cpu)
+        self.stats.lower_seconds += time.perf_counter() - start
+        self.stats.lowerings += 1
+        return lowered
+
+    def _start_compile(self, key: str, lowered: LoweredKernel, cpu: CpuTarget) -> None:
+        """Compile ``lowered`` in the background unless its object is loaded, on disk or coming."""
+        with self._lock:
+            if key in self._loaded or key in self._pending:
+                return
+        if self.path(key).exists():
+            return
+        cpu.require_executable("kernels")
+        future = compiler_for(cpu).submit(lowered.llvm_ir, OPT_LEVEL, lowered.name)
+        with self._lock:
+            self._pending[key] = future
+
+    def _object_key_of(self, kernel, cpu: CpuTarget) -> tuple[str, str]:
+        """The object key and symbol of a planned kernel."""
+        if isinstance(kernel, CachedKernel):
+            return kernel.facts.object_key, kernel.facts.symbol
+        return self.object_key(kernel.llvm_ir, cpu), kernel.name
+
+    def _load_planned(self, kernel, cpu: CpuTarget) -> LoadedKernel:
+        key, symbol = self._object_key_of(kernel, cpu)
+        with self._lock:
+            hit = self._loaded.get(key)
+            pending = self._pending.get(key)
+        if hit is not None:
+            return hit
+        if pending is not None:
+            try:
+                return self._load_object(key, symbol, cpu, pending.result)
+            finally:
+                with self._lock:
+                    self._pending.pop(key, None)
+        obj = self._read(self.path(key))
+        if obj is not None:
+            self.stats.objects_read += 1
+            return self._load_code(key, obj, symbol, cpu)
+        if not isinstance(kernel, CachedKernel):
+            return self._load_object(key, symbol, cpu, lambda: _compile_object(kernel.llvm_ir, cpu))
+        # Its facts are here but its object is gone (removed, or rejected as corrupt): lower it
+        # again and key it by this kernel's own symbol.
+        lowered = self._lower(kernel.op, cpu)
+        facts = replace(kernel.facts, symbol=lowered.name, object_key=self.object_key(lowered.llvm_ir, cpu))
+        with self._lock:
+            self._facts[kernel.content_key] = facts
+        self._write(self.path(kernel.content_key, ".k"), json.dumps(asdict(facts)).encode())
+        return self._load_object(facts.object_key, facts.symbol, cpu,
+                                 lambda: _compile_object(lowered.llvm_ir, cpu))
+
+    def _load_object(self, key: str, symbol: str, cpu: CpuTarget, compile_now) -> LoadedKernel:
+        obj = self._read(self.path(key))
         if obj is None:
             start = time.perf_counter()
-            obj = _compile_object(llvm_ir, cpu)
+            obj = compile_now()
             self.stats.compile_seconds += time.perf_counter() - start
             self.stats.compiles += 1
-            self._write(key, obj)
+            self._write(self.path(key), obj)
         else:
-            self.stats.disk_hits += 1
+            self.stats.objects_read += 1
+        return self._load_code(key, obj, symbol, cpu)
+
+    def _load_code(self, key: str, obj: bytes, symbol: str, cpu: CpuTarget) -> LoadedKernel:
         start = time.perf_counter()
         kernel = _load_object(obj, symbol, cpu)
         self.stats.load_seconds += time.perf_counter() - start
         with self._lock:
-            self._memory[key] = kernel
+            self._loaded[key] = kernel
         return kernel
 
-    def _read(self, key: str) -> bytes | None:
-        path = self.path(key)
+    def _read_facts(self, key: str) -> KernelFacts | None:
+        payload = self._read(self.path(key, ".k"))
+        if payload is None:
+            return None
+        try:
+            fields = json.loads(payload)
+            return KernelFacts(fields["symbol"], fields["object_key"], int(fields["work_items"]),
+                               int(fields["flops"]), int(fields["bytes_accessed"]),
+                               tuple(fields["external_symbols"]))
+        except (ValueError, KeyError, TypeError):
+            self._reject(self.path(key, ".k"))
+            return None
+
+    def _read(self, path: pathlib.Path) -> bytes | None:
         try:
             data = path.read_bytes()
         except OSError:
             return None
-        header_len = len(_MAGIC) + 64 + 1
-        ok = len(data) > header_len and data.startswith(_MAGIC)
+        ok = len(data) > _HEADER_LENGTH and data.startswith(_MAGIC)
         if ok:
-            digest = data[len(_MAGIC):len(_MAGIC) + 64].decode("ascii", "replace")
-            payload = data[header_len:]
+            digest = data[len(_MAGIC):_HEADER_LENGTH - 1].decode("ascii", "replace")
+            payload = data[_HEADER_LENGTH:]
             ok = hashlib.sha256(payload).hexdigest() == digest
         if not ok:
-            self.stats.rejected += 1
-            try:
-                path.unlink()
-            except OSError:
-                pass
+            self._reject(path)
             return None
         return payload
 
-    def _write(self, key: str, obj: bytes) -> None:
-        path = self.path(key)
+    def _reject(self, path: pathlib.Path) -> None:
+        self.stats.rejected += 1
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+    def _write(self, path: pathlib.Path, payload: bytes) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + hashlib.sha256(obj).hexdigest().encode("ascii") + b"\n" + obj)
+                f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n" + payload)
             os.replace(tmp, path)
         except OSError:
             # A read-only or full cache directory costs speed, never correctness.
@@ -135,7 +366,8 @@ class KernelCache:
 
     def clear_memory(self) -> None:
         with self._lock:
-            self._memory.clear()
+            self._facts.clear()
+            self._loaded.clear()
 
 
 def _compile_object(llvm_ir: str, cpu: CpuTarget) -> bytes:

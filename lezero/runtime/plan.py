@@ -129,9 +129,12 @@ class BoundPlan:
         return self.plan.func
 
 
-def lower_for_device(op: Operation, device: str, cpu=None):
+def lower_for_device(op: Operation, device: str, cpu=None, cache=None):
     """``op`` lowered by the backend of ``device`` (``lezero.codegen.targets``: imported on first
-    use, so cuda's needs torch and triton only then); the CPU's for ``cpu``."""
+    use, so cuda's needs torch and triton only then); the CPU's for ``cpu``, through ``cache`` (a
+    ``KernelCache``) when given: a kernel it holds is not lowered again, one it lacks starts compiling."""
+    if device == HOST and cache is not None:
+        return cache.plan_kernel(op, cpu)
     lower = backend(device).lower_kernel
     return lower(op, cpu=cpu) if device == HOST else lower(op)
 
@@ -142,9 +145,10 @@ def splits_over_threads(kernel, op: Operation) -> bool:
     return kernel.work_items > 1 and (out_bytes >= PARALLEL_MIN_BYTES or kernel.flops >= PARALLEL_MIN_FLOPS)
 
 
-def build_plan(module: ModuleOp, entry: str, cpu=None, fold_constant_kernels: bool = False) -> ExecutionPlan:
+def build_plan(module: ModuleOp, entry: str, cpu=None, fold_constant_kernels: bool = False,
+               cache=None) -> ExecutionPlan:
     """The ``ExecutionPlan`` of ``@entry`` in a scheduled ``module``, CPU kernels lowered for
-    ``cpu`` (a ``CpuTarget``)."""
+    ``cpu`` (a ``CpuTarget``), through the kernel ``cache`` when given (the JIT's executors)."""
     func = module.lookup(entry)
     sizes = {}
     for device in DEVICES:
@@ -181,7 +185,7 @@ def build_plan(module: ModuleOp, entry: str, cpu=None, fold_constant_kernels: bo
                     BufferRef("arena", offset, device)
             launch = Launch(op, attrs.name, attrs.kind, device, operands, [where[id(r)] for r in op.results])
             if attrs.kind != TRANSFER_KIND:
-                launch.kernel = lower_for_device(op, device, cpu)
+                launch.kernel = lower_for_device(op, device, cpu, cache)
                 launch.split_over_threads = device == HOST and splits_over_threads(launch.kernel, op)
             plan.launches.append(launch)
         elif op.name != "func.return":

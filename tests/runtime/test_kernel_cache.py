@@ -1,4 +1,5 @@
-"""The kernel cache: memory and disk levels, corrupt and stale entries rebuilt, atomic writes."""
+"""The kernel cache: memory and disk levels, corrupt and stale entries rebuilt, atomic writes; kernels keyed
+by their content (identical kernels compiled once, a warm start lowering nothing)."""
 from __future__ import annotations
 
 import ctypes
@@ -8,8 +9,10 @@ import pytest
 
 import lezero.runtime.kernel_cache as kernel_cache
 from lezero.codegen.llvm.backend import lower_kernel
+from lezero.codegen.llvm.target import cpu_target
 from lezero.codegen.schedule import schedule
 from lezero.ir import parse_module
+from lezero.runtime.cpu import CompiledFunction
 from lezero.runtime.kernel_cache import KernelCache
 
 TEXT = """
@@ -44,7 +47,7 @@ def test_memory_then_disk_hits(tmp_path, kernel):
     assert cache.stats.memory_hits == 1
     fresh = KernelCache(tmp_path)  # a new process, in effect
     run(fresh.load(kernel.llvm_ir, kernel.name), kernel)
-    assert (fresh.stats.compiles, fresh.stats.disk_hits) == (0, 1)
+    assert (fresh.stats.compiles, fresh.stats.objects_read) == (0, 1)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
@@ -65,7 +68,7 @@ def test_another_compiler_version_misses(tmp_path, kernel, monkeypatch):
     monkeypatch.setattr(kernel_cache, "CODEGEN_VERSION", "lezero-cpu-next")
     cache = KernelCache(tmp_path)
     cache.load(kernel.llvm_ir, kernel.name)
-    assert (cache.stats.disk_hits, cache.stats.compiles) == (0, 1)
+    assert (cache.stats.objects_read, cache.stats.compiles) == (0, 1)
     assert len(list(tmp_path.rglob("*.o"))) == 2
 
 
@@ -83,3 +86,110 @@ def test_unwritable_cache_directory_still_compiles(tmp_path, kernel):
     cache = KernelCache(blocker)
     run(cache.load(kernel.llvm_ir, kernel.name), kernel)
     assert cache.stats.compiles == 1
+
+
+# --- kernels keyed by their content (what CompiledFunction plans go through) ----------------------
+
+TWICE = """
+func.func @f(%x: tensor<16x16xf32>, %w: tensor<16x16xf32>) -> tensor<16x16xf32> {
+  %0 = "lz.matmul"(%x, %w) : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %1 = "lz.tanh"(%0) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %2 = "lz.matmul"(%1, %w) : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %3 = "lz.tanh"(%2) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  func.return %3 : tensor<16x16xf32>
+}
+"""
+
+
+def compiled_twice(cache, cpu=None):
+    """``TWICE`` (two kernels alike but for their names and arena offsets), run and checked."""
+    f = CompiledFunction(parse_module(TWICE), "f", cache=cache, cpu=cpu)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((16, 16), np.float32), rng.standard_normal((16, 16), np.float32) / 4
+    np.testing.assert_allclose(f(x, w), np.tanh(np.tanh(x @ w) @ w), rtol=1e-5, atol=1e-6)
+    return f
+
+
+def kernel_ops(f):
+    plan = f.plan_for([(16, 16), (16, 16)])
+    return [launch.op for launch in plan.plan.launches]
+
+
+def test_identical_kernels_are_lowered_and_compiled_once(tmp_path):
+    cache = KernelCache(tmp_path)
+    f = compiled_twice(cache)
+    first, second = kernel_ops(f)
+    assert first.attributes["name"] != second.attributes["name"]
+    assert kernel_cache.kernel_text(first) == kernel_cache.kernel_text(second)
+    assert (cache.stats.lowerings, cache.stats.compiles, cache.stats.memory_hits) == (1, 1, 1)
+    assert len(list(tmp_path.rglob("*.k"))) == len(list(tmp_path.rglob("*.o"))) == 1
+
+
+def test_kernel_text_differs_with_what_the_kernel_computes(tmp_path):
+    f = compiled_twice(KernelCache(tmp_path))
+    g = CompiledFunction(parse_module(TWICE.replace("lz.tanh", "lz.sigmoid")), "f", cache=KernelCache(tmp_path))
+    g.plan_for([(16, 16), (16, 16)])
+    assert kernel_cache.kernel_text(kernel_ops(f)[0]) != kernel_cache.kernel_text(kernel_ops(g)[0])
+
+
+def test_a_warm_start_neither_lowers_nor_compiles(tmp_path):
+    compiled_twice(KernelCache(tmp_path))
+    warm = KernelCache(tmp_path)  # a new process, in effect
+    f = compiled_twice(warm)
+    assert (warm.stats.lowerings, warm.stats.compiles, warm.stats.disk_hits, warm.stats.objects_read) == (0, 0, 1, 1)
+    # what still needs the LLVM IR (a native build, --emit=llvm) lowers it on demand, under its own name
+    second = f.plan_for([(16, 16), (16, 16)]).plan.launches[1].kernel
+    assert second.name in second.llvm_ir.split("define", 1)[1].split("(", 1)[0]
+
+
+@pytest.mark.skipif(cpu_target().arch != "x86_64" or cpu_target("x86-64-v2").missing_here(),
+                    reason="needs an x86-64 host that runs x86-64-v2 and v3 code")
+def test_entries_of_another_cpu_are_not_reused(tmp_path):
+    if cpu_target("x86-64-v3").missing_here():
+        pytest.skip("this host does not run x86-64-v3 code")
+    compiled_twice(KernelCache(tmp_path), cpu="x86-64-v2")
+    other = KernelCache(tmp_path)
+    compiled_twice(other, cpu="x86-64-v3")
+    assert (other.stats.disk_hits, other.stats.lowerings, other.stats.compiles) == (0, 1, 1)
+
+
+def test_entries_of_another_llvm_are_not_reused(tmp_path, monkeypatch):
+    compiled_twice(KernelCache(tmp_path))
+    monkeypatch.setattr(kernel_cache.llvm, "llvm_version_info", (99, 0, 0))
+    other = KernelCache(tmp_path)
+    compiled_twice(other)
+    assert (other.stats.disk_hits, other.stats.objects_read, other.stats.lowerings, other.stats.compiles) == \
+        (0, 0, 1, 1)
+
+
+def test_edited_lowering_sources_lower_again_and_reuse_unchanged_objects(tmp_path, monkeypatch):
+    compiled_twice(KernelCache(tmp_path))
+    monkeypatch.setattr(kernel_cache, "source_fingerprint", lambda: "after an edit")
+    other = KernelCache(tmp_path)
+    compiled_twice(other)
+    assert (other.stats.disk_hits, other.stats.lowerings, other.stats.compiles, other.stats.objects_read) == \
+        (0, 1, 0, 1)
+
+
+@pytest.mark.parametrize("entry", [".k", ".o"])
+@pytest.mark.parametrize("damage", ["truncate", "empty"])
+def test_corrupt_content_or_object_entries_are_rebuilt(tmp_path, entry, damage):
+    compiled_twice(KernelCache(tmp_path))
+    (path,) = tmp_path.rglob("*" + entry)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"")
+    cache = KernelCache(tmp_path)
+    compiled_twice(cache)  # runs right
+    assert cache.stats.rejected == 1
+    assert (cache.stats.lowerings, cache.stats.compiles) == ((1, 0) if entry == ".k" else (1, 1))
+    assert path.read_bytes() == data  # rebuilt in place
+
+
+def test_a_cached_object_missing_its_symbol_is_an_error_not_a_crash(tmp_path):
+    compiled_twice(KernelCache(tmp_path))
+    (path,) = tmp_path.rglob("*.k")
+    cache = KernelCache(tmp_path)
+    payload = cache._read(path).replace(b'"symbol": "', b'"symbol": "gone_')
+    cache._write(path, payload)
+    with pytest.raises(RuntimeError, match="no symbol 'gone_"):
+        compiled_twice(cache)

@@ -2,10 +2,12 @@
 
 Target machines are made for a ``CpuTarget`` (``lezero.codegen.llvm.target``: the host by default,
 or the CPU ``$LEZERO_CPU``/``cpu=`` names), so the code uses exactly that CPU's vector units;
-modules are optimized with LLVM's new pass manager at O3 and JIT-compiled with MCJIT, which
+modules are optimized with LLVM's new pass manager at ``OPT_LEVEL`` (O2: O3 does not pay, see
+``object_compiler.py``) and JIT-compiled with MCJIT, which
 refuses a target this machine cannot execute. The same machines emit assembly (for tests) and,
 position-independent, object files (for executables linked without Python, also for other CPUs
-and for AArch64).
+and for AArch64).  Parsing, the pass pipeline and the target machines are ``object_compiler.py``'s,
+which the kernel cache's compiler processes run without importing lezero.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from lezero.codegen.errors import TargetError
+from lezero.codegen.llvm.object_compiler import OPT_LEVEL, optimize_module, parse_module
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 
 _compile_lock = threading.Lock()  # LLVM contexts are not safe to mutate from several threads
@@ -29,35 +32,17 @@ def shared_target_machine(target: CpuTarget, jit: bool = True) -> llvm.TargetMac
     return target.target_machine(jit)
 
 
-def parse_module(module: ir.Module | str, target_machine: llvm.TargetMachine) -> llvm.ModuleRef:
-    """Parse and verify an llvmlite IR module, stamped with the machine's triple and layout."""
-    parsed = llvm.parse_assembly(str(module))
-    parsed.triple = target_machine.triple
-    parsed.data_layout = str(target_machine.target_data)
-    parsed.verify()
-    return parsed
-
-
-def optimize_module(parsed: llvm.ModuleRef, target_machine: llvm.TargetMachine, speed_level: int = 3) -> None:
-    """Run LLVM's default O<speed_level> pipeline (new pass manager) over ``parsed`` in place."""
-    tuning = llvm.create_pipeline_tuning_options(speed_level=speed_level)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    tuning.loop_unrolling = True
-    pass_builder = llvm.create_pass_builder(target_machine, tuning)
-    pass_builder.getModulePassManager().run(parsed, pass_builder)
-
-
-def optimized_module(module: ir.Module | str, target_machine: llvm.TargetMachine) -> llvm.ModuleRef:
-    """Parse, verify and O3-optimize ``module`` for ``target_machine``."""
+def optimized_module(module: ir.Module | str, target_machine: llvm.TargetMachine,
+                     speed_level: int = OPT_LEVEL) -> llvm.ModuleRef:
+    """Parse, verify and optimize ``module`` (at O<speed_level>) for ``target_machine``."""
     with _compile_lock:
         parsed = parse_module(module, target_machine)
-        optimize_module(parsed, target_machine)
+        optimize_module(parsed, target_machine, speed_level)
     return parsed
 
 
 def emit_assembly(module: ir.Module | str, cpu: CpuTarget | str | None = None) -> str:
-    """The assembly of ``module`` after O3 for ``cpu``, e.g. to check that vector FMA was selected."""
+    """The assembly of ``module`` optimized for ``cpu``, e.g. to check that vector FMA was selected."""
     target_machine = shared_target_machine(cpu_target(cpu))
     parsed = optimized_module(module, target_machine)
     with _compile_lock:
@@ -75,7 +60,7 @@ def emit_object(module: ir.Module | str, cpu: CpuTarget | str | None = None) -> 
 def emit_linked_object(modules, exported, cpu: CpuTarget | str | None = None) -> bytes:
     """One relocatable (PIC) object file holding several modules, for native executables.
 
-    Each module is O3-optimized on its own (exactly as the JIT compiles it), then they are linked
+    Each module is optimized on its own (exactly as the JIT compiles it), then they are linked
     into one. The functions named in ``exported`` keep external linkage with hidden visibility
     (the driver linked beside them calls them; a shared library does not export them); every
     other definition becomes internal, so equal helper names in different modules cannot clash.
@@ -152,5 +137,5 @@ class CompiledModule:
 
 
 def compile_module(module: ir.Module | str, cpu: CpuTarget | str | None = None) -> CompiledModule:
-    """JIT-compile ``module`` at O3 for ``cpu`` (default: ``$LEZERO_CPU`` or the host)."""
+    """JIT-compile ``module`` at ``OPT_LEVEL`` for ``cpu`` (default: ``$LEZERO_CPU`` or the host)."""
     return CompiledModule(module, cpu)

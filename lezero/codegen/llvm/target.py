@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 from lezero.codegen.errors import TargetError
+from lezero.codegen.llvm.object_compiler import create_target_machine
 
 # --- x86-64: the psABI micro-architecture levels, then named CPUs as level + extras ----------------
 _X86_V1 = frozenset({"sse", "sse2"})
@@ -128,17 +129,7 @@ class CpuTarget:
     def target_machine(self, jit: bool = True) -> llvm.TargetMachine:
         """A fresh LLVM target machine at O3 (``jit=False``: position-independent, for object files).
         An execution engine owns and frees the machine it is given: give each its own."""
-        initialize_targets()
-        return llvm.Target.from_triple(self.triple).create_target_machine(
-            cpu=self.cpu, features=self.feature_string, opt=3,
-            reloc="default" if jit else "pic", codemodel="jitdefault" if jit else "default", jit=jit)
-
-
-@functools.cache
-def initialize_targets() -> None:
-    """Register every backend the llvmlite wheel has (X86, AArch64, ...) and their assembly printers."""
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
+        return create_target_machine(self.triple, self.cpu, self.feature_string, jit)
 
 
 @functools.cache

@@ -101,7 +101,7 @@ def test_the_cpu_decides_the_vector_registers_in_the_machine_code():
 def test_kernel_cache_entries_are_per_cpu(tmp_path):
     cache = KernelCache(directory=tmp_path)
     ir_text = "define void @k(ptr %b, i64 %s, i64 %e) {\n  ret void\n}\n"
-    assert cache.key(ir_text, cpu_target("x86-64-v3")) != cache.key(ir_text, cpu_target("x86-64-v2"))
+    assert cache.object_key(ir_text, cpu_target("x86-64-v3")) != cache.object_key(ir_text, cpu_target("x86-64-v2"))
     cache.load(ir_text, "k", "x86-64-v2")
     cache.load(ir_text, "k", "x86-64-v3")
     assert cache.stats.compiles == 2
