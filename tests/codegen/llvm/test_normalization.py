@@ -161,3 +161,17 @@ def test_rows_read_by_two_reductions_are_cached_once_within_the_budget():
     module, kernel = make_kernel([(x.shape, "f32")], two_reductions, kind="reduction")
     assert lower_kernel(kernel).llvm_ir.count('%"row" = alloca') == 1
     assert_matches(run_kernel(kernel, [x], 2)[0], reference(module, [x])[0])
+
+
+def test_row_cache_over_interleaved_reduced_axes():
+    """Reduced axes 0 and 2 around a kept axis 1: the row is the reduced positions in row-major
+    order, walked by one loop per reduced dim."""
+    def spread_softmax(b, x):
+        m = b.op("lz.reduce_max", x, axes=[0, 2], keepdims=True)
+        e = b.op("lz.exp", b.op("lz.sub", x, m))
+        return b.op("lz.div", e, b.op("lz.reduce_sum", e, axes=[0, 2], keepdims=True))
+
+    x = np.random.default_rng(6).standard_normal((3, 5, 37)).astype(np.float32)
+    module, kernel = make_kernel([(x.shape, "f32")], spread_softmax, kind="reduction")
+    assert '%"row" = alloca' in lower_kernel(kernel).llvm_ir
+    assert_matches(run_kernel(kernel, [x], 2)[0], reference(module, [x])[0])
