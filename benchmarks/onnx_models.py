@@ -208,7 +208,8 @@ def cpu_model() -> str:
         return platform.processor() or "unknown CPU"
     flags = set(fields.get("flags", "").split())
     shown = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags]
-    return f"{fields.get('model name', 'unknown CPU')}, {os.cpu_count()} logical CPUs, {' '.join(shown)}"
+    load = ", load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())  # a shared machine: say how busy
+    return f"{fields.get('model name', 'unknown CPU')}, {os.cpu_count()} logical CPUs, {' '.join(shown)}{load}"
 
 
 def geometric_mean(values: list) -> float:
