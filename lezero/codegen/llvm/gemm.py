@@ -255,15 +255,11 @@ class SgemmGenerator:
             self._b_rows_table.global_constant = True
             self._b_rows_table.linkage = "internal"
             self._b_rows_table.initializer = ir.Constant(table_type, list(self.b_row_offsets) or [0])
-        if self.a_k_stride != 1:
-            pack_a = self._build_pack_a_strided(module)
-        else:
-            pack_a = self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
+        pack_a = self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
         pack_b = None
-        if self.b_col_stride != 1:
-            pack_b = self._build_pack_b_strided(module)
-        elif self.pack_b:
-            pack_b = self._build_pack_b_transposed(module) if self.transpose_b else self._build_pack_b(module)
+        if self.pack_b:
+            strided_or_transposed = self.transpose_b or self.b_col_stride != 1
+            pack_b = self._build_pack_b_transposed(module) if strided_or_transposed else self._build_pack_b(module)
         widths = self.edge_vectors + (self.config.nr_vectors,)
         micro_kernels = {nv: self._build_micro_kernel(module, nv) for nv in widths}
         rectangle_function = self._build_rectangle_function(module, pack_a, pack_b, micro_kernels)
@@ -296,7 +292,8 @@ class SgemmGenerator:
         """packed[s][k][i] = A[s*MR + i, k] for i < rows, else 0; slivers s of MR rows.
 
         A transpose: W columns of the MR rows at a time are loaded as MR vectors and interleaved
-        with one shuffle into W*MR floats in k-major order; the last kc % W columns one by one.
+        with one shuffle into W*MR floats in k-major order; the last kc % W columns one by one
+        (all of them when A's rows are strided: A[i, k] at ``a[i * lda + k * a_k_stride]``).
         Rows past the block are read from a clamped (valid) row and replaced by zeros, so there is
         no branch in the copy loops.
         """
@@ -315,18 +312,21 @@ class SgemmGenerator:
                 row_valid.append(b.icmp_signed("<=", row, last_row))
                 clamped = vectors.select_min(b, row, last_row)
                 row_pointers.append(b.gep(p["a"], [b.mul(clamped, p["lda"])], source_etype=F32))
-            zeros = ir.Constant(self.vector_type, [0.0] * w)
-            kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
-            with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                rows = [b.select(row_valid[i], b.load(b.gep(row_pointers[i], [k0], source_etype=F32),
-                                                      typ=self.vector_type, align=FLOAT_BYTES), zeros)
-                        for i in range(mr)]
-                columns = vectors.interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
-                b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=F32), align=FLOAT_BYTES)
+            kc_vectors = _i64(0)
+            if self.a_k_stride == 1:
+                zeros = ir.Constant(self.vector_type, [0.0] * w)
+                kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
+                with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
+                    rows = [b.select(row_valid[i], b.load(b.gep(row_pointers[i], [k0], source_etype=F32),
+                                                          typ=self.vector_type, align=FLOAT_BYTES), zeros)
+                            for i in range(mr)]
+                    columns = vectors.interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
+                    b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=F32), align=FLOAT_BYTES)
             with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                 destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
+                offset = b.mul(k, _i64(self.a_k_stride))
                 for i in range(mr):
-                    value = b.load(b.gep(row_pointers[i], [k], source_etype=F32), typ=F32)
+                    value = b.load(b.gep(row_pointers[i], [offset], source_etype=F32), typ=F32)
                     value = b.select(row_valid[i], value, zero)
                     b.store(value, b.gep(destination, [_i64(i)], source_etype=F32))
         b.ret_void()
@@ -398,21 +398,25 @@ class SgemmGenerator:
 
     def _build_pack_b_transposed(self, module: ir.Module) -> ir.Function:
         """packed[s][k][j] = B[pc + k, s*NR + j] for j < cols, else 0, from B stored transposed
-        (``b`` points at B's column jc, a stored row; ``ldb`` is the stored row stride).
+        (``b`` points at B's column jc, a stored row; ``ldb`` is the stored row stride), or with
+        strided rows (B[k, j] at ``b[k * ldb + j * b_col_stride]``).
 
         Each W columns of a sliver are W stored rows: W floats of each along k are loaded as W
         vectors, transposed in registers and stored as W rows of the sliver; the last kc % W
-        values of k one vector at a time. Columns past the block are read at a clamped (valid)
-        column and replaced by zeros."""
+        values of k (all of them for strided rows) one vector at a time, gathered. Columns past
+        the block are read at a clamped (valid) column and replaced by zeros."""
         w, nr = self.config.vector_width, self.config.nr
         function, b, p = self._define(module, f"{self.name}_pack_b", [
             ("b", PTR), ("ldb", I64), ("pc", I64), ("kc", I64), ("cols", I64), ("packed", PTR)])
         for argument in (p["b"], p["packed"]):
             argument.add_attribute("noalias")
+        strided = self.b_col_stride != 1
+        # B[k, j] at column_step * j + k_step * k
+        column_step, k_step = (_i64(self.b_col_stride), p["ldb"]) if strided else (p["ldb"], _i64(1))
         zeros = ir.Constant(self.vector_type, [0.0] * w)
         zero = ir.Constant(F32, 0.0)
         last_col = b.sub(p["cols"], _i64(1))
-        kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
+        kc_vectors = _i64(0) if strided else b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
         with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
             sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=F32)
             for v in range(self.config.nr_vectors):
@@ -420,79 +424,21 @@ class SgemmGenerator:
                 for i in range(w):
                     col = b.add(col0, _i64(v * w + i))
                     valid.append(b.icmp_signed("<=", col, last_col))
-                    offset = b.add(b.mul(vectors.select_min(b, col, last_col), p["ldb"]), p["pc"])
+                    offset = b.add(b.mul(vectors.select_min(b, col, last_col), column_step), b.mul(p["pc"], k_step))
                     rows.append(b.gep(p["b"], [offset], source_etype=F32))
-                with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                    block = [b.select(valid[i], b.load(b.gep(rows[i], [k0], source_etype=F32), typ=self.vector_type,
-                                                       align=FLOAT_BYTES), zeros) for i in range(w)]
-                    for kk, column in enumerate(vectors.transpose_square(b, block)):
-                        at = b.add(b.mul(b.add(k0, _i64(kk)), _i64(nr)), _i64(v * w))
-                        b.store(column, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
+                if not strided:
+                    with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
+                        block = [b.select(valid[i], b.load(b.gep(rows[i], [k0], source_etype=F32),
+                                                           typ=self.vector_type, align=FLOAT_BYTES), zeros)
+                                 for i in range(w)]
+                        for kk, column in enumerate(vectors.transpose_square(b, block)):
+                            at = b.add(b.mul(b.add(k0, _i64(kk)), _i64(nr)), _i64(v * w))
+                            b.store(column, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
                 with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                     vector = zeros
                     for i in range(w):
-                        value = b.load(b.gep(rows[i], [k], source_etype=F32), typ=F32)
+                        value = b.load(b.gep(rows[i], [b.mul(k, k_step)], source_etype=F32), typ=F32)
                         vector = b.insert_element(vector, b.select(valid[i], value, zero), ir.Constant(I32, i))
-                    at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
-                    b.store(vector, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
-        b.ret_void()
-        return function
-
-    def _build_pack_a_strided(self, module: ir.Module) -> ir.Function:
-        """packed[s][k][i] = A[s*MR + i, k] for i < rows, else 0, where A[i, k] is at ``a[i * lda
-        + k * a_k_stride]``: one float at a time, rows past the block read at a clamped (valid)
-        row and replaced by zeros."""
-        mr = self.config.mr
-        function, b, p = self._define(module, f"{self.name}_pack_a", [
-            ("a", PTR), ("lda", I64), ("rows", I64), ("kc", I64), ("packed", PTR)])
-        for argument in (p["a"], p["packed"]):
-            argument.add_attribute("noalias")
-        zero = ir.Constant(F32, 0.0)
-        with vectors.counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
-            last_row = b.sub(p["rows"], _i64(1))
-            sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=F32)
-            rows, valid = [], []
-            for i in range(mr):
-                row = b.add(row0, _i64(i))
-                valid.append(b.icmp_signed("<=", row, last_row))
-                rows.append(b.gep(p["a"], [b.mul(vectors.select_min(b, row, last_row), p["lda"])], source_etype=F32))
-            with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                offset = b.mul(k, _i64(self.a_k_stride))
-                destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
-                for i in range(mr):
-                    value = b.load(b.gep(rows[i], [offset], source_etype=F32), typ=F32)
-                    b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=F32))
-        b.ret_void()
-        return function
-
-    def _build_pack_b_strided(self, module: ir.Module) -> ir.Function:
-        """packed[s][k][j] = B[pc + k, s*NR + j] for j < cols, else 0, where B[k, j] is at ``b[k *
-        ldb + j * b_col_stride]`` (``b`` points at the block's first column): each vector of a
-        sliver's row gathered a float at a time, columns past the block read at a clamped (valid)
-        column and replaced by zeros."""
-        w, nr = self.config.vector_width, self.config.nr
-        function, b, p = self._define(module, f"{self.name}_pack_b", [
-            ("b", PTR), ("ldb", I64), ("pc", I64), ("kc", I64), ("cols", I64), ("packed", PTR)])
-        for argument in (p["b"], p["packed"]):
-            argument.add_attribute("noalias")
-        zeros = ir.Constant(self.vector_type, [0.0] * w)
-        zero = ir.Constant(F32, 0.0)
-        last_col = b.sub(p["cols"], _i64(1))
-        with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
-            sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=F32)
-            columns, valid = [], []
-            for j in range(nr):
-                col = b.add(col0, _i64(j))
-                valid.append(b.icmp_signed("<=", col, last_col))
-                columns.append(b.gep(p["b"], [b.mul(vectors.select_min(b, col, last_col), _i64(self.b_col_stride))],
-                                     source_etype=F32))
-            with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                offset = b.mul(b.add(p["pc"], k), p["ldb"])
-                for v in range(self.config.nr_vectors):
-                    vector = zeros
-                    for i in range(w):
-                        value = b.load(b.gep(columns[v * w + i], [offset], source_etype=F32), typ=F32)
-                        vector = b.insert_element(vector, b.select(valid[v * w + i], value, zero), ir.Constant(I32, i))
                     at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
                     b.store(vector, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
         b.ret_void()
