@@ -58,6 +58,8 @@ def numpy_dtype(a) -> np.dtype:
 
 def kind(a) -> str:
     """numpy's kind letter of an array's elements (either kind of array; "f" for bfloat16)."""
+    if a.__class__ is np.ndarray:
+        return "f" if a.dtype is BFLOAT16_STORAGE else a.dtype.kind
     return KIND[a.dtype]
 
 
