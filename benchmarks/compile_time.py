@@ -1,10 +1,20 @@
-"""Compile time per kernel: cold (LLVM O3 + object code) and warm (loaded from the disk cache).
+"""Compile time, cold (an empty kernel cache) and warm (the same cache, a fresh process).
 
-Compiles the seed's MLP (forward pass with softmax) and a transformer-style block of elementwise,
-reduction and matmul kernels twice, each time in a fresh process: first with an empty cache
-directory (cold), then with the same directory (warm: every kernel from disk).
+Two parts, each program or model compiled twice in fresh processes (``LEZERO_NUM_THREADS=2``),
+first with an empty ``LEZERO_CACHE_DIR`` (cold), then with the same directory (warm):
 
-    .venv/bin/python benchmarks/compile_time.py
+- **programs**: the seed's MLP (with softmax) and a transformer-style block, per kernel;
+- **models** (``model_zoo.py``'s: by default the light ResNet-50 and the torchvision resnet18,
+  mobilenet_v2 and efficientnet_b0, exported on first use): compile time is
+  ``lezero.onnx.compile`` to the end of the first run, less one steady-state run, split into
+  ONNX import, passes and planning (the rest), lowering to LLVM IR, waiting for LLVM (it compiles
+  in the background while the rest lower) and loading the code; the kernels of the plan, how many
+  were lowered (identical ones are lowered once) and compiled (a warm start lowers and compiles
+  none, unless lezero's sources changed in between: its cache keys hold their fingerprint); and
+  the CPU seconds of the process and of its compiler processes (this machine is shared: CPU time
+  says what wall time cannot).
+
+    .venv/bin/python benchmarks/compile_time.py [model ...]
 """
 from __future__ import annotations
 
@@ -13,6 +23,15 @@ import os
 import subprocess
 import sys
 import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import model_zoo  # noqa: E402
+from onnx_models import cpu_model  # noqa: E402
+
+THREADS = 2
+DEFAULT_MODELS = ("light_resnet50", "resnet18", "mobilenet_v2", "efficientnet_b0")
 
 PROGRAMS = {
     "mlp": ("""
@@ -37,41 +56,102 @@ func.func @f(%x: tensor<128x256xf32>, %w: tensor<256x256xf32>, %g: tensor<256xf3
 }""", [(128, 256), (256, 256), (256,), (256,)]),
 }
 
-CHILD = r"""
+# Shared by both children: the cache's counters and the CPU time of this process and of its
+# compiler processes (closed first, so that their time is counted).
+REPORT = r"""
+import resource
+from lezero.codegen.llvm.target import cpu_target
+from lezero.runtime.kernel_cache import default_cache
+from lezero.runtime.kernel_compiler import compiler_for
+for process in compiler_for(cpu_target()).processes:
+    process.stdin.close()
+    process.wait()
+me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+s = default_cache().stats
+result.update({"kernels": s.memory_hits + s.disk_hits + s.lowerings, "lowered": s.lowerings,
+               "compiled": s.compiles, "lower_s": s.lower_seconds, "llvm_wait_s": s.compile_seconds,
+               "load_s": s.load_seconds, "cpu_s": me.ru_utime + me.ru_stime,
+               "compiler_cpu_s": children.ru_utime + children.ru_stime})
+print(json.dumps(result))
+"""
+
+PROGRAM_CHILD = r"""
 import json, sys, time
 import numpy as np
 import lezero
-from lezero.runtime.kernel_cache import default_cache
 text, shapes = json.loads(sys.argv[1])
 start = time.perf_counter()
 f = lezero.compile(text)
 f(*[np.ones(s, np.float32) for s in shapes])
-total = time.perf_counter() - start
-s = default_cache().stats
-print(json.dumps({"total": total, "kernels": s.compiles + s.disk_hits, "compiles": s.compiles,
-                  "disk_hits": s.disk_hits, "compile_s": s.compile_seconds, "load_s": s.load_seconds}))
-"""
+result = {"total": time.perf_counter() - start}
+""" + REPORT
+
+MODEL_CHILD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+import onnx
+import lezero.onnx
+from model_zoo import MODELS
+bench = MODELS[sys.argv[1]]
+feeds = bench.feeds(onnx.load(bench.path, load_external_data=False))
+start = time.perf_counter()
+compiled = lezero.onnx.compile(bench.path, upgrade_opset=bench.upgrade_opset)
+imported = time.perf_counter() - start
+compiled.run(feeds)
+first = time.perf_counter() - start
+start = time.perf_counter()
+compiled.run(feeds)
+result = {"import_s": imported, "total": first - (time.perf_counter() - start)}
+""" + REPORT
 
 
-def run(program, cache_dir):
-    env = dict(os.environ, LEZERO_CACHE_DIR=cache_dir)
-    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(program)], env=env, capture_output=True,
-                         text=True, check=True)
-    return json.loads(out.stdout)
+def child(code: str, args: list, cache_dir: str) -> dict:
+    env = dict(os.environ, LEZERO_CACHE_DIR=cache_dir, LEZERO_NUM_THREADS=str(THREADS))
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"a compile-time child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main():
+def cold_and_warm(code: str, args: list) -> tuple[dict, dict]:
+    with tempfile.TemporaryDirectory(prefix="lezero-compile-time-") as cache_dir:
+        cold = child(code, args, cache_dir)
+        warm = child(code, args, cache_dir)
+    return cold, warm
+
+
+def programs() -> None:
     print(f"{'program':8} {'kernels':>7} {'cold: LLVM ms/kernel':>21} {'warm: load ms/kernel':>21} "
           f"{'cold first call s':>18} {'warm first call s':>18}")
     for name, program in PROGRAMS.items():
-        with tempfile.TemporaryDirectory() as cache_dir:
-            cold = run(program, cache_dir)
-            warm = run(program, cache_dir)
-        assert warm["compiles"] == 0, warm
+        cold, warm = cold_and_warm(PROGRAM_CHILD, [json.dumps(program)])
         n = cold["kernels"]
-        print(f"{name:8} {n:7d} {1e3 * cold['compile_s'] / n:21.1f} {1e3 * warm['load_s'] / n:21.2f} "
+        print(f"{name:8} {n:7d} {1e3 * cold['llvm_wait_s'] / n:21.1f} {1e3 * warm['load_s'] / n:21.2f} "
               f"{cold['total']:18.3f} {warm['total']:18.3f}")
 
 
+def models(names) -> None:
+    header = (f"{'model':16} {'':5} {'compile s':>9} {'import':>7} {'passes':>7} {'lower':>6} {'LLVM':>6} "
+              f"{'load':>6} {'kernels':>7} {'lowered':>7} {'compiled':>8} {'CPU s':>6} {'+compilers':>10}")
+    print(header)
+    print("-" * len(header))
+    for name in names:
+        bench = model_zoo.MODELS[name]
+        model_zoo.export(bench)
+        for phase, r in zip(("cold", "warm"), cold_and_warm(MODEL_CHILD, [name, HERE])):
+            passes = r["total"] - r["import_s"] - r["lower_s"] - r["llvm_wait_s"] - r["load_s"]
+            print(f"{name if phase == 'cold' else '':16} {phase:5} {r['total']:9.2f} {r['import_s']:7.2f} "
+                  f"{passes:7.2f} {r['lower_s']:6.2f} {r['llvm_wait_s']:6.2f} {r['load_s']:6.2f} "
+                  f"{r['kernels']:7d} {r['lowered']:7d} {r['compiled']:8d} {r['cpu_s']:6.1f} "
+                  f"{r['compiler_cpu_s']:10.1f}", flush=True)
+
+
+def main(names) -> None:
+    print(f"compile time on {cpu_model()}, load average {os.getloadavg()[0]:.1f}")
+    programs()
+    print()
+    models(names or DEFAULT_MODELS)
+
+
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

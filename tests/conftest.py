@@ -25,6 +25,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lezero"))
 # Compiled kernels go to a fresh cache per test session, never the user's ~/.cache/lezero: every
 # run exercises the cold path, and a test run never leaves files behind in the home directory.
 os.environ.setdefault("LEZERO_CACHE_DIR", tempfile.mkdtemp(prefix="lezero-test-cache-"))
+os.environ.setdefault("LEZERO_VERIFY_EACH", "1")  # schedule() verifies after every pass (lezero/codegen/schedule.py)
 # Triton's own cache too: a kernel left in ~/.triton/cache by an earlier run must not stand in for
 # a PTX build the test means to do.
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="lezero-test-triton-cache-"))
