@@ -65,6 +65,12 @@ MAX_SLICES = 32
 # A matmul with fewer than THIN_ROWS rows gets a register tile of its own height (matmul_config);
 # a tile is at most this many vectors wide.
 MAX_THIN_VECTORS = 16
+# ... and narrow enough for THIN_COLUMN_TILES tiles across C (down to THIN_MIN_VECTORS vectors):
+# the work items are column slices, so 3 tiles of 768 columns split 2 : 1 over 2 threads, and 2
+# rows x 12 vectors hold more values than there are registers.  2 threads, kernel alone:
+# 2x768x768 95 -> 51 us, 1x768x768 and 1x768x3072 the same, 1x3072x768 181 -> 185 (noise).
+THIN_COLUMN_TILES = 8
+THIN_MIN_VECTORS = 4
 # With fewer rows than this, B's rows are read in place (MatmulGemm), all of K in one block: each
 # element of B is used m times, and packing B (a read and a write of all of it per call) costs
 # more than the products.  Measured (1 thread, medians): 4x768x2304 packed 393 us, in place 197;
@@ -107,7 +113,7 @@ def matmul_config(host: gemm.GemmConfig, m: int, n: int, k: int, direct: bool) -
     one_tile_vectors = min(host.nr_vectors, vectors, accumulators // m)
     if m < THIN_ROWS:
         mr = m
-        nv = min(vectors, accumulators // mr, MAX_THIN_VECTORS)
+        nv = min(vectors, accumulators // mr, MAX_THIN_VECTORS, max(THIN_MIN_VECTORS, vectors // THIN_COLUMN_TILES))
     elif direct and one_tile_vectors >= 2:
         mr, nv = m, one_tile_vectors
     else:

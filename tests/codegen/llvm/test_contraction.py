@@ -268,13 +268,16 @@ def test_dot_tiles_cover_few_columns_or_one_row():
 
 def test_thin_matmuls_get_thin_tiles():
     """Ten columns: as few vectors as cover them (one on AVX-512: then eight rows tall); one row: a
-    row of vectors over B read in place (no packing)."""
+    row of vectors over B read in place (no packing), narrow enough for THIN_COLUMN_TILES column
+    tiles (work items) but at least THIN_MIN_VECTORS."""
     host = gemm.GemmConfig.for_target()
     thin_n = contraction_gemm.matmul_config(host, 64, 10, 256, direct=False)
     vectors = min(-(-10 // host.vector_width), host.nr_vectors)
     assert (thin_n.mr, thin_n.nr_vectors) == (max(host.mr, 8) if vectors == 1 else host.mr, vectors)
     one_row = contraction_gemm.matmul_config(host, 1, 256, 784, direct=True)
-    assert one_row.mr == 1 and one_row.nr_vectors == min(-(-256 // host.vector_width), host.mr * host.nr_vectors, 16)
+    vectors = -(-256 // host.vector_width)
+    assert one_row.mr == 1 and one_row.nr_vectors == min(
+        vectors, max(contraction_gemm.THIN_MIN_VECTORS, vectors // contraction_gemm.THIN_COLUMN_TILES))
     assert one_row.kc == 784  # B in place: no K blocks
     module, kernel = matmul_kernel((1, 784), (784, 256))
     assert "pack_b" not in lower_kernel(kernel).llvm_ir
