@@ -31,9 +31,9 @@ KERNEL_PIPELINE = ("shape-infer,decompose,canonicalize,cse,constant-fold,dce,sha
 def kernel_pipeline(target: str = "cpu") -> str:
     """``KERNEL_PIPELINE`` partitioning for ``target``."""
     targets.check_target(target)
+    targets.backend(target)  # registers what it runs with placement, its fusion facts with partition's cost model
     if target == "cpu":
         return KERNEL_PIPELINE
-    targets.backend(target)  # registers what it runs with lezero.passes.placement
     return KERNEL_PIPELINE.replace("partition,", f"partition{{target={target}}},")
 
 

@@ -16,10 +16,12 @@ How groups form: each op starts alone.  Producer -> consumer pairs of groups are
 greedily, the most profitable first, where profit is the memory traffic saved by not
 materializing the values passed between them (2 x their bytes, a write and a read, when nothing
 else reads them; 1 x, the read, when something still does).  A pair is merged only when
-``can_fuse`` allows it: the merged group must stay under ``max-ops``, must not close a cycle in
-the group graph (a path from one group to the other through a third), and must still be one
-kernel a code generator accepts (``classify``).  Every decision, taken or refused with its
-reason, is logged on the ``lezero.fusion`` logger (``lezero-opt --debug=fusion``).
+``can_fuse`` allows it (legality): the merged group must stay under ``max-ops``, must not close a
+cycle in the group graph (a path from one group to the other through a third), and must still
+be one kernel a code generator accepts (``classify``); and when the cost model
+(``lezero/passes/fusion_cost.py``; ``cost-model=false`` turns it off) estimates the fused kernel
+no slower than its two parts (profit).  Every decision, taken or refused with its reason (and the
+estimates behind it), is logged on the ``lezero.fusion`` logger (``lezero-opt --debug=fusion``).
 
 What a group of each kind may hold (the contract in docs/architecture.md):
 
@@ -75,6 +77,7 @@ from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType, format_shape
+from lezero.passes import fusion_cost
 from lezero.passes.pass_base import Pass, option
 from lezero.passes.placement import FUSION_LOG, HOST, TRANSFER, place_function
 
@@ -344,6 +347,8 @@ class PartitionOptions(Pass):
     movement: bool = option(True, "fold data movement into the kernel that reads it (elementwise, epilogue or "
                                   "reduction)")
     prologues: bool = option(True, "fold a transpose into the matmul kernel that reads it")
+    cost_model: bool = option(True, "fuse only where the cost model estimates the fused kernel no slower than "
+                                    "its parts (lezero/passes/fusion_cost.py)")
     target: str = option(HOST, "where kernels run: cpu, or cuda (ops the GPU backend cannot run go to the "
                                "CPU, with lz.transfer ops between)")
 
@@ -364,6 +369,8 @@ class Partitioner:
         self.group_of: dict[int, int] = {}
         self.returned = {id(v) for v in body.terminator.operands} if body.terminator is not None else set()
         self._ids = itertools.count()
+        self._estimates: dict[int, fusion_cost.Estimate] = {}
+        self._splats: dict[int, bool] = {}  # id(value) -> a splat constant (a weight's check reads all of it)
         for op in self.ops:
             if op.name != "lz.kernel" and (op.definition is None or op.name == "func.call"):
                 raise IRError(f"partition cannot put '{op.name}' in a kernel (inline calls and lower "
@@ -454,6 +461,45 @@ class Partitioner:
             return "movement=false: data movement is a kernel of its own"
         return ""
 
+    # --- the cost model ---
+    def candidate(self, ops: list, kind: str) -> fusion_cost.Candidate:
+        """``ops`` (program order) as the kernel the cost model estimates."""
+        members = {id(op) for op in ops}
+        inputs, seen = [], set()
+        for op in ops:
+            for v in op.operands:
+                owner = v.owner
+                inside = isinstance(owner, Operation) and id(owner) in members
+                if inside or id(v) in seen or self._is_splat_constant(v):
+                    continue
+                seen.add(id(v))
+                inputs.append(v)
+        outputs = [r for op in ops for r in op.results
+                   if id(r) in self.returned or any(id(u) not in members for u in r.users)]
+        return fusion_cost.Candidate(tuple(ops), kind, tuple(inputs), tuple(outputs),
+                                     frozenset(id(op) for op in ops if op.name in MOVEMENT_OPS), self.options.target)
+
+    def _is_splat_constant(self, v: Value) -> bool:
+        """A splat ``lz.constant``: one scalar to a kernel (fuse clones it into the elementwise ops
+        reading it), not a buffer it reads."""
+        if id(v) not in self._splats:
+            owner = v.owner
+            self._splats[id(v)] = (isinstance(owner, Operation) and owner.name == "lz.constant"
+                                   and owner.attributes["value"].splat_value() is not None)
+        return self._splats[id(v)]
+
+    def estimate(self, gid: int) -> fusion_cost.Estimate:
+        """The cost model's estimate of group ``gid`` as a kernel of its own."""
+        if gid not in self._estimates:
+            ops = self.groups[gid].ops
+            self._estimates[gid] = fusion_cost.estimate(self.candidate(ops, classify(ops)))
+        return self._estimates[gid]
+
+    def fused_estimate(self, a: int, b: int) -> tuple[fusion_cost.Estimate, fusion_cost.Estimate]:
+        """The estimates of ``a`` and ``b`` merged, and of the two as kernels of their own."""
+        ops = sorted(self.groups[a].ops + self.groups[b].ops, key=lambda o: self.position[id(o)])
+        return fusion_cost.estimate(self.candidate(ops, classify(ops))), self.estimate(a) + self.estimate(b)
+
     # --- the greedy merge ---
     def run(self) -> None:
         heap: list = []
@@ -476,15 +522,28 @@ class Partitioner:
                     FUSION_LOG.debug("%srefused %s + %s: %s (would save %d bytes)", where, self.describe(a),
                                      self.describe(b), reason, -neg_profit)
                 continue
+            estimates = ""
+            if self.options.cost_model:
+                fused, parts = self.fused_estimate(a, b)
+                if fused.seconds > parts.seconds:
+                    if log:
+                        FUSION_LOG.debug("%srefused %s + %s: the fused kernel would be slower than its parts: "
+                                         "estimated %s > %s", where, self.describe(a), self.describe(b), fused,
+                                         self._parts_text(a, b))
+                    continue
+                estimates = f"; estimated {fused} <= {self._parts_text(a, b)}" if log else ""
             before = (self.describe(a), self.describe(b))
             merged = self._merge(a, b)
             if log:
-                FUSION_LOG.debug("%smerged %s + %s -> %s (%s), saves %d bytes", where, *before,
-                                 self.describe(merged), classify(self.groups[merged].ops), -neg_profit)
+                FUSION_LOG.debug("%smerged %s + %s -> %s (%s), saves %d bytes%s", where, *before,
+                                 self.describe(merged), classify(self.groups[merged].ops), -neg_profit, estimates)
             for p in self.graph.predecessors(merged):
                 push(p, merged)
             for s in self.graph.successors(merged):
                 push(merged, s)
+
+    def _parts_text(self, a: int, b: int) -> str:
+        return f"parts {self.estimate(a)} + {self.estimate(b)}"
 
     def _merge(self, a: int, b: int) -> int:
         ops = self.groups[a].ops + self.groups[b].ops

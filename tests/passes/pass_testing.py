@@ -2,6 +2,9 @@
 pipeline keeps what they compute, in the reference interpreter."""
 from __future__ import annotations
 
+import io
+import logging
+
 import numpy as np
 
 from lezero.ir import FuncOp, ModuleOp, interpret
@@ -78,3 +81,32 @@ def assert_transforms(before: str, pipeline: str, expected: str, **options) -> M
     module = run_and_compare(parse_module(before), pipeline, **options)
     assert print_module(module) == print_module(parse_module(expected))
     return module
+
+
+def groups_of(module, func=None):
+    """[(kind, [op names])] per partition group, in group order."""
+    f = module.functions[0] if func is None else module.lookup(func)
+    out: dict[int, tuple] = {}
+    for op in f.entry_block.ops:
+        g = op.attributes.get("lz.group")
+        if g is not None:
+            out.setdefault(g.value, (op.attributes["lz.group_kind"].value, []))[1].append(op.name[3:])
+    return [out[k] for k in sorted(out)]
+
+
+def fusion_logged(text: str, pipeline: str) -> tuple[ModuleOp, str]:
+    """The module ``pipeline`` makes of ``text``, and what it logged on the fusion debug channel."""
+    from lezero.ir.parser import parse_module
+    from lezero.passes.placement import FUSION_LOG
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    FUSION_LOG.addHandler(handler)
+    level = FUSION_LOG.level
+    FUSION_LOG.setLevel(logging.DEBUG)
+    try:
+        module = run_pipeline(parse_module(text), pipeline)
+    finally:
+        FUSION_LOG.removeHandler(handler)
+        FUSION_LOG.setLevel(level)
+    return module, stream.getvalue()

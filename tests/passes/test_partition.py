@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import io
-import logging
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +12,7 @@ from lezero.ir import parse_module
 from lezero.passes import run_pipeline
 from lezero.passes.partition import FUSION_LOG, Partitioner, PartitionOptions
 
+from pass_testing import fusion_logged, groups_of
 from support.fusion_testing import random_graphs
 
 MLP = """
@@ -28,17 +28,6 @@ func.func @mlp(%x: tensor<64x784xf32>, %w1: tensor<784x256xf32>, %b1: tensor<256
 }"""
 
 
-def groups_of(module, func=None):
-    """[(kind, [op names])] per group, in group order."""
-    f = module.functions[0] if func is None else module.lookup(func)
-    out: dict[int, tuple] = {}
-    for op in f.entry_block.ops:
-        g = op.attributes.get("lz.group")
-        if g is not None:
-            out.setdefault(g.value, (op.attributes["lz.group_kind"].value, []))[1].append(op.name[3:])
-    return [out[k] for k in sorted(out)]
-
-
 def partitioned(text, pipeline="partition"):
     m = parse_module(text)
     run_pipeline(m, pipeline)
@@ -47,17 +36,7 @@ def partitioned(text, pipeline="partition"):
 
 def refusals(text, pipeline="partition"):
     """The fusion log lines of running ``pipeline`` on ``text``."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    FUSION_LOG.addHandler(handler)
-    level = FUSION_LOG.level
-    FUSION_LOG.setLevel(logging.DEBUG)
-    try:
-        partitioned(text, pipeline)
-    finally:
-        FUSION_LOG.removeHandler(handler)
-        FUSION_LOG.setLevel(level)
-    return stream.getvalue()
+    return fusion_logged(text, pipeline)[1]
 
 
 def test_mlp_matmul_epilogues_and_softmax():

@@ -6,9 +6,6 @@ names), so they check the passes whatever the Triton backend supports; the real 
 exercised in tests/runtime/test_cuda.py and tests/filecheck/partition/placement.mlir."""
 from __future__ import annotations
 
-import io
-import logging
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,8 +13,8 @@ from hypothesis import strategies as st
 
 from lezero.ir import IRError, interpret, parse_module, print_module
 from lezero.passes import placement, run_pipeline
-from lezero.passes.partition import FUSION_LOG
 
+from pass_testing import fusion_logged
 from support.fusion_testing import inputs_for, random_graphs
 
 PIPELINE = "partition{target=cuda},fuse,memory-plan"
@@ -44,17 +41,7 @@ def gpu_without(monkeypatch):
 
 
 def logged(text, pipeline=PIPELINE):
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    FUSION_LOG.addHandler(handler)
-    level = FUSION_LOG.level
-    FUSION_LOG.setLevel(logging.DEBUG)
-    try:
-        module = run_pipeline(parse_module(text), pipeline)
-    finally:
-        FUSION_LOG.removeHandler(handler)
-        FUSION_LOG.setLevel(level)
-    return module, stream.getvalue()
+    return fusion_logged(text, pipeline)
 
 
 def kernels(module):

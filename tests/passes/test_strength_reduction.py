@@ -46,7 +46,7 @@ def correctly_rounded_power(x: np.ndarray, c) -> np.ndarray:
     on about one input in 2^29), IEEE pow's values where x is 0, inf or nan."""
     with np.errstate(all="ignore"):
         out = np.power(x, np.full(x.shape, c, x.dtype))  # an array exponent: no numpy fast path
-    with localcontext() as context:
+    with localcontext() as context, np.errstate(over="ignore"):  # a power past float32's range is inf
         context.prec = 60
         for i in np.flatnonzero(np.isfinite(x) & (x != 0) & ((x > 0) | (c == int(c)))):
             d = Decimal(float(x[i]))

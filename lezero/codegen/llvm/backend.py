@@ -20,7 +20,8 @@ the same names as the Triton backend's:
 
 An op no lowering handles raises ``LoweringError``: ``failed to lower lz.foo with f16 for cpu:
 <why>``.  The CPU runs every op (``unsupported_reason`` is always None): it is where placement
-puts what another target cannot run.
+puts what another target cannot run.  ``fusion_facts`` (``fusion_facts.py``) answers partition's
+cost model.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from lezero.codegen import kernel
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction import lower_contraction
 from lezero.codegen.llvm.elementwise import lower_elementwise
+from lezero.codegen.llvm.fusion_facts import FUSION_FACTS as fusion_facts  # noqa: F401  (the backend contract)
 from lezero.codegen.llvm.jit import emit_assembly
 from lezero.codegen.llvm.pooling import lower_max_pool2d_grad, lower_pooling
 from lezero.codegen.llvm.reduction import lower_cumulative, lower_reduction
