@@ -2,7 +2,8 @@
 batches folded into rows, against the reference interpreter: every permutation of 3-D operands
 (rows contiguous, columns contiguous, or neither: gathered by the packing), batches along which B
 is shared folded into one GEMM (ViT's ``Transpose(x, [1, 0, 2]) @ W``) with an epilogue that reads
-the result's every index, and which kernel ``contraction_shapes.matmul_kernel`` reports; the same
+the result's every index (the GEMM, the dot products and the loop kernels of other dtypes), few rows
+times B in place, and which kernel ``contraction_shapes.matmul_kernel`` reports; the same
 edge cases compiled for every CPU of the cross-target matrix."""
 from __future__ import annotations
 
@@ -109,6 +110,23 @@ def test_batches_along_a_shared_b_are_rows_of_one_gemm(a_shape, b_shape, a_perm,
         assert shape.batches == 1 and shape.m == int(np.prod(a_batches)) * a_shape[-2]
     if a_shape == (4, 6, 11):
         assert shape.batches == 4  # A's rows in different batches are not one stride apart
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f16", "i32"])
+def test_loop_kernels_read_folded_rows(dtype):
+    """The loop kernels (other dtypes) run the folded product too: Transpose(x, [1, 0, 2]) @ w
+    plus a residual at every index."""
+    numpy_dtype = {"f64": np.float64, "f16": np.float16, "i32": np.int32}[dtype]
+    shapes = [(1, 7, 5), (5, 9), (7, 1, 9)]
+
+    def body(b, x, y, residual):
+        return b.op("lz.add", b.op("lz.matmul", b.op("lz.transpose", x, perm=[1, 0, 2]), y), residual)
+
+    module, kernel = make_kernel([(s, dtype) for s in shapes], body, kind="matmul")
+    rng = np.random.default_rng(0)
+    inputs = [rng.integers(-3, 4, s).astype(numpy_dtype) if dtype == "i32" else random_array(rng, s, numpy_dtype)
+              for s in shapes]
+    check_kernel(module, kernel, inputs, splits=3, **({"rtol": 2e-3, "atol": 2e-3} if dtype == "f16" else {}))
 
 
 def test_folded_decode_matmul_reads_b_once():
