@@ -34,10 +34,13 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp, tensor  # noqa: E402
+# functions are built with the test helpers' builder (tests/support/ir_building.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from lezero.ir import ModuleOp, tensor  # noqa: E402
 from lezero.passes import run_pipeline  # noqa: E402
 from lezero.runtime.cpu import CompiledFunction  # noqa: E402
 from lezero.runtime.thread_pool import ThreadPool  # noqa: E402
+from support.ir_building import build  # noqa: E402
 
 PIPELINE = ("shape-infer,decompose,canonicalize,cse,constant-fold,dce,shape-infer,partition{%s},fuse,"
             "memory-plan")
@@ -47,13 +50,7 @@ ATTEMPTS = 3  # a case that fails is measured again, up to this many times in al
 
 def function(arg_shapes, body) -> ModuleOp:
     """``@f`` over float32 arguments of ``arg_shapes``, returning ``body(builder, *args)``."""
-    func = FuncOp("f", FunctionType([tensor(s, "f32") for s in arg_shapes], []))
-    b = Builder.at_end(func.entry_block)
-    results = body(b, *func.arguments)
-    results = list(results) if isinstance(results, (list, tuple)) else [results]
-    b.create("func.return", results, result_types=[])
-    func.update_function_type()
-    return ModuleOp([func])
+    return build([tensor(s, "f32") for s in arg_shapes], body)
 
 
 def scalar(b, v):
