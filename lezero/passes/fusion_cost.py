@@ -169,7 +169,6 @@ def estimate(c: Candidate) -> Estimate:
             notes.append(f"strided read of {_name(v)} x{factor}")
         moved_bytes += _bytes(v) * factor
     computed = [op for op in c.ops if id(op) not in c.moved]
-    rate = VECTOR_RATE
     if c.kind == "reduction":
         flops, extra_bytes, reduction_notes = _reduction_work(c, computed, members)
         moved_bytes += extra_bytes
@@ -178,13 +177,14 @@ def estimate(c: Candidate) -> Estimate:
         flops = sum(OP_COST.get(op.name, 1) * _elements(op.results[0]) for op in computed
                     if op.name not in ("lz.matmul", "lz.conv2d"))
     anchor = next((op for op in computed if op.name in ("lz.matmul", "lz.conv2d")), None)
-    seconds = max(moved_bytes / BANDWIDTH, flops / rate)
+    compute_seconds = flops / VECTOR_RATE
     if anchor is not None:
         work, extra_bytes, rate, contraction_notes = _contraction_work(c, anchor, members)
         moved_bytes += extra_bytes
         notes += contraction_notes
-        seconds = max(moved_bytes / BANDWIDTH, work / rate + flops / VECTOR_RATE)
+        compute_seconds += work / rate
         flops += work
+    seconds = max(moved_bytes / BANDWIDTH, compute_seconds)
     return Estimate(LAUNCH_SECONDS + seconds, moved_bytes, flops, tuple(notes))
 
 
