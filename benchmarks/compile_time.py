@@ -147,7 +147,7 @@ def models(names) -> None:
 
 
 def main(names) -> None:
-    print(f"compile time on {cpu_model()}, load average {os.getloadavg()[0]:.1f}")
+    print(f"compile time on {cpu_model()}")
     programs()
     print()
     models(names or DEFAULT_MODELS)

@@ -27,17 +27,13 @@ from concurrent.futures import Future
 
 from lezero.codegen.llvm import jit, object_compiler
 from lezero.codegen.llvm.target import CpuTarget
+from lezero.runtime.thread_pool import usable_cpus
 
 
 def default_jobs() -> int:
     """``$LEZERO_COMPILE_JOBS``, else the CPUs this process may run on."""
     env = os.environ.get("LEZERO_COMPILE_JOBS", "").strip()
-    if env:
-        return max(1, int(env))
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    return max(1, int(env)) if env else usable_cpus()
 
 
 class KernelCompiler:

@@ -11,14 +11,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 
-def default_num_threads() -> int:
-    env = os.environ.get("LEZERO_NUM_THREADS")
-    if env:
-        return max(1, int(env))
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def default_num_threads() -> int:
+    env = os.environ.get("LEZERO_NUM_THREADS")
+    return max(1, int(env)) if env else usable_cpus()
 
 
 class ThreadPool:

@@ -34,6 +34,7 @@ def create_target_machine(triple: str, cpu: str, features: str, jit: bool) -> ll
     """A fresh LLVM target machine (``jit=False``: position-independent, for object files)."""
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
+    llvm.initialize_native_asmparser()  # inline assembly in a module is parsed when it is emitted
     return llvm.Target.from_triple(triple).create_target_machine(
         cpu=cpu, features=features, opt=3, reloc="default" if jit else "pic",
         codemodel="jitdefault" if jit else "default", jit=jit)
