@@ -1,14 +1,355 @@
-"""A process-wide thread pool that runs a kernel's work items on every core.
+"""A process-wide thread pool that runs a kernel's work items on every core, in machine code.
 
-Kernels are called through ctypes, which releases the GIL, so the pool's threads really run in
-parallel. The caller's thread takes a share of the work too. ``LEZERO_NUM_THREADS`` overrides the
-thread count (default: the CPUs this process may run on).
+``ThreadPool.parallel_for(function, argument, work_items)`` calls ``function(argument, begin,
+end)`` over ``[0, work_items)`` split into one contiguous range (a *chunk*) per thread.  Handing
+work to another thread must cost far less than the kernels it splits: a Python executor
+(``submit`` + ``result``) cost 40-100 us per launch, more than a layer norm's whole kernel, so
+every small kernel lost end to end on 2 threads.  So the pool is native: its workers and its
+hand-off are a small LLVM IR module (``_POOL_IR``), JIT-compiled once per process like the
+kernels (no C compiler at run time), called through ctypes (which releases the GIL).  A hand-off
+is a few atomic stores and, only when a worker sleeps, one ``futex`` wake: a few microseconds.
+
+How a launch runs (``lz_pool_run``):
+
+- the caller publishes the job (function, argument, work items, chunk count) and a *ticket*,
+  ``generation << 32 | chunks left``, then bumps ``generation`` (the word sleeping workers wait on);
+- every thread, the caller included, claims chunks by compare-and-swap on the ticket until none
+  is left, so a worker that wakes late costs nothing: the caller runs its chunk too.  A claim
+  names its generation, so a worker still finishing an old job can never take a chunk of a new one;
+- the caller waits for the chunks others claimed (``finished``), spinning briefly, then on a futex.
+
+Workers spin ``SPIN_ITERATIONS`` ``pause``s (a few microseconds: the next kernel of a plan is
+usually launched that soon) and then sleep on the ``generation`` futex: on 2 cores a worker that
+spins long steals the core the caller needs for its next kernel.  A launch that finds the pool
+busy (a kernel's Python callback calling ``parallel_for`` again, or another thread launching at
+the same time) runs on its caller, whole: nested parallel work runs inline.
+
+Python callables work too (wrapped in a ctypes callback; an exception is re-raised on the
+caller), at the cost of the callback's GIL round trip.  After ``os.fork`` the child's pools
+rebuild their workers on first use (the parent's threads do not exist there); at interpreter exit
+the workers are stopped and joined.  ``LEZERO_NUM_THREADS`` overrides the thread count (default:
+the CPUs this process may run on).
 """
 from __future__ import annotations
 
+import atexit
+import ctypes
+import functools
 import os
+import platform
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import weakref
+
+# Spin-wait iterations before sleeping on a futex (a worker for the next job, the caller for the
+# last chunks): ~65 cycles per ``pause`` on Zen 4, so 150 are about 3 us.  Measured with
+# benchmarks/thread_pool.py.
+SPIN_ITERATIONS = 150
+
+_FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
+
+# Fields of the pool's state (``%pool``), in order.
+_FIELDS = [("generation", ctypes.c_int32),   # bumped per job: the futex workers sleep on
+           ("stop", ctypes.c_int32),          # set once: workers return
+           ("finished", ctypes.c_int32),      # chunks of this job done: the futex the caller sleeps on
+           ("caller_waiting", ctypes.c_int32),  # the caller sleeps on ``finished``: wake it
+           ("ticket", ctypes.c_int64),        # generation << 32 | chunks not yet claimed
+           ("chunks", ctypes.c_int64),
+           ("work_items", ctypes.c_int64),
+           ("function", ctypes.c_void_p),     # void(i8* argument, i64 begin, i64 end)
+           ("argument", ctypes.c_void_p),
+           ("sleepers", ctypes.c_int32),      # workers asleep on ``generation``: wake them
+           ("busy", ctypes.c_int32),          # a job is in flight: another launch runs inline
+           ("spin", ctypes.c_int64)]
+
+
+class _PoolState(ctypes.Structure):
+    _fields_ = _FIELDS
+
+
+def _pool_ir(sys_futex: int, pause: str) -> str:
+    """The pool's functions: ``lz_pool_start``, ``lz_pool_stop``, ``lz_pool_run`` (see the module
+    docstring), and the helpers ``lz_pool_work`` (claim and run chunks) and ``lz_pool_worker``;
+    ``pause`` is the spin-wait hint's intrinsic call, without its ``@``."""
+    index = {name: i for i, (name, _) in enumerate(_FIELDS)}
+    fn = "void (i8*, i64, i64)*"
+
+    def field(name: str, type_: str, into: str, pool: str = "%p") -> str:
+        return f"  {into} = getelementptr %pool, %pool* {pool}, i32 0, i32 {index[name]}  ; {type_}*"
+
+    pool_type = "%pool = type {" + ", ".join(
+        {ctypes.c_int32: "i32", ctypes.c_int64: "i64", ctypes.c_void_p: "i8*"}[t] for _, t in _FIELDS) + "}"
+    return f"""{pool_type}
+declare i64 @syscall(i64, ...)
+declare i32 @pthread_create(i64*, i8*, i8* (i8*)*, i8*)
+declare i32 @pthread_join(i64, i8**)
+
+declare void @{pause.replace("i32 1", "i32")}
+
+define internal void @lz_pause() alwaysinline {{
+  call void @{pause}
+  ret void
+}}
+
+define internal void @futex_wait(i32* %word, i32 %expected) {{
+  %e = zext i32 %expected to i64
+  %r = call i64 (i64, ...) @syscall(i64 {sys_futex}, i32* %word, i64 {_FUTEX_WAIT_PRIVATE}, i64 %e, i8* null)
+  ret void
+}}
+
+define internal void @futex_wake(i32* %word, i64 %count) {{
+  %r = call i64 (i64, ...) @syscall(i64 {sys_futex}, i32* %word, i64 {_FUTEX_WAKE_PRIVATE}, i64 %count)
+  ret void
+}}
+
+; Claim and run chunks of job %gen until none is left.
+define internal void @lz_pool_work(%pool* %p, i32 %gen) {{
+entry:
+{field("ticket", "i64", "%ticketp")}
+{field("chunks", "i64", "%chunksp")}
+{field("work_items", "i64", "%itemsp")}
+{field("function", "i8*", "%functionp")}
+{field("argument", "i8*", "%argumentp")}
+{field("finished", "i32", "%finishedp")}
+{field("caller_waiting", "i32", "%waitingp")}
+  br label %claim
+claim:
+  %t = load atomic i64, i64* %ticketp acquire, align 8
+  %tgen64 = lshr i64 %t, 32
+  %tgen = trunc i64 %tgen64 to i32
+  %left = and i64 %t, 4294967295
+  %ours = icmp eq i32 %tgen, %gen
+  %some = icmp ne i64 %left, 0
+  %open = and i1 %ours, %some
+  br i1 %open, label %read, label %done
+read:
+  ; the job's fields are those of %gen while the ticket is: the CAS below fails otherwise
+  %chunks = load atomic i64, i64* %chunksp monotonic, align 8
+  %items = load atomic i64, i64* %itemsp monotonic, align 8
+  %fraw = load atomic i8*, i8** %functionp monotonic, align 8
+  %arg = load atomic i8*, i8** %argumentp monotonic, align 8
+  %t1 = sub i64 %t, 1
+  %cas = cmpxchg i64* %ticketp, i64 %t, i64 %t1 acq_rel acquire
+  %won = extractvalue {{i64, i1}} %cas, 1
+  br i1 %won, label %run, label %claim
+run:
+  %chunk = sub i64 %chunks, %left
+  %b0 = mul i64 %items, %chunk
+  %begin = udiv i64 %b0, %chunks
+  %chunk1 = add i64 %chunk, 1
+  %e0 = mul i64 %items, %chunk1
+  %end = udiv i64 %e0, %chunks
+  %f = bitcast i8* %fraw to {fn}
+  call void %f(i8* %arg, i64 %begin, i64 %end)
+  %before = atomicrmw add i32* %finishedp, i32 1 seq_cst
+  %after = add i32 %before, 1
+  %after64 = sext i32 %after to i64
+  %last = icmp eq i64 %after64, %chunks
+  br i1 %last, label %last_chunk, label %claim
+last_chunk:
+  %waiting = load atomic i32, i32* %waitingp seq_cst, align 4
+  %sleeps = icmp ne i32 %waiting, 0
+  br i1 %sleeps, label %wake_caller, label %claim
+wake_caller:
+  call void @futex_wake(i32* %finishedp, i64 1)
+  br label %claim
+done:
+  ret void
+}}
+
+define internal i8* @lz_pool_worker(i8* %raw) {{
+entry:
+  %p = bitcast i8* %raw to %pool*
+{field("generation", "i32", "%genp")}
+{field("stop", "i32", "%stopp")}
+{field("sleepers", "i32", "%sleepersp")}
+{field("spin", "i64", "%spinp")}
+  %spin = load i64, i64* %spinp
+  br label %wait
+wait:
+  ; a worker starts from generation 0, the fresh state's, not from what it reads when it runs:
+  ; a job (or the stop) published before it ran must not be missed
+  %seen = phi i32 [0, %entry], [%gen, %work]
+  br label %poll
+poll:
+  %i = phi i64 [0, %wait], [%i1, %pause], [0, %woken]
+  %gen = load atomic i32, i32* %genp acquire, align 4
+  %changed = icmp ne i32 %gen, %seen
+  br i1 %changed, label %job, label %spinning
+spinning:
+  %more = icmp ult i64 %i, %spin
+  br i1 %more, label %pause, label %sleep
+pause:
+  call void @lz_pause()
+  %i1 = add i64 %i, 1
+  br label %poll
+sleep:
+  %s0 = atomicrmw add i32* %sleepersp, i32 1 seq_cst
+  %again = load atomic i32, i32* %genp seq_cst, align 4
+  %same = icmp eq i32 %again, %seen
+  br i1 %same, label %futex, label %woken
+futex:
+  call void @futex_wait(i32* %genp, i32 %seen)
+  br label %woken
+woken:
+  %s1 = atomicrmw sub i32* %sleepersp, i32 1 seq_cst
+  br label %poll
+job:
+  %stop = load atomic i32, i32* %stopp acquire, align 4
+  %stopping = icmp ne i32 %stop, 0
+  br i1 %stopping, label %exit, label %work
+work:
+  call void @lz_pool_work(%pool* %p, i32 %gen)
+  br label %wait
+exit:
+  ret i8* null
+}}
+
+; Start %count workers (their thread ids into %threads); returns how many started.
+define i32 @lz_pool_start(%pool* %p, i32 %count, i64* %threads) {{
+entry:
+  %raw = bitcast %pool* %p to i8*
+  br label %loop
+loop:
+  %i = phi i32 [0, %entry], [%i1, %started]
+  %more = icmp slt i32 %i, %count
+  br i1 %more, label %create, label %done
+create:
+  %slot = getelementptr i64, i64* %threads, i32 %i
+  %rc = call i32 @pthread_create(i64* %slot, i8* null, i8* (i8*)* @lz_pool_worker, i8* %raw)
+  %ok = icmp eq i32 %rc, 0
+  %i1 = add i32 %i, 1
+  br i1 %ok, label %started, label %done
+started:
+  br label %loop
+done:
+  ret i32 %i
+}}
+
+; Stop and join the %count workers started.
+define void @lz_pool_stop(%pool* %p, i32 %count, i64* %threads) {{
+entry:
+{field("stop", "i32", "%stopp")}
+{field("generation", "i32", "%genp")}
+  store atomic i32 1, i32* %stopp seq_cst, align 4
+  %g = atomicrmw add i32* %genp, i32 1 seq_cst
+  call void @futex_wake(i32* %genp, i64 2147483647)
+  br label %loop
+loop:
+  %i = phi i32 [0, %entry], [%i1, %join]
+  %more = icmp slt i32 %i, %count
+  br i1 %more, label %join, label %done
+join:
+  %slot = getelementptr i64, i64* %threads, i32 %i
+  %thread = load i64, i64* %slot
+  %rc = call i32 @pthread_join(i64 %thread, i8** null)
+  %i1 = add i32 %i, 1
+  br label %loop
+done:
+  ret void
+}}
+
+; Run %function(%argument, begin, end) over [0, %items) in %chunks chunks, the caller taking part.
+define void @lz_pool_run(%pool* %p, i8* %function, i8* %argument, i64 %items, i64 %chunks) {{
+entry:
+{field("busy", "i32", "%busyp")}
+  %claim = cmpxchg i32* %busyp, i32 0, i32 1 acquire monotonic
+  %free = extractvalue {{i32, i1}} %claim, 1
+  br i1 %free, label %publish, label %inline
+inline:
+  %f = bitcast i8* %function to {fn}
+  call void %f(i8* %argument, i64 0, i64 %items)
+  ret void
+publish:
+{field("generation", "i32", "%genp")}
+{field("ticket", "i64", "%ticketp")}
+{field("chunks", "i64", "%chunksp")}
+{field("work_items", "i64", "%itemsp")}
+{field("function", "i8*", "%functionp")}
+{field("argument", "i8*", "%argumentp")}
+{field("finished", "i32", "%finishedp")}
+{field("caller_waiting", "i32", "%waitingp")}
+{field("sleepers", "i32", "%sleepersp")}
+{field("spin", "i64", "%spinp")}
+  store atomic i64 %chunks, i64* %chunksp monotonic, align 8
+  store atomic i64 %items, i64* %itemsp monotonic, align 8
+  store atomic i8* %function, i8** %functionp monotonic, align 8
+  store atomic i8* %argument, i8** %argumentp monotonic, align 8
+  store atomic i32 0, i32* %finishedp monotonic, align 4
+  store atomic i32 0, i32* %waitingp monotonic, align 4
+  %old = load atomic i32, i32* %genp monotonic, align 4
+  %gen = add i32 %old, 1
+  %gen64 = zext i32 %gen to i64
+  %high = shl i64 %gen64, 32
+  %ticket = or i64 %high, %chunks
+  store atomic i64 %ticket, i64* %ticketp release, align 8
+  store atomic i32 %gen, i32* %genp seq_cst, align 4
+  %asleep = load atomic i32, i32* %sleepersp seq_cst, align 4
+  %any = icmp ne i32 %asleep, 0
+  br i1 %any, label %wake, label %share
+wake:
+  call void @futex_wake(i32* %genp, i64 2147483647)
+  br label %share
+share:
+  call void @lz_pool_work(%pool* %p, i32 %gen)
+  %spin = load i64, i64* %spinp
+  %chunks32 = trunc i64 %chunks to i32
+  br label %poll
+poll:
+  %i = phi i64 [0, %share], [%i1, %pause], [0, %slept]
+  %done = load atomic i32, i32* %finishedp acquire, align 4
+  %all = icmp eq i32 %done, %chunks32
+  br i1 %all, label %finish, label %spinning
+spinning:
+  %more = icmp ult i64 %i, %spin
+  br i1 %more, label %pause, label %sleep
+pause:
+  call void @lz_pause()
+  %i1 = add i64 %i, 1
+  br label %poll
+sleep:
+  store atomic i32 1, i32* %waitingp seq_cst, align 4
+  %now = load atomic i32, i32* %finishedp seq_cst, align 4
+  %still = icmp ne i32 %now, %chunks32
+  br i1 %still, label %futex, label %slept
+futex:
+  call void @futex_wait(i32* %finishedp, i32 %now)
+  br label %slept
+slept:
+  br label %poll
+finish:
+  store atomic i32 0, i32* %busyp release, align 4
+  ret void
+}}
+"""
+
+
+def _host_arch() -> str:
+    return platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+
+
+@functools.cache
+def _native():
+    """The pool's machine code for this machine (compiled once per process): ``(start, stop, run)``."""
+    from lezero.codegen.llvm.jit import compile_module
+
+    arch = _host_arch()
+    if arch not in _SYS_FUTEX or platform.system() != "Linux":
+        raise OSError(f"the native thread pool needs Linux futexes on x86_64 or aarch64, not {platform.system()} "
+                      f"{arch}; run with LEZERO_NUM_THREADS=1")
+    pause = "llvm.x86.sse2.pause()" if arch == "x86_64" else "llvm.aarch64.hint(i32 1)"  # yield, on AArch64
+    module = compile_module(_pool_ir(_SYS_FUTEX[arch], pause), "host")
+    state, threads = ctypes.POINTER(_PoolState), ctypes.POINTER(ctypes.c_int64)
+    start = module.ctypes_function("lz_pool_start", ctypes.c_int32, [state, ctypes.c_int32, threads])
+    stop = module.ctypes_function("lz_pool_stop", None, [state, ctypes.c_int32, threads])
+    # The function and argument go as c_void_p: ctypes passes a ctypes function's address, an
+    # array's buffer and None as NULL without a Python-side conversion.
+    run = module.ctypes_function("lz_pool_run", None, [state, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                                        ctypes.c_int64])
+    return start, stop, run
+
+
+_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
 def usable_cpus() -> int:
@@ -24,34 +365,89 @@ def default_num_threads() -> int:
     return max(1, int(env)) if env else usable_cpus()
 
 
+class _Workers:
+    """One set of running workers and the state they share (a process's: rebuilt after fork)."""
+
+    def __init__(self, count: int):
+        start, self._stop, self.run = _native()
+        self.state = _PoolState(spin=SPIN_ITERATIONS)
+        self.pointer = ctypes.pointer(self.state)
+        self._threads = (ctypes.c_int64 * count)()
+        self._started = start(self.pointer, count, self._threads)
+        if self._started < count:
+            self.stop()
+            raise OSError(f"could not start {count} thread pool workers (started {self._started})")
+
+    def stop(self) -> None:
+        self._stop(self.pointer, self._started, self._threads)
+        self._started = 0
+
+
 class ThreadPool:
     def __init__(self, num_threads: int | None = None):
         self.num_threads = num_threads or default_num_threads()
-        self._executor = ThreadPoolExecutor(self.num_threads - 1, thread_name_prefix="lezero") \
-            if self.num_threads > 1 else None
-        self._local = threading.local()
+        self._workers: _Workers | None = None  # started on the first split launch
+        self._start_lock = threading.Lock()
+        _POOLS.add(self)
 
     def parallel_for(self, function, argument, work_items: int) -> None:
         """Call ``function(argument, begin, end)`` over ``[0, work_items)`` split into one
-        contiguous range per thread."""
+        contiguous range per thread.  ``function`` is a ctypes function with the kernel ABI
+        (``argument``: its pointer table, a ctypes array or pointer, or None) or any Python
+        callable (its exception is raised here)."""
         threads = min(self.num_threads, work_items)
-        if threads <= 1 or self._executor is None or getattr(self._local, "inside", False):
+        if threads <= 1:
             function(argument, 0, work_items)
             return
-        bounds = [work_items * t // threads for t in range(threads + 1)]
-        futures = [self._executor.submit(self._run, function, argument, bounds[t], bounds[t + 1])
-                   for t in range(1, threads)]
-        function(argument, bounds[0], bounds[1])
-        for f in futures:
-            f.result()
+        workers = self._workers or self._start()
+        if isinstance(function, ctypes._CFuncPtr):
+            workers.run(workers.pointer, function, argument, work_items, threads)
+            return
+        errors = []
 
-    def _run(self, function, argument, begin, end):
-        self._local.inside = True  # a kernel never spawns nested parallel work
-        try:
-            function(argument, begin, end)
-        finally:
-            self._local.inside = False
+        def call(_, begin, end):
+            try:
+                function(argument, begin, end)
+            except BaseException as e:  # raised on the caller below: a callback cannot raise
+                errors.append(e)
+        workers.run(workers.pointer, _CALLBACK(call), None, work_items, threads)
+        if errors:
+            raise errors[0]
 
+    def _start(self) -> _Workers:
+        with self._start_lock:
+            if self._workers is None:
+                self._workers = _Workers(self.num_threads - 1)
+            return self._workers
+
+    def close(self) -> None:
+        """Stop and join the workers (a later launch starts new ones)."""
+        with self._start_lock:
+            workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.stop()
+
+    def _forget_workers(self) -> None:
+        """In a forked child: the workers are the parent's, and not running here."""
+        self._workers = None
+        self._start_lock = threading.Lock()
+
+
+_POOLS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_POOLS):
+        pool._forget_workers()
+
+
+def _close_all() -> None:
+    for pool in list(_POOLS):
+        pool.close()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all)
 
 _POOL: ThreadPool | None = None
 _POOL_LOCK = threading.Lock()
