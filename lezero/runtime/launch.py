@@ -10,7 +10,9 @@ slots, the slots to patch) and the numpy arrays themselves (as ``PyObject*``), c
 onto its stack, writes each array's data pointer into its slot (read straight from the
 ``PyArrayObject``: the ``data`` field follows ``PyObject_HEAD``, checked at start-up, else the
 generic ``run_plan`` path is used), and calls the kernel: one ctypes call per launch, about
-0.6 us.  It holds no shared state, so plans without an arena run without a lock.
+0.6 us.  It holds no shared state, so plans without an arena run without a lock.  A launch split
+over the thread pool patches its fixed table in place instead (``lz_patch_<n>``: every thread
+reads it) and hands the kernel itself to the pool; such a plan runs under its lock.
 
 ``outs`` lets a caller name the arrays the results go to, e.g. an optimizer writing a parameter's
 update into the parameter itself (safe for an elementwise kernel that reads the aliased operand
@@ -56,28 +58,39 @@ class _Descriptor(ctypes.Structure):
 _DESCRIPTOR_TYPE = "{void (i8**, i64, i64)*, i64, i64, i8**, i64*}"
 
 
+def _patch_lines(n: int, table: str) -> list[str]:
+    """IR storing each object's data pointer into its slot of ``table``."""
+    lines = [f"  %sp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 4",
+             "  %slots = load i64*, i64** %sp"]
+    for i in range(n):
+        lines += [
+            f"  %field{i} = getelementptr i8, i8* %o{i}, i64 {_DATA_OFFSET}",
+            f"  %fieldp{i} = bitcast i8* %field{i} to i8**",
+            f"  %data{i} = load i8*, i8** %fieldp{i}",
+            f"  %slotp{i} = getelementptr i64, i64* %slots, i64 {i}",
+            f"  %slot{i} = load i64, i64* %slotp{i}",
+            f"  %at{i} = getelementptr i8*, i8** {table}, i64 %slot{i}",
+            f"  store i8* %data{i}, i8** %at{i}",
+        ]
+    return lines
+
+
 def _launcher_ir(n: int) -> str:
-    """``lz_launch_<n>(descriptor, obj_0 .. obj_{n-1})`` runs every work item;
-    ``lz_launch_range_<n>(descriptor, begin, end, obj_0 ..)`` runs ``[begin, end)``."""
+    """``lz_launch_<n>(descriptor, obj_0 .. obj_{n-1})`` runs every work item on a copy of the
+    pointer table on its stack; ``lz_patch_<n>(descriptor, obj_0 ..)`` patches the fixed table
+    itself, for a launch split over the thread pool (whose threads all read that table; the
+    caller holds the plan's lock)."""
     objects = "".join(f", i8* %o{i}" for i in range(n))
-    names = "".join(f", i8* %o{i}" for i in range(n))
+    fields = [f"  %{name}p = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 {i}"
+              for i, name in enumerate(("k", "w", "t", "f"))]
     lines = [
         f"define void @lz_launch_{n}({_DESCRIPTOR_TYPE}* %d{objects}) {{",
-        f"  %wp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 1",
-        "  %w = load i64, i64* %wp",
-        f"  call void @lz_launch_range_{n}({_DESCRIPTOR_TYPE}* %d, i64 0, i64 %w{names})",
-        "  ret void",
-        "}",
-        f"define void @lz_launch_range_{n}({_DESCRIPTOR_TYPE}* %d, i64 %begin, i64 %end{objects}) alwaysinline {{",
         "entry:",
-        f"  %kp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 0",
+        *fields,
         "  %kernel = load void (i8**, i64, i64)*, void (i8**, i64, i64)** %kp",
-        f"  %tp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 2",
+        "  %w = load i64, i64* %wp",
         "  %total = load i64, i64* %tp",
-        f"  %fp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 3",
         "  %fixed = load i8**, i8*** %fp",
-        f"  %sp = getelementptr {_DESCRIPTOR_TYPE}, {_DESCRIPTOR_TYPE}* %d, i32 0, i32 4",
-        "  %slots = load i64*, i64** %sp",
         "  %buf = alloca i8*, i64 %total, align 16",
         "  %empty = icmp eq i64 %total, 0",
         "  br i1 %empty, label %patch, label %copy",
@@ -91,30 +104,29 @@ def _launcher_ir(n: int) -> str:
         "  %done = icmp eq i64 %next, %total",
         "  br i1 %done, label %patch, label %copy",
         "patch:",
+        *_patch_lines(n, "%buf"),
+        "  call void %kernel(i8** %buf, i64 0, i64 %w)",
+        "  ret void",
+        "}",
+        f"define void @lz_patch_{n}({_DESCRIPTOR_TYPE}* %d{objects}) {{",
+        fields[3],
+        "  %fixed = load i8**, i8*** %fp",
+        *_patch_lines(n, "%fixed"),
+        "  ret void",
+        "}",
     ]
-    for i in range(n):
-        lines += [
-            f"  %field{i} = getelementptr i8, i8* %o{i}, i64 {_DATA_OFFSET}",
-            f"  %fieldp{i} = bitcast i8* %field{i} to i8**",
-            f"  %data{i} = load i8*, i8** %fieldp{i}",
-            f"  %slotp{i} = getelementptr i64, i64* %slots, i64 {i}",
-            f"  %slot{i} = load i64, i64* %slotp{i}",
-            f"  %at{i} = getelementptr i8*, i8** %buf, i64 %slot{i}",
-            f"  store i8* %data{i}, i8** %at{i}",
-        ]
-    lines += ["  call void %kernel(i8** %buf, i64 %begin, i64 %end)", "  ret void", "}"]
     return "\n".join(lines) + "\n"
 
 
 @functools.cache
 def launcher(n: int):
     """The launchers for ``n`` patched buffers, as ctypes functions (calls release the GIL):
-    ``(whole, ranged)``."""
+    ``(whole, patch)``."""
     module = compile_module(_launcher_ir(n))
-    whole = module.ctypes_function(f"lz_launch_{n}", None, [ctypes.c_void_p] + [ctypes.py_object] * n)
-    ranged = module.ctypes_function(f"lz_launch_range_{n}", None,
-                                    [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.py_object] * n)
-    return whole, ranged
+    objects = [ctypes.py_object] * n
+    whole = module.ctypes_function(f"lz_launch_{n}", None, [ctypes.c_void_p] + objects)
+    patch = module.ctypes_function(f"lz_patch_{n}", None, [ctypes.c_void_p] + objects)
+    return whole, patch
 
 
 class _LeanLaunch:
@@ -137,15 +149,16 @@ class _LeanLaunch:
         self.checks, self.status = launch.checks, launch.status
         self.flags = () if launch.checks is None else tuple(range(0, SLOTS_PER_CHECK * len(launch.checks),
                                                                    SLOTS_PER_CHECK))
-        self.whole, self.ranged = launcher(len(patches))
+        self.function = launch.function
+        self.whole, self.patch = launcher(len(patches))
 
     def objects(self, inputs, outs) -> list:
         return [inputs[i] for i in self.inputs] + [outs[j] for j in self.outputs]
 
     def run(self, objects, pool) -> None:
-        if self.parallel:
-            ranged, d = self.ranged, self.address
-            pool.parallel_for(lambda _, begin, end: ranged(d, begin, end, *objects), None, self.work_items)
+        if self.parallel:  # under the plan's lock: the fixed table is shared state
+            self.patch(self.address, *objects)
+            pool.parallel_for(self.function, self.fixed, self.work_items)
         else:
             self.whole(self.address, *objects)
         for k in self.flags:

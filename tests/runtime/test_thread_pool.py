@@ -150,3 +150,34 @@ def test_closed_pool_starts_new_workers_on_the_next_launch(count_kernel):
     for _ in range(30):  # closed at once: a worker that has not run yet must still see the stop
         np.testing.assert_array_equal(counted(pool, count_kernel, 5), np.ones(5, np.int64))
         pool.close()
+
+
+SPLIT_PLAN = """
+func.func @f(%x: tensor<300x784xf32>, %w: tensor<784x256xf32>) -> tensor<300x256xf32> {
+  %0 = "lz.matmul"(%x, %w) : (tensor<300x784xf32>, tensor<784x256xf32>) -> tensor<300x256xf32>
+  %1 = "lz.relu"(%0) : (tensor<300x256xf32>) -> tensor<300x256xf32>
+  %2 = "lz.mul"(%1, %1) : (tensor<300x256xf32>, tensor<300x256xf32>) -> tensor<300x256xf32>
+  func.return %2 : tensor<300x256xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_lean_runner_of_split_launches_matches_the_interpreter(threads):
+    from lezero.ir import interpret, parse_module
+    from lezero.runtime.cpu import CompiledFunction
+
+    module = parse_module(SPLIT_PLAN)
+    pool = ThreadPool(threads)
+    try:
+        f = CompiledFunction(module, "f", pool=pool)
+        run = f.runner([(300, 784), (784, 256)])
+        assert any(launch.parallel for launch in f.plan_for([(300, 784), (784, 256)]).launches)
+        rng = np.random.default_rng(threads)
+        for _ in range(3):  # new arrays each call: the split launch patches its table each time
+            x = rng.standard_normal((300, 784), np.float32)
+            w = rng.standard_normal((784, 256), np.float32) * 0.05
+            (got,) = run([x, w])
+            np.testing.assert_allclose(got, interpret(module, "f", x, w), rtol=1e-4, atol=1e-5)
+    finally:
+        pool.close()
