@@ -54,7 +54,7 @@ _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
 _FIELDS = [("generation", ctypes.c_int32),   # bumped per job: the futex workers sleep on
            ("stop", ctypes.c_int32),          # set once: workers return
            ("finished", ctypes.c_int32),      # chunks of this job done: the futex the caller sleeps on
-           ("caller_waiting", ctypes.c_int32),  # the caller sleeps on ``finished``: wake it
+           ("caller_waiting", ctypes.c_int32),  # the caller is asleep on ``finished``: wake it
            ("ticket", ctypes.c_int64),        # generation << 32 | chunks not yet claimed
            ("chunks", ctypes.c_int64),
            ("work_items", ctypes.c_int64),
@@ -76,8 +76,12 @@ def _pool_ir(sys_futex: int, pause: str) -> str:
     index = {name: i for i, (name, _) in enumerate(_FIELDS)}
     fn = "void (i8*, i64, i64)*"
 
-    def field(name: str, type_: str, into: str, pool: str = "%p") -> str:
-        return f"  {into} = getelementptr %pool, %pool* {pool}, i32 0, i32 {index[name]}  ; {type_}*"
+    short = {"generation": "gen", "work_items": "items", "caller_waiting": "waiting"}
+
+    def fields(names: str) -> str:
+        """The addresses of the named fields of ``%p``, as ``%<name>p`` (``short`` names some)."""
+        return "\n".join(f"  %{short.get(name, name)}p = getelementptr %pool, %pool* %p, i32 0, i32 {index[name]}"
+                         for name in names.split())
 
     pool_type = "%pool = type {" + ", ".join(
         {ctypes.c_int32: "i32", ctypes.c_int64: "i64", ctypes.c_void_p: "i8*"}[t] for _, t in _FIELDS) + "}"
@@ -104,16 +108,59 @@ define internal void @futex_wake(i32* %word, i64 %count) {{
   ret void
 }}
 
+; Wait until *%word equals %value (%until_equal) or differs from it: spin %spin pauses, then
+; sleep on the futex, counted in *%sleepers while asleep (whoever changes the word wakes it if
+; any: the count is re-read after the change, the word after the count, so no wake-up is lost).
+; Returns the word's value.
+define internal i32 @lz_await(i32* %word, i32 %value, i1 %until_equal, i32* %sleepers, i64 %spin) {{
+entry:
+  br label %poll
+poll:
+  %i = phi i64 [0, %entry], [%i1, %pause], [0, %woken]
+  %now = load atomic i32, i32* %word acquire, align 4
+  %equal = icmp eq i32 %now, %value
+  %done = icmp eq i1 %equal, %until_equal
+  br i1 %done, label %exit, label %spinning
+spinning:
+  %more = icmp ult i64 %i, %spin
+  br i1 %more, label %pause, label %sleep
+pause:
+  call void @lz_pause()
+  %i1 = add i64 %i, 1
+  br label %poll
+sleep:
+  %s0 = atomicrmw add i32* %sleepers, i32 1 seq_cst
+  %again = load atomic i32, i32* %word seq_cst, align 4
+  %equal_again = icmp eq i32 %again, %value
+  %done_again = icmp eq i1 %equal_again, %until_equal
+  br i1 %done_again, label %woken, label %futex
+futex:
+  call void @futex_wait(i32* %word, i32 %again)
+  br label %woken
+woken:
+  %s1 = atomicrmw sub i32* %sleepers, i32 1 seq_cst
+  br label %poll
+exit:
+  ret i32 %now
+}}
+
+; After changing *%word: wake up to %count of its sleepers, if *%sleepers says any sleep.
+define internal void @lz_wake_sleepers(i32* %word, i32* %sleepers, i64 %count) {{
+entry:
+  %asleep = load atomic i32, i32* %sleepers seq_cst, align 4
+  %any = icmp ne i32 %asleep, 0
+  br i1 %any, label %wake, label %done
+wake:
+  call void @futex_wake(i32* %word, i64 %count)
+  br label %done
+done:
+  ret void
+}}
+
 ; Claim and run chunks of job %gen until none is left.
 define internal void @lz_pool_work(%pool* %p, i32 %gen) {{
 entry:
-{field("ticket", "i64", "%ticketp")}
-{field("chunks", "i64", "%chunksp")}
-{field("work_items", "i64", "%itemsp")}
-{field("function", "i8*", "%functionp")}
-{field("argument", "i8*", "%argumentp")}
-{field("finished", "i32", "%finishedp")}
-{field("caller_waiting", "i32", "%waitingp")}
+{fields("ticket chunks work_items function argument finished caller_waiting")}
   br label %claim
 claim:
   %t = load atomic i64, i64* %ticketp acquire, align 8
@@ -149,11 +196,7 @@ run:
   %last = icmp eq i64 %after64, %chunks
   br i1 %last, label %last_chunk, label %claim
 last_chunk:
-  %waiting = load atomic i32, i32* %waitingp seq_cst, align 4
-  %sleeps = icmp ne i32 %waiting, 0
-  br i1 %sleeps, label %wake_caller, label %claim
-wake_caller:
-  call void @futex_wake(i32* %finishedp, i64 1)
+  call void @lz_wake_sleepers(i32* %finishedp, i32* %waitingp, i64 1)
   br label %claim
 done:
   ret void
@@ -162,40 +205,15 @@ done:
 define internal i8* @lz_pool_worker(i8* %raw) {{
 entry:
   %p = bitcast i8* %raw to %pool*
-{field("generation", "i32", "%genp")}
-{field("stop", "i32", "%stopp")}
-{field("sleepers", "i32", "%sleepersp")}
-{field("spin", "i64", "%spinp")}
+{fields("generation stop sleepers spin")}
   %spin = load i64, i64* %spinp
   br label %wait
 wait:
   ; a worker starts from generation 0, the fresh state's, not from what it reads when it runs:
   ; a job (or the stop) published before it ran must not be missed
   %seen = phi i32 [0, %entry], [%gen, %work]
-  br label %poll
-poll:
-  %i = phi i64 [0, %wait], [%i1, %pause], [0, %woken]
-  %gen = load atomic i32, i32* %genp acquire, align 4
-  %changed = icmp ne i32 %gen, %seen
-  br i1 %changed, label %job, label %spinning
-spinning:
-  %more = icmp ult i64 %i, %spin
-  br i1 %more, label %pause, label %sleep
-pause:
-  call void @lz_pause()
-  %i1 = add i64 %i, 1
-  br label %poll
-sleep:
-  %s0 = atomicrmw add i32* %sleepersp, i32 1 seq_cst
-  %again = load atomic i32, i32* %genp seq_cst, align 4
-  %same = icmp eq i32 %again, %seen
-  br i1 %same, label %futex, label %woken
-futex:
-  call void @futex_wait(i32* %genp, i32 %seen)
-  br label %woken
-woken:
-  %s1 = atomicrmw sub i32* %sleepersp, i32 1 seq_cst
-  br label %poll
+  %gen = call i32 @lz_await(i32* %genp, i32 %seen, i1 false, i32* %sleepersp, i64 %spin)
+  br label %job
 job:
   %stop = load atomic i32, i32* %stopp acquire, align 4
   %stopping = icmp ne i32 %stop, 0
@@ -231,8 +249,7 @@ done:
 ; Stop and join the %count workers started.
 define void @lz_pool_stop(%pool* %p, i32 %count, i64* %threads) {{
 entry:
-{field("stop", "i32", "%stopp")}
-{field("generation", "i32", "%genp")}
+{fields("stop generation")}
   store atomic i32 1, i32* %stopp seq_cst, align 4
   %g = atomicrmw add i32* %genp, i32 1 seq_cst
   call void @futex_wake(i32* %genp, i64 2147483647)
@@ -254,7 +271,7 @@ done:
 ; Run %function(%argument, begin, end) over [0, %items) in %chunks chunks, the caller taking part.
 define void @lz_pool_run(%pool* %p, i8* %function, i8* %argument, i64 %items, i64 %chunks) {{
 entry:
-{field("busy", "i32", "%busyp")}
+{fields("busy")}
   %claim = cmpxchg i32* %busyp, i32 0, i32 1 acquire monotonic
   %free = extractvalue {{i32, i1}} %claim, 1
   br i1 %free, label %publish, label %inline
@@ -263,22 +280,12 @@ inline:
   call void %f(i8* %argument, i64 0, i64 %items)
   ret void
 publish:
-{field("generation", "i32", "%genp")}
-{field("ticket", "i64", "%ticketp")}
-{field("chunks", "i64", "%chunksp")}
-{field("work_items", "i64", "%itemsp")}
-{field("function", "i8*", "%functionp")}
-{field("argument", "i8*", "%argumentp")}
-{field("finished", "i32", "%finishedp")}
-{field("caller_waiting", "i32", "%waitingp")}
-{field("sleepers", "i32", "%sleepersp")}
-{field("spin", "i64", "%spinp")}
+{fields("generation ticket chunks work_items function argument finished caller_waiting sleepers spin")}
   store atomic i64 %chunks, i64* %chunksp monotonic, align 8
   store atomic i64 %items, i64* %itemsp monotonic, align 8
   store atomic i8* %function, i8** %functionp monotonic, align 8
   store atomic i8* %argument, i8** %argumentp monotonic, align 8
   store atomic i32 0, i32* %finishedp monotonic, align 4
-  store atomic i32 0, i32* %waitingp monotonic, align 4
   %old = load atomic i32, i32* %genp monotonic, align 4
   %gen = add i32 %old, 1
   %gen64 = zext i32 %gen to i64
@@ -286,39 +293,12 @@ publish:
   %ticket = or i64 %high, %chunks
   store atomic i64 %ticket, i64* %ticketp release, align 8
   store atomic i32 %gen, i32* %genp seq_cst, align 4
-  %asleep = load atomic i32, i32* %sleepersp seq_cst, align 4
-  %any = icmp ne i32 %asleep, 0
-  br i1 %any, label %wake, label %share
-wake:
-  call void @futex_wake(i32* %genp, i64 2147483647)
-  br label %share
-share:
+  call void @lz_wake_sleepers(i32* %genp, i32* %sleepersp, i64 2147483647)
   call void @lz_pool_work(%pool* %p, i32 %gen)
   %spin = load i64, i64* %spinp
   %chunks32 = trunc i64 %chunks to i32
-  br label %poll
-poll:
-  %i = phi i64 [0, %share], [%i1, %pause], [0, %slept]
-  %done = load atomic i32, i32* %finishedp acquire, align 4
-  %all = icmp eq i32 %done, %chunks32
-  br i1 %all, label %finish, label %spinning
-spinning:
-  %more = icmp ult i64 %i, %spin
-  br i1 %more, label %pause, label %sleep
-pause:
-  call void @lz_pause()
-  %i1 = add i64 %i, 1
-  br label %poll
-sleep:
-  store atomic i32 1, i32* %waitingp seq_cst, align 4
-  %now = load atomic i32, i32* %finishedp seq_cst, align 4
-  %still = icmp ne i32 %now, %chunks32
-  br i1 %still, label %futex, label %slept
-futex:
-  call void @futex_wait(i32* %finishedp, i32 %now)
-  br label %slept
-slept:
-  br label %poll
+  %all = call i32 @lz_await(i32* %finishedp, i32 %chunks32, i1 true, i32* %waitingp, i64 %spin)
+  br label %finish
 finish:
   store atomic i32 0, i32* %busyp release, align 4
   ret void
