@@ -20,15 +20,12 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from lezero.codegen import kernel
+from lezero.codegen.llvm.ir_types import I64, PTR, VOID
 from lezero.codegen.llvm.loops import i64
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, storage_type
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.codegen.llvm.value_at_index import IndexMaterializer, LLVMValueAtIndex
 from lezero.ir.core import Operation
-
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-VOID = ir.VoidType()
 
 
 class KernelFunction:

@@ -39,21 +39,35 @@ import llvmlite.ir as ir
 
 from lezero.codegen.accumulation import accumulator_type
 from lezero.codegen.affine import Affine
-from lezero.codegen.contraction_shapes import ConvShape, MatmulShape, anchor_op, matmul_kernel, stored_operand
+from lezero.codegen.contraction_shapes import (
+    ConvShape,
+    MatmulShape,
+    anchor_op,
+    matmul_kernel,
+    stored_operand,
+)
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm import cache_model, gemm
 from lezero.codegen.llvm.context import KernelContext
+from lezero.codegen.llvm.contraction_gemm import (
+    ConvGemm,
+    MatmulGemm,
+    lower_gemm,
+    row_index,
+)
 from lezero.codegen.llvm.depthwise import lower_depthwise
-from lezero.codegen.llvm.contraction_gemm import ConvGemm, MatmulGemm, lower_gemm, row_index
-from lezero.codegen.llvm.loops import affine_value, declare, for_range, i64, min_i64, unravel_values
+from lezero.codegen.llvm.ir_types import FLOAT, I64, PTR, VOID
+from lezero.codegen.llvm.loops import (
+    affine_value,
+    declare,
+    for_range,
+    i64,
+    min_i64,
+    unravel_values,
+)
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
 from lezero.ir.core import Operation
 from lezero.ir.types import F32
-
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-FLOAT = ir.FloatType()
-VOID = ir.VoidType()
 
 # A tile of C of the dot-product kernel (contraction_shapes.matmul_kernel says when it runs)
 # holds this many vector accumulators, by vector width (the A and B vectors of a step stay in

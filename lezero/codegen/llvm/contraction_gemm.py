@@ -42,21 +42,29 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from lezero.codegen.contraction_shapes import THIN_ROWS, ConvShape, MatmulShape, gemm_layout, stored_operand
+from lezero.codegen.contraction_shapes import (
+    THIN_ROWS,
+    ConvShape,
+    MatmulShape,
+    gemm_layout,
+    stored_operand,
+)
 from lezero.codegen.llvm import gemm, gemm_epilogue
 from lezero.codegen.llvm.context import KernelContext
-from lezero.codegen.llvm.loops import affine_value, declare, for_range, i64, min_i64, unravel_values
+from lezero.codegen.llvm.ir_types import FLOAT, I8, I64, PTR, VOID
+from lezero.codegen.llvm.loops import (
+    affine_value,
+    declare,
+    for_range,
+    i64,
+    min_i64,
+    unravel_values,
+)
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar
 from lezero.codegen.llvm.value_at_index import IndexMaterializer, LLVMValueAtIndex
 from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
 from lezero.ir.types import F32
-
-I8 = ir.IntType(8)
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-FLOAT = ir.FloatType()
-VOID = ir.VoidType()
 
 # Work items: each batch's output is cut into at most MAX_SLICES slices along its longer dim
 # (whole register tiles), and a call of the kernel computes the slices of its range as one

@@ -28,15 +28,10 @@ from lezero.codegen.contraction_shapes import ConvShape
 from lezero.codegen.llvm import gemm, gemm_epilogue
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction_gemm import ConvGemm, TileEpilogue
+from lezero.codegen.llvm.ir_types import FLOAT, I8, I64, PTR, VOID
 from lezero.codegen.llvm.loops import declare, for_range, i64, min_i64
 from lezero.codegen.llvm.vectors import splat
 from lezero.ir.core import Operation
-
-I8 = ir.IntType(8)
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-FLOAT = ir.FloatType()
-VOID = ir.VoidType()
 
 # Accumulators per step along q (each a vector of the target's width), at most: with the taps'
 # input vectors and weights they stay in registers.

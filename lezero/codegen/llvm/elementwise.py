@@ -35,12 +35,11 @@ import llvmlite.ir as ir
 from lezero.codegen.kernel import index_variables, iteration_space
 from lezero.codegen.llvm import vectors
 from lezero.codegen.llvm.context import KernelContext
+from lezero.codegen.llvm.ir_types import I64
 from lezero.codegen.llvm.loops import for_range, min_i64, unravel_values
 from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
 from lezero.ir.dialect.data_movement import TransposeOp
-
-I64 = ir.IntType(64)
 
 CHUNK = 16384  # elements per work item: a call's overhead amortized, and threads still balance
 # A long inner loop runs four vector iterations at once: the transcendentals are long dependency

@@ -46,17 +46,17 @@ from typing import Callable, Sequence
 import llvmlite.ir as ir
 
 from lezero.codegen.llvm import cache_model, vectors
-from lezero.codegen.llvm.gemm_epilogue import (ARG_KIND_PARAMS, Epilogue, EpilogueArg, OutputTile, OutputVector,
-                                               TileStore)
+from lezero.codegen.llvm.gemm_epilogue import (
+    ARG_KIND_PARAMS,
+    Epilogue,
+    EpilogueArg,
+    OutputTile,
+    OutputVector,
+    TileStore,
+)
+from lezero.codegen.llvm.ir_types import FLOAT, I1, I32, I64, PTR, VOID
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.codegen.llvm.vectors import FLOAT_BYTES
-
-F32 = ir.FloatType()
-I1 = ir.IntType(1)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-VOID = ir.VoidType()
 
 WORKSPACE_ALIGNMENT = 64  # bytes; one cache line and one AVX-512 register
 
@@ -227,7 +227,7 @@ class SgemmGenerator:
         self.edge_vectors = tuple(sorted(set(every_edge if edge_vectors is None else edge_vectors)))
         if not set(self.edge_vectors) <= set(every_edge):
             raise ValueError(f"edge_vectors {edge_vectors} must be narrower than the tile's {config.nr_vectors}")
-        self.vector_type = ir.VectorType(F32, config.vector_width)
+        self.vector_type = ir.VectorType(FLOAT, config.vector_width)
         # Every vector in packed B starts a multiple of the vector size into an aligned workspace.
         self.vector_bytes = config.vector_width * FLOAT_BYTES
         self.epilogue_param_types = [t for arg in self.epilogue_args for t in ARG_KIND_PARAMS[arg.kind]]
@@ -282,9 +282,9 @@ class SgemmGenerator:
         """Address of B[k, 0] relative to ``base`` (B plus a column offset): base + k * ldb, or
         base + b_row_offsets[k]."""
         if self._b_rows_table is None:
-            return b.gep(base, [b.mul(k, ldb)], source_etype=F32)
+            return b.gep(base, [b.mul(k, ldb)], source_etype=FLOAT)
         entry = b.gep(self._b_rows_table, [_i64(0), k], source_etype=self._b_rows_table.value_type)
-        return b.gep(base, [b.load(entry, typ=I64)], source_etype=F32)
+        return b.gep(base, [b.load(entry, typ=I64)], source_etype=FLOAT)
 
     # -- packing -------------------------------------------------------------------------------
 
@@ -302,33 +302,33 @@ class SgemmGenerator:
             ("a", PTR), ("lda", I64), ("rows", I64), ("kc", I64), ("packed", PTR)])
         for argument in (p["a"], p["packed"]):
             argument.add_attribute("noalias")
-        zero = ir.Constant(F32, 0.0)
+        zero = ir.Constant(FLOAT, 0.0)
         with vectors.counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
             last_row = b.sub(p["rows"], _i64(1))
-            sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=F32)
+            sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=FLOAT)
             row_pointers, row_valid = [], []
             for i in range(mr):
                 row = b.add(row0, _i64(i))
                 row_valid.append(b.icmp_signed("<=", row, last_row))
                 clamped = vectors.select_min(b, row, last_row)
-                row_pointers.append(b.gep(p["a"], [b.mul(clamped, p["lda"])], source_etype=F32))
+                row_pointers.append(b.gep(p["a"], [b.mul(clamped, p["lda"])], source_etype=FLOAT))
             kc_vectors = _i64(0)
             if self.a_k_stride == 1:
                 zeros = ir.Constant(self.vector_type, [0.0] * w)
                 kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
                 with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                    rows = [b.select(row_valid[i], b.load(b.gep(row_pointers[i], [k0], source_etype=F32),
+                    rows = [b.select(row_valid[i], b.load(b.gep(row_pointers[i], [k0], source_etype=FLOAT),
                                                           typ=self.vector_type, align=FLOAT_BYTES), zeros)
                             for i in range(mr)]
                     columns = vectors.interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
-                    b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=F32), align=FLOAT_BYTES)
+                    b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=FLOAT), align=FLOAT_BYTES)
             with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
-                destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
+                destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                 offset = b.mul(k, _i64(self.a_k_stride))
                 for i in range(mr):
-                    value = b.load(b.gep(row_pointers[i], [offset], source_etype=F32), typ=F32)
+                    value = b.load(b.gep(row_pointers[i], [offset], source_etype=FLOAT), typ=FLOAT)
                     value = b.select(row_valid[i], value, zero)
-                    b.store(value, b.gep(destination, [_i64(i)], source_etype=F32))
+                    b.store(value, b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
         return function
 
@@ -341,8 +341,8 @@ class SgemmGenerator:
         for argument in (p["b"], p["packed"]):
             argument.add_attribute("noalias")
         with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
-            sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=F32)
-            source = b.gep(p["b"], [col0], source_etype=F32)
+            sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=FLOAT)
+            source = b.gep(p["b"], [col0], source_etype=FLOAT)
             cols_left = b.sub(p["cols"], col0)
             full = b.icmp_signed(">=", cols_left, _i64(nr))
             with b.if_else(full) as (then, otherwise):
@@ -352,10 +352,10 @@ class SgemmGenerator:
                                  for v in range(self.config.nr_vectors)]
                         with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
                             row = self._b_row(b, source, p["ldb"], b.add(p["pc"], k))
-                            destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=F32)
+                            destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=FLOAT)
                             for v in range(self.config.nr_vectors):
-                                value = vectors.load_vector(b, b.gep(row, [_i64(v * w)], source_etype=F32), w, masks[v])
-                                b.store(value, b.gep(destination, [_i64(v * w)], source_etype=F32),
+                                value = vectors.load_vector(b, b.gep(row, [_i64(v * w)], source_etype=FLOAT), w, masks[v])
+                                b.store(value, b.gep(destination, [_i64(v * w)], source_etype=FLOAT),
                                         align=self.vector_bytes)
         b.ret_void()
         return function
@@ -370,17 +370,17 @@ class SgemmGenerator:
             ("a", PTR), ("lda", I64), ("rows", I64), ("kc", I64), ("packed", PTR)])
         for argument in (p["a"], p["packed"]):
             argument.add_attribute("noalias")
-        zero = ir.Constant(F32, 0.0)
+        zero = ir.Constant(FLOAT, 0.0)
         with vectors.counted_loop(b, _i64(0), p["rows"], mr, "row0") as row0:
             last_row = b.sub(p["rows"], _i64(1))
-            sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=F32)
+            sliver = b.gep(p["packed"], [b.mul(row0, p["kc"])], source_etype=FLOAT)
             if mr <= w:
                 inside = vectors.lane_mask(b, 0, vectors.select_min(b, _i64(mr), b.sub(p["rows"], row0)), w)
                 sliver_lanes = ir.Constant(ir.VectorType(I1, w), [lane < mr for lane in range(w)])
                 with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                    source = b.gep(p["a"], [b.add(b.mul(k, p["lda"]), row0)], source_etype=F32)
+                    source = b.gep(p["a"], [b.add(b.mul(k, p["lda"]), row0)], source_etype=FLOAT)
                     values = vectors.load_vector(b, source, w, inside)
-                    vectors.store_vector(b, values, b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32), sliver_lanes)
+                    vectors.store_vector(b, values, b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT), sliver_lanes)
             else:
                 columns, valid = [], []
                 for i in range(mr):
@@ -388,11 +388,11 @@ class SgemmGenerator:
                     valid.append(b.icmp_signed("<=", row, last_row))
                     columns.append(vectors.select_min(b, row, last_row))
                 with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                    source = b.gep(p["a"], [b.mul(k, p["lda"])], source_etype=F32)
-                    destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=F32)
+                    source = b.gep(p["a"], [b.mul(k, p["lda"])], source_etype=FLOAT)
+                    destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                     for i in range(mr):
-                        value = b.load(b.gep(source, [columns[i]], source_etype=F32), typ=F32)
-                        b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=F32))
+                        value = b.load(b.gep(source, [columns[i]], source_etype=FLOAT), typ=FLOAT)
+                        b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
         return function
 
@@ -414,33 +414,33 @@ class SgemmGenerator:
         # B[k, j] at column_step * j + k_step * k
         column_step, k_step = (_i64(self.b_col_stride), p["ldb"]) if strided else (p["ldb"], _i64(1))
         zeros = ir.Constant(self.vector_type, [0.0] * w)
-        zero = ir.Constant(F32, 0.0)
+        zero = ir.Constant(FLOAT, 0.0)
         last_col = b.sub(p["cols"], _i64(1))
         kc_vectors = _i64(0) if strided else b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
         with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
-            sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=F32)
+            sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=FLOAT)
             for v in range(self.config.nr_vectors):
                 rows, valid = [], []
                 for i in range(w):
                     col = b.add(col0, _i64(v * w + i))
                     valid.append(b.icmp_signed("<=", col, last_col))
                     offset = b.add(b.mul(vectors.select_min(b, col, last_col), column_step), b.mul(p["pc"], k_step))
-                    rows.append(b.gep(p["b"], [offset], source_etype=F32))
+                    rows.append(b.gep(p["b"], [offset], source_etype=FLOAT))
                 if not strided:
                     with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                        block = [b.select(valid[i], b.load(b.gep(rows[i], [k0], source_etype=F32),
+                        block = [b.select(valid[i], b.load(b.gep(rows[i], [k0], source_etype=FLOAT),
                                                            typ=self.vector_type, align=FLOAT_BYTES), zeros)
                                  for i in range(w)]
                         for kk, column in enumerate(vectors.transpose_square(b, block)):
                             at = b.add(b.mul(b.add(k0, _i64(kk)), _i64(nr)), _i64(v * w))
-                            b.store(column, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
+                            b.store(column, b.gep(sliver, [at], source_etype=FLOAT), align=self.vector_bytes)
                 with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                     vector = zeros
                     for i in range(w):
-                        value = b.load(b.gep(rows[i], [b.mul(k, k_step)], source_etype=F32), typ=F32)
+                        value = b.load(b.gep(rows[i], [b.mul(k, k_step)], source_etype=FLOAT), typ=FLOAT)
                         vector = b.insert_element(vector, b.select(valid[i], value, zero), ir.Constant(I32, i))
                     at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
-                    b.store(vector, b.gep(sliver, [at], source_etype=F32), align=self.vector_bytes)
+                    b.store(vector, b.gep(sliver, [at], source_etype=FLOAT), align=self.vector_bytes)
         b.ret_void()
         return function
 
@@ -469,7 +469,7 @@ class SgemmGenerator:
             position += len(ARG_KIND_PARAMS[arg.kind])
         zeros = ir.Constant(self.vector_type, [0.0] * w)
         b_masks = [vectors.lane_mask(b, v * w, p["cols"], w) for v in range(nv)] if self.mask_b else [None] * nv
-        sums = vectors.opaque_alloca(b, F32, _i64(mr * cfg.nr), "sums") if self.stores_tiles else None
+        sums = vectors.opaque_alloca(b, FLOAT, _i64(mr * cfg.nr), "sums") if self.stores_tiles else None
         if sums is not None:
             sums.align = WORKSPACE_ALIGNMENT
 
@@ -490,14 +490,14 @@ class SgemmGenerator:
 
         b.position_at_end(body)
         if self.pack_b:
-            b_row, b_align = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=F32), self.vector_bytes
+            b_row, b_align = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=FLOAT), self.vector_bytes
         else:
             b_row, b_align = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k)), FLOAT_BYTES
-        b_vectors = [vectors.load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=F32), w, b_masks[v], b_align)
+        b_vectors = [vectors.load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=FLOAT), w, b_masks[v], b_align)
                      for v in range(nv)]
-        a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=F32)
+        a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=FLOAT)
         for i in range(mr):
-            a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=F32), typ=F32)
+            a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=FLOAT), typ=FLOAT)
             a_broadcast = vectors.splat(b, a_value, w)
             for v in range(nv):
                 # fmuladd: one FMA where the target has FMA, else a multiply and an add (llvm.fma
@@ -534,8 +534,8 @@ class SgemmGenerator:
         go to row i of ``sums`` instead."""
         w, nv = self.config.vector_width, len(row_accumulators)
         row = b.add(p["row"], _i64(i))
-        c_row = b.gep(p["c"], [b.add(b.mul(row, p["ldc"]), p["col"])], source_etype=F32)
-        addresses = [b.gep(c_row, [_i64(v * w)], source_etype=F32) for v in range(nv)]
+        c_row = b.gep(p["c"], [b.add(b.mul(row, p["ldc"]), p["col"])], source_etype=FLOAT)
+        addresses = [b.gep(c_row, [_i64(v * w)], source_etype=FLOAT) for v in range(nv)]
         lane_masks = masks or [None] * nv
 
         values = list(row_accumulators)
@@ -549,7 +549,7 @@ class SgemmGenerator:
             with b.if_else(p["last_k_block"]) as (last, partial):
                 with last:
                     for v in range(nv):
-                        address = b.gep(sums, [_i64(i * self.config.nr + v * w)], source_etype=F32)
+                        address = b.gep(sums, [_i64(i * self.config.nr + v * w)], source_etype=FLOAT)
                         b.store(values[v], address, align=self.vector_bytes)
                 with partial:
                     for v in range(nv):
@@ -605,7 +605,7 @@ class SgemmGenerator:
         function, b, p = self._define(module, self.name, params, exported=True)
         epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
         packed_a = p["workspace"]
-        packed_b = b.gep(p["workspace"], [_i64(cfg.packed_a_floats)], source_etype=F32)
+        packed_b = b.gep(p["workspace"], [_i64(cfg.packed_a_floats)], source_etype=FLOAT)
 
         with vectors.counted_loop(b, p["n_begin"], p["n_end"], cfg.nc, "jc") as jc:
             nc = vectors.select_min(b, _i64(cfg.nc), b.sub(p["n_end"], jc))
@@ -622,7 +622,7 @@ class SgemmGenerator:
             first_k_block = b.icmp_signed("==", pc, _i64(0))
             last_k_block = b.icmp_signed(">=", pc_next, p["K"])
             b_column_step = p["ldb"] if self.transpose_b else _i64(self.b_col_stride)
-            b_columns = b.gep(p["B"], [b.mul(jc, b_column_step)], source_etype=F32)
+            b_columns = b.gep(p["B"], [b.mul(jc, b_column_step)], source_etype=FLOAT)
             if pack_b is not None:
                 b.call(pack_b, [b_columns, p["ldb"], pc, kc, nc, packed_b])
 
@@ -632,19 +632,19 @@ class SgemmGenerator:
                     a_offset = b.add(b.mul(pc, p["lda"]), ic)
                 else:
                     a_offset = b.add(b.mul(ic, p["lda"]), b.mul(pc, _i64(self.a_k_stride)))
-                a_block = b.gep(p["A"], [a_offset], source_etype=F32)
+                a_block = b.gep(p["A"], [a_offset], source_etype=FLOAT)
                 b.call(pack_a, [a_block, p["lda"], mc, kc, packed_a])
                 with vectors.counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
                     if pack_b is not None:
-                        b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=F32)
+                        b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=FLOAT)
                     else:
-                        b_sliver = b.gep(b_columns, [jr], source_etype=F32)
+                        b_sliver = b.gep(b_columns, [jr], source_etype=FLOAT)
                     cols = vectors.select_min(b, _i64(cfg.nr), b.sub(nc, jr))
                     col = b.add(jc, jr)
 
                     def row_tiles(micro_kernel):
                         with vectors.counted_loop(b, _i64(0), mc, cfg.mr, "ir") as ir_:
-                            a_sliver = b.gep(packed_a, [b.mul(ir_, kc)], source_etype=F32)
+                            a_sliver = b.gep(packed_a, [b.mul(ir_, kc)], source_etype=FLOAT)
                             rows = vectors.select_min(b, _i64(cfg.mr), b.sub(mc, ir_))
                             b.call(micro_kernel, [kc, a_sliver, b_sliver, p["ldb"], pc, p["C"], p["ldc"],
                                                   b.add(ic, ir_), col, rows, cols, first_k_block, last_k_block]

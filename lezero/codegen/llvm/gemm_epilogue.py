@@ -13,10 +13,7 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from lezero.codegen.llvm import vectors
-
-F32 = ir.FloatType()
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
+from lezero.codegen.llvm.ir_types import FLOAT, I64, PTR
 
 # Kinds of runtime argument an epilogue can ask for, and the IR parameters each one becomes.
 #   "vector": a float32 array indexed by column (bias[col])      -> ptr
@@ -24,7 +21,7 @@ PTR = ir.PointerType()
 #   "scalar": a float32 value (alpha)                             -> float
 #   "pointer": any address (a kernel's buffer, for a TileStore)  -> ptr
 #   "index": any i64 (which batch a call computes)                -> i64
-ARG_KIND_PARAMS = {"vector": (PTR,), "matrix": (PTR, I64), "scalar": (F32,), "pointer": (PTR,), "index": (I64,)}
+ARG_KIND_PARAMS = {"vector": (PTR,), "matrix": (PTR, I64), "scalar": (FLOAT,), "pointer": (PTR,), "index": (I64,)}
 
 
 @dataclass(frozen=True)
@@ -57,7 +54,7 @@ class OutputVector:
         self.col = col  # i64, global column of C of lane 0
         self.mask = mask
         self.width = width
-        self.vector_type = ir.VectorType(F32, width)
+        self.vector_type = ir.VectorType(FLOAT, width)
         self._args = args
 
     def column_indices(self) -> ir.Value:
@@ -77,14 +74,14 @@ class OutputVector:
 
     def load_columns(self, name: str) -> ir.Value:
         """arg[col : col + W] of a "vector" argument (e.g. a bias indexed by column)."""
-        address = self.builder.gep(self.arg(name), [self.col], source_etype=F32)
+        address = self.builder.gep(self.arg(name), [self.col], source_etype=FLOAT)
         return vectors.load_vector(self.builder, address, self.width, self.mask)
 
     def load_matrix(self, name: str) -> ir.Value:
         """arg[row, col : col + W] of a "matrix" argument (e.g. a residual the shape of C)."""
         pointer, row_stride = self._args[name]
         offset = self.builder.add(self.builder.mul(self.row, row_stride), self.col)
-        address = self.builder.gep(pointer, [offset], source_etype=F32)
+        address = self.builder.gep(pointer, [offset], source_etype=FLOAT)
         return vectors.load_vector(self.builder, address, self.width, self.mask)
 
     def maximum(self, a: ir.Value, b: ir.Value) -> ir.Value:

@@ -8,8 +8,7 @@ from contextlib import contextmanager
 import llvmlite.ir as ir
 
 from lezero.codegen.affine import Affine, Var
-
-I64 = ir.IntType(64)
+from lezero.codegen.llvm.ir_types import I64
 
 
 def i64(value) -> ir.Value:

@@ -24,7 +24,8 @@ import llvmlite.ir as ir
 
 from lezero.codegen.accumulation import accumulator_type
 from lezero.codegen.llvm.context import KernelContext
-from lezero.codegen.llvm.loops import I64, for_range, i64
+from lezero.codegen.llvm.ir_types import I64
+from lezero.codegen.llvm.loops import for_range, i64
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
 from lezero.ir.dialect.numerics import lowest
 from lezero.ir.dialect.pooling import pool_geometry

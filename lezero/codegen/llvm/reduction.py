@@ -51,8 +51,8 @@ from lezero.codegen.kernel import lines_along_axis, scan_identity, single_buffer
 from lezero.codegen.llvm.context import KernelContext, element_address
 from lezero.codegen.llvm.loops import for_range, i64, min_i64, unravel_values
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type
-from lezero.ir.dialect.numerics import lowest
 from lezero.ir.core import Operation
+from lezero.ir.dialect.numerics import lowest
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.types import I1, I64, format_shape
 

@@ -22,17 +22,12 @@ from contextlib import contextmanager
 import llvmlite.ir as ir
 
 from lezero.codegen.llvm import scalar_math
+from lezero.codegen.llvm.ir_types import DOUBLE, FLOAT, HALF, I8, I32
 from lezero.codegen.llvm.scalar_math import MathBuilder
 from lezero.codegen.value_at_index import is_unsigned
 from lezero.ir.scalar import ScalarBuilder
 from lezero.ir.types import BF16, ELEMENT_TYPES, F16, F64, I1, ElementType
 
-HALF = ir.HalfType()
-FLOAT = ir.FloatType()
-DOUBLE = ir.DoubleType()
-I8 = ir.IntType(8)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
 BOOL = ir.IntType(1)
 
 

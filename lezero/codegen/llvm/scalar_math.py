@@ -22,13 +22,19 @@ import math
 import llvmlite.ir as ir
 import mpmath
 
-from lezero.codegen.polynomials import COS_P, ERFC_CENTER, ERFC_G, ERFC_MID, ERFC_Q, ERF_P, EXP_P, LOG_P, SIN_P, TANH_P
-
-F32 = ir.FloatType()
-F64 = ir.DoubleType()
-I1 = ir.IntType(1)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
+from lezero.codegen.llvm.ir_types import DOUBLE, FLOAT, I32, I64
+from lezero.codegen.polynomials import (
+    COS_P,
+    ERF_P,
+    ERFC_CENTER,
+    ERFC_G,
+    ERFC_MID,
+    ERFC_Q,
+    EXP_P,
+    LOG_P,
+    SIN_P,
+    TANH_P,
+)
 
 LOG2E = 1.4426950408889634
 LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = HI + LO, HI with few bits (Cephes' split)
@@ -91,7 +97,7 @@ class MathBuilder:
 
 
 def _suffix(t) -> str:
-    return {F32: "f32", F64: "f64"}[t]
+    return {FLOAT: "f32", DOUBLE: "f64"}[t]
 
 
 def _const(x, value):
@@ -99,7 +105,7 @@ def _const(x, value):
 
 
 def _f32(v) -> ir.Constant:
-    return ir.Constant(F32, v)
+    return ir.Constant(FLOAT, v)
 
 
 def _i32(v) -> ir.Constant:
@@ -108,7 +114,7 @@ def _i32(v) -> ir.Constant:
 
 def _pow2(m: MathBuilder, k):
     """2^k as a float32, for an i32 ``k`` in the normal exponent range [-126, 127]."""
-    return m.b.bitcast(m.b.shl(m.b.add(k, _i32(127)), _i32(23)), F32)
+    return m.b.bitcast(m.b.shl(m.b.add(k, _i32(127)), _i32(23)), FLOAT)
 
 
 # --- exp, log ---------------------------------------------------------------------------------
@@ -132,7 +138,7 @@ def exp_f32(m: MathBuilder, x, x_lo=None):
     k1 = b.ashr(k, _i32(1))
     # p * 2^(k - k1) by adding to p's exponent field (p is in [0.7, 1.5], k - k1 in [-75, 64]: the
     # product is normal), then times 2^k1, the one rounding (denormal results are right)
-    scaled = b.bitcast(b.add(b.bitcast(p, I32), b.shl(b.sub(k, k1), _i32(23))), F32)
+    scaled = b.bitcast(b.add(b.bitcast(p, I32), b.shl(b.sub(k, k1), _i32(23))), FLOAT)
     y = b.fmul(scaled, _pow2(m, k1))
     return m.select(nan, x, y)
 
@@ -146,9 +152,9 @@ def log_f32(m: MathBuilder, x):
     e = b.sub(b.lshr(bits, _i32(23)), b.select(tiny, _i32(127 + 23), _i32(127)))
     mantissa = b.and_(bits, _i32(0x7FFFFF))
     above = b.icmp_unsigned(">", mantissa, _i32(0x3504F3))  # 1.mantissa > sqrt 2: halve it
-    f = b.fsub(b.bitcast(b.or_(mantissa, b.select(above, _i32(0x3F000000), _i32(0x3F800000))), F32),
+    f = b.fsub(b.bitcast(b.or_(mantissa, b.select(above, _i32(0x3F000000), _i32(0x3F800000))), FLOAT),
                _f32(1.0))
-    ef = b.sitofp(b.add(e, b.zext(above, I32)), F32)
+    ef = b.sitofp(b.add(e, b.zext(above, I32)), FLOAT)
     z = b.fmul(f, f)
     y = m.fma(b.fmul(f, z), m.poly(f, LOG_P), b.fmul(ef, _f32(LN2_LO)))
     y = m.fma(z, _f32(-0.5), y)
@@ -273,11 +279,11 @@ def _two_over_pi_table() -> tuple[list, list, list]:
 def _table(m: MathBuilder, name: str, values) -> ir.GlobalVariable:
     table = m.module.globals.get(name)
     if table is None:
-        array_type = ir.ArrayType(F64, len(values))
+        array_type = ir.ArrayType(DOUBLE, len(values))
         table = ir.GlobalVariable(m.module, array_type, name)
         table.global_constant = True
         table.linkage = "internal"
-        table.initializer = ir.Constant(array_type, [ir.Constant(F64, v) for v in values])
+        table.initializer = ir.Constant(array_type, [ir.Constant(DOUBLE, v) for v in values])
     return table
 
 
@@ -289,20 +295,20 @@ def _reduce_half_pi(m: MathBuilder, x):
     mantissa = b.and_(bits, _i32(0x7FFFFF))
     normal = b.icmp_unsigned("!=", exponent, _i32(0))
     mantissa = b.select(normal, b.or_(mantissa, _i32(0x800000)), mantissa)
-    md = b.uitofp(mantissa, F64)  # |x| = md * 2^(max(E,1) - 150)
+    md = b.uitofp(mantissa, DOUBLE)  # |x| = md * 2^(max(E,1) - 150)
     index = b.zext(exponent, I64)
     parts = []
     for name, values in zip(("c1", "c2", "c3"), _two_over_pi_table()):
         table = _table(m, f"lz_two_over_pi_{name}", values)
         address = b.gep(table, [ir.Constant(I64, 0), index], inbounds=True, source_etype=table.value_type)
-        parts.append(b.load(address, typ=F64))
+        parts.append(b.load(address, typ=DOUBLE))
     h = b.fmul(md, parts[0])  # exact
-    p1 = b.fsub(h, b.fmul(m.floor(b.fmul(h, ir.Constant(F64, 0.25))), ir.Constant(F64, 4.0)))  # exact, in [0, 4)
+    p1 = b.fsub(h, b.fmul(m.floor(b.fmul(h, ir.Constant(DOUBLE, 0.25))), ir.Constant(DOUBLE, 4.0)))  # exact, in [0, 4)
     p2 = b.fmul(md, parts[1])  # exact
     p3 = b.fmul(md, parts[2])
     n = m.rint(b.fadd(p1, p2))
     f = b.fadd(b.fadd(b.fsub(p1, n), p2), p3)
-    r = b.fmul(f, ir.Constant(F64, math.pi / 2))
+    r = b.fmul(f, ir.Constant(DOUBLE, math.pi / 2))
     q = b.and_(b.fptosi(n, I32), _i32(3))
     return r, q
 
@@ -311,7 +317,7 @@ def _sin_cos_kernels(m: MathBuilder, r):
     b = m.b
     z = b.fmul(r, r)
     sin_r = m.fma(b.fmul(r, z), m.poly(z, SIN_P), r)
-    cos_r = b.fadd(m.fma(b.fmul(z, z), m.poly(z, COS_P), b.fmul(z, ir.Constant(F64, -0.5))), ir.Constant(F64, 1.0))
+    cos_r = b.fadd(m.fma(b.fmul(z, z), m.poly(z, COS_P), b.fmul(z, ir.Constant(DOUBLE, -0.5))), ir.Constant(DOUBLE, 1.0))
     return sin_r, cos_r
 
 
@@ -326,7 +332,7 @@ def _quadrant(m: MathBuilder, q, values):
 def _finish_trig(m: MathBuilder, x, y64):
     """Round to float32; nan for inf and nan inputs."""
     b = m.b
-    y = b.fptrunc(y64, F32)
+    y = b.fptrunc(y64, FLOAT)
     return m.select(m.gt(m.fabs(x), 3.4028234663852886e38), b.fsub(x, x), m.select(m.is_nan(x), x, y))
 
 
@@ -337,7 +343,7 @@ def sin_f32(m: MathBuilder, x):
     y = _quadrant(m, q, [s, c, b.fneg(s), b.fneg(c)])
     y = _finish_trig(m, x, y)
     sign = b.and_(b.bitcast(x, I32), _i32(-0x80000000))  # sin is odd: the sign of x, bit for bit
-    return b.bitcast(b.xor(b.bitcast(y, I32), sign), F32)
+    return b.bitcast(b.xor(b.bitcast(y, I32), sign), FLOAT)
 
 
 def cos_f32(m: MathBuilder, x):

@@ -21,13 +21,12 @@ import llvmlite.ir as ir
 
 from lezero.codegen.kernel import lines_along_axis, single_buffers
 from lezero.codegen.llvm.context import KernelContext, element_address
+from lezero.codegen.llvm.ir_types import PTR
 from lezero.codegen.llvm.loops import declare, for_range, i64, min_i64
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
 from lezero.ir.types import I64
 
-
 INT64 = ir.IntType(64)  # the LLVM type of an index (I64 is the IR's element type)
-PTR = ir.PointerType()
 
 
 def merge_sorts(n: int, k: int) -> bool:

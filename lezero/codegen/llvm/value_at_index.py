@@ -20,13 +20,12 @@ import llvmlite.ir as ir
 from lezero.codegen.affine import Affine, Var, linear_index
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.index_checks import NO_INDEX, SLOTS_PER_CHECK, IndexChecks
+from lezero.codegen.llvm.ir_types import I64
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, storage_type
 from lezero.codegen.value_at_index import Buffer, IndexBindings, ValueAtIndex
 from lezero.ir.core import Operation
 from lezero.ir.types import I1
 from lezero.ir.types import I64 as I64_TYPE
-
-I64 = ir.IntType(64)
 
 
 def _i64(v: int) -> ir.Constant:

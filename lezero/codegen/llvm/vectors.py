@@ -10,11 +10,7 @@ from typing import Iterator, Sequence
 
 import llvmlite.ir as ir
 
-F32 = ir.FloatType()
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-VOID = ir.VoidType()
+from lezero.codegen.llvm.ir_types import FLOAT, I32, I64, PTR, VOID
 
 FLOAT_BYTES = 4
 
@@ -107,7 +103,7 @@ def lane_mask(builder: ir.IRBuilder, first_lane: int, lanes_valid: ir.Value, wid
 def load_vector(builder: ir.IRBuilder, address: ir.Value, width: int, mask: ir.Value | None,
                  align: int = FLOAT_BYTES) -> ir.Value:
     """Load W floats from an unaligned address; with a mask, off lanes read nothing and give 0."""
-    vector_type = ir.VectorType(F32, width)
+    vector_type = ir.VectorType(FLOAT, width)
     if mask is None:
         return builder.load(address, typ=vector_type, align=align)
     zeros = ir.Constant(vector_type, [0.0] * width)
