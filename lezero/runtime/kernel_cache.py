@@ -32,6 +32,7 @@ import pathlib
 import tempfile
 import threading
 import time
+import weakref
 from concurrent.futures import Future, wait
 from dataclasses import asdict, dataclass, field, replace
 
@@ -174,6 +175,13 @@ class KernelCache:
         self._facts: dict[str, KernelFacts] = {}      # content key -> facts
         self._loaded: dict[str, LoadedKernel] = {}    # object key -> code
         self._pending: dict[str, Future] = {}         # object key -> object bytes being compiled
+        self._lock = threading.Lock()
+        _CACHES[id(self)] = self
+
+    def _forget_parents_compilations(self) -> None:
+        """After a fork: the parent's compilations in flight never finish here (their compilers
+        are the parent's); what this process needs it compiles itself."""
+        self._pending.clear()
         self._lock = threading.Lock()
 
     # --- keys and files --------------------------------------------------------------------------
@@ -390,6 +398,17 @@ def _load_object(obj: bytes, symbol: str, cpu: CpuTarget) -> LoadedKernel:
 
 
 _DEFAULT: KernelCache | None = None
+
+
+_CACHES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # every KernelCache, for fork
+
+
+def _after_fork_in_child() -> None:
+    for cache in list(_CACHES.values()):
+        cache._forget_parents_compilations()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def default_cache() -> KernelCache:

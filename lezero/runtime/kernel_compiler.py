@@ -13,10 +13,15 @@ kernel at a time) never starts a process, and a model's kernels spread over ever
 Compilers live as long as the process; a process compiler ends when this one does (its stdin
 closes).  An LLVM error, or a compiler process that dies, fails the kernel's future with the
 error, never silently.
+
+**fork**: a child (a DataLoader worker, a process pool) has none of its parent's compiler threads,
+so it gets compilers of its own (``compiler_for`` forgets the parent's; the kernel cache forgets
+the compilations the parent had in flight and compiles what it needs itself), closes its copies of
+the pipes to the parent's compiler processes (they end with the parent, not with its last child),
+and finds LLVM's lock free: a fork waits for the compilation holding it to finish.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import queue
@@ -113,7 +118,43 @@ class KernelCompiler:
                                                   f"(exit code {process.returncode}, {e}):\n{err}"))
 
 
-@functools.cache
+_COMPILERS: dict[CpuTarget, KernelCompiler] = {}
+_COMPILERS_LOCK = threading.Lock()
+
+
 def compiler_for(cpu: CpuTarget) -> KernelCompiler:
     """This process's compiler for ``cpu``."""
-    return KernelCompiler(cpu)
+    with _COMPILERS_LOCK:
+        compiler = _COMPILERS.get(cpu)
+        if compiler is None:
+            compiler = _COMPILERS[cpu] = KernelCompiler(cpu)
+        return compiler
+
+
+def _before_fork() -> None:
+    jit._compile_lock.acquire()
+    _COMPILERS_LOCK.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _COMPILERS_LOCK.release()
+    jit._compile_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    global _COMPILERS_LOCK
+    # Our copies of the pipes become /dev/null at the same numbers: the compiler processes see
+    # their parent's end alone, and the file objects here still own a valid descriptor (closing
+    # one, or flushing a half-written frame into it, touches nothing else).
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for compiler in _COMPILERS.values():
+        for process in compiler.processes:
+            for pipe in (process.stdin, process.stdout, process.stderr):
+                os.dup2(devnull, pipe.fileno())
+    os.close(devnull)
+    _COMPILERS.clear()
+    _COMPILERS_LOCK = threading.Lock()
+    jit._compile_lock.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

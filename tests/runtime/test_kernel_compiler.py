@@ -75,3 +75,51 @@ def test_jobs_come_from_the_environment(monkeypatch):
     assert default_jobs() == 3
     monkeypatch.delenv("LEZERO_COMPILE_JOBS")
     assert default_jobs() >= 1
+
+
+def _in_forked_child(body, timeout: float = 120.0) -> int:
+    """Run ``body`` in a forked child; its exit code (the test fails, not hangs, past ``timeout``)."""
+    import os
+    import time
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = body()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the forked child did not finish within {timeout} s (a compiler of the parent's waited on?)")
+
+
+def test_a_forked_child_compiles_with_compilers_of_its_own(tmp_path, monkeypatch):
+    """The parent's compiler threads and processes are not in a forked child (a DataLoader worker,
+    a process pool): the child's kernels must still compile, not wait forever on them."""
+    import numpy as np
+
+    import lezero as lz
+    from lezero.runtime.kernel_compiler import compiler_for
+
+    monkeypatch.setenv("LEZERO_CACHE_DIR", str(tmp_path))
+    (lz.tensor(np.ones((3, 5), np.float32)) * 2).numpy()  # the parent's compiler thread is started
+    parent = compiler_for(cpu_target())
+    assert parent.submit(kernel_ir(7), 2, "k7").result(timeout=60)
+    several = KernelCompiler(cpu_target(), jobs=2)
+    [f.result(timeout=60) for f in [several.submit(kernel_ir(v), 2, f"k{v}") for v in (1, 2, 3)]]
+
+    def child() -> int:
+        assert compiler_for(cpu_target()) is not parent
+        x = lz.tensor(np.arange(7 * 11, dtype=np.float32).reshape(7, 11))
+        got = (x.exp() + 1).numpy()  # a kernel the parent never compiled
+        return 0 if np.allclose(got, np.exp(np.arange(77, dtype=np.float32).reshape(7, 11)) + 1) else 3
+
+    assert _in_forked_child(child) == 0
+    assert [p.poll() for p in several.processes] == [None] * len(several.processes)  # the parent's live on
+    assert run_object(several.submit(kernel_ir(4), 2, "k4").result(timeout=60), 4) == 4
