@@ -70,6 +70,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+import lezero.passes.fusion_cost as fusion_cost
 from lezero.ir.attributes import IntegerAttr, StringAttr
 from lezero.ir.core import FuncOp, ModuleOp, Operation, Value
 from lezero.ir.diagnostics import IRError
@@ -77,7 +78,6 @@ from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType, format_shape
-from lezero.passes import fusion_cost
 from lezero.passes.pass_base import Pass, option
 from lezero.passes.placement import FUSION_LOG, HOST, TRANSFER, place_function
 
