@@ -40,6 +40,8 @@ from lezero.eager.autograd import (enable_grad, inference_mode, is_grad_enabled,
 from lezero.eager.autograd import grad_transform as grad  # noqa: E402
 from lezero.eager import autograd  # noqa: E402
 from lezero.eager.serialization import load, save  # noqa: E402
+# issue 17's explicit loops and conditions (JAX's names): a trace keeps each as one lz.for/lz.while/lz.if
+from lezero.eager.control_flow import cond, fori_loop, scan, while_loop  # noqa: E402
 from lezero.eager.creation import from_dlpack  # noqa: E402  (torch.from_dlpack)
 from lezero.eager.interop import ForeignInputError  # noqa: E402
 from lezero import nn, optim, utils  # noqa: E402
