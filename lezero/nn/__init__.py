@@ -24,3 +24,5 @@ from lezero.nn.layers import AdaptiveAvgPool1d, AvgPool1d, MaxPool1d  # noqa: F4
 from lezero.nn.transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,  # noqa: F401,E402
                                    TransformerEncoder, TransformerEncoderLayer)
 from lezero.nn import utils  # noqa: F401,E402
+# issue 17's recurrent layers
+from lezero.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: F401,E402

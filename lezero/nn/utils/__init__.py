@@ -93,3 +93,6 @@ def vector_to_parameters(vec: Tensor, parameters) -> None:
             n = p.numel()
             p.copy_(vec[start:start + n].reshape(p.shape))
             start += n
+
+
+from lezero.nn.utils import rnn  # noqa: F401,E402  (``lz.nn.utils.rnn``: packed and padded sequences)
