@@ -7,6 +7,15 @@ target="cuda")`` partitions with ``target=cuda``: ops the target's backend canno
 the CPU, with ``lz.transfer`` kernels between (``lezero.passes.placement``); the backend is asked
 for through the registry (``lezero/codegen/targets.py``), never imported here.
 
+**Control flow** (``lz.for``, ``lz.while``, ``lz.if``) stays at the top level, between the kernels,
+as a host step of the schedule (partition leaves it alone, memory-plan gives its results buffers);
+then each of its regions, isolated from above, is scheduled as a function of its own
+(``@region(block args) -> yielded values``, the whole pipeline, nested loops included) and put
+back: the region then holds constants, kernels and its ``lz.yield``, with memory-plan's offsets in
+an arena of its own, whose size is the op's ``lz.region_arena_sizes`` (one per region).  The
+runtime runs a region's plan once per iteration in that arena (``lezero.runtime.plan``), so its
+kernels are compiled once, not per iteration.  Only the CPU target runs control flow so far.
+
 ``schedule`` verifies the IR once, after the pipeline, not after every pass as ``lezero-opt`` and
 ``run_pipeline`` do: the verifier between the ten passes was half of the pipeline's time (~0.5 s
 of a warm ResNet-50 start).  ``LEZERO_VERIFY_EACH=1`` verifies after each pass again, naming the
@@ -17,14 +26,19 @@ from __future__ import annotations
 import os
 
 from lezero.codegen import targets
-from lezero.ir.core import ModuleOp
+from lezero.ir.attributes import DenseArrayAttr
+from lezero.ir.core import Block, FuncOp, ModuleOp, Operation
 from lezero.ir.diagnostics import IRError
-from lezero.ir.types import TensorType
+from lezero.ir.types import I64, FunctionType, TensorType
 from lezero.ir.verifier import verify
 from lezero.passes import run_pipeline
 from lezero.passes.memory_plan import ARENA_SIZE_ATTR
+from lezero.passes.partition import CONTROL_FLOW_OPS
 
-KERNEL_PIPELINE = ("shape-infer,decompose,canonicalize,cse,constant-fold,dce,shape-infer,"
+# On a scheduled control-flow op: the bytes of each region's arena.
+REGION_ARENAS_ATTR = "lz.region_arena_sizes"
+
+KERNEL_PIPELINE = ("shape-infer,fuse-attention,decompose,canonicalize,cse,constant-fold,dce,shape-infer,"
                    "partition,fuse,memory-plan")
 
 
@@ -34,14 +48,16 @@ def kernel_pipeline(target: str = "cpu") -> str:
     targets.backend(target)  # registers what it runs with placement, its fusion facts with partition's cost model
     if target == "cpu":
         return KERNEL_PIPELINE
-    return KERNEL_PIPELINE.replace("partition,", f"partition{{target={target}}},")
+    # fuse-attention makes CPU kernels (kind "attention", lezero/codegen/llvm/attention.py)
+    return KERNEL_PIPELINE.replace("fuse-attention,", "").replace("partition,", f"partition{{target={target}}},")
 
 
 def is_scheduled(module: ModuleOp, target: str = "cpu") -> bool:
     """Whether every function already holds only constants, kernels and its return (for a target
     other than the CPU: placed kernels, each with its ``device``)."""
     ops = [op for f in module.functions for op in f.entry_block.ops]
-    return all(op.name in ("lz.constant", "lz.kernel", "func.return") for op in ops) and \
+    return all(op.name in ("lz.constant", "lz.kernel", "func.return") or
+               (op.name in CONTROL_FLOW_OPS and REGION_ARENAS_ATTR in op.attributes) for op in ops) and \
         all(ARENA_SIZE_ATTR in f.attributes for f in module.functions) and \
         (target == "cpu" or all("device" in op.attributes for op in ops if op.name == "lz.kernel"))
 
@@ -55,6 +71,8 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
         module = run_pipeline(module, kernel_pipeline(target), verify_each=verify_each)
         if not verify_each:
             verify(module)
+        for f in module.functions:
+            schedule_regions(f, target)
     for f in module.functions:
         for op in f.entry_block.ops:
             for r in op.results:
@@ -62,3 +80,43 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
                     raise IRError(f"'{op.name}' op result {r.type} is dynamic: code generation needs static "
                                   "shapes (bind the dims first)", op.location)
     return module
+
+
+def schedule_regions(func: FuncOp, target: str) -> None:
+    """Schedule each region of ``func``'s control-flow ops as a function of its own, in place
+    (see the module docstring)."""
+    for op in func.entry_block.ops:
+        if op.name not in CONTROL_FLOW_OPS:
+            continue
+        if target != "cpu":
+            raise IRError(f"'{op.name}' op: control flow runs on the CPU target only so far, not {target}",
+                          op.location)
+        sizes = []
+        for region in op.regions:
+            scheduled = schedule(ModuleOp([region_function(region.block)]), target).functions[0]
+            _replace_body(region.block, scheduled)
+            sizes.append(scheduled.attributes[ARENA_SIZE_ATTR].value)
+        op.attributes[REGION_ARENAS_ATTR] = DenseArrayAttr(I64, tuple(sizes))
+
+
+def region_function(block: Block) -> FuncOp:
+    """``@region(block args) -> yielded values``: a copy of an isolated region's block."""
+    yielded = block.terminator
+    func = FuncOp("region", FunctionType([a.type for a in block.args], yielded.operand_types))
+    _copy_ops(block, func.entry_block, dict(zip(block.args, func.arguments)), "func.return")
+    return func
+
+
+def _replace_body(block: Block, func: FuncOp) -> None:
+    """``block``'s ops replaced by ``func``'s (its arguments are the block's, its return a yield)."""
+    for op in list(block.ops):
+        op.drop_all_references()
+        block.remove(op)
+    _copy_ops(func.entry_block, block, dict(zip(func.arguments, block.args)), "lz.yield")
+
+
+def _copy_ops(source: Block, target: Block, mapping: dict, terminator: str) -> None:
+    *ops, last = source.ops
+    for op in ops:
+        target.append(op.clone(mapping))
+    target.append(Operation(terminator, [mapping.get(v, v) for v in last.operands], location=last.location))

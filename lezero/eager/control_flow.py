@@ -393,4 +393,4 @@ def cond(pred, true_fn, false_fn, *operands):
     return rebuild(t_structure, outputs)
 
 
-__all__ = ["scan", "fori_loop", "while_loop", "cond"]
+__all__ = ["cond", "fori_loop", "scan", "while_loop"]

@@ -37,8 +37,9 @@ from lezero.ir.diagnostics import IRError
 from lezero.ir.location import UNKNOWN, FusedLoc, UnknownLoc
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64
-from lezero.passes.partition import (DEVICE_ATTR, GROUP_ATTR, KIND_ATTR, PARTITION_ATTRS, STAGE_ATTR, TRANSFER_KIND,
-                                     PartitionOptions, Refusal, classify, kernel_base_name, partition_function)
+from lezero.passes.partition import (CONTROL_FLOW_OPS, DEVICE_ATTR, GROUP_ATTR, KIND_ATTR, PARTITION_ATTRS,
+                                     STAGE_ATTR, TRANSFER_KIND, PartitionOptions, Refusal, classify,
+                                     kernel_base_name, partition_function)
 from lezero.passes.placement import TRANSFER
 from lezero.passes.rewriter import is_trivially_dead
 
@@ -71,7 +72,7 @@ def _read_groups(func: FuncOp, shrunk: set) -> tuple[dict[int, list], dict[int, 
     kinds: dict[int, str] = {}
     devices: dict[int, "str | None"] = {}
     for op in func.entry_block.ops:
-        if op.name in ("lz.constant", "lz.kernel", "func.return"):
+        if op.name in ("lz.constant", "lz.kernel", "func.return") or op.name in CONTROL_FLOW_OPS:
             continue
         group, kind = op.attributes.get(GROUP_ATTR), op.attributes.get(KIND_ATTR)
         if not isinstance(group, IntegerAttr) or not isinstance(kind, StringAttr):
@@ -135,7 +136,7 @@ def fuse_function(func: FuncOp, options: PartitionOptions, names: "KernelNamer")
         for op in ops:
             node_of[id(op)] = ("group", number)
     for op in body.ops:
-        if op.name == "lz.kernel":
+        if op.name == "lz.kernel" or op.name in CONTROL_FLOW_OPS:  # scheduled as they are
             nodes[("kernel", id(op))] = [op]
             node_of[id(op)] = ("kernel", id(op))
     graph = nx.DiGraph()

@@ -4,7 +4,10 @@ Runs after ``fuse``, on static shapes.  Over the kernel schedule (program order:
 runtime launches them) each kernel result is a buffer live from the kernel that writes it to the
 last kernel that reads it, both included.  A result the function returns is written straight
 into the output buffer the runtime allocates: offset -1, not in the arena.  Function arguments
-and constants are not in the arena either.
+and constants are not in the arena either.  A control-flow op (``lz.for``, ``lz.while``,
+``lz.if``) is a step of the schedule like a kernel: its results are buffers of the function's
+arena; its regions have arenas of their own (``lezero.codegen.schedule`` plans them as
+functions), reused by every iteration.
 
 In place: an ``elementwise`` kernel's result takes the slot of an operand when that operand is
 an arena buffer this kernel is the last to read, of the same shape and element size, read only
@@ -49,7 +52,7 @@ from lezero.ir.core import FuncOp, ModuleOp, Operation, OpResult, Value
 from lezero.ir.diagnostics import IRError
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType
-from lezero.passes.partition import STAGE_ATTR
+from lezero.passes.partition import CONTROL_FLOW_OPS, STAGE_ATTR
 from lezero.passes.pass_base import Pass, debug_channel, option
 from lezero.passes.placement import HOST
 
@@ -69,7 +72,10 @@ def arena_attributes(device: str) -> tuple[str, str]:
 
 
 def kernel_device(kernel: Operation) -> str:
-    """Where an ``lz.kernel`` runs and its results live (``"cpu"`` unless placed elsewhere)."""
+    """Where an ``lz.kernel`` runs and its results live (``"cpu"`` unless placed elsewhere; a
+    control-flow op runs on the host)."""
+    if kernel.name in CONTROL_FLOW_OPS:
+        return HOST
     return kernel.definition.attrs(kernel).device
 
 
@@ -161,7 +167,7 @@ def plan_function(func: FuncOp, by_stage: bool = False, in_place: bool = True) -
     body = func.entry_block
     kernels = []
     for op in body.ops:
-        if op.name == "lz.kernel":
+        if op.name == "lz.kernel" or op.name in CONTROL_FLOW_OPS:  # a host step's results are buffers too
             kernels.append(op)
             for r in op.results:
                 if not (isinstance(r.type, TensorType) and r.type.is_static):
@@ -276,7 +282,7 @@ class MemoryPlan(Pass):
         for func in module.functions:
             plan = plan_function(func, self.by_stage, self.in_place)
             for op in func.entry_block.ops:
-                if op.name == "lz.kernel":
+                if op.name == "lz.kernel" or op.name in CONTROL_FLOW_OPS:
                     op.attributes[OFFSETS_ATTR] = DenseArrayAttr(I64, tuple(plan.offsets[id(r)] for r in op.results))
             for device, arena in plan.arenas.items():
                 size_attr, peak_attr = arena_attributes(device)

@@ -1,7 +1,10 @@
 """partition: decide which ops are compiled together, one kernel per group (issue 3).
 
-Every op of a function except ``lz.constant`` (weights stay outside, as kernel operands) and
-``lz.kernel`` (already made) lands in exactly one group; ``fuse`` then turns each group into an
+Every op of a function except ``lz.constant`` (weights stay outside, as kernel operands),
+``lz.kernel`` (already made) and the control-flow ops (``CONTROL_FLOW_OPS``: ``lz.for``,
+``lz.while``, ``lz.if``, which stay at the top level as host steps, groups of their own that
+never merge; ``lezero.codegen.schedule`` schedules their regions as functions) lands in exactly
+one group; ``fuse`` then turns each group into an
 ``lz.kernel``.  The decision is written on the ops as discardable attributes, so
 ``lezero-opt -p partition`` shows it and ``fuse`` reads it::
 
@@ -88,6 +91,9 @@ STAGE_ATTR = "lz.stage"
 DEVICE_ATTR = "lz.device"  # only with a target other than the CPU
 PARTITION_ATTRS = (GROUP_ATTR, KIND_ATTR, STAGE_ATTR, DEVICE_ATTR)
 TRANSFER_KIND = "transfer"
+# Ops the runtime runs on the host around their regions' kernels (lezero/runtime/plan.py): kept as
+# they are, like an lz.kernel, between the kernels of the function.
+CONTROL_FLOW_OPS = frozenset({"lz.for", "lz.while", "lz.if"})
 
 MOVEMENT_OPS = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.slice", "lz.as_strided", "lz.pad",
                           "lz.concat", "lz.gather"})
@@ -375,7 +381,7 @@ class Partitioner:
             if op.name != "lz.kernel" and (op.definition is None or op.name == "func.call"):
                 raise IRError(f"partition cannot put '{op.name}' in a kernel (inline calls and lower "
                               "unregistered ops first)", op.location)
-            self._add_group([op], fixed=op.name == "lz.kernel")
+            self._add_group([op], fixed=op.name == "lz.kernel" or op.name in CONTROL_FLOW_OPS)
         for op in self.ops:
             for v in op.operands:
                 src = self._producer_group(v)
@@ -431,7 +437,7 @@ class Partitioner:
         """Whether producer group ``a`` and consumer group ``b`` may become one kernel, and why not."""
         ga, gb = self.groups[a], self.groups[b]
         if ga.fixed or gb.fixed:
-            return False, "an lz.kernel is already compiled on its own"
+            return False, "an lz.kernel or a control-flow op is scheduled on its own"
         if ga.is_transfer or gb.is_transfer:  # so no group mixes devices: edges between them pass one
             return False, "a transfer between devices is a kernel of its own"
         if len(ga.ops) + len(gb.ops) > self.options.max_ops:

@@ -20,6 +20,17 @@ index_checks.py``), read after the launch: an index out of range raises ``IndexE
 the op, its location, the index and the valid range.  ``runner`` gives callers that check their
 inputs themselves the lean launcher (``lezero.runtime.launch``): the eager hot path.
 
+A host step (``lz.for``, ``lz.while``, ``lz.if``: ``lezero.runtime.plan.HostStep``) is bound as a
+``BoundHostStep``: a bound plan per region, each with its arena (allocated once, reused by every
+iteration), and a second buffer per carried value.  ``lz.for`` runs its body plan ``trip_count``
+times with its inputs bound to the carried values' current buffers and to views ``xs[k][i]`` (no
+copies), its outputs to ``ys[k][i]`` (written in place into the stacked results) and to the
+carried values' other buffer, the two swapped each iteration and chosen so the last iteration
+writes the final carried values into the step's result buffers; the initial values are read
+where they are.  ``lz.while`` runs its condition plan before each body run (the carried values
+copied into the results at the end when the count came out odd); ``lz.if`` runs the plan of the
+branch the predicate picks, straight into the results.
+
 ``CompiledFunction.profile`` (``profile_plan``) runs a plan once with ``time.perf_counter``
 around each launch and returns a ``KernelTiming`` per launch: name, kind, seconds, and the flops
 and bytes codegen estimated for the kernel, so a caller can put achieved GFLOP/s and GB/s next to
@@ -45,7 +56,7 @@ from lezero.ir.verifier import verify
 from lezero.passes.memory_plan import ALIGNMENT as ARENA_ALIGNMENT
 from lezero.passes.placement import HOST
 from lezero.runtime.kernel_cache import KernelCache, default_cache
-from lezero.runtime.plan import BoundPlan, ExecutionPlan, build_plan, specialize
+from lezero.runtime.plan import BoundPlan, ExecutionPlan, HostStep, build_plan, specialize
 from lezero.runtime.thread_pool import ThreadPool, default_pool
 
 
@@ -105,8 +116,15 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
             return plan.constants[ref.where].ctypes.data
         return None
 
+    kernels = [launch for launch in plan.launches if not isinstance(launch, HostStep)]
+    loaded_kernels = dict(zip(map(id, kernels), cache.load_kernels([launch.kernel for launch in kernels], cpu)))
     launches = []
-    for launch, loaded in zip(plan.launches, cache.load_kernels([launch.kernel for launch in plan.launches], cpu)):
+    for launch in plan.launches:
+        if isinstance(launch, HostStep):
+            launches.append(BoundHostStep(launch, [bind_plan(p, cache, cpu) for p in launch.region_plans],
+                                          plan.constants, arena))
+            continue
+        loaded = loaded_kernels[id(launch)]
         lowered = launch.kernel
         checks = lowered.index_checks
         status = None if checks is None else status_buffer(checks)
@@ -136,6 +154,9 @@ def _result_arrays(plan: CpuPlan) -> list:
 
 def _launch(launch: _Launch, inputs: list[np.ndarray], results: list, pool: ThreadPool) -> None:
     """Patch ``launch``'s per-call pointers and run it (across ``pool`` when the plan splits it)."""
+    if launch.__class__ is BoundHostStep:
+        launch.run(inputs, results, pool)
+        return
     for slot, kind, index in launch.patches:
         array = inputs[index] if kind == "input" else results[index]
         launch.pointers[slot] = array.ctypes.data
@@ -163,6 +184,93 @@ def _copy_results(plan: CpuPlan, inputs: list[np.ndarray], results: list) -> Non
             nbytes = t.nbytes
             results[i] = plan.arena[ref.where:ref.where + nbytes].view(t.element_type.numpy_dtype) \
                 .reshape(t.shape).copy()
+
+
+def _buffer(ref, t, arena: np.ndarray, constants: list) -> np.ndarray | None:
+    """The array of a fixed buffer (an arena slot, a constant); None for an input or output."""
+    if ref.kind == "arena":
+        return arena[ref.where:ref.where + t.nbytes].view(t.element_type.numpy_dtype).reshape(t.shape)
+    if ref.kind == "constant":
+        return constants[ref.where]
+    return None
+
+
+class BoundHostStep:
+    """A ``HostStep`` bound to memory: its regions' bound plans, its fixed operand and result
+    arrays, a second buffer per carried value and the index / condition arrays the regions read
+    and write (see the module docstring)."""
+
+    def __init__(self, step: HostStep, regions: list, constants: list, arena: np.ndarray):
+        self.step, self.regions, self.name = step, regions, step.name
+        self.checks = None  # a region's kernels check their own bounds
+        op = step.op
+        self.operands = [(ref, _buffer(ref, v.type, arena, constants)) for ref, v in zip(step.operands, op.operands)]
+        self.results = [(ref, _buffer(ref, r.type, arena, constants)) for ref, r in zip(step.results, op.results)]
+        carried = {"lz.for": op.results[:step.num_carried], "lz.while": op.results, "lz.if": []}[step.name]
+        self.spare = [np.empty(r.type.shape, r.type.element_type.numpy_dtype) for r in carried]
+        self.index = np.zeros((), np.int64)
+        self.go = np.zeros((), np.bool_)
+
+    @staticmethod
+    def _arrays(refs, inputs, results) -> list:
+        return [a if a is not None else (inputs if ref.kind == "input" else results)[ref.where] for ref, a in refs]
+
+    def run(self, inputs: list, results: list, pool: ThreadPool) -> None:
+        operands = self._arrays(self.operands, inputs, results)
+        outs = self._arrays(self.results, inputs, results)
+        if self.name == "lz.if":
+            run_region(self.regions[0 if operands[0] else 1], operands[1:], outs, pool)
+        elif self.name == "lz.for":
+            self._run_for(operands, outs, pool)
+        else:
+            self._run_while(operands, outs, pool)
+
+    def _run_for(self, operands: list, outs: list, pool: ThreadPool) -> None:
+        step, body = self.step, self.regions[0]
+        ni, nc, n = step.num_invariant, step.num_carried, step.trip_count
+        invariants, current, xs = operands[:ni], operands[ni:ni + nc], operands[ni + nc:]
+        finals, ys = outs[:nc], outs[nc:]
+        if n == 0:
+            for final, init in zip(finals, current):
+                np.copyto(final, init)
+            return
+        prefix = [self.index] + invariants
+        for count, i in enumerate(range(n - 1, -1, -1) if step.reverse else range(n)):
+            # the buffers alternate so that the last iteration (count n - 1) writes into finals
+            written = finals if (n - 1 - count) % 2 == 0 else self.spare
+            self.index[()] = i
+            run_region(body, prefix + current + [x[i] for x in xs], written + [y[i] for y in ys], pool)
+            current = written
+
+    def _run_while(self, operands: list, outs: list, pool: ThreadPool) -> None:
+        ni = self.step.num_invariant
+        condition, body = self.regions
+        invariants, current = operands[:ni], operands[ni:]
+        buffers = (outs, self.spare)
+        count = 0
+        while True:
+            run_region(condition, invariants + current, [self.go], pool)
+            if not self.go:
+                break
+            written = buffers[count % 2]
+            run_region(body, invariants + current, written, pool)
+            current, count = written, count + 1
+        if current is not outs:
+            for out, value in zip(outs, current):
+                np.copyto(out, value)
+
+
+def run_region(plan: CpuPlan, inputs: list, outputs: list, pool: ThreadPool) -> None:
+    """Run a region's plan with its results written into ``outputs`` (arrays the caller owns:
+    views into stacked results, a carried value's next buffer).  The caller holds the lock of the
+    plan the region belongs to, which guards the region's arena too."""
+    for launch in plan.launches:
+        _launch(launch, inputs, outputs, pool)
+    for i, (written_in_place, ref, t) in enumerate(plan.outputs):
+        if not written_in_place:
+            source = (inputs if ref.kind == "input" else outputs)[ref.where] if ref.kind in ("input", "output") \
+                else _buffer(ref, t, plan.arena, plan.plan.constants)
+            np.copyto(outputs[i], source)
 
 
 def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> list[np.ndarray]:
@@ -210,6 +318,9 @@ def profile_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> t
             start = clock()
             _launch(launch, inputs, results, pool)
             seconds = clock() - start
+            if isinstance(planned, HostStep):  # the whole step, its regions' kernels inside it
+                rows.append(KernelTiming(launch.name, "control_flow", seconds, 0, 0, False))
+                continue
             rows.append(KernelTiming(launch.name, planned.kind, seconds, planned.kernel.flops,
                                      planned.kernel.bytes_accessed, launch.parallel))
         _copy_results(plan, inputs, results)

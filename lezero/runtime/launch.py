@@ -34,6 +34,7 @@ import numpy as np
 from lezero.codegen.llvm.jit import compile_module
 from lezero.codegen.index_checks import SLOTS_PER_CHECK
 from lezero.runtime.cpu import check_status
+from lezero.runtime.plan import launch_count
 
 # offsetof(PyArrayObject, data): PyObject_HEAD is a refcount and a type pointer.
 _DATA_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
@@ -173,8 +174,8 @@ def lean_runner(plan, pool):
     launches (an output may alias an input only when it is 1); ``run.checks_indices``: whether a
     kernel has bounds checks (then a call may raise ``IndexError``)."""
     run = _lean_runner(plan, pool)
-    run.kernel_count = len(plan.launches)
-    run.checks_indices = any(launch.checks is not None for launch in plan.launches)
+    run.kernel_count = launch_count(plan.plan)
+    run.checks_indices = any(launch.checks is not None for launch in plan.launches) or bool(plan.plan.host_steps)
     return run
 
 
@@ -183,7 +184,7 @@ def _lean_runner(plan, pool):
 
     specs = [(tuple(t.shape), t.element_type.numpy_dtype) for _, _, t in plan.outputs]
     all_in_place = all(in_place for in_place, _, _ in plan.outputs)
-    if not USE_LAUNCHER or not all_in_place:
+    if not USE_LAUNCHER or not all_in_place or plan.plan.host_steps:  # a host step runs its regions in Python
         def run_generic(inputs, outs=None):
             results = run_plan(plan, inputs, pool)
             if outs is None:

@@ -15,6 +15,15 @@ once (the attribute names are memory-plan's constants) and returns an ``Executio
 - **outputs**: where each result is after the last launch; ``BufferRef("output", i)`` means
   written in place, anything else is copied from there.
 
+- **host steps**: a control-flow op of the schedule (``lz.for``, ``lz.while``, ``lz.if``) is a
+  ``HostStep`` among the launches: its operand and result buffers and one ``ExecutionPlan`` per
+  region (``region_plans``, built here from the region ``lezero.codegen.schedule`` scheduled as a
+  function: its arguments are the block's arguments, its outputs the yielded values, its arena its
+  own).  An executor runs a region's plan once per iteration with its inputs bound to views (the
+  carried values' current buffers, ``xs[i]``) and its outputs to the buffers the next iteration
+  reads (``ys[i]`` written in place, the carried values into a second buffer, swapped); the
+  kernels of a region are lowered once.
+
 A bad schedule is rejected here, once: an op left outside any kernel.  The executors bind a plan
 to memory and run it: ``runtime.cpu`` (a numpy arena, ctypes or the lean launcher),
 ``runtime.cuda`` (torch arenas, Triton launches, transfers) and ``runtime.native`` (C tables
@@ -28,14 +37,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lezero.codegen.schedule import schedule
+from lezero.codegen.schedule import REGION_ARENAS_ATTR, schedule
 from lezero.codegen.targets import backend
 from lezero.ir.core import FuncOp, ModuleOp, Operation
 from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.device import DEVICES
 from lezero.ir.types import FunctionType, TensorType
 from lezero.passes.memory_plan import OFFSETS_ATTR, arena_attributes
-from lezero.passes.partition import TRANSFER_KIND
+from lezero.passes.partition import CONTROL_FLOW_OPS, TRANSFER_KIND
 from lezero.passes.placement import HOST
 
 # A kernel runs on the calling thread unless it writes this many bytes or does this many flops.
@@ -96,21 +105,50 @@ class Launch:
 
 
 @dataclass
+class HostStep:
+    """A control-flow op of the schedule, run on the host: ``name`` (``lz.for``, ``lz.while``,
+    ``lz.if``), its ``operands`` and ``results`` (``BufferRef``s, as a launch's), one plan per
+    region (``region_plans``) and, for ``lz.for``, its attributes.  Not a kernel: ``kernel`` is None."""
+
+    op: Operation
+    name: str
+    operands: list
+    results: list
+    region_plans: list
+    trip_count: int = 0
+    num_invariant: int = 0
+    num_carried: int = 0
+    reverse: bool = False
+    kernel = None
+    split_over_threads = False
+
+    @property
+    def launch_count(self) -> int:
+        """The step itself and the launches of one run of each region (nested steps counted through)."""
+        return 1 + sum(launch_count(p) for p in self.region_plans)
+
+
+@dataclass
 class ExecutionPlan:
-    """A scheduled function as data (see the module docstring)."""
+    """A scheduled function (or region: ``block``) as data (see the module docstring)."""
 
     module: ModuleOp
     func: FuncOp
     arena_sizes: dict                    # device -> bytes of its arena
     constants: list = field(default_factory=list)
-    launches: list = field(default_factory=list)
+    launches: list = field(default_factory=list)  # Launch or HostStep, in schedule order
     outputs: list = field(default_factory=list)  # BufferRef per result
     folded_kernels: int = 0              # kernels of constants only, evaluated while planning
+    block: object = None                 # the block planned: the function's entry block, or a region's
 
     @property
     def result_types(self) -> list:
-        """The static type of each result (of the returned values: the schedule's)."""
-        return [v.type for v in self.func.return_op.operands]
+        """The static type of each result (of the returned or yielded values: the schedule's)."""
+        return [v.type for v in self.block.terminator.operands]
+
+    @property
+    def host_steps(self) -> list:
+        return [launch for launch in self.launches if isinstance(launch, HostStep)]
 
     def written_in_place(self, index: int) -> bool:
         """Whether the last kernel writing result ``index`` writes it into the output buffer."""
@@ -148,6 +186,11 @@ def splits_over_threads(kernel, op: Operation) -> bool:
     return kernel.work_items > 1 and (out_bytes >= PARALLEL_MIN_BYTES or kernel.flops >= PARALLEL_MIN_FLOPS)
 
 
+def launch_count(plan: ExecutionPlan) -> int:
+    """The launches of one run of ``plan`` (a host step counted with one run of each region)."""
+    return sum(launch.launch_count if isinstance(launch, HostStep) else 1 for launch in plan.launches)
+
+
 def build_plan(module: ModuleOp, entry: str, cpu=None, fold_constant_kernels: bool = False,
                cache=None) -> ExecutionPlan:
     """The ``ExecutionPlan`` of ``@entry`` in a scheduled ``module``, CPU kernels lowered for
@@ -157,20 +200,40 @@ def build_plan(module: ModuleOp, entry: str, cpu=None, fold_constant_kernels: bo
     for device in DEVICES:
         attr = func.attributes.get(arena_attributes(device)[0])
         sizes[device] = int(attr.value) if attr is not None else 0
-    plan = ExecutionPlan(module, func, sizes)
-    returned = func.return_op.operands
+    return _plan_block(ExecutionPlan(module, func, sizes, block=func.entry_block), cpu, fold_constant_kernels, cache)
+
+
+def _host_step(plan: ExecutionPlan, op: Operation, operands: list, results: list, cpu, cache) -> HostStep:
+    """A control-flow op's step: a plan per region, each in an arena of its own."""
+    sizes = op.attributes[REGION_ARENAS_ATTR].values
+    region_plans = [_plan_block(ExecutionPlan(plan.module, plan.func, {**{d: 0 for d in DEVICES}, HOST: int(size)},
+                                              block=region.block), cpu, False, cache)
+                    for region, size in zip(op.regions, sizes)]
+    attrs = {k: op.attributes[k].value for k in ("trip_count", "num_invariant", "num_carried", "reverse")
+             if k in op.attributes}
+    return HostStep(op, op.name, operands, results, region_plans, **attrs)
+
+
+def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) -> ExecutionPlan:
+    block = plan.block
+    returned = block.terminator.operands
     output_slot: dict[int, int] = {}
     for i, v in enumerate(returned):
         output_slot.setdefault(id(v), i)
-    where: dict[int, BufferRef] = {id(a): BufferRef("input", i) for i, a in enumerate(func.arguments)}
+    where: dict[int, BufferRef] = {id(a): BufferRef("input", i) for i, a in enumerate(block.args)}
 
     def constant(array: np.ndarray, t: TensorType) -> BufferRef:
         plan.constants.append(np.ascontiguousarray(array, t.element_type.numpy_dtype).reshape(t.shape))
         return BufferRef("constant", len(plan.constants) - 1)
 
-    for op in func.entry_block.ops:
+    for op in block.ops:
         if op.name == "lz.constant":
             where[id(op.result)] = constant(op.attributes["value"].array, op.result.type)
+        elif op.name in CONTROL_FLOW_OPS:
+            for r, offset in zip(op.results, op.attributes[OFFSETS_ATTR].values):
+                where[id(r)] = BufferRef("output", output_slot[id(r)]) if offset < 0 else BufferRef("arena", offset)
+            plan.launches.append(_host_step(plan, op, [where[id(v)] for v in op.operands],
+                                            [where[id(r)] for r in op.results], cpu, cache))
         elif op.name == "lz.kernel":
             operands = [where[id(v)] for v in op.operands]
             if fold_constant_kernels and all(ref.kind == "constant" for ref in operands):
@@ -191,7 +254,7 @@ def build_plan(module: ModuleOp, entry: str, cpu=None, fold_constant_kernels: bo
                 launch.kernel = lower_for_device(op, device, cpu, cache)
                 launch.split_over_threads = device == HOST and splits_over_threads(launch.kernel, op)
             plan.launches.append(launch)
-        elif op.name != "func.return":
+        elif op is not block.terminator:
             raise IRError(f"'{op.name}' op is left outside any kernel after fusion", op.location)
     plan.outputs = [where[id(v)] for v in returned]
     return plan

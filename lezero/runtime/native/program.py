@@ -28,9 +28,10 @@ from lezero.codegen.index_checks import initial_status
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.ir.attributes import ArrayAttr, StringAttr
 from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, FuncOp, ModuleOp
+from lezero.ir.diagnostics import IRError
 from lezero.ir.types import TensorType, format_shape
 from lezero.passes.placement import HOST
-from lezero.runtime.plan import BufferRef, build_plan
+from lezero.runtime.plan import BufferRef, HostStep, build_plan
 
 WEIGHT_ALIGNMENT = 64
 
@@ -208,6 +209,9 @@ def plan_program(module: ModuleOp, func: FuncOp, name: str, source: str,
 
     symbols_by_code: dict[str, str] = {}
     for launch in plan.launches:
+        if isinstance(launch, HostStep):
+            raise IRError(f"'{launch.name}' op: a native executable does not run control flow yet "
+                          f"(lezero.compile runs it)", launch.op.location)
         lowered = launch.kernel
         code = lowered.llvm_ir.replace(lowered.name, "\0kernel\0")
         symbol = symbols_by_code.setdefault(code, lowered.name)
