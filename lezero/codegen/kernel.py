@@ -7,9 +7,10 @@ its own:
    specializes shapes before lowering), names it (``symbol_name``), makes the backend's context
    and asks the backend's ``unsupported_reason`` about every op of the body;
 2. the kernel's kind (partition decides: ``elementwise``, ``reduction``, ``single``,
-   ``matmul``/``conv``) picks one of the backend's ``KindLowerings``; a ``single`` kernel's one
-   op picks pooling, max pooling's gradient, a reduction, ``lz.cumulative``, ``lz.topk``,
-   ``lz.scatter_nd`` or, for a lone elementwise or data movement op, the elementwise lowering;
+   ``matmul``/``conv``, ``attention``) picks one of the backend's ``KindLowerings``; a ``single``
+   kernel's one op picks pooling, max pooling's gradient, a reduction, ``lz.cumulative``,
+   ``lz.topk``, ``lz.scatter_nd``, ``lz.attention`` or, for a lone elementwise or data movement
+   op, the elementwise lowering;
 3. the backend wraps what its lowering returned (work items, launch configs) with
    ``estimate_flops`` and ``bytes_accessed`` into what it hands the runtime.
 
@@ -92,6 +93,7 @@ class KindLowerings:
     cumulative: Callable
     topk: Callable
     scatter_nd: Callable
+    attention: Callable | None = None  # kind "attention" (the CPU's; other targets never get one)
 
 
 def lower_kernel(kernel_op: Operation, target: str, make_context: Callable, lowerings: KindLowerings,
@@ -120,6 +122,8 @@ def lower_kernel(kernel_op: Operation, target: str, make_context: Callable, lowe
         return ctx, _lower_single(ctx, lowerings)
     if kind in ("matmul", "conv"):
         return ctx, lowerings.contraction(ctx)
+    if kind == "attention" and lowerings.attention is not None:
+        return ctx, lowerings.attention(ctx)
     raise LoweringError(f"failed to lower lz.kernel {attrs.name} of kind '{kind}' for {target}: unknown kernel "
                         "kind", kernel_op.location)
 
@@ -141,6 +145,8 @@ def _lower_single(ctx: KernelContext, lowerings: KindLowerings):
         return lowerings.topk(ctx, op)
     if op.name in SCATTER_OPS:
         return lowerings.scatter_nd(ctx, op)
+    if op.name == "lz.attention" and lowerings.attention is not None:
+        return lowerings.attention(ctx)
     definition = op.definition
     if op.name in MOVEMENT or (definition is not None and definition.has_trait(ELEMENTWISE)):
         return lowerings.elementwise(ctx)
@@ -160,6 +166,9 @@ def estimate_flops(body) -> int:
             continue
         if op.name in CONTRACTION_OPS:
             total += contraction_flops(op)
+        elif op.name == "lz.attention":  # the two products, and exp per score
+            q, k, v = (x.type.shape for x in op.operands[:3])
+            total += math.prod(q[:-1]) * k[-2] * (2 * q[-1] + 2 * v[-1] + 1)
         elif op.name in REDUCTION_OPS:
             total += math.prod(op.operands[0].type.shape)
         elif op.name in POOL_OPS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
+from lezero.passes.attention import FuseAttention
 from lezero.passes.autodiff import Autodiff
 from lezero.passes.canonicalize import Canonicalize
 from lezero.passes.constant_fold import ConstantFold
@@ -31,6 +32,7 @@ BUILTIN_PASSES: dict[str, type[Pass]] = {
     "dce": DeadCodeElimination,
     "decompose": Decompose,
     "fuse": Fuse,
+    "fuse-attention": FuseAttention,
     "memory-plan": MemoryPlan,
     "partition": Partition,
     "shape-infer": ShapeInfer,

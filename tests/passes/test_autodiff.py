@@ -146,6 +146,8 @@ TORCH = {
     "lz.max": lambda a, x, y: torch.maximum(x, y), "lz.min": lambda a, x, y: torch.minimum(x, y),
     "lz.select": lambda a, c, x, y: torch.where(c, x, y),
     "lz.matmul": lambda a, x, y: torch.matmul(x, y),
+    "lz.attention": lambda a, q, k, v, *mask: torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask[0] if mask else None, scale=a["scale"]),
     "lz.conv2d": lambda a, x, w: _torch_conv(x, w, a),
     "lz.max_pool2d": lambda a, x: F.max_pool2d(x, a["kernel"], a.get("strides", 1), _symmetric(a.get("pads", (0,) * 4)),
                                                a.get("dilations", 1), ceil_mode=a.get("ceil_mode", False)),

@@ -138,6 +138,9 @@ SAMPLES["lz.cmp"] = [Sample("lz.cmp", [Arg((3, 4)), Arg((4,))], {"predicate": p}
 SAMPLES["lz.select"] = [Sample("lz.select", [Arg((3, 4), "bool", "bool"), Arg((3, 4)), Arg((4,))]),
                         Sample("lz.select", [Arg((2, 1), "bool", "bool"), Arg((1, 3), "int32", "small-int"),
                                              Arg((2, 3), "int32", "small-int")])]
+SAMPLES["lz.attention"] = [Sample("lz.attention", [Arg((2, 5, 8)), Arg((2, 7, 8)), Arg((2, 7, 3))], {"scale": 0.35}),
+                           Sample("lz.attention", [Arg((2, 3, 4, 16)), Arg((2, 3, 9, 16)), Arg((2, 3, 9, 16)),
+                                                   Arg((2, 1, 1, 9))], {"scale": 0.25})]
 SAMPLES["lz.matmul"] = [Sample("lz.matmul", [Arg((5, 7)), Arg((7, 3))]),
                         Sample("lz.matmul", [Arg((2, 1, 4, 6)), Arg((3, 6, 5))]),
                         Sample("lz.matmul", [Arg((6,)), Arg((6, 4))]),

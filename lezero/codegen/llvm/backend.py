@@ -15,6 +15,7 @@ the same names as the Triton backend's:
 - ``single``: ``pooling.py`` (``lz.max_pool2d``/``lz.avg_pool2d``, ``lz.max_pool2d_grad``),
   ``reduction.py`` (``lz.cumulative``), ``selection.py`` (``lz.topk``, ``lz.scatter_nd``); a lone
   elementwise, data movement or reduction op goes through the matching lowering;
+- ``attention``: ``attention.py`` (``lz.attention``, from the fuse-attention pass);
 - ``matmul``/``conv``: ``contraction.py`` (float32 through ``gemm.py``'s GEMM with the epilogue
   in its micro-kernel, ``contraction_gemm.py``; other dtypes as loops).
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from lezero.codegen import kernel
+from lezero.codegen.llvm.attention import lower_attention
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction import lower_contraction
 from lezero.codegen.llvm.elementwise import lower_elementwise
@@ -45,7 +47,7 @@ from lezero.ir.core import ModuleOp, Operation
 LOWERINGS = kernel.KindLowerings(
     backend="CPU", elementwise=lower_elementwise, reduction=lower_reduction, contraction=lower_contraction,
     pooling=lower_pooling, max_pool2d_grad=lower_max_pool2d_grad, cumulative=lower_cumulative, topk=lower_topk,
-    scatter_nd=lower_scatter_nd)
+    scatter_nd=lower_scatter_nd, attention=lower_attention)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Importing this package registers them all.  One module per family:
   ``gather``; ``constant``: ``constant``
 - ``kernel``: ``kernel``, ``yield`` (a fused group, made by the fuse pass); ``device``:
   ``transfer`` (a copy to another device's memory, made by ``partition{target=cuda}``)
+- ``attention``: ``attention`` (formed by the fuse-attention pass, one kernel on the CPU)
 - ``composite``: ``softmax``, ``log_softmax``, ``layer_norm``, ``batch_norm`` (with decompositions)
 - ``random``: ``random_uniform`` (counter-based Philox4x32-10: the state is an operand)
 
@@ -18,5 +19,5 @@ Shared rules live in one helper each: ``broadcasting`` (shapes), ``axes`` (axis 
 ``windows`` (conv and pool geometry), ``constraints`` (element types), ``numerics`` (numpy
 storage of element types).
 """
-from lezero.ir.dialect import (composite, constant, contraction, data_movement, device, elementwise,  # noqa: F401
+from lezero.ir.dialect import (attention, composite, constant, contraction, data_movement, device, elementwise,  # noqa: F401
                                kernel, pooling, random, reduction)

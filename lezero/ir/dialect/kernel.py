@@ -22,7 +22,7 @@ from lezero.ir.dialect.device import DEVICES
 from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, TERMINATOR, AttrSpec, OpDef, OpError, register
 
 # What the code generators see; the partitioner decides it.
-KERNEL_KINDS = ("elementwise", "reduction", "matmul", "conv", "single", "transfer")
+KERNEL_KINDS = ("elementwise", "reduction", "matmul", "conv", "single", "transfer", "attention")
 
 
 @register

@@ -1,0 +1,108 @@
+"""fuse-attention (``lezero/passes/attention.py``): the exports' attention chains become one
+``attention`` kernel that reads q, k, v through their slices, reshapes and transposes and writes
+the layout the output projection reads; what it must leave alone stays unfused; compiled, every
+chain matches the interpreter on the unfused graph."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lezero
+from lezero.codegen.schedule import schedule
+from lezero.ir.builder import Builder
+from lezero.ir.core import FuncOp, ModuleOp
+from lezero.ir.interpreter import interpret
+from lezero.ir.types import F32, F64, FunctionType, TensorType
+from lezero.passes import run_pipeline
+
+
+def chain(b, s, h, d, *, mask=None, scaling="mul", dtype=F32, share_softmax=False, out_layout=True):
+    """``@f(x: [b, s, 3 h d][, mask: [b, 1, s, s]])`` as the exports write attention: the QKV
+    projection's output sliced, reshaped to heads, transposed, q k^T, scaled (``mul``, ``div``, or
+    ``split``: q and k^T scaled apart, as ViT's export), masked, softmax, times v, back to
+    ``[b, s, h d]`` (``out_layout``)."""
+    args = [TensorType((b, s, 3 * h * d), dtype)] + ([TensorType(mask, dtype)] if mask else [])
+    func = FuncOp("f", FunctionType(args, []))
+    bb = Builder.at_end(func.entry_block)
+    x = func.arguments[0]
+    heads = []
+    for i in range(3):
+        part = bb.op("lz.slice", x, starts=[i * h * d], ends=[(i + 1) * h * d], axes=[2])
+        heads.append(bb.op("lz.reshape", part, shape=[b, s, h, d]))
+    q = bb.op("lz.transpose", heads[0], perm=[0, 2, 1, 3])
+    kt = bb.op("lz.transpose", heads[1], perm=[0, 2, 3, 1])
+    v = bb.op("lz.transpose", heads[2], perm=[0, 2, 1, 3])
+
+    def constant(value):
+        return bb.constant(np.asarray(value, dtype.numpy_dtype), TensorType((), dtype))
+
+    if scaling == "split":
+        q = bb.op("lz.mul", q, constant(d ** -0.25))
+        kt = bb.op("lz.mul", kt, constant(d ** -0.25))
+    scores = bb.op("lz.matmul", q, kt)
+    if scaling == "mul":
+        scores = bb.op("lz.mul", scores, constant(d ** -0.5))
+    elif scaling == "div":
+        scores = bb.op("lz.div", scores, constant(d ** 0.5))
+    if mask:
+        scores = bb.op("lz.add", scores, func.arguments[1])
+    p = bb.op("lz.softmax", scores, axis=-1)
+    out = bb.op("lz.matmul", p, v)
+    if out_layout:
+        out = bb.op("lz.reshape", bb.op("lz.transpose", out, perm=[0, 2, 1, 3]), shape=[b, s, h * d])
+    results = [out, p] if share_softmax else [out]
+    bb.create("func.return", results, result_types=[])
+    func.update_function_type()
+    return ModuleOp([func])
+
+
+def kernel_kinds(module) -> list[str]:
+    scheduled = schedule(run_pipeline(module, "shape-infer"))
+    return [op.attributes["kind"].value for op in scheduled.functions[0].entry_block.ops if op.name == "lz.kernel"]
+
+
+def inputs(module, seed=0):
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(a.type.shape).astype(a.type.element_type.numpy_dtype)
+              for a in module.functions[0].arguments]
+    if len(arrays) == 2:  # an additive padding mask: the lowest float on the last third of the keys
+        s = arrays[1].shape[-1]
+        arrays[1] = np.where(np.arange(s) >= s - s // 3, np.finfo(arrays[1].dtype).min, 0).astype(arrays[1].dtype) \
+            * np.ones(arrays[1].shape, arrays[1].dtype)
+    return arrays
+
+
+CASES = {
+    "bert": {"b": 2, "s": 64, "h": 4, "d": 64, "mask": (2, 1, 1, 64)},
+    "gpt2_full_mask": {"b": 2, "s": 33, "h": 2, "d": 64, "mask": (2, 1, 33, 33)},
+    "vit_split_scale": {"b": 1, "s": 197, "h": 3, "d": 64, "scaling": "split"},
+    "div_scale_no_output_transpose": {"b": 1, "s": 7, "h": 2, "d": 80, "scaling": "div", "out_layout": False},
+    "one_token": {"b": 3, "s": 1, "h": 2, "d": 32, "mask": (3, 1, 1, 1)},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_the_chain_is_one_kernel_reading_its_operands_in_place_and_matches_the_unfused_graph(case):
+    module = chain(**CASES[case])
+    assert kernel_kinds(chain(**CASES[case])) == ["attention"]
+    arrays = inputs(module)
+    want = interpret(module, "f", *arrays)
+    got = lezero.compile(chain(**CASES[case]), "f")(*arrays)
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6 * scale)
+
+
+def test_a_softmax_read_elsewhere_is_not_fused():
+    """An autodiff graph keeps the softmax for its backward pass: the scores are needed anyway."""
+    assert "attention" not in kernel_kinds(chain(1, 16, 2, 32, share_softmax=True))
+
+
+def test_float64_stays_unfused():
+    assert "attention" not in kernel_kinds(chain(1, 16, 2, 32, dtype=F64))
+
+
+def test_other_targets_get_the_unfused_chain():
+    module = run_pipeline(chain(1, 16, 2, 32), "shape-infer")
+    scheduled = schedule(module, target="cuda")
+    kinds = {op.attributes["kind"].value for op in scheduled.functions[0].entry_block.ops if op.name == "lz.kernel"}
+    assert "attention" not in kinds and "matmul" in kinds
