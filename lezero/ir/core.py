@@ -153,6 +153,13 @@ class Operation:
             raise ValueError(f"{self.name} has {len(self.results)} results, not one")
         return self.results[0]
 
+    def add_result(self, type_: Type) -> OpResult:
+        """A new last result (an op whose results are variadic growing one: the gradient of
+        ``lz.for`` makes the forward loop also stack its carried values)."""
+        result = OpResult(type_, self, len(self.results))
+        self.results.append(result)
+        return result
+
     @property
     def result_types(self) -> list[Type]:
         return [r.type for r in self.results]

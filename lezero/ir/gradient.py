@@ -17,17 +17,22 @@ operand such as ``gather``'s indices, or a function that is piecewise constant, 
 argmax, constants): their operands get no contribution, so an argument reached only through
 them has a zero gradient, as in PyTorch.  An op whose definition has no rule (``grad = None``)
 is a hard error when a gradient must pass through it: ``no gradient rule for lz.foo``.  Composite
-ops need none: the autodiff pass decomposes them first.  ``lezero/passes/autodiff.py`` walks a
-function in reverse and sums the contributions.
+ops need none: the autodiff pass decomposes them first.  ``backpropagate`` walks a
+block's ops in reverse and sums the contributions (``lezero/passes/autodiff.py`` runs it on a
+function's body, the control-flow ops' rules on their regions).  An op with several results
+(``num_results = None``: ``lz.for``, ``lz.if``) gets ``dy`` as a list, one cotangent per result,
+None where none flowed.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from lezero.ir.builder import Builder
-from lezero.ir.core import Value
+from lezero.ir.core import Operation, Value
+from lezero.ir.diagnostics import IRError
 from lezero.ir.opdef import OpError
 from lezero.ir.types import ElementType, TensorType
+from lezero.ir.verifier import types_compatible
 
 
 def no_gradient(b, op, attrs, dy):
@@ -119,3 +124,66 @@ class GradBuilder(Builder):
             return self.reshape(self.op("lz.reduce_sum", g, axes=list(range(lead)) + inner), shape)
         g = self.op("lz.reduce_sum", g, axes=inner, keepdims=True)
         return self.op("lz.reduce_sum", g, axes=list(range(lead)))
+
+
+# --- the reverse walk ------------------------------------------------------------------------------
+
+def backpropagate(b: "GradBuilder", ops: list[Operation], outputs: list[Value], cotangents: list,
+                  wrt: list[Value]) -> dict[Value, Value]:
+    """Build, with ``b``, the gradient of ``ops`` (a block's ops in program order): the
+    ``cotangents`` (a Value or None per entry of ``outputs``) flow back, op by op in reverse order,
+    to every value a ``wrt`` value reaches.  Returns value -> its summed gradient (the entries of
+    ``wrt`` that got one among them)."""
+    active = _active_values(ops, wrt)
+    gradients: dict[Value, Value] = {}
+
+    def accumulate(value: Value, contribution: Value) -> None:
+        existing = gradients.get(value)
+        gradients[value] = contribution if existing is None else b.op("lz.add", existing, contribution)
+
+    for output, cotangent in zip(outputs, cotangents):
+        if cotangent is not None and output in active:
+            accumulate(output, cotangent)
+    for op in reversed(ops):
+        if not any(r in gradients for r in op.results):
+            continue
+        for operand, g in zip(op.operands, _operand_gradients(b, op, gradients)):
+            if g is not None and operand in active:
+                accumulate(operand, g)
+    return gradients
+
+
+def _is_float_tensor(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and v.type.element_type.is_float
+
+
+def _active_values(ops: list[Operation], seeds: list[Value]) -> set[Value]:
+    """The values a gradient may flow through: the seeds, and float results of ops reading one."""
+    active = set(seeds)
+    for op in ops:
+        if any(v in active for v in op.operands):
+            active.update(r for r in op.results if _is_float_tensor(r))
+    return active
+
+
+def _operand_gradients(b: GradBuilder, op: Operation, gradients: dict) -> list:
+    """Run ``op``'s gradient rule on its results' accumulated cotangents; check what it returns."""
+    definition = op.definition
+    rule = definition.grad if definition is not None else None
+    several = definition is not None and definition.num_results is None
+    if rule is None or (len(op.results) != 1 and not several):
+        raise IRError(f"no gradient rule for {op.name}", op.location)
+    b.location = op.location
+    dy = [gradients.get(r) for r in op.results] if several else gradients[op.result]
+    try:
+        grads = list(rule(b, op, definition.attrs(op), dy))
+    except OpError as e:
+        raise IRError(f"'{op.name}' op gradient: {e}", op.location) from None
+    if len(grads) != len(op.operands):
+        raise IRError(f"the gradient rule of {op.name} returned {len(grads)} gradients for "
+                      f"{len(op.operands)} operands", op.location)
+    for i, (operand, g) in enumerate(zip(op.operands, grads)):
+        if g is not None and not types_compatible(operand.type, g.type):
+            raise IRError(f"the gradient rule of {op.name} returned {g.type} for operand #{i} of type "
+                          f"{operand.type}", op.location)
+    return grads

@@ -32,6 +32,7 @@ ELEMENTWISE = "elementwise"  # result[i] depends on operands[i] (after broadcast
 COMPOSITE = "composite"      # the decompose pass expands it into primitives
 TERMINATOR = "terminator"    # ends a block
 ISOLATED_FROM_ABOVE = "isolated_from_above"  # its regions see no outer values (a new SSA name scope)
+YIELDS = "yields"            # its regions end with lz.yield (lz.kernel, lz.for, lz.while, lz.if)
 
 
 class OpError(Exception):
@@ -202,6 +203,11 @@ class OpDef:
 
     def verify_extra(self, op, attrs: Attrs) -> None:
         pass
+
+    def region_argument_types(self, op) -> list[list] | None:
+        """For ops with regions: the types each region's block arguments take from ``op``'s
+        operands (shape inference refines the arguments from them); None: not stated."""
+        return None
 
     # --- derived ------------------------------------------------------------------------------
     def check_operand_count(self, n: int) -> None:

@@ -8,14 +8,14 @@ interprets and compiles like any function, and differentiating it again gives se
 
 How it is built:
 
-1. ``@f``'s body is copied into ``@f_grad`` and its composite ops are decomposed (composites have
-   no gradient rule of their own).
+1. ``@f``'s body is copied into ``@f_grad`` and its composite ops are decomposed, in loop and
+   branch bodies too (composites have no gradient rule of their own).
 2. The *active* values are found, forward: the ``wrt`` arguments and every float result of an op
    with an active operand.  Only they get cotangents (nothing flows through integers, i1, or
    values the ``wrt`` arguments do not reach).
-3. The ops are walked in reverse program order (a reverse topological order): for each op whose
-   result has a cotangent, its definition's ``grad`` rule (``lezero/ir/gradient.py``) builds the
-   operand gradients after the forward ops; contributions to one value are summed with
+3. ``backpropagate`` (``lezero/ir/gradient.py``) walks the ops in reverse program order (a
+   reverse topological order): for each op whose result has a cotangent, its definition's
+   ``grad`` rule builds the operand gradients after the forward ops; contributions to one value are summed with
    ``lz.add``.  An op without a rule is a hard error naming it: ``no gradient rule for lz.foo``.
 4. ``func.return`` gives the forward results, then the gradients; an argument no result depends on
    gets zeros.  Ops the rules built but nothing uses are erased.
@@ -26,12 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lezero.ir.core import Block, FuncOp, ModuleOp, Operation, Value
+from lezero.ir.core import Block, FuncOp, ModuleOp
 from lezero.ir.diagnostics import IRError
-from lezero.ir.gradient import GradBuilder
+from lezero.ir.gradient import GradBuilder, backpropagate
 from lezero.ir.opdef import COMPOSITE, OpError
 from lezero.ir.types import FunctionType, TensorType
-from lezero.ir.verifier import types_compatible
 from lezero.passes.dce import erase_dead_ops
 from lezero.passes.decompose import MAX_ROUNDS, decompose_op
 from lezero.passes.pass_base import Pass, option
@@ -103,24 +102,9 @@ def build_grad_function(func: FuncOp, wrt: list[int]) -> FuncOp:
     forward_return.erase()
     forward_ops = list(block.ops)
 
-    # 2. active values, 3. the reverse walk
-    active = _active_values(forward_ops, [primals[i] for i in wrt])
+    # 2. active values, 3. the reverse walk (lezero/ir/gradient.py)
     b = GradBuilder.at_end(block, func.location)
-    gradients: dict[Value, Value] = {}
-
-    def accumulate(value: Value, contribution: Value) -> None:
-        existing = gradients.get(value)
-        gradients[value] = contribution if existing is None else b.op("lz.add", existing, contribution)
-
-    for result, cotangent in zip(results, cotangents):
-        if result in active:
-            accumulate(result, cotangent)
-    for op in reversed(forward_ops):
-        if not any(r in gradients for r in op.results):
-            continue
-        for operand, g in zip(op.operands, _operand_gradients(b, op, gradients)):
-            if g is not None and operand in active:
-                accumulate(operand, g)
+    gradients = backpropagate(b, forward_ops, results, list(cotangents), [primals[i] for i in wrt])
 
     # 4. results, then gradients (zeros where none flowed)
     outputs = list(results)
@@ -140,47 +124,14 @@ def build_grad_function(func: FuncOp, wrt: list[int]) -> FuncOp:
 
 def _decompose_composites(block: Block) -> None:
     for _ in range(MAX_ROUNDS):
-        todo = [op for op in block.ops if op.definition is not None and op.definition.has_trait(COMPOSITE)]
+        todo = [op for top in block.ops for op in top.walk()  # loop bodies too: their rules differentiate them
+                if op.definition is not None and op.definition.has_trait(COMPOSITE)]
         if not todo:
             return
         for op in todo:
             decompose_op(op)
     raise IRError("autodiff could not decompose the composite ops (they keep producing composites)",
                   todo[0].location)
-
-
-def _is_float_tensor(v: Value) -> bool:
-    return isinstance(v.type, TensorType) and v.type.element_type.is_float
-
-
-def _active_values(ops: list[Operation], seeds: list[Value]) -> set[Value]:
-    """The values a gradient may flow through: the seeds, and float results of ops reading one."""
-    active = set(seeds)
-    for op in ops:
-        if any(v in active for v in op.operands):
-            active.update(r for r in op.results if _is_float_tensor(r))
-    return active
-
-
-def _operand_gradients(b: GradBuilder, op: Operation, gradients: dict) -> list:
-    """Run ``op``'s gradient rule on its result's accumulated cotangent; check what it returns."""
-    definition = op.definition
-    rule = definition.grad if definition is not None else None
-    if rule is None or len(op.results) != 1:
-        raise IRError(f"no gradient rule for {op.name}", op.location)
-    b.location = op.location
-    try:
-        grads = list(rule(b, op, definition.attrs(op), gradients[op.result]))
-    except OpError as e:
-        raise IRError(f"'{op.name}' op gradient: {e}", op.location) from None
-    if len(grads) != len(op.operands):
-        raise IRError(f"the gradient rule of {op.name} returned {len(grads)} gradients for "
-                      f"{len(op.operands)} operands", op.location)
-    for i, (operand, g) in enumerate(zip(op.operands, grads)):
-        if g is not None and not types_compatible(operand.type, g.type):
-            raise IRError(f"the gradient rule of {op.name} returned {g.type} for operand #{i} of type "
-                          f"{operand.type}", op.location)
-    return grads
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """shape-infer: refine ``?`` dims that shape inference can tell.
 
-Each registered op's result types are re-inferred from its operand types (an ``lz.kernel``'s from
-its region, whose arguments follow the kernel's operands); where the IR says
+Each registered op's result types are re-inferred from its operand types (an op with regions,
+``lz.kernel`` or ``lz.for``, from its regions, whose arguments follow its operands:
+``OpDef.region_argument_types``); where the IR says
 ``?`` and inference knows the size, the result type is refined (never the other way, and never
 against a static size: that is the verifier's business).  Function signatures follow their
 ``func.return``, and calls follow the signatures, until nothing changes.
@@ -34,16 +35,23 @@ def refine(current, inferred):
     return refined if refined != current else None
 
 
-def _refine_kernel_arguments(op: Operation) -> bool:
-    """An ``lz.kernel``'s region arguments are its operands: they follow the operands' refined types."""
-    if op.name != "lz.kernel" or len(op.regions) != 1 or not op.regions[0].blocks:
+def _refine_region_arguments(op: Operation) -> bool:
+    """Region arguments follow the refined types the op's definition derives from its operands
+    (an ``lz.kernel``'s are its operands; an ``lz.for``'s the index, invariants, carried values
+    and slices of the scanned inputs)."""
+    try:
+        wanted = op.definition.region_argument_types(op)
+    except OpError:
+        return False
+    if wanted is None:
         return False
     changed = False
-    for arg, operand in zip(op.regions[0].blocks[0].args, op.operands):
-        new = refine(arg.type, operand.type)
-        if new is not None:
-            arg.type = new
-            changed = True
+    for region, types in zip(op.regions, wanted):
+        for arg, want in zip(region.blocks[0].args if region.blocks else (), types):
+            new = refine(arg.type, want)
+            if new is not None:
+                arg.type = new
+                changed = True
     return changed
 
 
@@ -52,7 +60,7 @@ def infer_op_types(op: Operation) -> bool:
     definition = op.definition
     if definition is None:
         return False
-    changed = _refine_kernel_arguments(op)
+    changed = _refine_region_arguments(op)
     if not op.results:
         return changed
     try:

@@ -12,7 +12,10 @@ from lezero.ir.types import tensor_type_of
 
 # Ops that never appear in user functions (structure), with the reason.
 NOT_SAMPLED = {"lz.kernel": "made by the fuse pass; covered by every compiled sample",
-               "lz.yield": "the terminator of lz.kernel",
+               "lz.yield": "the terminator of lz.kernel, lz.for, lz.while and lz.if",
+               "lz.for": "loops: tests/ir/test_control_flow.py, tests/runtime (the compiled loops)",
+               "lz.while": "loops: tests/ir/test_control_flow.py, tests/runtime (the compiled loops)",
+               "lz.if": "a condition: tests/ir/test_control_flow.py, tests/runtime (the compiled branches)",
                "lz.constant": "covered by samples whose functions fold or embed constants"}
 
 

@@ -12,6 +12,7 @@ Importing this package registers them all.  One module per family:
 - ``kernel``: ``kernel``, ``yield`` (a fused group, made by the fuse pass); ``device``:
   ``transfer`` (a copy to another device's memory, made by ``partition{target=cuda}``)
 - ``attention``: ``attention`` (formed by the fuse-attention pass, one kernel on the CPU)
+- ``control_flow``: ``for``, ``while``, ``if`` (loops and a condition with regions ending in ``yield``)
 - ``composite``: ``softmax``, ``log_softmax``, ``layer_norm``, ``batch_norm`` (with decompositions)
 - ``random``: ``random_uniform`` (counter-based Philox4x32-10: the state is an operand)
 
@@ -21,3 +22,4 @@ storage of element types).
 """
 from lezero.ir.dialect import (attention, composite, constant, contraction, data_movement, device, elementwise,  # noqa: F401
                                kernel, pooling, random, reduction)
+from lezero.ir.dialect import control_flow  # noqa: F401  (issue 17's lz.for, lz.while, lz.if)

@@ -19,7 +19,7 @@ live; ``partition{target=cuda}`` sets it.  A kernel of kind ``transfer`` holds o
 from __future__ import annotations
 
 from lezero.ir.dialect.device import DEVICES
-from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, TERMINATOR, AttrSpec, OpDef, OpError, register
+from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, TERMINATOR, YIELDS, AttrSpec, OpDef, OpError, register
 
 # What the code generators see; the partitioner decides it.
 KERNEL_KINDS = ("elementwise", "reduction", "matmul", "conv", "single", "transfer", "attention")
@@ -31,10 +31,13 @@ class KernelOp(OpDef):
     operands = ()
     variadic = True
     num_results = None
-    traits = frozenset({PURE, ISOLATED_FROM_ABOVE})
+    traits = frozenset({PURE, ISOLATED_FROM_ABOVE, YIELDS})
     attributes = {"kind": AttrSpec("str", "elementwise", choices=KERNEL_KINDS), "name": AttrSpec("str", "lz_kernel"),
                   "device": AttrSpec("str", "cpu", choices=DEVICES)}
     summary = "a fused group of ops compiled as one kernel"
+
+    def region_argument_types(self, op) -> list[list]:
+        return [list(op.operand_types)]
 
     def infer_for_op(self, op) -> list:
         body = _body(op)
@@ -70,12 +73,14 @@ class YieldOp(OpDef):
     variadic = True
     num_results = 0
     traits = frozenset({TERMINATOR})
-    summary = "the results of an lz.kernel region"
+    summary = "the results of a region of lz.kernel, lz.for, lz.while or lz.if"
 
     def infer_for_op(self, op) -> list:
         parent = op.parent_op
-        if parent is None or parent.name != "lz.kernel":
-            raise OpError("expects its parent to be an 'lz.kernel'")
+        definition = parent.definition if parent is not None else None
+        if definition is None or not definition.has_trait(YIELDS):
+            raise OpError("expects its parent to be an op whose regions yield ('lz.kernel', 'lz.for', "
+                          "'lz.while' or 'lz.if')")
         return []
 
 
