@@ -40,6 +40,11 @@ traced call raises ``TraceError``.
 the trace computed into a Python value (``bool()``, ``if``, ``.item()``, ``float()``, ``.tolist()``,
 ``.numpy()``) would bake the example's value into the graph, so it raises ``TraceError`` at the
 user's line (the eager engine calls ``escape_error`` for it: ``lezero.eager.autograd.graph_capture``).
+As in PyTorch, a Python ``for`` loop is unrolled into the graph.  The loops a graph keeps are
+explicit: ``lz.scan``, ``lz.fori_loop``, ``lz.while_loop`` and ``lz.cond`` (JAX's names,
+``lezero.eager.control_flow``) record their function once, as the region of one ``lz.for`` /
+``lz.while`` / ``lz.if``, which the runtime runs as a loop around the region's kernels; ``reinfer``
+carries the dynamic batch dim into the regions (``region_argument_types``).
 """
 from __future__ import annotations
 
@@ -251,10 +256,26 @@ def reinfer(func: FuncOp, batch: int | None = None) -> None:
     """Infer every op's result types again from the (changed) argument types, in program order.
     With ``batch``, a ``reshape`` of a value whose leading dim is now ``?`` and whose target shape
     starts with ``batch`` takes ``-1`` there.  Raises ``TraceError`` at the op's location."""
-    for op in func.entry_block.ops:
+    _reinfer_block(func.entry_block, batch)
+    func.update_function_type()
+
+
+def _reinfer_block(block, batch: int | None) -> None:
+    """``reinfer`` of one block; a control-flow op's regions first (their arguments follow its
+    operands: ``region_argument_types``), then its results from their yields."""
+    for op in block.ops:
         definition = op.definition
         if definition is None or not op.results:
             continue
+        if op.regions and hasattr(definition, "region_argument_types"):
+            try:
+                region_types = definition.region_argument_types(op)
+            except OpError as e:
+                raise TraceError(f"'{op.name}' op {e}", op.location) from None
+            for region, types in zip(op.regions, region_types):
+                for arg, t in zip(region.blocks[0].args, types):
+                    arg.type = t
+                _reinfer_block(region.blocks[0], batch)
         if batch is not None and op.name == "lz.reshape":
             x = op.operands[0].type
             shape = list(op.attributes["shape"].values)
@@ -266,7 +287,6 @@ def reinfer(func: FuncOp, batch: int | None = None) -> None:
             raise TraceError(f"'{op.name}' op {e}", op.location) from None
         for result, t in zip(op.results, types):
             result.type = t
-    func.update_function_type()
 
 
 def with_batch(func: FuncOp, batch_args: list[int], size) -> FuncOp:

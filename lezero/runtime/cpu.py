@@ -152,7 +152,7 @@ def _result_arrays(plan: CpuPlan) -> list:
             for written_in_place, _, t in plan.outputs]
 
 
-def _launch(launch: _Launch, inputs: list[np.ndarray], results: list, pool: ThreadPool) -> None:
+def run_launch(launch: _Launch, inputs: list[np.ndarray], results: list, pool: ThreadPool) -> None:
     """Patch ``launch``'s per-call pointers and run it (across ``pool`` when the plan splits it)."""
     if launch.__class__ is BoundHostStep:
         launch.run(inputs, results, pool)
@@ -201,7 +201,7 @@ class BoundHostStep:
     and write (see the module docstring)."""
 
     def __init__(self, step: HostStep, regions: list, constants: list, arena: np.ndarray):
-        self.step, self.regions, self.name = step, regions, step.name
+        self.step, self.regions, self.name = step, [BoundRegion(plan) for plan in regions], step.name
         self.checks = None  # a region's kernels check their own bounds
         op = step.op
         self.operands = [(ref, _buffer(ref, v.type, arena, constants)) for ref, v in zip(step.operands, op.operands)]
@@ -219,7 +219,7 @@ class BoundHostStep:
         operands = self._arrays(self.operands, inputs, results)
         outs = self._arrays(self.results, inputs, results)
         if self.name == "lz.if":
-            run_region(self.regions[0 if operands[0] else 1], operands[1:], outs, pool)
+            self.regions[0 if operands[0] else 1].run(operands[1:], outs, pool)
         elif self.name == "lz.for":
             self._run_for(operands, outs, pool)
         else:
@@ -239,7 +239,7 @@ class BoundHostStep:
             # the buffers alternate so that the last iteration (count n - 1) writes into finals
             written = finals if (n - 1 - count) % 2 == 0 else self.spare
             self.index[()] = i
-            run_region(body, prefix + current + [x[i] for x in xs], written + [y[i] for y in ys], pool)
+            body.run(prefix + current + [x[i] for x in xs], written + [y[i] for y in ys], pool)
             current = written
 
     def _run_while(self, operands: list, outs: list, pool: ThreadPool) -> None:
@@ -249,27 +249,37 @@ class BoundHostStep:
         buffers = (outs, self.spare)
         count = 0
         while True:
-            run_region(condition, invariants + current, [self.go], pool)
+            condition.run(invariants + current, [self.go], pool)
             if not self.go:
                 break
             written = buffers[count % 2]
-            run_region(body, invariants + current, written, pool)
+            body.run(invariants + current, written, pool)
             current, count = written, count + 1
         if current is not outs:
             for out, value in zip(outs, current):
                 np.copyto(out, value)
 
 
-def run_region(plan: CpuPlan, inputs: list, outputs: list, pool: ThreadPool) -> None:
-    """Run a region's plan with its results written into ``outputs`` (arrays the caller owns:
-    views into stacked results, a carried value's next buffer).  The caller holds the lock of the
-    plan the region belongs to, which guards the region's arena too."""
-    for launch in plan.launches:
-        _launch(launch, inputs, outputs, pool)
-    for i, (written_in_place, ref, t) in enumerate(plan.outputs):
-        if not written_in_place:
+class BoundRegion:
+    """A region's bound plan, run once per iteration with its results written into arrays the
+    caller owns (views into stacked results, a carried value's next buffer).  Its kernels go
+    through the lean launcher (``lezero.runtime.launch``: one ctypes call each, the per-iteration
+    cost of a loop); the caller holds the lock of the plan the region belongs to, which guards the
+    region's arena too."""
+
+    def __init__(self, plan: CpuPlan):
+        from lezero.runtime.launch import lean_launches  # launch.py imports this module
+
+        self.plan = plan
+        self.launches = lean_launches(plan)
+        self.copies = [(i, ref, t) for i, (written_in_place, ref, t) in enumerate(plan.outputs) if not written_in_place]
+
+    def run(self, inputs: list, outputs: list, pool: ThreadPool) -> None:
+        for launch in self.launches:
+            launch(inputs, outputs, pool)
+        for i, ref, t in self.copies:
             source = (inputs if ref.kind == "input" else outputs)[ref.where] if ref.kind in ("input", "output") \
-                else _buffer(ref, t, plan.arena, plan.plan.constants)
+                else _buffer(ref, t, self.plan.arena, self.plan.plan.constants)
             np.copyto(outputs[i], source)
 
 
@@ -277,7 +287,7 @@ def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> list[
     results = _result_arrays(plan)
     with plan.lock:
         for launch in plan.launches:
-            _launch(launch, inputs, results, pool)
+            run_launch(launch, inputs, results, pool)
         _copy_results(plan, inputs, results)
     return results
 
@@ -316,7 +326,7 @@ def profile_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> t
     with plan.lock:
         for planned, launch in zip(plan.plan.launches, plan.launches):
             start = clock()
-            _launch(launch, inputs, results, pool)
+            run_launch(launch, inputs, results, pool)
             seconds = clock() - start
             if isinstance(planned, HostStep):  # the whole step, its regions' kernels inside it
                 rows.append(KernelTiming(launch.name, "control_flow", seconds, 0, 0, False))

@@ -33,7 +33,7 @@ import numpy as np
 
 from lezero.codegen.llvm.jit import compile_module
 from lezero.codegen.index_checks import SLOTS_PER_CHECK
-from lezero.runtime.cpu import check_status
+from lezero.runtime.cpu import BoundHostStep, check_status, run_launch
 from lezero.runtime.plan import launch_count
 
 # offsetof(PyArrayObject, data): PyObject_HEAD is a refcount and a type pointer.
@@ -165,6 +165,22 @@ class _LeanLaunch:
         for k in self.flags:
             if self.status[k]:
                 check_status(self.checks, self.status)
+
+
+def lean_launches(plan) -> list:
+    """``plan``'s launches as ``launch(inputs, outs, pool)`` calls: a kernel through its lean
+    launcher (``run_launch`` without it), a host step as it is (a region's
+    steps, ``lezero.runtime.cpu.BoundRegion``)."""
+    calls = []
+    for launch in plan.launches:
+        if isinstance(launch, BoundHostStep):
+            calls.append(launch.run)
+        elif USE_LAUNCHER:
+            lean = _LeanLaunch(launch)
+            calls.append(lambda inputs, outs, pool, lean=lean: lean.run(lean.objects(inputs, outs), pool))
+        else:
+            calls.append(functools.partial(run_launch, launch))
+    return calls
 
 
 def lean_runner(plan, pool):
