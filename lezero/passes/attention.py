@@ -48,7 +48,7 @@ def reshaped_strides(shape, strides, new_shape) -> tuple | None:
     old dims merged or split must be one stride apart)."""
     old = [(d, s) for d, s in zip(shape, strides) if d != 1]
     out, i = [], 0
-    groups_new = [d for d in new_shape]
+    groups_new = list(new_shape)
     k = 0
     while k < len(groups_new):
         if groups_new[k] == 1:

@@ -14,6 +14,7 @@ from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.interpreter import interpret
 from lezero.ir.types import F32, F64, FunctionType, TensorType
 from lezero.passes import run_pipeline
+from lezero.passes.attention import view_of
 
 
 def chain(b, s, h, d, *, mask=None, scaling="mul", dtype=F32, share_softmax=False, out_layout=True):
@@ -106,3 +107,35 @@ def test_other_targets_get_the_unfused_chain():
     scheduled = schedule(module, target="cuda")
     kinds = {op.attributes["kind"].value for op in scheduled.functions[0].entry_block.ops if op.name == "lz.kernel"}
     assert "attention" not in kinds and "matmul" in kinds
+
+
+def test_views_read_memory_where_numpy_views_do():
+    """``view_of`` against numpy on chains of transposes, slices and reshapes of an arange: the
+    same elements where numpy makes a view, None exactly where numpy's reshape must copy."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        shape = tuple(int(n) for n in rng.integers(1, 4, rng.integers(2, 5)))
+        func = FuncOp("f", FunctionType([TensorType(shape, F32)], []))
+        b = Builder.at_end(func.entry_block)
+        value, array, copied = func.arguments[0], np.arange(int(np.prod(shape))).reshape(shape), False
+        for _ in range(3):
+            step = rng.integers(3)
+            if step == 0:
+                perm = [int(p) for p in rng.permutation(array.ndim)]
+                value, array = b.op("lz.transpose", value, perm=perm), array.transpose(perm)
+            elif step == 1:
+                axis = int(rng.integers(array.ndim))
+                start = int(rng.integers(array.shape[axis]))
+                value = b.op("lz.slice", value, starts=[start], ends=[array.shape[axis]], axes=[axis])
+                array = array[(slice(None),) * axis + (slice(start, None),)]
+            else:
+                new = [int(np.prod(array.shape))] if rng.random() < 0.3 else list(rng.permutation(array.shape))
+                value, before, array = b.op("lz.reshape", value, shape=new), array, array.reshape(new)
+                copied = copied or not np.shares_memory(before, array)
+        view = view_of(value, func.arguments[0])
+        assert (view is None) == copied
+        if view is not None:
+            offset, strides = view
+            positions = offset + sum(np.arange(n).reshape([-1 if k == d else 1 for k in range(array.ndim)]) * s
+                                     for d, (n, s) in enumerate(zip(array.shape, strides)))
+            np.testing.assert_array_equal(np.broadcast_to(positions, array.shape), array)

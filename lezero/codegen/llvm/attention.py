@@ -124,6 +124,7 @@ class Tiling:
     def of(cpu, batches: int, sq: int, sk: int, dv: int) -> "Tiling":
         w = cpu.vector_bytes // 4
         mr, nv = register_tile(cpu.vector_registers, cpu.has_fma)
+        mr = min(mr, sq)  # decode shapes (a few query rows): no rows computed for nothing
         tile_keys = nv * w
         tiles = -(-sq // mr)
         chunks = min(tiles, max(1, -(-MIN_WORK_ITEMS // batches)))

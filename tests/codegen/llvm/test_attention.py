@@ -13,8 +13,12 @@ from codegen.kernel_testing import assert_matches, make_kernel, reference, run_k
 
 # the mask's shape, broadcast to the scores [HEADS, s, s]: one per score, one per key (BERT's
 # padding), one per query row (a stride-0 read along the keys)
-MASKS = {"plain": None, "scores": lambda s: (HEADS, s, s), "keys": lambda s: (1, 1, s), "rows": lambda s: (HEADS, s, 1)}
-CASES = {f"d{d}_s{s}_{mask}": (d, s, mask) for d in (32, 64, 80) for s in (1, 7, 64, 197, 513) for mask in MASKS}
+MASKS = {"plain": None, "scores": lambda sq, s: (HEADS, sq, s), "keys": lambda sq, s: (1, 1, s),
+         "rows": lambda sq, s: (HEADS, sq, 1)}
+CASES = {f"d{d}_s{s}_{mask}": (d, s, s, mask) for d in (32, 64, 80) for s in (1, 7, 64, 197, 513) for mask in MASKS}
+# decode shapes: a few queries against many keys (fewer query rows than the register tile)
+CASES.update({f"d{d}_q{sq}_k{sk}_{mask}": (d, sq, sk, mask) for d, sq, sk in ((64, 1, 197), (80, 3, 513))
+              for mask in ("plain", "scores")})
 HEADS = 2
 
 
@@ -26,16 +30,16 @@ def attention_through_transposes(b, q, k, v, *mask):
 
 @pytest.mark.cross_target(cases=CASES, group=lambda case: case[0])
 def test_attention_matches_the_reference_on_every_cpu(cpu, case):
-    d, s, mask_kind = case
+    d, sq, s, mask_kind = case
     rng = np.random.default_rng(d * 1000 + s)
-    q, k, v = (rng.standard_normal((s, HEADS, d)).astype(np.float32) * 2 for _ in range(3))
-    inputs, types = [q, k, v], [((s, HEADS, d), "f32")] * 3
+    q, k, v = (rng.standard_normal((n, HEADS, d)).astype(np.float32) * 2 for n in (sq, s, s))
+    inputs, types = [q, k, v], [((sq, HEADS, d), "f32"), ((s, HEADS, d), "f32"), ((s, HEADS, d), "f32")]
     if mask_kind != "plain":
-        shape = MASKS[mask_kind](s)
+        shape = MASKS[mask_kind](sq, s)
         mask = np.where(rng.random(shape) < 0.3, np.float32(-3.4028235e38), rng.standard_normal(shape).astype(np.float32))
         mask[..., 0, 0] = 0  # every row keeps a key ...
         if mask_kind == "scores":
-            mask[1, s // 2] = -np.inf  # ... but one, all -inf: nan, as the reference's softmax gives
+            mask[1, sq // 2] = -np.inf  # ... but one, all -inf: nan, as the reference's softmax gives
         inputs.append(mask)
         types.append((shape, "f32"))
     module, kernel = make_kernel(types, attention_through_transposes, kind="attention")
