@@ -56,3 +56,14 @@ def test_a_compiled_train_step_through_scan_equals_the_eager_step():
         np.testing.assert_allclose(loss.item(), eager_loss.item(), rtol=1e-5)
     for (name, p), (_, q) in zip(eager.named_parameters(), compiled.named_parameters()):
         np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_a_traced_bidirectional_lstm_equals_eager():
+    lz.manual_seed(2)
+    lstm = lz.nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+    x = lz.randn(2, 6, 3)
+    traced = lz.jit.trace(lambda x: lstm(x), x, dynamic_batch=False)  # its zero h0 has the batch size in it
+    assert [op.name for op in traced.func.entry_block.ops].count("lz.for") == 4  # 2 layers x 2 directions
+    (out, (h, c)), (want, (want_h, want_c)) = traced(x), lstm(x)
+    for got, ref in ((out, want), (h, want_h), (c, want_c)):
+        np.testing.assert_allclose(got.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
