@@ -10,7 +10,7 @@ the projection's output ``[b, s, 3 h d]`` split into q, k, v, each reshaped to `
 and transposed to ``[b, h, s, d]`` (k to ``[b, h, d, s]``), ``MatMul``, the scale (ViT scales q
 and k^T by ``d^-1/4`` each, as torchvision's export does), the additive mask (BERT's padding,
 GPT-2's causal mask folded in), ``Softmax``, ``MatMul`` with v, the transpose back and the reshape
-to ``[b, s, h d]``.  Three runs called in turn (``timing.alternating_medians``, medians):
+to ``[b, s, h d]``; ``decode_*`` is one query per sequence (its own input) against 513 keys.  Three runs called in turn (``timing.alternating_medians``, medians):
 ``fused`` (``lezero.onnx.compile``: one ``attention`` kernel), ``unfused`` (the same with
 ``fuse-attention`` left out of the kernel pipeline: the matmul, softmax and transpose kernels) and
 ONNX Runtime (2 intra-op threads, spinning off).  Ratios are lezero / ORT: below 1, lezero is faster.
@@ -34,27 +34,37 @@ from timing import alternating_medians  # noqa: E402
 import lezero.codegen.schedule as schedule  # noqa: E402
 import lezero.onnx  # noqa: E402
 
-# name -> (batch, sequence, heads, head dim, mask: None, "padding" or "causal", scale q and k^T apart)
+# name -> (batch, sequence, heads, head dim, mask: None, "padding" or "causal", scale q and k^T apart,
+# queries: None for self-attention, else that many queries of their own against the sequence's keys)
 SHAPES = {
-    "vit_b_16": (1, 197, 12, 64, None, True),
-    "bert_4x64": (4, 64, 4, 64, "padding", False),
-    "gpt2_4x64": (4, 64, 4, 64, "causal", False),
-    "bert_1x32": (1, 32, 4, 64, "padding", False),
-    "long_1x513": (1, 513, 4, 64, "padding", False),
+    "vit_b_16": (1, 197, 12, 64, None, True, None),
+    "bert_4x64": (4, 64, 4, 64, "padding", False, None),
+    "gpt2_4x64": (4, 64, 4, 64, "causal", False, None),
+    "bert_1x32": (1, 32, 4, 64, "padding", False, None),
+    "long_1x513": (1, 513, 4, 64, "padding", False, None),
+    "decode_4x1x513": (4, 513, 4, 64, "padding", False, 1),
 }
 
 
-def attention_model(b, s, h, d, mask, split_scale) -> onnx.ModelProto:
-    """The exports' attention chain (module docstring)."""
+def attention_model(b, s, h, d, mask, split_scale, queries) -> onnx.ModelProto:
+    """The exports' attention chain (module docstring); with ``queries``, q is its own input
+    ``[b, queries, h d]`` (a decoder's step against its cached keys and values)."""
     f = TensorProto.FLOAT
+    sq = s if queries is None else queries
     inputs = [helper.make_tensor_value_info("x", f, [b, s, 3 * h * d])]
     scale = 1 / np.sqrt(d)
     inits = [helper.make_tensor("split", TensorProto.INT64, [3], [h * d] * 3),
              helper.make_tensor("heads", TensorProto.INT64, [4], [b, s, h, d]),
-             helper.make_tensor("merged", TensorProto.INT64, [3], [b, s, h * d]),
+             helper.make_tensor("merged", TensorProto.INT64, [3], [b, sq, h * d]),
              helper.make_tensor("scale", f, [], [np.sqrt(scale) if split_scale else scale])]
     nodes = [helper.make_node("Split", ["x", "split"], ["q0", "k0", "v0"], axis=2)]
-    nodes += [helper.make_node("Reshape", [n + "0", "heads"], [n + "1"]) for n in "qkv"]
+    nodes += [helper.make_node("Reshape", [n + "0", "heads"], [n + "1"]) for n in "kv"]
+    if queries is None:
+        nodes.append(helper.make_node("Reshape", ["q0", "heads"], ["q1"]))
+    else:
+        inputs.append(helper.make_tensor_value_info("queries", f, [b, sq, h * d]))
+        inits.append(helper.make_tensor("query_heads", TensorProto.INT64, [4], [b, sq, h, d]))
+        nodes.append(helper.make_node("Reshape", ["queries", "query_heads"], ["q1"]))
     nodes += [helper.make_node("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]),
               helper.make_node("Transpose", ["k1"], ["kt"], perm=[0, 2, 3, 1]),
               helper.make_node("Transpose", ["v1"], ["v"], perm=[0, 2, 1, 3])]
@@ -65,7 +75,7 @@ def attention_model(b, s, h, d, mask, split_scale) -> onnx.ModelProto:
         nodes += [helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["scores"])]
     last = "scores"
     if mask is not None:
-        inputs.append(helper.make_tensor_value_info("mask", f, [b, 1, s, s]))
+        inputs.append(helper.make_tensor_value_info("mask", f, [b, 1, sq, s]))
         nodes.append(helper.make_node("Add", ["scores", "mask"], ["masked"]))
         last = "masked"
     nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["o"]),
@@ -75,11 +85,14 @@ def attention_model(b, s, h, d, mask, split_scale) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def feeds_for(b, s, h, d, mask) -> dict:
+def feeds_for(b, s, h, d, mask, queries) -> dict:
     rng = np.random.default_rng(0)
+    sq = s if queries is None else queries
     feeds = {"x": rng.standard_normal((b, s, 3 * h * d)).astype(np.float32)}
+    if queries is not None:
+        feeds["queries"] = rng.standard_normal((b, sq, h * d)).astype(np.float32)
     if mask == "padding":
-        m = np.zeros((b, 1, s, s), np.float32)
+        m = np.zeros((b, 1, sq, s), np.float32)
         for i in range(b):
             m[i, :, :, s - i * s // 8:] = np.finfo(np.float32).min  # batch i pads its last i/8
         feeds["mask"] = m
@@ -108,12 +121,12 @@ def main() -> None:
     args = parser.parse_args()
     threads = int(os.environ.get("LEZERO_NUM_THREADS", "2"))
     print(f"{cpu_model()}, {threads} threads, load {os.getloadavg()[0]:.2f}; ratio = lezero / ORT")
-    print(f"{'model':>12} {'shape':>18} {'fused ms':>9} {'unfused ms':>10} {'ORT ms':>8} {'fused/ORT':>9} "
+    print(f"{'model':>14} {'b x h x Sq x Sk x d':>18} {'fused ms':>9} {'unfused ms':>10} {'ORT ms':>8} {'fused/ORT':>9} "
           f"{'unfused/ORT':>11} {'max err':>8}")
     for name in args.only:
-        b, s, h, d, mask, split_scale = SHAPES[name]
-        m = attention_model(b, s, h, d, mask, split_scale)
-        feeds = feeds_for(b, s, h, d, mask)
+        b, s, h, d, mask, split_scale, queries = SHAPES[name]
+        m = attention_model(b, s, h, d, mask, split_scale, queries)
+        feeds = feeds_for(b, s, h, d, mask, queries)
         fused = lezero.onnx.compile(m.SerializeToString())
         plain = unfused(m, feeds)
         options = ort.SessionOptions()
@@ -126,7 +139,8 @@ def main() -> None:
                                      "unfused": lambda f=plain, x=feeds: f.run(x),
                                      "ort": lambda f=session, x=feeds: f.run(None, x)}, args.budget)
         f_ms, u_ms, o_ms = (times[k] * 1e3 for k in ("fused", "unfused", "ort"))
-        print(f"{name:>12} {f'{b}x{h}x{s}x{d}':>18} {f_ms:9.3f} {u_ms:10.3f} {o_ms:8.3f} {f_ms / o_ms:9.2f} "
+        shape = f"{b}x{h}x{s if queries is None else queries}x{s}x{d}"
+        print(f"{name:>14} {shape:>18} {f_ms:9.3f} {u_ms:10.3f} {o_ms:8.3f} {f_ms / o_ms:9.2f} "
               f"{u_ms / o_ms:11.2f} {error:8.1e}")
 
 

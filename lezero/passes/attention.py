@@ -4,7 +4,9 @@ transformer as one ``lz.kernel`` of kind ``attention`` holding an ``lz.attention
 Why a pass of its own, before ``decompose``: the chain is easiest to recognize while the softmax
 is still one ``lz.softmax`` (decompose turns it into five ops), and partition, whose groups hold
 one contraction each, would cut it into three kernels that write and read the ``Sq x Sk`` scores.
-The kernel it builds is final: partition and fuse leave existing kernels alone.
+The kernel it builds is final: partition and fuse leave existing kernels alone.  The fusion cost
+model has its say (``estimates``: the fused kernel's bytes and work against the three kernels'),
+and ``--debug=fusion`` logs both estimates for every chain.
 
 What it matches, each intermediate read by the next op only (so an autodiff graph that keeps the
 softmax for its backward pass is left as it is)::
@@ -27,6 +29,7 @@ output projection.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from lezero.ir.attributes import FloatAttr, StringAttr
@@ -34,10 +37,12 @@ from lezero.ir.builder import Builder
 from lezero.ir.core import Block, ModuleOp, Operation, Region, Value
 from lezero.ir.dialect.data_movement import SliceOp, TransposeOp
 from lezero.ir.types import F32, F64, TensorType
+import lezero.passes.fusion_cost as fusion_cost
 from lezero.passes.canonicalize import splat
 from lezero.passes.fuse import KernelNamer
 from lezero.passes.fusion_cost import row_major
 from lezero.passes.pass_base import Pass
+from lezero.passes.placement import FUSION_LOG
 
 VIEW_OPS = ("lz.reshape", "lz.transpose", "lz.slice")
 
@@ -183,6 +188,24 @@ def match_attention(softmax: Operation) -> AttentionMatch | None:
     return AttentionMatch(tuple(ops), q, kt, v, mask, scale * c1 * c2, pv.result)
 
 
+def estimates(match: AttentionMatch) -> tuple[float, float]:
+    """Seconds of the fused kernel and of the three unfused ones, in the fusion cost model's terms
+    (``fusion_cost``'s launch, bandwidth and rates): both read q, k, v and the mask and write the
+    output once and do the same products and exps; the unfused ones also write the scores, read
+    and write them in the softmax, and read them again in the second product; the fused one packs
+    k (a read and a write of it)."""
+    q, kt, v = (w.type for w in (match.q, match.k_transposed, match.v))
+    io_bytes = sum(w.type.nbytes for w in (match.q, match.k_transposed, match.v, match.output)) + \
+        (match.mask.type.nbytes if match.mask is not None else 0)
+    scores = math.prod(q.shape[:-1]) * kt.shape[-1]
+    flops = 2 * scores * (q.shape[-1] + v.shape[-1])
+    compute = flops / fusion_cost.CONTRACTION_RATE["gemm"] + \
+        scores * fusion_cost.OP_COST["lz.exp"] / fusion_cost.VECTOR_RATE
+    fused = fusion_cost.LAUNCH_SECONDS + max((io_bytes + 2 * kt.nbytes) / fusion_cost.BANDWIDTH, compute)
+    unfused = 3 * fusion_cost.LAUNCH_SECONDS + max((io_bytes + 4 * 4 * scores) / fusion_cost.BANDWIDTH, compute)
+    return fused, unfused
+
+
 def _is_product(v: Value) -> bool:
     return _unscaled_product(v, [])[0] is not None
 
@@ -306,5 +329,11 @@ class FuseAttention(Pass):
                 if op.name != "lz.softmax" or op.parent is None:
                     continue
                 match = match_attention(op)
-                if match is not None:
+                if match is None:
+                    continue
+                fused, unfused = estimates(match)
+                taken = fused <= unfused
+                FUSION_LOG.debug("%s attention at %s: fused %.1f us, unfused (matmul, softmax, matmul) %.1f us",
+                                 "fusing" if taken else "refused", op.location, fused * 1e6, unfused * 1e6)
+                if taken:
                     build_kernel(match, names)

@@ -4,6 +4,9 @@ the layout the output projection reads; what it must leave alone stays unfused; 
 chain matches the interpreter on the unfused graph."""
 from __future__ import annotations
 
+import logging
+import re
+
 import numpy as np
 import pytest
 
@@ -139,3 +142,11 @@ def test_views_read_memory_where_numpy_views_do():
             positions = offset + sum(np.arange(n).reshape([-1 if k == d else 1 for k in range(array.ndim)]) * s
                                      for d, (n, s) in enumerate(zip(array.shape, strides)))
             np.testing.assert_array_equal(np.broadcast_to(positions, array.shape), array)
+
+
+def test_debug_fusion_logs_both_estimates(caplog):
+    with caplog.at_level(logging.DEBUG, logger="lezero.fusion"):
+        run_pipeline(chain(2, 64, 4, 64, mask=(2, 1, 1, 64)), "shape-infer,fuse-attention")
+    (line,) = [r.getMessage() for r in caplog.records if "attention" in r.getMessage()]
+    fused, unfused = (float(x) for x in re.findall(r"([0-9.]+) us", line))
+    assert line.startswith("fusing attention") and fused < unfused, line
