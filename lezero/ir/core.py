@@ -262,6 +262,14 @@ class Block:
         self.args.append(arg)
         return arg
 
+    def insert_argument(self, index: int, type_: Type, name_hint: str | None = None) -> BlockArgument:
+        """A new argument at ``index`` (the ones after it shift up)."""
+        arg = BlockArgument(type_, self, index, name_hint)
+        self.args.insert(index, arg)
+        for i, a in enumerate(self.args):
+            a.index = i
+        return arg
+
     def erase_argument(self, index: int) -> None:
         arg = self.args[index]
         if arg.uses:

@@ -18,6 +18,7 @@ from lezero.passes.cse import CommonSubexpressionElimination
 from lezero.passes.dce import DeadCodeElimination
 from lezero.passes.decompose import Decompose
 from lezero.passes.fuse import Fuse
+from lezero.passes.licm import LoopInvariantCodeMotion
 from lezero.passes.memory_plan import MemoryPlan
 from lezero.passes.partition import Partition
 from lezero.passes.pass_base import Pass, PassInfo, PipelineError, format_option_value
@@ -33,6 +34,7 @@ BUILTIN_PASSES: dict[str, type[Pass]] = {
     "decompose": Decompose,
     "fuse": Fuse,
     "fuse-attention": FuseAttention,
+    "licm": LoopInvariantCodeMotion,
     "memory-plan": MemoryPlan,
     "partition": Partition,
     "shape-infer": ShapeInfer,

@@ -245,6 +245,19 @@ def test_for_gradient_equals_finite_differences_and_torch(reverse):
                                    err_msg=f"argument #{k} vs finite differences")
 
 
+def test_the_gradient_of_a_loop_stacks_only_the_carried_values_it_reads():
+    """After autodiff's dce, the forward loop of @rnn_grad stacks h (which the tanh's gradient
+    reads) but not the sum s (whose gradient is the identity) nor the counter (no gradient)."""
+    module = rnn_module("f64")
+    grad = differentiate(module, "rnn")
+    forward, backward = [op for op in grad.entry_block.ops if op.name == "lz.for"]
+    assert forward.definition.attrs(forward).num_carried == 2  # h and s: the counter is gone
+    assert [str(t) for t in forward.result_types[2:]] == ["tensor<4x1x3xf64>", "tensor<4x1x3xf64>"]  # ys, stacked h
+    assert backward.definition.attrs(backward).reverse
+    args = rnn_inputs(np.float64)
+    interpret(module, "rnn_grad", *args, *[np.ones(s) for s in [(1, 3), (1, 3), (4, 1, 3)]])
+
+
 @pytest.mark.parametrize("pred", [True, False])
 def test_if_gradient_is_the_taken_branchs(pred):
     module = parse_module(IF)
