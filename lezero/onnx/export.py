@@ -11,6 +11,7 @@ The file is written atomically.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import tempfile
@@ -22,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from lezero.ir.core import FuncOp, ModuleOp, Operation
 from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.data_movement import strided_positions
+from lezero.ir.types import I1, TensorType
 
 OPSET = 18
 
@@ -48,15 +50,18 @@ class ExportError(IRError):
 class _Graph:
     """The ONNX graph being built: value names, nodes, initializers."""
 
-    def __init__(self):
+    def __init__(self, counter=None):
         self.names: dict[int, str] = {}
         self.nodes: list = []
         self.initializers: list = []
-        self._counter = 0
+        self._counter = counter if counter is not None else itertools.count(1)
 
     def fresh(self, hint: str) -> str:
-        self._counter += 1
-        return f"{hint}_{self._counter}"
+        return f"{hint}_{next(self._counter)}"
+
+    def subgraph(self) -> "_Graph":
+        """A graph for a region (a Loop's, Scan's or If's body): its names are unique in the model."""
+        return _Graph(self._counter)
 
     def name(self, value) -> str:
         return self.names[id(value)]
@@ -214,8 +219,125 @@ def _export_op(g: _Graph, op: Operation) -> list[str]:
         return [g.node("LayerNormalization", ins, "layer_norm", axis=attrs.axis, epsilon=float(attrs.epsilon))]
     if short == "batch_norm":
         return [g.node("BatchNormalization", ins, "batch_norm", epsilon=float(attrs.epsilon))]
+    if short in ("for", "while", "if"):
+        return _CONTROL_FLOW[short](g, op, ins, attrs)
     raise ExportError(f"'{op.name}' op has no ONNX form (export the model before partition/fuse, and without "
                       "gradient-only ops)", op.location)
+
+
+def _export_block(g: _Graph, block, arg_names=()) -> list[str]:
+    """Export ``block``'s ops into ``g`` (its arguments named ``arg_names``); the names of what its
+    terminator (``func.return``, ``lz.yield``) returns."""
+    for arg, name in zip(block.args, arg_names):
+        g.names[id(arg)] = name
+    for op in block.ops:
+        if op.name in ("func.return", "lz.yield"):
+            return [g.name(v) for v in op.operands]
+        if op.name == "lz.constant":
+            g.names[id(op.result)] = g.constant(op.attributes["value"].array, "constant")
+        else:
+            for result, name in zip(op.results, _export_op(g, op)):
+                g.names[id(result)] = name
+    raise ExportError("a block without a terminator", block.parent_op.location if block.parent_op else None)
+
+
+# --- control flow: lz.for as Scan or Loop, lz.while as Loop, lz.if as If ----------------------------------
+#
+# A region's arguments that stand for the op's operands are named by the outer values (ONNX's
+# subgraphs read the enclosing graph's values by name); the others are the subgraph's inputs.
+
+def _region_graph(g: _Graph, block, arg_names: list, inputs: list, hint: str, prologue=None,
+                  epilogue=None) -> onnx.GraphProto:
+    """``block`` as an ONNX graph with graph inputs ``inputs`` (value infos); ``prologue(sub)``
+    names more arguments first (a Loop's scanned slices), ``epilogue(sub, outs)`` maps the yielded
+    names to the graph's outputs (with their types)."""
+    sub = g.subgraph()
+    if prologue is not None:
+        arg_names = arg_names + prologue(sub)
+    yielded = _export_block(sub, block, arg_names)
+    pairs = list(zip(yielded, block.terminator.operand_types))
+    if epilogue is not None:
+        pairs = epilogue(sub, pairs)
+    outputs = []
+    for name, t in pairs:
+        out = sub.node("Identity", [name], f"{hint}_out")
+        outputs.append(_value_info(out, t, False))
+    return helper.make_graph(sub.nodes, g.fresh(hint), inputs, outputs, sub.initializers)
+
+
+def _input_infos(g: _Graph, hint: str, types) -> tuple[list, list]:
+    names = [g.fresh(hint) for _ in types]
+    return names, [_value_info(n, t, False) for n, t in zip(names, types)]
+
+
+def _flip_leading(g: _Graph, name: str) -> str:
+    return g.node("Slice", [name, g.constant(_i64s([-1]), "starts"), g.constant(_i64s([-(1 << 62)]), "ends"),
+                            g.constant(_i64s([0]), "axes"), g.constant(_i64s([-1]), "steps")], "flip")
+
+
+def _export_for(g: _Graph, op: Operation, ins: list[str], attrs) -> list[str]:
+    """A Scan when the body does not read its index and scans something (directions carry
+    ``reverse``); otherwise a Loop whose body gathers ``xs[i]`` and whose stacked outputs are
+    flipped back when it ran in reverse."""
+    n, ni, nc, ns = op.definition.counts(op, attrs)
+    block = op.regions[0].blocks[0]
+    index, slices = block.args[0], block.args[1 + ni + nc:]
+    ny = len(op.results) - nc
+    carried_names, carried_infos = _input_infos(g, "carried", [a.type for a in block.args[1 + ni:1 + ni + nc]])
+    if ns and not index.has_uses:
+        slice_names, slice_infos = _input_infos(g, "slice", [a.type for a in slices])
+        body = _region_graph(g, block, [""] + ins[:ni] + carried_names + slice_names,
+                             carried_infos + slice_infos, "scan_body")
+        direction = int(attrs.reverse)
+        return g.multi_node("Scan", ins[ni:], "scan", nc + ny, body=body, num_scan_inputs=ns,
+                            scan_input_directions=[direction] * ns, scan_output_directions=[direction] * ny)
+    iteration, cond_in = g.fresh("iteration"), g.fresh("cond")
+    infos = [helper.make_tensor_value_info(iteration, TensorProto.INT64, []),
+             helper.make_tensor_value_info(cond_in, TensorProto.BOOL, [])] + carried_infos
+
+    def gather_slices(sub):
+        position = iteration
+        if attrs.reverse:
+            position = sub.node("Sub", [sub.constant(np.array(n - 1, np.int64), "last"), iteration], "position")
+        return [sub.node("Gather", [x, position], "slice", axis=0) for x in ins[ni + nc:]]
+
+    def with_condition(sub, pairs):
+        return [(sub.node("Identity", [cond_in], "cond"), TensorType((), I1))] + pairs
+
+    body = _region_graph(g, block, [iteration] + ins[:ni] + carried_names, infos, "loop_body",
+                         gather_slices, with_condition)
+    trip = g.constant(np.array(n, np.int64), "trip_count")
+    outs = g.multi_node("Loop", [trip, ""] + ins[ni:ni + nc], "loop", nc + ny, body=body)
+    return outs[:nc] + [_flip_leading(g, y) if attrs.reverse else y for y in outs[nc:]]
+
+
+def _export_while(g: _Graph, op: Operation, ins: list[str], attrs) -> list[str]:
+    """A Loop with no trip count: its first condition computed before it from the inputs, the
+    next ones at the end of its body from the next carried values."""
+    ni = attrs.num_invariant
+    condition, body_block = (r.blocks[0] for r in op.regions)
+    (first,) = _export_block(g, condition, ins)
+    carried_names, carried_infos = _input_infos(g, "carried", [a.type for a in body_block.args[ni:]])
+    iteration, cond_in = g.fresh("iteration"), g.fresh("cond")
+    infos = [helper.make_tensor_value_info(iteration, TensorProto.INT64, []),
+             helper.make_tensor_value_info(cond_in, TensorProto.BOOL, [])] + carried_infos
+
+    def with_condition(sub, pairs):
+        (go,) = _export_block(sub, condition, ins[:ni] + [name for name, _ in pairs])
+        return [(go, TensorType((), I1))] + pairs
+
+    body = _region_graph(g, body_block, ins[:ni] + carried_names, infos, "while_body", epilogue=with_condition)
+    return g.multi_node("Loop", ["", first] + ins[ni:], "while", len(op.results), body=body)
+
+
+def _export_if(g: _Graph, op: Operation, ins: list[str], attrs) -> list[str]:
+    then_block, else_block = (r.blocks[0] for r in op.regions)
+    branches = {key: _region_graph(g, block, ins[1:], [], key)
+                for key, block in (("then_branch", then_block), ("else_branch", else_block))}
+    return g.multi_node("If", ins[:1], "if", len(op.results), **branches)
+
+
+_CONTROL_FLOW = {"for": _export_for, "while": _export_while, "if": _export_if}
 
 
 def _value_info(name: str, t, leading_batch: bool):
@@ -250,18 +372,12 @@ def to_onnx(model, *, input_names=None, output_names=None, entry: str | None = N
         g.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
 
     outputs = []
-    for op in func.entry_block.ops:
-        if op.name == "func.return":
-            out_names = list(output_names or [f"output{i}" if len(op.operands) > 1 else "output"
-                                              for i in range(len(op.operands))])
-            for value, name in zip(op.operands, out_names):
-                g.nodes.append(helper.make_node("Identity", [g.name(value)], [name], name=f"{name}_identity"))
-                outputs.append(_value_info(name, value.type, True))
-        elif op.name == "lz.constant":
-            g.names[id(op.result)] = g.constant(op.attributes["value"].array, "constant")
-        else:
-            for result, name in zip(op.results, _export_op(g, op)):
-                g.names[id(result)] = name
+    returned = _export_block(g, func.entry_block)
+    values = func.entry_block.terminator.operands
+    out_names = list(output_names or [f"output{i}" if len(values) > 1 else "output" for i in range(len(values))])
+    for value, source, name in zip(values, returned, out_names):
+        g.nodes.append(helper.make_node("Identity", [source], [name], name=f"{name}_identity"))
+        outputs.append(_value_info(name, value.type, True))
     graph = helper.make_graph(g.nodes, func.sym_name, inputs, outputs, g.initializers)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="lezero")
     onnx.checker.check_model(proto)

@@ -23,6 +23,7 @@ Opsets 11 and later of the default domain are imported; older models are refused
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +32,7 @@ from onnx import helper, numpy_helper
 
 from lezero.ir.attributes import ArrayAttr, StringAttr
 from lezero.ir.builder import Builder
-from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, FuncOp, ModuleOp, Value
+from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, Block, FuncOp, ModuleOp, Value
 from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.numerics import to_storage
 from lezero.ir.location import NameLoc
@@ -112,9 +113,13 @@ class NodeContext:
         self.opset = opset
         self.inputs = inputs
         self.location = NameLoc(name)
-        self.b = Builder.at_end(importer.func.entry_block, self.location)
         self._attributes = attributes
         self.used_attributes: set[str] = set()
+
+    @property
+    def b(self) -> Builder:
+        """A builder at the end of the block being filled (``@main``'s, or a loop body's)."""
+        return Builder.at_end(self.importer.block, self.location)
 
     # --- errors ---------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -190,12 +195,13 @@ class NodeContext:
             return None
         return [int(v) for v in np.asarray(self.require_const(i, what)).reshape(-1)]
 
-    def inline_graph(self, graph: onnx.GraphProto, values: list, what: str) -> list[Value]:
+    def inline_graph(self, graph: onnx.GraphProto, values: list, what: str, outer: dict | None = None) -> list[Value]:
         """The values a subgraph attribute computes from ``values`` (its inputs, in order); it
-        also sees every value of the enclosing graph."""
+        also sees every value of the enclosing graph, or only ``outer`` (name -> value) when given
+        (a region, which is isolated from above)."""
         if len(graph.input) != len(values):
             raise self.error(f"{what} takes {len(graph.input)} inputs, given {len(values)}")
-        scope = dict(self.env)
+        scope = dict(self.env if outer is None else outer)
         for i, v in zip(graph.input, values):
             scope[i.name] = v
         for t in graph.initializer:
@@ -272,10 +278,20 @@ class Importer:
     known: dict = field(default_factory=dict)      # Value -> numpy array, for values known at import
     sources: dict = field(default_factory=dict)    # Value -> frozenset of graph-input names it depends on
     functions: dict = field(default_factory=dict)  # (domain, name) -> FunctionProto (model-local)
+    block: Block = None                            # where converted ops go: @main's block or a region's
+
+    @contextlib.contextmanager
+    def inside(self, block: Block):
+        """Convert into ``block`` (a region of a loop or an If, ``lezero/onnx/ops/control_flow.py``)."""
+        outer, self.block = self.block, block
+        try:
+            yield block
+        finally:
+            self.block = outer
 
     # --- constants and folding ----------------------------------------------------------------------
     def constant(self, array: np.ndarray, t: TensorType | None, location) -> Value:
-        b = Builder.at_end(self.func.entry_block, location)
+        b = Builder.at_end(self.block, location)
         try:
             v = b.constant(array, t)
         except TypeError as e:
@@ -329,6 +345,7 @@ class Importer:
         arguments = [i for i in graph.input if i.name not in initializers and i.name not in self.constant_inputs]
         arg_types = [tensor_type_of(i, "graph input") for i in arguments]
         self.func = FuncOp("main", FunctionType(arg_types, []), NameLoc(graph.name or "main"))
+        self.block = self.func.entry_block
         env: dict[str, Value] = {}
         for i, arg in zip(arguments, self.func.arguments):
             arg.name_hint = _ssa_name(i.name)
@@ -366,7 +383,7 @@ class Importer:
         self.func.update_function_type()
         self.func.attributes[INPUT_NAMES_ATTR] = ArrayAttr(tuple(StringAttr(i.name) for i in arguments))
         self.func.attributes[OUTPUT_NAMES_ATTR] = ArrayAttr(tuple(StringAttr(o.name) for o in graph.output))
-        _erase_dead_ops(self.func)
+        erase_dead_ops(self.func.entry_block)
         module = ModuleOp([self.func])
         verify(module)
         return module
@@ -486,9 +503,10 @@ def _ssa_name(name: str) -> str | None:
     return cleaned
 
 
-def _erase_dead_ops(func: FuncOp) -> None:
-    for op in reversed(list(func.entry_block.ops)):
-        if op.name != "func.return" and not any(r.has_uses for r in op.results):
+def erase_dead_ops(block) -> None:
+    """Erase the ops of ``block`` whose results nothing uses (the import's ops are pure)."""
+    for op in reversed(list(block.ops)):
+        if op.name not in ("func.return", "lz.yield") and not any(r.has_uses for r in op.results):
             op.erase()
 
 

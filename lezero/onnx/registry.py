@@ -20,8 +20,8 @@ import importlib
 from typing import Callable
 
 # Every converter module, by family (lezero/onnx/ops/<family>.py).
-CONVERTER_MODULES = ("attention", "elementwise", "indexing", "losses", "nn", "quantization", "reduction",
-                     "resize", "sampling", "tensor", "training")
+CONVERTER_MODULES = ("attention", "control_flow", "elementwise", "indexing", "losses", "nn", "quantization",
+                     "recurrent", "reduction", "resize", "sampling", "tensor", "training")
 
 # (domain, op_type) -> ((since, converter), ...) in increasing ``since``; domain "" is the default ONNX domain.
 _CONVERTERS: dict[tuple[str, str], tuple[tuple[int, Callable], ...]] = {}

@@ -603,13 +603,3 @@ def _contract(ctx, a, ta, b, tb, keep, sizes):
     dims = [sizes[c] for c in batch] + [a.type.shape[ta.index(c)] for c in a_free] + \
         [b.type.shape[tb.index(c)] for c in b_free]
     return ctx.reshape(product_, dims), "".join(batch + a_free + b_free)
-
-
-@converter("If")
-def if_(ctx):
-    """An If whose condition is known at import (a shape test, or bound with constant_inputs):
-    the chosen branch, inlined.  A condition computed from run-time data is not supported."""
-    condition = bool(np.asarray(ctx.require_const(0, "the condition")).reshape(-1)[0])
-    then_branch, else_branch = ctx.attr("then_branch"), ctx.attr("else_branch")
-    branch, what = (then_branch, "then_branch") if condition else (else_branch, "else_branch")
-    return ctx.inline_graph(branch, [], what)
