@@ -14,7 +14,9 @@ then each of its regions, isolated from above, is scheduled as a function of its
 back: the region then holds constants, kernels and its ``lz.yield``, with memory-plan's offsets in
 an arena of its own, whose size is the op's ``lz.region_arena_sizes`` (one per region).  The
 runtime runs a region's plan once per iteration in that arena (``lezero.runtime.plan``), so its
-kernels are compiled once, not per iteration.  Only the CPU target runs control flow so far.
+kernels are compiled once, not per iteration.  For any target the op and its regions run on the
+CPU (``lezero.passes.placement`` places them there, with transfers around): one host step for
+every executor.
 
 ``schedule`` verifies the IR once, after the pipeline, not after every pass as ``lezero-opt`` and
 ``run_pipeline`` do: the verifier between the ten passes was half of the pipeline's time (~0.5 s
@@ -72,7 +74,7 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
         if not verify_each:
             verify(module)
         for f in module.functions:
-            schedule_regions(f, target)
+            schedule_regions(f)
     for f in module.functions:
         for op in f.entry_block.ops:
             for r in op.results:
@@ -82,18 +84,15 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
     return module
 
 
-def schedule_regions(func: FuncOp, target: str) -> None:
+def schedule_regions(func: FuncOp) -> None:
     """Schedule each region of ``func``'s control-flow ops as a function of its own, in place
     (see the module docstring)."""
     for op in func.entry_block.ops:
         if op.name not in CONTROL_FLOW_OPS:
             continue
-        if target != "cpu":
-            raise IRError(f"'{op.name}' op: control flow runs on the CPU target only so far, not {target}",
-                          op.location)
         sizes = []
         for region in op.regions:
-            scheduled = schedule(ModuleOp([region_function(region.block)]), target).functions[0]
+            scheduled = schedule(ModuleOp([region_function(region.block)])).functions[0]
             _replace_body(region.block, scheduled)
             sizes.append(scheduled.attributes[ARENA_SIZE_ATTR].value)
         op.attributes[REGION_ARENAS_ATTR] = DenseArrayAttr(I64, tuple(sizes))

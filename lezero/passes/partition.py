@@ -82,7 +82,7 @@ from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import I64, TensorType, format_shape
 from lezero.passes.pass_base import Pass, option
-from lezero.passes.placement import FUSION_LOG, HOST, TRANSFER, place_function
+from lezero.passes.placement import CONTROL_FLOW_OPS, FUSION_LOG, HOST, TRANSFER, place_function
 
 # The discardable attributes partition writes (and fuse reads).
 GROUP_ATTR = "lz.group"
@@ -91,9 +91,6 @@ STAGE_ATTR = "lz.stage"
 DEVICE_ATTR = "lz.device"  # only with a target other than the CPU
 PARTITION_ATTRS = (GROUP_ATTR, KIND_ATTR, STAGE_ATTR, DEVICE_ATTR)
 TRANSFER_KIND = "transfer"
-# Ops the runtime runs on the host around their regions' kernels (lezero/runtime/plan.py): kept as
-# they are, like an lz.kernel, between the kernels of the function.
-CONTROL_FLOW_OPS = frozenset({"lz.for", "lz.while", "lz.if"})
 
 MOVEMENT_OPS = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.slice", "lz.as_strided", "lz.pad",
                           "lz.concat", "lz.gather"})

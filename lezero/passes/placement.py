@@ -13,6 +13,8 @@ op runs on the target unless the target cannot run it; then it runs on the CPU i
 
 - function arguments and results: on the target (the runtime moves the caller's data in and out);
 - an op's results: on its device; an ``lz.kernel``'s: on its ``device`` attribute's;
+- a control-flow op (``lz.for``, ``lz.while``, ``lz.if``): on the CPU, its regions too (the
+  runtime's host step, shared by every executor);
 - ``lz.constant`` values: wherever they are read (the runtime keeps a copy on each device that
   reads one), so they never need a transfer.
 
@@ -33,6 +35,10 @@ from lezero.passes.pass_base import debug_channel
 
 HOST = "cpu"
 TRANSFER = "lz.transfer"
+# Ops the runtime runs on the host around their regions' kernels (lezero/runtime/plan.py): kept as
+# they are, like an lz.kernel, between the kernels of the function; placed on the CPU, their
+# regions scheduled for it (lezero/codegen/schedule.py).
+CONTROL_FLOW_OPS = frozenset({"lz.for", "lz.while", "lz.if"})
 
 FUSION_LOG = debug_channel("fusion")
 
@@ -82,6 +88,10 @@ def place_function(func: FuncOp, target: str) -> dict[int, str]:
             device[id(op)] = op.definition.attrs(op).device
         elif op.name == TRANSFER:
             device[id(op)] = op.definition.attrs(op).device
+        elif op.name in CONTROL_FLOW_OPS:
+            device[id(op)] = HOST
+            if log:
+                FUSION_LOG.debug("%splaced %s on %s: control flow runs on the host", where, _describe(op), HOST)
         elif op.definition is None:
             device[id(op)] = target  # partition refuses it, naming it
         else:

@@ -29,7 +29,8 @@ carried values' other buffer, the two swapped each iteration and chosen so the l
 writes the final carried values into the step's result buffers; the initial values are read
 where they are.  ``lz.while`` runs its condition plan before each body run (the carried values
 copied into the results at the end when the count came out odd); ``lz.if`` runs the plan of the
-branch the predicate picks, straight into the results.
+branch the predicate picks, straight into the results.  The cuda executor runs the same
+``BoundHostStep`` (control flow is placed on the CPU, with transfers around it).
 
 ``CompiledFunction.profile`` (``profile_plan``) runs a plan once with ``time.perf_counter``
 around each launch and returns a ``KernelTiming`` per launch: name, kind, seconds, and the flops
@@ -196,9 +197,11 @@ def _buffer(ref, t, arena: np.ndarray, constants: list) -> np.ndarray | None:
 
 
 class BoundHostStep:
-    """A ``HostStep`` bound to memory: its regions' bound plans, its fixed operand and result
-    arrays, a second buffer per carried value and the index / condition arrays the regions read
-    and write (see the module docstring)."""
+    """A ``HostStep`` bound to memory: its regions' bound plans (CPU plans whatever the target:
+    control flow is placed on the host), a second buffer per carried value and the index /
+    condition arrays the regions read and write (see the module docstring).  Its arena and
+    constant buffers are numpy arrays resolved once: the cuda executor binds it on its host
+    arena's memory (``lezero.runtime.cuda``), where placement puts every control-flow op."""
 
     def __init__(self, step: HostStep, regions: list, constants: list, arena: np.ndarray):
         self.step, self.regions, self.name = step, [BoundRegion(plan) for plan in regions], step.name
@@ -239,7 +242,8 @@ class BoundHostStep:
             # the buffers alternate so that the last iteration (count n - 1) writes into finals
             written = finals if (n - 1 - count) % 2 == 0 else self.spare
             self.index[()] = i
-            body.run(prefix + current + [x[i] for x in xs], written + [y[i] for y in ys], pool)
+            # x[i, ...]: a view even of a 1-d stack (x[i] would be a numpy scalar, a copy)
+            body.run(prefix + current + [x[i, ...] for x in xs], written + [y[i, ...] for y in ys], pool)
             current = written
 
     def _run_while(self, operands: list, outs: list, pool: ThreadPool) -> None:

@@ -12,6 +12,9 @@ between the two memories (``lezero.passes.placement``).  A plan bound to cuda (`
 - a **host arena**: the same over ``lz.arena_size`` bytes of host memory, for the CPU kernels'
   results and the transfers to the CPU;
 - each constant once in host memory and, when a cuda kernel reads it, once on the device;
+- a host step (``lz.for``, ``lz.while``, ``lz.if``, placed on the CPU with transfers around it)
+  bound as the CPU runtime binds it (``lezero.runtime.cpu.BoundHostStep``: one implementation),
+  on the host arena's memory;
 - the launches, in schedule order: a cuda kernel through ``lezero.codegen.triton`` (lowered to
   a ``TritonKernel``, loaded by ``jit.load``; on a real GPU its launch configuration is chosen on
   the first run by timing each of ``kernel.configs`` on scratch results when it does at least
@@ -46,14 +49,14 @@ import numpy as np
 
 from lezero.codegen.index_checks import initial_status, status_error
 from lezero.ir.core import ModuleOp
-from lezero.ir.diagnostics import InputError
+from lezero.ir.diagnostics import InputError, IRError
 from lezero.ir.interpreter import check_arguments
 from lezero.ir.types import TensorType
 from lezero.passes.memory_plan import ALIGNMENT as ARENA_ALIGNMENT
 from lezero.passes.placement import HOST
-from lezero.runtime.cpu import CompiledFunction
+from lezero.runtime.cpu import BoundHostStep, CompiledFunction, bind_plan
 from lezero.runtime.devices import interpreter_mode, require_device, torch_device
-from lezero.runtime.plan import BoundPlan, ExecutionPlan
+from lezero.runtime.plan import BoundPlan, ExecutionPlan, HostStep
 
 # How often each launch configuration runs when autotuning (after one warm-up run).
 AUTOTUNE_REPEATS = 5
@@ -159,6 +162,21 @@ class _HostLaunch:
 
 
 @dataclass
+class _HostStepLaunch:
+    """A host step on host memory: its operands and results are host arena slots and constants,
+    which it resolved when bound (placement puts transfers between it and the device)."""
+
+    name: str
+    step: BoundHostStep
+    pool: object
+    sources: list = field(default_factory=list)
+    checks = None
+
+    def run(self, buffers) -> None:
+        self.step.run((), (), self.pool)
+
+
+@dataclass
 class _TransferLaunch:
     """A transfer kernel: its operand copied into its result, across memories."""
 
@@ -213,6 +231,15 @@ def bind_cuda_plan(plan: ExecutionPlan, cache, pool, cpu=None) -> CudaPlan:
 
     launches = []
     for launch in plan.launches:
+        if isinstance(launch, HostStep):
+            if any(ref.kind in ("input", "output") for ref in launch.operands + launch.results):
+                raise IRError(f"'{launch.name}' op reads or writes the function's arguments or results directly: "
+                              f"on cuda a transfer must stand between them (run partition{{target=cuda}})",
+                              launch.op.location)
+            step = BoundHostStep(launch, [bind_plan(p, cache, cpu) for p in launch.region_plans], plan.constants,
+                                 arenas[HOST].numpy())
+            launches.append(_HostStepLaunch(launch.name, step, pool))
+            continue
         op = launch.op
         on = device if launch.device == "cuda" else host
         results = [where(ref, r.type, on) for ref, r in zip(launch.results, op.results)]

@@ -67,3 +67,24 @@ def test_a_traced_bidirectional_lstm_equals_eager():
     (out, (h, c)), (want, (want_h, want_c)) = traced(x), lstm(x)
     for got, ref in ((out, want), (h, want_h), (c, want_c)):
         np.testing.assert_allclose(got.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_compiled_lstm_train_step_equals_the_eager_step():
+    lz.manual_seed(3)
+    eager = lz.nn.Sequential(lz.nn.LSTM(3, 5, batch_first=True))
+    compiled = lz.nn.Sequential(lz.nn.LSTM(3, 5, batch_first=True))
+    compiled.load_state_dict(eager.state_dict())
+    x, target = lz.randn(2, 4, 3), lz.randn(2, 4, 5)
+    loss_fn = lambda out, target: ((out[0] - target) ** 2).mean()  # noqa: E731
+    eager_opt = lz.optim.SGD(eager.parameters(), lr=0.5)
+    step = lz.jit.compile_train_step(compiled, loss_fn, lz.optim.SGD(compiled.parameters(), lr=0.5), x, target,
+                                     dynamic_batch=False)
+    assert step.graph.count('"lz.for"') >= 2  # the forward loop (storing its carried values) and the reverse loop
+    for _ in range(2):
+        eager_opt.zero_grad()
+        eager_loss = loss_fn(eager(x), target)
+        eager_loss.backward()
+        eager_opt.step()
+        np.testing.assert_allclose(step(x, target).item(), eager_loss.item(), rtol=1e-5)
+    for (name, p), (_, q) in zip(eager.named_parameters(), compiled.named_parameters()):
+        np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=name)

@@ -153,11 +153,33 @@ def test_a_body_is_compiled_once_not_per_iteration():
     assert len(bodies[0]) == 1 and bodies[0] == bodies[1]  # one kernel, whatever the trip count
 
 
-def test_other_executors_name_the_op():
+def test_cuda_runs_the_same_host_step_on_the_cpu(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # Triton's interpreter: "device" tensors on the CPU
+    w, h, xs = _arrays((3, 3), (2, 3), (4, 2, 3))
+    fn = lambda h, xs, w: lz.scan(lambda c, x: (lz.tanh(c @ w + x), (c * 2).sum(1)), lz.relu(h), xs)  # noqa: E731
+    t = trace(fn, lz.tensor(h), lz.tensor(xs), lz.tensor(w))
+    args = [x.numpy() for x in t.inputs + t.captured]
+    got = lz.compile(ModuleOp([t.func]), t.func.sym_name, target="cuda")(*args)
+    c, ys = np.maximum(h, 0), []
+    for x in xs:
+        ys.append((c * 2).sum(1))
+        c = np.tanh(c @ w + x)
+    for g, want in zip(got, (c, np.stack(ys))):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_native_executable_names_the_op():
     w, h, xs = _arrays((3, 3), (2, 3), (2, 2, 3))
     t = trace(_rnn(), lz.tensor(h), lz.tensor(xs), lz.tensor(w))
-    with pytest.raises(IRError, match="'lz.for' op: control flow runs on the CPU target only"):
-        schedule(ModuleOp([t.func.clone()]), "cuda")
     scheduled = schedule(ModuleOp([t.func]))
     with pytest.raises(IRError, match="'lz.for' op: a native executable does not run control flow"):
         plan_program(scheduled, scheduled.lookup(t.func.sym_name), "m", "test")
+
+
+def test_profile_times_a_host_step_as_one_row():
+    w, h, xs = _arrays((3, 3), (2, 3), (3, 2, 3))
+    got, _, compiled, args = _run_both(_rnn(), h, xs, w)
+    results, rows = compiled.profile(*args)
+    assert [(r.name, r.kind, r.flops) for r in rows] == [("lz.for", "control_flow", 0)] and rows[0].seconds > 0
+    for r, g in zip(results, got):
+        np.testing.assert_array_equal(r, g)
