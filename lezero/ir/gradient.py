@@ -128,7 +128,7 @@ class GradBuilder(Builder):
 
 # --- the reverse walk ------------------------------------------------------------------------------
 
-def backpropagate(b: "GradBuilder", ops: list[Operation], outputs: list[Value], cotangents: list,
+def backpropagate(b: GradBuilder, ops: list[Operation], outputs: list[Value], cotangents: list,
                   wrt: list[Value]) -> dict[Value, Value]:
     """Build, with ``b``, the gradient of ``ops`` (a block's ops in program order): the
     ``cotangents`` (a Value or None per entry of ``outputs``) flow back, op by op in reverse order,

@@ -93,7 +93,7 @@ def _rebuild(op: Operation, operand_keep: list[int], result_keep: list[int], att
 
 def _prune_for(op: Operation) -> int:
     definition = op.definition
-    n, ni, nc, ns = definition.counts(op)
+    _, ni, nc, ns = definition.counts(op)
     body = op.regions[0].blocks[0]
     ny = len(op.results) - nc
     dead_ys = {nc + k for k in range(ny) if not op.results[nc + k].uses}

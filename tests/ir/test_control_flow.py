@@ -258,13 +258,46 @@ def test_the_gradient_of_a_loop_stacks_only_the_carried_values_it_reads():
     interpret(module, "rnn_grad", *args, *[np.ones(s) for s in [(1, 3), (1, 3), (4, 1, 3)]])
 
 
+# an inner loop over the outer loop's carried value: g <- sin(g * exp(w)) twice, three times
+NESTED = """
+func.func @f(%w: tensor<3xf32>, %h0: tensor<3xf32>) -> tensor<3xf32> {
+  %h = "lz.for"(%w, %h0) ({
+  ^bb0(%i: tensor<i64>, %w_: tensor<3xf32>, %h_: tensor<3xf32>):
+    %g = "lz.for"(%w_, %h_) ({
+    ^bb0(%j: tensor<i64>, %v: tensor<3xf32>, %g_: tensor<3xf32>):
+      %e = "lz.exp"(%v) : (tensor<3xf32>) -> tensor<3xf32>
+      %0 = "lz.mul"(%g_, %e) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+      %1 = "lz.sin"(%0) : (tensor<3xf32>) -> tensor<3xf32>
+      "lz.yield"(%1) : (tensor<3xf32>) -> ()
+    }) {trip_count = 2 : i64, num_invariant = 1 : i64, num_carried = 1 : i64} : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    "lz.yield"(%g) : (tensor<3xf32>) -> ()
+  }) {trip_count = 3 : i64, num_invariant = 1 : i64, num_carried = 1 : i64} : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  func.return %h : tensor<3xf32>
+}
+"""
+
+
+def test_nested_loop_gradient_equals_finite_differences():
+    module = parse_module(NESTED.replace("xf32>", "xf64>"))
+    differentiate(module, "f")
+    verify(module)
+    w, h0, cotangent = np.array([0.1, -0.3, 0.2]), np.array([0.5, 1.0, -0.7]), np.array([1.0, 0.5, -2.0])
+    _, dw, dh0 = interpret(module, "f_grad", w, h0, cotangent)
+
+    def loss(values):
+        return float((interpret(module, "f", *values) * cotangent).sum())
+
+    for k, got in enumerate([dw, dh0]):
+        np.testing.assert_allclose(got, _central_differences(loss, [w, h0], k), rtol=1e-7, atol=1e-9)
+
+
 @pytest.mark.parametrize("pred", [True, False])
 def test_if_gradient_is_the_taken_branchs(pred):
     module = parse_module(IF)
     differentiate(module, "f")
     verify(module)
     a, b, dr = np.array([1.0, 2.0, 3.0]), np.array([-1.0, 0.5, 2.0]), np.array([0.3, -2.0, 1.5])
-    r, da, db = interpret(module, "f_grad", np.bool_(pred), a, b, dr)
+    _, da, db = interpret(module, "f_grad", np.bool_(pred), a, b, dr)
     if pred:
         np.testing.assert_allclose(da, dr * b)
         np.testing.assert_allclose(db, dr * a)

@@ -4,6 +4,8 @@ nobody; licm moves invariant work out as new invariant operands.  Every case run
 before and after (``run_and_compare``)."""
 from lezero.ir.parser import parse_module
 from lezero.ir.verifier import verify
+
+from ir.test_control_flow import NESTED
 from pass_testing import run_and_compare
 
 
@@ -176,24 +178,6 @@ def test_licm_moves_invariant_work_before_the_loop():
 def test_licm_with_zero_iterations_keeps_the_results():
     text = LICM.replace("4x1x3", "0x1x3").replace("4x3xf32", "0x3xf32").replace("trip_count = 4", "trip_count = 0")
     run_and_compare(parse_module(text), "licm,dce")
-
-
-NESTED = """
-func.func @f(%w: tensor<3xf32>, %h0: tensor<3xf32>) -> tensor<3xf32> {
-  %h = "lz.for"(%w, %h0) ({
-  ^bb0(%i: tensor<i64>, %w_: tensor<3xf32>, %h_: tensor<3xf32>):
-    %g = "lz.for"(%w_, %h_) ({
-    ^bb0(%j: tensor<i64>, %v: tensor<3xf32>, %g_: tensor<3xf32>):
-      %e = "lz.exp"(%v) : (tensor<3xf32>) -> tensor<3xf32>
-      %0 = "lz.mul"(%g_, %e) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
-      %1 = "lz.sin"(%0) : (tensor<3xf32>) -> tensor<3xf32>
-      "lz.yield"(%1) : (tensor<3xf32>) -> ()
-    }) {trip_count = 2 : i64, num_invariant = 1 : i64, num_carried = 1 : i64} : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
-    "lz.yield"(%g) : (tensor<3xf32>) -> ()
-  }) {trip_count = 3 : i64, num_invariant = 1 : i64, num_carried = 1 : i64} : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
-  func.return %h : tensor<3xf32>
-}
-"""
 
 
 def test_licm_moves_out_of_nested_loops_all_the_way():

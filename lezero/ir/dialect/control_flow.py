@@ -45,6 +45,7 @@ from lezero.ir.core import Block, Operation
 from lezero.ir.gradient import GradBuilder, backpropagate
 from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, YIELDS, AttrSpec, OpDef, OpError, register
 from lezero.ir.types import I1, I64, TensorType
+from lezero.ir.verifier import types_compatible
 
 INDEX_TYPE = TensorType((), I64)
 CONDITION_TYPE = TensorType((), I1)
@@ -77,7 +78,7 @@ def _check_arguments(block: Block, want: list, what: str) -> None:
         raise OpError(f"{what} region takes {len(have)} arguments, but the operands give {len(want)} "
                       f"({_types(want)})")
     for k, (h, w) in enumerate(zip(have, want)):
-        if h != w:
+        if not types_compatible(h, w):
             raise OpError(f"{what} region argument #{k} has type {h}, but the operands give {w}")
 
 
@@ -89,7 +90,7 @@ def _check_yield(block: Block, want: list, what: str, of_what: str, more_allowed
     if len(have) != len(want):
         raise OpError(f"{what} region yields {len(have)} values, but {of_what} are {len(want)} ({_types(want)})")
     for k, (h, w) in enumerate(zip(have, want)):
-        if h != w:
+        if not types_compatible(h, w):
             raise OpError(f"{what} region yields {h} as value #{k}, but {of_what} have type {w}")
 
 
@@ -113,7 +114,8 @@ def _walk(block: Block):
 
 class _StructuredOp(OpDef):
     """What the three ops share: variadic operands and results, pure, regions ending with
-    ``lz.yield`` and isolated from above, region arguments that follow from the operands."""
+    ``lz.yield`` and isolated from above, region arguments that follow from the operands (types
+    compared as the verifier compares results: a ``?`` dim matches any size)."""
 
     operands = ()
     variadic = True
@@ -271,8 +273,8 @@ class IfOp(_StructuredOp):
     def evaluate(self, op, inputs):
         from lezero.ir.interpreter import run_block
 
-        branch = region_block(op, 0 if bool(inputs[0]) else 1, "then" if bool(inputs[0]) else "else")
-        return run_block(branch, list(inputs[1:]))
+        taken = 0 if bool(inputs[0]) else 1
+        return run_block(region_block(op, taken, self.region_names[taken]), list(inputs[1:]))
 
     def grad(self, b, op, attrs, dys):
         return if_gradient(b, op, dys)
