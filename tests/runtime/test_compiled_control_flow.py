@@ -80,6 +80,16 @@ def test_no_carried_values_and_no_scanned_inputs():
     _check(got, interpreted, [c, np.stack(want_ys)])
 
 
+def test_scalar_outputs_stack_into_a_vector():
+    (xs,) = _arrays((5, 3))
+    got, interpreted, _, _ = _run_both(lambda xs: lz.scan(lambda c, x: (c + x.sum(), c * 2), xs[0].sum() * 0, xs), xs)
+    c, ys = np.float32(0), []
+    for x in xs:
+        ys.append(c * 2)
+        c = c + x.sum()
+    _check(got, interpreted, [np.float32(c), np.array(ys, np.float32)])
+
+
 def test_fori_loop_and_a_carried_value_passed_through():
     w, h = _arrays((3, 3), (2, 3))
     fn = lambda h, w: lz.fori_loop(0, 5, lambda i, c: (c[0] @ w + i, c[1]), (h, h * 3))
