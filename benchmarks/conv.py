@@ -28,6 +28,10 @@ and by ONNX Runtime (``intra_op_num_threads`` = --threads, thread spinning off, 
 steals a core from the other's next call), the two alternating call by call in this process:
 medians, and lezero / ORT (below 1, lezero is faster).  ORT's own graph optimizations run (its
 NCHWc layout too, with reorders around the one node that a whole model would not pay).
+
+``--resnet`` times the regular convolutions of resnet18/50 and densenet121 the same way (the 7x7
+stem, 3x3 and 1x1 at strides 1 and 2, Conv + bias + ReLU or nothing); both print the minimums too,
+which on this shared machine move least.
 """
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ parser.add_argument("--size", type=int, default=56)
 parser.add_argument("--seconds", type=float, default=2.0, help="time budget per implementation and shape")
 parser.add_argument("--lowerings", action="store_true", help="also compare direct, implicit and explicit im2col")
 parser.add_argument("--mobile", action="store_true", help="the mobile nets' layer shapes against ONNX Runtime instead")
-parser.add_argument("--reps", type=int, default=100, help="--mobile: alternating calls per layer")
+parser.add_argument("--resnet", action="store_true", help="resnet18/50's and densenet121's layer shapes against ONNX Runtime")
+parser.add_argument("--reps", type=int, default=100, help="--mobile/--resnet: alternating calls per layer")
 args = parser.parse_args()
 os.environ["LEZERO_NUM_THREADS"] = str(args.threads)  # before the runtime's pool is made
 
@@ -178,8 +183,37 @@ MOBILE_LAYERS = [
 ]
 
 
+# (name, C_in, C_out, image size, kernel, stride, groups, activation): the regular convolutions of
+# resnet18 (r18), resnet50 (r50, torchvision's: stride on the 3x3) and densenet121 (d121) at 224 x 224.
+RESNET_LAYERS = [
+    ("r18 stem 7x7 s2", 3, 64, 224, 7, 2, 1, "relu"),
+    ("r18 3x3", 64, 64, 56, 3, 1, 1, "relu"),
+    ("r18 3x3 s2", 64, 128, 56, 3, 2, 1, "relu"),
+    ("r18 1x1 s2", 64, 128, 56, 1, 2, 1, "none"),
+    ("r18 3x3", 128, 128, 28, 3, 1, 1, "relu"),
+    ("r18 3x3 s2", 128, 256, 28, 3, 2, 1, "relu"),
+    ("r18 3x3", 256, 256, 14, 3, 1, 1, "relu"),
+    ("r18 3x3 s2", 256, 512, 14, 3, 2, 1, "relu"),
+    ("r18 1x1 s2", 256, 512, 14, 1, 2, 1, "none"),
+    ("r18 3x3", 512, 512, 7, 3, 1, 1, "relu"),
+    ("r50 1x1", 64, 256, 56, 1, 1, 1, "none"),
+    ("r50 1x1", 256, 64, 56, 1, 1, 1, "relu"),
+    ("r50 3x3 s2", 128, 128, 56, 3, 2, 1, "relu"),
+    ("r50 1x1", 512, 128, 28, 1, 1, 1, "relu"),
+    ("r50 1x1", 256, 1024, 14, 1, 1, 1, "none"),
+    ("r50 1x1", 1024, 256, 14, 1, 1, 1, "relu"),
+    ("r50 1x1 s2", 512, 1024, 28, 1, 2, 1, "none"),
+    ("r50 1x1", 512, 2048, 7, 1, 1, 1, "none"),
+    ("r50 1x1", 2048, 512, 7, 1, 1, 1, "relu"),
+    ("d121 1x1", 256, 128, 56, 1, 1, 1, "relu"),
+    ("d121 3x3", 128, 32, 56, 3, 1, 1, "none"),
+    ("d121 1x1", 1024, 128, 7, 1, 1, 1, "relu"),
+    ("d121 3x3", 128, 32, 7, 3, 1, 1, "none"),
+]
+
+
 def mobile_layer_model(c, o, size, k, stride, groups, activation):
-    """Conv(x, w, b) then ReLU6 (Clip 0..6), SiLU (x * sigmoid(x)) or nothing, pads k // 2."""
+    """Conv(x, w, b) then ReLU, ReLU6 (Clip 0..6), SiLU (x * sigmoid(x)) or nothing, pads k // 2."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(c * o + size)
@@ -188,7 +222,9 @@ def mobile_layer_model(c, o, size, k, stride, groups, activation):
              numpy_helper.from_array(rng.standard_normal(o).astype(np.float32), "b")]
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], kernel_shape=[k, k], strides=[stride] * 2,
                               pads=[k // 2] * 4, group=groups)]
-    if activation == "relu6":
+    if activation == "relu":
+        nodes.append(helper.make_node("Relu", ["conv"], ["y"]))
+    elif activation == "relu6":
         inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", 0), ("hi", 6))]
         nodes.append(helper.make_node("Clip", ["conv", "lo", "hi"], ["y"]))
     elif activation == "silu":
@@ -200,7 +236,7 @@ def mobile_layer_model(c, o, size, k, stride, groups, activation):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), 2 * o * out * out * (c // groups) * k * k
 
 
-def compare_mobile_layers() -> None:
+def compare_layers(title: str, layers) -> None:
     import platform
     import time
 
@@ -209,15 +245,17 @@ def compare_mobile_layers() -> None:
 
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
-    print(f"mobilenet_v2 / efficientnet_b0 convolutions, batch 1, {args.threads} threads, {cpu}, "
-          f"onnxruntime {ort.__version__}; medians of {args.reps} alternating calls")
-    print(f"{'layer':<34}{'lezero ms':>10}{'ORT ms':>9}{'lezero/ORT':>12}{'lezero GFLOP/s':>16}")
+    print(f"{title} convolutions, batch 1, {args.threads} threads, {cpu}, "
+          f"onnxruntime {ort.__version__}; medians and minimums of {args.reps} alternating calls (on a shared "
+          "machine the minimums are the least disturbed)")
+    print(f"{'layer':<40}{'lezero ms':>10}{'ORT ms':>9}{'lezero/ORT':>12}{'min ratio':>10}{'lezero GFLOP/s':>16}"
+          f"{'ORT GFLOP/s':>13}")
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
-    ratios = []
-    for name, c, o, size, k, stride, groups, activation in MOBILE_LAYERS:
+    ratios, min_ratios = [], []
+    for name, c, o, size, k, stride, groups, activation in layers:
         proto, flops = mobile_layer_model(c, o, size, k, stride, groups, activation)
         feeds = {"x": np.random.default_rng(size).standard_normal((1, c, size, size)).astype(np.float32)}
         ours = lezero.onnx.compile(proto)
@@ -230,15 +268,21 @@ def compare_mobile_layers() -> None:
                 run()
                 spent.append(time.perf_counter() - start)
         a, b = (float(np.median(t)) for t in times)
+        fastest_ours, fastest_theirs = (min(t) for t in times)
         ratios.append(a / b)
+        min_ratios.append(fastest_ours / fastest_theirs)
         label = f"{name} {c}->{o} {size}x{size} {activation}"
-        print(f"{label:<34}{a * 1e3:>10.3f}{b * 1e3:>9.3f}{a / b:>12.2f}{flops / a / 1e9:>16.1f}", flush=True)
-    print(f"geometric mean lezero/ORT {float(np.exp(np.mean(np.log(ratios)))):.2f}")
+        print(f"{label:<40}{a * 1e3:>10.3f}{b * 1e3:>9.3f}{a / b:>12.2f}{fastest_ours / fastest_theirs:>10.2f}"
+              f"{flops / fastest_ours / 1e9:>16.1f}{flops / fastest_theirs / 1e9:>13.1f}", flush=True)
+    print(f"geometric mean lezero/ORT {float(np.exp(np.mean(np.log(ratios)))):.2f} (medians), "
+          f"{float(np.exp(np.mean(np.log(min_ratios)))):.2f} (minimums)")
 
 
 if __name__ == "__main__":
     if args.mobile:
-        compare_mobile_layers()
+        compare_layers("mobilenet_v2 / efficientnet_b0", MOBILE_LAYERS)
+    elif args.resnet:
+        compare_layers("resnet18 / resnet50 / densenet121", RESNET_LAYERS)
     else:
         main()
         if args.lowerings:

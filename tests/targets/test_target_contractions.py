@@ -119,6 +119,13 @@ CASES += [
     conv((1, 4, 10, 8), (6, 2, 3, 2), strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2], groups=2),
     conv((1, 8, 9, 9), (8, 1, 3, 3), pads=[1, 1, 1, 1], groups=8),
     conv((1, 16, 8, 8), (16, 1, 3, 3), strides=[2, 2], pads=[0, 0, 1, 1], groups=16),
+    # slabs of fewer phases than strides: the taps read one phase of four, or one of two
+    conv((1, 8, 11, 11), (12, 8, 1, 1), strides=[2, 2]),
+    conv((1, 4, 12, 11), (6, 4, 3, 3), strides=[2, 2], pads=[2, 2, 2, 2], dilations=[2, 2]),
+    conv((1, 4, 9, 10), (5, 4, 1, 3), strides=[2, 1], pads=[0, 1, 1, 1]),
+    conv((1, 8, 9, 9), (8, 1, 1, 1), strides=[2, 2], groups=8),
+    conv((1, 3, 5, 75), (4, 3, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1]),  # the stride-2 slab copy's vectors
+    conv((1, 4, 5, 67), (4, 1, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1], groups=4),
     conv((1, 3, 8, 8), (5, 3, 3, 3), "f64", pads=[1, 1, 1, 1]),
     conv((2, 6, 7, 7), (6, 1, 3, 3), "f64", strides=[2, 2], groups=6),
     conv((1, 8, 6, 6), (6, 4, 1, 1), "f64", groups=2),

@@ -20,7 +20,10 @@ its load, the same code as for an operand stored in that shape.
   ``b_row_offsets``).  The ``WQ - OW`` columns past each output row are computed and never stored
   (3.4% for a 3x3 at 56x56).  Pads and strides go through a *slab*: the rows of the input a task
   reads, zero padded and split into ``sh x sw`` phases (``slab[ci, a, b, r, c] = xpad[ci, r*sh + a,
-  c*sw + b]``), which makes a strided convolution a stride-1 one over the phases.  A stride-1
+  c*sw + b]``), which makes a strided convolution a stride-1 one over the phases.  Only the phases
+  some tap reads are laid out: a 1x1 stride-2 convolution reads one of its four (the other three
+  were copied for nothing, a fifth of the kernel's time); a stride-2 row is copied a vector at a
+  time (two loads, their even lanes: ``_copy_every_second``).  A stride-1
   convolution without pads reads its input in place.
 
 Work items are slices: each batch's output (each GEMM's C) is cut into at most ``MAX_SLICES``
@@ -230,6 +233,8 @@ class ConvGemm:
         self.qw = [(kw * dw) // sw for kw in range(s.kw)]
         self.wq = s.ow + self.qw[-1]  # q-space row width
         self.n = (s.oh - 1) * self.wq + s.ow
+        # the slab's phases (a, b) per input channel: those some tap (kh, kw) reads
+        self.phases = sorted({((kh * dh) % sh, (kw * dw) % sw) for kh in range(s.kh) for kw in range(s.kw)})
         self.direct = direct
         self.a_block_floats = a_block_floats  # direct mode's packed A block at most
         self.pack_b = not direct
@@ -246,7 +251,7 @@ class ConvGemm:
         # call fills the rows its columns read.
         self._set_offsets(s.h if self.in_place else s.oh + self.qh[-1])
         if not self.in_place:
-            planes = s.in_per_group * s.strides[0] * s.strides[1]
+            planes = s.in_per_group * len(self.phases)
             # slack: the overrun, and a row up to qw[-1] past its end
             self.slab_floats = planes * self.rows_per_plane * self.wq + 2 * (overrun + self.wq)
 
@@ -269,7 +274,7 @@ class ConvGemm:
         for ci in range(s.in_per_group):
             for kh in range(s.kh):
                 for kw in range(s.kw):
-                    phase = (ci * sh + (kh * dh) % sh) * sw + (kw * dw) % sw
+                    phase = ci * len(self.phases) + self.phases.index(((kh * dh) % sh, (kw * dw) % sw))
                     offsets.append(phase * plane + self.qh[kh] * self.wq + self.qw[kw])
         self.b_row_offsets = tuple(offsets)
 
@@ -290,8 +295,8 @@ class ConvGemm:
         return a, b.gep(slab, [b.mul(first_row, i64(-self.wq))], source_etype=FLOAT)
 
     def _emit_slab(self, b, x, first_row, rows_used, slab) -> None:
-        """slab[ci][a][bb][r][c] = xpad[ci, (first_row + r) * sh + a, c * sw + bb] (zero outside
-        x), for r < rows_used."""
+        """slab[ci][phase][r][c] = xpad[ci, (first_row + r) * sh + a, c * sw + bb] (zero outside
+        x), for r < rows_used, for each of ``phases``' (a, bb)."""
         s = self.shape
         sh, sw = s.strides
         pt, pl = s.pads[0], s.pads[1]
@@ -299,27 +304,28 @@ class ConvGemm:
         zero = ir.Constant(FLOAT, 0.0)
         with for_range(b, 0, s.in_per_group, "slab_ci") as ci:
             x_plane = b.gep(x, [b.mul(ci, i64(s.h * s.w))], source_etype=FLOAT)
-            for a in range(sh):
-                for bb in range(sw):
-                    # columns c whose input column c * sw + bb - pl is inside x
-                    c_lo = min(wq, max(0, -(-(pl - bb) // sw)))
-                    c_hi = max(c_lo, min(wq, (s.w - 1 + pl - bb) // sw + 1))
-                    plane = b.mul(b.add(b.mul(ci, i64(sh * sw)), i64(a * sw + bb)), i64(rows * wq))
-                    with for_range(b, 0, min_i64(b, rows_used, rows), "slab_r") as r:
-                        out = b.gep(slab, [b.add(plane, b.mul(r, i64(wq)))], source_etype=FLOAT)
-                        xi = b.sub(b.add(b.mul(b.add(first_row, r), i64(sh)), i64(a)), i64(pt))
-                        inside = b.icmp_unsigned("<", xi, i64(s.h))  # 0 <= xi < h
-                        with b.if_else(inside) as (then, otherwise):
-                            with then:
-                                source = b.gep(x_plane, [b.mul(xi, i64(s.w))], source_etype=FLOAT)
-                                _fill(b, out, 0, c_lo, zero)
-                                with for_range(b, c_lo, c_hi, "slab_c") as c:
-                                    column = b.add(b.mul(c, i64(sw)), i64(bb - pl))
-                                    value = b.load(b.gep(source, [column], source_etype=FLOAT), typ=FLOAT, align=4)
-                                    b.store(value, b.gep(out, [c], source_etype=FLOAT), align=4)
-                                _fill(b, out, c_hi, wq, zero)
-                            with otherwise:
-                                _fill(b, out, 0, wq, zero)
+            for phase, (a, bb) in enumerate(self.phases):
+                # columns c whose input column c * sw + bb - pl is inside x
+                c_lo = min(wq, max(0, -(-(pl - bb) // sw)))
+                c_hi = max(c_lo, min(wq, (s.w - 1 + pl - bb) // sw + 1))
+                plane = b.mul(b.add(b.mul(ci, i64(len(self.phases))), i64(phase)), i64(rows * wq))
+                with for_range(b, 0, min_i64(b, rows_used, rows), "slab_r") as r:
+                    out = b.gep(slab, [b.add(plane, b.mul(r, i64(wq)))], source_etype=FLOAT)
+                    xi = b.sub(b.add(b.mul(b.add(first_row, r), i64(sh)), i64(a)), i64(pt))
+                    inside = b.icmp_unsigned("<", xi, i64(s.h))  # 0 <= xi < h
+                    with b.if_else(inside) as (then, otherwise):
+                        with then:
+                            source = b.gep(x_plane, [b.mul(xi, i64(s.w))], source_etype=FLOAT)
+                            _fill(b, out, 0, c_lo, zero)
+                            c_vectors = _copy_every_second(b, source, bb - pl, out, c_lo, c_hi, s.w) if sw == 2 \
+                                else c_lo
+                            with for_range(b, c_vectors, c_hi, "slab_c") as c:
+                                column = b.add(b.mul(c, i64(sw)), i64(bb - pl))
+                                value = b.load(b.gep(source, [column], source_etype=FLOAT), typ=FLOAT, align=4)
+                                b.store(value, b.gep(out, [c], source_etype=FLOAT), align=4)
+                            _fill(b, out, c_hi, wq, zero)
+                        with otherwise:
+                            _fill(b, out, 0, wq, zero)
 
     def output_layout(self):
         """A result buffer is the C matrix only when q-space has no extra columns."""
@@ -358,6 +364,33 @@ class ConvGemm:
                 with for_range(b, lo, hi, "ow", **TILE_LOOP, unroll_disable=1) as ow:
                     j = b.sub(b.add(row_start, ow), tile.col)
                     store(i, j, [n_index, channel, oh_index, affine_value(ow, s.ow, "ow")])
+
+
+# Floats per step of the stride-2 slab copy (two loads, one shuffle, one store): wide steps, then
+# narrower ones for the rest of a row (a row of 28 floats takes one step of 8, one of 56 16 + 8).
+SLAB_COPY_LANES = (16, 8)
+
+
+def _copy_every_second(b, source, shift: int, out, c_lo: int, c_hi: int, width: int) -> int:
+    """out[c] = source[2 * c + shift] for c from c_lo, a vector at a time (two vector loads of a
+    row, their even lanes), as far as both loads stay inside the row of ``width`` floats.
+    Returns the first c left to copy (a scalar loop does the rest): LLVM vectorizes a stride-2
+    copy into gathers, or not at all."""
+    c_end = min(c_hi, (width - shift) // 2)  # both loads inside the row up to here
+    for lanes in SLAB_COPY_LANES:
+        steps = max(0, (c_end - c_lo) // lanes)
+        if not steps:
+            continue
+        vector = ir.VectorType(FLOAT, lanes)
+        evens = ir.Constant(ir.VectorType(ir.IntType(32), lanes), list(range(0, 2 * lanes, 2)))
+        with for_range(b, 0, steps, f"slab_v{lanes}") as step:
+            c = b.add(i64(c_lo), b.mul(step, i64(lanes)))
+            start = b.gep(source, [b.add(b.mul(c, i64(2)), i64(shift))], source_etype=FLOAT)
+            low = b.load(start, typ=vector, align=4)
+            high = b.load(b.gep(start, [i64(lanes)], source_etype=FLOAT), typ=vector, align=4)
+            b.store(b.shuffle_vector(low, high, evens), b.gep(out, [c], source_etype=FLOAT), align=4)
+        c_lo += steps * lanes
+    return c_lo
 
 
 def _fill(b, pointer, start: int, stop: int, value) -> None:

@@ -45,8 +45,8 @@ MIN_ITEMS = 16
 def row_block(s: ConvShape, plan: ConvGemm) -> int:
     """Output rows per work item: a slab of at most BLOCK_SLAB_FLOATS (one row at least), and
     enough items for the threads when there are few (image, group) pairs."""
-    phases = s.in_per_group * s.strides[0] * s.strides[1]
-    rows = max(1, BLOCK_SLAB_FLOATS // (phases * plan.wq) - plan.qh[-1])
+    planes = s.in_per_group * len(plan.phases)
+    rows = max(1, BLOCK_SLAB_FLOATS // (planes * plan.wq) - plan.qh[-1])
     blocks_for_items = -(-MIN_ITEMS // plan.batches)
     return max(1, min(s.oh, rows, -(-s.oh // blocks_for_items)))
 
@@ -73,7 +73,7 @@ def lower_depthwise(ctx: KernelContext, anchor: Operation, s: ConvShape) -> int:
     blocks = -(-s.oh // rows)
     taps = s.kh * s.kw
     tap_offsets = plan.b_row_offsets[:taps]
-    channel_stride = s.strides[0] * s.strides[1] * plan.rows_per_plane * plan.wq  # slab floats per input channel
+    channel_stride = len(plan.phases) * plan.rows_per_plane * plan.wq  # slab floats per input channel
     pixels_per_block = (rows - 1) * plan.wq + s.ow
     vectors = step_vectors(-(-pixels_per_block // w))
     step = vectors * w

@@ -408,6 +408,42 @@ def test_conv_partial_sums_across_k_blocks(reading, x_shape, w_shape, pads, monk
                  rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("reading", ["direct", "packed"])
+@pytest.mark.parametrize("x_shape,w_shape,attrs,phases", [
+    ((1, 8, 11, 12), (12, 8, 1, 1), attrs_of(strides=(2, 2)), [(0, 0)]),  # a 1x1 downsample
+    ((1, 8, 11, 12), (12, 8, 1, 1), attrs_of(strides=(2, 2), pads=(1, 0, 0, 1)), [(0, 0)]),
+    ((2, 4, 12, 11), (6, 4, 3, 3), attrs_of(strides=(2, 2), pads=(2, 2, 2, 2), dilations=(2, 2)), [(0, 0)]),
+    ((1, 4, 9, 10), (5, 4, 1, 3), attrs_of(strides=(2, 1), pads=(0, 1, 1, 1)), [(0, 0)]),
+    ((1, 4, 9, 10), (5, 4, 3, 1), attrs_of(strides=(3, 2), pads=(1, 1, 1, 1)), [(0, 0), (1, 0), (2, 0)]),
+    ((1, 4, 13, 13), (8, 4, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1)), [(0, 0), (0, 1), (1, 0), (1, 1)]),
+    ((1, 8, 9, 9), (8, 1, 1, 1), attrs_of(strides=(2, 2), groups=8), [(0, 0)]),  # depthwise.py
+    # rows wide enough for the stride-2 copy's vector steps (then the scalar rest), odd and even pads
+    ((1, 3, 5, 75), (4, 3, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1)), [(0, 0), (0, 1), (1, 0), (1, 1)]),
+    ((1, 2, 6, 70), (5, 2, 3, 4), attrs_of(strides=(2, 2), pads=(0, 2, 1, 3)), [(0, 0), (0, 1), (1, 0), (1, 1)]),
+    ((1, 4, 5, 67), (4, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1), groups=4),
+     [(0, 0), (0, 1), (1, 0), (1, 1)]),
+    ((1, 6, 9, 28), (8, 6, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1)), [(0, 0), (0, 1), (1, 0), (1, 1)]),
+])
+def test_conv_slab_holds_the_phases_its_taps_read(x_shape, w_shape, attrs, phases, reading, monkeypatch):
+    """A strided conv's slab lays out only the phases (row % sh, column % sw) that some tap reads
+    (a 1x1 stride-2 conv reads one of four), and the tap offsets index those; a stride-2 row is
+    copied by vector steps, then a scalar rest."""
+    monkeypatch.setattr(contraction, "CONV_B", reading)
+    module, kernel = conv_kernel(x_shape, w_shape, attrs, "f32", [(w_shape[0], 1, 1)],
+                                 lambda b, y, c: b.op("lz.add", y, c))
+    anchor = next(op for op in kernel.regions[0].blocks[0].ops if op.name == "lz.conv2d")
+    plan = contraction_gemm.ConvGemm(contraction.ConvShape.of(anchor), True, 1 << 16)
+    assert plan.phases == phases
+    plan.lay_out_slab(16)
+    planes = plan.shape.in_per_group * len(phases)
+    assert plan.slab_floats == planes * plan.rows_per_plane * plan.wq + 2 * (16 + plan.wq)
+    vector_steps = attrs["strides"][1] == 2 and x_shape[3] >= 28
+    assert ("slab_v" in lower_kernel(kernel).llvm_ir) == vector_steps
+    rng = np.random.default_rng(sum(x_shape))
+    inputs = [data(rng, s, "f32") for s in (x_shape, w_shape, (w_shape[0], 1, 1))]
+    check_kernel(module, kernel, inputs, splits=3, **F32_TOL)
+
+
 def test_conv_work_items_in_any_pieces():
     x_shape, w_shape = (3, 8, 20, 20), (16, 4, 3, 3)
     module, kernel = conv_kernel(x_shape, w_shape, attrs_of(pads=(1, 1, 1, 1), groups=2))
