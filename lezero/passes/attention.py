@@ -13,7 +13,10 @@ softmax for its backward pass is left as it is)::
 
     s = lz.matmul(q', k^T')                    q' = q or q * c1,  k^T' = k^T or k^T * c2
     s = s * c  |  s / c                        optional, c a splat constant (ViT scales q and k^T)
-    s = s + mask                               optional, mask broadcasting to s (BERT, GPT-2)
+    s = s + mask                               optional, mask broadcasting to s (BERT, GPT-2), or
+    s = select(keep, s, fill) | select(hide, fill, s)   a causal mask as older GPT-2 exports write
+                                               it, fill a splat <= HIDDEN: the additive mask
+                                               select(keep, 0, fill) then gives the same softmax
     o = lz.matmul(lz.softmax(s, axis=-1), v)
 
 float32, static shapes, q/k/v of one rank and one batch shape.  ``k`` is ``k^T`` with its last
@@ -32,6 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from lezero.ir.attributes import FloatAttr, StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import Block, ModuleOp, Operation, Region, Value
@@ -45,6 +50,9 @@ from lezero.passes.pass_base import Pass
 from lezero.passes.placement import FUSION_LOG
 
 VIEW_OPS = ("lz.reshape", "lz.transpose", "lz.slice")
+# A select's fill at most this is a hidden key: s + fill rounds to fill in float32 for |s| < 1e22
+# (fill's ulp is >= 2^70), so adding it gives what selecting it does, exactly
+HIDDEN = -1e30
 
 
 def reshaped_strides(shape, strides, new_shape) -> tuple | None:
@@ -147,6 +155,7 @@ class AttentionMatch:
     mask: Value | None
     scale: float
     output: Value
+    hidden: tuple | None = None  # a select's (condition, fill, whether the condition keeps): the mask to build
 
 
 def match_attention(softmax: Operation) -> AttentionMatch | None:
@@ -165,10 +174,14 @@ def match_attention(softmax: Operation) -> AttentionMatch | None:
     add = x.owner
     if isinstance(add, Operation) and add.name == "lz.add" and len(x.uses) == 1:
         for scores, other in (add.operands, reversed(add.operands)):
-            if scores.type.shape == t.shape and _is_product(scores):
+            if scores.type.shape == t.shape and (_is_product(scores) or _hidden_keys(scores) is not None):
                 x, mask = scores, other
                 ops.append(add)
                 break
+    hidden = _hidden_keys(x)
+    if hidden is not None:
+        ops.append(x.owner)
+        x, hidden = hidden[0], hidden[1:]
     x, scale = _unscaled_product(x, ops)
     if x is None:
         return None
@@ -185,7 +198,7 @@ def match_attention(softmax: Operation) -> AttentionMatch | None:
     if any(not (isinstance(w.type, TensorType) and w.type.is_static and w.type.element_type == F32)
            for w in (q, kt, v) + ((mask,) if mask is not None else ())):
         return None
-    return AttentionMatch(tuple(ops), q, kt, v, mask, scale * c1 * c2, pv.result)
+    return AttentionMatch(tuple(ops), q, kt, v, mask, scale * c1 * c2, pv.result, hidden)
 
 
 def estimates(match: AttentionMatch) -> tuple[float, float]:
@@ -200,7 +213,8 @@ def estimates(match: AttentionMatch) -> tuple[float, float]:
     refused it."""
     q, kt, v = (w.type for w in (match.q, match.k_transposed, match.v))
     io_bytes = sum(w.type.nbytes for w in (match.q, match.k_transposed, match.v, match.output)) + \
-        (match.mask.type.nbytes if match.mask is not None else 0)
+        (match.mask.type.nbytes if match.mask is not None else 0) + \
+        (match.hidden[0].type.nbytes if match.hidden is not None else 0)
     scores = math.prod(q.shape[:-1]) * kt.shape[-1]
     flops = 2 * scores * (q.shape[-1] + v.shape[-1])
     compute = flops / fusion_cost.CONTRACTION_RATE["gemm"] + \
@@ -210,6 +224,22 @@ def estimates(match: AttentionMatch) -> tuple[float, float]:
     fused = fusion_cost.LAUNCH_SECONDS + max((io_bytes + packing) / fusion_cost.BANDWIDTH, compute)
     unfused = 3 * fusion_cost.LAUNCH_SECONDS + max((io_bytes + 4 * 4 * scores) / fusion_cost.BANDWIDTH, compute)
     return fused, unfused
+
+
+def _hidden_keys(v: Value) -> tuple | None:
+    """``(scores, condition, fill, whether the condition keeps)`` when ``v``, read only here, is
+    ``select(keep, scores, fill)`` or ``select(hide, fill, scores)`` of the (scaled) product, fill
+    a splat <= HIDDEN; else None."""
+    op = v.owner
+    if not (isinstance(op, Operation) and op.name == "lz.select" and len(v.uses) == 1):
+        return None
+    condition, a, b = op.operands
+    for scores, fill, keeps in ((a, b, True), (b, a, False)):
+        value = splat(fill)
+        if value is not None and float(value) <= HIDDEN and scores.type.shape == v.type.shape and \
+                _is_product(scores):
+            return scores, condition, float(value), keeps
+    return None
 
 
 def _is_product(v: Value) -> bool:
@@ -243,6 +273,12 @@ def _keys(b: Builder, kt: Value) -> Value:
     return b.op("lz.transpose", source, perm=perm)
 
 
+def _additive_mask(b: Builder, condition: Value, fill: float, keeps: bool) -> Value:
+    """``select(keep, 0, fill)`` (or ``select(hide, fill, 0)``): the additive form of a select's mask."""
+    zero, hidden = (b.constant(np.asarray(x, np.float32), TensorType((), F32)) for x in (0.0, fill))
+    return b.op("lz.select", condition, zero, hidden) if keeps else b.op("lz.select", condition, hidden, zero)
+
+
 def _output_views(out: Value) -> list[Operation]:
     """The transpose (keeping the last dim last) and reshape that alone read ``out``, if any."""
     views = []
@@ -264,8 +300,12 @@ def build_kernel(match: AttentionMatch, names: KernelNamer) -> Operation:
     pv = match.output.owner
     b = Builder.before(pv, pv.location)
     k = _keys(b, match.k_transposed)
-    operands = [match.q, k, match.v] + ([match.mask] if match.mask is not None else [])
-    roots = [readable_root(match.q), readable_root(k), readable_root(match.v, unit_last=True), match.mask]
+    mask = match.mask
+    if match.hidden is not None:  # the select's mask made additive, plus the added one if any
+        hidden = _additive_mask(b, *match.hidden)
+        mask = hidden if mask is None else b.op("lz.add", hidden, mask)
+    operands = [match.q, k, match.v] + ([mask] if mask is not None else [])
+    roots = [readable_root(match.q), readable_root(k), readable_root(match.v, unit_last=True), mask]
     block = Block()
     inputs: list[Value] = []
     inside: dict[int, Value] = {}

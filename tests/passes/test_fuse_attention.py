@@ -15,17 +15,20 @@ from lezero.codegen.schedule import schedule
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.interpreter import interpret
-from lezero.ir.types import F32, F64, FunctionType, TensorType
+from lezero.ir.types import F32, F64, I1, FunctionType, TensorType
 from lezero.passes import run_pipeline
 from lezero.passes.attention import view_of
 
 
-def chain(b, s, h, d, *, mask=None, scaling="mul", dtype=F32, share_softmax=False, out_layout=True):
+def chain(b, s, h, d, *, mask=None, scaling="mul", dtype=F32, share_softmax=False, out_layout=True, select=None):
     """``@f(x: [b, s, 3 h d][, mask: [b, 1, s, s]])`` as the exports write attention: the QKV
     projection's output sliced, reshaped to heads, transposed, q k^T, scaled (``mul``, ``div``, or
     ``split``: q and k^T scaled apart, as ViT's export), masked, softmax, times v, back to
-    ``[b, s, h d]`` (``out_layout``)."""
-    args = [TensorType((b, s, 3 * h * d), dtype)] + ([TensorType(mask, dtype)] if mask else [])
+    ``[b, s, h d]`` (``out_layout``).  ``select``: a causal mask as a select of the scores and a
+    fill (``"keep"``: ``select(keep, s, fill)``, ``"hide"``: ``select(hide, fill, s)``), the
+    condition a ``[1, 1, s, s]`` argument."""
+    args = [TensorType((b, s, 3 * h * d), dtype)] + ([TensorType(mask, dtype)] if mask else []) + \
+        ([TensorType((1, 1, s, s), I1)] if select else [])
     func = FuncOp("f", FunctionType(args, []))
     bb = Builder.at_end(func.entry_block)
     x = func.arguments[0]
@@ -48,7 +51,11 @@ def chain(b, s, h, d, *, mask=None, scaling="mul", dtype=F32, share_softmax=Fals
         scores = bb.op("lz.mul", scores, constant(d ** -0.5))
     elif scaling == "div":
         scores = bb.op("lz.div", scores, constant(d ** 0.5))
-    if mask:
+    if select == "keep":
+        scores = bb.op("lz.select", func.arguments[-1], scores, constant(np.finfo(np.float32).min))
+    elif select == "hide":
+        scores = bb.op("lz.select", func.arguments[-1], constant(-np.inf), scores)
+    if mask:  # after the select, as GPT-2's export adds the padding mask to the causally masked scores
         scores = bb.op("lz.add", scores, func.arguments[1])
     p = bb.op("lz.softmax", scores, axis=-1)
     out = bb.op("lz.matmul", p, v)
@@ -65,11 +72,16 @@ def kernel_kinds(module) -> list[str]:
     return [op.attributes["kind"].value for op in scheduled.functions[0].entry_block.ops if op.name == "lz.kernel"]
 
 
-def inputs(module, seed=0):
+def inputs(module, seed=0, hide=False):
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(a.type.shape).astype(a.type.element_type.numpy_dtype)
               for a in module.functions[0].arguments]
-    if len(arrays) == 2:  # an additive padding mask: the lowest float on the last third of the keys
+    args = module.functions[0].arguments
+    if args[-1].type.element_type == I1:  # a causal select's condition: keep keys up to the query (or hide the rest)
+        s = args[-1].type.shape[-1]
+        keep = np.tril(np.ones((s, s), bool)).reshape(1, 1, s, s)
+        arrays[-1] = ~keep if hide else keep
+    if len(arrays) >= 2 and arrays[1].dtype != bool:  # an additive padding mask: the lowest float on the last third
         s = arrays[1].shape[-1]
         arrays[1] = np.where(np.arange(s) >= s - s // 3, np.finfo(arrays[1].dtype).min, 0).astype(arrays[1].dtype) \
             * np.ones(arrays[1].shape, arrays[1].dtype)
@@ -82,14 +94,20 @@ CASES = {
     "vit_split_scale": {"b": 1, "s": 197, "h": 3, "d": 64, "scaling": "split"},
     "div_scale_no_output_transpose": {"b": 1, "s": 7, "h": 2, "d": 80, "scaling": "div", "out_layout": False},
     "one_token": {"b": 3, "s": 1, "h": 2, "d": 32, "mask": (3, 1, 1, 1)},
+    "causal_select_keep": {"b": 2, "s": 40, "h": 2, "d": 64, "select": "keep"},
+    "causal_select_hide_and_padding": {"b": 2, "s": 40, "h": 2, "d": 64, "mask": (2, 1, 1, 40), "select": "hide"},
 }
 
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_the_chain_is_one_kernel_reading_its_operands_in_place_and_matches_the_unfused_graph(case):
     module = chain(**CASES[case])
-    assert kernel_kinds(chain(**CASES[case])) == ["attention"]
-    arrays = inputs(module)
+    select = CASES[case].get("select")
+    kinds = kernel_kinds(chain(**CASES[case]))
+    assert kinds[-1:] == ["attention"] and kinds.count("attention") == 1
+    # a select's mask: elementwise kernels make the additive mask the attention kernel reads
+    assert set(kinds[:-1]) == ({"elementwise"} if select else set())
+    arrays = inputs(module, hide=select == "hide")
     want = interpret(module, "f", *arrays)
     got = lezero.compile(chain(**CASES[case]), "f")(*arrays)
     scale = float(np.abs(want).max())
