@@ -42,10 +42,16 @@ GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 # --- one time step: the recurrent GEMM and the gates, one composite op per cell kind ----------------------
 #
 # Inputs: ``gx`` (the step's input projection, N x gates*H, with the biases that fold), the carried
-# state, ``whh_t`` (W_hh transposed once per call, H_out x gates*H), then what the attributes ask
-# for: ``b_hn``... (see each emitter), ``whr_t`` (LSTM projection), ``mask`` (N x 1 bool: the rows
+# state, ``w_hh`` (gates*H x H_out, as stored: the GEMM reads it transposed, so no copy is made per
+# call), then what the attributes ask for: ``b_hh`` (the GRU), ``w_hr`` (the LSTM's projection),
+# ``mask`` (N x 1 bool: the rows
 # still running).  Results: the next carried state; with a mask also the step's output, which is
 # zero on finished rows while their state stays.
+
+def _times_transposed(b, x, w):
+    """``x @ w.T``, as ``F.linear`` emits it (fusion folds the transpose into the GEMM's packing)."""
+    return b.op("lz.matmul", x, b.op("lz.transpose", w, perm=[1, 0]))
+
 
 def _gate(b, gates, k: int, hidden: int):
     return b.op("lz.slice", gates, starts=[k * hidden], ends=[(k + 1) * hidden], axes=[1])
@@ -61,28 +67,28 @@ def _masked(b, attrs, carried_old: list, carried_new: list, output, *mask) -> li
     return kept + [b.op("lz.select", mask, output, constant_of(b, 0, output.type.element_type))]
 
 
-def _emit_rnn_step(b, attrs, gx, h, whh_t, *mask):
-    pre = b.op("lz.add", gx, b.op("lz.matmul", h, whh_t))
+def _emit_rnn_step(b, attrs, gx, h, w_hh, *mask):
+    pre = b.op("lz.add", gx, _times_transposed(b, h, w_hh))
     h_next = b.op("lz.tanh" if attrs["nonlinearity"] == "tanh" else "lz.relu", pre)
     return _masked(b, attrs, [h], [h_next], h_next, *mask)
 
 
-def _emit_lstm_step(b, attrs, gx, h, c, whh_t, *rest):
+def _emit_lstm_step(b, attrs, gx, h, c, w_hh, *rest):
     hidden = attrs["hidden"]
-    gates = b.op("lz.add", gx, b.op("lz.matmul", h, whh_t))
+    gates = b.op("lz.add", gx, _times_transposed(b, h, w_hh))
     i, f, g, o = (_gate(b, gates, k, hidden) for k in range(4))
     c_next = b.op("lz.add", b.op("lz.mul", b.op("lz.sigmoid", f), c),
                   b.op("lz.mul", b.op("lz.sigmoid", i), b.op("lz.tanh", g)))
     h_next = b.op("lz.mul", b.op("lz.sigmoid", o), b.op("lz.tanh", c_next))
     if attrs["projected"]:
-        h_next = b.op("lz.matmul", h_next, rest[0])
+        h_next = _times_transposed(b, h_next, rest[0])
         rest = rest[1:]
     return _masked(b, attrs, [h, c], [h_next, c_next], h_next, *rest)
 
 
-def _emit_gru_step(b, attrs, gx, h, whh_t, *rest):
+def _emit_gru_step(b, attrs, gx, h, w_hh, *rest):
     hidden = attrs["hidden"]
-    gh = b.op("lz.matmul", h, whh_t)
+    gh = _times_transposed(b, h, w_hh)
     if attrs["bias"]:
         gh = b.op("lz.add", gh, rest[0])
         rest = rest[1:]
@@ -112,9 +118,8 @@ class _Recurrence:
 
     def __init__(self, mode: str, hidden: int, w_ih, w_hh, b_ih, b_hh, w_hr):
         self.mode, self.w_ih = mode, w_ih
-        self.whh_t = w_hh.t().contiguous()
-        self.whr_t = None if w_hr is None else w_hr.t().contiguous()
-        self.extra = []  # step inputs after whh_t, before the projection and the mask
+        self.w_hh, self.w_hr = w_hh, w_hr
+        self.extra = []  # step inputs after w_hh, before the projection and the mask
         if b_ih is None:
             self.input_bias = None
         elif mode == "GRU":
@@ -131,7 +136,7 @@ class _Recurrence:
 
     def step(self, gx: Tensor, state: tuple, mask: Tensor | None = None) -> tuple:
         """``(next state, output)`` of one time step."""
-        weights = [self.whh_t, *self.extra] + ([] if self.whr_t is None else [self.whr_t])
+        weights = [self.w_hh, *self.extra] + ([] if self.w_hr is None else [self.w_hr])
         if mask is None:
             out = apply(_STEPS[self.mode], self.attrs, gx, *state, *weights)
             state = out if isinstance(out, tuple) else (out,)

@@ -260,3 +260,41 @@ def test_errors_name_the_mistake():
         layer(lz.randn(5, 2, 3), (lz.randn(1, 3, 4), lz.randn(1, 3, 4)))
     with pytest.raises(RuntimeError, match="input has inconsistent input_size"):
         lz.nn.GRUCell(3, 4)(lz.randn(2, 5))
+
+
+# --- traced and compiled: the time loop stays one lz.for ------------------------------------------------
+
+def _count(graph, name: str) -> int:
+    return str(graph).count(f'"{name}"(')
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "tanh"])
+def test_traced_layers_keep_one_loop_per_layer_and_direction(kind):
+    layer = _layer(lz.nn, kind, num_layers=2, bidirectional=True, batch_first=True).eval()
+    x = randn(BATCH, 6, INPUT).astype(np.float32)
+    with lz.no_grad():
+        eager = flat(layer(lz.tensor(x)))
+    # static shapes: the zero initial states are constants of the example's batch size
+    traced = lz.jit.trace(layer, example_inputs=(lz.tensor(x),), dynamic_batch=False)
+    assert _count(traced.graph, "lz.for") == 4
+    for got, want in zip(flat(traced(x)), eager):
+        np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_train_step_through_the_loops_equals_the_eager_step():
+    torch_layer, lz_layer = twins(_layer, "LSTM", num_layers=2)
+    x, target = randn(STEPS, BATCH, INPUT), randn(STEPS, BATCH, HIDDEN)
+    optimizer = lz.optim.SGD(lz_layer.parameters(), lr=0.1)
+    step = lz.jit.compile_train_step(lz_layer, lambda out, y: lz.nn.functional.mse_loss(out[0], y), optimizer,
+                                     (lz.tensor(x),), lz.tensor(target), dynamic_batch=False)
+    assert _count(step.graph, "lz.for") >= 4  # two layers forward, and their gradient loops
+    torch_optimizer = torch.optim.SGD(torch_layer.parameters(), lr=0.1)
+    for _ in range(2):
+        loss = step(lz.tensor(x), lz.tensor(target))
+        torch_optimizer.zero_grad()
+        torch_loss = torch.nn.functional.mse_loss(torch_layer(torch.tensor(x))[0], torch.tensor(target))
+        torch_loss.backward()
+        torch_optimizer.step()
+        np.testing.assert_allclose(float(np.asarray(loss)), torch_loss.item(), rtol=1e-10)
+    for name, p in torch_layer.named_parameters():
+        assert_same(dict(lz_layer.named_parameters())[name], p, F64, f"{name} after two steps")
