@@ -2,10 +2,11 @@
 nest, so the ``Sq x Sk`` scores never reach memory (issue 11).
 
 A work item is one batch index (``[*batch]`` flattened: batch x heads) and a chunk of its query
-rows.  The item first packs its batch's keys transposed, ``kT[d][j]`` (D x Sk rounded up to the
-key tile, zeros beyond Sk), into a ``malloc``'d workspace, which every query tile of the item
-reuses.  Then per tile of ``mr`` query rows (the GEMM's register tile, ``gemm.register_tile``:
-6 rows on AVX-512) and per key block of up to ``KEY_BLOCK`` keys:
+rows.  A call packs each batch index's keys transposed, ``kT[d][j]`` (D x Sk rounded up to a
+vector; the keys past Sk repeat the last one, their scores are masked), into a ``malloc``'d
+workspace, once for the consecutive chunks of one batch index in its range; every query tile
+reuses it.  Then per tile of ``mr`` query rows (the GEMM's register tile, ``gemm.register_tile``:
+6 rows on AVX-512, at most Sq) and per key block of up to ``KEY_BLOCK`` keys:
 
 1. **scores**: ``S = q kT`` by a register-tiled product (mr x nv vectors of accumulators, the
    GEMM micro-kernel's shape: one broadcast of q[r, d] and nv loads of kT per d), then the scale,
@@ -207,13 +208,17 @@ class AttentionEmitter:
         malloc = declare(self.ctx.module, "malloc", PTR, [I64])
         free = declare(self.ctx.module, "free", VOID, [PTR])
         self.kt = b.call(malloc, [i64(self.d * t.sk_pad * 4)])
+        packed = self.fn.alloca(I64, 1, "packed_batch")  # whose keys kT holds: a range's chunks of one batch share them
+        b.store(i64(-1), packed)
         with counted_loop(b, self.fn.begin, self.fn.end, 1, "item") as item:
             batch = b.udiv(item, i64(t.chunks))
             coords = unravel_values(b, batch, self.batch_shape) if self.batch_shape else []
             self.q_base, self.k_base, self.v_base, self.o_base = (
                 self.offset(coords, x.strides[:-2], i64(x.offset)) for x in (self.q, self.k, self.v, self.out))
             self.m_base = self.offset(coords, self.mask.strides[:-2], i64(0)) if self.mask else None
-            self.pack_keys()
+            with b.if_then(b.icmp_signed("!=", b.load(packed), batch)):
+                self.pack_keys()
+                b.store(batch, packed)
             first = b.mul(b.urem(item, i64(t.chunks)), i64(t.tiles_per_chunk))
             stop = b.add(first, i64(t.tiles_per_chunk))
             tiles = i64(-(-self.sq // t.mr))
