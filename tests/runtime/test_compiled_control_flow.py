@@ -4,10 +4,13 @@ iteration by the CPU runtime.  Every case: the compiled results equal the refere
 and a numpy loop."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
 import lezero as lz
+from lezero.cli import opt
 from lezero.codegen.schedule import schedule
 from lezero.eager.autograd import trace
 from lezero.ir.core import ModuleOp
@@ -193,3 +196,30 @@ def test_profile_times_a_host_step_as_one_row():
     assert [(r.name, r.kind, r.flops) for r in rows] == [("lz.for", "control_flow", 0)] and rows[0].seconds > 0
     for r, g in zip(results, got):
         np.testing.assert_array_equal(r, g)
+
+
+LOOP_TEXT = """func.func @f(%w: tensor<4x4xf32>, %h0: tensor<1x4xf32>, %xs: tensor<8x1x4xf32>) -> tensor<1x4xf32> {
+  %h, %ys = "lz.for"(%w, %h0, %xs) ({
+  ^bb0(%i: tensor<i64>, %w_: tensor<4x4xf32>, %h_: tensor<1x4xf32>, %x: tensor<1x4xf32>):
+    %0 = "lz.matmul"(%h_, %w_) : (tensor<1x4xf32>, tensor<4x4xf32>) -> tensor<1x4xf32>
+    %1 = "lz.add"(%0, %x) : (tensor<1x4xf32>, tensor<1x4xf32>) -> tensor<1x4xf32>
+    %2 = "lz.tanh"(%1) : (tensor<1x4xf32>) -> tensor<1x4xf32>
+    "lz.yield"(%2, %2) : (tensor<1x4xf32>, tensor<1x4xf32>) -> ()
+  }) {trip_count = 8 : i64, num_invariant = 1 : i64, num_carried = 1 : i64, reverse = false}
+     : (tensor<4x4xf32>, tensor<1x4xf32>, tensor<8x1x4xf32>) -> (tensor<1x4xf32>, tensor<8x1x4xf32>)
+  %3 = "lz.exp"(%h) : (tensor<1x4xf32>) -> tensor<1x4xf32>
+  func.return %3 : tensor<1x4xf32>
+}
+"""
+
+
+def test_text_compiles_and_lezero_opt_emits_the_body_kernels(tmp_path):
+    w, h, xs = _arrays((4, 4), (1, 4), (8, 1, 4))
+    np.testing.assert_allclose(lz.compile(LOOP_TEXT, "f")(w, h, xs), np.exp(_numpy_rnn(w, h, xs)[0]),
+                               rtol=1e-5, atol=1e-6)
+    path = tmp_path / "loop.mlir"
+    path.write_text(LOOP_TEXT)
+    out, err = io.StringIO(), io.StringIO()
+    assert opt.run([str(path), "--emit=llvm"], stdout=out, stderr=err) == 0, err.getvalue()
+    kernels = [line.split()[3] for line in out.getvalue().splitlines() if line.startswith("; ---- kernel")]
+    assert kernels == ["lz_fused_matmul_add_tanh_0:", "lz_fused_exp_0:"]  # the body's, where the loop stands

@@ -107,8 +107,8 @@ def lower_kernel(kernel_op: Operation, target: str = "cpu", cpu: CpuTarget | str
 
 def lower_module(module: ModuleOp, cpu: CpuTarget | str | None = None) -> list[LoweredKernel]:
     """Every kernel of ``module`` scheduled for the CPU (``schedule(module)``), lowered to LLVM IR
-    for ``cpu``, in schedule order."""
-    return [lower_kernel(op, cpu=cpu) for f in schedule(module).functions for op in f.entry_block.ops
+    for ``cpu``, in schedule order (a control-flow op's region kernels where the op stands)."""
+    return [lower_kernel(op, cpu=cpu) for f in schedule(module).functions for op in f.walk()
             if op.name == "lz.kernel"]
 
 
