@@ -8,6 +8,14 @@ ops). Composite ops map onto their ONNX counterparts (``Softmax``, ``LayerNormal
 export before ``partition``/``fuse``. A traced module's weights become initializers under their
 state-dict names; dynamic dims become symbolic (``batch`` for a leading one, ``d<i>`` elsewhere).
 The file is written atomically.
+
+Control flow: an ``lz.for`` whose body does not read its index and that scans something is a
+``Scan`` (``reverse`` as every input's and output's direction), any other a ``Loop`` with the trip
+count as ``M`` whose body gathers ``xs[i]`` (its stacked outputs flipped back after a reverse
+loop); ``lz.while`` is a ``Loop`` without ``M`` whose condition is exported once before it and once
+at the end of its body; ``lz.if`` is an ``If``.  A region's invariant arguments are the outer
+values by name (ONNX's subgraphs read the enclosing scope), and a region's names are unique in the
+whole model (one counter).
 """
 from __future__ import annotations
 

@@ -180,6 +180,9 @@ class NodeContext:
         if array is not None:
             return array
         sources = sorted(self.importer.sources.get(v, ()))
+        if not sources:  # no graph input to bind: a loop or branch body's argument, say
+            raise self.unsupported(f"{what} must be known when the model is compiled, but it is computed at run "
+                                   "time from values no graph input gives (a loop's or branch's arguments)")
         names = ", ".join(f"'{s}'" for s in sources)
         raise ValueDependentError(
             f"{self.describe()}: {what} must be known when the model is compiled, but it is computed from "
