@@ -15,36 +15,17 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import sys
 import time
 
 import numpy as np
 
 import lezero as lz
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from gpt import CharData  # noqa: E402  (the GPT example's character ids and random windows)
+
 TEXT = pathlib.Path(__file__).resolve().parent / "data" / "declaration_of_independence.txt"
-
-
-class CharData:
-    """The text as character ids; random windows of ``length + 1`` characters as (input, target)."""
-
-    def __init__(self, text: str, length: int, seed: int = 0):
-        self.chars = sorted(set(text))
-        self.index = {c: i for i, c in enumerate(self.chars)}
-        self.ids = np.array([self.index[c] for c in text], np.int64)
-        self.length = length
-        self.rng = np.random.default_rng(seed)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.chars)
-
-    def batch(self, size: int) -> tuple:
-        starts = self.rng.integers(0, len(self.ids) - self.length - 1, size)
-        windows = np.stack([self.ids[s:s + self.length + 1] for s in starts])
-        return windows[:, :-1], windows[:, 1:]
-
-    def decode(self, ids) -> str:
-        return "".join(self.chars[i] for i in ids)
 
 
 class CharLSTM(lz.nn.Module):

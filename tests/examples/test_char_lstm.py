@@ -15,7 +15,7 @@ SPEC.loader.exec_module(char_lstm)
 
 
 def test_the_loss_falls_and_the_model_samples():
-    data = char_lstm.CharData(char_lstm.TEXT.read_text(), length=12)
+    data = char_lstm.CharData(char_lstm.TEXT.read_text(), 12)
     lz.manual_seed(0)
     model = char_lstm.CharLSTM(data.vocab_size, embedding=16, hidden=48, layers=1)
     losses = char_lstm.train(model, data, steps=40, batch_size=8, lr=1e-2, report_every=0)
