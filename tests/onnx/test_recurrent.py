@@ -161,9 +161,28 @@ def test_torch_two_layer_bidirectional_export_matches_onnx_runtime(kind):
     module = getattr(torch.nn, kind)(5, 7, num_layers=2, bidirectional=True).eval()
     x = torch.randn(6, 3, 5)
     buffer = io.BytesIO()
-    torch.onnx.export(module, (x,), buffer, dynamo=False, opset_version=17, input_names=["x"])
+    torch.onnx.export(module, (x,), buffer, dynamo=False, opset_version=17, input_names=["x"],
+                      dynamic_axes={"x": {0: "steps", 1: "batch"}})
     model = onnx.load_from_string(buffer.getvalue())
     want = check(model, {"x": x.numpy()})
     with torch.no_grad():
         out, _ = module(x)
     np.testing.assert_allclose(want[0], out.numpy(), rtol=1e-5, atol=1e-5)
+    # the dynamic dims are bound per call: another length and batch
+    check(model, {"x": np.random.default_rng(2).standard_normal((9, 2, 5)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_traced_lz_nn_layer_exports_its_loops_and_runs_in_onnx_runtime(kind):
+    import lezero as lz
+
+    lz.manual_seed(0)
+    layer = getattr(lz.nn, kind)(4, 5, num_layers=2, bidirectional=True)
+    x = lz.randn(6, 3, 4)
+    traced = lz.jit.trace(layer, x, dynamic_batch=False)
+    proto = lo.to_onnx(traced)
+    assert sum(n.op_type in ("Scan", "Loop") for n in proto.graph.node) == 4  # 2 layers x 2 directions
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    want = layer(x)[0].detach().numpy()
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
