@@ -3,12 +3,13 @@ of Independence, public domain: examples/data/declaration_of_independence.txt), 
 then sampling text one character at a time from the carried LSTM state.
 
     .venv/bin/python examples/char_lstm.py                   # 300 steps of 16 windows of 64 characters
-    .venv/bin/python examples/char_lstm.py --steps 50 --hidden 64
+    .venv/bin/python examples/char_lstm.py --steps 50 --hidden 64 --eager
 
 The model: an embedding, a two-layer ``lz.nn.LSTM`` (batch_first) and a linear head over the
-vocabulary, trained eagerly with Adam on next-character cross-entropy.  The LSTM's time loop is
-``lz.scan``; each step is one composite op (recurrent GEMM and gates) whose gradient the autodiff
-pass builds, so ``loss.backward()`` runs back through the loop with nothing special.
+vocabulary, trained with Adam on next-character cross-entropy.  The LSTM's time loop is
+``lz.scan``: compiled (the default, ``lz.jit.compile_train_step``) it is one ``lz.for`` op per
+layer and its gradient a reverse ``lz.for``; eagerly (``--eager``) a Python loop whose steps
+autograd records, so ``loss.backward()`` runs back through it with nothing special.
 """
 from __future__ import annotations
 
@@ -42,24 +43,38 @@ class CharLSTM(lz.nn.Module):
         return self.head(out), state
 
 
-def train(model: CharLSTM, data: CharData, steps: int, batch_size: int, lr: float, report_every: int = 25):
-    """Adam on next-character cross-entropy; returns the loss of every step."""
+def train(model: CharLSTM, data: CharData, steps: int, batch_size: int, lr: float, report_every: int = 25,
+          compiled: bool = True):
+    """Adam on next-character cross-entropy, gradients clipped to norm 1; returns the loss of every
+    step.  ``compiled``: the whole step as one function (``lz.jit.compile_train_step``: the LSTM's
+    loops stay ``lz.for`` ops, their gradients reverse ``lz.for`` ops); else eager (``backward``)."""
     optimizer = lz.optim.Adam(model.parameters(), lr=lr)
-    loss_fn = lz.nn.CrossEntropyLoss()
-    losses = []
-    model.train()
-    start = time.perf_counter()
-    for step in range(steps):
-        inputs, targets = data.batch(batch_size)
-        logits, _ = model(lz.from_numpy(inputs))
-        loss = loss_fn(logits.reshape(-1, data.vocab_size), lz.from_numpy(targets.reshape(-1)))
+    vocab = data.vocab_size
+
+    def loss_fn(out, targets):
+        return lz.nn.functional.cross_entropy(out[0].reshape(-1, vocab), targets.reshape(-1))
+
+    def eager_step(inputs, targets):
+        loss = loss_fn(model(inputs), targets)
         optimizer.zero_grad()
         loss.backward()
         lz.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        losses.append(loss.item())
-        if report_every and (step % report_every == 0 or step == steps - 1):
-            print(f"step {step:4d}  loss {losses[-1]:.3f}  ({time.perf_counter() - start:.1f} s)", flush=True)
+        return loss
+
+    batches = [tuple(lz.from_numpy(a) for a in data.batch(batch_size)) for _ in range(steps)]
+    model.train()
+    start = time.perf_counter()
+    step = eager_step
+    if compiled and batches:
+        step = lz.jit.compile_train_step(model, loss_fn, optimizer, batches[0][:1], batches[0][1],
+                                         dynamic_batch=False, clip_grad_norm=1.0)
+        print(f"compiled the training step in {time.perf_counter() - start:.1f} s", flush=True)
+    losses = []
+    for i, (inputs, targets) in enumerate(batches):
+        losses.append(step(inputs, targets).item())
+        if report_every and (i % report_every == 0 or i == steps - 1):
+            print(f"step {i:4d}  loss {losses[-1]:.3f}  ({time.perf_counter() - start:.1f} s)", flush=True)
     return np.array(losses)
 
 
@@ -87,6 +102,7 @@ def main():
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--eager", action="store_true", help="train eagerly (backward) instead of compiled")
     args = parser.parse_args()
 
     data = CharData(TEXT.read_text(), args.length)
@@ -94,7 +110,7 @@ def main():
     model = CharLSTM(data.vocab_size, hidden=args.hidden, layers=args.layers, dropout=args.dropout)
     print(f"text {len(data.ids)} characters, vocabulary {data.vocab_size}; "
           f"{sum(p.numel() for p in model.parameters())} parameters; uniform loss {math.log(data.vocab_size):.3f}")
-    losses = train(model, data, args.steps, args.batch_size, args.lr)
+    losses = train(model, data, args.steps, args.batch_size, args.lr, compiled=not args.eager)
     print(f"loss {losses[:10].mean():.3f} (first 10 steps) -> {losses[-10:].mean():.3f} (last 10)")
     print("sample:", repr(sample(model, data, "We hold these truths", 200)))
 

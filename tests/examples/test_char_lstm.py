@@ -1,10 +1,12 @@
 """examples/char_lstm.py, small: the character-level LSTM's training loss falls on the shipped text
-within a few dozen eager Adam steps, and sampling carries the LSTM state one character at a time."""
+within a few dozen Adam steps, compiled and eager, and sampling carries the LSTM state one character at a time."""
 from __future__ import annotations
 
 import importlib.util
 import math
 import pathlib
+
+import pytest
 
 import lezero as lz
 
@@ -14,11 +16,12 @@ char_lstm = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(char_lstm)
 
 
-def test_the_loss_falls_and_the_model_samples():
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_loss_falls_and_the_model_samples(compiled):
     data = char_lstm.CharData(char_lstm.TEXT.read_text(), 12)
     lz.manual_seed(0)
     model = char_lstm.CharLSTM(data.vocab_size, embedding=16, hidden=48, layers=1)
-    losses = char_lstm.train(model, data, steps=40, batch_size=8, lr=1e-2, report_every=0)
+    losses = char_lstm.train(model, data, steps=40, batch_size=8, lr=1e-2, report_every=0, compiled=compiled)
     assert abs(losses[0] - math.log(data.vocab_size)) < 0.3  # starts near uniform
     assert losses[-5:].mean() < losses[:5].mean() - 0.8, losses
     text = char_lstm.sample(model, data, "We hold", 20)
