@@ -44,9 +44,8 @@ GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 # Inputs: ``gx`` (the step's input projection, N x gates*H, with the biases that fold), the carried
 # state, ``w_hh`` (gates*H x H_out, as stored: the GEMM reads it transposed, so no copy is made per
 # call), then what the attributes ask for: ``b_hh`` (the GRU), ``w_hr`` (the LSTM's projection),
-# ``mask`` (N x 1 bool: the rows
-# still running).  Results: the next carried state; with a mask also the step's output, which is
-# zero on finished rows while their state stays.
+# ``mask`` (N x 1 bool: the rows still running).  Results: the next carried state; with a mask also
+# the step's output, which is zero on finished rows while their state stays.
 
 def _times_transposed(b, x, w):
     """``x @ w.T``, as ``F.linear`` emits it (fusion folds the transpose into the GEMM's packing)."""
@@ -57,7 +56,7 @@ def _gate(b, gates, k: int, hidden: int):
     return b.op("lz.slice", gates, starts=[k * hidden], ends=[(k + 1) * hidden], axes=[1])
 
 
-def _masked(b, attrs, carried_old: list, carried_new: list, output, *mask) -> list:
+def _masked(b, carried_old: list, carried_new: list, output, *mask) -> list:
     """The next state, or with a mask (the rows still running) the state kept on finished rows and
     the output zeroed there."""
     if not mask:
@@ -70,7 +69,7 @@ def _masked(b, attrs, carried_old: list, carried_new: list, output, *mask) -> li
 def _emit_rnn_step(b, attrs, gx, h, w_hh, *mask):
     pre = b.op("lz.add", gx, _times_transposed(b, h, w_hh))
     h_next = b.op("lz.tanh" if attrs["nonlinearity"] == "tanh" else "lz.relu", pre)
-    return _masked(b, attrs, [h], [h_next], h_next, *mask)
+    return _masked(b, [h], [h_next], h_next, *mask)
 
 
 def _emit_lstm_step(b, attrs, gx, h, c, w_hh, *rest):
@@ -83,7 +82,7 @@ def _emit_lstm_step(b, attrs, gx, h, c, w_hh, *rest):
     if attrs["projected"]:
         h_next = _times_transposed(b, h_next, rest[0])
         rest = rest[1:]
-    return _masked(b, attrs, [h, c], [h_next, c_next], h_next, *rest)
+    return _masked(b, [h, c], [h_next, c_next], h_next, *rest)
 
 
 def _emit_gru_step(b, attrs, gx, h, w_hh, *rest):
@@ -96,7 +95,7 @@ def _emit_gru_step(b, attrs, gx, h, w_hh, *rest):
     z = b.op("lz.sigmoid", b.op("lz.add", _gate(b, gx, 1, hidden), _gate(b, gh, 1, hidden)))
     n = b.op("lz.tanh", b.op("lz.add", _gate(b, gx, 2, hidden), b.op("lz.mul", r, _gate(b, gh, 2, hidden))))
     h_next = b.op("lz.add", n, b.op("lz.mul", z, b.op("lz.sub", h, n)))  # (1 - z) * n + z * h
-    return _masked(b, attrs, [h], [h_next], h_next, *rest)
+    return _masked(b, [h], [h_next], h_next, *rest)
 
 
 _STEPS = {"RNN_TANH": EagerOp("rnn_step", _emit_rnn_step), "RNN_RELU": EagerOp("rnn_step", _emit_rnn_step),
@@ -113,8 +112,8 @@ def _nonlinearity(mode: str) -> str:
 
 
 class _Recurrence:
-    """One direction of one layer: its weights arranged for the steps (W_hh and W_hr transposed,
-    the biases that fold summed into the input projection's bias)."""
+    """One direction of one layer: its weights arranged for the steps (the biases that fold summed
+    into the input projection's bias; the GRU's ``b_hh`` a step input)."""
 
     def __init__(self, mode: str, hidden: int, w_ih, w_hh, b_ih, b_hh, w_hr):
         self.mode, self.w_ih = mode, w_ih
