@@ -3,11 +3,12 @@ ONNX Runtime runs with the same outputs.
 
 One exporter per lz op (opset 18, the default domain; integer and/or/not/xor become the Bitwise
 ops). Composite ops map onto their ONNX counterparts (``Softmax``, ``LayerNormalization``,
-``BatchNormalization``); an op with no ONNX form (``lz.kernel`` after fusion, gradient-only ops,
-``lz.bitcast``, ``lz.cumulative`` other than a sum, shifts of signed ints) is an error naming it:
-export before ``partition``/``fuse``. A traced module's weights become initializers under their
-state-dict names; dynamic dims become symbolic (``batch`` for a leading one, ``d<i>`` elsewhere).
-The file is written atomically.
+``BatchNormalization``); ``lz.attention``, which opset 18 lacks, becomes the MatMul/Softmax chain
+it is fused from, and ``fuse-attention``'s ``attention`` kernel its body (lz ops only).  An op
+with no ONNX form (any other ``lz.kernel``, gradient-only ops, ``lz.bitcast``, ``lz.cumulative``
+other than a sum, shifts of signed ints) is an error naming it: export before ``partition``/``fuse``.
+A traced module's weights become initializers under their state-dict names; dynamic dims become
+symbolic (``batch`` for a leading one, ``d<i>`` elsewhere). The file is written atomically.
 
 Control flow: an ``lz.for`` whose body does not read its index and that scans something is a
 ``Scan`` (``reverse`` as every input's and output's direction), any other a ``Loop`` with the trip
@@ -126,6 +127,20 @@ def _shift(g: _Graph, op: Operation, ins: list[str], direction: str) -> list[str
     return [_zero_where(g, shifted, near, et, op.name[3:])]
 
 
+def _attention(g: _Graph, op: Operation, ins: list[str], scale: float) -> list[str]:
+    """``lz.attention`` as the chain it was fused from (opset 18 has no Attention op): ``k``'s last
+    two dims transposed, ``MatMul``, ``Mul`` by the scale, ``Add`` of the mask when there is one,
+    ``Softmax`` over the keys, ``MatMul`` with ``v``."""
+    rank = op.operands[0].type.rank
+    k_t = g.node("Transpose", [ins[1]], "k_t", perm=list(range(rank - 2)) + [rank - 1, rank - 2])
+    dtype = op.operands[0].type.element_type.numpy_dtype
+    scores = g.node("Mul", [g.node("MatMul", [ins[0], k_t], "qk"), g.constant(np.array(scale, dtype), "scale")],
+                    "scores")
+    if len(ins) == 4:
+        scores = g.node("Add", [scores, ins[3]], "masked")
+    return [g.node("MatMul", [g.node("Softmax", [scores], "weights", axis=-1), ins[2]], "attention")]
+
+
 def _export_op(g: _Graph, op: Operation) -> list[str]:
     short = op.name[3:]
     ins = [g.name(v) for v in op.operands]
@@ -221,6 +236,8 @@ def _export_op(g: _Graph, op: Operation) -> list[str]:
         return [g.node("Identity", ins, "transfer")]
     if short == "softmax":
         return [g.node("Softmax", ins, "softmax", axis=attrs.axis)]
+    if short == "attention":
+        return _attention(g, op, ins, attrs.scale)
     if short == "log_softmax":
         return [g.node("LogSoftmax", ins, "log_softmax", axis=attrs.axis)]
     if short == "layer_norm":
@@ -229,6 +246,9 @@ def _export_op(g: _Graph, op: Operation) -> list[str]:
         return [g.node("BatchNormalization", ins, "batch_norm", epsilon=float(attrs.epsilon))]
     if short in ("for", "while", "if"):
         return _CONTROL_FLOW[short](g, op, ins, attrs)
+    if short == "kernel" and op.attributes["kind"].value == "attention":
+        # fuse-attention's kernel holds lz ops only (q, k, v's views, lz.attention, the output's view)
+        return _export_block(g, op.regions[0].blocks[0], ins)
     raise ExportError(f"'{op.name}' op has no ONNX form (export the model before partition/fuse, and without "
                       "gradient-only ops)", op.location)
 

@@ -140,8 +140,8 @@ def test_export_then_import_round_trips_through_lezero(tmp_path):
 
 
 # Ops whose ONNX form came with the importer: exported, imported back, and run by lezero.
-EXPORTED_FOR_IMPORT = {"lz.cumulative", "lz.rem", "lz.scatter_nd", "lz.shift_left", "lz.shift_right", "lz.topk",
-                       "lz.xor"}
+EXPORTED_FOR_IMPORT = {"lz.attention", "lz.cumulative", "lz.rem", "lz.scatter_nd", "lz.shift_left", "lz.shift_right",
+                       "lz.topk", "lz.xor"}
 
 
 @pytest.mark.parametrize("sample", [s for s in ALL_SAMPLES if s.op in EXPORTED_FOR_IMPORT and not no_onnx_form(s)],
@@ -173,3 +173,87 @@ def test_integer_rem_by_zero_and_shifts_past_the_width_match_lezero_in_onnxrunti
         (got,) = ort_run(to_onnx(module), arrays)
         assert got.dtype == arrays[0].dtype
         np.testing.assert_array_equal(got, want)
+
+
+# --- attention: the traced module is exported unfused; fuse-attention's kernel exports as its body ------------
+
+class SelfAttention(lz.nn.Module):
+    """A QKV projection, heads, scaled dot-product attention with an additive mask, merged heads and
+    the output projection: the chain fuse-attention makes one kernel of when the model runs."""
+
+    def __init__(self, embed: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = lz.nn.Linear(embed, 3 * embed)
+        self.out = lz.nn.Linear(embed, embed)
+
+    def forward(self, x, mask):
+        b, s, e = x.shape
+        q, k, v = (t.reshape(b, s, self.heads, e // self.heads).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        y = lz.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(y.transpose(1, 2).reshape(b, s, e))
+
+
+def _padding_mask(rng, batch: int, keys: int) -> np.ndarray:
+    return np.where(rng.random((batch, 1, 1, keys)) < 0.3, np.float32(-1e9), np.float32(0))
+
+
+def test_a_traced_model_whose_attention_runs_fused_exports_the_unfused_chain():
+    from lezero.runtime.plan import specialize
+
+    lz.manual_seed(0)
+    model = SelfAttention(32, 4)
+    model.eval()
+    rng = np.random.default_rng(0)
+    x, mask = rng.standard_normal((2, 7, 32)).astype(np.float32), _padding_mask(rng, 2, 7)
+    traced = lz.jit.trace(model, example_inputs=(lz.tensor(x), lz.tensor(mask)))
+    want = traced(x, mask)  # compiled: the attention is one kernel
+    shapes = [x.shape, mask.shape] + [t.shape for _, t in traced.named_tensors]
+    scheduled = specialize(traced.module, traced.entry, shapes).functions[0]
+    kinds = [op.attributes["kind"].value for op in scheduled.entry_block.ops if op.name == "lz.kernel"]
+    assert "attention" in kinds, kinds
+    assert all(op.name != "lz.kernel" for op in traced.func.entry_block.ops)  # running it left the traced IR as traced
+    proto = to_onnx(traced)
+    assert "Softmax" in [n.op_type for n in proto.graph.node]
+    (got,) = ort_run(proto, [x, mask])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    x5, mask5 = rng.standard_normal((5, 7, 32)).astype(np.float32), _padding_mask(rng, 5, 7)  # the batch is dynamic
+    (got,) = ort_run(proto, [x5, mask5])
+    np.testing.assert_allclose(got, traced(x5, mask5), rtol=1e-5, atol=1e-6)
+
+
+def test_the_attention_kernel_of_fuse_attention_exports_as_its_body():
+    from lezero.ir import parse_module
+    from lezero.passes import run_pipeline
+
+    module = parse_module("""
+    func.func @f(%x: tensor<2x5x48xf32>, %mask: tensor<2x1x1x5xf32>) -> tensor<2x5x16xf32> {
+      %q0 = "lz.slice"(%x) {axes = array<i64: 2>, starts = array<i64: 0>, ends = array<i64: 16>}
+          : (tensor<2x5x48xf32>) -> tensor<2x5x16xf32>
+      %k0 = "lz.slice"(%x) {axes = array<i64: 2>, starts = array<i64: 16>, ends = array<i64: 32>}
+          : (tensor<2x5x48xf32>) -> tensor<2x5x16xf32>
+      %v0 = "lz.slice"(%x) {axes = array<i64: 2>, starts = array<i64: 32>, ends = array<i64: 48>}
+          : (tensor<2x5x48xf32>) -> tensor<2x5x16xf32>
+      %q1 = "lz.reshape"(%q0) {shape = array<i64: 2, 5, 2, 8>} : (tensor<2x5x16xf32>) -> tensor<2x5x2x8xf32>
+      %k1 = "lz.reshape"(%k0) {shape = array<i64: 2, 5, 2, 8>} : (tensor<2x5x16xf32>) -> tensor<2x5x2x8xf32>
+      %v1 = "lz.reshape"(%v0) {shape = array<i64: 2, 5, 2, 8>} : (tensor<2x5x16xf32>) -> tensor<2x5x2x8xf32>
+      %q = "lz.transpose"(%q1) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x5x2x8xf32>) -> tensor<2x2x5x8xf32>
+      %kt = "lz.transpose"(%k1) {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x5x2x8xf32>) -> tensor<2x2x8x5xf32>
+      %v = "lz.transpose"(%v1) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x5x2x8xf32>) -> tensor<2x2x5x8xf32>
+      %c = "lz.constant"() {value = dense<0.35355338> : tensor<f32>} : () -> tensor<f32>
+      %s0 = "lz.matmul"(%q, %kt) : (tensor<2x2x5x8xf32>, tensor<2x2x8x5xf32>) -> tensor<2x2x5x5xf32>
+      %s1 = "lz.mul"(%s0, %c) : (tensor<2x2x5x5xf32>, tensor<f32>) -> tensor<2x2x5x5xf32>
+      %s = "lz.add"(%s1, %mask) : (tensor<2x2x5x5xf32>, tensor<2x1x1x5xf32>) -> tensor<2x2x5x5xf32>
+      %p = "lz.softmax"(%s) {axis = -1 : i64} : (tensor<2x2x5x5xf32>) -> tensor<2x2x5x5xf32>
+      %o = "lz.matmul"(%p, %v) : (tensor<2x2x5x5xf32>, tensor<2x2x5x8xf32>) -> tensor<2x2x5x8xf32>
+      %o1 = "lz.transpose"(%o) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x2x5x8xf32>) -> tensor<2x5x2x8xf32>
+      %y = "lz.reshape"(%o1) {shape = array<i64: 2, 5, 16>} : (tensor<2x5x2x8xf32>) -> tensor<2x5x16xf32>
+      func.return %y : tensor<2x5x16xf32>
+    }""")
+    fused = run_pipeline(module, "shape-infer,fuse-attention")
+    kernels = [op for op in fused.functions[0].entry_block.ops if op.name == "lz.kernel"]
+    assert [k.attributes["kind"].value for k in kernels] == ["attention"]
+    rng = np.random.default_rng(3)
+    x, mask = rng.standard_normal((2, 5, 48)).astype(np.float32), _padding_mask(rng, 2, 5)
+    (got,) = ort_run(to_onnx(fused), [x, mask])
+    np.testing.assert_allclose(got, interpret(module, "f", x, mask), rtol=2e-5, atol=1e-6)
