@@ -1,7 +1,8 @@
 """LSTM latency: inference of a 2-layer ``lz.nn.LSTM`` over 128 steps (batch 1 and 64, hidden 256
 and 512, input size = hidden) and one training step (forward, a mean-squared loss on the outputs,
 backward, SGD), against PyTorch (``torch.nn.LSTM``, the same weights) and ONNX Runtime (that torch
-LSTM exported by ``torch.onnx.export``: ONNX's LSTM op), all in this process, alternating, medians.
+LSTM exported by ``torch.onnx.export``: ONNX's LSTM op), all in this process, alternating, medians; each timed call follows an untimed call of
+the same runner (the peers' thread pools, torch's OpenMP above all, otherwise pay for each other's).
 
     LEZERO_NUM_THREADS=2 .venv/bin/python benchmarks/rnn.py [--threads 2] [--seconds 3]
 
@@ -92,7 +93,7 @@ def inference(batch: int, hidden: int) -> dict:
         np.testing.assert_allclose(run(), expected, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ort_run().reshape(expected.shape), expected, rtol=1e-4, atol=1e-5)
     return alternating_medians({"lezero": lezero_run, "eager": eager_run, "torch": torch_run, "ort": ort_run},
-                               args.seconds, min_reps=5)
+                               args.seconds, min_reps=5, warm_each=True)
 
 
 def eager_training_step(fw, model, optimizer, x, target):
@@ -128,7 +129,7 @@ def training(batch: int, hidden: int) -> dict:
     np.testing.assert_allclose(lezero_step(), torch_step(), rtol=1e-4)  # the same loss before the first update
     np.testing.assert_allclose(eager_step(), torch_step(), rtol=1e-4)  # and after it
     return alternating_medians({"lezero": lezero_step, "eager": eager_step, "torch": torch_step}, args.seconds,
-                               min_reps=3)
+                               min_reps=3, warm_each=True)
 
 
 def main() -> int:
