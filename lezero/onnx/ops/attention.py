@@ -4,7 +4,9 @@ Attention follows ONNX's reference step by step: 3-D inputs split into heads, th
 as ``sqrt(scale)`` to both Q and K, the past cache concatenated, masks (boolean or additive),
 causal and sliding-window biases (offset by the cache, or per batch by ``nonpad_kv_seqlen``),
 grouped-query heads repeated, softcap, a softmax whose fully masked rows give 0, and the four
-``qk_matmul_output`` modes.
+``qk_matmul_output`` modes.  In float32 without softcap, another softmax precision or a
+``qk_matmul_output_mode`` the scores are ``q k^T scale (+ bias)`` and ``lz.softmax``, the chain
+``fuse-attention`` makes one ``lz.attention`` kernel of (issue 11), the hidden rows zeroed after it.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import math
 
 import numpy as np
 
-from lezero.ir.types import I1, I64
+from lezero.ir.types import F32, I1, I64
 from lezero.onnx import element_types
 from lezero.onnx.registry import converter
 from lezero.onnx.ops.tensor import broadcast_to
@@ -70,6 +72,26 @@ def _masked_softmax(ctx, x):
     s = ctx.op("lz.reduce_sum", e, axes=[-1], keepdims=True)
     s = ctx.op("lz.select", ctx.op("lz.cmp", s, ctx.scalar(0, s), predicate="eq"), ctx.scalar(1, s), s)
     return ctx.op("lz.div", e, s)
+
+
+def _hidden_rows(ctx, bias):
+    """Where the additive ``bias`` hides every key of a query (its row is all -inf), keepdims."""
+    bias_max = ctx.op("lz.reduce_max", bias, axes=[-1], keepdims=True)
+    return ctx.op("lz.cmp", bias_max, ctx.scalar(-math.inf, bias_max), predicate="eq")
+
+
+def _fusable_chain(ctx, q, k, v, scale, bias, hides_rows):
+    """``(softmax(q k^T scale + bias) v, q k^T scale)`` in the form ``fuse-attention`` makes one
+    ``lz.attention`` kernel of: the scale on the product (ONNX's reference scales q and k by
+    sqrt(scale) each; the same up to rounding), ``lz.softmax``.  A row the bias hides entirely is
+    0, as ONNX's softmax makes it (``lz.softmax``'s is nan): a select after the product with v, only
+    where the bias can hide a row (a mask, a window, padding; not a causal frontier alone)."""
+    qk = ctx.op("lz.mul", ctx.op("lz.matmul", q, ctx.transpose(k, [0, 1, 3, 2])), ctx.scalar(scale, q))
+    scores = qk if bias is None else ctx.op("lz.add", qk, bias)
+    y = ctx.op("lz.matmul", ctx.op("lz.softmax", scores, axis=-1), v)
+    if hides_rows:
+        y = ctx.op("lz.select", _hidden_rows(ctx, bias), ctx.scalar(0, y), y)
+    return y, qk
 
 
 @converter("Attention")
@@ -133,26 +155,25 @@ def attention(ctx):
     if heads != k_heads and heads % k_heads == 0:
         reps = heads // k_heads
         k, v = (_repeat_heads(ctx, t, reps) for t in (k, v))
-    qk = ctx.op("lz.matmul", ctx.op("lz.mul", q, ctx.scalar(factor, q)),
-                ctx.transpose(ctx.op("lz.mul", k, ctx.scalar(factor, k)), [0, 1, 3, 2]))
-    if softcap is not None and softcap > 0:
-        qk = ctx.op("lz.mul", ctx.op("lz.tanh", ctx.op("lz.div", qk, ctx.scalar(softcap, qk))), ctx.scalar(softcap, qk))
-    with_bias = ctx.op("lz.add", qk, bias)
-    qk_output = with_bias if mode == 2 else qk
-    scores = with_bias
-    if precision is not None:
-        target = element_types.from_onnx(precision)
-        if target is None:
-            raise ctx.unsupported(f"softmax_precision {element_types.onnx_type_name(precision)}")
-        scores = ctx.cast(scores, target)
-    probabilities = _masked_softmax(ctx, scores)
-    bias_max = ctx.op("lz.reduce_max", bias, axes=[-1], keepdims=True)
-    masked_rows = ctx.op("lz.cmp", bias_max, ctx.scalar(-math.inf, bias_max), predicate="eq")
-    probabilities = ctx.op("lz.select", masked_rows, ctx.scalar(0, probabilities), probabilities)
-    if mode == 3:
-        qk_output = probabilities
-    probabilities = ctx.cast(probabilities, et)
-    y = ctx.op("lz.matmul", probabilities, v)
+    target = et if precision is None else element_types.from_onnx(precision)
+    if target is None:
+        raise ctx.unsupported(f"softmax_precision {element_types.onnx_type_name(precision)}")
+    hides_rows = mask is not None or nonpad is not None or left >= 0 or right >= 0
+    if et == F32 and target == et and (softcap is None or softcap <= 0) and mode == 0:  # fuse-attention's case
+        y, qk_output = _fusable_chain(ctx, q, k, v, scale, bias if causal or hides_rows else None, hides_rows)
+    else:
+        qk = ctx.op("lz.matmul", ctx.op("lz.mul", q, ctx.scalar(factor, q)),
+                    ctx.transpose(ctx.op("lz.mul", k, ctx.scalar(factor, k)), [0, 1, 3, 2]))
+        if softcap is not None and softcap > 0:
+            qk = ctx.op("lz.mul", ctx.op("lz.tanh", ctx.op("lz.div", qk, ctx.scalar(softcap, qk))),
+                        ctx.scalar(softcap, qk))
+        with_bias = ctx.op("lz.add", qk, bias)
+        qk_output = with_bias if mode == 2 else qk
+        probabilities = _masked_softmax(ctx, ctx.cast(with_bias, target))
+        probabilities = ctx.op("lz.select", _hidden_rows(ctx, bias), ctx.scalar(0, probabilities), probabilities)
+        if mode == 3:
+            qk_output = probabilities
+        y = ctx.op("lz.matmul", ctx.cast(probabilities, et), v)
     if rank3:
         b, h, s, d = ctx.shape(y)
         y = ctx.reshape(ctx.transpose(y, [0, 2, 1, 3]), [b, s, h * d])
