@@ -62,7 +62,7 @@ from lezero.eager.dispatch import OperatorError, compile_for, device_of_arrays, 
 from lezero.eager.tensor import Tensor
 from lezero.ir.attributes import ArrayAttr, DenseArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
-from lezero.ir.core import FuncOp, ModuleOp
+from lezero.ir.core import FuncOp, ModuleOp, OpResult
 from lezero.ir.interpreter import check_argument
 from lezero.ir.opdef import OpError
 from lezero.ir.printer import print_module
@@ -302,6 +302,7 @@ def generalize_batch(func: FuncOp, batch_args: list[int], batch: int) -> FuncOp:
     """``func`` with dim 0 of ``batch_args`` dynamic, checked at another batch size."""
     general = with_batch(func, batch_args, None)
     reinfer(general, batch)
+    _check_batch_reaches_results(general, batch)
     other = batch + 1 if batch > 1 else 2
     probe = with_batch(general, batch_args, other)
     try:
@@ -311,6 +312,22 @@ def generalize_batch(func: FuncOp, batch_args: list[int], batch: int) -> FuncOp:
                          f"{e.message} (pass dynamic_batch=False to keep every shape static)",
                          e.location) from None
     return general
+
+
+def _check_batch_reaches_results(general: FuncOp, batch: int) -> None:
+    """Refuse a graph whose result has the example's batch size as a static leading dim: a size
+    read from the example (``x.shape[0]`` given to ``expand``, ``zeros``, ``reshape``) fixed it, and
+    at another batch the result would silently keep ``batch`` rows.  (A result whose leading dim
+    is ``batch`` by coincidence is refused too; ``dynamic_batch=False`` keeps it.)"""
+    returned = general.entry_block.terminator
+    for i, value in enumerate(returned.operands):
+        t = value.type
+        if isinstance(t, TensorType) and t.rank and t.shape[0] == batch:
+            location = value.op.location if isinstance(value, OpResult) else returned.location
+            raise TraceError(f"the traced graph bakes the batch size {batch} in: result {i} ({t}) keeps it as a "
+                             "fixed leading dim (a size read from an example input, e.g. x.shape[0] given to "
+                             "expand, zeros or reshape), so at another batch size it would keep "
+                             f"{batch} rows (pass dynamic_batch=False to keep every shape static)", location)
 
 
 # --- the traced module ----------------------------------------------------------------------------------

@@ -160,6 +160,19 @@ def test_baking_the_batch_size_in_fails_at_trace_time():
     assert "tensor<3x10xf32>" in traced.graph
 
 
+def test_a_batch_size_baked_into_a_result_fails_at_trace_time():
+    # the baked size never meets a dynamic dim, so only the result's type shows it; before, the
+    # traced function returned 2 rows at every batch size
+    def f(x):
+        return lz.zeros_like(x[:, 0, :1]).expand(x.shape[0], 4) + 1.0
+
+    with pytest.raises(TraceError, match="bakes the batch size 2 in: result 0") as info:
+        lz.jit.trace(f, lz.randn(2, 3, 5))
+    assert "test_jit_trace.py" in str(info.value) and "expand(x.shape[0], 4)" in str(info.value)
+    traced = lz.jit.trace(f, lz.randn(2, 3, 5), dynamic_batch=False)
+    assert traced(lz.randn(2, 3, 5)).shape == (2, 4)
+
+
 def test_batchnorm_in_training_mode_updates_its_statistics_at_every_call():
     lz.manual_seed(3)
     model, twin = SmallCNN(), SmallCNN()
