@@ -24,6 +24,7 @@ Opsets 11 and later of the default domain are imported; older models are refused
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -537,6 +538,12 @@ def upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
     version = default_opset(model)
     if version is None or version >= MIN_OPSET:
         return model
+    if version == 8:
+        model = _set_aside_scan8(model)
+    return _convert_version(model, version)
+
+
+def _convert_version(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
     from onnx import version_converter
 
     try:
@@ -544,6 +551,60 @@ def upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
     except Exception as e:  # the converter's errors are RuntimeErrors of its C++ core
         raise UnsupportedError(f"the model uses opset {version}; converting it to opset {MIN_OPSET} failed: "
                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def free_names(graph: onnx.GraphProto) -> list[str]:
+    """The names ``graph``'s nodes (and their subgraphs') read that ``graph`` does not define, in
+    the order they are first read."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    free: dict[str, None] = {}
+    for node in graph.node:
+        read = list(node.input)
+        for a in node.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                      list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                read += free_names(g)
+        for name in read:
+            if name and name not in defined:
+                free.setdefault(name)
+        defined.update(node.output)
+    for o in graph.output:  # an output may be an outer value passed straight through
+        if o.name not in defined:
+            free.setdefault(o.name)
+    return list(free)
+
+
+# Scan-8 nodes are moved to this domain before the version converter runs (it would drop their batch
+# axis, from the graph's inputs too); ``lezero/onnx/ops/control_flow.py`` converts them.
+SCAN8_DOMAIN = "lezero.scan8"
+
+
+def _set_aside_scan8(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the opset-8 ``model`` whose Scan nodes (nested ones too) are in ``SCAN8_DOMAIN``,
+    each body upgraded on its own, as a model whose extra inputs are the outer names it reads."""
+    model = copy.deepcopy(model)
+
+    def set_aside(graph: onnx.GraphProto) -> bool:
+        found = False
+        for node in graph.node:
+            for a in node.attribute:
+                for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                    found = set_aside(g) or found
+            if node.op_type == "Scan" and _normalize_domain(node.domain) == "":
+                body = next(a for a in node.attribute if a.name == "body").g
+                n_inputs = len(body.input)
+                body.input.extend(onnx.ValueInfoProto(name=name) for name in free_names(body))  # outer values
+                body_model = helper.make_model(body, opset_imports=list(model.opset_import) +
+                                               [helper.make_opsetid(SCAN8_DOMAIN, 1)], ir_version=model.ir_version)
+                body.CopyFrom(_convert_version(body_model, 8).graph)
+                del body.input[n_inputs:]
+                node.domain = SCAN8_DOMAIN
+                found = True
+        return found
+
+    if set_aside(model.graph):
+        model.opset_import.append(helper.make_opsetid(SCAN8_DOMAIN, 1))
+    return model
 
 
 __all__ = ["import_model", "NodeContext", "MIN_OPSET"]

@@ -148,6 +148,58 @@ def test_scan_with_axes_and_directions():
     check(model, feeds, "lz.for")
 
 
+def _scan8_model(sequence_lens=None):
+    """Opset 8: Scan over a batch of 3, a state s[3,2] and scan inputs a, b [3,4,2] (b reversed);
+    the body reads the outer ``k``: s' = (s + a) * b, y = s' * k."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "a"], ["s1"]), helper.make_node("Mul", ["s1", "b"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "k"], ["y"])],
+        "body", [helper.make_tensor_value_info(n, F, [2]) for n in ("s", "a", "b")],
+        [helper.make_tensor_value_info("s_out", F, [2]), helper.make_tensor_value_info("y", F, [2])])
+    initializers = [] if sequence_lens is None else [helper.make_tensor("lens", I64, [3], sequence_lens)]
+    node = helper.make_node("Scan", ["" if sequence_lens is None else "lens", "s0", "a", "b"], ["s", "ys"], body=body,
+                            num_scan_inputs=2, directions=[0, 1])
+    inputs = [helper.make_tensor_value_info("s0", F, [3, 2]), helper.make_tensor_value_info("a", F, [3, 4, 2]),
+              helper.make_tensor_value_info("b", F, [3, 4, 2]), helper.make_tensor_value_info("k", F, [2])]
+    return _model([node], inputs,
+                  [helper.make_tensor_value_info("s", F, [3, 2]), helper.make_tensor_value_info("ys", F, [3, 4, 2])],
+                  initializers, opset=8)
+
+
+def _scan8_feeds():
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((3, 4, 2)).astype(np.float32) for _ in range(2))
+    return {"s0": rng.standard_normal((3, 2)).astype(np.float32), "a": a, "b": b, "k": np.array([2, -3], np.float32)}
+
+
+def _scan8_reference(feeds):
+    s, ys = feeds["s0"].copy(), []
+    for t in range(4):
+        s = (s + feeds["a"][:, t]) * feeds["b"][:, 3 - t]
+        ys.append(s * feeds["k"])
+    return s, np.stack(ys, axis=1)
+
+
+@pytest.mark.parametrize("sequence_lens", [None, [4, 4, 4]])
+def test_scan8_keeps_its_batch_axis_an_outer_for_over_the_batch(sequence_lens):
+    model, feeds = _scan8_model(sequence_lens), _scan8_feeds()
+    want = _ort(model, feeds)
+    for w, r in zip(want, _scan8_reference(feeds)):
+        np.testing.assert_allclose(w, r, rtol=1e-5, atol=1e-6)
+    module = lo.import_model(model, upgrade_opset=True)
+    outer = [op for op in module.functions[0].entry_block.ops if op.name == "lz.for"]
+    assert len(outer) == 1 and outer[0].attributes["trip_count"].value == 3
+    got = list(lo.compile(model, upgrade_opset=True).run(feeds).values())
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_scan8_with_short_sequence_lens_is_refused_naming_the_node():
+    with pytest.raises(UnsupportedError, match=r"Scan.*sequence_lens \[4, 2, 4\]"):
+        lo.import_model(_scan8_model([4, 2, 4]), upgrade_opset=True)
+
+
 def _branch(name, op_type, output):
     return helper.make_graph([helper.make_node(op_type, ["x", "y"], [output])], name, [],
                              [helper.make_tensor_value_info(output, F, [2, 3])])

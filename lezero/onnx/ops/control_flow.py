@@ -30,7 +30,7 @@ from lezero.ir.core import Block, Operation
 from lezero.ir.dialect.control_flow import CONDITION_TYPE, INDEX_TYPE
 from lezero.ir.opdef import OpError, lookup
 from lezero.ir.types import I1 as BOOL, I64, TensorType
-from lezero.onnx.importer import erase_dead_ops
+from lezero.onnx.importer import SCAN8_DOMAIN, erase_dead_ops, free_names
 from lezero.onnx.registry import converter
 
 # An outer constant with at most this many elements is copied into a region rather than passed in.
@@ -65,27 +65,6 @@ def structured(ctx, name: str, operands: list, blocks: list, **attrs) -> list:
         raise ctx.error(f"'{name}' op {e}") from None
     ctx.b.insert(op)
     return ctx.importer.fold(op, ctx)
-
-
-def free_names(graph: onnx.GraphProto) -> list[str]:
-    """The names ``graph``'s nodes (and their subgraphs') read that ``graph`` does not define, in
-    the order they are first read."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    free: dict[str, None] = {}
-    for node in graph.node:
-        read = list(node.input)
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                      list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
-                read += free_names(g)
-        for name in read:
-            if name and name not in defined:
-                free.setdefault(name)
-        defined.update(node.output)
-    for o in graph.output:  # an output may be an outer value passed straight through
-        if o.name not in defined:
-            free.setdefault(o.name)
-    return list(free)
 
 
 def captured_values(ctx, graphs) -> tuple[dict, list]:
@@ -246,6 +225,63 @@ def scan(ctx):
     if len(in_axes) != m or len(in_dirs) != m or len(out_axes) != k_out or len(out_dirs) != k_out:
         raise ctx.error("scan_input_axes/directions need one value per scan input and scan_output_axes/directions "
                         "one per scan output")
+    copies, captured = captured_values(ctx, [body])
+    return _scan_loop(ctx, body, states, xs, (in_axes, in_dirs, out_axes, out_dirs), copies, captured)
+
+
+@converter("Scan", domain=SCAN8_DOMAIN)
+def scan8(ctx):
+    """Scan-8 (``upgrade`` sets it aside in ``SCAN8_DOMAIN``, its body already upgraded): every
+    state and scan input and output has a leading batch axis the body does not see.  It is an
+    ``lz.for`` over the batch whose body is Scan-9's loop over one element's slices: the batch
+    becomes the outer loop's scanned axis and its stacked outputs are the batched results, so the
+    body is converted once and never needs to handle a batch dim it was not written for."""
+    body = ctx.attr("body")
+    m = int(ctx.attr("num_scan_inputs"))
+    ns = len(ctx.inputs) - 1 - m
+    if m < 1 or ns < 0:
+        raise ctx.error(f"num_scan_inputs is {m} with {len(ctx.inputs)} inputs (sequence_lens first)")
+    states, xs = [ctx.input(1 + k) for k in range(ns)], [ctx.input(1 + ns + k) for k in range(m)]
+    batched = states + xs
+    for k, v in enumerate(batched):
+        ctx.shape(v, f"input #{k + 1}")
+        if v.type.rank < (1 if k < ns else 2):
+            raise ctx.error(f"input #{k + 1} has type {v.type}: Scan-8's states need a batch axis, its scan inputs "
+                            "a batch and a sequence axis")
+    batch, length = batched[0].type.shape[0], xs[0].type.shape[1]
+    if any(v.type.shape[0] != batch for v in batched):
+        raise ctx.error(f"inputs have different batch sizes: {[v.type.shape[0] for v in batched]}")
+    lens = ctx.optional(0)
+    if lens is not None:
+        ctx.require_constant(lens, "Scan-8's sequence_lens")
+        if not np.all(np.asarray(ctx.constant_of(lens)) == length):
+            raise ctx.unsupported(f"sequence_lens {np.asarray(ctx.constant_of(lens)).tolist()} are not all the "
+                                  f"sequence length {length}: only full sequences are supported")
+    k_out = len(body.output) - ns
+    directions = list(ctx.attr("directions", [0] * m))
+    if len(directions) != m:
+        raise ctx.error(f"directions needs one value per scan input ({m}), got {len(directions)}")
+    copies, captured = captured_values(ctx, [body])
+    names, outer = [name for name, _ in captured], [v for _, v in captured]
+
+    def per_element(index, *args):
+        inner = list(zip(names, args[:len(outer)]))
+        slices = list(args[len(outer):])
+        return _scan_loop(ctx, body, slices[:ns], slices[ns:], ([0] * m, directions, [0] * k_out, [0] * k_out),
+                          copies, inner)
+
+    element_types = [TensorType(v.type.shape[1:], v.type.element_type) for v in batched]
+    block = region(ctx, [INDEX_TYPE] + [v.type for v in outer] + element_types, per_element)
+    return structured(ctx, "lz.for", outer + batched, [block], trip_count=batch, num_invariant=len(outer),
+                      num_carried=0, reverse=False)
+
+
+def _scan_loop(ctx, body, states, xs, axes_and_directions, copies, captured) -> list:
+    """Scan-9's ``lz.for`` over ``xs`` (in the block being filled) carrying ``states``:
+    ``axes_and_directions`` is (scan_input_axes, scan_input_directions, scan_output_axes,
+    scan_output_directions); ``captured`` the ``[(name, value)]`` of that block the body reads."""
+    in_axes, in_dirs, out_axes, out_dirs = axes_and_directions
+    ns = len(states)
     reverse = bool(in_dirs[0])
     leading = []
     for k, (x, axis) in enumerate(zip(xs, in_axes)):
@@ -258,7 +294,6 @@ def scan(ctx):
     if any(x.type.shape[0] != n for x in leading):
         raise ctx.error(f"scan inputs have different lengths along their scan axes: "
                         f"{[x.type.shape[0] for x in leading]}")
-    copies, captured = captured_values(ctx, [body])
     outer = [v for _, v in captured]
     state_names = [i.name for i in body.input[:ns]]
 
