@@ -35,6 +35,7 @@ from lezero.eager.dtypes import int64
 from lezero.eager.functions import stack
 from lezero.ir.attributes import BoolAttr, IntegerAttr
 from lezero.ir.core import Block, Operation, Region
+from lezero.ir.dialect.control_flow import exceeded_bound_message
 from lezero.ir.types import I1, I64, TensorType
 
 INDEX_TYPE = TensorType((), I64)
@@ -316,18 +317,26 @@ def _truth(pred: Tensor, what: str) -> bool:
     return bool(np.asarray(host(pred._data)))
 
 
-def while_loop(cond_fn, body_fn, init_val):
+def while_loop(cond_fn, body_fn, init_val, max_trip_count: int | None = None):
     """``while cond_fn(val): val = body_fn(val)``; returns the last ``val``.  JAX's
-    ``lax.while_loop``: ``cond_fn`` returns a rank-0 boolean tensor.  No gradient (as in JAX)."""
+    ``lax.while_loop``: ``cond_fn`` returns a rank-0 boolean tensor.  ``max_trip_count`` bounds
+    the iterations: a traced loop then has a gradient (the lz.while's ``max_trip_count``: an
+    lz.for of that many steps that stops changing its values once the condition is false), and
+    running past the bound raises, eagerly and compiled.  Without it, a traced loop has no
+    gradient (as in JAX); eagerly autograd records every step whatever the bound."""
+    if max_trip_count is not None and int(max_trip_count) < 0:
+        raise ValueError(f"while_loop: max_trip_count must be >= 0, got {max_trip_count}")
     if Mode.trace:
-        return _traced_while(cond_fn, body_fn, init_val)
-    val = init_val
+        return _traced_while(cond_fn, body_fn, init_val, max_trip_count)
+    val, count = init_val, 0
     while _truth(cond_fn(val), "while_loop"):
-        val = body_fn(val)
+        if count == max_trip_count:
+            raise RuntimeError(exceeded_bound_message(count))
+        val, count = body_fn(val), count + 1
     return val
 
 
-def _traced_while(cond_fn, body_fn, init_val):
+def _traced_while(cond_fn, body_fn, init_val, max_trip_count):
     c_leaves, c_structure = flatten(init_val)
     nc = len(c_leaves)
     carried_types = _types(c_leaves)
@@ -358,8 +367,10 @@ def _traced_while(cond_fn, body_fn, init_val):
     regions = (RecordedRegion(block_of(cond_func, cond_captured), invariants, [TensorType((), I1)]),
                RecordedRegion(block_of(body_func, body_captured), invariants, carried_types))
     with outside_trace():
-        val = while_loop(cond_fn, body_fn, init_val)
+        val = while_loop(cond_fn, body_fn, init_val, max_trip_count)
     attrs = {"regions": regions, "result_types": tuple(carried_types), "num_invariant": IntegerAttr(ni, I64)}
+    if max_trip_count is not None:
+        attrs["max_trip_count"] = IntegerAttr(int(max_trip_count), I64)
     return rebuild(c_structure, _record_op(WHILE, attrs, invariants + c_leaves, flatten(val)[0]))
 
 

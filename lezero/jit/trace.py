@@ -232,7 +232,7 @@ def bind_arguments(func: FuncOp, inputs: list, captured: list, names: dict) -> l
         arg = block.args[n_inputs + i]
         if id(t) in names:
             continue
-        constant = b.constant(np.ascontiguousarray(host(t._data)))
+        constant = b.constant(np.array(host(t._data), order="C"))  # ascontiguousarray makes a scalar 1-d
         arg.replace_all_uses_with(constant)
         block.erase_argument(n_inputs + i)
     bound = [t for t in captured if id(t) in names]

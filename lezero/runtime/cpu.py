@@ -28,7 +28,8 @@ copies), its outputs to ``ys[k][i]`` (written in place into the stacked results)
 carried values' other buffer, the two swapped each iteration and chosen so the last iteration
 writes the final carried values into the step's result buffers; the initial values are read
 where they are.  ``lz.while`` runs its condition plan before each body run (the carried values
-copied into the results at the end when the count came out odd); ``lz.if`` runs the plan of the
+copied into the results at the end when the count came out odd; one that has a max_trip_count
+raises when its condition still holds after that many runs); ``lz.if`` runs the plan of the
 branch the predicate picks, straight into the results.  The cuda executor runs the same
 ``BoundHostStep`` (control flow is placed on the CPU, with transfers around it).
 
@@ -51,6 +52,7 @@ from lezero.codegen.index_checks import initial_status, status_error
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.ir.core import ModuleOp
 from lezero.ir.diagnostics import InputError, IRError
+from lezero.ir.dialect.control_flow import exceeded_bound_message
 from lezero.ir.interpreter import check_arguments
 from lezero.ir.types import format_shape
 from lezero.ir.verifier import verify
@@ -213,6 +215,8 @@ class BoundHostStep:
         self.spare = [np.empty(r.type.shape, r.type.element_type.numpy_dtype) for r in carried]
         self.index = np.zeros((), np.int64)
         self.go = np.zeros((), np.bool_)
+        bound = op.get_attr("max_trip_count") if step.name == "lz.while" else None
+        self.max_trip_count = None if bound is None else bound.value  # a bounded while raises past it
 
     @staticmethod
     def _arrays(refs, inputs, results) -> list:
@@ -251,11 +255,13 @@ class BoundHostStep:
         condition, body = self.regions
         invariants, current = operands[:ni], operands[ni:]
         buffers = (outs, self.spare)
-        count = 0
+        count, bound = 0, self.max_trip_count
         while True:
             condition.run(invariants + current, [self.go], pool)
             if not self.go:
                 break
+            if count == bound:
+                raise RuntimeError(exceeded_bound_message(count))
             written = buffers[count % 2]
             body.run(invariants + current, written, pool)
             current, count = written, count + 1

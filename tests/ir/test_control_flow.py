@@ -308,6 +308,6 @@ def test_if_gradient_is_the_taken_branchs(pred):
 
 def test_while_has_no_gradient():
     module = parse_module(WHILE.replace("COND", "tensor<i1>"))
-    with pytest.raises(IRError, match="'lz.while' op gradient: has no gradient: its trip count is known only at "
-                                      "run time"):
+    with pytest.raises(IRError, match="'lz.while' op gradient: has no gradient without a 'max_trip_count' "
+                                      "attribute: its trip count is known only at run time"):
         differentiate(module, "f")

@@ -16,7 +16,9 @@
   ``reverse`` runs ``i`` from ``trip_count - 1`` down to 0 (``ys[i]`` is still iteration i's).
 - ``lz.while``: operands are invariants then carried inits; region 0 (the condition) and region 1
   (the body) both take (invariants, carried); region 0 yields one ``tensor<i1>``, region 1 the
-  next carried values.  Results: the carried values when the condition first yields false.
+  next carried values.  Results: the carried values when the condition first yields false.  An
+  optional ``max_trip_count`` (>= 0) bounds it: running past it is an error (interpreter, CPU
+  runtime), and it gives the loop a gradient.
 - ``lz.if``: operand 0 is a rank-0 ``tensor<i1>``; the others are passed to both regions, which
   yield the same types, the results.
 
@@ -34,8 +36,14 @@ the body's intermediates of one step from them (a step's worth of work, the same
 forward's; recomputing whole loops instead would turn n steps into n^2/2, and a checkpointing
 scheme is not worth it at the sizes of an RNN's state).  Invariants' gradients are summed over the
 iterations in a carried accumulator of the reverse loop; scanned inputs' gradients are its stacked
-outputs.  ``lz.if``'s is an ``lz.if`` of the two branches' gradients.  ``lz.while`` has none (its
-trip count is known only at run time, so nothing can be stacked): a clear error, as in JAX.
+outputs.  ``lz.if``'s is an ``lz.if`` of the two branches' gradients.  An unbounded ``lz.while`` has none
+(its trip count is known only at run time, so nothing can be stacked): a clear error, as in JAX.
+A bounded one's is what JAX users write by hand: the loop rewritten as an ``lz.for`` of
+``max_trip_count`` steps that carries a ``running`` flag and selects the unchanged values once
+the condition has been false, whose gradient is then ``lz.for``'s (exact: the steps after the
+stop pass the cotangents through).  That ``lz.for`` recomputes the forward in the gradient
+function, always ``max_trip_count`` steps (the while beside it gives the results and checks the
+bound), so a tight bound is cheaper.
 """
 from __future__ import annotations
 
@@ -43,7 +51,7 @@ import numpy as np
 
 from lezero.ir.core import Block, Operation
 from lezero.ir.gradient import GradBuilder, backpropagate
-from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, YIELDS, AttrSpec, OpDef, OpError, register
+from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, YIELDS, AttrSpec, OpDef, OpError, lookup, register
 from lezero.ir.types import I1, I64, TensorType
 from lezero.ir.verifier import types_compatible
 
@@ -208,7 +216,7 @@ class ForOp(_StructuredOp):
 @register
 class WhileOp(_StructuredOp):
     name = "lz.while"
-    attributes = {"num_invariant": AttrSpec("i64", 0)}
+    attributes = {"num_invariant": AttrSpec("i64", 0), "max_trip_count": AttrSpec("i64", None)}
     summary = "a loop that runs while its condition region yields true (lax.while_loop)"
     region_names = ("condition", "body")
 
@@ -228,6 +236,8 @@ class WhileOp(_StructuredOp):
 
     def verify_extra(self, op, attrs) -> None:
         super().verify_extra(op, attrs)
+        if attrs.max_trip_count is not None and attrs.max_trip_count < 0:
+            raise OpError(f"max_trip_count must be >= 0, got {attrs.max_trip_count}")
         _check_yield(region_block(op, 0, "condition"), [CONDITION_TYPE], "condition", "conditions")
         _check_yield(region_block(op, 1, "body"), list(op.operand_types[self.carried_start(op, attrs):]), "body",
                      "the carried values")
@@ -238,13 +248,26 @@ class WhileOp(_StructuredOp):
         ni = self.carried_start(op)
         condition, body = region_block(op, 0, "condition"), region_block(op, 1, "body")
         invariants, carried = list(inputs[:ni]), list(inputs[ni:])
+        bound, count = self.attrs(op).max_trip_count, 0
         while bool(run_block(condition, invariants + carried)[0]):
-            carried = list(run_block(body, invariants + carried))
+            if count == bound:
+                raise OpError(exceeded_bound_message(bound))
+            carried, count = list(run_block(body, invariants + carried)), count + 1
         return carried
 
     def grad(self, b, op, attrs, dys):
-        raise OpError("has no gradient: its trip count is known only at run time, so the forward values cannot "
-                      "be stored (use lz.for with a static trip count, as in JAX)")
+        if attrs.max_trip_count is None:
+            raise OpError("has no gradient without a 'max_trip_count' attribute: its trip count is known only at "
+                          "run time, so the forward values cannot be stored (set max_trip_count, e.g. "
+                          "lz.while_loop(..., max_trip_count=N), or use lz.for with a static trip count)")
+        return while_gradient(b, op, attrs, dys)
+
+
+def exceeded_bound_message(bound: int) -> str:
+    """The error of a bounded ``lz.while`` whose condition still holds after ``bound`` iterations
+    (the interpreter's, the CPU runtime's and eager ``lz.while_loop``'s)."""
+    return (f"lz.while ran past its max_trip_count ({bound}): the condition still holds after {bound} "
+            "iterations (raise max_trip_count)")
 
 
 @register
@@ -286,15 +309,21 @@ def _is_float(t) -> bool:
     return isinstance(t, TensorType) and t.element_type.is_float
 
 
+def _inline(region: Block, block: Block, arg_map: dict) -> list:
+    """Copy ``region``'s ops (not its yield) into ``block`` with ``arg_map`` (region argument ->
+    value of ``block``); the values it yields, as values of ``block``."""
+    value_map = dict(arg_map)
+    for inner in region.ops[:-1]:
+        block.append(inner.clone(value_map))
+    return [value_map.get(v, v) for v in region.terminator.operands]
+
+
 def differentiate_region(body: Block, block: Block, arg_map: dict, cotangents: list, wrt: list):
     """Copy ``body``'s ops (not its yield) into ``block`` with ``arg_map`` (body argument -> value
     of ``block``) and build their gradient after them: ``cotangents`` (a value of ``block`` or None
     per yielded value) flow back to ``wrt`` (values of ``block``).  Returns the builder at the end
     of ``block`` and the gradients (value -> its gradient; absent where none flowed)."""
-    value_map = dict(arg_map)
-    for inner in body.ops[:-1]:
-        block.append(inner.clone(value_map))
-    outputs = [value_map.get(v, v) for v in body.terminator.operands[:len(cotangents)]]
+    outputs = _inline(body, block, arg_map)[:len(cotangents)]
     b = GradBuilder.at_end(block, body.parent_op.location)
     return b, backpropagate(b, list(block.ops), outputs, cotangents, wrt)
 
@@ -375,6 +404,48 @@ def for_gradient(b, op, attrs, dys):
     d_xs = {k: next(results) for k in float_xs}
     return ([d_inv.get(k) for k in range(ni)] + [d_init.get(k) for k in range(nc)]
             + [d_xs.get(k) for k in range(ns)])
+
+
+def bounded_while_as_for(b, op, attrs) -> Operation:
+    """An ``lz.for`` of ``max_trip_count`` iterations equal to the bounded ``lz.while`` ``op``,
+    inserted at ``b``: it carries a ``running`` flag (true at the start, ``running and
+    condition`` each iteration) before the while's carried values, and each iteration yields
+    ``select(running, body(carried), carried)``, so the values stay unchanged once the condition
+    has been false.  Results: the final flag, then the while's results (when the loop stops within
+    the bound).  The body is still evaluated after the stop (on the frozen values), as a select's
+    two sides are; its gradient there is multiplied by zero."""
+    ni = attrs.num_invariant
+    condition, body = region_block(op, 0, "condition"), region_block(op, 1, "body")
+    carried_types = list(op.operand_types[ni:])
+    flag = TensorType((), I1)
+    block = Block([INDEX_TYPE] + list(op.operand_types[:ni]) + [flag] + carried_types)
+    invariants, running, carried = block.args[1:1 + ni], block.args[1 + ni], block.args[2 + ni:]
+    inner = GradBuilder.at_end(block, op.location)
+    outer_args = list(invariants) + list(carried)
+    go = _inline(condition, block, dict(zip(condition.args, outer_args)))[0]
+    still_running = inner.op("lz.and", running, go)
+    stepped = _inline(body, block, dict(zip(body.args, outer_args)))
+    kept = [inner.select(still_running, new, old) for new, old in zip(stepped, carried)]
+    inner.create("lz.yield", [still_running] + kept, result_types=[])
+    start = b.constant(np.asarray(True), flag)
+    loop = Operation("lz.for", list(op.operands[:ni]) + [start] + list(op.operands[ni:]), [flag] + carried_types,
+                     lookup("lz.for").make_attributes(
+                         {"trip_count": attrs.max_trip_count, "num_invariant": ni,
+                          "num_carried": 1 + len(carried_types), "reverse": False}),
+                     location=op.location)
+    loop.add_region().add_block(block)
+    b.insert(loop)
+    return loop
+
+
+def while_gradient(b, op, attrs, dys):
+    """The reverse-mode rule of a bounded ``lz.while``: the gradient of the equal ``lz.for``
+    (``bounded_while_as_for``), which recomputes the forward once with its carried values stored.
+    Exact: the iterations after the stop are selects that pass the cotangents through unchanged."""
+    loop = bounded_while_as_for(b, op, attrs)
+    ni = attrs.num_invariant
+    grads = for_gradient(b, loop, loop.definition.attrs(loop), [None] + list(dys))
+    return grads[:ni] + grads[ni + 1:]
 
 
 def if_gradient(b, op, dys):
