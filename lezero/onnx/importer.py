@@ -282,6 +282,7 @@ class Importer:
     known: dict = field(default_factory=dict)      # Value -> numpy array, for values known at import
     sources: dict = field(default_factory=dict)    # Value -> frozenset of graph-input names it depends on
     functions: dict = field(default_factory=dict)  # (domain, name) -> FunctionProto (model-local)
+    bounds: dict = field(default_factory=dict)     # Value -> (lo, hi): a loop index's range, both included
     block: Block = None                            # where converted ops go: @main's block or a region's
 
     @contextlib.contextmanager

@@ -200,6 +200,45 @@ def test_scan8_with_short_sequence_lens_is_refused_naming_the_node():
         lo.import_model(_scan8_model([4, 2, 4]), upgrade_opset=True)
 
 
+def _loop_slicing_at_the_index(size, axis, count, shift):
+    """Loop of 5 iterations whose scan output is ``Slice(x, i - shift, i - shift + count)`` along
+    ``axis`` of x (``size`` long there, 3 along the other axis)."""
+    shape, rows = ([size, 3], [count, 3]) if axis == 0 else ([3, size], [3, count])
+    body = helper.make_graph(
+        [helper.make_node("Sub", ["i", "shift"], ["start0"]),
+         helper.make_node("Unsqueeze", ["start0", "zero"], ["start"]),
+         helper.make_node("Add", ["start", "count"], ["end"]),
+         helper.make_node("Slice", ["x", "start", "end", "axis"], ["rows"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond", B, [])],
+        [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_value_info("rows", F, rows)])
+    constants = [helper.make_tensor("M", I64, [], [5]), helper.make_tensor("shift", I64, [], [shift]),
+                 helper.make_tensor("zero", I64, [1], [0]), helper.make_tensor("count", I64, [1], [count]),
+                 helper.make_tensor("axis", I64, [1], [axis])]
+    loop = helper.make_node("Loop", ["M", ""], ["stack"], body=body)
+    return _model([loop], [helper.make_tensor_value_info("x", F, shape)],
+                  [helper.make_tensor_value_info("stack", F, [5] + rows)], constants), shape
+
+
+@pytest.mark.parametrize("axis,count,shift", [(0, 1, 0), (0, 2, 0), (1, 2, 0), (0, 1, 6)])
+def test_slice_starting_at_the_loop_index_is_a_gather_of_rows_in_range(axis, count, shift):
+    model, shape = _loop_slicing_at_the_index(6, axis, count, shift)
+    feeds = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
+    module = check(model, feeds, "lz.for")
+    loop = next(op for op in module.functions[0].entry_block.ops if op.name == "lz.for")
+    assert "lz.gather" in [op.name for op in loop.regions[0].blocks[0].ops]
+    got = lo.compile(model).run(feeds)["stack"]
+    want = np.stack([np.take(feeds["x"], range(i - shift, i - shift + count), axis=axis) for i in range(5)])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("count,shift", [(2, 0), (1, 3)])
+def test_slice_starting_at_the_loop_index_that_onnx_would_clamp_is_refused(count, shift):
+    # rows 4..5 of 5 (clamped to one row by ONNX), or starts -3..1 crossing zero
+    with pytest.raises(UnsupportedError, match="starts must be known"):
+        lo.import_model(_loop_slicing_at_the_index(5, 0, count, shift)[0])
+
+
 def _branch(name, op_type, output):
     return helper.make_graph([helper.make_node(op_type, ["x", "y"], [output])], name, [],
                              [helper.make_tensor_value_info(output, F, [2, 3])])

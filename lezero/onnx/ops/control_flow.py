@@ -17,7 +17,8 @@ operand of the op (``captured_values``).
   for the inputs' values), and a body condition computed at run time is refused naming the node.
 - **Scan** is an ``lz.for`` over its scan inputs with their scan axes moved to the front; the op's
   ``reverse`` follows the first scan input's direction and only the inputs and outputs that go the
-  other way are flipped.
+  other way are flipped.  Scan-8's batch axis (``upgrade`` keeps the node from ONNX's version
+  converter, which drops it) is an outer ``lz.for`` over the batch around that loop.
 - **If** with a condition known at import is the chosen branch inlined (a shape test); with a
   run-time condition it is an ``lz.if`` whose branches must compute the same types.
 """
@@ -149,6 +150,7 @@ def loop(ctx):
         stops = []
 
         def for_body(index, *args):
+            ctx.importer.bounds[index] = (0, n - 1)  # a Slice starting at the index reads rows in range
             inner = dict(zip([name for name, _ in captured], args[:len(outer)]))
             carried = list(args[len(outer):])
             true = ctx.constant(np.array(True), BOOL)

@@ -12,8 +12,9 @@ import string
 
 import numpy as np
 
+from lezero.ir.core import OpResult
 from lezero.ir.dialect.broadcasting import try_broadcast_shapes
-from lezero.ir.types import I1
+from lezero.ir.types import I1, I64
 from lezero.onnx import element_types
 from lezero.onnx.registry import converter
 from lezero.onnx.ops.common import axes_of, axis_of, product
@@ -226,6 +227,10 @@ def split(ctx, read_sizes, n=None):
 @converter("Slice")
 def slice_(ctx):
     x = ctx.input(0)
+    if ctx.const(1) is None:
+        rows = _rows_from_a_run_time_start(ctx, x)
+        if rows is not None:
+            return rows
     starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
     axes, steps = ctx.ints(3, "axes"), ctx.ints(4, "steps")
     axes = list(range(len(starts))) if axes is None else axes_of(ctx, axes, ctx.rank(x))
@@ -238,6 +243,70 @@ def slice_(ctx):
     if not starts:
         return x
     return ctx.op("lz.slice", x, starts=starts, ends=ends, axes=axes, steps=steps)
+
+
+def _rows_from_a_run_time_start(ctx, x):
+    """``Slice(x, s, s + c)`` along one axis with ``s`` computed at run time (a loop's iteration
+    number, say) and ``c`` a constant: an ``lz.gather`` of the ``c`` rows ``s + arange(c)``.  Only
+    when ``s``'s range (``_bounds``) keeps all ``c`` rows inside the axis, so ONNX's clamping never
+    shortens the result, which must have a static length; None otherwise (the caller then needs
+    ``s`` known at import)."""
+    axes, steps = ctx.const(3), ctx.const(4)
+    if (ctx.has_input(3) and axes is None) or (ctx.has_input(4) and steps is None):
+        return None
+    starts, ends = ctx.input(1), ctx.input(2)
+    if starts.type.num_elements != 1 or (steps is not None and np.asarray(steps).reshape(-1).tolist() != [1]):
+        return None
+    start, end = _through_reshapes(starts), _through_reshapes(ends)
+    add = end.op if isinstance(end, OpResult) and end.op.name == "lz.add" else None
+    if add is None or start not in [_through_reshapes(v) for v in add.operands]:
+        return None
+    offset = ctx.constant_of(add.operands[1] if _through_reshapes(add.operands[0]) is start else add.operands[0])
+    bounds, axis = _bounds(ctx, start), axis_of(ctx, 0 if axes is None else int(np.asarray(axes).reshape(-1)[0]),
+                                                ctx.rank(x))
+    size = x.type.shape[axis]
+    if offset is None or offset.size != 1 or bounds is None or size is None:
+        return None
+    count, (lo, hi) = int(offset.reshape(-1)[0]), bounds
+    if count < 1:
+        return None
+    if 0 <= lo and hi + count <= size:
+        first = ctx.cast(start, I64)
+    elif -size <= lo and hi + count < 0:  # ends stay negative: both count from the end
+        first = ctx.op("lz.add", ctx.cast(start, I64), ctx.scalar(size, I64))
+    else:
+        return None
+    rows = ctx.op("lz.add", ctx.reshape(first, [1]), ctx.constant(np.arange(count, dtype=np.int64), I64))
+    return ctx.op("lz.gather", x, rows, axis=axis)
+
+
+def _through_reshapes(v):
+    while isinstance(v, OpResult) and v.op.name == "lz.reshape":
+        v = v.op.operands[0]
+    return v
+
+
+def _bounds(ctx, v):
+    """The range ``(lo, hi)`` of every element of the integer ``v`` where the importer can tell
+    (constants, a loop's index, reshapes, casts, sums and differences of them), else None."""
+    known = ctx.constant_of(v)
+    if known is not None:
+        return (int(np.min(known)), int(np.max(known))) if known.size and known.dtype.kind in "iu" else None
+    if v in ctx.importer.bounds:
+        return ctx.importer.bounds[v]
+    op = v.op if isinstance(v, OpResult) else None
+    if op is None or not v.type.element_type.is_int:
+        return None
+    if op.name in ("lz.reshape", "lz.cast"):
+        inner = _bounds(ctx, op.operands[0]) if op.operands[0].type.element_type.is_int else None
+        limits = np.iinfo(v.type.element_type.numpy_dtype)
+        return inner if inner is not None and limits.min <= inner[0] and inner[1] <= limits.max else None
+    if op.name in ("lz.add", "lz.sub"):
+        a, b = (_bounds(ctx, operand) for operand in op.operands)
+        if a is None or b is None:
+            return None
+        return (a[0] + b[0], a[1] + b[1]) if op.name == "lz.add" else (a[0] - b[1], a[1] - b[0])
+    return None
 
 
 @converter("Pad")
