@@ -40,7 +40,7 @@ from lezero.passes.partition import CONTROL_FLOW_OPS
 # On a scheduled control-flow op: the bytes of each region's arena.
 REGION_ARENAS_ATTR = "lz.region_arena_sizes"
 
-KERNEL_PIPELINE = ("shape-infer,fuse-attention,decompose,canonicalize,licm,cse,constant-fold,dce,shape-infer,"
+KERNEL_PIPELINE = ("shape-infer,fuse-attention,decompose{keep=lz.attention},canonicalize,licm,cse,constant-fold,dce,shape-infer,"
                    "partition,fuse,memory-plan")
 
 
@@ -50,8 +50,10 @@ def kernel_pipeline(target: str = "cpu") -> str:
     targets.backend(target)  # registers what it runs with placement, its fusion facts with partition's cost model
     if target == "cpu":
         return KERNEL_PIPELINE
-    # fuse-attention makes CPU kernels (kind "attention", lezero/codegen/llvm/attention.py)
-    return KERNEL_PIPELINE.replace("fuse-attention,", "").replace("partition,", f"partition{{target={target}}},")
+    # fuse-attention makes CPU kernels (kind "attention", lezero/codegen/llvm/attention.py); other
+    # targets run lz.attention's decomposition
+    return KERNEL_PIPELINE.replace("fuse-attention,", "").replace("decompose{keep=lz.attention},", "decompose,") \
+        .replace("partition,", f"partition{{target={target}}},")
 
 
 def is_scheduled(module: ModuleOp, target: str = "cpu") -> bool:

@@ -44,10 +44,11 @@ class Decompose(Pass):
     name = "decompose"
     summary = "Replace composite ops (softmax, layer_norm, ...) by the primitives they are made of"
     ops: list[str] = option([], "only these ops (e.g. lz.softmax,lz.layer_norm); all composites if empty")
+    keep: list[str] = option([], "composites left whole: a target's kernel computes them (the CPU's lz.attention)")
 
     def selected(self, op: Operation) -> bool:
         definition = op.definition
-        if definition is None or not definition.has_trait(COMPOSITE):
+        if definition is None or not definition.has_trait(COMPOSITE) or op.name in self.keep:
             return False
         return not self.ops or op.name in self.ops
 

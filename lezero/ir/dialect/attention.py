@@ -4,8 +4,9 @@ Why an op of its own: the CPU compiler runs it as one kernel (``lezero/codegen/l
 a flash-attention style online softmax over key blocks), so the ``Sq x Sk`` scores never reach
 memory.  Nobody writes it: the ``fuse-attention`` pass (``lezero/passes/attention.py``) forms it in
 the kernel pipeline from the matmul -> scale -> mask -> softmax -> matmul chain of an exported
-transformer.  Its gradient rule recomputes the softmax and builds the unfused backward graph
-(``grad``), for an ``lz.attention`` written by hand.
+transformer.  It is composite: where no kernel computes it whole (autodiff, targets other than the
+CPU) it decomposes into that chain (``decompose``), so its gradient is the unfused chain's, with the
+softmax recomputed; the CPU's kernel pipeline keeps it (``decompose{keep=lz.attention}``).
 
 Operands: ``q`` ``[*batch, Sq, D]``, ``k`` ``[*batch, Sk, D]`` (keys as rows, not transposed),
 ``v`` ``[*batch, Sk, Dv]``, and optionally an additive ``mask`` broadcasting to ``[*batch, Sq, Sk]``
@@ -19,7 +20,7 @@ import numpy as np
 from lezero.ir.dialect.broadcasting import broadcast_shapes
 from lezero.ir.dialect.constraints import FLOAT, check_element_type, same_element_type
 from lezero.ir.dialect.numerics import accumulator_dtype
-from lezero.ir.opdef import PURE, AttrSpec, OpDef, OpError, register
+from lezero.ir.opdef import COMPOSITE, PURE, AttrSpec, OpDef, OpError, register
 from lezero.ir.types import TensorType, format_shape
 
 
@@ -30,7 +31,9 @@ class AttentionOp(OpDef):
     name = "lz.attention"
     operands = ("q", "k", "v", "mask")
     variadic = True  # the mask is optional: 3 or 4 operands
-    traits = frozenset({PURE})
+    # composite: targets without an attention kernel (cuda) run its decomposition; the CPU's
+    # kernel pipeline keeps it whole (``decompose{keep=lz.attention}``) for llvm/attention.py
+    traits = frozenset({PURE, COMPOSITE})
     attributes = {"scale": AttrSpec("f64", 1.0)}
     summary = "scaled dot-product attention (softmax(q k^T scale + mask) v)"
 
@@ -70,23 +73,21 @@ class AttentionOp(OpDef):
         weights /= weights.sum(axis=-1, keepdims=True)
         return np.matmul(weights, v.astype(acc)).astype(q.dtype)
 
-    def grad(self, b, op, attrs, dy):
-        """With ``p = softmax(s)``, ``s = scale q k^T + mask``: ``dv = p^T dy``, ``ds = p (dp -
-        sum(dp p))`` for ``dp = dy v^T``, ``dq = scale ds k``, ``dk = scale ds^T q``, ``dmask = ds``
-        summed back to the mask's shape."""
-        q, k, v = op.operands[:3]
-        rank = q.type.rank
-        swap = list(range(rank - 2)) + [rank - 1, rank - 2]
-        scores = b.mul(b.op("lz.matmul", q, b.transpose(k, swap)), attrs.scale)
-        if len(op.operands) == 4:
-            scores = b.add(scores, op.operands[3])
-        p = b.op("lz.softmax", scores, axis=-1)
-        dv = b.op("lz.matmul", b.transpose(p, swap), dy)
-        dp = b.op("lz.matmul", dy, b.transpose(v, swap))
-        ds = b.mul(p, b.sub(dp, b.op("lz.reduce_sum", b.mul(dp, p), axes=[-1], keepdims=True)))
-        dq = b.mul(b.op("lz.matmul", ds, k), attrs.scale)
-        dk = b.mul(b.op("lz.matmul", b.transpose(ds, swap), q), attrs.scale)
-        grads = [dq, dk, dv]
-        if len(op.operands) == 4:
-            grads.append(b.sum_to(ds, op.operands[3].type.shape))
-        return grads
+    def decompose(self, b, op, attrs):
+        """``softmax(q k^T scale + mask) v`` as matmuls and a softmax (autodiff differentiates this)."""
+        p = b.op("lz.softmax", _scores(b, op, attrs), axis=-1)
+        return b.op("lz.matmul", p, op.operands[2])
+
+
+def _swap_last_two(rank: int) -> list[int]:
+    return list(range(rank - 2)) + [rank - 1, rank - 2]
+
+
+def _scores(b, op, attrs):
+    """``q k^T scale (+ mask)`` of an ``lz.attention`` op, built with ``b`` (any ``Builder``)."""
+    q, k = op.operands[:2]
+    et = q.type.element_type
+    scale = b.constant(np.asarray(attrs.scale, et.numpy_dtype), TensorType((), et))
+    kt = b.op("lz.transpose", k, perm=_swap_last_two(q.type.rank))
+    scores = b.op("lz.mul", b.op("lz.matmul", q, kt), scale)
+    return b.op("lz.add", scores, op.operands[3]) if len(op.operands) == 4 else scores
