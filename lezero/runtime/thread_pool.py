@@ -351,18 +351,18 @@ class _Workers:
     """One set of running workers and the state they share (a process's: rebuilt after fork)."""
 
     def __init__(self, count: int):
-        start, self._stop, self.run = _native()
+        start, stop, self.run = _native()
         self.state = _PoolState(spin=SPIN_ITERATIONS)
-        self.pointer = ctypes.pointer(self.state)
-        self._threads = (ctypes.c_int64 * count)()
-        self._started = start(self.pointer, count, self._threads)
-        if self._started < count:
+        self.pointer = ctypes.pointer(self.state)  # keeps the state alive as long as it lives
+        threads = (ctypes.c_int64 * count)()
+        started = start(self.pointer, count, threads)
+        # The workers read the state until they are joined: stop and join them before it can be
+        # freed, whether the pool is closed or garbage-collected (a collected ThreadPool(2) freed
+        # the state under its running workers, which then crashed the process).  Called once.
+        self.stop = weakref.finalize(self, stop, self.pointer, started, threads)
+        if started < count:
             self.stop()
-            raise OSError(f"could not start {count} thread pool workers (started {self._started})")
-
-    def stop(self) -> None:
-        self._stop(self.pointer, self._started, self._threads)
-        self._started = 0
+            raise OSError(f"could not start {count} thread pool workers (started {started})")
 
 
 class ThreadPool:
@@ -410,7 +410,9 @@ class ThreadPool:
             workers.stop()
 
     def _forget_workers(self) -> None:
-        """In a forked child: the workers are the parent's, and not running here."""
+        """In a forked child: the workers are the parent's, and not running here (nothing to join)."""
+        if self._workers is not None:
+            self._workers.stop.detach()
         self._workers = None
         self._start_lock = threading.Lock()
 

@@ -2,6 +2,7 @@
 count; errors reach the caller; nested and concurrent launches run inline; a forked child
 rebuilds its workers."""
 import ctypes
+import gc
 import os
 import threading
 
@@ -150,6 +151,22 @@ def test_closed_pool_starts_new_workers_on_the_next_launch(count_kernel):
     for _ in range(30):  # closed at once: a worker that has not run yet must still see the stop
         np.testing.assert_array_equal(counted(pool, count_kernel, 5), np.ones(5, np.int64))
         pool.close()
+
+
+def test_a_collected_pool_joins_its_workers_before_its_state_is_freed(count_kernel):
+    # the workers read the pool's native state until they are joined; a ThreadPool dropped
+    # without close() (a test's ThreadPool(2)) used to free that state under them
+    def tasks():
+        return len(os.listdir("/proc/self/task"))
+
+    before = tasks()
+    pool = ThreadPool(3)
+    np.testing.assert_array_equal(counted(pool, count_kernel, 6), np.ones(6, np.int64))
+    stop = pool._workers.stop
+    assert stop.alive and tasks() == before + 2
+    del pool
+    gc.collect()
+    assert not stop.alive and tasks() == before
 
 
 SPLIT_PLAN = """
