@@ -15,7 +15,7 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
-from lezero.onnx import element_types
+import lezero.onnx.element_types as element_types
 from lezero.onnx.compiled_model import CompiledModel
 
 

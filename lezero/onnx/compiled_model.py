@@ -19,7 +19,7 @@ import onnx
 
 from lezero.ir.attributes import ArrayAttr
 from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, ModuleOp
-from lezero.onnx import element_types
+import lezero.onnx.element_types as element_types
 from lezero.onnx.errors import DynamicShapeError, OnnxError, ValueDependentError
 from lezero.onnx.importer import Importer, tensor_type_of, upgrade
 from lezero.onnx.loading import load_model

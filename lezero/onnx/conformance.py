@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lezero.onnx import element_types
+import lezero.onnx.element_types as element_types
 
 # Operator families out of scope, with the reason (their cases are counted as skipped).
 OUT_OF_SCOPE_FAMILIES = {

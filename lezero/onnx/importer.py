@@ -40,7 +40,8 @@ from lezero.ir.location import NameLoc
 from lezero.ir.opdef import OpError
 from lezero.ir.types import ElementType, FunctionType, TensorType, format_shape
 from lezero.ir.verifier import verify
-from lezero.onnx import element_types, registry
+import lezero.onnx.element_types as element_types
+import lezero.onnx.registry as registry
 from lezero.onnx.errors import DynamicShapeError, OnnxError, UnsupportedError, ValueDependentError
 from lezero.onnx.loading import load_model
 

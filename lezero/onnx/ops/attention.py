@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from lezero.ir.types import F32, I1, I64
-from lezero.onnx import element_types
+import lezero.onnx.element_types as element_types
 from lezero.onnx.registry import converter
 from lezero.onnx.ops.tensor import broadcast_to
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from lezero.ir.types import F64, I1
-from lezero.onnx import element_types
+import lezero.onnx.element_types as element_types
 from lezero.onnx.registry import converter
 from lezero.onnx.ops.common import binary
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from lezero.ir.types import F32, F64, I32, UI8
-from lezero.onnx import element_types
+import lezero.onnx.element_types as element_types
 from lezero.onnx.registry import converter
 from lezero.onnx.ops.nn import _window_attrs, conv2d, spatial_rank
 from lezero.onnx.ops.tensor import broadcast_to

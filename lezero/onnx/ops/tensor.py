@@ -15,7 +15,7 @@ import numpy as np
 from lezero.ir.core import OpResult
 from lezero.ir.dialect.broadcasting import try_broadcast_shapes
 from lezero.ir.types import I1, I64
-from lezero.onnx import element_types
+import lezero.onnx.element_types as element_types
 from lezero.onnx.registry import converter
 from lezero.onnx.ops.common import axes_of, axis_of, product
 

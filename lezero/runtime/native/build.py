@@ -44,7 +44,7 @@ from lezero.codegen.errors import TargetError
 from lezero.codegen.llvm.jit import emit_linked_object
 from lezero.codegen.llvm.target import CpuTarget, cpu_target, host_target
 from lezero.ir.core import ModuleOp
-from lezero.runtime.native import driver
+import lezero.runtime.native.driver as driver
 from lezero.runtime.native.program import NativeCompileError, NativeProgram, bind_shapes, entry_function, plan_program
 from lezero.runtime.plan import specialize
 
