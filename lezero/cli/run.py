@@ -1,0 +1,197 @@
+"""lezero-run: start the ranks of a distributed training script on this machine, as torchrun does.
+
+    lezero-run --nproc-per-node 2 train.py args...                 (torch.distributed's gloo)
+    lezero-run --nproc-per-node 4 --backend mpi train.py args...   (through the MPICH wheel's mpiexec)
+    lezero-run --nproc-per-node 2 --max-restarts 3 train.py        (restart every rank when one fails)
+
+Each rank is ``python script args`` with the environment torchrun sets: ``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, and
+``LEZERO_BACKEND`` (what ``lz.distributed.init_process_group()`` reads when no backend is given),
+plus the elastic agent's restart count, ``LEZERO_RESTART_COUNT`` and ``TORCHELASTIC_RESTART_COUNT``
+(0 on the first start), and ``LEZERO_MAX_RESTARTS`` / ``TORCHELASTIC_MAX_RESTARTS``.  With
+``--backend mpi`` the ranks are started by ``mpiexec`` (MPICH's Hydra), which gives each its rank
+through MPI; the same variables are set for every rank too (``RANK`` from MPICH's ``PMI_RANK`` at
+``init_process_group``).
+
+When one rank fails, the others are stopped (SIGTERM, then SIGKILL after ``--stop-timeout``
+seconds); with restarts left, every rank starts again (a fresh ``MASTER_PORT`` unless it was
+given), else lezero-run exits with the first failing rank's exit status (128 + N for a signal N)
+after printing which rank failed and the last lines of its stderr.  SIGINT, SIGTERM and SIGHUP are
+forwarded to every rank, and lezero-run then exits 128 + the signal, without restarting.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+PROG = "lezero-run"
+STDERR_TAIL_LINES = 20
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class UsageError(Exception):
+    """A bad command line; the message says what to do."""
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Start the ranks of a distributed lezero script "
+                                "(torchrun's form).")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", "--nproc", dest="nproc", type=int, default=1,
+                   help="ranks to start on this machine (default 1)")
+    p.add_argument("--backend", choices=("gloo", "mpi", "nccl"), default="gloo",
+                   help="the process group's engine: torch.distributed's gloo (default) or nccl, or MPI (mpiexec)")
+    p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
+                   help="restart every rank up to N times when one fails (torchrun's elastic agent)")
+    p.add_argument("--master-addr", "--master_addr", dest="master_addr", default="127.0.0.1")
+    p.add_argument("--master-port", "--master_port", dest="master_port", type=int, default=None,
+                   help="the rendezvous port (default: a free port, a new one for each restart)")
+    p.add_argument("--stop-timeout", type=float, default=5.0,
+                   help="seconds between SIGTERM and SIGKILL when stopping the ranks (default 5)")
+    p.add_argument("script", help="the Python script every rank runs")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    return p
+
+
+def free_port(addr: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def rank_environment(args, rank: int, port: int, restart: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.nproc), LOCAL_WORLD_SIZE=str(args.nproc),
+               GROUP_RANK="0", MASTER_ADDR=args.master_addr, MASTER_PORT=str(port), LEZERO_BACKEND=args.backend,
+               LEZERO_RESTART_COUNT=str(restart), TORCHELASTIC_RESTART_COUNT=str(restart),
+               LEZERO_MAX_RESTARTS=str(args.max_restarts), TORCHELASTIC_MAX_RESTARTS=str(args.max_restarts))
+    return env
+
+
+class Rank:
+    """One started process (a rank, or mpiexec holding all of them) whose stderr is passed through
+    to ours while its last lines are kept for the failure report."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]):
+        self.name = name
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        # its own session: stopping it reaches the processes it starts (mpiexec's ranks, workers)
+        self.process = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=True)
+        self.reader = threading.Thread(target=self._pass_stderr, daemon=True)
+        self.reader.start()
+
+    def _pass_stderr(self) -> None:
+        for raw in iter(self.process.stderr.readline, b""):
+            sys.stderr.buffer.write(raw)
+            sys.stderr.buffer.flush()
+            self.tail.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def signal(self, signum: int) -> None:
+        try:
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    @property
+    def exit_status(self) -> int | None:
+        """The shell's view: the exit code, or 128 + N when signal N ended it (None while running)."""
+        code = self.process.poll()
+        return None if code is None else (128 - code if code < 0 else code)
+
+
+def start_ranks(args, restart: int) -> list[Rank]:
+    port = args.master_port or free_port(args.master_addr)
+    command = [sys.executable, args.script, *args.script_args]
+    if args.backend != "mpi":
+        return [Rank(f"rank {r}", command, rank_environment(args, r, port, restart)) for r in range(args.nproc)]
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if mpiexec is None:
+        raise UsageError("--backend mpi needs MPICH's mpiexec (pip install mpich) next to the Python that runs "
+                         f"{PROG} or on PATH")
+    env = rank_environment(args, 0, port, restart)
+    for per_rank in ("RANK", "LOCAL_RANK"):  # each rank's own comes from MPI (PMI_RANK)
+        env.pop(per_rank)
+    return [Rank("mpiexec", [mpiexec, "-n", str(args.nproc), *command], env)]
+
+
+def stop(ranks: list[Rank], timeout: float) -> None:
+    for r in ranks:
+        if r.exit_status is None:
+            r.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for r in ranks:
+        try:
+            r.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            r.signal(signal.SIGKILL)
+            r.process.wait()
+    for r in ranks:
+        r.reader.join(timeout=1.0)
+
+
+def supervise(ranks: list[Rank], received: list[int], timeout: float) -> Rank | None:
+    """Wait until every rank succeeded (None), one failed or a signal came (the failed rank, or
+    None with ``received`` set); stop the others either way."""
+    while True:
+        if received:
+            stop(ranks, timeout)
+            return None
+        failed = [r for r in ranks if r.exit_status not in (None, 0)]
+        if failed:
+            stop(ranks, timeout)
+            return failed[0]
+        if all(r.exit_status == 0 for r in ranks):
+            for r in ranks:
+                r.reader.join(timeout=1.0)
+            return None
+        time.sleep(0.05)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_arg_parser().parse_args(argv)
+    if args.nproc < 1:
+        print(f"{PROG}: error: --nproc-per-node must be at least 1, not {args.nproc}", file=sys.stderr)
+        return 2
+    if not os.path.exists(args.script):
+        print(f"{PROG}: error: no script {args.script!r}", file=sys.stderr)
+        return 2
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum)) for s in FORWARDED_SIGNALS}
+    try:
+        restart = 0
+        while True:
+            try:
+                ranks = start_ranks(args, restart)
+            except UsageError as e:
+                print(f"{PROG}: error: {e}", file=sys.stderr)
+                return 2
+            failed = supervise(ranks, received, args.stop_timeout)
+            if received:
+                print(f"{PROG}: {signal.Signals(received[0]).name} forwarded to every rank; stopped", file=sys.stderr)
+                return 128 + received[0]
+            if failed is None:
+                return 0
+            left = args.max_restarts - restart
+            print(f"{PROG}: {failed.name} (pid {failed.process.pid}) failed with exit status {failed.exit_status}; "
+                  f"stopped the others; " + (f"restarting every rank ({left} restart(s) left)" if left else
+                                             f"no restarts left (--max-restarts {args.max_restarts})"),
+                  file=sys.stderr)
+            if not left:
+                print(f"{PROG}: the last lines of {failed.name}'s stderr:\n" +
+                      "\n".join("    " + line for line in failed.tail), file=sys.stderr)
+                return failed.exit_status
+            restart += 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""lezero-run: the environment each rank gets, a failing rank stopping the others, restarts with
+their count in the environment, the exit status, and the MPI launch through MPICH's mpiexec."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+TIMEOUT_S = 60
+
+
+def lezero_run(tmp_path, script: str, *flags: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(script))
+    return subprocess.run([sys.executable, "-m", "lezero.cli.run", *flags, str(path), str(tmp_path)],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+ENV_SCRIPT = """
+    import json, os, pathlib, sys
+    names = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+             "LEZERO_BACKEND", "LEZERO_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT", "PMI_RANK"]
+    env = {n: os.environ.get(n) for n in names}
+    rank = env["RANK"] or env["PMI_RANK"]
+    pathlib.Path(sys.argv[1], f"env{rank}.json").write_text(json.dumps(env))
+"""
+
+
+def test_every_rank_gets_torchruns_environment(tmp_path):
+    done = lezero_run(tmp_path, ENV_SCRIPT, "--nproc-per-node", "3")
+    assert done.returncode == 0, done.stderr
+    envs = [json.loads((tmp_path / f"env{r}.json").read_text()) for r in range(3)]
+    assert [e["RANK"] for e in envs] == ["0", "1", "2"]
+    assert {e["WORLD_SIZE"] for e in envs} == {"3"} and {e["LEZERO_BACKEND"] for e in envs} == {"gloo"}
+    assert len({e["MASTER_PORT"] for e in envs}) == 1 and envs[0]["MASTER_ADDR"] == "127.0.0.1"
+    assert {e["LEZERO_RESTART_COUNT"] for e in envs} == {"0"} == {e["TORCHELASTIC_RESTART_COUNT"] for e in envs}
+
+
+def test_mpi_ranks_are_started_by_mpiexec(tmp_path):
+    done = lezero_run(tmp_path, ENV_SCRIPT, "--nproc-per-node", "2", "--backend", "mpi")
+    assert done.returncode == 0, done.stderr
+    envs = [json.loads((tmp_path / f"env{r}.json").read_text()) for r in range(2)]
+    assert [e["PMI_RANK"] for e in envs] == ["0", "1"] and {e["RANK"] for e in envs} == {None}
+    assert {e["LEZERO_BACKEND"] for e in envs} == {"mpi"} and {e["WORLD_SIZE"] for e in envs} == {"2"}
+
+
+FAILING_SCRIPT = """
+    import os, pathlib, sys, time
+    rank, restart = os.environ["RANK"], os.environ["LEZERO_RESTART_COUNT"]
+    pathlib.Path(sys.argv[1], f"start{rank}_{restart}").write_text(str(os.getpid()))
+    if rank == "1":
+        print("rank 1 gives up", file=sys.stderr)
+        sys.exit(3)
+    time.sleep(30)  # rank 0 would run on: lezero-run must stop it
+"""
+
+
+def test_a_failing_rank_stops_the_others_and_sets_the_exit_status(tmp_path):
+    done = lezero_run(tmp_path, FAILING_SCRIPT, "--nproc-per-node", "2", "--stop-timeout", "2")
+    assert done.returncode == 3
+    assert "rank 1" in done.stderr and "exit status 3" in done.stderr and "rank 1 gives up" in done.stderr
+    pid0 = int((tmp_path / "start0_0").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid0, 0)
+
+
+def test_max_restarts_restarts_every_rank_with_its_count(tmp_path):
+    done = lezero_run(tmp_path, FAILING_SCRIPT, "--nproc-per-node", "2", "--max-restarts", "2",
+                      "--stop-timeout", "2")
+    assert done.returncode == 3
+    started = sorted(p.name for p in tmp_path.glob("start*"))
+    assert started == ["start0_0", "start0_1", "start0_2", "start1_0", "start1_1", "start1_2"]
+    assert "2 restart(s) left" in done.stderr and "no restarts left" in done.stderr
+
+
+def test_a_missing_script_is_a_clear_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "lezero.cli.run", str(tmp_path / "nope.py")],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 2 and "no script" in done.stderr
