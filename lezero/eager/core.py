@@ -41,6 +41,7 @@ from lezero.eager.dtypes import BFLOAT16_STORAGE
 from lezero.eager.interop import not_a_tensor, storage_of
 from lezero.eager.ops import CAST, CLONE, MEMORY_VIEW, RESHAPE
 from lezero.eager.strided import strided_runner
+from lezero.ir.location import NameLoc
 from lezero.runtime.devices import Device
 
 _new = object.__new__
@@ -61,6 +62,10 @@ class Mode:
     # Also while ``jit`` traces: called with what is asked (``".item()"``) when a tensor the trace
     # computed is about to become a Python value, which would bake the example's value in; raises.
     on_escape = None
+    # While a trace records (issue 16: ``SummaryWriter.add_graph`` of an ``nn.Module``): the module
+    # path whose ``forward`` runs now (``"layer1.0.conv1"``); recorded ops are located
+    # ``NameLoc(scope, the user's line)``, so the graph groups them by module.
+    scope = None
 
 
 def escaping(t: "Tensor", what: str) -> None:
@@ -83,7 +88,9 @@ class Node:
         self.inputs = inputs
         self.versions = tuple(t._version for t in inputs)
         if Mode.trace:
-            self.location, self.session = user_location(), Mode.session
+            location = user_location()
+            self.location = location if Mode.scope is None else NameLoc(Mode.scope, location)
+            self.session = Mode.session
         else:
             self.location = self.session = None
 
