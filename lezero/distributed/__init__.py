@@ -1,0 +1,15 @@
+"""``lz.distributed``: process groups and collectives on lz tensors over MPI or torch.distributed.
+
+``init_process_group`` (a ``ClusterConfig``, torch's arguments, or the environment ``lezero-run``
+/ torchrun / mpiexec set), ``get_rank``/``get_world_size``/``barrier``/``destroy_process_group``,
+and ``all_reduce``/``broadcast``/``all_gather``/``reduce_scatter``/``send``/``recv`` with
+``async_op=True`` work handles.  The engines are in ``backends.py``, the group (its ordered
+communication thread, the mismatch check, the byte counter) in ``process_group.py``;
+``lz.nn.parallel.DistributedDataParallel`` builds on them.
+"""
+from lezero.distributed.backends import Backend, MPIBackend, TorchBackend  # noqa: F401
+from lezero.distributed.process_group import (ClusterConfig, CollectiveMismatchError, DistributedError,  # noqa: F401
+                                              DistributedTimeoutError, ProcessGroup, ReduceOp, Work, all_gather,
+                                              all_reduce, barrier, broadcast, bytes_sent, destroy_process_group,
+                                              get_backend, get_rank, get_world_size, init_process_group,
+                                              is_initialized, recv, reduce_scatter, reset_bytes_sent, send)
