@@ -43,6 +43,8 @@ from lezero.eager.serialization import load, save  # noqa: E402
 # issue 17's explicit loops and conditions (JAX's names): a trace keeps each as one lz.for/lz.while/lz.if
 from lezero.eager.control_flow import cond, fori_loop, scan, while_loop  # noqa: E402
 from lezero.eager.creation import from_dlpack  # noqa: E402  (torch.from_dlpack)
+# issue 15's RNG state (torch.get_rng_state / set_rng_state), for resumable training
+from lezero.eager.creation import get_rng_state, set_rng_state  # noqa: E402
 from lezero.eager.interop import ForeignInputError  # noqa: E402
 from lezero import nn, optim, utils  # noqa: E402
 from lezero import jit  # noqa: E402  (lz.jit.trace, lz.jit.compile_train_step)

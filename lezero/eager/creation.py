@@ -55,12 +55,16 @@ class Generator:
         return self._seed
 
     def get_state(self) -> dict:
-        return {**self._rng.bit_generator.state, "philox_offset": self._offset}
+        """Everything the next draws depend on: the PCG64 state, and the seed and offset of the
+        Philox draws (numbers and strings only, so ``lz.save`` stores it)."""
+        return {**self._rng.bit_generator.state, "philox_seed": self._seed, "philox_offset": self._offset}
 
-    def set_state(self, state: dict) -> None:
+    def set_state(self, state: dict) -> "Generator":
         state = dict(state)
         self._offset = int(state.pop("philox_offset", 0))
+        self._seed = int(state.pop("philox_seed", self._seed))
         self._rng.bit_generator.state = state
+        return self
 
     def random_state(self, like) -> Tensor:
         """The ``[seed, offset]`` (``tensor<2xi64>``) of one ``lz.random_uniform`` draw, on ``like``'s device
@@ -143,6 +147,17 @@ def seed() -> int:
 
 def initial_seed() -> int:
     return default_generator.initial_seed()
+
+
+def get_rng_state() -> dict:
+    """The default generator's state (``torch.get_rng_state``; a dict of numbers here, see
+    ``Generator.get_state``)."""
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state: dict) -> None:
+    """Put the default generator back in a state ``get_rng_state`` returned."""
+    default_generator.set_state(new_state)
 
 
 def numpy_generator(generator: Generator | None) -> np.random.Generator:

@@ -13,7 +13,13 @@ A file is::
 non-string keys, tuples, and non-finite floats get tagged forms (``__dict__``, ``__tuple__``,
 ``__float__``), so a state dict, an optimizer's state dict or any nesting of dicts, lists,
 tuples, numbers, strings, None and tensors comes back as it went in (tensors as ``lz.Tensor``,
-numpy arrays too).
+numpy arrays too).  Random number generators' states need two more kinds: numpy arrays of the
+unsigned types lezero has no dtype for (MT19937's ``uint32`` key) are stored as ``{"__ndarray__": i}``
+and come back as numpy arrays, and integers of any size (PCG64's 128-bit state) are JSON integers.
+
+``snapshot(obj)`` separates taking the values from writing them: it copies every array (the
+only time the caller must wait), and its ``write`` can then run in a background thread while
+training goes on changing the tensors (``lz.utils.checkpoint`` saves that way).
 
 Writes are atomic: a temporary file in the same directory, flushed and fsynced, then renamed over
 the target (and the directory fsynced), so a crash leaves the old file or the new one, never half
@@ -39,6 +45,8 @@ from lezero.runtime.devices import device
 
 MAGIC = b"LZCKPT01"
 ALIGNMENT = 64
+# numpy dtypes without a lezero dtype that a checkpoint still holds (RNG states), as numpy arrays
+_NUMPY_ONLY = {np.dtype(t): np.dtype(t).name for t in (np.uint16, np.uint32, np.uint64)}
 
 
 class CheckpointError(RuntimeError):
@@ -50,8 +58,10 @@ def _encode(obj, arrays: list):
         arrays.append(host(obj._data))  # a cuda tensor's values, copied to the host
         return {"__tensor__": len(arrays) - 1}
     if isinstance(obj, np.ndarray):
-        _dt.from_numpy_dtype(obj.dtype)
         arrays.append(obj)
+        if obj.dtype in _NUMPY_ONLY:
+            return {"__ndarray__": len(arrays) - 1}
+        _dt.from_numpy_dtype(obj.dtype)
         return {"__tensor__": len(arrays) - 1}
     if isinstance(obj, dict):
         if all(isinstance(k, str) for k in obj) and not any(k.startswith("__") and k.endswith("__") for k in obj):
@@ -83,6 +93,8 @@ def _decode(obj, tensors: list):
             (key, value), = obj.items()
             if key == "__tensor__":
                 return tensors[value]
+            if key == "__ndarray__":
+                return tensors[value]
             if key == "__tuple__":
                 return tuple(_decode(v, tensors) for v in value)
             if key == "__dict__":
@@ -99,37 +111,67 @@ def _pad(n: int) -> int:
     return -n % ALIGNMENT
 
 
-def save(obj, f) -> None:
-    """Write ``obj`` (a state dict, or any nesting of dicts/lists/tuples of tensors, numbers,
-    strings) to the path ``f`` atomically, or to a binary file object."""
+class Snapshot:
+    """An object's values, taken (``snapshot``) and ready to be written (``write``): the
+    structure, and one host array per tensor."""
+
+    def __init__(self, structure, arrays: list):
+        self.structure, self.arrays = structure, arrays
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays)
+
+    def write(self, f) -> str:
+        """Write the checkpoint to the path ``f`` atomically (or to a binary file object); returns
+        the SHA-256 of the whole file, which a reader can check before loading it."""
+        entries, offset = [], 0
+        for a in self.arrays:
+            name = _NUMPY_ONLY.get(a.dtype) or _dt.from_numpy_dtype(a.dtype).name
+            entries.append({"dtype": name, "shape": list(a.shape), "offset": offset, "nbytes": a.nbytes})
+            offset += a.nbytes + _pad(a.nbytes)
+        blobs = [_bits(a).astype(_bits(a).dtype.newbyteorder("<"), copy=False) for a in self.arrays]
+        digest = hashlib.sha256()
+        for blob in blobs:
+            digest.update(memoryview(blob).cast("B") if blob.nbytes else b"")
+            digest.update(b"\0" * _pad(blob.nbytes))
+        header = json.dumps({"structure": self.structure, "tensors": entries, "sha256": digest.hexdigest(),
+                             "data_bytes": offset}, separators=(",", ":"), allow_nan=False).encode()
+        prefix = MAGIC + struct.pack("<Q", len(header)) + header
+        prefix += b"\0" * _pad(len(prefix))
+        whole = hashlib.sha256(prefix)
+
+        def write(out) -> None:
+            out.write(prefix)
+            for blob in blobs:
+                if blob.nbytes:
+                    chunk = memoryview(blob).cast("B")
+                    whole.update(chunk)
+                    out.write(chunk)
+                padding = b"\0" * _pad(blob.nbytes)
+                whole.update(padding)
+                out.write(padding)
+
+        if hasattr(f, "write"):
+            write(f)
+        else:
+            atomic_write(os.fspath(f), write)
+        return whole.hexdigest()
+
+
+def snapshot(obj, copy: bool = True) -> Snapshot:
+    """Take ``obj``'s values for ``Snapshot.write``: with ``copy`` every array is copied, so the
+    tensors may change (an optimizer step) before the write happens."""
     arrays: list = []
     structure = _encode(obj, arrays)
-    entries, offset = [], 0
-    digest = hashlib.sha256()
-    for a in arrays:
-        entries.append({"dtype": _dt.from_numpy_dtype(a.dtype).name, "shape": list(a.shape), "offset": offset,
-                        "nbytes": a.nbytes})
-        offset += a.nbytes + _pad(a.nbytes)
-    blobs = [_bits(storage(a)).astype(_bits(a).dtype.newbyteorder("<"), copy=False) for a in arrays]
-    for blob in blobs:
-        digest.update(memoryview(blob).cast("B") if blob.nbytes else b"")
-        digest.update(b"\0" * _pad(blob.nbytes))
-    header = json.dumps({"structure": structure, "tensors": entries, "sha256": digest.hexdigest(),
-                         "data_bytes": offset}, separators=(",", ":"), allow_nan=False).encode()
-    prefix = MAGIC + struct.pack("<Q", len(header)) + header
-    prefix += b"\0" * _pad(len(prefix))
+    arrays = [np.array(storage(a), copy=True, order="C") if copy else np.asarray(storage(a), order="C")
+              for a in arrays]
+    return Snapshot(structure, arrays)
 
-    def write(out) -> None:
-        out.write(prefix)
-        for blob in blobs:
-            if blob.nbytes:
-                out.write(memoryview(blob).cast("B"))
-            out.write(b"\0" * _pad(blob.nbytes))
 
-    if hasattr(f, "write"):
-        write(f)
-        return
-    path = os.fspath(f)
+def atomic_write(path: str, write) -> None:
+    """Call ``write(file)`` on a temporary file beside ``path``, flush and fsync it, rename it over
+    ``path`` and fsync the directory: a crash leaves the old file or the new one."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
@@ -144,7 +186,12 @@ def save(obj, f) -> None:
         except OSError:
             pass
         raise
-    try:  # make the rename itself durable
+    fsync_directory(directory)
+
+
+def fsync_directory(directory: str) -> None:
+    """Make a rename or an unlink in ``directory`` durable (where the platform allows it)."""
+    try:
         dir_fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
@@ -152,6 +199,12 @@ def save(obj, f) -> None:
             os.close(dir_fd)
     except OSError:
         pass
+
+
+def save(obj, f) -> None:
+    """Write ``obj`` (a state dict, or any nesting of dicts/lists/tuples of tensors, numbers,
+    strings) to the path ``f`` atomically, or to a binary file object."""
+    snapshot(obj, copy=False).write(f)
 
 
 def load(f, map_location=None, weights_only: bool = True):
@@ -183,17 +236,18 @@ def _bits(a: np.ndarray) -> np.ndarray:
 def _read_tensor(payload: memoryview, i: int, entry: dict, data_bytes: int, fail) -> np.ndarray:
     """Tensor ``i`` of the data section: a writable, native-order copy."""
     try:
-        d = _dt.as_dtype(entry["dtype"])
+        name = entry["dtype"]
+        numpy_type = np.dtype(name) if name in _NUMPY_ONLY.values() else _dt.as_dtype(name).numpy
         shape = tuple(int(s) for s in entry["shape"])
         offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
     except (KeyError, TypeError, ValueError) as err:
         fail(f"tensor #{i} has a corrupt entry ({err})")
-    if nbytes != math.prod(shape) * d.itemsize or offset < 0 or offset + nbytes > data_bytes:
+    if nbytes != math.prod(shape) * np.dtype(numpy_type).itemsize or offset < 0 or offset + nbytes > data_bytes:
         fail(f"tensor #{i} ({entry['dtype']}, shape {list(shape)}) does not fit the data section")
     with payload[offset:offset + nbytes] as chunk:
-        bits = np.uint16 if d.numpy is _dt.BFLOAT16_STORAGE else d.numpy
+        bits = np.uint16 if numpy_type is _dt.BFLOAT16_STORAGE else numpy_type
         stored = np.frombuffer(chunk, dtype=np.dtype(bits).newbyteorder("<")).reshape(shape)
-        array = np.array(stored, dtype=bits, order="C").view(d.numpy)
+        array = np.array(stored, dtype=bits, order="C").view(numpy_type)
         del stored
     return array
 
@@ -229,8 +283,8 @@ def _parse(data: memoryview, name: str, target):
     with data[base:base + data_bytes] as payload:
         if hashlib.sha256(payload).hexdigest() != expected:
             fail("the data does not match its checksum (the file is corrupt)")
-        tensors = [wrap(to_device(_read_tensor(payload, i, e, data_bytes, fail), target))
-                   for i, e in enumerate(entries)]
+        arrays = [_read_tensor(payload, i, e, data_bytes, fail) for i, e in enumerate(entries)]
+        tensors = [a if a.dtype in _NUMPY_ONLY else wrap(to_device(a, target)) for a in arrays]
     try:
         return _decode(structure, tensors)
     except (IndexError, TypeError, ValueError) as e:

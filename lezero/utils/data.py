@@ -6,9 +6,17 @@ Collation stacks samples with numpy (loading data is not a tensor op: nothing to
 ``num_workers=0`` loading runs in the calling process; with more, in worker processes
 (``lezero.utils.data_workers``), the batches in the same order.  ``pin_memory`` is accepted and
 does nothing: batches are host arrays, and a copy to cuda happens where they are used.
+
+A loader resumes (``state_dict``/``load_state_dict``, as torchdata's ``StatefulDataLoader``): its
+state is the epoch, the number of batches yielded in it, the epoch's base seed (the workers'),
+the sampler's order for the epoch (``RandomSampler`` keeps the permutation it drew) and the
+generator's state, so a loader restored in a new process yields exactly the batches the old one
+would have yielded next.  The batches already seen are skipped by their indices, not loaded.  A
+custom sampler without ``state_dict`` is taken to give the same order again when iterated again.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -146,17 +154,41 @@ class RandomSampler(Sampler):
     def num_samples(self) -> int:
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
+    _order: np.ndarray | None = None   # the order of the epoch under way
+    _resumed: np.ndarray | None = None  # the order a restored state says the next epoch continues
+
     def __iter__(self):
+        if self._resumed is not None:
+            self._order, self._resumed = self._resumed, None
+            return iter(self._order.tolist())
         rng = (self.generator or default_generator)._rng
         n = len(self.data_source)
         if self.replacement:
-            return iter(rng.integers(0, n, self.num_samples).tolist())
-        order = np.concatenate([rng.permutation(n) for _ in range(-(-self.num_samples // max(n, 1)))]) \
-            if n else np.zeros(0, np.int64)
-        return iter(order[:self.num_samples].tolist())
+            self._order = rng.integers(0, n, self.num_samples)
+        else:
+            order = np.concatenate([rng.permutation(n) for _ in range(-(-self.num_samples // max(n, 1)))]) \
+                if n else np.zeros(0, np.int64)
+            self._order = order[:self.num_samples]
+        return iter(self._order.tolist())
 
     def __len__(self) -> int:
         return self.num_samples
+
+    def state_dict(self) -> dict:
+        """The current epoch's order and the generator's state (the next epochs' orders)."""
+        return {"order": None if self._order is None else np.asarray(self._order, np.int64),
+                "generator": None if self.generator is None else self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The next iteration gives the saved epoch's order again (``DataLoader`` skips what was seen)."""
+        order = state["order"]
+        self._resumed = None if order is None else np.asarray(order.numpy() if isinstance(order, Tensor) else order,
+                                                                np.int64)
+        if state["generator"] is not None:
+            if self.generator is None:
+                raise ValueError("RandomSampler.load_state_dict: the state has a generator's state but this sampler "
+                                 "draws from the default generator")
+            self.generator.set_state(state["generator"])
 
 
 class BatchSampler(Sampler):
@@ -178,6 +210,21 @@ class BatchSampler(Sampler):
     def __len__(self) -> int:
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def state_dict(self) -> dict:
+        return _state_of(self.sampler)
+
+    def load_state_dict(self, state: dict) -> None:
+        _load_state_of(self.sampler, state)
+
+
+def _state_of(sampler) -> dict | None:
+    return sampler.state_dict() if hasattr(sampler, "state_dict") else None
+
+
+def _load_state_of(sampler, state) -> None:
+    if state is not None:
+        sampler.load_state_dict(state)
 
 
 # --- collation ----------------------------------------------------------------------------------------------------
@@ -261,6 +308,10 @@ class DataLoader:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.batch_size, self.drop_last = batch_size, drop_last
         self.sampler, self.batch_sampler = sampler, batch_sampler
+        self._epoch, self._started = 0, False  # the epoch under way (or next, before the first __iter__)
+        self._batches_yielded = 0   # in the epoch under way
+        self._base_seed: int | None = None
+        self._resumed: dict | None = None  # a loaded state, for the next __iter__
 
     @property
     def _auto_collation(self) -> bool:
@@ -270,30 +321,49 @@ class DataLoader:
         """What the sampler gives per batch: index lists, or single indices (``batch_size=None``)."""
         return self.batch_sampler if self.batch_sampler is not None else self.sampler
 
+    def _epoch_tasks(self, skip: int):
+        """The epoch's index batches, less the first ``skip`` (already seen before a restore)."""
+        if self._iterable:
+            return None
+        return itertools.islice(self._index_source(), skip, None)
+
+    def _count_batch(self) -> None:
+        self._batches_yielded += 1
+
     def _fetch_many(self):
         """A whole batch at once (``dataset.__getitems__``), unless a custom collate_fn wants the samples."""
         return getattr(self.dataset, "__getitems__", None) if self.collate_fn is default_collate else None
 
     def __iter__(self):
         """Each epoch draws a base seed from the loader's generator (the workers' seeds), with or
-        without workers, so that the sampler's order is the same either way."""
-        base_seed = int(_generator(self.generator).integers(0, 2 ** 62))
+        without workers, so that the sampler's order is the same either way.  After
+        ``load_state_dict`` the first epoch continues the saved one."""
+        resumed, self._resumed = self._resumed, None
+        if resumed is not None:
+            skip, base_seed = resumed["batches_yielded"], resumed["base_seed"]
+        else:
+            self._epoch += self._started
+            skip, base_seed = 0, int(_generator(self.generator).integers(0, 2 ** 62))
+        self._started, self._base_seed, self._batches_yielded = True, base_seed, skip
+        tasks = self._epoch_tasks(skip)
         if self.num_workers == 0:
-            return self._batches()
+            return self._batches(tasks)
         if self._workers is not None:
-            self._workers.reset(base_seed)
+            self._workers.reset(base_seed, tasks)
             return self._workers
-        workers = WorkerIterator(self, base_seed)
+        workers = WorkerIterator(self, base_seed, tasks)
         if self.persistent_workers:
             self._workers = workers
         return workers
 
-    def _batches(self):
+    def _batches(self, tasks):
         fetch = Fetcher(self.dataset, self.collate_fn, self._auto_collation, self.batch_size, self.drop_last,
                         self._iterable, self._fetch_many())
         if not self._iterable:
-            for indices in self._index_source():
-                yield fetch(indices)
+            for indices in tasks:
+                batch = fetch(indices)
+                self._count_batch()
+                yield batch
             return
         while True:
             try:
@@ -301,6 +371,42 @@ class DataLoader:
             except StopIteration:
                 return
             yield batch
+
+    # --- resuming ----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Where the loader is: ``epoch`` (epochs started before this one), ``batches_yielded`` in
+        it, its ``base_seed``, the sampler's state (its order for the epoch) and the generator's.
+        Once an epoch's last batch is out the state is that of the next epoch, not started yet."""
+        if self._iterable:
+            raise TypeError("DataLoader.state_dict: a loader over an IterableDataset cannot say where it is (the "
+                            "dataset's iterator holds that); only map-style datasets resume")
+        finished = not self._started or self._batches_yielded >= len(self)
+        return {"epoch": self._epoch + (self._started and finished),
+                "batches_yielded": 0 if finished else self._batches_yielded,
+                "base_seed": None if finished else self._base_seed,
+                "sampler": None if finished else _state_of(self._index_source()),
+                "generator": None if self.generator is None else self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state`` (``state_dict``'s): the next ``iter(loader)`` yields the batches
+        that followed it."""
+        if self._iterable:
+            raise TypeError("DataLoader.load_state_dict: a loader over an IterableDataset cannot resume; only "
+                            "map-style datasets do")
+        if state["generator"] is not None:
+            if self.generator is None:
+                raise ValueError("DataLoader.load_state_dict: the state has a generator's state but this loader has "
+                                 "no generator (pass generator= as the saved loader had)")
+            self.generator.set_state(state["generator"])
+        _load_state_of(self._index_source(), state["sampler"])
+        self._epoch, self._started, self._batches_yielded = int(state["epoch"]), False, 0
+        self._resumed = None if state["base_seed"] is None else \
+            {"batches_yielded": int(state["batches_yielded"]), "base_seed": int(state["base_seed"])}
+
+    @property
+    def epoch(self) -> int:
+        """The epoch under way, counted from 0 (after ``load_state_dict``: the one that continues)."""
+        return self._epoch
 
     def __len__(self) -> int:
         if self._iterable:

@@ -157,7 +157,7 @@ class WorkerIterator:
 
     _shut = True  # until workers exist: nothing to shut down
 
-    def __init__(self, loader, base_seed: int):
+    def __init__(self, loader, base_seed: int, tasks):
         self._loader = loader
         self._timeout = loader.timeout
         self._prefetch = loader.prefetch_factor
@@ -179,11 +179,11 @@ class WorkerIterator:
             worker.start()
             self._index_queues.append(index_queue)
             self._workers.append(worker)
-        self._start_epoch()
+        self._start_epoch(tasks)
 
-    def _start_epoch(self) -> None:
-        loader = self._loader
-        self._tasks = None if loader._iterable else iter(loader._index_source())
+    def _start_epoch(self, tasks) -> None:
+        """``tasks``: the epoch's index batches (``None`` for an iterable dataset)."""
+        self._tasks = tasks
         self._active = list(range(len(self._workers)))  # workers with data left (iterable datasets)
         self._next_worker = 0
         self._sent = self._received = 0
@@ -192,13 +192,13 @@ class WorkerIterator:
         for _ in range(self._prefetch * len(self._workers)):
             self._send()
 
-    def reset(self, base_seed: int) -> None:
+    def reset(self, base_seed: int, tasks) -> None:
         """A new epoch on the same (persistent) workers: what the last one left in flight is
         drained first.  The workers keep their seeds."""
         del base_seed
         while self._received < self._sent:
             self._receive()
-        self._start_epoch()
+        self._start_epoch(tasks)
 
     def _send(self) -> None:
         if self._exhausted or not self._active:
@@ -232,6 +232,7 @@ class WorkerIterator:
                 self._send()
                 if isinstance(result, _ExceptionInWorker):
                     result.reraise()
+                self._loader._count_batch()
                 return result
             if self._received >= self._sent:
                 if not self._loader.persistent_workers:
