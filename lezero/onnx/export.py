@@ -246,6 +246,13 @@ def _export_op(g: _Graph, op: Operation) -> list[str]:
         return [g.node("BatchNormalization", ins, "batch_norm", epsilon=float(attrs.epsilon))]
     if short in ("for", "while", "if"):
         return _CONTROL_FLOW[short](g, op, ins, attrs)
+    # issue 12: the quantization ops are ONNX's (QDQ pairs, DynamicQuantizeLinear, MatMulInteger)
+    if short in ("quantize", "dequantize"):
+        return [g.node("QuantizeLinear" if short == "quantize" else "DequantizeLinear", ins, short, axis=attrs.axis)]
+    if short == "dynamic_quantize":
+        return g.multi_node("DynamicQuantizeLinear", ins, short, 3)
+    if short == "matmul_integer":
+        return [g.node("MatMulInteger", ins, short)]
     if short == "kernel" and op.attributes["kind"].value == "attention":
         # fuse-attention's kernel holds lz ops only (q, k, v's views, lz.attention, the output's view)
         return _export_block(g, op.regions[0].blocks[0], ins)

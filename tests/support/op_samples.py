@@ -231,4 +231,19 @@ SAMPLES["lz.cumulative"] += [
     Sample("lz.cumulative", [Arg((4, 2, 3), "float64")], {"combine": "mul", "axis": 0, "exclusive": True})]
 SAMPLES["lz.gather"] += [Sample("lz.gather", [Arg((2, 2048)), Arg((600,), "int64", "index:2048")], {"axis": 1})]
 
+# issue 12's quantization ops: per tensor and per channel, i8 and ui8 (zero points of any value)
+SAMPLES["lz.quantize"] = [
+    Sample("lz.quantize", [Arg((3, 4)), Arg((), kind="positive"), Arg((), "int8", "bits")]),
+    Sample("lz.quantize", [Arg((2, 3, 4)), Arg((3,), kind="positive"), Arg((3,), "uint8", "bits")], {"axis": 1})]
+SAMPLES["lz.dequantize"] = [
+    Sample("lz.dequantize", [Arg((3, 4), "uint8", "bits"), Arg((), kind="positive"), Arg((), "uint8", "bits")]),
+    Sample("lz.dequantize", [Arg((4, 5), "int8", "bits"), Arg((5,), kind="positive"), Arg((5,), "int8", "bits")],
+           {"axis": -1})]
+SAMPLES["lz.dynamic_quantize"] = [Sample("lz.dynamic_quantize", [Arg((5, 6))])]
+SAMPLES["lz.matmul_integer"] = [
+    Sample("lz.matmul_integer", [Arg((3, 7), "uint8", "bits"), Arg((7, 5), "int8", "bits"), Arg((), "uint8", "bits"),
+                                 Arg((5,), "int8", "bits")]),
+    Sample("lz.matmul_integer", [Arg((2, 3, 4), "int8", "bits"), Arg((4, 2), "uint8", "bits"),
+                                 Arg((), "int8", "bits"), Arg((), "uint8", "bits")])]
+
 ALL_SAMPLES = [s for samples in SAMPLES.values() for s in samples]

@@ -23,3 +23,4 @@ storage of element types).
 from lezero.ir.dialect import (attention, composite, constant, contraction, data_movement, device, elementwise,  # noqa: F401
                                kernel, pooling, random, reduction)
 from lezero.ir.dialect import control_flow  # noqa: F401  (issue 17's lz.for, lz.while, lz.if)
+from lezero.ir.dialect import quantization  # noqa: F401  (issue 12's lz.quantize, lz.dequantize, lz.dynamic_quantize, lz.matmul_integer)

@@ -1,0 +1,227 @@
+"""Quantization: ``quantize``, ``dequantize``, ``dynamic_quantize`` and ``matmul_integer``, as
+ONNX's QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and MatMulInteger compute them.
+
+A quantized tensor is its 8-bit integers (``i8`` or ``ui8``) with a float ``scale`` and an integer
+``zero_point`` of the same element type, per tensor (rank 0) or per channel (rank 1, one per slice
+of ``axis``): ``real = (q - zero_point) * scale``.  Symmetric quantization is the zero point 0.
+Quantizing divides by the scale, rounds half to even and saturates to the integer type, as ONNX's
+reference does (so a kernel that multiplies by a reciprocal instead would round differently).
+
+All four are composites: each has its own numpy reference (the oracle) and decomposes into
+primitive ops (``div``, ``round``, ``max``/``min``, ``cast``, an ``i32`` ``matmul``), which every
+backend lowers; the exact integer contraction is the i32 matmul, which wraps as int32 does.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lezero.ir.dialect.axes import normalize_axis
+from lezero.ir.dialect.constraints import FLOAT, Domain, check_element_type
+from lezero.ir.opdef import COMPOSITE, PURE, AttrSpec, OpDef, OpError, lookup, register
+from lezero.ir.types import F32, I32, UI8, TensorType, format_shape
+
+_COMPOSITE = frozenset({PURE, COMPOSITE})
+EIGHT_BIT = Domain(frozenset({"int"}), "element type i8 or ui8")
+RANGES = {"i8": (-128, 127), "ui8": (0, 255)}
+
+
+def _check_eight_bit(t: TensorType, what: str):
+    if t.element_type.name not in RANGES:
+        raise OpError(f"{what} must have {EIGHT_BIT.description}, got {t.element_type}")
+    return t.element_type
+
+
+def _check_quantization_params(x: TensorType, scale: TensorType, zero: TensorType, axis: int) -> None:
+    """``scale`` and ``zero_point`` are both rank 0, or both rank 1 with one entry per slice of
+    ``axis`` of ``x``."""
+    if scale.shape != zero.shape:
+        raise OpError(f"scale {format_shape(scale.shape)} and zero_point {format_shape(zero.shape)} must have the "
+                      "same shape")
+    if scale.rank > 1:
+        raise OpError(f"scale must be rank 0 (per tensor) or rank 1 (per channel), got {scale}")
+    if scale.rank == 1:
+        channels = x.shape[normalize_axis(axis, x.rank)]
+        if None not in (channels, scale.shape[0]) and channels != scale.shape[0]:
+            raise OpError(f"per-channel scale has {scale.shape[0]} entries but axis {axis} of "
+                          f"{format_shape(x.shape)} has {channels}")
+
+
+def _along_axis(array: np.ndarray, rank: int, axis: int) -> np.ndarray:
+    """A per-tensor (rank 0) or per-channel (rank 1) parameter shaped to broadcast along ``axis``."""
+    if array.ndim == 0:
+        return array
+    view = [1] * rank
+    view[normalize_axis(axis, rank)] = array.shape[0]
+    return array.reshape(view)
+
+
+def _along_axis_ir(b, value, rank: int, axis: int):
+    if value.type.rank == 0:
+        return value
+    view = [1] * rank
+    view[normalize_axis(axis, rank)] = value.type.shape[0]
+    return b.op("lz.reshape", value, shape=view)
+
+
+def _scalar(b, value, element_type):
+    return b.constant(np.asarray(value, element_type.numpy_dtype), TensorType((), element_type))
+
+
+def quantize_reference(x: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """``saturate(round_half_even(x / scale) + zero)`` in ``x``'s float type (ONNX's order)."""
+    lo, hi = RANGES["i8" if zero.dtype == np.int8 else "ui8"]
+    q = np.round(x / scale.astype(x.dtype)) + zero.astype(x.dtype)
+    return np.clip(q, lo, hi).astype(zero.dtype)
+
+
+def _quantize_ir(b, x, scale, zero, axis: int):
+    et = x.type.element_type
+    lo, hi = RANGES[zero.type.element_type.name]
+    scale = _along_axis_ir(b, b.op("lz.cast", scale, to=et) if scale.type.element_type != et else scale,
+                           x.type.rank, axis)
+    zero_float = _along_axis_ir(b, b.op("lz.cast", zero, to=et), x.type.rank, axis)
+    q = b.op("lz.add", b.op("lz.round", b.op("lz.div", x, scale)), zero_float)
+    q = b.op("lz.min", b.op("lz.max", q, _scalar(b, lo, et)), _scalar(b, hi, et))
+    return b.op("lz.cast", q, to=zero.type.element_type)
+
+
+@register
+class QuantizeOp(OpDef):
+    """``lz.quantize(x, scale, zero_point) {axis = 1}``: ``x`` (float) to the integer type of
+    ``zero_point``; ``scale`` has ``x``'s element type."""
+
+    name = "lz.quantize"
+    operands = ("input", "scale", "zero_point")
+    traits = _COMPOSITE
+    attributes = {"axis": AttrSpec("i64", 1)}
+    summary = "affine quantization to 8-bit integers"
+
+    def infer(self, operand_types, attrs):
+        x, scale, zero = operand_types
+        check_element_type(x, FLOAT, "input")
+        if scale.element_type != x.element_type:
+            raise OpError(f"scale must have the input's element type {x.element_type}, got {scale.element_type}")
+        out = _check_eight_bit(zero, "zero_point")
+        _check_quantization_params(x, scale, zero, attrs.axis)
+        return [x.with_element_type(out)]
+
+    def reference(self, attrs, x, scale, zero):
+        return quantize_reference(x, _along_axis(scale, x.ndim, attrs.axis), _along_axis(zero, x.ndim, attrs.axis))
+
+    def decompose(self, b, op, attrs):
+        return [_quantize_ir(b, *op.operands, attrs.axis)]
+
+
+@register
+class DequantizeOp(OpDef):
+    """``lz.dequantize(q, scale, zero_point) {axis = 1}``: ``(q - zero_point) * scale`` in the
+    scale's float type; ``q`` is i8, ui8 or i32 (a bias), ``zero_point`` of ``q``'s type."""
+
+    name = "lz.dequantize"
+    operands = ("input", "scale", "zero_point")
+    traits = _COMPOSITE
+    attributes = {"axis": AttrSpec("i64", 1)}
+    summary = "8-bit (or i32) integers back to float"
+
+    def infer(self, operand_types, attrs):
+        q, scale, zero = operand_types
+        if q.element_type.name not in (*RANGES, "i32"):
+            raise OpError(f"input must have element type i8, ui8 or i32, got {q.element_type}")
+        if zero.element_type != q.element_type:
+            raise OpError(f"zero_point must have the input's element type {q.element_type}, got {zero.element_type}")
+        check_element_type(scale, FLOAT, "scale")
+        _check_quantization_params(q, scale, zero, attrs.axis)
+        return [q.with_element_type(scale.element_type)]
+
+    def reference(self, attrs, q, scale, zero):
+        scale = _along_axis(scale, q.ndim, attrs.axis)
+        zero = _along_axis(zero, q.ndim, attrs.axis)
+        return (q.astype(scale.dtype) - zero.astype(scale.dtype)) * scale
+
+    def decompose(self, b, op, attrs):
+        q, scale, zero = op.operands
+        et, rank = scale.type.element_type, q.type.rank
+        centered = b.op("lz.sub", b.op("lz.cast", q, to=et), _along_axis_ir(b, b.op("lz.cast", zero, to=et), rank,
+                                                                              attrs.axis))
+        return [b.op("lz.mul", centered, _along_axis_ir(b, scale, rank, attrs.axis))]
+
+
+@register
+class DynamicQuantizeOp(OpDef):
+    """``lz.dynamic_quantize(x)``: ``x`` (f32) to ui8 with the scale and zero point of its own
+    range stretched to hold 0 (ONNX's DynamicQuantizeLinear): ``scale = (max - min) / 255``,
+    ``zero_point = saturate(round(-min / scale))``; results ``(q, scale, zero_point)``."""
+
+    name = "lz.dynamic_quantize"
+    operands = ("input",)
+    num_results = 3
+    traits = _COMPOSITE
+    summary = "quantization to ui8 with the tensor's own range"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        if x.element_type != F32:
+            raise OpError(f"input must have element type f32, got {x.element_type}")
+        return [x.with_element_type(UI8), TensorType((), F32), TensorType((), UI8)]
+
+    def reference(self, attrs, x):
+        high, low = np.float32(max(np.max(x, initial=0), 0)), np.float32(min(np.min(x, initial=0), 0))
+        scale = np.float32((high - low) / np.float32(255)) if high != low else np.float32(1 / 255)
+        zero = np.asarray(np.clip(np.round(np.float32(0) - low / scale), 0, 255), np.uint8)
+        return quantize_reference(x, np.asarray(scale), zero), np.asarray(scale), zero
+
+    def decompose(self, b, op, attrs):
+        (x,) = op.operands
+        everything = list(range(x.type.rank))
+        zero = _scalar(b, 0, F32)
+        high = b.op("lz.max", b.op("lz.reduce_max", x, axes=everything), zero)
+        low = b.op("lz.min", b.op("lz.reduce_min", x, axes=everything), zero)
+        span = b.op("lz.select", b.op("lz.cmp", high, low, predicate="eq"), _scalar(b, 1, F32),
+                    b.op("lz.sub", high, low))
+        scale = b.op("lz.div", span, _scalar(b, 255, F32))
+        initial = b.op("lz.sub", zero, b.op("lz.div", low, scale))
+        zero_point = b.op("lz.cast", b.op("lz.min", b.op("lz.max", b.op("lz.round", initial), zero),
+                                          _scalar(b, 255, F32)), to=UI8)
+        return [_quantize_ir(b, x, scale, zero_point, 0), scale, zero_point]
+
+
+def _centered_i32(b, v, zero, rank: int, axis: int):
+    return b.op("lz.sub", b.op("lz.cast", v, to=I32), _along_axis_ir(b, b.op("lz.cast", zero, to=I32), rank, axis))
+
+
+@register
+class MatmulIntegerOp(OpDef):
+    """``lz.matmul_integer(a, b, a_zero_point, b_zero_point)``: ``(a - a_zero) @ (b - b_zero)``
+    in i32 (numpy matmul semantics, as ``lz.matmul``); ``a`` and ``b`` are i8 or ui8, each zero
+    point of its operand's type, ``a``'s per tensor, ``b``'s per tensor or one per column (a 2-D
+    or batched ``b``'s last dim)."""
+
+    name = "lz.matmul_integer"
+    operands = ("lhs", "rhs", "lhs_zero_point", "rhs_zero_point")
+    traits = _COMPOSITE
+    summary = "8-bit integer matrix product accumulating in i32"
+
+    def infer(self, operand_types, attrs):
+        a, w, a_zero, w_zero = operand_types
+        for what, t, z in (("lhs", a, a_zero), ("rhs", w, w_zero)):
+            et = _check_eight_bit(t, what)
+            if z.element_type != et:
+                raise OpError(f"{what}_zero_point must have the {what}'s element type {et}, got {z.element_type}")
+        if a_zero.rank != 0:
+            raise OpError(f"lhs_zero_point must be rank 0 (per tensor), got {a_zero}")
+        if w_zero.rank > 1 or (w_zero.rank == 1 and w.rank < 2):
+            raise OpError(f"rhs_zero_point must be rank 0, or rank 1 (per column) for a rhs of rank 2 or more, "
+                          f"got {w_zero} for {w}")
+        if w_zero.rank == 1 and None not in (w_zero.shape[0], w.shape[-1]) and w_zero.shape[0] != w.shape[-1]:
+            raise OpError(f"per-column rhs_zero_point has {w_zero.shape[0]} entries but the rhs "
+                          f"{format_shape(w.shape)} has {w.shape[-1]} columns")
+        return lookup("lz.matmul").infer([a.with_element_type(I32), w.with_element_type(I32)], attrs)
+
+    def reference(self, attrs, a, w, a_zero, w_zero):
+        product = np.matmul(a.astype(np.int64) - a_zero.astype(np.int64), w.astype(np.int64) - w_zero.astype(np.int64))
+        return product.astype(np.int32)  # wraps as int32 accumulation does
+
+    def decompose(self, b, op, attrs):
+        a, w, a_zero, w_zero = op.operands
+        return [b.op("lz.matmul", _centered_i32(b, a, a_zero, a.type.rank, 0),
+                     _centered_i32(b, w, w_zero, w.type.rank, -1))]
