@@ -62,6 +62,9 @@ class Mode:
     # Also while ``jit`` traces: called with what is asked (``".item()"``) when a tensor the trace
     # computed is about to become a Python value, which would bake the example's value in; raises.
     on_escape = None
+    # Inside ``lz.autocast`` (issue 13): its ``lezero.eager.autocast.AutocastState``, which casts the
+    # inputs of the ops its policy table names (``apply1``/``apply2``/``apply`` hand them over).
+    autocast = None
     # While a trace records (issue 16: ``SummaryWriter.add_graph`` of an ``nn.Module``): the module
     # path whose ``forward`` runs now (``"layer1.0.conv1"``); recorded ops are located
     # ``NameLoc(scope, the user's line)``, so the graph groups them by module.
@@ -218,6 +221,8 @@ _NAMED = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEY
 
 def apply1(op: EagerOp, attrs: tuple, x: "Tensor") -> "Tensor":
     """``apply`` of a one-input, one-result op, written out: the commonest call."""
+    if Mode.autocast is not None and op.name in Mode.autocast.table:
+        return Mode.autocast.apply(op, attrs, (x,))
     try:
         a = x._data
     except AttributeError:  # not a tensor (free in the common case: no exception)
@@ -238,6 +243,8 @@ def apply1(op: EagerOp, attrs: tuple, x: "Tensor") -> "Tensor":
 
 def apply2(op: EagerOp, attrs: tuple, x: "Tensor", y: "Tensor") -> "Tensor":
     """``apply`` of a two-input, one-result op (binary operators), written out."""
+    if Mode.autocast is not None and op.name in Mode.autocast.table:
+        return Mode.autocast.apply(op, attrs, (x, y))
     try:
         a, b = x._data, y._data
     except AttributeError:  # not tensors
@@ -258,6 +265,8 @@ def apply2(op: EagerOp, attrs: tuple, x: "Tensor", y: "Tensor") -> "Tensor":
 
 def apply(op: EagerOp, attrs: tuple, *inputs: "Tensor"):
     """Run ``op`` on tensors: one tensor, or a tuple for an op with several results."""
+    if Mode.autocast is not None and op.name in Mode.autocast.table:
+        return Mode.autocast.apply(op, attrs, inputs)
     try:
         arrays = [t._data for t in inputs]
     except AttributeError:  # not tensors

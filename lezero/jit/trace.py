@@ -55,8 +55,9 @@ import numpy as np
 
 from lezero.eager.autograd import graph_capture
 from lezero.eager.autograd import trace as record
-from lezero.eager.core import as_input, as_inputs, wrap
+from lezero.eager.core import Mode, as_input, as_inputs, wrap
 from lezero.eager.creation import random_arguments
+from lezero.passes.autocast import autocast_function  # issue 13
 from lezero.eager.device_arrays import CPU, copy_into, device_of, host, is_torch, like, numpy_dtype, to_device
 from lezero.eager.dispatch import OperatorError, compile_for, device_of_arrays, user_location
 from lezero.eager.tensor import Tensor
@@ -190,6 +191,8 @@ def record_function(fn, inputs: tuple, name: str, module=None) -> Recorded:
     with preserved_buffers(owner) as changed, random_arguments() as random, \
             graph_capture(escape_error) as captured_updates:
         traced = record(run, *inputs, name=name)
+    if Mode.autocast is not None:  # issue 13: recorded inside lz.autocast (its casts are in the graph)
+        autocast_function(traced.func, Mode.autocast.dtype.element_type, Mode.autocast.device_type)
     updates = holder["updates"]
     _check_updates(traced, updates, names)
     missed = [n for n in changed if n not in {names[id(t)] for t, _, _ in updates}]

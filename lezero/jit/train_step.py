@@ -56,7 +56,8 @@ from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
 from lezero.ir.interpreter import check_argument
 from lezero.ir.printer import print_module
-from lezero.ir.types import FunctionType, TensorType, element_type_of
+from lezero.ir.types import F32, F64, I32, FunctionType, TensorType, element_type_of
+from lezero.amp.grad_scaler import GradScaler, emit_unscale, emit_update_scale  # issue 13
 from lezero.jit.trace import (NAME_ATTR, TraceError, argument_names, as_input_tuple, bind_arguments,
                               bound_arrays, device_inputs, generalize_batch, record_function, reinfer,
                               run_device, with_batch)
@@ -72,7 +73,7 @@ from lezero.eager.tensor import Tensor
 
 def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: str = "train_step", *,
                         clipping: GradClipping | None = None, accumulated: bool = False,
-                        update: bool = True) -> FuncOp:
+                        update: bool = True, scaled: bool = False) -> FuncOp:
     """``@train_step`` from a static ``@forward(data..., parameters and buffers...) -> (loss, new
     buffers...)``: returns the loss, the new parameters, the new optimizer states, the new buffers.
 
@@ -81,7 +82,13 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
     ``accumulated``: the step also takes the gradients accumulated so far (one argument per
     updated parameter, after the forward's) and adds its own to them; without ``update`` it
     returns those sums instead of updating (the loss, the summed gradients, the new buffers);
-    ``clipping`` acts on the (summed) gradients just before the update."""
+    ``clipping`` acts on the (summed) gradients just before the update.
+    ``scaled`` (a ``GradScaler``'s step, issue 13): the step also takes the scale, the growth tracker and
+    the scaler's growth factor, backoff factor and growth interval; the loss's cotangent is the scale
+    (the backward of ``scaler.scale(loss)``), the gradients are unscaled and checked for inf/nan
+    (``emit_unscale``), and where one was found every parameter and state keeps its old value
+    (``lz.select`` of old and new: the update is computed and discarded, no branch); it also returns
+    the new scale and tracker (``emit_update_scale``) and the inf flag."""
     loss_only = forward.clone()
     loss_only.return_op.set_operands(list(loss_only.return_op.operands)[:1])
     loss_only.update_function_type()
@@ -92,7 +99,8 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
     names = argument_names(forward)
     value_map = {old: block.add_argument(old.type) for old in grad.arguments[:len(forward.arguments)]}
     (seed,) = grad.arguments[len(forward.arguments):]
-    value_map[seed] = b.constant(np.ones(seed.type.shape, seed.type.element_type.numpy_dtype))
+    if not scaled:
+        value_map[seed] = b.constant(np.ones(seed.type.shape, seed.type.element_type.numpy_dtype))
     sums = []
     if accumulated:
         sums = [block.add_argument(tensor_type(p._data)) for _, p, _ in updated]
@@ -109,6 +117,14 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
             scalars.append([block.add_argument(TensorType((), element_type_of(numpy_dtype(p._data))))
                             for _ in range(count)])
             names += [f"group{g}.scalar{i}" for i in range(count)]
+    if scaled:
+        scaler_args = [block.add_argument(TensorType((), et)) for et in (F32, I32, F32, F32, I32)]
+        names += ["scaler.scale", "scaler.growth_tracker", "scaler.growth_factor", "scaler.backoff_factor",
+                  "scaler.growth_interval"]
+        scale = scaler_args[0]
+        if seed.type.element_type != F32:
+            scale = b.op("lz.cast", scale, to=seed.type.element_type)
+        value_map[seed] = b.op("lz.reshape", scale, shape=list(seed.type.shape)) if seed.type.shape else scale
     for op in grad.entry_block.ops[:-1]:
         b.insert(op.clone(value_map))
     loss, *grads = [value_map.get(v, v) for v in grad.return_op.operands]
@@ -121,6 +137,9 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
     if not update:
         b.create("func.return", [loss] + grads + new_buffers, result_types=[])
     else:
+        if scaled:  # torch's inv_scale: the reciprocal in f64, rounded to f32
+            inv_scale = b.op("lz.cast", b.op("lz.reciprocal", b.op("lz.cast", scaler_args[0], to=F64)), to=F32)
+            found_inf, grads = emit_unscale(b, inv_scale, grads)
         if clipping is not None:
             grads = clipping.emit(b, grads)
         new_params, new_states = [], []
@@ -129,7 +148,15 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
             results = update_op.build(b, attrs, [block.args[index], gradient, *state, *scalars[g]])
             new_params.append(results[0])
             new_states += results[1:]
-        b.create("func.return", [loss] + new_params + new_states + new_buffers, result_types=[])
+        scaler_results = []
+        if scaled:
+            skip = b.op("lz.cmp", found_inf, b.constant(np.float32(0)), predicate="ne")
+            old = [block.args[index] for index, _, _ in updated] + [v for state in states for v in state]
+            kept = [b.op("lz.select", skip, o, n) for o, n in zip(old, new_params + new_states)]
+            new_params, new_states = kept[:len(new_params)], kept[len(new_params):]
+            scaler_results = [*emit_update_scale(b, scaler_args[0], scaler_args[1], found_inf, *scaler_args[2:]),
+                              found_inf]
+        b.create("func.return", [loss] + new_params + new_states + new_buffers + scaler_results, result_types=[])
     step.update_function_type()
     step.attributes["arg_attrs"] = ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n in names])
     return step
@@ -142,8 +169,9 @@ class TrainStep:
 
     def __init__(self, forward: FuncOp, batch_args: list[int], n_inputs: int, bound: list, optimizer,
                  example_shapes: list, static_reason: str = "", buffers: list = (), random: list = (),
-                 clipping: GradClipping | None = None, accumulate: int = 1):
+                 clipping: GradClipping | None = None, accumulate: int = 1, scaler: GradScaler | None = None):
         self.forward = forward
+        self.scaler = scaler                # a GradScaler whose scaling, inf check and update the step holds
         self.clipping = clipping
         self.accumulate = accumulate        # calls (micro-batches) per optimizer update
         self.micro_batch = 0                # calls since the last update
@@ -207,7 +235,7 @@ class TrainStep:
         entry = self._steps.get(key)
         if entry is None:
             func = build_step_function(self._forward_at(shapes), self.updated, structure, clipping=self.clipping,
-                                       accumulated=accumulated, update=update)
+                                       accumulated=accumulated, update=update, scaled=self.scaler is not None)
             compiled = compile_for(ModuleOp([func]), func.sym_name, device)
             entry = self._steps[key] = (compiled, compiled.runner([a.type.shape for a in func.arguments]))
         return entry
@@ -273,6 +301,8 @@ class TrainStep:
             inputs += [t._data for t in owners[len(params):]]
             inputs += [like(np.asarray(s, self._dtypes[g]), params[0]._data) for g, u in enumerate(updates)
                        for s in u.scalars]
+            if self.scaler is not None:
+                inputs += [like(t._data, params[0]._data) for t in self.scaler.compiled_state()]
         else:  # the summed gradients, then the buffers
             owners = sums
         owners += self.buffers
@@ -281,6 +311,7 @@ class TrainStep:
             for t, new in zip(owners, results[1:]):
                 t._data = new
                 t._version += 1
+            self._scaler_done(results[1 + len(owners):])
             return self._finish(update, params, results[0])
         outs = [np.empty((), func.function_type.results[0].element_type.numpy_dtype)]
         for t in owners:
@@ -288,12 +319,27 @@ class TrainStep:
             if spare is None or spare is t._data or spare.shape != t._data.shape or spare.dtype != t._data.dtype:
                 spare = np.empty_like(t._data)
             outs.append(spare)
+        if self.scaler is not None:
+            outs += [np.empty((), np.float32), np.empty((), np.int32), np.empty((), np.float32)]
         results = run(inputs, outs)
         for t, new in zip(owners, results[1:]):
             self._spares[id(t)] = t._data
             t._data = new
             t._version += 1
+        self._scaler_done(results[1 + len(owners):])
         return self._finish(update, params, results[0])
+
+    def _scaler_done(self, results: list) -> None:
+        """Hand the new scale and tracker to the scaler; a skipped step (an inf or nan gradient) was
+        not a step: the optimizer's step counts go back, as ``scaler.step`` never called ``step()``."""
+        if self.scaler is None:
+            return
+        new_scale, new_tracker, found_inf = results
+        found = float(found_inf.item())
+        self.scaler.compiled_step_done(_wrap(new_scale), _wrap(new_tracker), found)
+        if found and self.optimizer.counts_steps:
+            for _, p, _ in self.updated:
+                self.optimizer.state[p]["step"]._data[...] -= 1
 
     def _gradient_sum(self, p: Tensor) -> Tensor:
         """``p.grad`` as the gradients summed over this cycle's calls so far; the cycle's first
@@ -318,7 +364,8 @@ class TrainStep:
 
 def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target, *,
                        dynamic_batch: bool = True, clip_grad_norm: float | None = None, norm_type: float = 2.0,
-                       clip_grad_value: float | None = None, accumulate: int = 1) -> TrainStep:
+                       clip_grad_value: float | None = None, accumulate: int = 1,
+                       scaler: GradScaler | None = None) -> TrainStep:
     """One compiled function for a whole training step; ``step(*inputs, target)`` runs it and returns
     the loss (a rank-0 tensor).  See the module docstring.
 
@@ -327,7 +374,13 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
     ``clip_grad_value_`` before ``optimizer.step()`` do.  ``accumulate=k``: gradient accumulation,
     each call one micro-batch: the gradients of ``k`` consecutive calls sum in ``p.grad`` (as
     ``backward()`` sums them; divide the loss by ``k`` in ``loss_fn`` for their mean) and every
-    ``k``-th call clips, updates and clears them."""
+    ``k``-th call clips, updates and clears them.
+
+    ``scaler`` (an enabled ``lz.amp.GradScaler``): the step does what ``scaler.scale(loss).backward();
+    scaler.step(optimizer); scaler.update()`` does, inside the one compiled function (see
+    ``build_step_function``); clipping acts on the unscaled gradients, as after ``scaler.unscale_``.
+    Made inside ``lz.autocast``, the step is mixed precision (the ``autocast`` pass runs on its
+    forward before the gradient is taken)."""
     if isinstance(optimizer, LBFGS):
         raise TypeError("compile_train_step: LBFGS re-evaluates the loss through a closure several times per "
                         "step; run it eagerly (optimizer.step(closure))")
@@ -337,6 +390,11 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
     if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
         raise ValueError(f"compile_train_step: accumulate must be a positive number of micro-batches, got "
                          f"{accumulate!r}")
+    if scaler is not None and not scaler.is_enabled():
+        scaler = None  # a disabled scaler does nothing, as in eager code
+    if scaler is not None and accumulate > 1:
+        raise ValueError("compile_train_step: a GradScaler with accumulate > 1 is not supported; run the "
+                         "accumulation eagerly with scaler.scale(loss).backward()")
     clipping = None
     if clip_grad_norm is not None or clip_grad_value is not None:
         clipping = GradClipping(clip_grad_norm, norm_type, clip_grad_value)
@@ -363,4 +421,4 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
         except TraceError as e:  # the step runs at the example shapes only; another shape says why
             reason = f"{e.location.describe()}: {e.message}"
     return TrainStep(func, batch_args, len(inputs), [(names[id(t)], t) for t in bound], optimizer, shapes, reason,
-                     [t for _, t in recorded.updates], recorded.random, clipping, accumulate)
+                     [t for _, t in recorded.updates], recorded.random, clipping, accumulate, scaler)

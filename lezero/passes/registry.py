@@ -23,6 +23,7 @@ from lezero.passes.memory_plan import MemoryPlan
 from lezero.passes.partition import Partition
 from lezero.passes.pass_base import Pass, PassInfo, PipelineError, format_option_value
 from lezero.passes.shape_infer import ShapeInfer
+from lezero.passes.autocast import Autocast  # issue 13: mixed precision
 
 # name -> pass class, for every pass lezero ships
 BUILTIN_PASSES: dict[str, type[Pass]] = {
@@ -38,6 +39,7 @@ BUILTIN_PASSES: dict[str, type[Pass]] = {
     "memory-plan": MemoryPlan,
     "partition": Partition,
     "shape-infer": ShapeInfer,
+    "autocast": Autocast,  # issue 13: mixed precision
 }
 
 _PASSES: dict[str, type[Pass]] = {}
