@@ -48,9 +48,13 @@ from lezero.eager.creation import get_rng_state, set_rng_state  # noqa: E402
 from lezero.eager.interop import ForeignInputError  # noqa: E402
 from lezero import nn, optim, utils  # noqa: E402
 from lezero import jit  # noqa: E402  (lz.jit.trace, lz.jit.compile_train_step)
+# issue 14: process groups and collectives (lz.distributed.init_process_group, all_reduce, ...)
+from lezero import distributed  # noqa: E402
 # issue 13's mixed precision: lz.amp.GradScaler, and lz.autocast as torch.autocast
 from lezero import amp  # noqa: E402
 from lezero.amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
+# issue 16's profiler: lz.profiler.profile, record_function, tensorboard_trace_handler (torch.profiler)
+from lezero import profiler  # noqa: E402
 
 # PyTorch's users write `from torch.autograd import grad` and `import torch.cuda`: the same paths
 # reach the eager engine's modules here (their home is lezero/eager/, the layer they belong to).

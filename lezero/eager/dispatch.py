@@ -24,6 +24,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -199,8 +200,50 @@ def runner_for(key: tuple, op: EagerOp, attrs: tuple, arrays) -> object:
             raise OperatorError(f"{op.name}: {e.message}", user_location()) from None
         if run.checks_indices:
             run = _at_user_line(run)
+        if TimedRunners.observer is not None:
+            TimedRunners.plain[key] = run
+            run = TimedRunners.timed(key, run)
         RUNNERS[key] = run
     return run
+
+
+class TimedRunners:
+    """``lezero.profiler``'s view of eager execution (issue 16): while ``observer`` is set, every
+    runner in ``RUNNERS`` is a timing wrapper that calls ``observer(op name, input shapes, start,
+    end)`` after it runs; ``start(observer)`` wraps them (and ``runner_for`` wraps new ones),
+    ``stop()`` puts the plain runners back.  The hot path (``RUNNERS[key](arrays)``) checks nothing."""
+
+    observer = None
+    plain: dict = {}  # key -> the runner a wrapper stands for
+
+    @classmethod
+    def start(cls, observer) -> None:
+        cls.observer = observer
+        for key, run in list(RUNNERS.items()):
+            cls.plain[key] = run
+            RUNNERS[key] = cls.timed(key, run)
+
+    @classmethod
+    def stop(cls) -> None:
+        for key, run in cls.plain.items():
+            RUNNERS[key] = run
+        cls.plain = {}
+        cls.observer = None
+
+    @classmethod
+    def timed(cls, key: tuple, run):
+        op = key[0]
+        shapes = tuple(x for x in key[2:] if isinstance(x, tuple))
+        observer, clock = cls.observer, time.perf_counter
+
+        def timed_run(arrays, outs=None):
+            start = clock()
+            results = run(arrays, outs)
+            observer(op.name, shapes, start, clock())
+            return results
+        timed_run.kernel_count = run.kernel_count
+        timed_run.checks_indices = getattr(run, "checks_indices", False)
+        return timed_run
 
 
 def _at_user_line(run):

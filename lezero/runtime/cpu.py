@@ -38,6 +38,9 @@ around each launch and returns a ``KernelTiming`` per launch: name, kind, second
 and bytes codegen estimated for the kernel, so a caller can put achieved GFLOP/s and GB/s next to
 the machine's peak (``benchmarks/onnx_models.py --profile``).  It is a loop of its own beside
 ``run_plan``'s (they share the launch step), so running without profiling checks no flag.
+``Profiling.recorder`` (issue 16) is ``lezero.profiler``'s hook: while a ``profile`` records, a
+call of a ``CompiledFunction`` (and a lean runner of several launches) runs through the
+recorder, which calls ``profile_plan``; one check per call of a whole function, none per launch.
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ from lezero.ir.verifier import verify
 from lezero.passes.memory_plan import ALIGNMENT as ARENA_ALIGNMENT
 from lezero.passes.placement import HOST
 from lezero.runtime.kernel_cache import KernelCache, default_cache
+from lezero.runtime.loop_driver import native_for
 from lezero.runtime.plan import BoundPlan, ExecutionPlan, HostStep, build_plan, specialize
 from lezero.runtime.thread_pool import ThreadPool, default_pool
 
@@ -217,6 +221,8 @@ class BoundHostStep:
         self.go = np.zeros((), np.bool_)
         bound = op.get_attr("max_trip_count") if step.name == "lz.while" else None
         self.max_trip_count = None if bound is None else bound.value  # a bounded while raises past it
+        # lz.for's iterations in machine code (lezero.runtime.loop_driver), unless its body needs Python
+        self.native, self.native_refusal = native_for(self.regions[0]) if step.name == "lz.for" else (None, None)
 
     @staticmethod
     def _arrays(refs, inputs, results) -> list:
@@ -241,6 +247,9 @@ class BoundHostStep:
             for final, init in zip(finals, current):
                 np.copyto(final, init)
             return
+        if self.native is not None:
+            self._run_native_for(invariants, current, xs, finals, ys, pool)
+            return
         prefix = [self.index] + invariants
         for count, i in enumerate(range(n - 1, -1, -1) if step.reverse else range(n)):
             # the buffers alternate so that the last iteration (count n - 1) writes into finals
@@ -249,6 +258,43 @@ class BoundHostStep:
             # x[i, ...]: a view even of a 1-d stack (x[i] would be a numpy scalar, a copy)
             body.run(prefix + current + [x[i, ...] for x in xs], written + [y[i, ...] for y in ys], pool)
             current = written
+
+    def _run_native_for(self, invariants: list, current: list, xs: list, finals: list, ys: list,
+                        pool: ThreadPool) -> None:
+        """``_run_for``'s loop as one native call: each body buffer's addresses (first iteration,
+        even, odd; the carried values' two buffers alternating as above) and its stride."""
+        n = self.step.trip_count
+        records = self.native.records
+        row = 0
+
+        def put(first: int, even: int, odd: int, stride: int = 0) -> None:
+            nonlocal row
+            records[row] = (first, even, odd, stride)
+            row += 1
+
+        def fixed(array: np.ndarray) -> None:
+            address = array.ctypes.data
+            put(address, address, address)
+
+        def stacked(array: np.ndarray) -> None:
+            address = array.ctypes.data
+            put(address, address, address, array.strides[0])
+
+        def written(parity: int, k: int) -> int:  # where iteration c (of this parity) writes value k
+            return (finals if (n - 1 - parity) % 2 == 0 else self.spare)[k].ctypes.data
+
+        fixed(self.index)
+        for array in invariants:
+            fixed(array)
+        for k, init in enumerate(current):  # iteration c reads what iteration c - 1 wrote
+            put(init.ctypes.data, written(1, k), written(0, k))
+        for array in xs:
+            stacked(array)
+        for k in range(len(finals)):
+            put(written(0, k), written(0, k), written(1, k))
+        for array in ys:
+            stacked(array)
+        self.native.run(records, n, self.step.reverse, self.index, pool)
 
     def _run_while(self, operands: list, outs: list, pool: ThreadPool) -> None:
         ni = self.step.num_invariant
@@ -284,12 +330,16 @@ class BoundRegion:
         self.launches = lean_launches(plan)
         self.copies = [(i, ref, t) for i, (written_in_place, ref, t) in enumerate(plan.outputs) if not written_in_place]
 
+    def fixed_array(self, ref, t) -> np.ndarray:
+        """The array of an arena slot or constant of the region."""
+        return _buffer(ref, t, self.plan.arena, self.plan.plan.constants)
+
     def run(self, inputs: list, outputs: list, pool: ThreadPool) -> None:
         for launch in self.launches:
             launch(inputs, outputs, pool)
         for i, ref, t in self.copies:
             source = (inputs if ref.kind == "input" else outputs)[ref.where] if ref.kind in ("input", "output") \
-                else _buffer(ref, t, self.plan.arena, self.plan.plan.constants)
+                else self.fixed_array(ref, t)
             np.copyto(outputs[i], source)
 
 
@@ -300,6 +350,14 @@ def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> list[
             run_launch(launch, inputs, results, pool)
         _copy_results(plan, inputs, results)
     return results
+
+
+class Profiling:
+    """The hook ``lezero.profiler.profile`` sets while it records (issue 16): ``recorder`` has
+    ``run_plan(plan, inputs, pool) -> results`` (times each launch with ``profile_plan``) and
+    ``compiled(name, start, end)`` (a plan built); ``None`` when nothing records."""
+
+    recorder = None
 
 
 @dataclass(frozen=True)
@@ -317,6 +375,7 @@ class KernelTiming:
     flops: int
     bytes: int
     parallel: bool
+    start: float = 0.0  # time.perf_counter() when the launch began (lezero.profiler's trace)
 
     @property
     def gflops_per_second(self) -> float:
@@ -339,10 +398,10 @@ def profile_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> t
             run_launch(launch, inputs, results, pool)
             seconds = clock() - start
             if isinstance(planned, HostStep):  # the whole step, its regions' kernels inside it
-                rows.append(KernelTiming(launch.name, "control_flow", seconds, 0, 0, False))
+                rows.append(KernelTiming(launch.name, "control_flow", seconds, 0, 0, False, start))
                 continue
             rows.append(KernelTiming(launch.name, planned.kind, seconds, planned.kernel.flops,
-                                     planned.kernel.bytes_accessed, launch.parallel))
+                                     planned.kernel.bytes_accessed, launch.parallel, start))
         _copy_results(plan, inputs, results)
     return results, rows
 
@@ -375,6 +434,7 @@ class CompiledFunction:
             with self._plans_lock:
                 plan = self._plans.get(key)
                 if plan is None:
+                    started = time.perf_counter()
                     try:
                         specialized = specialize(self.module, self.entry, list(shapes), self.target)
                     except IRError as e:
@@ -383,6 +443,8 @@ class CompiledFunction:
                                          e.location) from None
                     plan = self.bind_plan(build_plan(specialized, self.entry, self.cpu, cache=self.cache))
                     self._plans[key] = plan
+                    if Profiling.recorder is not None:
+                        Profiling.recorder.compiled(f"@{self.entry}", started, time.perf_counter())
         return plan
 
     def bind_plan(self, plan: ExecutionPlan):
@@ -401,7 +463,11 @@ class CompiledFunction:
 
     def __call__(self, *arrays):
         inputs = self._checked_inputs(arrays)
-        results = run_plan(self.plan_for([a.shape for a in inputs]), inputs, self.pool)
+        plan = self.plan_for([a.shape for a in inputs])
+        if Profiling.recorder is not None and isinstance(plan, CpuPlan):
+            results = Profiling.recorder.run_plan(plan, inputs, self.pool)
+        else:
+            results = run_plan(plan, inputs, self.pool)
         return results[0] if len(results) == 1 else tuple(results)
 
     def profile(self, *arrays) -> tuple[list[np.ndarray], list[KernelTiming]]:

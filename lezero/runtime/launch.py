@@ -33,7 +33,7 @@ import numpy as np
 
 from lezero.codegen.llvm.jit import compile_module
 from lezero.codegen.index_checks import SLOTS_PER_CHECK
-from lezero.runtime.cpu import BoundHostStep, check_status, run_launch
+from lezero.runtime.cpu import BoundHostStep, Profiling, check_status, run_launch
 from lezero.runtime.plan import launch_count
 
 # offsetof(PyArrayObject, data): PyObject_HEAD is a refcount and a type pointer.
@@ -195,6 +195,15 @@ def lean_runner(plan, pool):
     return run
 
 
+def _into(outs, results: list) -> list:
+    """``results``, or copied into ``outs`` when the caller named the arrays to write."""
+    if outs is None:
+        return results
+    for out, r in zip(outs, results):
+        np.copyto(out, r)
+    return outs
+
+
 def _lean_runner(plan, pool):
     from lezero.runtime.cpu import run_plan
 
@@ -202,12 +211,8 @@ def _lean_runner(plan, pool):
     all_in_place = all(in_place for in_place, _, _ in plan.outputs)
     if not USE_LAUNCHER or not all_in_place or plan.plan.host_steps:  # a host step runs its regions in Python
         def run_generic(inputs, outs=None):
-            results = run_plan(plan, inputs, pool)
-            if outs is None:
-                return results
-            for out, r in zip(outs, results):
-                np.copyto(out, r)
-            return outs
+            recorder = Profiling.recorder
+            return _into(outs, run_plan(plan, inputs, pool) if recorder is None else recorder.run_plan(plan, inputs, pool))
         return run_generic
 
     launches = [_LeanLaunch(launch) for launch in plan.launches]
@@ -246,6 +251,8 @@ def _lean_runner(plan, pool):
             return run_single
 
     def run_launches(inputs, outs=None, _keep=plan):
+        if Profiling.recorder is not None:  # lezero.profiler records: time each launch
+            return _into(outs, Profiling.recorder.run_plan(plan, inputs, pool))
         if outs is None:
             outs = [empty(shape, dtype) for shape, dtype in specs]
         with lock:  # the arena is shared between calls

@@ -22,10 +22,12 @@ module only when a user does (``from lezero.utils.tensorboard import SummaryWrit
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import tensorboardX
 from tensorboardX.summary import hparams as hparams_summaries
+from tensorboardX.summary import scalar as scalar_summary
 
 from lezero.eager.autograd import trace as record
 from lezero.eager.creation import tensor
@@ -72,8 +74,17 @@ class SummaryWriter(tensorboardX.SummaryWriter):
         super().add_scalar(tag, _scalar(scalar_value), global_step, walltime)
 
     def add_scalars(self, main_tag: str, tag_scalar_dict: dict, global_step=None, walltime=None):
-        """As PyTorch's: each key is a run ``<log_dir>/<main_tag>_<key>`` of its own."""
-        super().add_scalars(main_tag, {k: _scalar(v) for k, v in tag_scalar_dict.items()}, global_step, walltime)
+        """As PyTorch's: each key is a run ``<log_dir>/<main_tag>_<key>`` of its own (tensorboardX
+        nests them as ``<main_tag>/<key>``), its curve tagged ``main_tag``."""
+        self._get_file_writer()  # sets up all_writers, which close() and flush() go through
+        walltime = time.time() if walltime is None else walltime
+        for key, value in tag_scalar_dict.items():
+            path = os.path.join(self.log_dir, main_tag.replace("/", "_") + "_" + key)
+            writer = self.all_writers.get(path)
+            if writer is None:
+                writer = self.all_writers[path] = tensorboardX.FileWriter(path, self._max_queue, self._flush_secs,
+                                                                           self._filename_suffix)
+            writer.add_summary(scalar_summary(main_tag, _scalar(value)), global_step, walltime)
 
     def add_histogram(self, tag: str, values, global_step=None, bins="tensorflow", walltime=None, max_bins=None):
         super().add_histogram(tag, np.asarray(to_numpy(values)), global_step, bins, walltime, max_bins)
