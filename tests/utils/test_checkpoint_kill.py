@@ -1,0 +1,119 @@
+"""The kill test (issue 15): ``examples/train_resumable.py`` under ``lezero-run --max-restarts`` is
+killed with SIGKILL at a random step, and then while a checkpoint is being written; each time
+lezero-run starts it again and it restores the newest complete checkpoint.  Its final parameters,
+and its losses from the last restore on, are bit-identical to those of a run never interrupted."""
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import lezero as lz
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "examples" / "train_resumable.py"
+STEPS, EVERY = 24, 3
+RUN_TIMEOUT = 240  # seconds, for a whole interrupted run
+
+
+def _env() -> dict:
+    return {**os.environ, "LEZERO_NUM_THREADS": "2", "PYTHONPATH": str(ROOT)}
+
+
+def _args(model: str, folder: pathlib.Path, name: str) -> list[str]:
+    return [str(SCRIPT), "--model", model, "--steps", str(STEPS), "--every", str(EVERY),
+            "--checkpoints", str(folder / f"{name}_checkpoints"), "--log", str(folder / f"{name}.log"),
+            "--out", str(folder / f"{name}.lz")]
+
+
+def _log(path: pathlib.Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _losses_after_last_restore(lines: list[str]) -> dict[int, str]:
+    last = max(i for i, line in enumerate(lines) if line.startswith("restored"))
+    return dict((int(step), loss) for step, loss in (line.split() for line in lines[last + 1:]))
+
+
+def _running_pid(lines: list[str]) -> int | None:
+    starts = [line for line in lines if line.startswith("restored")]
+    return int(starts[-1].split()[-1]) if starts else None
+
+
+def _last_step(lines: list[str]) -> int:
+    steps = [int(line.split()[0]) for line in lines if not line.startswith("restored")]
+    return steps[-1] if steps else 0
+
+
+def _save_under_way(checkpoints: pathlib.Path) -> bool:
+    """A step folder without its metadata: a save has begun and not finished."""
+    try:
+        return any(not (f / "metadata.json").exists() for f in checkpoints.iterdir())
+    except FileNotFoundError:
+        return False
+
+
+def _wait(predicate, deadline: float, what: str, process: subprocess.Popen):
+    while not predicate():
+        if process.poll() is not None:
+            pytest.fail(f"lezero-run exited ({process.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.0005)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["cnn", "mlp"])
+def test_sigkill_at_random_steps_and_during_a_save_resumes_bit_identically(model, tmp_path):
+    reference = subprocess.Popen([sys.executable, *_args(model, tmp_path, "reference")], env=_env(),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # meanwhile
+    kills = sorted(random.Random(f"{model} {os.getpid()}").sample(range(4, STEPS - 4), 1))
+    log, checkpoints = tmp_path / "killed.log", tmp_path / "killed_checkpoints"
+    runner = subprocess.Popen([sys.executable, "-m", "lezero.cli.run", "--max-restarts", "3",
+                               *_args(model, tmp_path, "killed")], env=_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    mid_save = []
+    try:
+        for target in kills + ["during a save"]:
+            pid = None
+            _wait(lambda: (pid := _running_pid(_log(log))) is not None and _last_step(_log(log)) >= 1,
+                  deadline, "the run to start", runner)
+            pid = _running_pid(_log(log))
+            if target == "during a save":
+                _wait(lambda: _save_under_way(checkpoints), deadline, "a save under way", runner)
+            else:
+                _wait(lambda: _last_step(_log(log)) >= target, deadline, f"step {target}", runner)
+            os.kill(pid, signal.SIGKILL)
+            mid_save.append(_save_under_way(checkpoints))
+            _wait(lambda: _running_pid(_log(log)) != pid, deadline, "the restart", runner)
+        out, err = runner.communicate(timeout=max(deadline - time.monotonic(), 1))
+        _, reference_err = reference.communicate(timeout=max(deadline - time.monotonic(), 1))
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait(timeout=30)
+        if reference.poll() is None:
+            reference.kill()
+            reference.wait(timeout=30)
+    assert reference.returncode == 0, reference_err[-3000:]
+    assert runner.returncode == 0, err[-3000:]
+    assert mid_save[-1], "the last kill did not land while a checkpoint was being written"
+    lines = _log(log)
+    assert sum(line.startswith("restored") for line in lines) == 3  # the first start and two restarts
+    after = _losses_after_last_restore(lines)
+    expected = _losses_after_last_restore(_log(tmp_path / "reference.log"))
+    assert after and max(after) == STEPS
+    assert after == {step: expected[step] for step in after}  # the loss curve, bit for bit
+    final, wanted = lz.load(tmp_path / "killed.lz"), lz.load(tmp_path / "reference.lz")
+    assert list(final) == list(wanted)
+    for name in wanted:
+        assert final[name].numpy().tobytes() == wanted[name].numpy().tobytes(), name
+    assert not np.isnan(float.fromhex(after[STEPS]))
