@@ -7,6 +7,7 @@
     lezero-opt model.mlir --emit=asm --triple=aarch64-linux-gnu --cpu=cortex-a72
     lezero-opt model.mlir --target=cuda --emit=triton  # each GPU kernel's Triton source
     lezero-opt model.mlir --target=cuda --emit=ptx     # ... built to PTX for sm_90
+    lezero-opt model.mlir --emit=tensorboard -o runs/  # the graph (and the fused graph) for TensorBoard
 
 ``--emit=llvm``/``--emit=asm`` are the CPU's code (for ``--cpu``, default ``$LEZERO_CPU`` or
 ``host``; ``--triple`` for another architecture) and ``--emit=triton``/``--emit=ptx`` the GPU's: each implies its
@@ -29,6 +30,8 @@ from lezero.ir.graphviz import module_to_dot
 from lezero.ir.parser import parse_module, split_input_file
 from lezero.ir.printer import print_module
 from lezero.ir.verifier import collect_diagnostics
+from lezero.ir.core import ModuleOp
+from lezero.ir.types import TensorType
 
 SPLIT_MARKER = "// -----"
 # The code each --emit value prints is compiled for one target.
@@ -58,7 +61,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=sorted(set(EMIT_TARGET.values())), default=None,
                    help="the target the kernels are compiled for: cpu (--emit=llvm) or cuda (--emit=triton, "
                         "--emit=ptx); implied by --emit")
-    p.add_argument("--emit", choices=["mlir", "dot", "llvm", "asm", "triton", "ptx"], default="mlir",
+    p.add_argument("--emit", choices=["mlir", "dot", "llvm", "asm", "triton", "ptx", "tensorboard"], default="mlir",
                    help="output: the IR (mlir), a Graphviz picture of each function's data flow (dot), the LLVM "
                         "IR of every CPU kernel (llvm) or its machine code (asm), the Triton source of every GPU "
                         "kernel (triton) or its PTX for sm_90 (ptx; needs the triton package); the last four need "
@@ -94,6 +97,12 @@ def _process_chunk(text: str, first_line: int, filename: str, args, pipeline_run
             return None
     if args.emit == "dot":
         return module_to_dot(module)
+    if args.emit == "tensorboard":
+        try:
+            return _write_tensorboard(module, args.output)
+        except IRError as e:
+            diagnostics.extend(getattr(e, "diagnostics", None) or [e.diagnostic])
+            return None
     if args.emit in EMIT_TARGET:
         try:
             return _kernel_text(module, args.emit, args.cpu_target)
@@ -101,6 +110,29 @@ def _process_chunk(text: str, first_line: int, filename: str, args, pipeline_run
             diagnostics.extend(getattr(e, "diagnostics", None) or [e.diagnostic])
             return None
     return print_module(module, generic=args.print_op_generic, debuginfo=args.print_debuginfo)
+
+
+def _write_tensorboard(module, log_dir: str) -> str:
+    """``--emit=tensorboard -o DIR`` (issue 16): the graph of each function as TensorBoard draws it
+    (``lezero.utils.tensorboard.graph``) into the run ``DIR/<function>``, and, for a function of
+    static shapes, the graph after fusion (one box per kernel) into ``DIR/<function>_fused``;
+    returns what it wrote, for stdout.  Imported here: tensorboardX loads torch when it is installed
+    (1.5 s), which every other lezero-opt run would pay."""
+    from lezero.utils.tensorboard import SummaryWriter, fused_graph_def, graph_def
+
+    lines = []
+    for func in module.functions:
+        one = ModuleOp([func.clone()])
+        runs = [(os.path.join(log_dir, func.sym_name), graph_def(one))]
+        if all(isinstance(a.type, TensorType) and a.type.is_static for a in func.arguments):
+            runs.append((os.path.join(log_dir, func.sym_name + "_fused"), fused_graph_def(one)))
+        else:
+            lines.append(f"// @{func.sym_name}: no fused graph (its arguments have dynamic dims)")
+        for path, graph in runs:
+            with SummaryWriter(path) as writer:
+                writer._get_file_writer().add_onnx_graph(graph)
+            lines.append(f"// {path}: {len(graph.node)} nodes")
+    return "\n".join(lines) + "\n"
 
 
 def _kernel_text(module, emit: str, cpu=None) -> str:
@@ -243,6 +275,8 @@ def _run(args, stdout, stderr) -> int:
                 args.cpu_target = cpu_target(args.cpu, args.triple)
             except TargetError as e:
                 problem = str(e)
+    if problem is None and args.emit == "tensorboard" and args.output == "-":
+        problem = "--emit=tensorboard writes event files: name their folder with -o DIR"
     if problem is None and args.emit == "ptx":
         from lezero.codegen.triton.jit import MISSING_TRITON
 
@@ -304,7 +338,7 @@ def _run(args, stdout, stderr) -> int:
     else:
         rc = 0
     result = f"\n{SPLIT_MARKER}\n".join(o.rstrip("\n") for o in outputs) + ("\n" if outputs else "")
-    if args.output == "-":
+    if args.output == "-" or args.emit == "tensorboard":  # tensorboard: -o is the log folder, written above
         stdout.write(result)
     else:
         try:
