@@ -94,6 +94,7 @@ class KindLowerings:
     topk: Callable
     scatter_nd: Callable
     attention: Callable | None = None  # kind "attention" (the CPU's; other targets never get one)
+    matmul_integer: Callable | None = None  # lz.matmul_integer in a single kernel (the CPU's, issue 12)
 
 
 def lower_kernel(kernel_op: Operation, target: str, make_context: Callable, lowerings: KindLowerings,
@@ -147,6 +148,8 @@ def _lower_single(ctx: KernelContext, lowerings: KindLowerings):
         return lowerings.scatter_nd(ctx, op)
     if op.name == "lz.attention" and lowerings.attention is not None:
         return lowerings.attention(ctx)
+    if op.name == "lz.matmul_integer" and lowerings.matmul_integer is not None:
+        return lowerings.matmul_integer(ctx, op)
     definition = op.definition
     if op.name in MOVEMENT or (definition is not None and definition.has_trait(ELEMENTWISE)):
         return lowerings.elementwise(ctx)

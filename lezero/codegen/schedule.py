@@ -40,7 +40,7 @@ from lezero.passes.partition import CONTROL_FLOW_OPS
 # On a scheduled control-flow op: the bytes of each region's arena.
 REGION_ARENAS_ATTR = "lz.region_arena_sizes"
 
-KERNEL_PIPELINE = ("shape-infer,fuse-attention,decompose{keep=lz.attention},canonicalize,licm,cse,constant-fold,dce,shape-infer,"
+KERNEL_PIPELINE = ("shape-infer,fuse-attention,decompose{keep=lz.attention,lz.matmul_integer},canonicalize,licm,cse,constant-fold,dce,shape-infer,"
                    "partition,fuse,memory-plan")
 
 
@@ -51,8 +51,9 @@ def kernel_pipeline(target: str = "cpu") -> str:
     if target == "cpu":
         return KERNEL_PIPELINE
     # fuse-attention makes CPU kernels (kind "attention", lezero/codegen/llvm/attention.py); other
-    # targets run lz.attention's decomposition
-    return KERNEL_PIPELINE.replace("fuse-attention,", "").replace("decompose{keep=lz.attention},", "decompose,") \
+    # targets run lz.attention's (and lz.matmul_integer's, issue 12) decomposition
+    return KERNEL_PIPELINE.replace("fuse-attention,", "").replace("decompose{keep=lz.attention,lz.matmul_integer},",
+                                                                  "decompose,") \
         .replace("partition,", f"partition{{target={target}}},")
 
 

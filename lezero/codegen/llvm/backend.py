@@ -16,6 +16,7 @@ the same names as the Triton backend's:
   ``reduction.py`` (``lz.cumulative``), ``selection.py`` (``lz.topk``, ``lz.scatter_nd``); a lone
   elementwise, data movement or reduction op goes through the matching lowering;
 - ``attention``: ``attention.py`` (``lz.attention``, from the fuse-attention pass);
+- ``lz.matmul_integer`` (a ``single`` kernel): ``integer_gemm.py`` (u8 x s8 dot products, VNNI);
 - ``matmul``/``conv``: ``contraction.py`` (float32 through ``gemm.py``'s GEMM with the epilogue
   in its micro-kernel, ``contraction_gemm.py``; other dtypes as loops).
 
@@ -35,6 +36,7 @@ from lezero.codegen.llvm.attention import lower_attention
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction import lower_contraction
 from lezero.codegen.llvm.elementwise import lower_elementwise
+from lezero.codegen.llvm.integer_gemm import lower_matmul_integer
 from lezero.codegen.llvm.fusion_facts import FUSION_FACTS as fusion_facts  # noqa: F401  (the backend contract)
 from lezero.codegen.llvm.jit import emit_assembly
 from lezero.codegen.llvm.pooling import lower_max_pool2d_grad, lower_pooling
@@ -47,7 +49,7 @@ from lezero.ir.core import ModuleOp, Operation
 LOWERINGS = kernel.KindLowerings(
     backend="CPU", elementwise=lower_elementwise, reduction=lower_reduction, contraction=lower_contraction,
     pooling=lower_pooling, max_pool2d_grad=lower_max_pool2d_grad, cumulative=lower_cumulative, topk=lower_topk,
-    scatter_nd=lower_scatter_nd, attention=lower_attention)
+    scatter_nd=lower_scatter_nd, attention=lower_attention, matmul_integer=lower_matmul_integer)
 
 
 @dataclass(frozen=True)

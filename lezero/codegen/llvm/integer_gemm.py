@@ -1,0 +1,312 @@
+"""``lz.matmul_integer`` as one CPU kernel: an 8-bit GEMM accumulating in i32, exactly.
+
+The product is computed as ``u8 x s8`` dot products of 4 (AVX-512 VNNI's ``vpdpbusd``: 16 lanes,
+each the sum of 4 byte products added to an i32, never saturating), as MLAS does:
+
+- a signed lhs is made unsigned by flipping its top bit (``a + 128``), an unsigned rhs signed
+  (``b - 128``); the zero points move with them (``za + 128``, ``zb - 128``), so
+  ``(a - za)(b - zb)`` is unchanged;
+- ``C = P - za * colsum(b) - zb * rowsum(a) + K * za * zb`` with ``P = sum_k a[i,k] b[k,j]``:
+  the column sums come from the packed rhs, the row sums are summed only when some ``zb`` is not 0.
+
+Work items are panels of ``NB = 64`` columns (times each batch of a batched rhs): an item packs its
+panel once (rows of 4 consecutive k interleaved per column: ``packed[k/4][col][k%4]``, the layout
+``vpdpbusd`` reads, zero past K and N) into a ``malloc``ed buffer, then walks every row in blocks
+of ``MR`` rows (6 with 512-bit vectors: 24 accumulators; 2 otherwise), an ``MR x 64`` register tile,
+the lhs read in place (4 bytes broadcast per row and k step).  Without VNNI (``avx512vnni``) the
+same dot product of 4 is plain widening multiplies and adds, which LLVM lowers for any CPU: right
+everywhere, fast where VNNI is.
+"""
+from __future__ import annotations
+
+import math
+
+import llvmlite.ir as ir
+
+from lezero.codegen.kernel import single_buffers
+from lezero.codegen.llvm.context import KernelContext
+from lezero.codegen.llvm.ir_types import PTR
+from lezero.codegen.llvm.loops import declare, for_range, i64
+from lezero.ir.dialect.broadcasting import broadcast_shapes
+
+NB = 64  # columns of a panel: 4 vectors of 16 i32
+LANES = 16
+I8, I32, INT64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+V16 = ir.VectorType(I32, LANES)
+BYTES = ir.VectorType(I8, 4 * LANES)
+
+
+def _splat(b, value, vector_type):
+    undef = ir.Constant(vector_type, ir.Undefined)
+    one = b.insert_element(undef, value, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, vector_type.count), [0] * vector_type.count))
+
+
+def _mask(values):
+    return ir.Constant(ir.VectorType(I32, len(values)), list(values))
+
+
+class _Dot4:
+    """``acc + sum of 4 (u8 x s8) products`` per i32 lane: ``vpdpbusd`` or its plain form."""
+
+    def __init__(self, ctx: KernelContext):
+        self.vnni = "avx512vnni" in ctx.cpu.features
+        if self.vnni:
+            self.intrinsic = declare(ctx.module, "llvm.x86.avx512.vpdpbusd.512", V16, [V16, V16, V16])
+
+    def __call__(self, b, acc, a_u8, b_s8):
+        """``a_u8`` and ``b_s8``: 64 bytes each, as ``<16 x i32>``."""
+        if self.vnni:
+            return b.call(self.intrinsic, [acc, a_u8, b_s8])
+        wide = ir.VectorType(I32, 4 * LANES)
+        products = b.mul(b.zext(b.bitcast(a_u8, BYTES), wide), b.sext(b.bitcast(b_s8, BYTES), wide))
+        for t in range(4):
+            acc = b.add(acc, b.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
+                                              _mask([4 * lane + t for lane in range(LANES)])))
+        return acc
+
+
+def _matmul_dims(op):
+    """``(batches, a_offsets, b_offsets, m, k, n)``: the GEMMs of ``lz.matmul_integer``'s numpy
+    semantics; a 2-D (or 1-D) rhs shares one GEMM with every row of the lhs."""
+    a_shape, b_shape = op.operands[0].type.shape, op.operands[1].type.shape
+    k = a_shape[-1]
+    n = b_shape[-1] if len(b_shape) > 1 else 1
+    if len(b_shape) <= 2:
+        return [0], [0], math.prod(a_shape[:-1]), k, n
+    m = a_shape[-2] if len(a_shape) > 1 else 1
+    a_batch = a_shape[:-2] if len(a_shape) > 1 else ()
+    batch = broadcast_shapes(a_batch, b_shape[:-2])
+    a_offsets, b_offsets = [], []
+    for index in (divmod_all(i, batch) for i in range(math.prod(batch))):
+        a_offsets.append(_broadcast_offset(index, a_batch) * m * k)
+        b_offsets.append(_broadcast_offset(index, b_shape[:-2]) * k * n)
+    return a_offsets, b_offsets, m, k, n
+
+
+def divmod_all(linear: int, shape) -> tuple:
+    out = []
+    for d in reversed(shape):
+        linear, r = divmod(linear, d)
+        out.append(r)
+    return tuple(reversed(out))
+
+
+def _broadcast_offset(index, shape) -> int:
+    """The linear position in ``shape`` (right-aligned, size-1 dims broadcast) of a batch index."""
+    index = index[len(index) - len(shape):]
+    linear = 0
+    for i, d in zip(index, shape):
+        linear = linear * d + (i if d > 1 else 0)
+    return linear
+
+
+def _table(ctx, name, values):
+    array = ir.ArrayType(INT64, len(values))
+    table = ir.GlobalVariable(ctx.module, array, f"{ctx.name}.{name}")
+    table.global_constant = True
+    table.linkage = "internal"
+    table.initializer = ir.Constant(array, [int(v) for v in values])
+    return table
+
+
+def lower_matmul_integer(ctx: KernelContext, op) -> int:
+    """One work item per panel of ``NB`` columns of each batch (the module docstring)."""
+    b = ctx.b
+    (a_buf, b_buf, za_buf, zb_buf), (c_buf,) = single_buffers(ctx, op)
+    a_signed = op.operands[0].type.element_type.name == "i8"
+    b_unsigned = op.operands[1].type.element_type.name == "ui8"
+    a_offsets, b_offsets, m, k, n = _matmul_dims(op)
+    panels = -(-n // NB)
+    items = len(a_offsets) * panels
+    if items == 0 or m == 0:
+        ctx.fn.finish()
+        return 1
+    groups = -(-k // 4)  # k steps of 4
+    mr = 6 if "avx512f" in ctx.cpu.features else 2
+    dot4 = _Dot4(ctx)
+    zero16 = ir.Constant(V16, [0] * LANES)
+
+    packed = b.call(declare(ctx.module, "malloc", PTR, [INT64]), [i64(groups * NB * 4 + 64)])
+    with b.if_then(b.icmp_unsigned("==", packed, ir.Constant(PTR, None)), likely=False):
+        b.call(declare(ctx.module, "llvm.trap", ir.VoidType(), []), [])
+        b.unreachable()
+    rowsum = ctx.fn.alloca(I32, max(m, 1), "rowsum")
+    colsum = [ctx.fn.alloca(V16, 1, f"colsum{v}") for v in range(4)]
+    a_table, b_table = _table(ctx, "a_offsets", a_offsets), _table(ctx, "b_offsets", b_offsets)
+
+    # the rhs zero point of each column, widened (and moved by -128 for an unsigned rhs)
+    def zb_of(col):
+        if zb_buf.type.rank == 0:
+            z = b.load(zb_buf.pointer, typ=I8)
+        else:
+            z = b.load(b.gep(zb_buf.pointer, [col], source_etype=I8), typ=I8)
+        z = b.zext(z, I32) if b_unsigned else b.sext(z, I32)
+        return b.sub(z, ir.Constant(I32, 128)) if b_unsigned else z
+    za = b.load(za_buf.pointer, typ=I8)
+    za = b.add(b.sext(za, I32), ir.Constant(I32, 128)) if a_signed else b.zext(za, I32)
+
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
+        batch, panel = b.udiv(item, i64(panels)), b.urem(item, i64(panels))
+        a_base = b.load(b.gep(a_table, [i64(0), batch]), typ=INT64)
+        b_base = b.load(b.gep(b_table, [i64(0), batch]), typ=INT64)
+        c_base = b.mul(batch, i64(m * n))
+        j0 = b.mul(panel, i64(NB))
+        last = b.icmp_unsigned("==", panel, i64(panels - 1))
+        full_cols = n - (panels - 1) * NB
+        if full_cols == NB:
+            _panel(ctx, dot4, NB, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base, j0, m, k, n, groups, mr,
+                   a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
+        else:
+            with b.if_else(last) as (partial, whole):
+                with partial:
+                    _panel(ctx, dot4, full_cols, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base, j0, m, k, n,
+                           groups, mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
+                with whole:
+                    _panel(ctx, dot4, NB, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base, j0, m, k, n, groups,
+                           mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
+    b.call(declare(ctx.module, "free", ir.VoidType(), [PTR]), [packed])
+    ctx.fn.finish()
+    return items
+
+
+def _interleave(b, x, y, count):
+    """``x[0], y[0], x[1], y[1], ...`` of two vectors of ``count`` elements."""
+    return b.shuffle_vector(x, y, _mask([i // 2 + (count if i % 2 else 0) for i in range(2 * count)]))
+
+
+def _pack_panel(ctx, cols, packed, b_buf, b_base, j0, k, n, groups, b_unsigned):
+    """The panel's rhs bytes (signed) as ``packed[k/4][col][k%4]``, zero past K and ``cols``."""
+    b = ctx.b
+    flip = ir.Constant(I8, 0x80 if b_unsigned else 0)
+    whole = k // 4 if cols == NB else 0
+    if whole:
+        with for_range(b, 0, whole, "pack") as g:
+            rows = []
+            for t in range(4):
+                at = b.add(b_base, b.add(b.mul(b.add(b.mul(g, i64(4)), i64(t)), i64(n)), j0))
+                row = b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=BYTES, align=1)
+                rows.append(b.xor(row, ir.Constant(BYTES, [0x80] * 64)) if b_unsigned else row)
+            pairs = [b.bitcast(_interleave(b, rows[0], rows[1], 64), ir.VectorType(ir.IntType(16), 64)),
+                     b.bitcast(_interleave(b, rows[2], rows[3], 64), ir.VectorType(ir.IntType(16), 64))]
+            quads = b.bitcast(_interleave(b, pairs[0], pairs[1], 64), ir.VectorType(I8, 256))
+            b.store(quads, b.gep(packed, [b.mul(g, i64(NB * 4))], source_etype=I8), align=1)
+    if whole < groups:  # the rest, byte by byte, zero past K and the panel's columns
+        start = whole * NB * 4
+        b.call(declare(ctx.module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, INT64, ir.IntType(1)]),
+               [b.gep(packed, [i64(start)], source_etype=I8), ir.Constant(I8, 0), i64(groups * NB * 4 - start),
+                ir.Constant(ir.IntType(1), 0)])
+        with for_range(b, whole * 4, k, "packk") as kk:
+            with for_range(b, 0, cols, "packc") as c:
+                at = b.add(b_base, b.add(b.mul(kk, i64(n)), b.add(j0, c)))
+                value = b.xor(b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=I8), flip)
+                slot = b.add(b.add(b.mul(b.lshr(kk, i64(2)), i64(NB * 4)), b.mul(c, i64(4))), b.and_(kk, i64(3)))
+                b.store(value, b.gep(packed, [slot], source_etype=I8))
+
+
+def _packed_vector(b, packed, g, v):
+    at = b.add(b.mul(g, i64(NB * 4)), i64(v * 64)) if isinstance(g, ir.Value) else i64(g * NB * 4 + v * 64)
+    return b.load(b.gep(packed, [at], source_etype=I8), typ=V16, align=1)
+
+
+def _lhs_quad(ctx, a_buf, a_base, row, g, k, a_signed):
+    """4 lhs bytes from k = 4g as an i32 (unsigned: the top bit flipped for a signed lhs); in the
+    last step of a K not a multiple of 4 the missing bytes are 0 (the packed rhs is 0 there)."""
+    b = ctx.b
+    start = b.add(a_base, b.add(b.mul(row, i64(k)), b.mul(g, i64(4)) if isinstance(g, ir.Value) else i64(4 * g)))
+    flip = ir.Constant(I32, 0x80808080 if a_signed else 0)
+    if isinstance(g, ir.Value):
+        return b.xor(b.load(b.gep(a_buf.pointer, [start], source_etype=I8), typ=I32, align=1), flip)
+    quad = ir.Constant(I32, 0)
+    for t in range(k - 4 * g):
+        byte = b.zext(b.load(b.gep(a_buf.pointer, [b.add(start, i64(t))], source_etype=I8), typ=I8), I32)
+        quad = b.or_(quad, b.shl(byte, ir.Constant(I32, 8 * t)))
+    return b.xor(quad, flip)
+
+
+def _panel(ctx, dot4, cols, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base, j0, m, k, n, groups, mr,
+           a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16):
+    """One panel of ``cols`` (static) columns: pack it, sum its columns, then every row block."""
+    b = ctx.b
+    _pack_panel(ctx, cols, packed, b_buf, b_base, j0, k, n, groups, b_unsigned)
+    ones = ir.Constant(V16, [0x01010101] * LANES)
+    for v in range(4):
+        b.store(zero16, colsum[v])
+    with for_range(b, 0, groups, "colsum") as g:
+        for v in range(4):
+            b.store(dot4(b, b.load(colsum[v]), ones, _packed_vector(b, packed, g, v)), colsum[v])
+    vectors = -(-cols // LANES)
+    zb = [[zb_of(b.add(j0, i64(min(16 * v + lane, cols - 1)))) for lane in range(LANES)] for v in range(vectors)]
+    zb_vec = []
+    any_zb = ir.Constant(I32, 0)
+    for v in range(vectors):
+        vec = ir.Constant(V16, ir.Undefined)
+        for lane, z in enumerate(zb[v]):
+            vec = b.insert_element(vec, z, ir.Constant(I32, lane))
+            any_zb = b.or_(any_zb, z)
+        zb_vec.append(vec)
+    # row sums of the (unsigned) lhs, needed when a column's zero point is not 0
+    with b.if_then(b.icmp_unsigned("!=", any_zb, ir.Constant(I32, 0))):
+        with for_range(b, 0, m, "rowsum") as row:
+            total = ir.Constant(I32, 0)
+            acc = ctx.fn.alloca(I32, 1, "rowacc")
+            b.store(total, acc)
+            with for_range(b, 0, k, "rowk") as kk:
+                byte = b.load(b.gep(a_buf.pointer, [b.add(a_base, b.add(b.mul(row, i64(k)), kk))], source_etype=I8),
+                              typ=I8)
+                byte = b.add(b.sext(byte, I32), ir.Constant(I32, 128)) if a_signed else b.zext(byte, I32)
+                b.store(b.add(b.load(acc), byte), acc)
+            b.store(b.load(acc), b.gep(rowsum, [row], source_etype=I32))
+    with b.if_then(b.icmp_unsigned("==", any_zb, ir.Constant(I32, 0))):
+        with for_range(b, 0, m, "rowzero") as row:
+            b.store(ir.Constant(I32, 0), b.gep(rowsum, [row], source_etype=I32))
+    # per column: -za * colsum + K * za * zb (the row's -zb * rowsum is added per row)
+    column_terms = []
+    za16 = _splat(b, za, V16)
+    for v in range(vectors):
+        term = b.sub(b.mul(b.mul(_splat(b, ir.Constant(I32, k), V16), za16), zb_vec[v]), b.mul(za16, b.load(colsum[v])))
+        column_terms.append(term)
+    blocks, tail = divmod(m, mr)
+    if blocks:
+        with for_range(b, 0, blocks, "rows") as block:
+            _tile(ctx, dot4, b.mul(block, i64(mr)), mr, cols, vectors, packed, a_buf, c_buf, a_base, c_base, j0, k, n,
+                  groups, a_signed, zb_vec, column_terms, rowsum)
+    if tail:
+        _tile(ctx, dot4, i64(blocks * mr), tail, cols, vectors, packed, a_buf, c_buf, a_base, c_base, j0, k, n,
+              groups, a_signed, zb_vec, column_terms, rowsum)
+
+
+def _tile(ctx, dot4, i0, rows, cols, vectors, packed, a_buf, c_buf, a_base, c_base, j0, k, n, groups, a_signed,
+          zb_vec, column_terms, rowsum):
+    """``rows x cols`` outputs from row ``i0``: the register tile over every k step, then the
+    zero-point corrections, stored as i32."""
+    b = ctx.b
+    accs = [[ctx.fn.alloca(V16, 1, f"acc{r}_{v}") for v in range(vectors)] for r in range(rows)]
+    for r in range(rows):
+        for v in range(vectors):
+            b.store(ir.Constant(V16, [0] * LANES), accs[r][v])
+
+    def step(g):
+        rhs = [_packed_vector(b, packed, g, v) for v in range(vectors)]
+        for r in range(rows):
+            quad = _splat(b, _lhs_quad(ctx, a_buf, a_base, b.add(i0, i64(r)), g, k, a_signed), V16)
+            for v in range(vectors):
+                b.store(dot4(b, b.load(accs[r][v]), quad, rhs[v]), accs[r][v])
+    if k // 4:
+        with for_range(b, 0, k // 4, "k") as g:
+            step(g)
+    if k % 4:
+        step(k // 4)
+    for r in range(rows):
+        row = b.add(i0, i64(r))
+        row_sum = _splat(b, b.load(b.gep(rowsum, [row], source_etype=I32)), V16)
+        out_row = b.add(c_base, b.add(b.mul(row, i64(n)), j0))
+        for v in range(vectors):
+            value = b.add(b.load(accs[r][v]), b.sub(column_terms[v], b.mul(zb_vec[v], row_sum)))
+            at = b.add(out_row, i64(16 * v))
+            if 16 * (v + 1) <= cols:
+                b.store(value, b.gep(c_buf.pointer, [at], source_etype=I32), align=4)
+            else:
+                for lane in range(cols - 16 * v):
+                    b.store(b.extract_element(value, ir.Constant(I32, lane)),
+                            b.gep(c_buf.pointer, [b.add(at, i64(lane))], source_etype=I32), align=4)
