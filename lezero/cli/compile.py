@@ -19,6 +19,7 @@ The library is ``lezero/runtime/native/`` (``lezero/onnx/native.py`` for an ONNX
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
 import re
@@ -27,6 +28,7 @@ import time
 import traceback
 
 from lezero.ir.diagnostics import IRError
+from lezero.runtime.progress import quiet
 
 PROG = "lezero-compile"
 
@@ -63,6 +65,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--jobs", type=int, default=None,
                    help="processes compiling kernels (default: the CPUs this process may use)")
     p.add_argument("-v", "--verbose", action="store_true", help="report the kernels and the time of each stage")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bars (drawn only when stderr is a terminal and a stage takes over 0.5 s)")
     p.add_argument("--keep-build-dir", action="store_true",
                    help="keep the generated sources and objects (their directory is reported)")
     p.add_argument("--traceback", action="store_true", help="show Python tracebacks of internal errors")
@@ -202,7 +206,8 @@ def run(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
     stderr = stderr or sys.stderr
     args = build_arg_parser().parse_args(argv)
     try:
-        return _check(args, stdout, stderr) if args.check else _compile(args, stdout, stderr)
+        with quiet() if args.quiet else contextlib.nullcontext():
+            return _check(args, stdout, stderr) if args.check else _compile(args, stdout, stderr)
     except ShapeBindingError as e:
         for line in str(e).splitlines():
             stderr.write(f"{PROG}: error: {args.model}: {line}\n")

@@ -40,6 +40,7 @@ from lezero.ir.location import NameLoc
 from lezero.ir.opdef import OpError
 from lezero.ir.types import ElementType, FunctionType, TensorType, format_shape
 from lezero.ir.verifier import verify
+from lezero.runtime.progress import progress
 import lezero.onnx.element_types as element_types
 import lezero.onnx.registry as registry
 from lezero.onnx.errors import DynamicShapeError, OnnxError, UnsupportedError, ValueDependentError
@@ -371,7 +372,10 @@ class Importer:
                     raise OnnxError(f"constant_inputs['{i.name}'] has shape {format_shape(array.shape)}, but "
                                     f"the input is {t}")
                 env[i.name] = self.constant(array, TensorType(array.shape, t.element_type), NameLoc(i.name))
-        self.convert_nodes(graph.node, env, opsets, prefix="")
+        with progress(len(graph.node), "importing ONNX nodes", unit="node") as bar:  # a terminal's bar (issue 16)
+            for index, node in enumerate(graph.node):
+                self.convert_node(node, index, env, opsets, "", None)
+                bar.update()
         results = []
         for out in graph.output:
             if out.name not in env:

@@ -33,24 +33,27 @@ import tempfile
 import threading
 import time
 import weakref
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, as_completed
 from dataclasses import asdict, dataclass, field, replace
 
 import llvmlite
 import llvmlite.binding as llvm
 
 from lezero.codegen.index_checks import checks_indices
-from lezero.codegen.kernel import symbol_name
+from lezero.codegen.kernel import bytes_accessed, estimate_flops, symbol_name
 from lezero.codegen.llvm import jit
 from lezero.codegen.llvm.backend import LoweredKernel, lower_kernel
 from lezero.codegen.llvm.cache_model import caches_for
 from lezero.codegen.llvm.object_compiler import OPT_LEVEL
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
+from lezero.codegen.row_generic import PROBE_ROWS, RowGeneric, lower_row_generic, row_count, rows_dims, rows_form
+from lezero.codegen.packed_operands import packed_operand
 from lezero.ir.core import Operation
 from lezero.ir.printer import print_op
 from lezero.passes.memory_plan import OFFSETS_ATTR
 from lezero.passes.partition import STAGE_ATTR
 from lezero.runtime.kernel_compiler import compiler_for
+from lezero.runtime.progress import progress
 
 # Bump when generated code changes meaning in a way the sources' fingerprint cannot see.
 CODEGEN_VERSION = "lezero-cpu-2"
@@ -105,6 +108,7 @@ class KernelFacts:
     flops: int
     bytes_accessed: int
     external_symbols: tuple
+    packed_operands: tuple = ()  # a PackedGemmA/B per constant operand read pre-packed (issue 11)
 
 
 class CachedKernel:
@@ -115,8 +119,9 @@ class CachedKernel:
     index_checks = None  # kernels with bounds checks are never keyed by content
 
     def __init__(self, op: Operation, cpu: CpuTarget, content_key: str, facts: KernelFacts,
-                 lowered: LoweredKernel | None = None):
+                 lowered: LoweredKernel | None = None, row_generic: RowGeneric | None = None):
         self.op = op
+        self.row_generic = row_generic  # its code is its rows form's, serving every row count
         self.cpu = cpu
         self.content_key = content_key
         self.facts = facts
@@ -128,6 +133,7 @@ class CachedKernel:
         self.flops = facts.flops
         self.bytes_accessed = facts.bytes_accessed
         self.external_symbols = facts.external_symbols
+        self.packed_operands = facts.packed_operands
         self.operand_types = tuple(v.type for v in op.operands)
         self.result_types = tuple(r.type for r in op.results)
 
@@ -147,6 +153,7 @@ class CacheStats:
     disk_hits: int = 0      # kernels whose content entry was read from disk (not lowered)
     objects_read: int = 0   # objects read from disk (not compiled)
     lowerings: int = 0      # kernels lowered to LLVM IR
+    row_generic_hits: int = 0  # kernels served by the code of their rows form (any row count)
     compiles: int = 0       # objects compiled by LLVM
     rejected: int = 0       # corrupt or stale disk entries, rebuilt
     lower_seconds: float = 0.0
@@ -175,6 +182,8 @@ class KernelCache:
         self._facts: dict[str, KernelFacts] = {}      # content key -> facts
         self._loaded: dict[str, LoadedKernel] = {}    # object key -> code
         self._pending: dict[str, Future] = {}         # object key -> object bytes being compiled
+        self._row_generic: dict[str, object] = {}     # rows form's key -> False or (RowGeneric, facts)
+        self._rows_seen: dict[str, int] = {}          # rows form's key -> the row count it was first lowered at
         self._lock = threading.Lock()
         _CACHES[id(self)] = self
 
@@ -217,14 +226,71 @@ class KernelCache:
             with self._lock:
                 self._facts[key] = facts
             return CachedKernel(kernel_op, cpu, key, facts)
+        generic = self._row_generic_kernel(kernel_op, cpu, key)
+        if generic is not None:
+            return generic
         lowered = self._lower(kernel_op, cpu)
+        return CachedKernel(kernel_op, cpu, key, self._keep_lowered(key, lowered, cpu), lowered)
+
+    def _keep_lowered(self, key: str, lowered: LoweredKernel, cpu: CpuTarget) -> KernelFacts:
+        """The facts of ``lowered`` kept under content ``key`` (memory and disk), its compilation started."""
         facts = KernelFacts(lowered.name, self.object_key(lowered.llvm_ir, cpu),
-                            lowered.work_items, lowered.flops, lowered.bytes_accessed, lowered.external_symbols)
+                            lowered.work_items, lowered.flops, lowered.bytes_accessed, lowered.external_symbols,
+                            lowered.packed_operands)
         with self._lock:
             self._facts[key] = facts
         self._start_compile(facts.object_key, lowered, cpu)
         self._write(self.path(key, ".k"), json.dumps(asdict(facts)).encode())
-        return CachedKernel(kernel_op, cpu, key, facts, lowered)
+        return facts
+
+    def _row_generic_kernel(self, kernel_op: Operation, cpu: CpuTarget, key: str):
+        """``kernel_op`` served by the code of its rows form when that code serves every row count
+        (``lezero/codegen/row_generic.py``: compiled once for all batch and sequence sizes), else
+        None.  The probe runs when a second row count of the same rows form shows up (a model of
+        static shapes never pays for it); its verdict is kept per rows form, in memory and on disk
+        (``<key>.g``; the code's facts in ``<key>.k``)."""
+        dims = rows_dims(kernel_op)
+        if dims is None:
+            return None
+        generic_key = self.kernel_key(rows_form(kernel_op, dims, PROBE_ROWS[0]), cpu)
+        rows = row_count(kernel_op, dims)
+        with self._lock:
+            verdict = self._row_generic.get(generic_key)
+            first_rows = self._rows_seen.setdefault(generic_key, rows)
+        if verdict is None:
+            verdict = self._read_row_generic(generic_key)
+        if verdict is None and first_rows == rows:
+            return None  # one row count so far: lowered for it
+        if verdict is None:
+            found = lower_row_generic(kernel_op, dims, lambda op: self._lower(op, cpu))
+            verdict = False if found is None else (found[0], self._keep_lowered(generic_key, found[1], cpu))
+            record = {"dims": verdict[0].dims, "items_per_row": verdict[0].items_per_row} if verdict else {}
+            self._write(self.path(generic_key, ".g"), json.dumps(record).encode())
+        with self._lock:
+            self._row_generic[generic_key] = verdict
+        if not verdict:
+            return None
+        shape, facts = verdict
+        self.stats.row_generic_hits += 1
+        here = replace(facts, work_items=shape.items_per_row * rows,
+                       flops=estimate_flops(kernel_op.regions[0].blocks[0]), bytes_accessed=bytes_accessed(kernel_op))
+        return CachedKernel(kernel_op, cpu, key, here, row_generic=shape)
+
+    def _read_row_generic(self, generic_key: str):
+        """A row-generic verdict from disk: False, ``(RowGeneric, KernelFacts)``, or None (none there)."""
+        payload = self._read(self.path(generic_key, ".g"))
+        if payload is None:
+            return None
+        try:
+            record = json.loads(payload)
+            if not record:
+                return False
+            shape = RowGeneric(int(record["dims"]), int(record["items_per_row"]))
+        except (ValueError, KeyError, TypeError):
+            self._reject(self.path(generic_key, ".g"))
+            return None
+        facts = self._read_facts(generic_key)
+        return None if facts is None else (shape, facts)
 
     def load_kernels(self, kernels, cpu: CpuTarget | str | None = None) -> list[LoadedKernel]:
         """The machine code of each of ``kernels`` (``plan_kernel``'s), waiting for compilations."""
@@ -235,7 +301,9 @@ class KernelCache:
         # Every compilation ends before any loading starts: loading takes LLVM's lock, which the
         # compiler in this process holds for a whole kernel at a time.
         start = time.perf_counter()
-        wait(pending)
+        with progress(len(pending), "compiling kernels") as bar:  # on a terminal, when it takes a while
+            for _ in as_completed(pending):
+                bar.update()
         self.stats.compile_seconds += time.perf_counter() - start
         return [self._load_planned(kernel, cpu) for kernel in kernels]
 
@@ -297,12 +365,14 @@ class KernelCache:
         if not isinstance(kernel, CachedKernel):
             return self._load_object(key, symbol, cpu, lambda: _compile_object(kernel.llvm_ir, cpu))
         # Its facts are here but its object is gone (removed, or rejected as corrupt): lower it
-        # again and key it by this kernel's own symbol.
-        lowered = self._lower(kernel.op, cpu)
+        # again and key it by this kernel's own symbol (a row-generic one: its rows form again).
+        shape = kernel.row_generic
+        lowered = self._lower(kernel.op if shape is None else rows_form(kernel.op, shape.dims, PROBE_ROWS[0]), cpu)
         facts = replace(kernel.facts, symbol=lowered.name, object_key=self.object_key(lowered.llvm_ir, cpu))
-        with self._lock:
-            self._facts[kernel.content_key] = facts
-        self._write(self.path(kernel.content_key, ".k"), json.dumps(asdict(facts)).encode())
+        if shape is None:
+            with self._lock:
+                self._facts[kernel.content_key] = facts
+            self._write(self.path(kernel.content_key, ".k"), json.dumps(asdict(facts)).encode())
         return self._load_object(facts.object_key, facts.symbol, cpu,
                                  lambda: _compile_object(lowered.llvm_ir, cpu))
 
@@ -334,7 +404,8 @@ class KernelCache:
             fields = json.loads(payload)
             return KernelFacts(fields["symbol"], fields["object_key"], int(fields["work_items"]),
                                int(fields["flops"]), int(fields["bytes_accessed"]),
-                               tuple(fields["external_symbols"]))
+                               tuple(fields["external_symbols"]),
+                               tuple(packed_operand(packed) for packed in fields["packed_operands"]))
         except (ValueError, KeyError, TypeError):
             self._reject(self.path(key, ".k"))
             return None
@@ -376,6 +447,8 @@ class KernelCache:
         with self._lock:
             self._facts.clear()
             self._loaded.clear()
+            self._row_generic.clear()
+            self._rows_seen.clear()
 
 
 def _compile_object(llvm_ir: str, cpu: CpuTarget) -> bytes:

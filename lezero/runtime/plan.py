@@ -46,6 +46,7 @@ from lezero.ir.types import FunctionType, TensorType
 from lezero.passes.memory_plan import OFFSETS_ATTR, arena_attributes
 from lezero.passes.partition import CONTROL_FLOW_OPS, TRANSFER_KIND
 from lezero.passes.placement import HOST
+from lezero.runtime.progress import advance, progress
 
 # A kernel runs on the calling thread unless it writes this many bytes or does this many flops.
 # The native pool hands work over in ~1.3 us and the caller runs any chunk a late worker has not
@@ -54,6 +55,11 @@ from lezero.passes.placement import HOST
 # ORT, efficientnet_b0 1.21x -> 1.12x; 4 KB / 0.25 MFLOP was the same within noise.
 PARALLEL_MIN_BYTES = 1 << 14
 PARALLEL_MIN_FLOPS = 1_000_000
+# ... or reads this many bytes: a matrix-vector product over a weight (an LSTM step at batch 1:
+# 1x256 @ 256x1024, 0.5 MFLOP and a 4 KB result) is bound by streaming the 1 MB weight, and split
+# over 2 threads each core streams half of it from its own L2: 21 us -> 12 us per launch, b1 h256
+# LSTM inference 9.3 -> 7.0 ms (benchmarks/rnn.py).
+PARALLEL_MIN_READ_BYTES = 1 << 18
 
 
 def specialize(module: ModuleOp, entry: str, shapes: list[tuple], target: str = "cpu") -> ModuleOp:
@@ -183,7 +189,8 @@ def lower_for_device(op: Operation, device: str, cpu=None, cache=None):
 def splits_over_threads(kernel, op: Operation) -> bool:
     """Whether a CPU kernel has enough work to split over the thread pool."""
     out_bytes = sum(r.type.nbytes for r in op.results)
-    return kernel.work_items > 1 and (out_bytes >= PARALLEL_MIN_BYTES or kernel.flops >= PARALLEL_MIN_FLOPS)
+    return kernel.work_items > 1 and (out_bytes >= PARALLEL_MIN_BYTES or kernel.flops >= PARALLEL_MIN_FLOPS
+                                      or kernel.bytes_accessed >= PARALLEL_MIN_READ_BYTES)
 
 
 def launch_count(plan: ExecutionPlan) -> int:
@@ -200,7 +207,10 @@ def build_plan(module: ModuleOp, entry: str, cpu=None, fold_constant_kernels: bo
     for device in DEVICES:
         attr = func.attributes.get(arena_attributes(device)[0])
         sizes[device] = int(attr.value) if attr is not None else 0
-    return _plan_block(ExecutionPlan(module, func, sizes, block=func.entry_block), cpu, fold_constant_kernels, cache)
+    kernels = sum(op.name == "lz.kernel" for op in func.walk())
+    with progress(kernels, f"lowering @{entry}"):  # a bar on a terminal when it takes a while (issue 16)
+        return _plan_block(ExecutionPlan(module, func, sizes, block=func.entry_block), cpu, fold_constant_kernels,
+                           cache)
 
 
 def _host_step(plan: ExecutionPlan, op: Operation, operands: list, results: list, cpu, cache) -> HostStep:
@@ -225,6 +235,20 @@ def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) ->
     def constant(array: np.ndarray, t: TensorType) -> BufferRef:
         plan.constants.append(np.ascontiguousarray(array, t.element_type.numpy_dtype).reshape(t.shape))
         return BufferRef("constant", len(plan.constants) - 1)
+
+    packed: dict[tuple, BufferRef] = {}
+
+    def packed_constant(ref: BufferRef, spec, op: Operation) -> BufferRef:
+        """The constant ``ref`` in the layout ``spec`` asks (a kernel's ``packed_operands``), packed
+        once per plan; the constant itself stays for its other readers."""
+        if ref.kind != "constant":
+            raise IRError(f"a kernel reads operand {spec.operand} pre-packed, but it is not a constant "
+                          f"({ref.kind})", op.location)
+        key = (ref.where, spec)
+        if key not in packed:
+            plan.constants.append(spec.pack(plan.constants[ref.where]))
+            packed[key] = BufferRef("constant", len(plan.constants) - 1)
+        return packed[key]
 
     for op in block.ops:
         if op.name == "lz.constant":
@@ -252,7 +276,10 @@ def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) ->
             launch = Launch(op, attrs.name, attrs.kind, device, operands, [where[id(r)] for r in op.results])
             if attrs.kind != TRANSFER_KIND:
                 launch.kernel = lower_for_device(op, device, cpu, cache)
+                advance()
                 launch.split_over_threads = device == HOST and splits_over_threads(launch.kernel, op)
+                for spec in launch.kernel.packed_operands if device == HOST else ():  # issue 11
+                    launch.operands[spec.operand] = packed_constant(operands[spec.operand], spec, op)
             plan.launches.append(launch)
         elif op is not block.terminator:
             raise IRError(f"'{op.name}' op is left outside any kernel after fusion", op.location)

@@ -47,6 +47,7 @@ from lezero.ir.core import ModuleOp
 import lezero.runtime.native.driver as driver
 from lezero.runtime.native.program import NativeCompileError, NativeProgram, bind_shapes, entry_function, plan_program
 from lezero.runtime.plan import specialize
+from lezero.runtime.progress import progress
 
 
 @dataclass
@@ -173,13 +174,16 @@ def emit_kernel_objects(kernels: dict, jobs: int | None = None, cpu: CpuTarget |
                                            "cpu": "host" if cpu.is_host else cpu.cpu, "triple": cpu.triple}))
                 workers.append((subprocess.Popen([sys.executable, "-c", _WORKER, str(job), str(obj)],
                                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), obj))
-            objects = [emit_linked_object(list(groups[0].values()), list(groups[0]), cpu)]
-            for process, obj in workers:
-                _, err = process.communicate()
-                if process.returncode != 0:
-                    raise RuntimeError(f"a kernel compiler process failed (exit code {process.returncode}):\n"
-                                       f"{err.decode(errors='replace')[-4000:]}")
-                objects.append(obj.read_bytes())
+            with progress(len(kernels), "compiling kernel objects") as bar:  # a terminal's bar (issue 16)
+                objects = [emit_linked_object(list(groups[0].values()), list(groups[0]), cpu)]
+                bar.update(len(groups[0]))
+                for (process, obj), group in zip(workers, groups[1:]):
+                    _, err = process.communicate()
+                    if process.returncode != 0:
+                        raise RuntimeError(f"a kernel compiler process failed (exit code {process.returncode}):\n"
+                                           f"{err.decode(errors='replace')[-4000:]}")
+                    objects.append(obj.read_bytes())
+                    bar.update(len(group))
         finally:
             for process, _ in workers:
                 if process.poll() is None:
