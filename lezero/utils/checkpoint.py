@@ -5,7 +5,7 @@ checkpoint that is complete.
 A checkpoint is a folder per step, in the layout of PyTorch's distributed checkpoint::
 
     directory/step-00000120/rank-00000-of-00002.lzckpt   one shard per rank (``lz.save``'s format)
-    directory/step-00000120/rank-00000.json              the rank's shard is durable: its size, SHA-256
+    directory/step-00000120/rank-00000.json              the rank's shard is durable: size, header SHA-256
     directory/step-00000120/metadata.json                rank 0, last: world size, every shard's checksum
 
 Each file is written to a temporary name, fsynced, renamed and its folder fsynced, and the
@@ -28,7 +28,6 @@ or ``close`` waits for it and raises what it raised.  Ranks meet through the fil
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -41,11 +40,10 @@ import warnings
 import numpy as np
 
 from lezero.eager.creation import Generator, default_generator
-from lezero.eager.serialization import CheckpointError, atomic_write, fsync_directory, load, snapshot
+from lezero.eager.serialization import CheckpointError, atomic_write, fsync_directory, load, snapshot, verify
 
 FORMAT = "lezero-checkpoint/1"
 _STEP_FOLDER = re.compile(r"^step-(\d+)$")
-_HASH_CHUNK = 1 << 24
 
 
 def rng_state() -> dict:
@@ -81,14 +79,6 @@ def _load_into(name: str, target, saved) -> None:
     else:
         raise TypeError(f"CheckpointManager.restore: {name}= is a {type(target).__name__}, which has no "
                         "load_state_dict (pass the objects to load into; plain values come back in the state)")
-
-
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _write_json(path: str, value) -> None:
@@ -257,7 +247,11 @@ class CheckpointManager:
             if os.path.getsize(path) != entry["bytes"]:
                 return skip(f"its shard {entry['file']} has {os.path.getsize(path)} bytes, not the {entry['bytes']} "
                             "it was saved with (truncated?)")
-            if _file_sha256(path) != entry["sha256"]:
+            try:
+                digest = verify(path)
+            except CheckpointError as error:
+                return skip(f"its shard {entry['file']} is damaged: {error}")
+            if digest != entry["sha256"]:
                 return skip(f"its shard {entry['file']} does not match its checksum (corrupt)")
         return True
 
