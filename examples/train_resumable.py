@@ -17,6 +17,8 @@ import os
 import pathlib
 import sys
 
+import numpy as np
+
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import digits  # noqa: E402
 from train_cnn import DigitsCNN  # noqa: E402
@@ -27,9 +29,8 @@ from lezero.utils.checkpoint import CheckpointManager  # noqa: E402
 
 
 def train(checkpoints: str, steps: int, model_name: str = "cnn", every: int = 5, seed: int = 0, log=None,
-          out=None, batch_size: int = 32) -> int:
-    size = 8 if model_name == "cnn" else 28
-    x_train, y_train, _, _ = digits.load(size)
+          out=None, batch_size: int = 32, data=None) -> int:
+    x_train, y_train = data if data is not None else digits.load(8 if model_name == "cnn" else 28)[:2]
     if model_name == "mlp":
         x_train = x_train.reshape(len(x_train), 784)
     lz.manual_seed(seed)
@@ -80,8 +81,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", help="append each step's loss here")
     parser.add_argument("--out", help="write the final parameters here (lz.save)")
+    parser.add_argument("--data", help="an .npz with x_train and y_train (default: scikit-learn's digits)")
     args = parser.parse_args(argv)
-    train(args.checkpoints, args.steps, args.model, args.every, args.seed, args.log, args.out)
+    data = None
+    if args.data:
+        with np.load(args.data) as arrays:
+            data = arrays["x_train"], arrays["y_train"]
+    train(args.checkpoints, args.steps, args.model, args.every, args.seed, args.log, args.out, data=data)
     return 0
 
 

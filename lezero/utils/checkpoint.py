@@ -100,8 +100,8 @@ class CheckpointManager:
             raise ValueError(f"CheckpointManager: keep must be a positive int or None (keep all), got {keep!r}")
         self.directory = os.fspath(directory)
         self.every_n_steps, self.keep = every_n_steps, keep
-        self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
-        self.world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else int(world_size)
+        self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else int(world_size)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"CheckpointManager: rank {self.rank} is not in [0, world_size={self.world_size})")
         self.async_save, self.save_rng, self.rank_timeout = async_save, save_rng, rank_timeout

@@ -165,7 +165,8 @@ def test_ranks_write_their_shards_and_rank_0_the_metadata_last(tmp_path):
     rank0 = CheckpointManager(tmp_path, rank=0, world_size=2)
     rank0.save(5, value=lz.zeros(3))
     rank0.wait()
-    metadata = json.loads(open(os.path.join(rank0.folder(5), "metadata.json")).read())
+    with open(os.path.join(rank0.folder(5), "metadata.json")) as f:
+        metadata = json.load(f)
     assert metadata["world_size"] == 2 and [s["file"] for s in metadata["shards"]] == \
         ["rank-00000-of-00002.lzckpt", "rank-00001-of-00002.lzckpt"]
     assert rank1.restore()[1]["value"].numpy().tolist() == [1, 1, 1]

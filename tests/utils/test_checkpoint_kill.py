@@ -27,8 +27,22 @@ def _env() -> dict:
     return {**os.environ, "LEZERO_NUM_THREADS": "2", "PYTHONPATH": str(ROOT)}
 
 
-def _args(model: str, folder: pathlib.Path, name: str) -> list[str]:
-    return [str(SCRIPT), "--model", model, "--steps", str(STEPS), "--every", str(EVERY),
+@pytest.fixture(scope="module")
+def digits_files(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """The training images for each model, loaded once (the runs need not import scikit-learn)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import digits
+    folder = tmp_path_factory.mktemp("digits")
+    files = {}
+    for model, size in (("cnn", 8), ("mlp", 28)):
+        x_train, y_train, _, _ = digits.load(size)
+        files[model] = folder / f"{model}.npz"
+        np.savez(files[model], x_train=x_train, y_train=y_train)
+    return files
+
+
+def _args(model: str, folder: pathlib.Path, name: str, data: pathlib.Path) -> list[str]:
+    return [str(SCRIPT), "--model", model, "--steps", str(STEPS), "--every", str(EVERY), "--data", str(data),
             "--checkpoints", str(folder / f"{name}_checkpoints"), "--log", str(folder / f"{name}.log"),
             "--out", str(folder / f"{name}.lz")]
 
@@ -39,7 +53,7 @@ def _log(path: pathlib.Path) -> list[str]:
 
 def _losses_after_last_restore(lines: list[str]) -> dict[int, str]:
     last = max(i for i, line in enumerate(lines) if line.startswith("restored"))
-    return dict((int(step), loss) for step, loss in (line.split() for line in lines[last + 1:]))
+    return {int(step): loss for step, loss in (line.split() for line in lines[last + 1:])}
 
 
 def _running_pid(lines: list[str]) -> int | None:
@@ -71,30 +85,29 @@ def _wait(predicate, deadline: float, what: str, process: subprocess.Popen):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["cnn", "mlp"])
-def test_sigkill_at_random_steps_and_during_a_save_resumes_bit_identically(model, tmp_path):
-    reference = subprocess.Popen([sys.executable, *_args(model, tmp_path, "reference")], env=_env(),
+def test_sigkill_at_random_steps_and_during_a_save_resumes_bit_identically(model, tmp_path, digits_files):
+    reference = subprocess.Popen([sys.executable, *_args(model, tmp_path, "reference", digits_files[model])], env=_env(),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # meanwhile
     kills = sorted(random.Random(f"{model} {os.getpid()}").sample(range(4, STEPS - 4), 1))
     log, checkpoints = tmp_path / "killed.log", tmp_path / "killed_checkpoints"
     runner = subprocess.Popen([sys.executable, "-m", "lezero.cli.run", "--max-restarts", "3",
-                               *_args(model, tmp_path, "killed")], env=_env(), stdout=subprocess.PIPE,
+                               *_args(model, tmp_path, "killed", digits_files[model])], env=_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + RUN_TIMEOUT
     mid_save = []
     try:
-        for target in kills + ["during a save"]:
-            pid = None
-            _wait(lambda: (pid := _running_pid(_log(log))) is not None and _last_step(_log(log)) >= 1,
-                  deadline, "the run to start", runner)
+        for target in [*kills, "during a save"]:
+            started = len(_log(log))
+            _wait(lambda n=started: _last_step(_log(log)[n:]) >= 1, deadline, "a step of the (re)started run", runner)
             pid = _running_pid(_log(log))
             if target == "during a save":
                 _wait(lambda: _save_under_way(checkpoints), deadline, "a save under way", runner)
             else:
-                _wait(lambda: _last_step(_log(log)) >= target, deadline, f"step {target}", runner)
+                _wait(lambda step=target: _last_step(_log(log)) >= step, deadline, f"step {target}", runner)
             os.kill(pid, signal.SIGKILL)
             mid_save.append(_save_under_way(checkpoints))
-            _wait(lambda: _running_pid(_log(log)) != pid, deadline, "the restart", runner)
-        out, err = runner.communicate(timeout=max(deadline - time.monotonic(), 1))
+            _wait(lambda dead=pid: _running_pid(_log(log)) != dead, deadline, "the restart", runner)
+        err = runner.communicate(timeout=max(deadline - time.monotonic(), 1))[1]
         _, reference_err = reference.communicate(timeout=max(deadline - time.monotonic(), 1))
     finally:
         if runner.poll() is None:
