@@ -9,13 +9,12 @@ import onnx
 import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
+from support.ir_building import build
 
 import lezero
 from lezero.ir import interpret
 from lezero.ir.opdef import OpError
 from lezero.ir.types import TensorType, tensor
-
-from support.ir_building import build
 
 NP = {"i8": np.int8, "ui8": np.uint8, "i32": np.int32, "f32": np.float32}
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-import llvmlite.ir as ir
+from llvmlite import ir
 
 from lezero.codegen.kernel import single_buffers
 from lezero.codegen.llvm.context import KernelContext
@@ -196,12 +196,11 @@ def _pack_panel(ctx, cols, packed, b_buf, b_base, j0, k, n, groups, b_unsigned):
         b.call(declare(ctx.module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, INT64, ir.IntType(1)]),
                [b.gep(packed, [i64(start)], source_etype=I8), ir.Constant(I8, 0), i64(groups * NB * 4 - start),
                 ir.Constant(ir.IntType(1), 0)])
-        with for_range(b, whole * 4, k, "packk") as kk:
-            with for_range(b, 0, cols, "packc") as c:
-                at = b.add(b_base, b.add(b.mul(kk, i64(n)), b.add(j0, c)))
-                value = b.xor(b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=I8), flip)
-                slot = b.add(b.add(b.mul(b.lshr(kk, i64(2)), i64(NB * 4)), b.mul(c, i64(4))), b.and_(kk, i64(3)))
-                b.store(value, b.gep(packed, [slot], source_etype=I8))
+        with for_range(b, whole * 4, k, "packk") as kk, for_range(b, 0, cols, "packc") as c:
+            at = b.add(b_base, b.add(b.mul(kk, i64(n)), b.add(j0, c)))
+            value = b.xor(b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=I8), flip)
+            slot = b.add(b.add(b.mul(b.lshr(kk, i64(2)), i64(NB * 4)), b.mul(c, i64(4))), b.and_(kk, i64(3)))
+            b.store(value, b.gep(packed, [slot], source_etype=I8))
 
 
 def _packed_vector(b, packed, g, v):
@@ -246,19 +245,17 @@ def _panel(ctx, dot4, cols, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base,
             any_zb = b.or_(any_zb, z)
         zb_vec.append(vec)
     # row sums of the (unsigned) lhs, needed when a column's zero point is not 0
-    with b.if_then(b.icmp_unsigned("!=", any_zb, ir.Constant(I32, 0))):
-        with for_range(b, 0, m, "rowsum") as row:
-            total = ir.Constant(I32, 0)
-            acc = ctx.fn.alloca(I32, 1, "rowacc")
-            b.store(total, acc)
+    acc = ctx.fn.alloca(I32, 1, "rowacc")
+    with b.if_else(b.icmp_unsigned("!=", any_zb, ir.Constant(I32, 0))) as (needed, not_needed):
+        with needed, for_range(b, 0, m, "rowsum") as row:
+            b.store(ir.Constant(I32, 0), acc)
             with for_range(b, 0, k, "rowk") as kk:
                 byte = b.load(b.gep(a_buf.pointer, [b.add(a_base, b.add(b.mul(row, i64(k)), kk))], source_etype=I8),
                               typ=I8)
                 byte = b.add(b.sext(byte, I32), ir.Constant(I32, 128)) if a_signed else b.zext(byte, I32)
                 b.store(b.add(b.load(acc), byte), acc)
             b.store(b.load(acc), b.gep(rowsum, [row], source_etype=I32))
-    with b.if_then(b.icmp_unsigned("==", any_zb, ir.Constant(I32, 0))):
-        with for_range(b, 0, m, "rowzero") as row:
+        with not_needed, for_range(b, 0, m, "rowzero") as row:
             b.store(ir.Constant(I32, 0), b.gep(rowsum, [row], source_etype=I32))
     # per column: -za * colsum + K * za * zb (the row's -zb * rowsum is added per row)
     column_terms = []

@@ -9,10 +9,9 @@ import math
 import numpy as np
 
 from lezero.ir.dialect.contraction import conv2d_input_grad
-from lezero.ir.types import F32, I32
-from lezero.onnx.registry import converter
+from lezero.ir.types import F32
 from lezero.onnx.ops.common import axis_of, product, scaled
-
+from lezero.onnx.registry import converter
 
 # --- matrix products ----------------------------------------------------------------------------------
 
@@ -34,22 +33,6 @@ def gemm(ctx):
     if c is not None and beta != 0:
         y = ctx.op("lz.add", y, scaled(ctx, c, beta))
     return y
-
-
-@converter("MatMulInteger")
-def matmul_integer(ctx):
-    """int32 products of 8-bit operands less their zero points (a per-row point of A, a
-    per-column point of B)."""
-    a, b = ctx.cast(ctx.input(0), I32), ctx.cast(ctx.input(1), I32)
-    a_zero, b_zero = ctx.optional(2), ctx.optional(3)
-    if a_zero is not None:
-        a_zero = ctx.cast(a_zero, I32)
-        if ctx.rank(a_zero) == 1 and a_zero.type.shape[0] != 1:
-            a_zero = ctx.reshape(a_zero, [-1, 1])
-        a = ctx.op("lz.sub", a, a_zero)
-    if b_zero is not None:
-        b = ctx.op("lz.sub", b, ctx.cast(b_zero, I32))
-    return ctx.op("lz.matmul", a, b)
 
 
 # --- convolution --------------------------------------------------------------------------------------

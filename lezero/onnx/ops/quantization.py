@@ -1,17 +1,24 @@
-"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul,
-QLinearConv, ConvInteger, as ONNX's reference computes them (round half to even, saturate to
-the integer type).  Integer quantized types only: float8, float4 and the 4- and 2-bit integers
-have no lezero element type.  Integer convolutions run in float64, which is exact for them.
+"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
+QLinearMatMul, QLinearConv, ConvInteger, as ONNX's reference computes them (round half to even,
+saturate to the integer type).
+
+8-bit tensors compute in integers (issue 12): QuantizeLinear and DequantizeLinear (per tensor or
+per axis) are ``lz.quantize`` / ``lz.dequantize``, DynamicQuantizeLinear ``lz.dynamic_quantize``,
+MatMulInteger and QLinearMatMul's product ``lz.matmul_integer`` (the CPU's int8 GEMM) when A's
+zero point is per tensor; a per-row A zero point subtracts in i32 and multiplies as an i32
+``lz.matmul`` (exact too).  16-bit types and blocked scales take the elementwise form below.
+Integer quantized types only: float8, float4 and the 4- and 2-bit integers have no lezero element
+type.  Integer convolutions run in float64, which is exact for them.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from lezero.ir.types import F32, F64, I32, UI8
-import lezero.onnx.element_types as element_types
-from lezero.onnx.registry import converter
+from lezero.ir.types import F32, F64, I32
+from lezero.onnx import element_types
 from lezero.onnx.ops.nn import _window_attrs, conv2d, spatial_rank
 from lezero.onnx.ops.tensor import broadcast_to
+from lezero.onnx.registry import converter
 
 _RANGES = {"ui8": (0, 255), "i8": (-128, 127), "ui16": (0, 65535), "i16": (-32768, 32767)}
 
@@ -68,6 +75,8 @@ def quantize_linear(ctx):
             raise ctx.unsupported(f"zero point of type {out}")
     else:
         out = _quantized_type(ctx, output_dtype or 2, "output type")
+    if out.name in ("i8", "ui8") and not block and not precision and ctx.dtype(x).is_float:
+        return _quantize(ctx, x, scale, zero, out, axis)
     scale = per_axis(ctx, scale, shape, axis, block)
     if precision:
         p = element_types.from_onnx(precision)
@@ -82,12 +91,37 @@ def quantize_linear(ctx):
     return ctx.cast(saturate(ctx, q, out), out)
 
 
+def _per_tensor_or_axis(ctx, value):
+    """A scale or zero point as ``lz.quantize`` takes it: rank 0, or rank 1 along the axis."""
+    if ctx.rank(value) == 1 and ctx.shape(value)[0] == 1:
+        return ctx.reshape(value, [])
+    if ctx.rank(value) > 1:
+        raise ctx.error(f"a per-axis scale or zero point must be 1-D, got {value.type}")
+    return value
+
+
+def _quantize(ctx, x, scale, zero, out, axis):
+    scale = _per_tensor_or_axis(ctx, ctx.cast(scale, ctx.dtype(x)))
+    zero = ctx.constant(np.zeros(scale.type.shape), out) if zero is None else _per_tensor_or_axis(ctx, zero)
+    return ctx.op("lz.quantize", x, scale, zero, axis=axis)
+
+
 @converter("DequantizeLinear")
 def dequantize_linear(ctx):
     x, scale, zero = ctx.input(0), ctx.input(1), ctx.optional(2)
     axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
     output_dtype = ctx.attr("output_dtype", 0)
     shape = ctx.shape(x)
+    if ctx.dtype(x).name in ("i8", "ui8", "i32") and not block and ctx.dtype(scale).is_float:
+        scale = _per_tensor_or_axis(ctx, scale)
+        zero = ctx.constant(np.zeros(scale.type.shape), ctx.dtype(x)) if zero is None else _per_tensor_or_axis(ctx, zero)
+        y = ctx.op("lz.dequantize", x, scale, zero, axis=axis)
+        if output_dtype:
+            out = element_types.from_onnx(output_dtype)
+            if out is None:
+                raise ctx.unsupported(f"output_dtype {element_types.onnx_type_name(output_dtype)}")
+            y = ctx.cast(y, out)
+        return y
     dx = ctx.cast(x, F32)
     if zero is not None:
         dx = ctx.op("lz.sub", dx, ctx.cast(per_axis(ctx, zero, shape, axis, block), F32))
@@ -103,18 +137,34 @@ def dequantize_linear(ctx):
 @converter("DynamicQuantizeLinear")
 def dynamic_quantize_linear(ctx):
     x = ctx.input(0)
-    everything = list(range(ctx.rank(x)))
-    zero = ctx.scalar(0, x)
-    high = ctx.op("lz.max", ctx.op("lz.reduce_max", x, axes=everything), zero)
-    low = ctx.op("lz.min", ctx.op("lz.reduce_min", x, axes=everything), zero)
-    span = ctx.op("lz.sub", high, low)
-    span = ctx.op("lz.select", ctx.op("lz.cmp", high, low, predicate="eq"), ctx.scalar(1, x), span)
-    scale = ctx.op("lz.div", span, ctx.scalar(255, x))
-    initial = ctx.op("lz.sub", zero, ctx.op("lz.div", low, scale))
-    zero_point = ctx.op("lz.round", ctx.op("lz.max", ctx.scalar(0, x), ctx.op("lz.min", ctx.scalar(255, x), initial)))
-    y = ctx.op("lz.add", ctx.op("lz.round", ctx.op("lz.div", x, scale)), zero_point)
-    y = ctx.op("lz.min", ctx.op("lz.max", y, ctx.scalar(0, y)), ctx.scalar(255, y))
-    return [ctx.cast(y, UI8), scale, ctx.cast(zero_point, UI8)]
+    if ctx.dtype(x) != F32:
+        raise ctx.error(f"DynamicQuantizeLinear takes float32, got {ctx.dtype(x)}")
+    return ctx.create("lz.dynamic_quantize", [x])
+
+
+def integer_product(ctx, a, b, a_zero, b_zero):
+    """``(a - a_zero) @ (b - b_zero)`` in i32: ``lz.matmul_integer`` for 8-bit operands with a
+    per-tensor ``a_zero`` (missing zero points are 0), else an i32 ``lz.matmul`` of the
+    differences (a per-row ``a_zero``)."""
+    eight_bit = all(ctx.dtype(v).name in ("i8", "ui8") for v in (a, b))
+    if a_zero is not None and ctx.rank(a_zero) == 1 and ctx.shape(a_zero)[0] == 1:
+        a_zero = ctx.reshape(a_zero, [])
+    if b_zero is not None and ctx.rank(b_zero) == 1 and ctx.shape(b_zero)[0] == 1:
+        b_zero = ctx.reshape(b_zero, [])
+    if eight_bit and (a_zero is None or ctx.rank(a_zero) == 0):
+        a_zero = ctx.scalar(0, a) if a_zero is None else a_zero
+        b_zero = ctx.scalar(0, b) if b_zero is None else b_zero
+        return ctx.op("lz.matmul_integer", a, b, a_zero, b_zero)
+    if a_zero is not None and ctx.rank(a_zero) == 1:
+        a_zero = ctx.reshape(a_zero, [-1, 1])  # one per row of A
+    return ctx.op("lz.matmul", _minus_zero(ctx, a, a_zero), _minus_zero(ctx, b, b_zero))
+
+
+@converter("MatMulInteger")
+def matmul_integer(ctx):
+    """int32 products of 8-bit operands less their zero points (a per-row point of A, a
+    per-column point of B)."""
+    return integer_product(ctx, ctx.input(0), ctx.input(1), ctx.optional(2), ctx.optional(3))
 
 
 def _minus_zero(ctx, v, zero, reshape=None):
@@ -130,7 +180,7 @@ def _minus_zero(ctx, v, zero, reshape=None):
 @converter("QLinearMatMul")
 def qlinear_matmul(ctx):
     a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = (ctx.optional(i) for i in range(8))
-    product = ctx.op("lz.matmul", _minus_zero(ctx, a, a_zero), _minus_zero(ctx, b, b_zero))
+    product = integer_product(ctx, a, b, a_zero, b_zero)
     factor = ctx.op("lz.div", ctx.op("lz.mul", a_scale, ctx.cast(b_scale, ctx.dtype(a_scale))),
                     ctx.cast(y_scale, ctx.dtype(a_scale)))
     d = ctx.op("lz.mul", ctx.cast(product, F64), ctx.cast(factor, F64))

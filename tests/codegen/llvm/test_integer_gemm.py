@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.ir_building import build
 
 import lezero
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.llvm.jit import emit_assembly
 from lezero.codegen.schedule import schedule
 from lezero.ir.types import tensor
-
-from support.ir_building import build
 
 NP = {"i8": np.int8, "ui8": np.uint8}
 

@@ -1,0 +1,68 @@
+"""Models quantized by ONNX Runtime's own tools, imported and run in integers (issue 12): a
+transformer encoder quantized with ``quantize_dynamic`` (DynamicQuantizeLinear + MatMulInteger:
+lz.dynamic_quantize and lz.matmul_integer, the int8 GEMM) and an MLP quantized with
+``quantize_static`` in the QDQ format (QuantizeLinear / DequantizeLinear pairs with per-channel
+weights), each within one quantization step of ONNX Runtime's outputs."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+import lezero.onnx
+from lezero.ir.printer import print_module
+
+
+def _ort(path, feeds):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _export(model, x, path):
+    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17, input_names=["x"], output_names=["y"])
+
+
+def test_dynamically_quantized_encoder_matches_onnxruntime(tmp_path):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 12, 64)
+    _export(model, x, tmp_path / "encoder.onnx")
+    quantize_dynamic(str(tmp_path / "encoder.onnx"), str(tmp_path / "encoder_q.onnx"), weight_type=QuantType.QInt8)
+    assert "MatMulInteger" in {n.op_type for n in onnx.load(tmp_path / "encoder_q.onnx").graph.node}
+    feeds = {"x": x.numpy()}
+    want = _ort(tmp_path / "encoder_q.onnx", feeds)
+    module_text = print_module(lezero.onnx.import_model(str(tmp_path / "encoder_q.onnx")))
+    assert "lz.matmul_integer" in module_text and "lz.dynamic_quantize" in module_text
+    got = lezero.onnx.compile(str(tmp_path / "encoder_q.onnx")).run(feeds)["y"]
+    step = (want.max() - want.min()) / 255
+    assert np.abs(got - want).max() <= step, (np.abs(got - want).max(), step)
+
+
+class _Batches(CalibrationDataReader):
+    def __init__(self, batches):
+        self.batches = iter(batches)
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def test_statically_quantized_qdq_mlp_matches_onnxruntime(tmp_path):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5)).eval()
+    _export(model, torch.randn(4, 20), tmp_path / "mlp.onnx")
+    rng = np.random.default_rng(0)
+    quantize_static(str(tmp_path / "mlp.onnx"), str(tmp_path / "mlp_q.onnx"),
+                    _Batches([{"x": rng.standard_normal((4, 20)).astype(np.float32)} for _ in range(8)]),
+                    quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8)
+    ops = {n.op_type for n in onnx.load(tmp_path / "mlp_q.onnx").graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    feeds = {"x": rng.standard_normal((4, 20)).astype(np.float32)}
+    want = _ort(tmp_path / "mlp_q.onnx", feeds)
+    got = lezero.onnx.compile(str(tmp_path / "mlp_q.onnx")).run(feeds)["y"]
+    step = (want.max() - want.min()) / 255
+    assert np.abs(got - want).max() <= step, (np.abs(got - want).max(), step)
