@@ -27,7 +27,9 @@ times with its inputs bound to the carried values' current buffers and to views 
 copies), its outputs to ``ys[k][i]`` (written in place into the stacked results) and to the
 carried values' other buffer, the two swapped each iteration and chosen so the last iteration
 writes the final carried values into the step's result buffers; the initial values are read
-where they are.  ``lz.while`` runs its condition plan before each body run (the carried values
+where they are.  A body of kernels only runs all its iterations in one native call
+(``lezero.runtime.loop_driver``: the same buffers, addresses computed in machine code), which
+saves the ~3 us per iteration and launch that the Python loop costs.  ``lz.while`` runs its condition plan before each body run (the carried values
 copied into the results at the end when the count came out odd; one that has a max_trip_count
 raises when its condition still holds after that many runs); ``lz.if`` runs the plan of the
 branch the predicate picks, straight into the results.  The cuda executor runs the same
@@ -47,7 +49,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -352,10 +354,49 @@ def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> list[
     return results
 
 
+# issue 14: a callback between kernels (DDP's compiled step starts a bucket's all-reduce as soon as
+# the kernel writing its last gradient has run, while the rest of the backward pass runs).
+def result_writers(plan: CpuPlan) -> dict[int, int]:
+    """For each result the kernels write in place, the index of the last launch that writes it."""
+    writers = {}
+    for k, launch in enumerate(plan.plan.launches):
+        for ref in launch.results:
+            if ref.kind == "output":
+                writers[ref.where] = k
+    return {i: k for i, k in writers.items() if plan.outputs[i][0]}
+
+
+def run_plan_notifying(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool, watched: set[int],
+                       on_result, on_launch=None) -> list[np.ndarray]:
+    """``run_plan`` that calls ``on_result(i, array)`` for each result index in ``watched`` right
+    after the launch writing it (the others, copied at the end, after that), and
+    ``on_launch(name, start, end)`` (``time.perf_counter`` stamps) after each launch."""
+    results = _result_arrays(plan)
+    writers = result_writers(plan)
+    after: dict[int, list[int]] = {}
+    for i in watched:
+        if i in writers:
+            after.setdefault(writers[i], []).append(i)
+    with plan.lock:
+        for k, launch in enumerate(plan.launches):
+            start = time.perf_counter()
+            run_launch(launch, inputs, results, pool)
+            if on_launch is not None:
+                on_launch(getattr(launch, "name", "host step"), start, time.perf_counter())
+            for i in after.get(k, ()):
+                on_result(i, results[i])
+        _copy_results(plan, inputs, results)
+    for i in sorted(watched):
+        if i not in writers:
+            on_result(i, results[i])
+    return results
+
+
 class Profiling:
     """The hook ``lezero.profiler.profile`` sets while it records (issue 16): ``recorder`` has
     ``run_plan(plan, inputs, pool) -> results`` (times each launch with ``profile_plan``) and
-    ``compiled(name, start, end)`` (a plan built); ``None`` when nothing records."""
+    ``compiled(name, start, end, cache stats before, after)`` (a plan built); ``None`` when nothing
+    records."""
 
     recorder = None
 
@@ -434,7 +475,7 @@ class CompiledFunction:
             with self._plans_lock:
                 plan = self._plans.get(key)
                 if plan is None:
-                    started = time.perf_counter()
+                    started, cache_before = time.perf_counter(), replace(self.cache.stats)  # for lezero.profiler
                     try:
                         specialized = specialize(self.module, self.entry, list(shapes), self.target)
                     except IRError as e:
@@ -444,7 +485,8 @@ class CompiledFunction:
                     plan = self.bind_plan(build_plan(specialized, self.entry, self.cpu, cache=self.cache))
                     self._plans[key] = plan
                     if Profiling.recorder is not None:
-                        Profiling.recorder.compiled(f"@{self.entry}", started, time.perf_counter())
+                        Profiling.recorder.compiled(f"@{self.entry}", started, time.perf_counter(), cache_before,
+                                                    self.cache.stats)
         return plan
 
     def bind_plan(self, plan: ExecutionPlan):

@@ -396,6 +396,13 @@ class ThreadPool:
         if errors:
             raise errors[0]
 
+    def native_entry(self) -> tuple[int, int]:
+        """``(address of lz_pool_run, address of the pool's state)``, for machine code that splits
+        launches itself (``lezero.runtime.loop_driver``'s loop): it calls ``lz_pool_run(state,
+        function, argument, work_items, chunks)`` as ``parallel_for`` does.  Starts the workers."""
+        workers = self._workers or self._start()
+        return ctypes.cast(workers.run, ctypes.c_void_p).value, ctypes.addressof(workers.state)
+
     def _start(self) -> _Workers:
         with self._start_lock:
             if self._workers is None:
