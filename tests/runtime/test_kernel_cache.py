@@ -193,3 +193,49 @@ def test_a_cached_object_missing_its_symbol_is_an_error_not_a_crash(tmp_path):
     cache._write(path, payload)
     with pytest.raises(RuntimeError, match="no symbol 'gone_"):
         compiled_twice(cache)
+
+
+LAYER_NORM = """
+func.func @f(%x: tensor<?x?x48xf32>, %g: tensor<48xf32>) -> tensor<?x?x48xf32> {
+  %m = "lz.reduce_mean"(%x) {axes = array<i64: 2>, keepdims = true} : (tensor<?x?x48xf32>) -> tensor<?x?x1xf32>
+  %c = "lz.sub"(%x, %m) : (tensor<?x?x48xf32>, tensor<?x?x1xf32>) -> tensor<?x?x48xf32>
+  %s = "lz.mul"(%c, %c) : (tensor<?x?x48xf32>, tensor<?x?x48xf32>) -> tensor<?x?x48xf32>
+  %v = "lz.reduce_mean"(%s) {axes = array<i64: -1>, keepdims = true} : (tensor<?x?x48xf32>) -> tensor<?x?x1xf32>
+  %e = "lz.constant"() {value = dense<1.0e-05> : tensor<f32>} : () -> tensor<f32>
+  %ve = "lz.add"(%v, %e) : (tensor<?x?x1xf32>, tensor<f32>) -> tensor<?x?x1xf32>
+  %r = "lz.rsqrt"(%ve) : (tensor<?x?x1xf32>) -> tensor<?x?x1xf32>
+  %n = "lz.mul"(%c, %r) : (tensor<?x?x48xf32>, tensor<?x?x1xf32>) -> tensor<?x?x48xf32>
+  %y = "lz.mul"(%n, %g) : (tensor<?x?x48xf32>, tensor<48xf32>) -> tensor<?x?x48xf32>
+  func.return %y : tensor<?x?x48xf32>
+}
+"""
+
+
+def layer_norm_reference(x, g):
+    c = x - x.mean(-1, keepdims=True)
+    return c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-5) * g
+
+
+def test_a_row_generic_kernel_compiles_once_for_every_batch_and_sequence(tmp_path):
+    """The layer norm is lowered for its first shape; the second row count probes its rows form
+    (two lowerings, one compile); every later (batch, sequence) runs that code: nothing lowered or
+    compiled, on a warm start (a fresh cache on the same directory) not even the probe."""
+    cache = KernelCache(tmp_path)
+    f = CompiledFunction(parse_module(LAYER_NORM), "f", cache=cache)
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal(48).astype(np.float32)
+    shapes = [(2, 8), (3, 5), (1, 1), (7, 13), (4, 64), (1, 255), (16, 3)]
+    counts = []
+    for batch, seq in shapes:
+        x = rng.standard_normal((batch, seq, 48)).astype(np.float32) * 3
+        np.testing.assert_allclose(f(x, g), layer_norm_reference(x, g), rtol=2e-5, atol=2e-5)
+        counts.append((cache.stats.lowerings, cache.stats.compiles))
+    assert counts[0] == (1, 1)
+    assert counts[1] == (3, 2)  # the probe at two row counts, one object for every row count
+    assert all(c == counts[1] for c in counts[2:])
+    assert cache.stats.row_generic_hits == len(shapes) - 1
+    warm = KernelCache(tmp_path)
+    x = rng.standard_normal((5, 9, 48)).astype(np.float32)
+    np.testing.assert_allclose(CompiledFunction(parse_module(LAYER_NORM), "f", cache=warm)(x, g),
+                               layer_norm_reference(x, g), rtol=2e-5, atol=2e-5)
+    assert (warm.stats.lowerings, warm.stats.compiles, warm.stats.row_generic_hits) == (0, 0, 1)

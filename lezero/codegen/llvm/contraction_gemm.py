@@ -64,6 +64,7 @@ from lezero.codegen.llvm.loops import (
     unravel_values,
 )
 from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar
+from lezero.codegen.row_generic import any_rows
 from lezero.codegen.llvm.value_at_index import IndexMaterializer, LLVMValueAtIndex
 from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
@@ -423,8 +424,11 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     range as one rectangle, so that each thread packs its operands once whatever the number of
     threads (the runtime gives each thread one contiguous range)."""
     config = plan.config(gemm.GemmConfig.for_target(ctx.cpu))
-    dim, cuts = slice_cuts(plan.m, plan.n, config.mr, config.nr)
-    slices = len(cuts) - 1
+    # The rows form of a one-batch matmul (lezero/codegen/row_generic.py): a work item per row
+    # of C, the call's range its rows, so that the code names no row count and serves every one.
+    per_row = any_rows(ctx.kernel) and isinstance(plan, MatmulGemm) and plan.batches == 1 and not plan.swapped
+    dim, cuts = ("rows", None) if per_row else slice_cuts(plan.m, plan.n, config.mr, config.nr)
+    slices = plan.m if per_row else len(cuts) - 1
 
     # Where partial sums wait between K blocks: a float32 result when the output is a C matrix,
     # else the workspace.
@@ -463,24 +467,27 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     buffers = ctx.fn.buffers
     begin, end = ctx.fn.begin, ctx.fn.end
     first, second = (buffers[ctx.body.args.index(stored_operand(ctx, v, anchor)[0])] for v in anchor.operands)
-    cut_type = ir.ArrayType(I64, len(cuts))
-    cut_table = ir.GlobalVariable(module, cut_type, f"{ctx.name}.cuts")
-    cut_table.global_constant = True
-    cut_table.linkage = "internal"
-    cut_table.initializer = ir.Constant(cut_type, cuts)
+    if not per_row:
+        cut_type = ir.ArrayType(I64, len(cuts))
+        cut_table = ir.GlobalVariable(module, cut_type, f"{ctx.name}.cuts")
+        cut_table.global_constant = True
+        cut_table.linkage = "internal"
+        cut_table.initializer = ir.Constant(cut_type, cuts)
 
     def cut(s):
-        return b.load(b.gep(cut_table, [i64(0), s], source_etype=cut_type), typ=I64)
+        return s if per_row else b.load(b.gep(cut_table, [i64(0), s], source_etype=cut_type), typ=I64)
 
     with b.if_then(b.icmp_signed("<", begin, end)):
-        first_batch = b.udiv(begin, i64(slices))
-        last_batch = b.udiv(b.sub(end, i64(1)), i64(slices))
+        first_batch = i64(0) if per_row else b.udiv(begin, i64(slices))
+        last_batch = i64(0) if per_row else b.udiv(b.sub(end, i64(1)), i64(slices))
         # Workspace: packed A and B, partial sums (for the largest rectangle of the call: a whole
         # batch's when the range spans batches), the slab.
         gemm_floats = config.packed_a_floats + (config.packed_b_floats if plan.pack_b else 0)
         slab_floats = _align_up(plan.slab_floats, 16)
         partial_floats = i64(0)
-        if partials_in_workspace:
+        if partials_in_workspace and per_row:
+            partial_floats = b.mul(b.sub(end, begin), i64(plan.n))
+        elif partials_in_workspace:
             one_batch = b.icmp_unsigned("==", first_batch, last_batch)
             extent = b.select(one_batch, b.sub(cut(b.add(b.urem(b.sub(end, i64(1)), i64(slices)), i64(1))),
                                                cut(b.urem(begin, i64(slices)))), i64(cuts[-1]))
@@ -499,10 +506,13 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
         partials = b.gep(slab, [i64(slab_floats)], source_etype=FLOAT)
 
         with for_range(b, first_batch, b.add(last_batch, i64(1)), "batch") as batch:
-            base = b.mul(batch, i64(slices))
-            s0 = b.sub(b.select(b.icmp_signed("<", begin, base), base, begin), base)
-            s1 = b.sub(min_i64(b, end, b.add(base, i64(slices))), base)
-            lo, hi = cut(s0), cut(s1)
+            if per_row:
+                lo, hi = begin, end
+            else:
+                base = b.mul(batch, i64(slices))
+                s0 = b.sub(b.select(b.icmp_signed("<", begin, base), base, begin), base)
+                s1 = b.sub(min_i64(b, end, b.add(base, i64(slices))), base)
+                lo, hi = cut(s0), cut(s1)
             m0, m1, n0, n1 = (lo, hi, i64(0), i64(plan.n)) if dim == "rows" else (i64(0), i64(plan.m), lo, hi)
             a, bm = plan.operands(b, ctx, first, second, batch, n0, n1, slab)
             if k_blocks == 1 and not plain:
@@ -510,7 +520,8 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
             elif partial_result is not None:
                 per_batch_floats, ldc_value = layout
                 result = buffers[num_operands + partial_result]
-                c, ldc = b.gep(result, [b.mul(batch, i64(per_batch_floats))], source_etype=FLOAT), i64(ldc_value)
+                c = result if per_row else b.gep(result, [b.mul(batch, i64(per_batch_floats))], source_etype=FLOAT)
+                ldc = i64(ldc_value)
             else:  # C[m, n] lives at partials[(m - m0) * ldc + n - n0]
                 ldc = b.sub(n1, n0)
                 shift = b.add(b.mul(m0, ldc), n0)

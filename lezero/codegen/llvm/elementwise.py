@@ -10,7 +10,7 @@ loop separate, recording each index form the materializer was asked for, and mer
 ``i, j`` when every form has ``coef(i) == coef(j) * extent(j)``.
 
 Work items: the innermost (merged) loop runs contiguously; a work item is a block of about
-``CHUNK`` elements of it when it is long, else enough whole rows of it to make about ``CHUNK``.
+``CHUNK`` elements of it when it is long, else one row of it (the code names no row count).
 
 Transposes: a kernel that is one ``lz.transpose`` of an operand moving its contiguous dim away
 from the innermost one copies blocks of W x W elements (W = 16 floats with AVX-512): W vectors
@@ -41,7 +41,7 @@ from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
 from lezero.ir.dialect.data_movement import TransposeOp
 
-CHUNK = 16384  # elements per work item: a call's overhead amortized, and threads still balance
+CHUNK = 16384  # elements per work item of a long row: threads still balance
 # A long inner loop runs four vector iterations at once: the transcendentals are long dependency
 # chains, and LLVM's own choice (one, for register pressure) leaves the FP units idle (measured:
 # exp, sigmoid and gelu 8-20% faster on Zen 4).  Short loops keep LLVM's choice, so that their
@@ -145,18 +145,13 @@ def lower_elementwise(ctx: KernelContext) -> int:
             inner_loop(lo, hi if length % block == 0 else min_i64(b, hi, length))
         work_items = rows * blocks
     else:
-        per_item = max(1, CHUNK // length)
-        work_items = math.ceil(rows / per_item)
-        with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
-            if per_item == 1:
-                bind_row(item)
-                inner_loop(0, length)
-            else:
-                first = b.mul(item, ir.Constant(item.type, per_item))
-                last = b.add(first, ir.Constant(item.type, per_item))
-                with for_range(b, first, last if rows % per_item == 0 else min_i64(b, last, rows), "row") as row:
-                    bind_row(row)
-                    inner_loop(0, length)
+        # A work item is one row: the runtime hands each thread one contiguous range of items
+        # anyway, and code that never names the row count serves every row count
+        # (lezero/codegen/row_generic.py: compiled once for all batch and sequence sizes).
+        work_items = rows
+        with for_range(b, ctx.fn.begin, ctx.fn.end, "row") as row:
+            bind_row(row)
+            inner_loop(0, length)
     ctx.fn.finish()
     return work_items
 

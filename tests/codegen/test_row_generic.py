@@ -1,0 +1,147 @@
+"""Kernels that serve every row count (``lezero/codegen/row_generic.py``): the rows form of a kernel
+(its leading dims collapsed into one), refused where a row reads another row, and the code the
+probe accepts (layer norm, softmax, an activation, attention over batches, GEMMs with epilogues)
+run at many row counts (1, odd, a partial last tile, large) on every CPU of the cross-target
+matrix against the numpy reference of the kernel at that size; code that follows the row count is
+refused."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+
+from codegen.kernel_testing import assert_matches, make_kernel, reference, run_kernel
+from lezero.codegen.llvm.backend import lower_kernel
+from lezero.codegen.row_generic import PROBE_ROWS, lower_row_generic, rows_dims, rows_form
+
+HIDDEN = 48  # not a multiple of any vector width
+
+
+def layer_norm(b, x, gamma):
+    """(x - mean) * rsqrt(var + eps) * gamma over the last dim, gamma a [HIDDEN] vector."""
+    centered = b.op("lz.sub", x, b.op("lz.reduce_mean", x, axes=[2], keepdims=True))
+    var = b.op("lz.reduce_mean", b.op("lz.mul", centered, centered), axes=[-1], keepdims=True)
+    return b.op("lz.mul", b.op("lz.mul", centered, b.op("lz.rsqrt", b.op("lz.add", var, b.constant(np.float32(1e-5))))), gamma)
+
+
+def softmax_rows(b, x):
+    """softmax over the last dim, spelled as the decomposition fusion sees."""
+    shifted = b.op("lz.sub", x, b.op("lz.reduce_max", x, axes=[-1], keepdims=True))
+    e = b.op("lz.exp", shifted)
+    return b.op("lz.div", e, b.op("lz.reduce_sum", e, axes=[-1], keepdims=True))
+
+
+def gelu_bias(b, x, bias):
+    return b.op("lz.gelu", b.op("lz.add", x, bias))
+
+
+def attention_heads(b, q, k, v):
+    """[batch, s, 2 x 16] projections split into 2 heads, attention per (batch, head), merged back."""
+    batch, seq = q.type.shape[:2]
+
+    def heads(x):
+        return b.op("lz.transpose", b.op("lz.reshape", x, shape=[batch, seq, 2, 16]), perm=[0, 2, 1, 3])
+    out = b.op("lz.attention", heads(q), heads(k), heads(v), scale=0.25)
+    return b.op("lz.reshape", b.op("lz.transpose", out, perm=[0, 2, 1, 3]), shape=[batch, seq, 32])
+
+
+def matmul_bias_gelu(b, x, w, bias):
+    return b.op("lz.gelu", b.op("lz.add", b.op("lz.matmul", x, w), bias))
+
+
+def matmul_residual(b, x, w, residual):
+    return b.op("lz.add", b.op("lz.matmul", x, w), residual)
+
+
+BATCH, SEQ = 3, 5
+# name: (body, argument types at [BATCH, SEQ, ...], kind, how many leading dims are the rows)
+KERNELS = {
+    "layer_norm": (layer_norm, [((BATCH, SEQ, HIDDEN), "f32"), ((HIDDEN,), "f32")], "reduction", 2),
+    "softmax": (softmax_rows, [((BATCH, SEQ, HIDDEN), "f32")], "reduction", 2),
+    "gelu_bias": (gelu_bias, [((BATCH, SEQ, 4 * HIDDEN), "f32"), ((4 * HIDDEN,), "f32")], "elementwise", 2),
+    "attention": (attention_heads, [((BATCH, SEQ, 32), "f32")] * 3, "attention", 1),
+    "matmul": (lambda b, x, w: b.op("lz.matmul", x, w), [((BATCH, SEQ, HIDDEN), "f32"), ((HIDDEN, 40), "f32")],
+               "matmul", 2),
+    "matmul_bias_gelu": (matmul_bias_gelu, [((BATCH, SEQ, HIDDEN), "f32"), ((HIDDEN, 200), "f32"), ((200,), "f32")],
+                         "matmul", 2),
+    # K = 700: several K blocks, the partial sums wait in the result
+    "matmul_residual": (matmul_residual, [((BATCH, SEQ, 700), "f32"), ((700, HIDDEN), "f32"),
+                                          ((BATCH, SEQ, HIDDEN), "f32")], "matmul", 2),
+}
+ROWS = (1, 2, 7, 64, 255)  # a partial register tile, several M blocks
+CASES = {f"{name}_r{rows}": (name, rows) for name in KERNELS for rows in ROWS}
+
+
+def kernel_named(name, shapes=None):
+    body, types, kind, _ = KERNELS[name]
+    return make_kernel(shapes or types, body, kind=kind)
+
+
+def test_rows_form_collapses_the_leading_dims():
+    _, kernel = kernel_named("layer_norm")
+    assert rows_dims(kernel) == 2
+    form = rows_form(kernel, 2, 60)
+    assert [tuple(v.type.shape) for v in form.operands] == [(60, HIDDEN), (HIDDEN,)]
+    assert tuple(form.results[0].type.shape) == (60, HIDDEN)
+    (first_mean, *_) = [op for op in form.regions[0].blocks[0].ops if op.name == "lz.reduce_mean"]
+    assert list(first_mean.definition.attrs(first_mean).axes) == [1]  # axis 2 of [b, s, h] is axis 1 of [r, h]
+    _, attention = kernel_named("attention")
+    assert rows_dims(attention) == 1  # the heads split s: only the batch is rows
+
+
+@pytest.mark.parametrize("body", [
+    lambda b, x: b.op("lz.reduce_sum", x, axes=[0, 2], keepdims=True),   # sums over rows
+    lambda b, x: b.op("lz.transpose", x, perm=[1, 0, 2]),                 # swaps the row dims
+    lambda b, x: b.op("lz.cumulative", x, axis=0, combine="add"),         # a scan along the rows
+], ids=["reduce_rows", "transpose_rows", "scan_rows"])
+def test_a_kernel_that_mixes_rows_has_no_rows_form(body):
+    _, kernel = make_kernel([((BATCH, SEQ, HIDDEN), "f32")], body, kind="single")
+    assert rows_dims(kernel) is None
+
+
+@dataclasses.dataclass
+class Lowered:
+    llvm_ir: str
+    work_items: int
+
+
+@pytest.mark.parametrize("lowering", [
+    lambda op: Lowered(f"tiles of {op.results[0].type.shape[0]} rows", 1),      # the IR names the rows
+    lambda op: Lowered("same code", -(-op.results[0].type.shape[0] // 4)),     # 4 rows per work item
+], ids=["names_rows", "rows_per_item"])
+def test_code_that_follows_the_row_count_is_refused(lowering):
+    _, kernel = kernel_named("layer_norm")
+    assert lower_row_generic(kernel, 2, lowering) is None
+
+
+@functools.cache
+def probed(name, cpu):
+    """``lower_row_generic`` of kernel ``name`` for ``cpu`` (once per kernel and CPU: the cases share it)."""
+    _, kernel = kernel_named(name)
+    return lower_row_generic(kernel, KERNELS[name][3], lambda op: lower_kernel(op, cpu=cpu))
+
+
+@pytest.mark.cross_target(cases=CASES, group=lambda case: case[0])
+def test_row_generic_code_matches_the_reference_at_every_row_count(cpu, case):
+    name, rows = case
+    _, types, _, dims = KERNELS[name]
+    found = probed(name, cpu)
+    assert found is not None, f"{name}: its code should serve every row count"
+    shape, lowered = found
+    assert lowered.work_items == shape.items_per_row * PROBE_ROWS[0]
+    # the same code at `rows` rows: [1, rows, ...] (the rows of b x s), or a batch of `rows`
+    lead = (1, rows) if dims == 2 else (rows, SEQ)
+    sized = [(lead + s[2:] if len(s) == 3 else s, dtype) for s, dtype in types]
+    module, real = kernel_named(name, sized)
+    assert shape.rows(real) == rows
+    rng = np.random.default_rng(rows)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s, _ in sized]
+    here = dataclasses.replace(lowered, work_items=shape.items_per_row * shape.rows(real),
+                               operand_types=tuple(v.type for v in real.operands),
+                               result_types=tuple(r.type for r in real.results))
+    got = run_kernel(real, inputs, 3, lowered=here, cpu=cpu)
+    (want,) = reference(module, inputs)
+    # (sums of 700 products in another order than numpy's: error relative to the output's scale)
+    assert_matches(got[0], want, rtol=2e-5, atol=1e-6 * max(1.0, float(np.abs(want).max())))
