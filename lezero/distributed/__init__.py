@@ -9,7 +9,7 @@ communication thread, the mismatch check, the byte counter) in ``process_group.p
 """
 from lezero.distributed.backends import Backend, MPIBackend, TorchBackend  # noqa: F401
 from lezero.distributed.process_group import (ClusterConfig, CollectiveMismatchError, DistributedError,  # noqa: F401
-                                              DistributedTimeoutError, ProcessGroup, ReduceOp, Work, all_gather,
+                                              DistributedTimeoutError, Future, ProcessGroup, ReduceOp, Work, all_gather,
                                               all_reduce, barrier, broadcast, bytes_sent, destroy_process_group,
-                                              get_backend, get_rank, get_world_size, init_process_group,
+                                              get_backend, get_rank, get_world_size, group, init_process_group,
                                               is_initialized, recv, reduce_scatter, reset_bytes_sent, send)

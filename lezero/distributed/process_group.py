@@ -80,6 +80,7 @@ class Work:
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._then = None
+        self.result: list = []  # the tensors it writes (torch's ``Work.result()``)
         self.started_at = self.finished_at = None  # time.perf_counter() stamps, for overlap traces
 
     def is_completed(self) -> bool:
@@ -97,6 +98,36 @@ class Work:
             then()
         return True
 
+    def get_future(self) -> "Future":
+        """torch's ``Work.get_future()``: its value is ``result`` once the work is done."""
+        return Future(lambda: (self.wait(), self.result)[1])
+
+
+class Future:
+    """torch.futures.Future's use in comm hooks: ``wait()``/``value()`` give the value (computed on
+    first wait: collectives complete on the communication thread), ``then(fn)`` chains ``fn(future)``."""
+
+    def __init__(self, resolve):
+        self._resolve, self._done, self._value = resolve, False, None
+
+    @classmethod
+    def completed(cls, value) -> "Future":
+        return cls(lambda: value)
+
+    def wait(self):
+        if not self._done:
+            self._value, self._done = self._resolve(), True
+        return self._value
+
+    value = wait
+
+    def then(self, callback) -> "Future":
+        """A future of ``callback(self)``, called once this one is complete."""
+        def chained():
+            self.wait()
+            return callback(self)
+        return Future(chained)
+
 
 class ProcessGroup:
     """A backend, its communication thread and the checks; one per process (``lz.distributed``'s group)."""
@@ -105,6 +136,8 @@ class ProcessGroup:
         self.backend, self.timeout_s, self.check_collectives = backend, timeout_s, check_collectives
         self.rank, self.world_size = backend.rank, backend.world_size
         self.bytes_sent = 0
+        self.timeline: list = []  # (description, start, end) per finished job, when ``record_timeline``
+        self.record_timeline = False
         self._jobs: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._serve, name="lz.distributed communication", daemon=True)
         self._thread.start()
@@ -121,6 +154,8 @@ class ProcessGroup:
             except BaseException as e:  # handed to the waiting caller, which raises it
                 work._error = e
             work.finished_at = time.perf_counter()
+            if self.record_timeline:
+                self.timeline.append((work.description, work.started_at, work.finished_at))
             work._done.set()
 
     def issue(self, description: str, run, payload_bytes: int, then=None, collective: bool = True) -> Work:
@@ -291,7 +326,9 @@ def all_reduce(tensor: Tensor, op: str = ReduceOp.SUM, async_op: bool = False, *
         if op == ReduceOp.AVG:
             np.divide(array, g.world_size, out=array, casting="unsafe") if isinstance(array, np.ndarray) \
                 else array.div_(g.world_size)
-    return _finish(g.issue(describe("all_reduce", tensor, name, f" op={op}"), run, array.nbytes, store), async_op)
+    work = g.issue(describe("all_reduce", tensor, name, f" op={op}"), run, array.nbytes, store)
+    work.result = [tensor]
+    return _finish(work, async_op)
 
 
 def broadcast(tensor: Tensor, src: int = 0, async_op: bool = False, *, name: str | None = None):
@@ -301,6 +338,7 @@ def broadcast(tensor: Tensor, src: int = 0, async_op: bool = False, *, name: str
     array, store = _buffer(tensor)
     work = g.issue(describe("broadcast", tensor, name, f" src={src}"), lambda: g.backend.broadcast(array, src),
                    array.nbytes if g.rank == src else 0, store)
+    work.result = [tensor]
     return _finish(work, async_op)
 
 
@@ -317,6 +355,7 @@ def all_gather(tensor_list: list, tensor: Tensor, async_op: bool = False, *, nam
             _store(out, row.reshape(out.shape))
     work = g.issue(describe("all_gather", tensor, name), lambda: g.backend.all_gather(gathered, array),
                    array.nbytes, store)
+    work.result = list(tensor_list)
     return _finish(work, async_op)
 
 

@@ -67,6 +67,9 @@ from lezero.optim.optimizer import Optimizer, UpdateRule
 from lezero.passes.autodiff import differentiate
 from lezero.eager.core import as_inputs, wrap as _wrap
 from lezero.eager.tensor import Tensor
+# issue 14: the step of a DistributedDataParallel model (its gradients all-reduced between the kernels)
+from lezero.jit.distributed_step import DistributedTrainStep  # noqa: E402
+from lezero.nn.parallel import DistributedDataParallel  # noqa: E402
 
 
 # --- building the step ----------------------------------------------------------------------------------
@@ -381,6 +384,11 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
     ``build_step_function``); clipping acts on the unscaled gradients, as after ``scaler.unscale_``.
     Made inside ``lz.autocast``, the step is mixed precision (the ``autocast`` pass runs on its
     forward before the gradient is taken)."""
+    if isinstance(model, DistributedDataParallel):  # issue 14: the wrapped module's step, reduced by DDP
+        return DistributedTrainStep(compile_train_step(model.module, loss_fn, optimizer, example_inputs, example_target,
+                                                       dynamic_batch=dynamic_batch, clip_grad_norm=clip_grad_norm,
+                                                       norm_type=norm_type, clip_grad_value=clip_grad_value,
+                                                       accumulate=accumulate, scaler=scaler), model)
     if isinstance(optimizer, LBFGS):
         raise TypeError("compile_train_step: LBFGS re-evaluates the loss through a closure several times per "
                         "step; run it eagerly (optimizer.step(closure))")

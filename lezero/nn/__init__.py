@@ -26,3 +26,5 @@ from lezero.nn.transformer import (Transformer, TransformerDecoder, TransformerD
 from lezero.nn import utils  # noqa: F401,E402
 # issue 17's recurrent layers
 from lezero.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: F401,E402
+# issue 14's data parallelism: DistributedDataParallel and its comm hooks
+from lezero.nn import parallel  # noqa: F401,E402

@@ -28,6 +28,7 @@ from lezero.eager.creation import Generator, default_generator, numpy_generator 
 from lezero.eager.device_arrays import storage
 from lezero.eager.interop import storage_of
 from lezero.eager.tensor import Tensor
+import lezero.distributed as _distributed  # issue 14: DistributedSampler's default rank and world size
 from lezero.utils.data_workers import Fetcher, WorkerInfo, WorkerIterator, get_worker_info  # noqa: F401
 
 
@@ -414,3 +415,44 @@ class DataLoader:
             return n if self.batch_size is None else (n // self.batch_size if self.drop_last else
                                                       -(-n // self.batch_size))
         return len(self.batch_sampler) if self.batch_sampler is not None else len(self.sampler)
+
+# --- issue 14: the sampler of data-parallel training ------------------------------------------------------------
+
+class DistributedSampler(Sampler):
+    """torch's ``DistributedSampler``: rank ``rank`` of ``num_replicas`` takes every
+    ``num_replicas``-th index (from ``rank`` on) of one order all ranks share: a permutation drawn
+    from ``seed + epoch`` when ``shuffle`` (call ``set_epoch`` each epoch for a new one), padded by
+    repeating its start so every rank gets ``num_samples`` indices (or cut, with ``drop_last``).
+    The rank and world size default to ``lz.distributed``'s group."""
+
+    def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None, shuffle: bool = True,
+                 seed: int = 0, drop_last: bool = False):
+        num_replicas = _distributed.get_world_size() if num_replicas is None else num_replicas
+        rank = _distributed.get_rank() if rank is None else rank
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]")
+        self.dataset, self.num_replicas, self.rank = dataset, num_replicas, rank
+        self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, seed, drop_last, 0
+        n = len(dataset)
+        self.num_samples = n // num_replicas if drop_last and n % num_replicas else -(-n // num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def __iter__(self):
+        n = len(self.dataset)
+        order = np.random.default_rng(self.seed + self.epoch).permutation(n) if self.shuffle else np.arange(n)
+        if self.total_size > n:
+            order = np.resize(order, self.total_size)  # repeats the order's start
+        return iter(order[:self.total_size][self.rank::self.num_replicas].tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def state_dict(self) -> dict:
+        """The epoch: the order follows from ``seed + epoch`` (``DataLoader`` skips the batches seen)."""
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch = int(state["epoch"])
