@@ -23,6 +23,10 @@ above): the same memory, with ``_base`` the tensor owning it and one version cou
 A view that is not C-contiguous is ``_strided``: an op on it takes ``apply_strided``, whose kernel
 reads it through its strides.  In-place ops on views and autograd through them:
 ``lezero.eager.methods.InPlace``.
+
+Why this file is long: the hot path (``apply1``/``apply2``/``apply``, written out for speed), the
+recording it calls and the ``Tensor`` state it reads stay together, so one eager op runs on one
+module's globals; the conversions to Python and numpy are the rest of ``Tensor``'s state.
 """
 from __future__ import annotations
 
@@ -62,13 +66,11 @@ class Mode:
     # Also while ``jit`` traces: called with what is asked (``".item()"``) when a tensor the trace
     # computed is about to become a Python value, which would bake the example's value in; raises.
     on_escape = None
-    # Inside ``lz.autocast`` (issue 13): its ``lezero.eager.autocast.AutocastState``, which casts the
-    # inputs of the ops its policy table names (``apply1``/``apply2``/``apply`` hand them over).
-    autocast = None
     # While a trace records (issue 16: ``SummaryWriter.add_graph`` of an ``nn.Module``): the module
     # path whose ``forward`` runs now (``"layer1.0.conv1"``); recorded ops are located
     # ``NameLoc(scope, the user's line)``, so the graph groups them by module.
     scope = None
+    autocast = None  # inside lz.autocast (issue 13): its lezero.eager.autocast.AutocastState
 
 
 def escaping(t: "Tensor", what: str) -> None:
@@ -221,7 +223,7 @@ _NAMED = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEY
 
 def apply1(op: EagerOp, attrs: tuple, x: "Tensor") -> "Tensor":
     """``apply`` of a one-input, one-result op, written out: the commonest call."""
-    if Mode.autocast is not None and op.name in Mode.autocast.table:
+    if Mode.autocast is not None and op.name in Mode.autocast.table:  # issue 13: lz.autocast casts its inputs
         return Mode.autocast.apply(op, attrs, (x,))
     try:
         a = x._data
@@ -243,7 +245,7 @@ def apply1(op: EagerOp, attrs: tuple, x: "Tensor") -> "Tensor":
 
 def apply2(op: EagerOp, attrs: tuple, x: "Tensor", y: "Tensor") -> "Tensor":
     """``apply`` of a two-input, one-result op (binary operators), written out."""
-    if Mode.autocast is not None and op.name in Mode.autocast.table:
+    if Mode.autocast is not None and op.name in Mode.autocast.table:  # issue 13: lz.autocast casts its inputs
         return Mode.autocast.apply(op, attrs, (x, y))
     try:
         a, b = x._data, y._data
@@ -265,7 +267,7 @@ def apply2(op: EagerOp, attrs: tuple, x: "Tensor", y: "Tensor") -> "Tensor":
 
 def apply(op: EagerOp, attrs: tuple, *inputs: "Tensor"):
     """Run ``op`` on tensors: one tensor, or a tuple for an op with several results."""
-    if Mode.autocast is not None and op.name in Mode.autocast.table:
+    if Mode.autocast is not None and op.name in Mode.autocast.table:  # issue 13: lz.autocast casts its inputs
         return Mode.autocast.apply(op, attrs, inputs)
     try:
         arrays = [t._data for t in inputs]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from lezero.eager import dtypes as _dt
 from lezero.eager.core import Tensor, apply, axis_of, cast_to
 from lezero.eager.creation import as_tensor
+from lezero.eager.dispatch import EagerOp, constant_of  # issue 13: addmm, baddbmm
 from lezero.eager.ops import CONCAT, SELECT
 from lezero.eager.promotion import is_number, scalar
 
@@ -138,3 +139,45 @@ _REARRANGE_METHODS = ("flip", "fliplr", "flipud", "roll", "repeat_interleave", "
 for _name in _REARRANGE_METHODS:
     globals()[_name] = _method(_name)
 __all__ += _REARRANGE_METHODS
+
+
+# --- issue 13: addmm and baddbmm (PyTorch's fused bias-plus-product, on autocast's low list) ---------------
+def _emit_add_product(b, attrs, bias, m1, m2):
+    """``beta * bias + alpha * (m1 @ m2)``; ``beta = 0`` ignores ``bias`` (its nan and inf too), as
+    PyTorch's."""
+    product = b.op("lz.matmul", m1, m2)
+    et = product.type.element_type
+    if attrs["alpha"] != 1:
+        product = b.op("lz.mul", product, constant_of(b, attrs["alpha"], et))
+    if attrs["beta"] == 0:
+        return [product]
+    if attrs["beta"] != 1:
+        bias = b.op("lz.mul", bias, constant_of(b, attrs["beta"], et))
+    return [b.op("lz.add", bias, product)]
+
+
+ADDMM = EagerOp("addmm", _emit_add_product)
+BADDBMM = EagerOp("baddbmm", _emit_add_product)
+
+
+def _add_product(op: EagerOp, rank: int, input, mat1, mat2, beta, alpha) -> Tensor:
+    input, mat1, mat2 = _as_tensor(input), _as_tensor(mat1), _as_tensor(mat2)
+    if mat1.ndim != rank or mat2.ndim != rank:
+        raise RuntimeError(f"{op.name}: expected {rank}-D matrices, got {mat1.ndim}-D and {mat2.ndim}-D")
+    if not input.dtype == mat1.dtype == mat2.dtype:
+        raise RuntimeError(f"{op.name}: expected the same dtype for all arguments, got {input.dtype}, "
+                           f"{mat1.dtype} and {mat2.dtype}")
+    return apply(op, (("alpha", alpha), ("beta", beta)), input, mat1, mat2)
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1) -> Tensor:  # noqa: A002
+    """``beta * input + alpha * (mat1 @ mat2)``, ``mat1`` and ``mat2`` 2-D (torch.addmm)."""
+    return _add_product(ADDMM, 2, input, mat1, mat2, beta, alpha)
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:  # noqa: A002
+    """``beta * input + alpha * (batch1 @ batch2)``, batches of matrices (torch.baddbmm)."""
+    return _add_product(BADDBMM, 3, input, batch1, batch2, beta, alpha)
+
+
+__all__ += ["addmm", "baddbmm"]

@@ -41,7 +41,7 @@ from lezero.passes.pass_base import Pass, debug_channel, option
 
 LOWER, FLOAT32, STATISTICS, PROMOTE = "lower", "float32", "statistics", "promote"
 
-_LOWER_EVERYWHERE = ("matmul", "conv2d", "conv3d", "conv_transpose2d", "linear", "attention")
+_LOWER_EVERYWHERE = ("matmul", "conv2d", "conv3d", "conv_transpose2d", "linear", "addmm", "baddbmm", "attention")
 _PROMOTE_EVERYWHERE = ("add", "sub", "mul", "div", "max", "min", "rem", "pow_tensor", "select", "concat", "cat",
                        "cmp")
 _LOSSES = ("nll_loss", "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "kl_div",
@@ -110,25 +110,29 @@ def autocast_function(func: FuncOp, low, device: str) -> int:
     inside a region (it was built for the old type)."""
     block = func.entry_block
     original = {r: r.type for op in block.ops for r in op.results}
-    changed = sum(_autocast_op(op, low, device) for op in list(block.ops)
+    casts: dict = {}  # (value, element type) -> its cast, made once (a weight read by two matmuls)
+    changed = sum(_autocast_op(op, low, device, casts) for op in list(block.ops)
                   if op.name != "func.return" and not op.regions)
     for op in list(block.ops):
         for result in op.results:
             old = original.get(result)
             if old is None or result.type == old:
                 continue
-            fixed = [u for u in list(result.uses)
-                     if u.op.parent is not block or u.op.regions or u.op.name == "func.return"]
+            fixed = [u for u in list(result.uses) if u.op.parent is not block or u.op.regions]
             if fixed:
                 back = Builder(block, block.index_of(op) + 1, op.location).op("lz.cast", result, to=old.element_type)
                 for use in fixed:
                     use.op.set_operand(use.index, back)
+    returned = func.return_op
+    b = Builder.before(returned)
+    returned.set_operands([cast_to(b, v, t.element_type) if isinstance(t, TensorType) else v
+                           for v, t in zip(returned.operands, func.function_type.results)])
     fold_casts(func)
     erase_dead_ops(func)
     return changed
 
 
-def _autocast_op(op: Operation, low, device: str) -> int:
+def _autocast_op(op: Operation, low, device: str, casts: dict) -> int:
     """Cast ``op``'s operands as its policy says and infer its results again; 1 if it changed."""
     definition = op.definition
     if definition is None or not op.results:
@@ -136,19 +140,23 @@ def _autocast_op(op: Operation, low, device: str) -> int:
     policy = policy_of(device, op.name)
     types = [v.type.element_type if isinstance(v.type, TensorType) else None for v in op.operands]
     wanted = operand_types_for(policy, types, low)
-    if all(w is None or w == t for w, t in zip(wanted, types)):
-        return 0
     b = Builder.before(op)
     for i, (v, w) in enumerate(zip(op.operands, wanted)):
-        if w is not None:
-            op.set_operand(i, cast_to(b, v, w))
-    try:
+        if w is not None and w != v.type.element_type:
+            if (v, w) not in casts:
+                casts[v, w] = cast_to(b, v, w)
+            op.set_operand(i, casts[v, w])
+    before = [r.type for r in op.results]
+    try:  # also for an op whose operands an earlier op's new type reached (a relu after a low matmul)
         inferred = definition.infer([v.type for v in op.operands], definition.attrs(op))
     except OpError as e:
         raise IRError(f"autocast: '{op.name}' op cannot run on {', '.join(str(v.type) for v in op.operands)} "
                       f"({policy or 'no policy'}): {e}", op.location) from None
     for result, t in zip(op.results, inferred):
-        result.type = t
+        if isinstance(result.type, TensorType) and isinstance(t, TensorType):
+            result.type = result.type.with_element_type(t.element_type)  # the declared shape stays
+    if [r.type for r in op.results] == before and all(w is None or w == t for w, t in zip(wanted, types)):
+        return 0
     first = op.results[0]
     if policy == STATISTICS and types[0] is not None and first.type.element_type != types[0]:
         uses = list(first.uses)
