@@ -177,13 +177,14 @@ def _inferred(op: Operation) -> list | None:
         return None
 
 
-def rows_dims(kernel_op: Operation) -> int | None:
-    """The most leading dims of ``kernel_op`` its rows form takes (at least one, fewer than its
-    first result's rank), or None when it has none."""
+def widest_rows_form(kernel_op: Operation) -> tuple[int, Operation] | None:
+    """``(dims, the rows form at PROBE_ROWS[0] rows)`` over the most leading dims of ``kernel_op``
+    a rows form takes (at least one, fewer than its first result's rank), or None."""
     rank = kernel_op.results[0].type.rank if kernel_op.results else 0
     for k in range(rank - 1, 0, -1):
-        if all(rows_form(kernel_op, k, rows) is not None for rows in PROBE_ROWS):
-            return k
+        form = rows_form(kernel_op, k, PROBE_ROWS[0])
+        if form is not None:
+            return k, form
     return None
 
 
@@ -191,7 +192,10 @@ def lower_row_generic(kernel_op: Operation, dims: int, lower) -> tuple[RowGeneri
     """``(RowGeneric, the lowering at PROBE_ROWS[0] rows)`` when ``lower`` (an ``lz.kernel`` ->
     ``LoweredKernel`` function) gives code for the rows form over ``dims`` leading dims that
     serves every row count, else None."""
-    first, second = (lower(rows_form(kernel_op, dims, rows)) for rows in PROBE_ROWS)
+    forms = [rows_form(kernel_op, dims, rows) for rows in PROBE_ROWS]
+    if forms[1] is None:  # a dim of the kernel is PROBE_ROWS[0] by chance
+        return None
+    first, second = (lower(form) for form in forms)
     per_row = first.work_items // PROBE_ROWS[0]
     if (first.llvm_ir == second.llvm_ir and per_row >= 1 and first.work_items == per_row * PROBE_ROWS[0]
             and second.work_items == per_row * PROBE_ROWS[1]):

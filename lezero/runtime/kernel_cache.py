@@ -46,7 +46,14 @@ from lezero.codegen.llvm.backend import LoweredKernel, lower_kernel
 from lezero.codegen.llvm.cache_model import caches_for
 from lezero.codegen.llvm.object_compiler import OPT_LEVEL
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
-from lezero.codegen.row_generic import PROBE_ROWS, RowGeneric, lower_row_generic, row_count, rows_dims, rows_form
+from lezero.codegen.row_generic import (
+    PROBE_ROWS,
+    RowGeneric,
+    lower_row_generic,
+    row_count,
+    rows_form,
+    widest_rows_form,
+)
 from lezero.codegen.packed_operands import packed_operand
 from lezero.ir.core import Operation
 from lezero.ir.printer import print_op
@@ -249,10 +256,11 @@ class KernelCache:
         None.  The probe runs when a second row count of the same rows form shows up (a model of
         static shapes never pays for it); its verdict is kept per rows form, in memory and on disk
         (``<key>.g``; the code's facts in ``<key>.k``)."""
-        dims = rows_dims(kernel_op)
-        if dims is None:
+        widest = widest_rows_form(kernel_op)
+        if widest is None:
             return None
-        generic_key = self.kernel_key(rows_form(kernel_op, dims, PROBE_ROWS[0]), cpu)
+        dims, form = widest
+        generic_key = self.kernel_key(form, cpu)
         rows = row_count(kernel_op, dims)
         with self._lock:
             verdict = self._row_generic.get(generic_key)

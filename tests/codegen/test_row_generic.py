@@ -14,7 +14,7 @@ import pytest
 
 from codegen.kernel_testing import assert_matches, make_kernel, reference, run_kernel
 from lezero.codegen.llvm.backend import lower_kernel
-from lezero.codegen.row_generic import PROBE_ROWS, lower_row_generic, rows_dims, rows_form
+from lezero.codegen.row_generic import PROBE_ROWS, lower_row_generic, rows_form, widest_rows_form
 
 HIDDEN = 48  # not a multiple of any vector width
 
@@ -81,14 +81,14 @@ def kernel_named(name, shapes=None):
 
 def test_rows_form_collapses_the_leading_dims():
     _, kernel = kernel_named("layer_norm")
-    assert rows_dims(kernel) == 2
+    assert widest_rows_form(kernel)[0] == 2
     form = rows_form(kernel, 2, 60)
     assert [tuple(v.type.shape) for v in form.operands] == [(60, HIDDEN), (HIDDEN,)]
     assert tuple(form.results[0].type.shape) == (60, HIDDEN)
     (first_mean, *_) = [op for op in form.regions[0].blocks[0].ops if op.name == "lz.reduce_mean"]
     assert list(first_mean.definition.attrs(first_mean).axes) == [1]  # axis 2 of [b, s, h] is axis 1 of [r, h]
     _, attention = kernel_named("attention")
-    assert rows_dims(attention) == 1  # the heads split s: only the batch is rows
+    assert widest_rows_form(attention)[0] == 1  # the heads split s: only the batch is rows
 
 
 @pytest.mark.parametrize("body", [
@@ -98,7 +98,7 @@ def test_rows_form_collapses_the_leading_dims():
 ], ids=["reduce_rows", "transpose_rows", "scan_rows"])
 def test_a_kernel_that_mixes_rows_has_no_rows_form(body):
     _, kernel = make_kernel([((BATCH, SEQ, HIDDEN), "f32")], body, kind="single")
-    assert rows_dims(kernel) is None
+    assert widest_rows_form(kernel) is None
 
 
 @dataclasses.dataclass

@@ -54,8 +54,9 @@ def resolve_reshape(ctx, x, target, allowzero=0) -> list[int]:
                                 f"{ctx.rank(x)}")
             d = x.type.shape[i]
             if d is None:
-                if -1 in target:
-                    raise ctx.dynamic(f"target shape {target} copies dynamic dim {i} and also has a -1")
+                if -1 in target or -1 in out:  # lz.reshape infers one dim, no more
+                    raise ctx.dynamic(f"target shape {target} copies dynamic dim {i} and also has a -1 or "
+                                      "copies another dynamic dim")
                 d = -1
         out.append(d)
     if allowzero and 0 in out and -1 in out:

@@ -1,0 +1,96 @@
+"""One compiled model for every (batch, sequence): a transformer block made here with dynamic batch
+and sequence (layer norms, projections, attention over two heads, a GELU MLP, residuals) runs 20
+shapes, each against ONNX Runtime to 1e-5.  Its kernels are row-generic (``lezero/codegen/
+row_generic.py``): after the second shape (the one that probes them), a new batch compiles no kernel
+and a new sequence length compiles only the attention kernel, whose code walks the keys of one
+sequence length."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import lezero.onnx
+import lezero.runtime.kernel_cache as kernel_cache
+from lezero.runtime.kernel_cache import KernelCache
+
+WIDTH, HEADS, HIDDEN = 32, 2, 64
+# (batch, sequence): new batches at a known length, new lengths, both, and back again
+SHAPES = [(2, 8), (3, 5), (1, 8), (4, 8), (7, 8), (1, 5), (5, 5), (2, 13), (6, 13), (1, 1), (3, 1),
+          (2, 31), (4, 31), (1, 64), (2, 64), (3, 8), (8, 5), (5, 13), (9, 1), (1, 31)]
+
+
+def transformer_block():
+    rng = np.random.default_rng(0)
+
+    def weight(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    weights = [weight(n, WIDTH, WIDTH) for n in ("wq", "wk", "wv", "wo")] + \
+        [weight(n, WIDTH) for n in ("bq", "bk", "bv", "bo", "g1", "b1", "g2", "b2")] + \
+        [weight("w_up", WIDTH, HIDDEN), weight("b_up", HIDDEN), weight("w_down", HIDDEN, WIDTH), weight("b_down", WIDTH),
+         numpy_helper.from_array(np.array([0, 0, HEADS, WIDTH // HEADS], np.int64), "heads_shape"),
+         numpy_helper.from_array(np.array([0, 0, WIDTH], np.int64), "merged_shape"),
+         numpy_helper.from_array(np.array(1 / np.sqrt(WIDTH // HEADS), np.float32), "scale"),
+         numpy_helper.from_array(np.array(np.sqrt(0.5), np.float32), "sqrt_half"),
+         numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+         numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    node = helper.make_node
+    nodes = [node("LayerNormalization", ["x", "g1", "b1"], ["h"], axis=-1, epsilon=1e-5)]
+    for p in "qkv":
+        nodes += [node("MatMul", ["h", f"w{p}"], [f"{p}0"]), node("Add", [f"{p}0", f"b{p}"], [f"{p}1"]),
+                  node("Reshape", [f"{p}1", "heads_shape"], [f"{p}2"])]
+    nodes += [node("Transpose", ["q2"], ["qh"], perm=[0, 2, 1, 3]), node("Transpose", ["k2"], ["kt"], perm=[0, 2, 3, 1]),
+              node("Transpose", ["v2"], ["vh"], perm=[0, 2, 1, 3]),
+              node("MatMul", ["qh", "kt"], ["scores"]), node("Mul", ["scores", "scale"], ["scaled"]),
+              node("Softmax", ["scaled"], ["p"], axis=-1), node("MatMul", ["p", "vh"], ["ctx"]),
+              node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              node("Reshape", ["ctx_t", "merged_shape"], ["merged"]),
+              node("MatMul", ["merged", "wo"], ["o0"]), node("Add", ["o0", "bo"], ["o1"]), node("Add", ["o1", "x"], ["r1"]),
+              node("LayerNormalization", ["r1", "g2", "b2"], ["h2"], axis=-1, epsilon=1e-5),
+              node("MatMul", ["h2", "w_up"], ["u0"]), node("Add", ["u0", "b_up"], ["u1"]),
+              # GELU as the exports spell it: 0.5 * u * (1 + erf(u / sqrt(2)))
+              node("Mul", ["u1", "sqrt_half"], ["u2"]), node("Erf", ["u2"], ["u3"]), node("Add", ["u3", "one"], ["u4"]),
+              node("Mul", ["u1", "u4"], ["u5"]), node("Mul", ["u5", "half"], ["u6"]),
+              node("MatMul", ["u6", "w_down"], ["d0"]), node("Add", ["d0", "b_down"], ["d1"]),
+              node("Add", ["d1", "r1"], ["y"])]
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                               ["batch", "sequence", WIDTH])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", WIDTH])],
+                              initializer=weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.slow  # 20 imports and schedules of the block (~10 s on 2 idle cores)
+def test_twenty_shapes_after_one_compile_match_onnx_runtime(tmp_path, monkeypatch):
+    cache = KernelCache(tmp_path)
+    monkeypatch.setattr(kernel_cache, "_DEFAULT", cache)
+    model = transformer_block()
+    compiled = lezero.onnx.compile(model)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(model.SerializeToString(), options)
+    rng = np.random.default_rng(1)
+    batches_at = {}  # sequence length -> the batches run at it
+    for i, (batch, seq) in enumerate(SHAPES):
+        x = rng.standard_normal((batch, seq, WIDTH)).astype(np.float32)
+        before = (cache.stats.lowerings, cache.stats.compiles, cache.stats.row_generic_hits)
+        got = compiled.run({"x": x})["y"]
+        np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+        lowered, compiled_now, generic = (now - was for now, was in zip(
+            (cache.stats.lowerings, cache.stats.compiles, cache.stats.row_generic_hits), before))
+        batches = batches_at.setdefault(seq, set())
+        if i >= 2:  # the first shape lowers every kernel, the second probes the row-generic ones
+            assert generic >= 8, (batch, seq)  # the layer norms, projections, MLP, residuals
+            if not batches:  # a new length: its attention kernel, nothing else
+                assert (lowered, compiled_now) == (1, 1), (batch, seq)
+            elif len(batches) == 1:  # a second batch at this length: the attention kernel's probe
+                assert lowered == 2 and compiled_now <= 1, (batch, seq)
+            else:
+                assert (lowered, compiled_now) == (0, 0), (batch, seq)
+        batches.add(batch)
+    assert len(set(SHAPES)) == 20
+    # What is left: the head split (Reshape to [0, 0, heads, d]) copies two dynamic dims, which
+    # lz.reshape cannot say, so the graph is imported and scheduled again per shape.
+    assert compiled.shape_specialized
