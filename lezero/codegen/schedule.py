@@ -30,6 +30,7 @@ import os
 from lezero.codegen import targets
 from lezero.ir.attributes import DenseArrayAttr
 from lezero.ir.core import Block, FuncOp, ModuleOp, Operation
+from lezero.ir.dialect.kernel import CONSTANT_OPERANDS_ATTR
 from lezero.ir.diagnostics import IRError
 from lezero.ir.types import I64, FunctionType, TensorType
 from lezero.ir.verifier import verify
@@ -77,6 +78,7 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
         if not verify_each:
             verify(module)
         for f in module.functions:
+            mark_constant_operands(f)
             schedule_regions(f)
     for f in module.functions:
         for op in f.entry_block.ops:
@@ -85,6 +87,23 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
                     raise IRError(f"'{op.name}' op result {r.type} is dynamic: code generation needs static "
                                   "shapes (bind the dims first)", op.location)
     return module
+
+
+# Kernel kinds whose CPU lowering reads constant operands pre-packed (issue 11: a conv's weights).
+PACKED_CONSTANT_KINDS = ("conv",)
+
+
+def mark_constant_operands(func: FuncOp) -> None:
+    """Give each kernel of ``func`` whose kind reads constants pre-packed the indices of its
+    operands that ``lz.constant`` defines (``CONSTANT_OPERANDS_ATTR``): the plan knows them when
+    it is built, and the kernel's text (its cache key) says so."""
+    for op in func.entry_block.ops:
+        if op.name != "lz.kernel" or op.definition.attrs(op).kind not in PACKED_CONSTANT_KINDS:
+            continue
+        constant = tuple(i for i, v in enumerate(op.operands)
+                         if isinstance(v.owner, Operation) and v.owner.name == "lz.constant")
+        if constant:
+            op.attributes[CONSTANT_OPERANDS_ATTR] = DenseArrayAttr(I64, constant)
 
 
 def schedule_regions(func: FuncOp) -> None:

@@ -54,7 +54,7 @@ from lezero.codegen.row_generic import (
     rows_form,
     widest_rows_form,
 )
-from lezero.codegen.packed_operands import packed_operand
+from lezero.codegen.packed_operands import PackedGemmA
 from lezero.ir.core import Operation
 from lezero.ir.printer import print_op
 from lezero.passes.memory_plan import OFFSETS_ATTR
@@ -115,7 +115,7 @@ class KernelFacts:
     flops: int
     bytes_accessed: int
     external_symbols: tuple
-    packed_operands: tuple = ()  # a PackedGemmA/B per constant operand read pre-packed (issue 11)
+    packed_operands: tuple = ()  # a PackedGemmA per constant operand read pre-packed (issue 11)
 
 
 class CachedKernel:
@@ -413,7 +413,7 @@ class KernelCache:
             return KernelFacts(fields["symbol"], fields["object_key"], int(fields["work_items"]),
                                int(fields["flops"]), int(fields["bytes_accessed"]),
                                tuple(fields["external_symbols"]),
-                               tuple(packed_operand(packed) for packed in fields["packed_operands"]))
+                               tuple(PackedGemmA(**packed) for packed in fields["packed_operands"]))
         except (ValueError, KeyError, TypeError):
             self._reject(self.path(key, ".k"))
             return None

@@ -73,6 +73,9 @@ class LoweredKernel:
         slot order: then the function takes a status buffer after the results (int64, initialized
         by ``initial_status(index_checks)``), which says after a call whether an index was out of
         range.
+    packed_operands: constant operands the function reads pre-packed, each a
+        ``lezero.codegen.packed_operands.PackedGemmA``: the plan passes ``spec.pack(array)``
+        instead of the constant (issue 11).
     """
 
     name: str
@@ -85,6 +88,7 @@ class LoweredKernel:
     bytes_accessed: int
     external_symbols: tuple = ()
     index_checks: tuple | None = None
+    packed_operands: tuple = ()
 
 
 def unsupported_reason(op: Operation) -> None:
@@ -104,7 +108,8 @@ def lower_kernel(kernel_op: Operation, target: str = "cpu", cpu: CpuTarget | str
         operand_types=tuple(v.type for v in kernel_op.operands), result_types=tuple(r.type for r in kernel_op.results),
         flops=kernel.estimate_flops(ctx.body), bytes_accessed=kernel.bytes_accessed(kernel_op),
         external_symbols=tuple(sorted(ctx.s.external_symbols)),
-        index_checks=None if ctx.checks is None else tuple(ctx.checks.checks))
+        index_checks=None if ctx.checks is None else tuple(ctx.checks.checks),
+        packed_operands=ctx.packed_operands)
 
 
 def lower_module(module: ModuleOp, cpu: CpuTarget | str | None = None) -> list[LoweredKernel]:

@@ -83,6 +83,8 @@ class KernelContext(kernel.KernelContext):
         self.emitter = LLVMValueAtIndex(self.s, self.index, dict(zip(self.body.args, self.operand_buffers)),
                                         target=target, checks=self.checks, status=self.status)
         self.fn.before_return.append(self.emitter.flush_index_checks)
+        # constant operands the kernel reads pre-packed (packed_operands.PackedGemmA), set by the lowering
+        self.packed_operands: tuple = ()
 
 
 def element_address(b: ir.IRBuilder, buffer, index, dtype) -> ir.Value:

@@ -123,7 +123,9 @@ def lower_contraction(ctx: KernelContext) -> int:
         in_place = shape.strides == (1, 1) and shape.pads == (0, 0, 0, 0)
         direct = CONV_B == "direct" or (CONV_B == "auto" and not in_place)
         a_block_floats = cache_model.direct_a_block_floats(cache_model.caches_for(ctx.cpu))
-        return lower_gemm(ctx, anchor, ConvGemm(shape, direct, a_block_floats))
+        weights = ctx.body.args.index(stored[1][0])
+        constant = weights if weights in ctx.kernel.definition.attrs(ctx.kernel).constant_operands else None
+        return lower_gemm(ctx, anchor, ConvGemm(shape, direct, a_block_floats, constant))
     return lower_conv_loops(ctx, anchor, shape)
 
 

@@ -53,6 +53,7 @@ from lezero.codegen.contraction_shapes import (
     stored_operand,
 )
 from lezero.codegen.llvm import gemm, gemm_epilogue
+from lezero.codegen.packed_operands import PackedGemmA
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.ir_types import FLOAT, I8, I64, PTR, VOID
 from lezero.codegen.llvm.loops import (
@@ -151,6 +152,7 @@ class MatmulGemm:
     contiguous rows and whose B is A's few rows."""
 
     b_row_offsets = None
+    packed_a = None
 
     def __init__(self, shape: MatmulShape):
         self.shape = shape
@@ -222,7 +224,9 @@ class ConvGemm:
     transpose_a = transpose_b = mask_b = False
     a_k_stride = b_col_stride = 1
 
-    def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int):
+    def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int, constant_weights: int | None = None):
+        """``constant_weights``: the kernel operand of the weights when it is a constant (read
+        pre-packed, ``packed_a``, laid out by config())."""
         s = self.shape = shape
         sh, sw = s.strides
         dh, dw = s.dilations
@@ -241,6 +245,8 @@ class ConvGemm:
         self.pack_b = not direct
         self.in_place = not direct and s.strides == (1, 1) and s.pads == (0, 0, 0, 0)
         self.rows_per_plane = None  # rows per phase plane of the slab (or of the input in place): config()
+        self.constant_weights = constant_weights
+        self.packed_a = None  # PackedGemmA of constant weights: config()
         self.slab_floats = 0
         self.b_row_offsets = None
 
@@ -259,11 +265,17 @@ class ConvGemm:
     def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
         self.lay_out_slab(host.nr)
         if not self.direct:
-            return _shrink(host, self.m, self.n, self.k)
-        kc = self.k if self.k <= DIRECT_MAX_KC else -(-self.k // -(-self.k // DIRECT_MAX_KC))
-        mc = max(host.mr, min(host.mc, (self.a_block_floats // kc) // host.mr * host.mr))
-        return gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc, min(mc, _align_up(self.m, host.mr)),
-                               min(host.nc, _align_up(self.n, host.nr)))
+            config = _shrink(host, self.m, self.n, self.k)
+        else:
+            kc = self.k if self.k <= DIRECT_MAX_KC else -(-self.k // -(-self.k // DIRECT_MAX_KC))
+            mc = max(host.mr, min(host.mc, (self.a_block_floats // kc) // host.mr * host.mr))
+            config = gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc,
+                                     min(mc, _align_up(self.m, host.mr)), min(host.nc, _align_up(self.n, host.nr)))
+        if self.constant_weights is not None:
+            s = self.shape
+            self.packed_a = PackedGemmA(self.constant_weights, s.groups, self.m, self.k, config.mr, config.kc)
+            self.lda = self.packed_a.padded_rows
+        return config
 
     def _set_offsets(self, rows: int) -> None:
         s = self.shape
@@ -284,7 +296,8 @@ class ConvGemm:
         s = self.shape
         groups = i64(s.groups)
         image, group = (b.udiv(batch, groups), b.urem(batch, groups)) if s.groups > 1 else (batch, i64(0))
-        a = b.gep(w_ptr, [b.mul(group, i64(self.m * self.k))], source_etype=FLOAT)
+        group_floats = self.m * self.k if self.packed_a is None else self.packed_a.group_floats
+        a = b.gep(w_ptr, [b.mul(group, i64(group_floats))], source_etype=FLOAT)
         channel0 = b.add(b.mul(image, i64(s.c)), b.mul(group, i64(s.in_per_group)))
         x = b.gep(x_ptr, [b.mul(channel0, i64(s.h * s.w))], source_etype=FLOAT)
         if self.in_place:
@@ -457,8 +470,11 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                                     b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
                                     transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
                                     a_k_stride=plan.a_k_stride, b_col_stride=plan.b_col_stride,
+                                    prepacked_a=plan.packed_a is not None,
                                     edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
     rectangle_function = generator.build_into(ctx.module)
+    if plan.packed_a is not None:
+        ctx.packed_operands = (plan.packed_a,)
     rectangle_function.linkage = "internal"
     ctx.s.external_symbols |= tile_store.external_symbols
 

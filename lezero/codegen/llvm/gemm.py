@@ -201,16 +201,23 @@ class SgemmGenerator:
     A[i, k] at ``A[i * lda + k * a_k_stride]``, ``b_col_stride`` B[k, j] at ``B[k * ldb + j *
     b_col_stride]``, and the slivers are gathered a float at a time (packing is O(MK + KN) of an
     O(MNK) product; the micro-kernel is the same).
+
+    prepacked_a: A is already in the packed layout (a constant packed once when the plan was built,
+        ``lezero/codegen/packed_operands.py``'s ``PackedGemmA``, whose ``depth_block`` is this
+        config's kc and ``row_tile`` its mr): ``lda`` is its padded row count, the sliver of rows
+        ``ic`` of the K block at ``pc`` is at ``A + pc * lda + ic * kc``, and nothing is copied.
     """
 
     def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
                  b_row_offsets: Sequence[int] | None = None, pack_b: bool = True, mask_b: bool = False,
                  transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None,
-                 a_k_stride: int = 1, b_col_stride: int = 1):
+                 a_k_stride: int = 1, b_col_stride: int = 1, prepacked_a: bool = False):
         if transpose_b and (not pack_b or b_row_offsets is not None):
             raise ValueError("a transposed B is packed, and has no row offsets")
         if mask_b and pack_b:
             raise ValueError("mask_b is for a B read in place (pack_b=False)")
+        if prepacked_a and (transpose_a or a_k_stride != 1):
+            raise ValueError("a pre-packed A has the packed layout, neither transposed nor strided")
         if (a_k_stride != 1 and transpose_a) or (b_col_stride != 1 and (transpose_b or not pack_b or b_row_offsets)):
             raise ValueError("a strided operand is neither transposed nor read in place, nor has row offsets")
         self.config = config
@@ -222,6 +229,7 @@ class SgemmGenerator:
         self.transpose_a = transpose_a
         self.transpose_b = transpose_b
         self.a_k_stride = a_k_stride
+        self.prepacked_a = prepacked_a
         self.b_col_stride = b_col_stride
         every_edge = range(1, config.nr_vectors)
         self.edge_vectors = tuple(sorted(set(every_edge if edge_vectors is None else edge_vectors)))
@@ -255,7 +263,8 @@ class SgemmGenerator:
             self._b_rows_table.global_constant = True
             self._b_rows_table.linkage = "internal"
             self._b_rows_table.initializer = ir.Constant(table_type, list(self.b_row_offsets) or [0])
-        pack_a = self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
+        pack_a = None if self.prepacked_a else \
+            self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
         pack_b = None
         if self.pack_b:
             strided_or_transposed = self.transpose_b or self.b_col_stride != 1
@@ -628,12 +637,15 @@ class SgemmGenerator:
 
             with vectors.counted_loop(b, p["m_begin"], p["m_end"], cfg.mc, "ic") as ic:
                 mc = vectors.select_min(b, _i64(cfg.mc), b.sub(p["m_end"], ic))
-                if self.transpose_a:
-                    a_offset = b.add(b.mul(pc, p["lda"]), ic)
+                if self.prepacked_a:  # packed when the plan was built: lda is A's padded row count
+                    a_slivers = b.gep(p["A"], [b.add(b.mul(pc, p["lda"]), b.mul(ic, kc))], source_etype=FLOAT)
                 else:
-                    a_offset = b.add(b.mul(ic, p["lda"]), b.mul(pc, _i64(self.a_k_stride)))
-                a_block = b.gep(p["A"], [a_offset], source_etype=FLOAT)
-                b.call(pack_a, [a_block, p["lda"], mc, kc, packed_a])
+                    if self.transpose_a:
+                        a_offset = b.add(b.mul(pc, p["lda"]), ic)
+                    else:
+                        a_offset = b.add(b.mul(ic, p["lda"]), b.mul(pc, _i64(self.a_k_stride)))
+                    a_slivers = packed_a
+                    b.call(pack_a, [b.gep(p["A"], [a_offset], source_etype=FLOAT), p["lda"], mc, kc, packed_a])
                 with vectors.counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
                     if pack_b is not None:
                         b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=FLOAT)
@@ -644,7 +656,7 @@ class SgemmGenerator:
 
                     def row_tiles(micro_kernel):
                         with vectors.counted_loop(b, _i64(0), mc, cfg.mr, "ir") as ir_:
-                            a_sliver = b.gep(packed_a, [b.mul(ir_, kc)], source_etype=FLOAT)
+                            a_sliver = b.gep(a_slivers, [b.mul(ir_, kc)], source_etype=FLOAT)
                             rows = vectors.select_min(b, _i64(cfg.mr), b.sub(mc, ir_))
                             b.call(micro_kernel, [kc, a_sliver, b_sliver, p["ldb"], pc, p["C"], p["ldc"],
                                                   b.add(ic, ir_), col, rows, cols, first_k_block, last_k_block]

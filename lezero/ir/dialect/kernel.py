@@ -13,8 +13,11 @@ kernel can be compiled on its own and cached by its text.  It stays valid IR: it
 verifies and runs in the reference interpreter like any other op.
 
 ``device`` (optional, ``"cpu"`` when absent) says where the kernel runs and where its results
-live; ``partition{target=cuda}`` sets it.  A kernel of kind ``transfer`` holds one
-``lz.transfer``: the runtime copies its operand into the memory of its ``device``.
+live; ``partition{target=cuda}`` sets it.  ``constant_operands`` (optional; issue 11) lists the
+operands that are ``lz.constant`` results, known when the plan is built (``schedule`` sets it): a
+backend may read them pre-packed (``lezero/codegen/packed_operands.py``).  A kernel of kind
+``transfer`` holds one ``lz.transfer``: the runtime copies its operand into the memory of its
+``device``.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, TERMINATOR, YIELDS, AttrS
 
 # What the code generators see; the partitioner decides it.
 KERNEL_KINDS = ("elementwise", "reduction", "matmul", "conv", "single", "transfer", "attention")
+# The operands defined by lz.constant (issue 11: weights packed once when the plan is built).
+CONSTANT_OPERANDS_ATTR = "constant_operands"
 
 
 @register
@@ -33,7 +38,8 @@ class KernelOp(OpDef):
     num_results = None
     traits = frozenset({PURE, ISOLATED_FROM_ABOVE, YIELDS})
     attributes = {"kind": AttrSpec("str", "elementwise", choices=KERNEL_KINDS), "name": AttrSpec("str", "lz_kernel"),
-                  "device": AttrSpec("str", "cpu", choices=DEVICES)}
+                  "device": AttrSpec("str", "cpu", choices=DEVICES),
+                  CONSTANT_OPERANDS_ATTR: AttrSpec("i64_array", ())}
     summary = "a fused group of ops compiled as one kernel"
 
     def region_argument_types(self, op) -> list[list]:

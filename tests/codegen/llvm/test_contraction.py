@@ -18,6 +18,8 @@ from codegen.kernel_testing import (MOVED_OPERAND_SHAPES, assert_matches, batch_
 from lezero.codegen.llvm.target import cpu_target
 from lezero.codegen.llvm import contraction, contraction_gemm, gemm, jit
 from lezero.codegen.llvm.backend import lower_kernel
+from lezero.ir.attributes import DenseArrayAttr
+from lezero.ir.types import I64
 from lezero.ir.dialect.windows import window_output_size
 from lezero.ir.opdef import OpError
 
@@ -442,6 +444,42 @@ def test_conv_slab_holds_the_phases_its_taps_read(x_shape, w_shape, attrs, phase
     rng = np.random.default_rng(sum(x_shape))
     inputs = [data(rng, s, "f32") for s in (x_shape, w_shape, (w_shape[0], 1, 1))]
     check_kernel(module, kernel, inputs, splits=3, **F32_TOL)
+
+
+PRE_PACKED_CASES = {
+    # name: (x shape, w shape, attrs, reading): issue 11, a constant weight packed once by the plan
+    "3x3_pad1_odd_channels": ((2, 5, 9, 11), (13, 5, 3, 3), attrs_of(pads=(1, 1, 1, 1)), "direct"),
+    "groups_stride2": ((1, 6, 13, 12), (14, 3, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1), groups=2),
+                       "direct"),
+    "two_k_blocks": ((1, 257, 4, 5), (7, 257, 3, 3), attrs_of(pads=(1, 1, 1, 1)), "direct"),  # K = 2313
+    "1x1_in_place": ((1, 600, 3, 5), (11, 600, 1, 1), attrs_of(), "packed"),  # K blocks of the host's kc
+    "7x7_image": ((1, 40, 7, 7), (20, 40, 3, 3), attrs_of(pads=(1, 1, 1, 1)), "direct"),
+}
+
+
+@pytest.mark.cross_target(cases=PRE_PACKED_CASES, group=lambda case: case[3])  # each CPU: both readings
+def test_conv_reads_constant_weights_pre_packed(cpu, case, monkeypatch):
+    """A conv whose weights are a constant (``constant_operands``) asks for them as the GEMM's packed
+    A (``packed_operands``: one PackedGemmA of the tile and K block it was lowered with), and reads
+    that layout right: rows past a whole sliver, several K blocks, groups, the slab and in place."""
+    x_shape, w_shape, attrs, reading = case
+    monkeypatch.setattr(contraction, "CONV_B", reading)
+    extra = [(w_shape[0], 1, 1)]
+    module, kernel = conv_kernel(x_shape, w_shape, attrs, "f32", extra,
+                                 lambda b, y, c: b.op("lz.relu", b.op("lz.add", y, c)))
+    kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
+    lowered = lower_kernel(kernel, cpu=cpu)
+    groups = attrs["groups"]
+    (spec,) = lowered.packed_operands
+    assert (spec.operand, spec.groups, spec.rows, spec.depth) == (1, groups, w_shape[0] // groups,
+                                                                  int(np.prod(w_shape[1:])))
+    assert "_pack_a" not in lowered.llvm_ir  # nothing left to pack per call
+    rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
+    x, w, bias = (data(rng, s, "f32") for s in [x_shape, w_shape] + extra)
+    want = reference(module, [x, w, bias])[0]
+    for splits in (1, 3):
+        got = run_kernel(kernel, [x, spec.pack(w), bias], splits, lowered, cpu=cpu)[0]
+        assert_matches(got, want, **F32_TOL)
 
 
 def test_conv_work_items_in_any_pieces():

@@ -1,0 +1,61 @@
+"""Constant operands that a kernel reads pre-packed: laid out once, when the plan is built.
+
+A GEMM copies its A operand into the micro-kernel's layout (MR-tall slivers, k-major) on every
+call; when A is a constant (a convolution's weights in an ONNX model) that copy is the same each
+time, and for a convolution with a small image (ResNet's 7x7 layers: 512 x 4608 weights, 49
+pixels) it moves as many bytes as the products read.  MLAS and oneDNN pack such weights once.
+
+``schedule`` marks the operands of each kernel that are ``lz.constant`` results
+(``CONSTANT_OPERANDS_ATTR``, part of the kernel's text and so of its cache key); a backend that
+wants one of them in a layout of its own says so in its lowered kernel (``packed_operands``, a
+tuple of ``PackedGemmA``), and the plan replaces that operand's buffer by ``spec.pack(array)``,
+a constant of its own (the original stays for any other reader).  The layout is data, so the
+kernel cache's facts carry it and a native executable ships the packed weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lezero.ir.dialect.kernel import CONSTANT_OPERANDS_ATTR  # noqa: F401  (set by schedule, read by backends)
+
+
+@dataclass(frozen=True)
+class PackedGemmA:
+    """Operand ``operand``, ``groups`` row-major matrices of ``rows x depth`` floats (a conv's
+    OIHW weights: rows the output channels of a group, depth ci * kh * kw), as the GEMM's packed A:
+    per group ``group_floats`` floats; in a group, per block of ``depth_block`` along k (the last
+    may be shallower, kc), per sliver of ``row_tile`` rows, k-major.  The sliver at row r0 of the
+    block at k0 starts at ``k0 * padded_rows + r0 * kc``, its element (r0 + i, k0 + k) is ``k *
+    row_tile + i`` further; rows past ``rows`` are zeros."""
+
+    operand: int
+    groups: int
+    rows: int
+    depth: int
+    row_tile: int
+    depth_block: int
+
+    @property
+    def padded_rows(self) -> int:
+        return -(-self.rows // self.row_tile) * self.row_tile
+
+    @property
+    def group_floats(self) -> int:
+        return self.padded_rows * self.depth
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        if array.size != self.groups * self.rows * self.depth or array.dtype != np.float32:
+            raise ValueError(f"packing {array.dtype} {array.shape} as {self}: expected "
+                             f"{self.groups * self.rows * self.depth} float32 values")
+        g, rows, depth, tile = self.groups, self.padded_rows, self.depth, self.row_tile
+        padded = np.zeros((g, rows, depth), np.float32)
+        padded[:, :self.rows] = array.reshape(g, self.rows, depth)
+        packed = np.empty((g, rows * depth), np.float32)
+        for k0 in range(0, depth, self.depth_block):
+            kc = min(self.depth_block, depth - k0)
+            slivers = padded[:, :, k0:k0 + kc].reshape(g, rows // tile, tile, kc).transpose(0, 1, 3, 2)
+            packed[:, k0 * rows:(k0 + kc) * rows] = slivers.reshape(g, rows * kc)
+        return packed.reshape(-1)
+
