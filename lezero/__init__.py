@@ -55,6 +55,8 @@ from lezero import amp  # noqa: E402
 from lezero.amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 # issue 16's profiler: lz.profiler.profile, record_function, tensorboard_trace_handler (torch.profiler)
 from lezero import profiler  # noqa: E402
+# issue 12's int8 quantization: lz.quantization.quantize_dynamic, prepare/convert, prepare_qat (torch.ao.quantization)
+from lezero import quantization  # noqa: E402
 
 # PyTorch's users write `from torch.autograd import grad` and `import torch.cuda`: the same paths
 # reach the eager engine's modules here (their home is lezero/eager/, the layer they belong to).
