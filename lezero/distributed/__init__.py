@@ -5,7 +5,8 @@
 and ``all_reduce``/``broadcast``/``all_gather``/``reduce_scatter``/``send``/``recv`` with
 ``async_op=True`` work handles.  The engines are in ``backends.py``, the group (its ordered
 communication thread, the mismatch check, the byte counter) in ``process_group.py``;
-``lz.nn.parallel.DistributedDataParallel`` builds on them.
+``pipeline.py`` runs GPipe's schedule over send/recv;
+``lz.nn.parallel`` (DistributedDataParallel, the tensor-parallel linear layers) builds on them.
 """
 from lezero.distributed.backends import Backend, MPIBackend, TorchBackend  # noqa: F401
 from lezero.distributed.process_group import (ClusterConfig, CollectiveMismatchError, DistributedError,  # noqa: F401
@@ -13,3 +14,5 @@ from lezero.distributed.process_group import (ClusterConfig, CollectiveMismatchE
                                               all_reduce, barrier, broadcast, bytes_sent, destroy_process_group,
                                               get_backend, get_rank, get_world_size, group, init_process_group,
                                               is_initialized, recv, reduce_scatter, reset_bytes_sent, send)
+from lezero.distributed import pipeline  # noqa: F401,E402
+from lezero.distributed.pipeline import Pipe  # noqa: F401,E402
