@@ -28,8 +28,19 @@ FORMAT = "lezero.jit.TracedModule"
 VERSION = 1
 
 
+# File names of formats lz.jit.save does not write (issue 12): an error, never lezero's format under
+# their name.  The value says where the format is written instead, if anywhere.
+OTHER_FORMATS = {".tflite": "lezero cannot write TFLite flatbuffers yet",
+                 ".onnx": "write ONNX with lezero.onnx.export(traced, path)"}
+
+
 def save(traced: TracedModule, f) -> None:
     """Write ``traced`` to the path (or binary file) ``f``."""
+    if not hasattr(f, "write"):
+        suffix = os.path.splitext(os.fspath(f))[1].lower()
+        if suffix in OTHER_FORMATS:
+            raise ValueError(f"lz.jit.save: {os.fspath(f)!r} names a {suffix} file, but lz.jit.save writes lezero's "
+                             f"traced-module format; {OTHER_FORMATS[suffix]}")
     if not isinstance(traced, TracedModule):
         raise TypeError(f"lz.jit.save takes a TracedModule (from lz.jit.trace), got {type(traced).__name__}")
     if traced.random or traced.updates:
