@@ -3,12 +3,16 @@ checkpoint: kill it at any moment, start it again, and it continues as if it nev
 
     .venv/bin/python examples/train_resumable.py --checkpoints /tmp/run1 --steps 200
     lezero-run --max-restarts 3 examples/train_resumable.py --checkpoints /tmp/run1   (restarted on a crash)
+    lezero-run --nproc-per-node 2 --max-restarts 3 examples/train_resumable.py --ddp --checkpoints /tmp/run2
 
 The pattern is the loop in ``train``: restore (model, optimizer, LR scheduler, data loader, and,
 by the manager, every random number generator) from the newest complete checkpoint, then save one
 every ``--every`` steps; ``save`` copies the values and writes them in the background.  ``--log``
 appends each step's loss (as a hexadecimal float, exact) and a ``restored`` line at each start;
-``--out`` gets the final parameters (``lz.save``).
+``--out`` gets the final parameters (``lz.save``).  With ``--ddp`` every rank of ``lezero-run``
+trains its share of each batch (``DistributedSampler``, ``DistributedDataParallel``) and saves its
+own shard; the model is restored before DDP wraps it (DDP then broadcasts rank 0's weights, which
+every rank restored alike).  Rank r > 0 logs to ``LOG.rank<r>``.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from lezero.utils.checkpoint import CheckpointManager  # noqa: E402
 
 
 def train(checkpoints: str, steps: int, model_name: str = "cnn", every: int = 5, seed: int = 0, log=None,
-          out=None, batch_size: int = 32, data=None) -> int:
+          out=None, batch_size: int = 32, data=None, ddp: bool = False) -> int:
     x_train, y_train = data if data is not None else digits.load(8 if model_name == "cnn" else 28)[:2]
     if model_name == "mlp":
         x_train = x_train.reshape(len(x_train), 784)
@@ -38,18 +42,27 @@ def train(checkpoints: str, steps: int, model_name: str = "cnn", every: int = 5,
     optimizer = lz.optim.Adam(model.parameters(), lr=3e-3)
     scheduler = lz.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
     criterion = lz.nn.CrossEntropyLoss()
-    loader = lz.utils.data.DataLoader(lz.utils.data.TensorDataset(lz.from_numpy(x_train), lz.from_numpy(y_train)),
-                                      batch_size=batch_size, shuffle=True, generator=lz.Generator().manual_seed(seed))
-    manager = CheckpointManager(checkpoints, every_n_steps=every, keep=3)
+    dataset = lz.utils.data.TensorDataset(lz.from_numpy(x_train), lz.from_numpy(y_train))
+    if ddp:
+        lz.distributed.init_process_group(timeout=60)
+        sampler = lz.utils.data.DistributedSampler(dataset, seed=seed)
+        loader = lz.utils.data.DataLoader(dataset, batch_size=batch_size // sampler.num_replicas, sampler=sampler)
+    else:
+        loader = lz.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
+                                          generator=lz.Generator().manual_seed(seed))
+    manager = CheckpointManager(checkpoints, every_n_steps=every, keep=3)  # rank, world size: lezero-run's
     step, _ = manager.restore(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader)
     step = step or 0
-    write = _logger(log)
+    write = _logger(log if manager.rank == 0 or log is None else f"{log}.rank{manager.rank}")
     write(f"restored {step} pid {os.getpid()}")
+    trained = lz.nn.parallel.DistributedDataParallel(model) if ddp else model
     model.train()
     while step < steps:
+        if ddp:
+            sampler.set_epoch(loader.epoch)
         for images, labels in loader:
             optimizer.zero_grad()
-            loss = criterion(model(images), labels)
+            loss = criterion(trained(images), labels)
             loss.backward()
             optimizer.step()
             scheduler.step()
@@ -59,7 +72,7 @@ def train(checkpoints: str, steps: int, model_name: str = "cnn", every: int = 5,
             if step == steps:
                 break
     manager.close()
-    if out is not None:
+    if out is not None and manager.rank == 0:
         lz.save(model.state_dict(), out)
     return step
 
@@ -82,12 +95,14 @@ def main(argv=None) -> int:
     parser.add_argument("--log", help="append each step's loss here")
     parser.add_argument("--out", help="write the final parameters here (lz.save)")
     parser.add_argument("--data", help="an .npz with x_train and y_train (default: scikit-learn's digits)")
+    parser.add_argument("--ddp", action="store_true", help="data-parallel over lezero-run's ranks")
     args = parser.parse_args(argv)
     data = None
     if args.data:
         with np.load(args.data) as arrays:
             data = arrays["x_train"], arrays["y_train"]
-    train(args.checkpoints, args.steps, args.model, args.every, args.seed, args.log, args.out, data=data)
+    train(args.checkpoints, args.steps, args.model, args.every, args.seed, args.log, args.out, data=data,
+          ddp=args.ddp)
     return 0
 
 

@@ -107,7 +107,7 @@ class CheckpointManager:
         self.async_save, self.save_rng, self.rank_timeout = async_save, save_rng, rank_timeout
         self._writer: threading.Thread | None = None
         self._error: BaseException | None = None
-        self.last_stall_seconds = 0.0  # how long the last save held the caller (the snapshot copy)
+        self.last_stall_seconds = 0.0  # how long the last save held the caller (the snapshot copy, or the write)
         os.makedirs(self.directory, exist_ok=True)
 
     # --- saving ----------------------------------------------------------------------------------------------
@@ -120,8 +120,8 @@ class CheckpointManager:
         background (``async_save``), or written before returning."""
         if not (force or self.should_save(step)):
             return False
-        self.wait()
         started = time.perf_counter()
+        self.wait()  # one save in flight: saving more often than the disk writes stalls here
         shard = {"step": int(step), "rank": self.rank, "world_size": self.world_size,
                  "rng": rng_state() if self.save_rng else None,
                  "state": {name: _stored(value) for name, value in state.items()}}

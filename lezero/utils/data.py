@@ -381,8 +381,8 @@ class DataLoader:
         if self._iterable:
             raise TypeError("DataLoader.state_dict: a loader over an IterableDataset cannot say where it is (the "
                             "dataset's iterator holds that); only map-style datasets resume")
-        finished = not self._started or self._batches_yielded >= len(self)
-        return {"epoch": self._epoch + (self._started and finished),
+        finished = self._epoch_finished()
+        return {"epoch": self.epoch,
                 "batches_yielded": 0 if finished else self._batches_yielded,
                 "base_seed": None if finished else self._base_seed,
                 "sampler": None if finished else _state_of(self._index_source()),
@@ -404,10 +404,14 @@ class DataLoader:
         self._resumed = None if state["base_seed"] is None else \
             {"batches_yielded": int(state["batches_yielded"]), "base_seed": int(state["base_seed"])}
 
+    def _epoch_finished(self) -> bool:
+        return not self._started or self._batches_yielded >= len(self)
+
     @property
     def epoch(self) -> int:
-        """The epoch under way, counted from 0 (after ``load_state_dict``: the one that continues)."""
-        return self._epoch
+        """The epoch under way, counted from 0; once its last batch is out, the next one (so
+        ``sampler.set_epoch(loader.epoch)`` before each ``for`` is right after a restore too)."""
+        return self._epoch + (self._started and self._epoch_finished())
 
     def __len__(self) -> int:
         if self._iterable:
@@ -415,6 +419,7 @@ class DataLoader:
             return n if self.batch_size is None else (n // self.batch_size if self.drop_last else
                                                       -(-n // self.batch_size))
         return len(self.batch_sampler) if self.batch_sampler is not None else len(self.sampler)
+
 
 # --- issue 14: the sampler of data-parallel training ------------------------------------------------------------
 

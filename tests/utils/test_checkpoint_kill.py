@@ -1,7 +1,8 @@
-"""The kill test (issue 15): ``examples/train_resumable.py`` under ``lezero-run --max-restarts`` is
-killed with SIGKILL at a random step, and then while a checkpoint is being written; each time
-lezero-run starts it again and it restores the newest complete checkpoint.  Its final parameters,
-and its losses from the last restore on, are bit-identical to those of a run never interrupted."""
+"""The kill test (issue 15): ``examples/train_resumable.py`` under ``lezero-run --max-restarts`` (one
+process, and two DDP ranks) is killed with SIGKILL at a random step, and then while a checkpoint is
+being written (a random rank each time); each time lezero-run starts it again and it restores the
+newest complete checkpoint.  Its final parameters, and its losses from the last restore on, are
+bit-identical to those of a run never interrupted (run alongside, the same way)."""
 from __future__ import annotations
 
 import os
@@ -19,12 +20,12 @@ import lezero as lz
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "train_resumable.py"
-STEPS, EVERY = 24, 3
+STEPS, EVERY = 16, 3
 RUN_TIMEOUT = 240  # seconds, for a whole interrupted run
 
 
-def _env() -> dict:
-    return {**os.environ, "LEZERO_NUM_THREADS": "2", "PYTHONPATH": str(ROOT)}
+def _env(ranks: int) -> dict:
+    return {**os.environ, "LEZERO_NUM_THREADS": str(max(1, 2 // ranks)), "PYTHONPATH": str(ROOT)}
 
 
 @pytest.fixture(scope="module")
@@ -74,48 +75,74 @@ def _save_under_way(checkpoints: pathlib.Path) -> bool:
         return False
 
 
-def _wait(predicate, deadline: float, what: str, process: subprocess.Popen):
+def _wait(predicate, deadline: float, what: str, process: subprocess.Popen, poll_seconds: float = 0.01):
     while not predicate():
         if process.poll() is not None:
             pytest.fail(f"lezero-run exited ({process.returncode}) while waiting for {what}")
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.0005)
+        time.sleep(poll_seconds)
+
+
+def _rank_log(log: pathlib.Path, rank: int) -> pathlib.Path:
+    return log if rank == 0 else log.with_name(f"{log.name}.rank{rank}")
+
+
+def _launch(model: str, ranks: int, folder: pathlib.Path, name: str, data: pathlib.Path, restarts: int):
+    ddp = ["--nproc-per-node", str(ranks)] if ranks > 1 else []
+    return subprocess.Popen([sys.executable, "-m", "lezero.cli.run", *ddp, "--max-restarts", str(restarts),
+                             *_args(model, folder, name, data), *(["--ddp"] if ranks > 1 else [])],
+                            env=_env(ranks), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _stop(process: subprocess.Popen, pids: set[int]) -> None:
+    """lezero-run forwards SIGTERM to its ranks; any rank still alive after is killed."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["cnn", "mlp"])
-def test_sigkill_at_random_steps_and_during_a_save_resumes_bit_identically(model, tmp_path, digits_files):
-    reference = subprocess.Popen([sys.executable, *_args(model, tmp_path, "reference", digits_files[model])], env=_env(),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # meanwhile
-    kills = sorted(random.Random(f"{model} {os.getpid()}").sample(range(4, STEPS - 4), 1))
+@pytest.mark.parametrize("model,ranks", [("cnn", 1), ("mlp", 1), ("cnn", 2)], ids=["cnn", "mlp", "cnn-ddp-2-ranks"])
+def test_sigkill_at_random_steps_and_during_a_save_resumes_bit_identically(model, ranks, tmp_path, digits_files):
+    reference = _launch(model, ranks, tmp_path, "reference", digits_files[model], restarts=0)  # meanwhile
+    chance = random.Random(f"{model} {ranks} {os.getpid()}")
+    kills = [(chance.randrange(4, STEPS - 4), chance.randrange(ranks)), ("during a save", chance.randrange(ranks))]
     log, checkpoints = tmp_path / "killed.log", tmp_path / "killed_checkpoints"
-    runner = subprocess.Popen([sys.executable, "-m", "lezero.cli.run", "--max-restarts", "3",
-                               *_args(model, tmp_path, "killed", digits_files[model])], env=_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    runner = _launch(model, ranks, tmp_path, "killed", digits_files[model], restarts=3)
     deadline = time.monotonic() + RUN_TIMEOUT
-    mid_save = []
+    mid_save, pids = [], set()
     try:
-        for target in [*kills, "during a save"]:
-            started = len(_log(log))
-            _wait(lambda n=started: _last_step(_log(log)[n:]) >= 1, deadline, "a step of the (re)started run", runner)
-            pid = _running_pid(_log(log))
+        for target, rank in kills:
+            victim = _rank_log(log, rank)
+            started = len(_log(victim))
+            _wait(lambda n=started, v=victim: _last_step(_log(v)[n:]) >= 1, deadline, "a step of the (re)started run",
+                  runner)
+            pid = _running_pid(_log(victim))
+            pids.add(pid)
             if target == "during a save":
-                _wait(lambda: _save_under_way(checkpoints), deadline, "a save under way", runner)
+                _wait(lambda: _save_under_way(checkpoints), deadline, "a save under way", runner, poll_seconds=0.0005)
             else:
                 _wait(lambda step=target: _last_step(_log(log)) >= step, deadline, f"step {target}", runner)
             os.kill(pid, signal.SIGKILL)
             mid_save.append(_save_under_way(checkpoints))
-            _wait(lambda dead=pid: _running_pid(_log(log)) != dead, deadline, "the restart", runner)
+            _wait(lambda dead=pid, v=victim: _running_pid(_log(v)) != dead, deadline, "the restart", runner)
         err = runner.communicate(timeout=max(deadline - time.monotonic(), 1))[1]
-        _, reference_err = reference.communicate(timeout=max(deadline - time.monotonic(), 1))
+        reference_err = reference.communicate(timeout=max(deadline - time.monotonic(), 1))[1]
     finally:
-        if runner.poll() is None:
-            os.killpg(runner.pid, signal.SIGKILL)
-            runner.wait(timeout=30)
-        if reference.poll() is None:
-            reference.kill()
-            reference.wait(timeout=30)
+        pids.update(_running_pid(_log(_rank_log(log, r))) or 0 for r in range(ranks))
+        pids.discard(0)
+        _stop(runner, pids)
+        _stop(reference, set())
     assert reference.returncode == 0, reference_err[-3000:]
     assert runner.returncode == 0, err[-3000:]
     assert mid_save[-1], "the last kill did not land while a checkpoint was being written"
