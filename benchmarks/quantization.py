@@ -1,0 +1,154 @@
+"""int8 against float32: lezero's int8 GEMM (``lz.matmul_integer``, VNNI where the CPU has it)
+against its float32 GEMM at transformer shapes; a dynamically quantized Linear against PyTorch's
+(``torch.ao.quantization.quantize_dynamic``: fbgemm / onednn); and a transformer encoder exported
+from PyTorch, quantized with ONNX Runtime's ``quantize_dynamic``, run by lezero and by ONNX Runtime,
+int8 and float32.
+
+    LEZERO_NUM_THREADS=2 .venv/bin/python benchmarks/quantization.py [--budget 3] [--d-model 768]
+
+Every group is timed alternating in one process (``timing.alternating_medians``, medians; torch
+with 2 threads, ONNX Runtime with 2 intra-op threads and spinning off); ratios say how many times
+faster the first-named is.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from onnx_models import cpu_model  # noqa: E402
+from timing import alternating_medians  # noqa: E402
+
+import lezero  # noqa: E402
+import lezero as lz  # noqa: E402
+import lezero.onnx  # noqa: E402
+from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp  # noqa: E402
+from lezero.ir.types import tensor  # noqa: E402
+
+GEMM_SHAPES = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (512, 1024, 1024)]
+
+
+def _function(types, body) -> ModuleOp:
+    func = FuncOp("f", FunctionType(types, []))
+    b = Builder.at_end(func.entry_block)
+    b.create("func.return", [body(b, *func.arguments)], result_types=[])
+    func.update_function_type()
+    return ModuleOp([func])
+
+
+def gemm(budget: float) -> None:
+    print("GEMM (M x K x N): lezero int8 (u8 x s8 -> i32) against lezero float32, GOP/s")
+    rng = np.random.default_rng(0)
+    for m, k, n in GEMM_SHAPES:
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+        za, zb = np.asarray(128, np.uint8), np.asarray(0, np.int8)
+        int8 = lezero.compile(_function([tensor((m, k), "ui8"), tensor((k, n), "i8"), tensor((), "ui8"),
+                                         tensor((), "i8")], lambda b, *x: b.op("lz.matmul_integer", *x)), "f")
+        fp32 = lezero.compile(_function([tensor((m, k), "f32"), tensor((k, n), "f32")],
+                                        lambda b, x, y: b.op("lz.matmul", x, y)), "f")
+        af, wf = a.astype(np.float32), w.astype(np.float32)
+        t = alternating_medians({"int8": lambda: int8(a, w, za, zb), "fp32": lambda: fp32(af, wf)}, budget)
+        ops = 2 * m * k * n / 1e9
+        print(f"  {m}x{k}x{n}: int8 {ops / t['int8']:7.1f}  fp32 {ops / t['fp32']:7.1f}  "
+              f"int8 / fp32 {t['fp32'] / t['int8']:5.2f}x")
+
+
+def linear(budget: float) -> None:
+    print("Dynamically quantized Linear (tokens x in -> out): lezero int8 against PyTorch's int8 "
+          f"(engine {torch.backends.quantized.engine}) and lezero float32, ms")
+    rng = np.random.default_rng(1)
+    for tokens, d_in, d_out in [(128, 768, 768), (128, 768, 3072), (128, 3072, 768)]:
+        lz.manual_seed(0)
+        float_layer = lz.nn.Linear(d_in, d_out)
+        layer = lz.quantization.quantize_dynamic(lz.nn.Sequential(float_layer), dtype="int8")
+        torch_layer = torch.nn.Linear(d_in, d_out)
+        with torch.no_grad():
+            torch_layer.weight.copy_(torch.from_numpy(float_layer.weight.detach().numpy()))
+            torch_layer.bias.copy_(torch.from_numpy(float_layer.bias.detach().numpy()))
+        torch_int8 = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch_layer), {torch.nn.Linear},
+                                                            dtype=torch.qint8)
+        x = rng.standard_normal((tokens, d_in)).astype(np.float32)
+        xl, xt = lz.from_numpy(x), torch.from_numpy(x)
+
+        def run_lezero(module):
+            with lz.no_grad():
+                module(xl)
+
+        def run_torch():
+            with torch.no_grad():
+                torch_int8(xt)
+        t = alternating_medians({"lz": lambda: run_lezero(layer), "torch": run_torch,
+                                 "lz_fp32": lambda: run_lezero(float_layer)}, budget, warm_each=True)
+        print(f"  {tokens}x{d_in}->{d_out}: lezero int8 {t['lz'] * 1e3:6.2f}  torch int8 {t['torch'] * 1e3:6.2f}  "
+              f"lezero fp32 {t['lz_fp32'] * 1e3:6.2f}   torch / lezero {t['torch'] / t['lz']:5.2f}x  "
+              f"fp32 / int8 {t['lz_fp32'] / t['lz']:5.2f}x")
+
+
+def _session(path):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def encoder(budget: float, d_model: int, layers: int, tokens: int) -> None:
+    print(f"Transformer encoder ({layers} layers, d_model {d_model}, {tokens} tokens) exported from PyTorch, "
+          "quantized by ONNX Runtime's quantize_dynamic, ms")
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model, d_model // 64, 4 * d_model, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+    x = torch.randn(1, tokens, d_model)
+    with tempfile.TemporaryDirectory() as folder:
+        float_path, int8_path = os.path.join(folder, "encoder.onnx"), os.path.join(folder, "encoder_int8.onnx")
+        torch.onnx.export(model, (x,), float_path, dynamo=False, opset_version=17, input_names=["x"],
+                          output_names=["y"])
+        quantize_dynamic(float_path, int8_path, weight_type=QuantType.QInt8)
+        feeds = {"x": x.numpy()}
+        lz_int8, lz_fp32 = lezero.onnx.compile(int8_path), lezero.onnx.compile(float_path)
+        ort_int8, ort_fp32 = _session(int8_path), _session(float_path)
+        torch_int8 = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        want = ort_int8.run(None, feeds)[0]
+        error = np.abs(lz_int8.run(feeds)["y"] - want).max()
+
+        def run_torch():
+            with torch.no_grad():
+                torch_int8(x)
+        t = alternating_medians({"lz_int8": lambda: lz_int8.run(feeds), "ort_int8": lambda: ort_int8.run(None, feeds),
+                                 "lz_fp32": lambda: lz_fp32.run(feeds), "ort_fp32": lambda: ort_fp32.run(None, feeds),
+                                 "torch_int8": run_torch}, budget, warm_each=True)
+    print("  " + "  ".join(f"{name} {seconds * 1e3:7.2f}" for name, seconds in t.items()))
+    print(f"  lezero int8 vs ORT int8: {t['ort_int8'] / t['lz_int8']:5.2f}x   vs lezero fp32: "
+          f"{t['lz_fp32'] / t['lz_int8']:5.2f}x   vs torch int8 (all Linears): {t['torch_int8'] / t['lz_int8']:5.2f}x"
+          f"   max |lezero - ORT| (int8) {error:.2e}, output step {(want.max() - want.min()) / 255:.2e}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=3.0, help="seconds per group of alternating runs")
+    parser.add_argument("--d-model", type=int, default=768)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--only", choices=["gemm", "linear", "encoder"])
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    torch.backends.mha.set_fastpath_enabled(False)  # its checks read .weight, a method of quantized Linears
+    print(f"CPU: {cpu_model()}; LEZERO_NUM_THREADS={os.environ.get('LEZERO_NUM_THREADS', 'unset')}")
+    if args.only in (None, "gemm"):
+        gemm(args.budget)
+    if args.only in (None, "linear"):
+        linear(args.budget)
+    if args.only in (None, "encoder"):
+        encoder(args.budget, args.d_model, args.layers, args.tokens)
+
+
+if __name__ == "__main__":
+    main()
