@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import gzip
 import json
 import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from lezero.eager.dispatch import TimedRunners
 from lezero.ir.types import TensorType, format_shape
@@ -65,6 +66,7 @@ class Event:
     bytes: int = 0
     fused_ops: tuple = ()
     parallel: bool = False
+    cache: dict = field(default_factory=dict)  # a compile's kernel-cache counts (CacheStats fields)
     children_seconds: float = 0.0  # filled by ``nest``
 
     @property
@@ -155,8 +157,12 @@ class profile:  # noqa: N801  (torch.profiler.profile's name)
     def eager_op(self, name: str, shapes: tuple, start: float, end: float) -> None:
         self._add(Event(name, "op", start, end, threading.get_ident(), tuple(format_shape(s) for s in shapes)))
 
-    def compiled(self, name: str, start: float, end: float) -> None:
-        self._add(Event(f"compile {name}", "compile", start, end, threading.get_ident()))
+    def compiled(self, name: str, start: float, end: float, cache_before, cache_after) -> None:
+        """A plan built: its time, and what the kernel cache did meanwhile (hits, lowerings, LLVM
+        compiles and their seconds: the trace event's args)."""
+        before, after = asdict(cache_before), asdict(cache_after)
+        cache = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+        self._add(Event(f"compile {name}", "compile", start, end, threading.get_ident(), cache=cache))
 
     def run_plan(self, plan, inputs: list, pool) -> list:
         start = time.perf_counter()
@@ -225,6 +231,8 @@ def chrome_trace(prof: profile) -> dict:
             args["fused ops"] = list(e.fused_ops)
         if e.flops or e.bytes:
             args.update({"flops": e.flops, "bytes": e.bytes, "parallel": e.parallel})
+        if e.cache:
+            args["kernel cache"] = e.cache
         trace_events.append({"ph": "X", "cat": e.kind, "name": e.name, "pid": pid, "tid": e.thread,
                              "ts": (e.start - origin) * 1e6, "dur": e.seconds * 1e6, "args": args})
     return {"traceEvents": trace_events, "displayTimeUnit": "ms"}
@@ -245,6 +253,25 @@ def record_function(name: str):
     finally:
         if prof is not None:
             prof._add(Event(name, "user", start, time.perf_counter(), threading.get_ident()))
+
+
+def recorded(name: str):
+    """A decorator: while a profile records, each call of the function is an event ``name`` (a
+    compiled train step's whole call: its Python binding the batch and the optimizer state around
+    the plan's kernels); otherwise one attribute check per call."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            prof = _Ranges.active
+            if prof is None:
+                return fn(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                prof._add(Event(name, "call", start, time.perf_counter(), threading.get_ident()))
+        return call
+    return wrap
 
 
 def tensorboard_trace_handler(dir_name, worker_name: str | None = None, use_gzip: bool = False):
