@@ -24,14 +24,14 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from onnx_models import cpu_model  # noqa: E402
-from timing import alternating_medians  # noqa: E402
+from onnx_models import cpu_model
+from timing import alternating_medians
 
-import lezero  # noqa: E402
-import lezero as lz  # noqa: E402
-import lezero.onnx  # noqa: E402
-from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp  # noqa: E402
-from lezero.ir.types import tensor  # noqa: E402
+import lezero
+import lezero as lz
+import lezero.onnx
+from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp
+from lezero.ir.types import tensor
 
 GEMM_SHAPES = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (512, 1024, 1024)]
 

@@ -85,15 +85,21 @@ def _quantize_ir(b, x, scale, zero, axis: int):
     return b.op("lz.cast", q, to=zero.type.element_type)
 
 
+class AffineQuantizationOp(OpDef):
+    """What quantize and dequantize share: a tensor, its scale and zero point (per tensor, or per
+    slice of ``axis``, default 1: the channels of NCHW or the columns of a matrix)."""
+
+    operands = ("input", "scale", "zero_point")
+    traits = _COMPOSITE
+    attributes = {"axis": AttrSpec("i64", 1)}
+
+
 @register
-class QuantizeOp(OpDef):
+class QuantizeOp(AffineQuantizationOp):
     """``lz.quantize(x, scale, zero_point) {axis = 1}``: ``x`` (float) to the integer type of
     ``zero_point``; ``scale`` has ``x``'s element type."""
 
     name = "lz.quantize"
-    operands = ("input", "scale", "zero_point")
-    traits = _COMPOSITE
-    attributes = {"axis": AttrSpec("i64", 1)}
     summary = "affine quantization to 8-bit integers"
 
     def infer(self, operand_types, attrs):
@@ -113,14 +119,11 @@ class QuantizeOp(OpDef):
 
 
 @register
-class DequantizeOp(OpDef):
+class DequantizeOp(AffineQuantizationOp):
     """``lz.dequantize(q, scale, zero_point) {axis = 1}``: ``(q - zero_point) * scale`` in the
     scale's float type; ``q`` is i8, ui8 or i32 (a bias), ``zero_point`` of ``q``'s type."""
 
     name = "lz.dequantize"
-    operands = ("input", "scale", "zero_point")
-    traits = _COMPOSITE
-    attributes = {"axis": AttrSpec("i64", 1)}
     summary = "8-bit (or i32) integers back to float"
 
     def infer(self, operand_types, attrs):
