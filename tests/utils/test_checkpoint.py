@@ -55,8 +55,9 @@ def test_a_restored_run_continues_exactly(tmp_path):
     batches = _batches(loader, 100)
     for step in range(1, 9):
         _train(model, optimizer, scheduler, [next(batches)])
-        manager.save(step, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, best=0.5,
-                     tags=["a", {"b": 1}])
+        scaler = lz.amp.GradScaler("cpu", init_scale=2.0 ** step, growth_interval=step)
+        manager.save(step, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, scaler=scaler,
+                     best=0.5, tags=["a", {"b": 1}])
     manager.wait()
     expected = _train(model, optimizer, scheduler, [next(batches) for _ in range(9)])
     draws = (random.random(), np.random.rand(), lz.rand(2).numpy().tolist())
@@ -65,9 +66,11 @@ def test_a_restored_run_continues_exactly(tmp_path):
     fresh = _run(seed=7)  # other weights, another loader seed: all overwritten by restore
     random.seed(1)
     np.random.seed(1)
+    fresh_scaler = lz.amp.GradScaler("cpu")
     step, state = CheckpointManager(tmp_path).restore(model=fresh[0], optimizer=fresh[1], scheduler=fresh[2],
-                                                      loader=fresh[3])
+                                                      loader=fresh[3], scaler=fresh_scaler)
     assert step == 8 and state["best"] == 0.5 and state["tags"] == ["a", {"b": 1}]
+    assert fresh_scaler.state_dict() == lz.amp.GradScaler("cpu", init_scale=2.0 ** 8, growth_interval=8).state_dict()
     assert _train(*fresh[:3], _batches(fresh[3], 9)) == expected
     assert (random.random(), np.random.rand(), lz.rand(2).numpy().tolist()) == draws
     assert all(np.array_equal(a.detach().numpy(), b.detach().numpy())
@@ -186,3 +189,22 @@ def test_an_async_save_copies_the_values_before_training_changes_them(tmp_path):
     weights.add_(1.0)  # an in-place update while the write may still be under way
     manager.wait()
     assert manager.restore()[1]["weights"].numpy().max() == 0
+
+
+def test_comm_hook_states_round_trip(tmp_path):
+    """PowerSGD's error feedback, Q and random state, and top-k's errors (DDP comm hooks)."""
+    from lezero.nn.parallel.comm_hooks import PowerSGDState, TopKState
+
+    power = PowerSGDState(random_seed=3)
+    power.iter, power.errors, power.qs = 12, {(0, 1): np.ones((3, 2), np.float32)}, {(0, 1): np.eye(2, 1)}
+    top = TopKState()
+    top.errors = {2: np.arange(3.0)}
+    with CheckpointManager(tmp_path) as manager:  # closing waits for the write
+        manager.save(1, power=power, top=top)
+    power_again, top_again = PowerSGDState(), TopKState()
+    CheckpointManager(tmp_path).restore(power=power_again, top=top_again)
+    assert power_again.iter == 12 and list(power_again.errors) == [(0, 1)] and list(top_again.errors) == [2]
+    assert np.array_equal(power_again.errors[(0, 1)], power.errors[(0, 1)])
+    assert np.array_equal(power_again.qs[(0, 1)], power.qs[(0, 1)])
+    assert np.array_equal(top_again.errors[2], top.errors[2])
+    assert power_again.rng.standard_normal() == power.rng.standard_normal()

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 import lezero.distributed as dist
-from lezero.eager.core import wrap
+from lezero.eager.core import Tensor, wrap
 from lezero.eager.dtypes import BFLOAT16_STORAGE
 from lezero.nn.parallel.distributed import GradBucket, _allreduce_hook
 
@@ -61,6 +61,17 @@ class PowerSGDState:
         self.errors: dict = {}
         self.qs: dict = {}
 
+    # issue 15: a resumed run continues with the same error feedback, Q and random draws
+    def state_dict(self) -> dict:
+        return {"iter": self.iter, "rng": self.rng.bit_generator.state, "errors": dict(self.errors),
+                "qs": dict(self.qs)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.iter = int(state["iter"])
+        self.rng.bit_generator.state = state["rng"]
+        self.errors = {tuple(k): _host_array(v) for k, v in state["errors"].items()}
+        self.qs = {tuple(k): _host_array(v) for k, v in state["qs"].items()}
+
     def compressible(self, shape: tuple) -> bool:
         if len(shape) < 2:
             return False
@@ -73,7 +84,7 @@ def _orthonormal_columns(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(q, dtype=a.dtype)
 
 
-def powerSGD_hook(state: PowerSGDState, bucket: GradBucket) -> dist.Future:  # noqa: N802 - torch's name
+def powerSGD_hook(state: PowerSGDState, bucket: GradBucket) -> dist.Future:
     """Rank-r PowerSGD with error feedback (one power iteration per step, warm-started Q)."""
     if bucket.is_last():
         state.iter += 1
@@ -128,6 +139,18 @@ class TopKState:
             raise ValueError(f"TopKState: ratio must be in (0, 1], got {ratio}")
         self.ratio, self.use_error_feedback = ratio, use_error_feedback
         self.errors: dict = {}
+
+    # issue 15: a resumed run continues with the same error feedback
+    def state_dict(self) -> dict:
+        return {"errors": dict(self.errors)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.errors = {int(k): _host_array(v) for k, v in state["errors"].items()}
+
+
+def _host_array(value) -> np.ndarray:
+    """A checkpoint's tensor (``lz.load`` gives ``lz.Tensor``) as the numpy array a hook keeps."""
+    return np.array(value.numpy() if isinstance(value, Tensor) else value)
 
 
 def topk_hook(state: TopKState, bucket: GradBucket) -> dist.Future:
