@@ -24,22 +24,30 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import cpu_model
+
 HOOKS = ("allreduce", "fp16", "powersgd", "topk")
 
 
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+def lz_step(ddp, optimizer, x, y) -> None:
+    from lezero import nn
+
+    optimizer.zero_grad()
+    nn.CrossEntropyLoss()(ddp(x), y).backward()
+    optimizer.step()
+
+
+def torch_step(ddp, optimizer, x, y) -> None:
+    import torch
+
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(ddp(x), y).backward()
+    optimizer.step()
 
 
 def worker(steps: int) -> None:
@@ -84,24 +92,15 @@ def worker(steps: int) -> None:
         lz_x, lz_y, t_x, t_y = lz.from_numpy(x), lz.from_numpy(y), torch.from_numpy(x), torch.from_numpy(y)
         lz_times, torch_times, sent = [], [], []
 
-        def lz_step():
-            lz_opt.zero_grad()
-            nn.CrossEntropyLoss()(ddp(lz_x), lz_y).backward()
-            lz_opt.step()
-
-        def torch_step():
-            torch_opt.zero_grad()
-            torch.nn.functional.cross_entropy(tddp(t_x), t_y).backward()
-            torch_opt.step()
         for i in range(steps + 5):  # 5 warm-up steps (compiles; PowerSGD starts compressing at step 3)
             dist.barrier()
             before, start = dist.bytes_sent(), time.perf_counter()
-            lz_step()
+            lz_step(ddp, lz_opt, lz_x, lz_y)
             lz_time = time.perf_counter() - start
             step_bytes = dist.bytes_sent() - before
             tdist.barrier()
             start = time.perf_counter()
-            torch_step()
+            torch_step(tddp, torch_opt, t_x, t_y)
             if i >= 5:
                 lz_times.append(lz_time)
                 torch_times.append(time.perf_counter() - start)
@@ -129,9 +128,57 @@ def resnet50_parameters() -> int:
     return count + 2048 * 1000 + 1000
 
 
+def digits_worker(epochs: int) -> None:
+    """One rank of the accuracy check: the seed's MLP trained on scikit-learn's digits (28x28) with
+    DistributedSampler and each hook; rank 0 prints the test accuracy."""
+    import numpy as np
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    import digits
+
+    import lezero as lz
+    import lezero.distributed as dist
+    from lezero import nn
+    from lezero.nn.parallel import comm_hooks
+
+    dist.init_process_group(backend="gloo")
+    x_train, y_train, x_test, y_test = digits.load(28)
+    x_train = x_train.reshape(len(x_train), 784).astype(np.float32)
+    x_test = lz.from_numpy(np.ascontiguousarray(x_test.reshape(len(x_test), 784).astype(np.float32)))
+    hooks = {"allreduce": None, "fp16": (None, comm_hooks.fp16_compress_hook),
+             "powersgd": (comm_hooks.PowerSGDState(matrix_approximation_rank=2, start_powerSGD_iter=10),
+                          comm_hooks.powerSGD_hook),
+             "topk": (comm_hooks.TopKState(ratio=0.01), comm_hooks.topk_hook)}
+    for name, hook in hooks.items():
+        lz.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)))
+        if hook is not None:
+            ddp.register_comm_hook(*hook)
+        optimizer = lz.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        sampler = lz.utils.data.DistributedSampler(list(range(len(x_train))), seed=0, drop_last=True)
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            order = np.array(list(sampler))
+            for start in range(0, len(order) - 31, 32):
+                rows = order[start:start + 32]
+                optimizer.zero_grad()
+                nn.CrossEntropyLoss()(ddp(lz.from_numpy(x_train[rows])), lz.from_numpy(y_train[rows])).backward()
+                optimizer.step()
+        if dist.get_rank() == 0:
+            with lz.no_grad():
+                predicted = ddp(x_test).argmax(1).numpy()
+            print(f"ACC {name} {float((predicted == y_test).mean()):.4f}", flush=True)
+    dist.destroy_process_group()
+
+
 def ring_allreduce_seconds(nbytes: float, ranks: int, bandwidth_bytes_s: float, latency_s: float) -> float:
     """The standard ring all-reduce: reduce-scatter then all-gather, 2 (p-1) steps of bytes/p each."""
     return 2 * (ranks - 1) / ranks * nbytes / bandwidth_bytes_s + 2 * (ranks - 1) * latency_s
+
+
+def ring_allgather_seconds(nbytes_per_rank: float, ranks: int, bandwidth_bytes_s: float, latency_s: float) -> float:
+    """A ring all-gather: p - 1 steps, each passing one rank's ``nbytes_per_rank`` on."""
+    return (ranks - 1) * nbytes_per_rank / bandwidth_bytes_s + (ranks - 1) * latency_s
 
 
 def main() -> None:
@@ -142,10 +189,15 @@ def main() -> None:
                         help="ResNet-50 per-GPU step time at batch 32 (ASSUMED, a V100's ~360 images/s; not measured)")
     parser.add_argument("--gbit", type=float, default=100.0, help="link bandwidth, Gbit/s")
     parser.add_argument("--latency-us", type=float, default=10.0, help="per-message latency, microseconds")
+    parser.add_argument("--digits-epochs", type=int, default=10, help="epochs of the accuracy check (0: skip it)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--digits-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.steps)
+        return
+    if args.digits_worker:
+        digits_worker(args.digits_epochs)
         return
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores (shared); LEZERO_NUM_THREADS=1 per rank")
     print("ranks hook        lezero step  bytes/rank/step   torch DDP step  lezero/torch")
@@ -153,7 +205,7 @@ def main() -> None:
     for ranks in args.ranks:
         done = subprocess.run([sys.executable, "-m", "lezero.cli.run", "--nproc-per-node", str(ranks), __file__,
                                "--worker", "--steps", str(args.steps)], capture_output=True, text=True,
-                              env=dict(os.environ, LEZERO_NUM_THREADS="1"), timeout=1800)
+                              env=dict(os.environ, LEZERO_NUM_THREADS="1"), timeout=1800, check=False)
         if done.returncode != 0:
             sys.exit(f"{ranks} ranks failed:\n{done.stderr[-3000:]}")
         for line in done.stdout.splitlines():
@@ -169,12 +221,27 @@ def main() -> None:
         if (world, hook) not in rows or world == 1:
             continue
         ratio = rows[(world, hook)] / rows[(world, "allreduce")]
-        comm = ring_allreduce_seconds(resnet_bytes * ratio, 8, args.gbit * 1e9 / 8, args.latency_us * 1e-6)
+        bandwidth, latency = args.gbit * 1e9 / 8, args.latency_us * 1e-6
+        if hook == "topk":  # an all-gather: each rank receives the other 7 ranks' indices and values
+            comm = ring_allgather_seconds(resnet_bytes * ratio, 8, bandwidth, latency)
+        else:
+            comm = ring_allreduce_seconds(resnet_bytes * ratio, 8, bandwidth, latency)
         compute = args.gpu_step_ms * 1e-3
         serial = 8 * compute / (compute + comm)
         hidden = 8 * compute / (compute + max(0.0, comm - 2 / 3 * compute))
-        print(f"  {hook:9s} bytes x{ratio:5.3f} (measured on {world} ranks): all-reduce {comm * 1e3:6.2f} ms/step, "
+        print(f"  {hook:9s} bytes x{ratio:5.3f} (the MLP's, measured on {world} ranks): communication {comm * 1e3:6.2f} ms/step, "
               f"speedup {serial:4.2f}x without overlap, {hidden:4.2f}x with the backward hiding it (modelled)")
+
+    if args.digits_epochs:
+        done = subprocess.run([sys.executable, "-m", "lezero.cli.run", "--nproc-per-node", "2", __file__,
+                               "--digits-worker", "--digits-epochs", str(args.digits_epochs)], capture_output=True,
+                              text=True, env=dict(os.environ, LEZERO_NUM_THREADS="1"), timeout=1800, check=False)
+        if done.returncode != 0:
+            sys.exit(f"the digits run failed:\n{done.stderr[-3000:]}")
+        accuracy = dict(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("ACC "))
+        print(f"\ndigits, 2 ranks, {args.digits_epochs} epochs, SGD 0.1 momentum 0.9 (measured): test accuracy "
+              + ", ".join(f"{h} {float(a):.4f} ({100 * (float(a) - float(accuracy['allreduce'])):+.1f} points)"
+                          for h, a in accuracy.items()))
 
 
 if __name__ == "__main__":

@@ -40,3 +40,13 @@ def alternating_medians(runs: dict, budget: float, min_reps: int = 7, max_reps: 
             times[name].append(time.perf_counter() - start)
         rounds += 1
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+# issue 14: the CPU a benchmark ran on, for its header (the benchmarks each read it themselves so far)
+def cpu_model() -> str:
+    """``/proc/cpuinfo``'s model name ("unknown CPU" where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
+    except OSError:
+        return "unknown CPU"

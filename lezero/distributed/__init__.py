@@ -8,11 +8,32 @@ communication thread, the mismatch check, the byte counter) in ``process_group.p
 ``pipeline.py`` runs GPipe's schedule over send/recv;
 ``lz.nn.parallel`` (DistributedDataParallel, the tensor-parallel linear layers) builds on them.
 """
+from lezero.distributed import pipeline  # noqa: F401
 from lezero.distributed.backends import Backend, MPIBackend, TorchBackend  # noqa: F401
-from lezero.distributed.process_group import (ClusterConfig, CollectiveMismatchError, DistributedError,  # noqa: F401
-                                              DistributedTimeoutError, Future, ProcessGroup, ReduceOp, Work, all_gather,
-                                              all_reduce, barrier, broadcast, bytes_sent, destroy_process_group,
-                                              get_backend, get_rank, get_world_size, group, init_process_group,
-                                              is_initialized, recv, reduce_scatter, reset_bytes_sent, send)
-from lezero.distributed import pipeline  # noqa: F401,E402
-from lezero.distributed.pipeline import Pipe  # noqa: F401,E402
+from lezero.distributed.pipeline import Pipe  # noqa: F401
+from lezero.distributed.process_group import (  # noqa: F401
+                                              ClusterConfig,
+                                              CollectiveMismatchError,
+                                              DistributedError,
+                                              DistributedTimeoutError,
+                                              Future,
+                                              ProcessGroup,
+                                              ReduceOp,
+                                              Work,
+                                              all_gather,
+                                              all_reduce,
+                                              barrier,
+                                              broadcast,
+                                              bytes_sent,
+                                              destroy_process_group,
+                                              get_backend,
+                                              get_rank,
+                                              get_world_size,
+                                              group,
+                                              init_process_group,
+                                              is_initialized,
+                                              recv,
+                                              reduce_scatter,
+                                              reset_bytes_sent,
+                                              send,
+)

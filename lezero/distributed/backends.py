@@ -64,7 +64,9 @@ class MPIBackend(Backend):
     name = "mpi"
 
     def __init__(self):
-        from mpi4py import MPI  # the backend's engine: imported only by a program that asks for mpi
+        from mpi4py import (
+            MPI,  # the backend's engine: imported only by a program that asks for mpi
+        )
 
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD.Dup()  # our own communicator: no clash with the user's MPI traffic

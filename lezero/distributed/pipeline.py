@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from lezero.distributed.process_group import DistributedError, get_rank, get_world_size, recv, send
+from lezero.distributed.process_group import (
+    DistributedError,
+    get_rank,
+    get_world_size,
+    recv,
+    send,
+)
 from lezero.eager.core import Tensor, wrap
 from lezero.eager.device_arrays import contiguous
 

@@ -98,7 +98,7 @@ class Work:
             then()
         return True
 
-    def get_future(self) -> "Future":
+    def get_future(self) -> Future:
         """torch's ``Work.get_future()``: its value is ``result`` once the work is done."""
         return Future(lambda: (self.wait(), self.result)[1])
 
@@ -111,7 +111,7 @@ class Future:
         self._resolve, self._done, self._value = resolve, False, None
 
     @classmethod
-    def completed(cls, value) -> "Future":
+    def completed(cls, value) -> Future:
         return cls(lambda: value)
 
     def wait(self):
@@ -121,7 +121,7 @@ class Future:
 
     value = wait
 
-    def then(self, callback) -> "Future":
+    def then(self, callback) -> Future:
         """A future of ``callback(self)``, called once this one is complete."""
         def chained():
             self.wait()
@@ -151,7 +151,7 @@ class ProcessGroup:
             work.started_at = time.perf_counter()
             try:
                 run()
-            except BaseException as e:  # handed to the waiting caller, which raises it
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting caller, which raises it
                 work._error = e
             work.finished_at = time.perf_counter()
             if self.record_timeline:

@@ -9,15 +9,14 @@ import pathlib
 
 import numpy as np
 import pytest
+from support import ddp_worker as worker
+from support.distributed_testing import rank_results, relative_difference, run_ranks
 
 import lezero as lz
 from lezero import nn
 
-from support import ddp_worker as worker
-from support.distributed_testing import rank_results, relative_difference, run_ranks
-
 WORLD = 2
-SCENARIOS = ["mlp", "compiled", "bn_cnn", "hooks", "unused", "no_sync", "sampler", "mismatch"]
+SCENARIOS = ["mlp", "compiled", "bn_cnn", "hooks", "unused", "no_sync", "sampler", "mismatch", "late_rank"]
 
 
 @pytest.fixture(scope="module", params=["gloo", "mpi"])
@@ -95,12 +94,12 @@ def test_batchnorm_cnn_broadcasts_buffers_from_rank0(ranks):
 
 def test_compression_hooks_cut_the_bytes(ranks):
     sent = {h: ranks[0][f"hooks/{h}/bytes"][worker.POWER_SGD_START + 1:].mean()
-            for h in ("allreduce", "fp16", "powersgd", "topk")}
+            for h in ("allreduce", "fp16", "bf16", "powersgd", "topk")}
     parameter_bytes = sum(p.numel() * 4 for p in worker.mlp().parameters())
     assert sent["allreduce"] == parameter_bytes
-    assert sent["fp16"] == parameter_bytes // 2
+    assert sent["fp16"] == sent["bf16"] == parameter_bytes // 2
     assert sent["powersgd"] <= 0.4 * parameter_bytes and sent["topk"] <= 0.4 * parameter_bytes, sent
-    for hook in ("fp16", "powersgd", "topk"):  # every rank applies the same averaged update
+    for hook in ("fp16", "bf16", "powersgd", "topk"):  # every rank applies the same averaged update
         assert np.array_equal(ranks[0][f"hooks/{hook}/digests"], ranks[1][f"hooks/{hook}/digests"]), hook
     # fp16 follows the exact run closely; the lossy ones still train (their loss is not checked here)
     exact, fp16 = ranks[0]["hooks/allreduce/fc1.weight"], ranks[0]["hooks/fp16/fc1.weight"]
@@ -142,6 +141,12 @@ def test_a_mismatched_collective_fails_fast_naming_both_ranks(ranks):
         assert float(res["mismatch/seconds"]) < 5
 
 
+def test_a_late_rank_times_the_wait_out_with_a_message(ranks):
+    message = str(ranks[0]["late_rank/error"])
+    assert "rank 0: all_reduce late" in message and "did not complete within 1 s" in message, message
+
+
+@pytest.mark.slow
 def test_four_mpi_ranks_train_as_one_process(tmp_path):
     done = run_ranks(worker.__file__, [str(tmp_path), "mlp"], nproc=4, backend="mpi", timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from lezero import nn
-
 from support import model_parallel_worker as worker
 from support.distributed_testing import rank_results, run_ranks
+
+from lezero import nn
 
 
 @pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)])

@@ -139,6 +139,7 @@ def main(out: str, scenarios: list[str]) -> None:
         results.update(state_arrays("bn_cnn", model))
     if "hooks" in scenarios:
         hooks = {"allreduce": None, "fp16": (None, nn.parallel.comm_hooks.fp16_compress_hook),
+                 "bf16": (None, nn.parallel.comm_hooks.bf16_compress_hook),
                  "powersgd": (nn.parallel.comm_hooks.PowerSGDState(matrix_approximation_rank=2,
                                                                    start_powerSGD_iter=POWER_SGD_START),
                               nn.parallel.comm_hooks.powerSGD_hook),
@@ -185,6 +186,18 @@ def main(out: str, scenarios: list[str]) -> None:
         except dist.CollectiveMismatchError as e:
             results["mismatch/error"] = np.array(str(e))
         results["mismatch/seconds"] = np.array(time.perf_counter() - started)
+    if "late_rank" in scenarios:  # rank 1 reaches the all-reduce 4 s late: rank 0's 1 s wait says so
+        work = dist.all_reduce(lz.ones(2), name="late", async_op=True) if rank == 0 else None
+        if rank == 0:
+            try:
+                work.wait(timeout=1)
+                results["late_rank/error"] = np.array("no error")
+            except dist.DistributedTimeoutError as e:
+                results["late_rank/error"] = np.array(str(e))
+            work.wait()  # it completes once rank 1 arrives
+        else:
+            time.sleep(4)
+            dist.all_reduce(lz.ones(2), name="late")
     np.savez(f"{out}/rank{rank}.npz", **results)
     dist.destroy_process_group()
 

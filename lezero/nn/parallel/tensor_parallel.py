@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import lezero.distributed as dist
 from lezero.eager.core import Tensor
-from lezero.eager.functions import cat
 from lezero.eager.creation import zeros_like
+from lezero.eager.functions import cat
 from lezero.nn import functional as F
 from lezero.nn.layers import Linear
 from lezero.nn.module import Module, Parameter
@@ -47,21 +47,32 @@ def _shard(rank: int, world: int, size: int, what: str) -> slice:
     return slice(rank * k, (rank + 1) * k)
 
 
-class ColumnParallelLinear(Module):
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, gather_output: bool = True):
+class _ShardedLinear(Module):
+    """What both layers share: made from a full ``Linear`` (a new one, or ``from_linear``), whose
+    weight ``_take`` cuts to this rank's shard."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, **option):
         super().__init__()
-        self._init_from(Linear(in_features, out_features, bias), gather_output)
+        self._init_from(Linear(in_features, out_features, bias), **option)
 
     @classmethod
-    def from_linear(cls, linear: Linear, gather_output: bool = True) -> "ColumnParallelLinear":
+    def from_linear(cls, linear: Linear, **option):
         layer = cls.__new__(cls)
         Module.__init__(layer)
-        layer._init_from(linear, gather_output)
+        layer._init_from(linear, **option)
         return layer
 
-    def _init_from(self, linear: Linear, gather_output: bool) -> None:
+    def _init_from(self, linear: Linear, **option) -> None:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.in_features, self.out_features, self.gather_output = linear.in_features, linear.out_features, gather_output
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self._take(linear, **option)
+
+
+class ColumnParallelLinear(_ShardedLinear):
+    """``ColumnParallelLinear(in_features, out_features, bias=True, gather_output=True)``."""
+
+    def _take(self, linear: Linear, gather_output: bool = True) -> None:
+        self.gather_output = gather_output
         rows = _shard(self.rank, self.world_size, linear.out_features, "out_features")
         self.weight = Parameter(linear.weight.detach()[rows].clone())
         self.bias = None if linear.bias is None else Parameter(linear.bias.detach()[rows].clone())
@@ -80,21 +91,10 @@ class ColumnParallelLinear(Module):
                 f"gather_output={self.gather_output}")
 
 
-class RowParallelLinear(Module):
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, input_is_parallel: bool = False):
-        super().__init__()
-        self._init_from(Linear(in_features, out_features, bias), input_is_parallel)
+class RowParallelLinear(_ShardedLinear):
+    """``RowParallelLinear(in_features, out_features, bias=True, input_is_parallel=False)``."""
 
-    @classmethod
-    def from_linear(cls, linear: Linear, input_is_parallel: bool = False) -> "RowParallelLinear":
-        layer = cls.__new__(cls)
-        Module.__init__(layer)
-        layer._init_from(linear, input_is_parallel)
-        return layer
-
-    def _init_from(self, linear: Linear, input_is_parallel: bool) -> None:
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+    def _take(self, linear: Linear, input_is_parallel: bool = False) -> None:
         self.input_is_parallel = input_is_parallel
         self.columns = _shard(self.rank, self.world_size, linear.in_features, "in_features")
         self.weight = Parameter(linear.weight.detach()[:, self.columns].clone())
