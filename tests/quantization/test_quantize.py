@@ -169,3 +169,29 @@ def test_per_channel_and_histogram_observers():
         Q.MinMaxObserver().calculate_qparams()
     with pytest.raises(ValueError, match="scheme must be"):
         Q.QuantConfig(scheme="asymmetric")
+
+
+def test_quantized_models_export_to_onnx_and_run_in_onnxruntime(tmp_path):
+    """A traced quantized model exports as ONNX's integer ops (DynamicQuantizeLinear or
+    QuantizeLinear, MatMulInteger), and ONNX Runtime computes the same outputs."""
+    import onnx
+    import onnxruntime as ort
+
+    import lezero.onnx
+
+    lz.manual_seed(0)
+    model = lz.nn.Sequential(lz.nn.Linear(20, 32), lz.nn.ReLU(), lz.nn.Linear(32, 5))
+    x = np.random.default_rng(0).standard_normal((4, 20)).astype(np.float32)
+    prepared = Q.prepare(model)
+    with lz.no_grad():
+        prepared(lz.from_numpy(x))
+    for quantized, quantizer in ((Q.quantize_dynamic(model), "DynamicQuantizeLinear"), (Q.convert(prepared),
+                                                                                        "QuantizeLinear")):
+        path = tmp_path / f"{quantizer}.onnx"
+        lezero.onnx.export(lz.jit.trace(quantized, lz.from_numpy(x)), str(path))
+        assert {quantizer, "MatMulInteger"} <= {n.op_type for n in onnx.load(path).graph.node}
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        with lz.no_grad():
+            want = quantized(lz.from_numpy(x)).numpy()
+        np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x})[0], want, rtol=1e-6,
+                                   atol=1e-6)
