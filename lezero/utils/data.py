@@ -13,6 +13,9 @@ the sampler's order for the epoch (``RandomSampler`` keeps the permutation it dr
 generator's state, so a loader restored in a new process yields exactly the batches the old one
 would have yielded next.  The batches already seen are skipped by their indices, not loaded.  A
 custom sampler without ``state_dict`` is taken to give the same order again when iterated again.
+What worker processes draw from their own generators (random augmentations) is not part of the
+state: those generators live in the workers, which after a restore start from their seeds again;
+for an exact resume with workers, derive a sample's randomness from its index.
 """
 from __future__ import annotations
 
