@@ -99,8 +99,8 @@ def _plan_facts(plan) -> _PlanFacts:
 
 
 class profile:  # noqa: N801  (torch.profiler.profile's name)
-    """Record what runs inside the ``with`` block (see the module docstring).  ``record_shapes``:
-    ``key_averages(group_by_input_shape=True)`` can split rows by shape (shapes are always kept);
+    """Record what runs inside the ``with`` block (see the module docstring).  Shapes and FLOPs are
+    always recorded (``record_shapes``, ``with_flops`` are torch's switches for them);
     ``on_trace_ready(prof)`` is called when the block ends (``tensorboard_trace_handler``);
     ``peak``: a ``HostPeak`` to rate kernels against (default: measured once per process when a
     table first needs it)."""
@@ -111,11 +111,15 @@ class profile:  # noqa: N801  (torch.profiler.profile's name)
         if schedule is not None:
             raise NotImplementedError("lz.profiler.profile: schedule= (wait/warmup/active cycles) is not supported; "
                                       "profile the steps you want inside the with block")
+        for flag, value in (("profile_memory", profile_memory), ("with_stack", with_stack),
+                            ("with_modules", with_modules)):
+            if value:
+                raise NotImplementedError(f"lz.profiler.profile: {flag}=True is not recorded (kernels run in one "
+                                          f"planned arena; events carry shapes, FLOPs and bytes)")
         for activity in activities or [ProfilerActivity.CPU]:
             if activity is not ProfilerActivity.CPU:
                 raise ValueError(f"lz.profiler.profile records the CPU; {activity} is not recorded")
         self.on_trace_ready = on_trace_ready
-        self.record_shapes = record_shapes
         self.peak = peak
         self.events: list[Event] = []
         self._facts: dict[int, _PlanFacts] = {}
@@ -186,9 +190,6 @@ class profile:  # noqa: N801  (torch.profiler.profile's name)
     def wall_seconds(self) -> float:
         """The time the ``with`` block took."""
         return (self.end_time or time.perf_counter()) - self.start_time
-
-    def events_list(self) -> list[Event]:
-        return list(self.events)
 
     def key_averages(self, group_by_input_shape: bool = False) -> EventList:
         """One row per event name (and per input shapes with ``group_by_input_shape``)."""

@@ -159,8 +159,11 @@ def _graph_module(model, inputs: tuple) -> ModuleOp:
     """The ``ModuleOp`` to draw for ``model`` (see ``add_graph``)."""
     if isinstance(model, ModuleOp):
         return model
-    held = getattr(model, "module", None)
-    if isinstance(held, ModuleOp):
+    if hasattr(model, "module") and not hasattr(model, "named_modules"):
+        held = model.module
+        if not isinstance(held, ModuleOp):
+            raise ValueError(f"add_graph: this {type(model).__name__} has no single lz module to draw (an ONNX model "
+                             f"whose compile needs input values: pass lezero.onnx.import_model's module)")
         return held
     if not callable(model):
         raise TypeError(f"add_graph: expected an nn.Module, a function, a traced or compiled model or an "

@@ -4,6 +4,7 @@ GraphDef matches the IR: one node per argument and op, grouped by module path, o
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -126,3 +127,23 @@ def test_fused_graph_has_one_box_per_kernel_holding_its_ops(tmp_path):
     assert len(kernels) == 2 and all(k.startswith("lz_fused_") for k in kernels)
     first, second = kernels.values()
     assert first == ["lz.transpose", "lz.matmul", "lz.add", "lz.relu"] and second == ["lz.transpose", "lz.matmul", "lz.add"]
+
+
+def test_graph_of_an_onnx_model_groups_by_node_name(tmp_path):
+    from onnx import TensorProto, helper
+
+    import lezero.onnx
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="/block1/act/Relu"),
+             helper.make_node("Exp", ["r"], ["y"], name="/block1/Exp")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = lezero.onnx.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with SummaryWriter(tmp_path) as w:
+        w.add_graph(model)
+    assert [n.name for n in _graph(tmp_path).node] == ["input/x", "block1/act/Relu/relu", "block1/Exp/exp"]
+
+
+def test_add_graph_of_a_module_without_inputs_is_a_clear_error(tmp_path):
+    with SummaryWriter(tmp_path) as w, pytest.raises(ValueError, match="pass input_to_model"):
+        w.add_graph(MLP())
