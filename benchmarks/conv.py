@@ -31,7 +31,10 @@ NCHWc layout too, with reorders around the one node that a whole model would not
 
 ``--resnet`` times the regular convolutions of resnet18/50 and densenet121 the same way (the 7x7
 stem, 3x3 and 1x1 at strides 1 and 2, Conv + bias + ReLU or nothing); both print the minimums too,
-which on this shared machine move least.
+which on this shared machine move least.  ``--prepacking`` (with either) also runs each layer
+compiled with its constant weights packed on every call, as before issue 11 packed them once when
+the plan is built (``lezero.codegen.schedule.PACKED_CONSTANT_KINDS`` emptied), in the same
+alternation: its median and pre-packed / per-call.
 """
 from __future__ import annotations
 
@@ -49,6 +52,8 @@ parser.add_argument("--lowerings", action="store_true", help="also compare direc
 parser.add_argument("--mobile", action="store_true", help="the mobile nets' layer shapes against ONNX Runtime instead")
 parser.add_argument("--resnet", action="store_true", help="resnet18/50's and densenet121's layer shapes against ONNX Runtime")
 parser.add_argument("--reps", type=int, default=100, help="--mobile/--resnet: alternating calls per layer")
+parser.add_argument("--prepacking", action="store_true",
+                    help="--mobile/--resnet: also time each layer with its weights packed per call")
 args = parser.parse_args()
 os.environ["LEZERO_NUM_THREADS"] = str(args.threads)  # before the runtime's pool is made
 
@@ -249,7 +254,7 @@ def compare_layers(title: str, layers) -> None:
           f"onnxruntime {ort.__version__}; medians and minimums of {args.reps} alternating calls (on a shared "
           "machine the minimums are the least disturbed)")
     print(f"{'layer':<40}{'lezero ms':>10}{'ORT ms':>9}{'lezero/ORT':>12}{'min ratio':>10}{'lezero GFLOP/s':>16}"
-          f"{'ORT GFLOP/s':>13}")
+          f"{'ORT GFLOP/s':>13}" + (f"{'per-call ms':>13}{'pre/per-call':>14}" if args.prepacking else ""))
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -260,22 +265,45 @@ def compare_layers(title: str, layers) -> None:
         feeds = {"x": np.random.default_rng(size).standard_normal((1, c, size, size)).astype(np.float32)}
         ours = lezero.onnx.compile(proto)
         theirs = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        np.testing.assert_allclose(ours.run(feeds)["y"], theirs.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
-        times = ([], [])
+        expected = theirs.run(None, feeds)[0]
+        np.testing.assert_allclose(ours.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
+        runs = [lambda: ours.run(feeds), lambda: theirs.run(None, feeds)]
+        if args.prepacking:
+            per_call = per_call_packing(proto, feeds)
+            np.testing.assert_allclose(per_call.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
+            runs.append(lambda: per_call.run(feeds))
+        times = tuple([] for _ in runs)
         for _ in range(args.reps):
-            for run, spent in ((lambda: ours.run(feeds), times[0]), (lambda: theirs.run(None, feeds), times[1])):
+            for run, spent in zip(runs, times):
                 start = time.perf_counter()
                 run()
                 spent.append(time.perf_counter() - start)
-        a, b = (float(np.median(t)) for t in times)
-        fastest_ours, fastest_theirs = (min(t) for t in times)
+        a, b = (float(np.median(t)) for t in times[:2])
+        fastest_ours, fastest_theirs = (min(t) for t in times[:2])
         ratios.append(a / b)
         min_ratios.append(fastest_ours / fastest_theirs)
         label = f"{name} {c}->{o} {size}x{size} {activation}"
         print(f"{label:<40}{a * 1e3:>10.3f}{b * 1e3:>9.3f}{a / b:>12.2f}{fastest_ours / fastest_theirs:>10.2f}"
-              f"{flops / fastest_ours / 1e9:>16.1f}{flops / fastest_theirs / 1e9:>13.1f}", flush=True)
+              f"{flops / fastest_ours / 1e9:>16.1f}{flops / fastest_theirs / 1e9:>13.1f}"
+              + (f"{np.median(times[2]) * 1e3:>13.3f}{a / np.median(times[2]):>14.3f}" if args.prepacking else ""),
+              flush=True)
     print(f"geometric mean lezero/ORT {float(np.exp(np.mean(np.log(ratios)))):.2f} (medians), "
           f"{float(np.exp(np.mean(np.log(min_ratios)))):.2f} (minimums)")
+
+
+def per_call_packing(proto, feeds):
+    """``proto`` compiled with its conv weights packed by every call (no kernel marked as reading
+    constants pre-packed), lowered now, while the marking is off."""
+    import lezero.onnx
+    from lezero.codegen import schedule
+
+    kinds, schedule.PACKED_CONSTANT_KINDS = schedule.PACKED_CONSTANT_KINDS, ()
+    try:
+        compiled = lezero.onnx.compile(proto)
+        compiled.run(feeds)  # the plan (and its kernels) is built on the first run
+    finally:
+        schedule.PACKED_CONSTANT_KINDS = kinds
+    return compiled
 
 
 if __name__ == "__main__":

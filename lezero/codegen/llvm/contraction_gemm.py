@@ -24,7 +24,9 @@ its load, the same code as for an operand stored in that shape.
   some tap reads are laid out: a 1x1 stride-2 convolution reads one of its four (the other three
   were copied for nothing, a fifth of the kernel's time); a stride-2 row is copied a vector at a
   time (two loads, their even lanes: ``_copy_every_second``).  A stride-1
-  convolution without pads reads its input in place.
+  convolution without pads reads its input in place.  Weights that are a constant
+  (``constant_operands``) are the GEMM's A already packed (``PackedGemmA``, laid out once by the
+  plan for this kernel's MR and K blocks): no copy of A per call.
 
 Work items are slices: each batch's output (each GEMM's C) is cut into at most ``MAX_SLICES``
 slices of whole register tiles along its longer dim, and work item ``batch * S + s`` is slice s.
