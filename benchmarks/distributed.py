@@ -146,7 +146,7 @@ def digits_worker(epochs: int) -> None:
     x_train = x_train.reshape(len(x_train), 784).astype(np.float32)
     x_test = lz.from_numpy(np.ascontiguousarray(x_test.reshape(len(x_test), 784).astype(np.float32)))
     hooks = {"allreduce": None, "fp16": (None, comm_hooks.fp16_compress_hook),
-             "powersgd": (comm_hooks.PowerSGDState(matrix_approximation_rank=2, start_powerSGD_iter=10),
+             "powersgd": (comm_hooks.PowerSGDState(matrix_approximation_rank=2, start_powerSGD_iter=50),
                           comm_hooks.powerSGD_hook),
              "topk": (comm_hooks.TopKState(ratio=0.01), comm_hooks.topk_hook)}
     for name, hook in hooks.items():
@@ -189,7 +189,7 @@ def main() -> None:
                         help="ResNet-50 per-GPU step time at batch 32 (ASSUMED, a V100's ~360 images/s; not measured)")
     parser.add_argument("--gbit", type=float, default=100.0, help="link bandwidth, Gbit/s")
     parser.add_argument("--latency-us", type=float, default=10.0, help="per-message latency, microseconds")
-    parser.add_argument("--digits-epochs", type=int, default=10, help="epochs of the accuracy check (0: skip it)")
+    parser.add_argument("--digits-epochs", type=int, default=30, help="epochs of the accuracy check (0: skip it)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--digits-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -3,9 +3,13 @@
     lezero-run --nproc-per-node 2 train.py args...                 (torch.distributed's gloo)
     lezero-run --nproc-per-node 4 --backend mpi train.py args...   (through the MPICH wheel's mpiexec)
     lezero-run --nproc-per-node 2 --max-restarts 3 train.py        (restart every rank when one fails)
+    lezero-run --nnodes 2 --node-rank K --master-addr HOST0 --master-port 29500 --nproc-per-node 4 train.py
+                                                                   (on each of 2 machines, torchrun's static form)
+    lezero-run --backend mpi --hosts a,b --nproc-per-node 4 train.py   (8 ranks over MPICH's hydra, ssh to a and b)
 
 Each rank is ``python script args`` with the environment torchrun sets: ``RANK``, ``LOCAL_RANK``,
-``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, and
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` (the node's rank: ``RANK`` is ``GROUP_RANK *
+nproc-per-node + LOCAL_RANK``), ``MASTER_ADDR``, ``MASTER_PORT``, and
 ``LEZERO_BACKEND`` (what ``lz.distributed.init_process_group()`` reads when no backend is given),
 plus the elastic agent's restart count, ``LEZERO_RESTART_COUNT`` and ``TORCHELASTIC_RESTART_COUNT``
 (0 on the first start), and ``LEZERO_MAX_RESTARTS`` / ``TORCHELASTIC_MAX_RESTARTS``.  With
@@ -46,6 +50,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
                                 "(torchrun's form).")
     p.add_argument("--nproc-per-node", "--nproc_per_node", "--nproc", dest="nproc", type=int, default=1,
                    help="ranks to start on this machine (default 1)")
+    p.add_argument("--nnodes", type=int, default=1,
+                   help="machines in the job (torch backends: run lezero-run on each, with its --node-rank and the "
+                   "same --master-addr/--master-port)")
+    p.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0)
+    p.add_argument("--hosts", default=None,
+                   help="--backend mpi: comma-separated machines for mpiexec (its -hosts), nproc-per-node ranks each")
     p.add_argument("--backend", choices=("gloo", "mpi", "nccl"), default="gloo",
                    help="the process group's engine: torch.distributed's gloo (default) or nccl, or MPI (mpiexec)")
     p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
@@ -68,8 +78,9 @@ def free_port(addr: str) -> int:
 
 def rank_environment(args, rank: int, port: int, restart: int) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.nproc), LOCAL_WORLD_SIZE=str(args.nproc),
-               GROUP_RANK="0", MASTER_ADDR=args.master_addr, MASTER_PORT=str(port), LEZERO_BACKEND=args.backend,
+    env.update(RANK=str(args.node_rank * args.nproc + rank), LOCAL_RANK=str(rank),
+               WORLD_SIZE=str(args.nnodes * args.nproc), LOCAL_WORLD_SIZE=str(args.nproc),
+               GROUP_RANK=str(args.node_rank), MASTER_ADDR=args.master_addr, MASTER_PORT=str(port), LEZERO_BACKEND=args.backend,
                LEZERO_RESTART_COUNT=str(restart), TORCHELASTIC_RESTART_COUNT=str(restart),
                LEZERO_MAX_RESTARTS=str(args.max_restarts), TORCHELASTIC_MAX_RESTARTS=str(args.max_restarts))
     return env
@@ -107,6 +118,8 @@ class Rank:
 
 
 def start_ranks(args, restart: int) -> list[Rank]:
+    if args.nnodes > 1 and args.master_port is None:
+        raise UsageError("--nnodes > 1 needs --master-port (and --master-addr): every node must meet at the same one")
     port = args.master_port or free_port(args.master_addr)
     command = [sys.executable, args.script, *args.script_args]
     if args.backend != "mpi":
@@ -118,7 +131,10 @@ def start_ranks(args, restart: int) -> list[Rank]:
     env = rank_environment(args, 0, port, restart)
     for per_rank in ("RANK", "LOCAL_RANK"):  # each rank's own comes from MPI (PMI_RANK)
         env.pop(per_rank)
-    return [Rank("mpiexec", [mpiexec, "-n", str(args.nproc), *command], env)]
+    hosts = [] if args.hosts is None else [h for h in args.hosts.split(",") if h]
+    placement = ["-hosts", ",".join(hosts), "-ppn", str(args.nproc)] if hosts else []
+    env["WORLD_SIZE"] = str(args.nproc * max(len(hosts), 1))
+    return [Rank("mpiexec", [mpiexec, "-n", env["WORLD_SIZE"], *placement, *command], env)]
 
 
 def stop(ranks: list[Rank], timeout: float) -> None:
@@ -158,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
     if args.nproc < 1:
         print(f"{PROG}: error: --nproc-per-node must be at least 1, not {args.nproc}", file=sys.stderr)
+        return 2
+    if not 0 <= args.node_rank < args.nnodes:
+        print(f"{PROG}: error: --node-rank {args.node_rank} is outside --nnodes {args.nnodes}", file=sys.stderr)
+        return 2
+    if args.hosts is not None and (args.backend != "mpi" or args.nnodes > 1):
+        print(f"{PROG}: error: --hosts starts every machine's ranks through mpiexec: it needs --backend mpi "
+              "(and no --nnodes)", file=sys.stderr)
         return 2
     if not os.path.exists(args.script):
         print(f"{PROG}: error: no script {args.script!r}", file=sys.stderr)

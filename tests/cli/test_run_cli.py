@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+from lezero.cli import run
+
 TIMEOUT_S = 60
 
 
@@ -17,7 +19,7 @@ def lezero_run(tmp_path, script: str, *flags: str) -> subprocess.CompletedProces
     path = tmp_path / "script.py"
     path.write_text(textwrap.dedent(script))
     return subprocess.run([sys.executable, "-m", "lezero.cli.run", *flags, str(path), str(tmp_path)],
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 
 ENV_SCRIPT = """
@@ -79,5 +81,26 @@ def test_max_restarts_restarts_every_rank_with_its_count(tmp_path):
 
 def test_a_missing_script_is_a_clear_error(tmp_path):
     done = subprocess.run([sys.executable, "-m", "lezero.cli.run", str(tmp_path / "nope.py")],
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 2 and "no script" in done.stderr
+
+
+def test_two_nodes_meet_at_one_master(tmp_path):
+    """torchrun's static multi-node form, both "nodes" on this machine: 2 x 2 ranks of one job."""
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(ENV_SCRIPT))
+    port = str(run.free_port("127.0.0.1"))
+    nodes = [subprocess.Popen([sys.executable, "-m", "lezero.cli.run", "--nnodes", "2", "--node-rank", str(k),
+                               "--master-port", port, "--nproc-per-node", "2", str(path), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=TIMEOUT_S)
+        assert node.returncode == 0, err
+    envs = [json.loads((tmp_path / f"env{r}.json").read_text()) for r in range(4)]
+    assert [(e["RANK"], e["LOCAL_RANK"]) for e in envs] == [("0", "0"), ("1", "1"), ("2", "0"), ("3", "1")]
+    assert {e["WORLD_SIZE"] for e in envs} == {"4"} and {e["MASTER_PORT"] for e in envs} == {port}
+
+
+def test_several_nodes_need_a_master_port(tmp_path):
+    done = lezero_run(tmp_path, ENV_SCRIPT, "--nnodes", "2", "--node-rank", "0")
+    assert done.returncode == 2 and "--master-port" in done.stderr
