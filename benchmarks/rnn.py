@@ -8,7 +8,8 @@ the same runner (the peers' thread pools, torch's OpenMP above all, otherwise pa
 
 lezero's fastest path is measured (``lz.nn.LSTM`` holds the input projection of all steps as one
 GEMM, then per step the recurrent GEMM and the gates, through ``lz.scan``): inference traced by
-``lz.jit.trace`` (one ``lz.for`` per layer, its body's kernels run by the runtime's loop), the
+``lz.jit.trace`` (one ``lz.for`` per layer, all its iterations' kernels run by one native call:
+``lezero/runtime/loop_driver.py``), the
 training step compiled by ``lz.jit.compile_train_step`` (the forward loops, their gradient loops
 and the SGD update in one function); the eager module (a Python loop, one op per step) is shown
 beside it.  Ratios are lezero's time / the peer's (below 1: lezero is faster).  ONNX Runtime runs with ``intra_op_num_threads``

@@ -41,7 +41,7 @@ from lezero.passes.partition import CONTROL_FLOW_OPS
 # On a scheduled control-flow op: the bytes of each region's arena.
 REGION_ARENAS_ATTR = "lz.region_arena_sizes"
 
-KERNEL_PIPELINE = ("shape-infer,fuse-attention,decompose{keep=lz.attention,lz.matmul_integer},canonicalize,licm,cse,constant-fold,dce,shape-infer,"
+KERNEL_PIPELINE = ("shape-infer,fuse-attention,decompose{keep=lz.attention,lz.matmul_integer},canonicalize,loop-sums,licm,cse,constant-fold,dce,shape-infer,"
                    "partition,fuse,memory-plan")
 
 

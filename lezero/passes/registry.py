@@ -24,6 +24,7 @@ from lezero.passes.partition import Partition
 from lezero.passes.pass_base import Pass, PassInfo, PipelineError, format_option_value
 from lezero.passes.shape_infer import ShapeInfer
 from lezero.passes.autocast import Autocast  # issue 13: mixed precision
+from lezero.passes.loop_sums import LoopSums  # issue 17: an RNN's weight gradient as one GEMM
 
 # name -> pass class, for every pass lezero ships
 BUILTIN_PASSES: dict[str, type[Pass]] = {
@@ -40,6 +41,7 @@ BUILTIN_PASSES: dict[str, type[Pass]] = {
     "partition": Partition,
     "shape-infer": ShapeInfer,
     "autocast": Autocast,  # issue 13: mixed precision
+    "loop-sums": LoopSums,  # issue 17: an RNN's weight gradient as one GEMM
 }
 
 _PASSES: dict[str, type[Pass]] = {}

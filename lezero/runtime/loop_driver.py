@@ -5,7 +5,8 @@ costs ~3 us per iteration and launch (the body's region call, the slices ``xs[i]
 lean launch per kernel) besides the kernels themselves: for an LSTM step at batch 1 (a 12 us
 recurrent GEMM and a 1 us gate kernel) the host loop was a third of the time.  So a body made of
 kernels only runs as one ctypes call to ``lz_run_for`` (``_DRIVER_IR``, JIT-compiled once per
-process, like the launchers and the thread pool), which walks a *loop program*: an int64 array
+process, like the launchers and the thread pool; ``@KERNEL_FIELDS@`` and ``@COPY_FIELDS@`` stand
+for the loads of an entry's fields), which walks a *loop program*: an int64 array
 that lists, for each kernel of the body in launch order, the kernel, its pointer table, its work
 items, its thread count and the table slots to write before each launch; and for each result the
 body passes through unchanged (``BoundRegion.copies``) a ``memcpy``.
@@ -80,22 +81,7 @@ dispatch:
   %is_kernel = icmp eq i64 %kind, 0
   br i1 %is_kernel, label %kernel, label %copy
 kernel:
-  %fn_at = add i64 %pc, 1
-  %fn_p = getelementptr i64, i64* %prog, i64 %fn_at
-  %fn_i = load i64, i64* %fn_p
-  %table_at = add i64 %pc, 2
-  %table_p = getelementptr i64, i64* %prog, i64 %table_at
-  %table_i = load i64, i64* %table_p
-  %work_at = add i64 %pc, 3
-  %work_p = getelementptr i64, i64* %prog, i64 %work_at
-  %work = load i64, i64* %work_p
-  %threads_at = add i64 %pc, 4
-  %threads_p = getelementptr i64, i64* %prog, i64 %threads_at
-  %threads = load i64, i64* %threads_p
-  %slots_at = add i64 %pc, 5
-  %slots_p = getelementptr i64, i64* %prog, i64 %slots_at
-  %slots = load i64, i64* %slots_p
-  %first_slot = add i64 %pc, 6
+@KERNEL_FIELDS@  %first_slot = add i64 %pc, 6
   br label %slot_loop
 slot_loop:
   %slot_pc = phi i64 [%first_slot, %kernel], [%slot_next, %slot]
@@ -128,10 +114,7 @@ serial:
 launched:
   br label %next_entry
 copy:
-  %bytes_at = add i64 %pc, 1
-  %bytes_p = getelementptr i64, i64* %prog, i64 %bytes_at
-  %bytes = load i64, i64* %bytes_p
-  %dst_at = add i64 %pc, 2
+@COPY_FIELDS@  %dst_at = add i64 %pc, 2
   %dst_i = call i64 @address(i64* %prog, i64 %dst_at, i64 %select, i64 %i)
   %src_at = add i64 %pc, 6
   %src_i = call i64 @address(i64* %prog, i64 %src_at, i64 %select, i64 %i)
@@ -150,10 +133,20 @@ done:
 """
 
 
+def _entry_fields(fields) -> str:
+    """IR loading the int64 fields ``(name, offset)`` of the program entry at ``%pc``."""
+    return "".join(f"  %{name}_at = add i64 %pc, {offset}\n"
+                   f"  %{name}_p = getelementptr i64, i64* %prog, i64 %{name}_at\n"
+                   f"  %{name} = load i64, i64* %{name}_p\n" for name, offset in fields)
+
+
 @functools.cache
 def _driver():
     """``lz_run_for`` as a ctypes function (compiled once per process; calls release the GIL)."""
-    module = compile_module(_DRIVER_IR)
+    module = compile_module(_DRIVER_IR
+                            .replace("@KERNEL_FIELDS@", _entry_fields([("fn_i", 1), ("table_i", 2), ("work", 3),
+                                                                       ("threads", 4), ("slots", 5)]))
+                            .replace("@COPY_FIELDS@", _entry_fields([("bytes", 1)])))
     return module.ctypes_function("lz_run_for", ctypes.c_int64,
                                   [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p])

@@ -35,8 +35,9 @@ stacked output per carried value), the reverse loop scans over those stacks and 
 the body's intermediates of one step from them (a step's worth of work, the same as the
 forward's; recomputing whole loops instead would turn n steps into n^2/2, and a checkpointing
 scheme is not worth it at the sizes of an RNN's state).  Invariants' gradients are summed over the
-iterations in a carried accumulator of the reverse loop; scanned inputs' gradients are its stacked
-outputs.  ``lz.if``'s is an ``lz.if`` of the two branches' gradients.  An unbounded ``lz.while`` has none
+iterations in a carried accumulator of the reverse loop (a sum of matrix products, a recurrent
+weight's, leaves it as one GEMM over the stacked operands: ``lezero/passes/loop_sums.py``); scanned
+inputs' gradients are its stacked outputs.  ``lz.if``'s is an ``lz.if`` of the two branches' gradients.  An unbounded ``lz.while`` has none
 (its trip count is known only at run time, so nothing can be stacked): a clear error, as in JAX.
 A bounded one's is what JAX users write by hand: the loop rewritten as an ``lz.for`` of
 ``max_trip_count`` steps that carries a ``running`` flag and selects the unchanged values once
