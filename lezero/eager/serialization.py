@@ -28,6 +28,7 @@ truncated or corrupt file raises ``CheckpointError`` saying what is wrong.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import math
@@ -122,36 +123,59 @@ class Snapshot:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays)
 
-    def write(self, f) -> str:
+    def write(self, f, sync_directory: bool = True) -> str:
         """Write the checkpoint to the path ``f`` atomically (or to a binary file object); returns
         the SHA-256 of its header, which holds the data's: a digest of the whole file for the
-        price of hashing the data once (``verify`` checks it)."""
+        price of hashing the data once (``verify`` checks it).  ``sync_directory``: see
+        ``atomic_write``."""
         entries, offset = [], 0
         for a in self.arrays:
             name = _NUMPY_ONLY.get(a.dtype) or _dt.from_numpy_dtype(a.dtype).name
             entries.append({"dtype": name, "shape": list(a.shape), "offset": offset, "nbytes": a.nbytes})
             offset += a.nbytes + _pad(a.nbytes)
         blobs = [_bits(a).astype(_bits(a).dtype.newbyteorder("<"), copy=False) for a in self.arrays]
-        digest = hashlib.sha256()
-        for blob in blobs:
-            digest.update(memoryview(blob).cast("B") if blob.nbytes else b"")
-            digest.update(b"\0" * _pad(blob.nbytes))
-        header = json.dumps({"structure": self.structure, "tensors": entries, "sha256": digest.hexdigest(),
-                             "data_bytes": offset}, separators=(",", ":"), allow_nan=False).encode()
-        prefix = MAGIC + struct.pack("<Q", len(header)) + header
-        prefix += b"\0" * _pad(len(prefix))
+        chunks = [piece for blob in blobs for piece in (memoryview(blob).cast("B") if blob.nbytes else b"",
+                                                        b"\0" * _pad(blob.nbytes))]
 
-        def write(out) -> None:
+        def prefix_with(digest: str) -> bytes:
+            header = json.dumps({"structure": self.structure, "tensors": entries, "sha256": digest,
+                                 "data_bytes": offset}, separators=(",", ":"), allow_nan=False).encode()
+            prefix = MAGIC + struct.pack("<Q", len(header)) + header
+            return prefix + b"\0" * _pad(len(prefix))
+
+        def write(out) -> bytes:
+            if not out.seekable():  # a stream: hash, then write
+                digest = hashlib.sha256()
+                for chunk in chunks:
+                    digest.update(chunk)
+                prefix = prefix_with(digest.hexdigest())
+                out.write(prefix)
+                for chunk in chunks:
+                    out.write(chunk)
+                return prefix
+            # A file: the data is hashed on a helper thread while it is written (hashlib and file
+            # writes release the GIL), then the header goes in again with the digest (64 hex
+            # digits, the placeholder's length).
+            start = out.tell()
+            out.write(prefix_with("0" * 64))
+            digest = hashlib.sha256()
+            with concurrent.futures.ThreadPoolExecutor(1) as hasher:  # one thread: the updates in order
+                hashed = [hasher.submit(digest.update, chunk) for chunk in chunks]
+                for chunk in chunks:
+                    out.write(chunk)
+            for done in hashed:
+                done.result()
+            prefix = prefix_with(digest.hexdigest())
+            end = out.tell()
+            out.seek(start)
             out.write(prefix)
-            for blob in blobs:
-                if blob.nbytes:
-                    out.write(memoryview(blob).cast("B"))
-                out.write(b"\0" * _pad(blob.nbytes))
+            out.seek(end)
+            return prefix
 
         if hasattr(f, "write"):
-            write(f)
+            prefix = write(f)
         else:
-            atomic_write(os.fspath(f), write)
+            prefix = atomic_write(os.fspath(f), write, sync_directory)
         return hashlib.sha256(prefix).hexdigest()
 
 
@@ -165,14 +189,16 @@ def snapshot(obj, copy: bool = True) -> Snapshot:
     return Snapshot(structure, arrays)
 
 
-def atomic_write(path: str, write) -> None:
+def atomic_write(path: str, write, sync_directory: bool = True):
     """Call ``write(file)`` on a temporary file beside ``path``, flush and fsync it, rename it over
-    ``path`` and fsync the directory: a crash leaves the old file or the new one."""
+    ``path`` and fsync the directory (unless ``sync_directory`` is false: a caller writing several
+    files of one folder fsyncs it once): a crash leaves the old file or the new one.  Returns
+    what ``write`` returned."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
-            write(out)
+            result = write(out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -182,7 +208,9 @@ def atomic_write(path: str, write) -> None:
         except OSError:
             pass
         raise
-    fsync_directory(directory)
+    if sync_directory:
+        fsync_directory(directory)
+    return result
 
 
 def fsync_directory(directory: str) -> None:

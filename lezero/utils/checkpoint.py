@@ -81,9 +81,9 @@ def _load_into(name: str, target, saved) -> None:
                         "load_state_dict (pass the objects to load into; plain values come back in the state)")
 
 
-def _write_json(path: str, value) -> None:
+def _write_json(path: str, value, sync_directory: bool = True) -> None:
     data = json.dumps(value, indent=1).encode()
-    atomic_write(path, lambda out: out.write(data))
+    atomic_write(path, lambda out: out.write(data), sync_directory)
 
 
 class CheckpointManager:
@@ -168,21 +168,23 @@ class CheckpointManager:
     def _write(self, step: int, taken) -> None:
         folder = self.folder(step)
         os.makedirs(folder, exist_ok=True)
-        fsync_directory(self.directory)
         done = os.path.join(folder, f"rank-{self.rank:05d}.json")
         if self.rank == 0:  # a folder left by a save that did not finish: not a checkpoint until we say so
             for stale in (os.path.join(folder, "metadata.json"), done):
                 if os.path.exists(stale):
                     os.unlink(stale)
         shard = os.path.join(folder, self._shard_name(self.rank))
-        digest = taken.write(shard)
-        _write_json(done, {"file": os.path.basename(shard), "bytes": os.path.getsize(shard), "sha256": digest})
+        digest = taken.write(shard, sync_directory=False)  # files fsynced; the folder once, below
+        _write_json(done, {"file": os.path.basename(shard), "bytes": os.path.getsize(shard), "sha256": digest},
+                    sync_directory=False)
+        fsync_directory(folder)  # this rank's shard and record are durable
         if self.rank != 0:
             return
         shards = [self._wait_for_rank(folder, rank, step) for rank in range(self.world_size)]
         _write_json(os.path.join(folder, "metadata.json"),
                     {"format": FORMAT, "step": step, "world_size": self.world_size, "shards": shards,
                      "saved_at": time.time()})
+        fsync_directory(self.directory)  # the folder itself
         self._prune(step)
 
     def _wait_for_rank(self, folder: str, rank: int, step: int) -> dict:

@@ -140,7 +140,7 @@ def test_a_crash_during_a_save_keeps_the_last_good_checkpoint(tmp_path, monkeypa
     manager = _saved(tmp_path, steps=(1,))
     manager.keep = 1
 
-    def crash(*args):
+    def crash(*args, **kwargs):
         raise OSError("disk full")
 
     monkeypatch.setattr("lezero.utils.checkpoint._write_json", crash)  # the shard lands, its record does not
