@@ -14,7 +14,8 @@ nproc-per-node + LOCAL_RANK``), ``MASTER_ADDR``, ``MASTER_PORT``, and
 plus the elastic agent's restart count, ``LEZERO_RESTART_COUNT`` and ``TORCHELASTIC_RESTART_COUNT``
 (0 on the first start), and ``LEZERO_MAX_RESTARTS`` / ``TORCHELASTIC_MAX_RESTARTS``.  With
 ``--backend mpi`` the ranks are started by ``mpiexec`` (MPICH's Hydra), which gives each its rank
-through MPI; the same variables are set for every rank too (``RANK`` from MPICH's ``PMI_RANK`` at
+through MPI, and runs it under ``python -m mpi4py`` (a rank's uncaught exception or non-zero
+``sys.exit`` aborts the whole MPI job with its status); the same variables are set for every rank too (``RANK`` from MPICH's ``PMI_RANK`` at
 ``init_process_group``).
 
 When one rank fails, the others are stopped (SIGTERM, then SIGKILL after ``--stop-timeout``
@@ -134,6 +135,9 @@ def start_ranks(args, restart: int) -> list[Rank]:
     hosts = [] if args.hosts is None else [h for h in args.hosts.split(",") if h]
     placement = ["-hosts", ",".join(hosts), "-ppn", str(args.nproc)] if hosts else []
     env["WORLD_SIZE"] = str(args.nproc * max(len(hosts), 1))
+    # mpi4py's runner: a rank's uncaught exception or sys.exit(N) aborts the whole job with its status
+    # (a plain script would wait in MPI_Finalize for ranks still inside a collective)
+    command = [sys.executable, "-m", "mpi4py", args.script, *args.script_args]
     return [Rank("mpiexec", [mpiexec, "-n", env["WORLD_SIZE"], *placement, *command], env)]
 
 
