@@ -7,12 +7,12 @@ dim of ``R = prod(dims)`` rows, and the code of one row never reads the number o
 once, it serves every ``R`` when the runtime hands it ``[0, R x W)`` as its work items (the
 kernel ABI's ``begin``/``end``, ``docs/architecture.md``, "Kernel ABI").
 
-``rows_form(kernel, k, rows)`` is that kernel with its first ``k`` dims collapsed into one of
-``rows`` (every value that starts with those dims; a value that broadcasts along them keeps its
-type, or ``1`` for their run of ones), and None when an op of the body is not independent per row
-(only ops whose row ``i`` reads row ``i`` alone pass: elementwise ops, reductions over other dims,
-a gather from a table, reshapes and transposes that keep the row dims in front, matmuls and
-attention over them) or a rewritten type disagrees with its op's shape rule.
+``rows_form(kernel, prefix, rows)`` is that kernel with its leading dims ``prefix`` collapsed
+into one of ``rows`` (every value that starts with those dims or with their product; a value that
+broadcasts along them keeps its type, or ``1`` for their run of ones), and None when an op of the body is not independent per row
+(only ops whose row ``i`` reads row ``i`` alone pass: elementwise ops, reductions and slices over
+other dims, a gather from a table, reshapes and transposes that keep the row dims in front,
+matmuls and attention over them) or a rewritten type disagrees with its op's shape rule.
 
 ``lower_row_generic(kernel, lower)`` proves, for one lowering, that the code does not depend on the
 rows: the rows form lowered at two row counts (``PROBE_ROWS``: a prime and a power of two, so no
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from lezero.ir.attributes import IntegerAttr, UnitAttr, i64_array
 from lezero.ir.core import Block, Operation
+from lezero.ir.dialect.axes import normalize_axes
 from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.opdef import ELEMENTWISE, OpError
@@ -46,24 +47,24 @@ _BATCHED_OPS = frozenset({"lz.matmul", "lz.attention"})
 
 @dataclass(frozen=True)
 class RowGeneric:
-    """A kernel whose code serves every row count: its first ``dims`` dims are the rows, and it
-    runs ``items_per_row`` work items per row."""
+    """A kernel whose code serves every row count: it runs ``items_per_row`` work items per row."""
 
-    dims: int
     items_per_row: int
 
-    def rows(self, kernel_op: Operation) -> int:
-        return row_count(kernel_op, self.dims)
 
-
-def row_count(kernel_op: Operation, dims: int) -> int:
-    """The rows of ``kernel_op`` over its first ``dims`` dims (its first result's)."""
-    return math.prod(kernel_op.results[0].type.shape[:dims])
+def _row_dims(shape: tuple, prefix: tuple) -> int:
+    """How many leading dims of ``shape`` are the rows: ``len(prefix)`` when it starts with them,
+    1 when its first dim is them flattened (GPT-2's projections see ``[b x s, h]``; never a vector,
+    which is more often a weight of that length), else 0."""
+    k = len(prefix)
+    if shape[:k] == prefix:
+        return k
+    return 1 if k > 1 and len(shape) > 1 and shape[:1] == (math.prod(prefix),) else 0
 
 
 def _collapse(t, prefix: tuple, rows: int, rest_rank: int, read_whole: bool = False):
-    """``t`` in the rows form, or None when it neither starts with ``prefix`` nor broadcasts along
-    it (``read_whole``: a value every row reads all of, a matmul's right operand or a gather's
+    """``t`` in the rows form, or None when it neither has the rows in front nor broadcasts along
+    them (``read_whole``: a value every row reads all of, a matmul's right operand or a gather's
     table, which keeps its type)."""
     if not isinstance(t, TensorType):
         return None
@@ -71,9 +72,10 @@ def _collapse(t, prefix: tuple, rows: int, rest_rank: int, read_whole: bool = Fa
     shape = t.shape
     if read_whole:
         return t
-    if shape[:k] == prefix:
-        return TensorType((rows,) + shape[k:], t.element_type)
-    if len(shape) > k and all(d == 1 for d in shape[:k]) and len(shape) - k <= rest_rank:
+    row_dims = _row_dims(shape, prefix)
+    if row_dims:
+        return TensorType((rows,) + shape[row_dims:], t.element_type)
+    if len(shape) > k and all(d == 1 for d in shape[:k]):
         return TensorType((1,) + shape[k:], t.element_type)
     return t if len(shape) <= rest_rank else None
 
@@ -89,49 +91,56 @@ def _read_whole(body) -> set:
     return whole
 
 
-def _rewrite_attributes(op: Operation, k: int, prefix: tuple, rows: int) -> dict | None:
+def _rewrite_attributes(op: Operation, prefix: tuple, rows: int) -> dict | None:
     """The attributes of ``op`` in the rows form (its row dims collapsed), or None when it mixes rows."""
     attrs = dict(op.attributes)
-    prefixed = bool(op.operands) and op.operands[0].type.shape[:k] == prefix
+    row_dims = _row_dims(op.operands[0].type.shape, prefix) if op.operands else 0
     if op.name in REDUCTION_OPS:
         axes = reduced_axes(op)
-        if prefixed and min(axes, default=0) < k:
+        if row_dims and min(axes, default=0) < row_dims:
             return None  # it reduces over rows
-        shift = k - 1 if prefixed else 0
+        shift = max(0, row_dims - 1)
         if op.name == "lz.argmax":
             attrs["axis"] = IntegerAttr(axes[0] - shift, I64)
         else:
             attrs["axes"] = i64_array(a - shift for a in axes)
         return attrs
     if op.name == "lz.reshape":
-        target = tuple(op.definition.attrs(op).shape)
-        if not prefixed or target[:k] != prefix:
+        result = op.results[0].type.shape  # static: the attribute's -1 resolved
+        result_row_dims = _row_dims(result, prefix)
+        if not row_dims or not result_row_dims:
             return None
-        attrs["shape"] = i64_array((rows,) + target[k:])
+        attrs["shape"] = i64_array((rows,) + result[result_row_dims:])
+        return attrs
+    if op.name == "lz.slice":  # a window of each row
+        rank = op.operands[0].type.rank
+        given = op.definition.attrs(op).axes
+        axes = normalize_axes(given if given is not None else range(len(op.definition.attrs(op).starts)), rank)
+        if row_dims and min(axes, default=rank) < row_dims:
+            return None
+        attrs["axes"] = i64_array(a - max(0, row_dims - 1) for a in axes)
         return attrs
     if op.name == "lz.transpose":
         perm = tuple(op.definition.attrs(op).perm)
-        if not prefixed or perm[:k] != tuple(range(k)):
+        if not row_dims or perm[:row_dims] != tuple(range(row_dims)):
             return None
-        attrs["perm"] = i64_array((0,) + tuple(p - k + 1 for p in perm[k:]))
+        attrs["perm"] = i64_array((0,) + tuple(p - row_dims + 1 for p in perm[row_dims:]))
         return attrs
     if op.name == "lz.gather":
-        data = op.operands[0].type
-        return attrs if op.definition.attrs(op).axis == 0 and data.shape[:k] != prefix else None
+        return attrs if op.definition.attrs(op).axis == 0 and not row_dims else None
     if op.name in _BATCHED_OPS or op.name in ("lz.constant", "lz.yield"):
         return attrs
     definition = op.definition
     return attrs if definition is not None and definition.has_trait(ELEMENTWISE) else None
 
 
-def rows_form(kernel_op: Operation, k: int, rows: int) -> Operation | None:
-    """A copy of ``kernel_op`` whose first ``k`` dims are one dim of ``rows`` (module docstring),
-    or None when it is not independent per row."""
-    prefix = tuple(kernel_op.results[0].type.shape[:k])
+def rows_form(kernel_op: Operation, prefix: tuple, rows: int) -> Operation | None:
+    """A copy of ``kernel_op`` whose leading dims ``prefix`` (or a first dim of their product)
+    are one dim of ``rows`` (module docstring), or None when it is not independent per row."""
     body = kernel_op.regions[0].blocks[0]
     values = list(body.args) + [r for op in body.ops for r in op.results]
-    rest_rank = min((v.type.rank - k for v in values
-                     if isinstance(v.type, TensorType) and v.type.shape[:k] == prefix), default=0)
+    rest_rank = min((v.type.rank - _row_dims(v.type.shape, prefix) for v in values
+                     if isinstance(v.type, TensorType) and _row_dims(v.type.shape, prefix)), default=0)
     result_types = [_collapse(r.type, prefix, rows, rest_rank) for r in kernel_op.results]
     if any(t is None or t.shape[:1] != (rows,) for t in result_types):
         return None
@@ -149,7 +158,7 @@ def rows_form(kernel_op: Operation, k: int, rows: int) -> Operation | None:
         arg.type = t
     originals = list(body.ops)
     for original, op in zip(originals, list(block.ops)):
-        attributes = _rewrite_attributes(original, k, prefix, rows)
+        attributes = _rewrite_attributes(original, prefix, rows)
         if attributes is None:
             return None
         op.attributes = attributes
@@ -177,27 +186,29 @@ def _inferred(op: Operation) -> list | None:
         return None
 
 
-def widest_rows_form(kernel_op: Operation) -> tuple[int, Operation] | None:
-    """``(dims, the rows form at PROBE_ROWS[0] rows)`` over the most leading dims of ``kernel_op``
-    a rows form takes (at least one, fewer than its first result's rank), or None."""
-    rank = kernel_op.results[0].type.rank if kernel_op.results else 0
-    for k in range(rank - 1, 0, -1):
-        form = rows_form(kernel_op, k, PROBE_ROWS[0])
+def widest_rows_form(kernel_op: Operation) -> tuple[tuple, Operation] | None:
+    """``(prefix, the rows form at PROBE_ROWS[0] rows)`` for the longest leading dims of
+    ``kernel_op``'s first result or operand (fewer than its rank: a row is not one element) its
+    rows form takes, or None."""
+    candidates = {v.type.shape[:k] for v in list(kernel_op.results[:1]) + list(kernel_op.operands[:1])
+                  if isinstance(v.type, TensorType) for k in range(1, v.type.rank)}
+    for prefix in sorted(candidates, key=len, reverse=True):
+        form = rows_form(kernel_op, prefix, PROBE_ROWS[0])
         if form is not None:
-            return k, form
+            return prefix, form
     return None
 
 
-def lower_row_generic(kernel_op: Operation, dims: int, lower) -> tuple[RowGeneric, object] | None:
+def lower_row_generic(kernel_op: Operation, prefix: tuple, lower) -> tuple[RowGeneric, object] | None:
     """``(RowGeneric, the lowering at PROBE_ROWS[0] rows)`` when ``lower`` (an ``lz.kernel`` ->
-    ``LoweredKernel`` function) gives code for the rows form over ``dims`` leading dims that
-    serves every row count, else None."""
-    forms = [rows_form(kernel_op, dims, rows) for rows in PROBE_ROWS]
+    ``LoweredKernel`` function) gives code for the rows form over ``prefix`` that serves every row
+    count, else None."""
+    forms = [rows_form(kernel_op, prefix, rows) for rows in PROBE_ROWS]
     if forms[1] is None:  # a dim of the kernel is PROBE_ROWS[0] by chance
         return None
     first, second = (lower(form) for form in forms)
     per_row = first.work_items // PROBE_ROWS[0]
     if (first.llvm_ir == second.llvm_ir and per_row >= 1 and first.work_items == per_row * PROBE_ROWS[0]
             and second.work_items == per_row * PROBE_ROWS[1]):
-        return RowGeneric(dims, per_row), first
+        return RowGeneric(per_row), first
     return None

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import pathlib
 import tempfile
@@ -46,15 +47,8 @@ from lezero.codegen.llvm.backend import LoweredKernel, lower_kernel
 from lezero.codegen.llvm.cache_model import caches_for
 from lezero.codegen.llvm.object_compiler import OPT_LEVEL
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
-from lezero.codegen.row_generic import (
-    PROBE_ROWS,
-    RowGeneric,
-    lower_row_generic,
-    row_count,
-    rows_form,
-    widest_rows_form,
-)
 from lezero.codegen.packed_operands import PackedGemmA
+from lezero.codegen.row_generic import RowGeneric, lower_row_generic, widest_rows_form
 from lezero.ir.core import Operation
 from lezero.ir.printer import print_op
 from lezero.passes.memory_plan import OFFSETS_ATTR
@@ -259,9 +253,9 @@ class KernelCache:
         widest = widest_rows_form(kernel_op)
         if widest is None:
             return None
-        dims, form = widest
+        prefix, form = widest
         generic_key = self.kernel_key(form, cpu)
-        rows = row_count(kernel_op, dims)
+        rows = math.prod(prefix)
         with self._lock:
             verdict = self._row_generic.get(generic_key)
             first_rows = self._rows_seen.setdefault(generic_key, rows)
@@ -270,9 +264,9 @@ class KernelCache:
         if verdict is None and first_rows == rows:
             return None  # one row count so far: lowered for it
         if verdict is None:
-            found = lower_row_generic(kernel_op, dims, lambda op: self._lower(op, cpu))
+            found = lower_row_generic(kernel_op, prefix, lambda op: self._lower(op, cpu))
             verdict = False if found is None else (found[0], self._keep_lowered(generic_key, found[1], cpu))
-            record = {"dims": verdict[0].dims, "items_per_row": verdict[0].items_per_row} if verdict else {}
+            record = {"items_per_row": verdict[0].items_per_row} if verdict else {}
             self._write(self.path(generic_key, ".g"), json.dumps(record).encode())
         with self._lock:
             self._row_generic[generic_key] = verdict
@@ -293,7 +287,7 @@ class KernelCache:
             record = json.loads(payload)
             if not record:
                 return False
-            shape = RowGeneric(int(record["dims"]), int(record["items_per_row"]))
+            shape = RowGeneric(int(record["items_per_row"]))
         except (ValueError, KeyError, TypeError):
             self._reject(self.path(generic_key, ".g"))
             return None
@@ -375,7 +369,7 @@ class KernelCache:
         # Its facts are here but its object is gone (removed, or rejected as corrupt): lower it
         # again and key it by this kernel's own symbol (a row-generic one: its rows form again).
         shape = kernel.row_generic
-        lowered = self._lower(kernel.op if shape is None else rows_form(kernel.op, shape.dims, PROBE_ROWS[0]), cpu)
+        lowered = self._lower(kernel.op if shape is None else widest_rows_form(kernel.op)[1], cpu)
         facts = replace(kernel.facts, symbol=lowered.name, object_key=self.object_key(lowered.llvm_ir, cpu))
         if shape is None:
             with self._lock:

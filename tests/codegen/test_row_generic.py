@@ -14,7 +14,12 @@ import pytest
 
 from codegen.kernel_testing import assert_matches, make_kernel, reference, run_kernel
 from lezero.codegen.llvm.backend import lower_kernel
-from lezero.codegen.row_generic import PROBE_ROWS, lower_row_generic, rows_form, widest_rows_form
+from lezero.codegen.row_generic import (
+    PROBE_ROWS,
+    lower_row_generic,
+    rows_form,
+    widest_rows_form,
+)
 
 HIDDEN = 48  # not a multiple of any vector width
 
@@ -81,14 +86,15 @@ def kernel_named(name, shapes=None):
 
 def test_rows_form_collapses_the_leading_dims():
     _, kernel = kernel_named("layer_norm")
-    assert widest_rows_form(kernel)[0] == 2
-    form = rows_form(kernel, 2, 60)
+    prefix, _ = widest_rows_form(kernel)
+    assert prefix == (BATCH, SEQ)
+    form = rows_form(kernel, prefix, 60)
     assert [tuple(v.type.shape) for v in form.operands] == [(60, HIDDEN), (HIDDEN,)]
     assert tuple(form.results[0].type.shape) == (60, HIDDEN)
     (first_mean, *_) = [op for op in form.regions[0].blocks[0].ops if op.name == "lz.reduce_mean"]
     assert list(first_mean.definition.attrs(first_mean).axes) == [1]  # axis 2 of [b, s, h] is axis 1 of [r, h]
     _, attention = kernel_named("attention")
-    assert widest_rows_form(attention)[0] == 1  # the heads split s: only the batch is rows
+    assert widest_rows_form(attention)[0] == (BATCH,)  # the heads split s: only the batch is rows
 
 
 @pytest.mark.parametrize("body", [
@@ -113,14 +119,14 @@ class Lowered:
 ], ids=["names_rows", "rows_per_item"])
 def test_code_that_follows_the_row_count_is_refused(lowering):
     _, kernel = kernel_named("layer_norm")
-    assert lower_row_generic(kernel, 2, lowering) is None
+    assert lower_row_generic(kernel, (BATCH, SEQ), lowering) is None
 
 
 @functools.cache
 def probed(name, cpu):
     """``lower_row_generic`` of kernel ``name`` for ``cpu`` (once per kernel and CPU: the cases share it)."""
     _, kernel = kernel_named(name)
-    return lower_row_generic(kernel, KERNELS[name][3], lambda op: lower_kernel(op, cpu=cpu))
+    return lower_row_generic(kernel, (BATCH, SEQ)[:KERNELS[name][3]], lambda op: lower_kernel(op, cpu=cpu))
 
 
 @pytest.mark.cross_target(cases=CASES, group=lambda case: case[0])
@@ -133,12 +139,13 @@ def test_row_generic_code_matches_the_reference_at_every_row_count(cpu, case):
     assert lowered.work_items == shape.items_per_row * PROBE_ROWS[0]
     # the same code at `rows` rows: [1, rows, ...] (the rows of b x s), or a batch of `rows`
     lead = (1, rows) if dims == 2 else (rows, SEQ)
+    prefix = lead[:dims]
     sized = [(lead + s[2:] if len(s) == 3 else s, dtype) for s, dtype in types]
     module, real = kernel_named(name, sized)
-    assert shape.rows(real) == rows
+    assert widest_rows_form(real)[0] == prefix
     rng = np.random.default_rng(rows)
     inputs = [rng.standard_normal(s).astype(np.float32) for s, _ in sized]
-    here = dataclasses.replace(lowered, work_items=shape.items_per_row * shape.rows(real),
+    here = dataclasses.replace(lowered, work_items=shape.items_per_row * rows,
                                operand_types=tuple(v.type for v in real.operands),
                                result_types=tuple(r.type for r in real.results))
     got = run_kernel(real, inputs, 3, lowered=here, cpu=cpu)

@@ -37,6 +37,7 @@ from lezero.codegen.llvm import vectors
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.ir_types import I64
 from lezero.codegen.llvm.loops import for_range, min_i64, unravel_values
+from lezero.codegen.row_generic import any_rows
 from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
 from lezero.ir.dialect.data_movement import TransposeOp
@@ -56,8 +57,12 @@ STRIDED_READ = 16
 TILE = (16, 16)
 
 
-def coalesce(forms, loop_vars: list) -> list[list]:
-    """Groups of neighbouring loop variables that every form addresses row-major."""
+def coalesce(forms, loop_vars: list, rows_apart: bool = False) -> list[list]:
+    """Groups of neighbouring loop variables that every form addresses row-major (``rows_apart``:
+    the first one in a group of its own, the rows of a rows form, whose count the code must not
+    name)."""
+    if rows_apart and len(loop_vars) > 1:
+        return [loop_vars[:1]] + coalesce(forms, loop_vars[1:])
     groups: list[list] = []
     for v in loop_vars:
         if groups and all(f.coef(groups[-1][-1]) == f.coef(v) * v.extent for f in forms):
@@ -112,7 +117,7 @@ def lower_elementwise(ctx: KernelContext) -> int:
         return _lower_transposed_copy(ctx, *copy)
     loop_vars, index = index_variables(shape)
     forms = _analyze(ctx, loop_vars, index)
-    groups = coalesce(forms, loop_vars)
+    groups = coalesce(forms, loop_vars, rows_apart=any_rows(ctx.kernel))
     extents = [math.prod(v.extent for v in g) for g in groups]
     # (a short innermost loop reads few lines, which stay in L1 from one row to the next anyway)
     tiled = tiled_group(forms, groups) if len(groups) > 1 and extents[-1] > TILE[1] else None
