@@ -76,7 +76,7 @@ def main() -> None:
     averages = prof.key_averages()
     kernels = [r for r in averages if r.kind == "kernel"]
     print(f"{len(kernels)} distinct kernels; the profiled block: {prof.wall_seconds * 1e3:.1f} ms for {args.runs} runs")
-    print(averages.table(sort_by="self_cpu_time_total", row_limit=args.top + 1))
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=args.top))
 
 
 if __name__ == "__main__":

@@ -25,13 +25,13 @@ import sys
 import tempfile
 
 from lezero.cli import expected_diagnostics
+from lezero.ir.core import ModuleOp
 from lezero.ir.diagnostics import Diagnostic, IRError, SourceManager
 from lezero.ir.graphviz import module_to_dot
 from lezero.ir.parser import parse_module, split_input_file
 from lezero.ir.printer import print_module
-from lezero.ir.verifier import collect_diagnostics
-from lezero.ir.core import ModuleOp
 from lezero.ir.types import TensorType
+from lezero.ir.verifier import collect_diagnostics
 
 SPLIT_MARKER = "// -----"
 # The code each --emit value prints is compiled for one target.

@@ -2,6 +2,11 @@
 ``record_function``, ``ProfilerActivity``, ``tensorboard_trace_handler``; ``host_peak`` is the
 machine's measured GFLOP/s and GB/s the table rates kernels against."""
 from lezero.profiler.peak import HostPeak, host_peak
-from lezero.profiler.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
+from lezero.profiler.profiler import (
+    ProfilerActivity,
+    profile,
+    record_function,
+    tensorboard_trace_handler,
+)
 
-__all__ = ["profile", "record_function", "ProfilerActivity", "tensorboard_trace_handler", "HostPeak", "host_peak"]
+__all__ = ["HostPeak", "ProfilerActivity", "host_peak", "profile", "record_function", "tensorboard_trace_handler"]

@@ -98,7 +98,7 @@ def _plan_facts(plan) -> _PlanFacts:
     return facts
 
 
-class profile:  # noqa: N801  (torch.profiler.profile's name)
+class profile:
     """Record what runs inside the ``with`` block (see the module docstring).  Shapes and FLOPs are
     always recorded (``record_shapes``, ``with_flops`` are torch's switches for them);
     ``on_trace_ready(prof)`` is called when the block ends (``tensorboard_trace_handler``);
@@ -127,7 +127,7 @@ class profile:  # noqa: N801  (torch.profiler.profile's name)
         self._lock = threading.Lock()
 
     # --- recording -----------------------------------------------------------------------------
-    def __enter__(self) -> "profile":
+    def __enter__(self) -> profile:
         if Profiling.recorder is not None:
             raise RuntimeError("lz.profiler.profile: another profile is already recording")
         _Ranges.active = self

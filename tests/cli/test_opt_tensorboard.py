@@ -43,5 +43,5 @@ def test_emit_tensorboard_writes_the_graph_and_the_fused_graph(tmp_path):
 
 
 def test_emit_tensorboard_needs_a_folder(tmp_path):
-    code, out, err = _opt(tmp_path, "--emit=tensorboard")
+    code, _, err = _opt(tmp_path, "--emit=tensorboard")
     assert code == 1 and err == "lezero-opt: error: --emit=tensorboard writes event files: name their folder with -o DIR\n"

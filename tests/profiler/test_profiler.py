@@ -13,7 +13,12 @@ from onnx import TensorProto, helper, numpy_helper
 import lezero as lz
 import lezero.onnx
 from lezero import nn
-from lezero.profiler import HostPeak, profile, record_function, tensorboard_trace_handler
+from lezero.profiler import (
+    HostPeak,
+    profile,
+    record_function,
+    tensorboard_trace_handler,
+)
 
 PEAK = HostPeak(100.0, 20.0)  # a fixed peak: the tests check the table, not this machine
 

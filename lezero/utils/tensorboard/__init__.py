@@ -4,4 +4,4 @@ hyperparameters, embeddings and the compiler's graphs (``graph``: ``GraphDef`` f
 from lezero.utils.tensorboard.graph import fused_graph_def, graph_def
 from lezero.utils.tensorboard.writer import SummaryWriter
 
-__all__ = ["SummaryWriter", "graph_def", "fused_graph_def"]
+__all__ = ["SummaryWriter", "fused_graph_def", "graph_def"]

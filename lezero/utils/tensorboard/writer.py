@@ -30,8 +30,8 @@ from tensorboardX.summary import hparams as hparams_summaries
 from tensorboardX.summary import scalar as scalar_summary
 
 from lezero.eager.autograd import trace as record
-from lezero.eager.creation import tensor
 from lezero.eager.core import Mode
+from lezero.eager.creation import tensor
 from lezero.eager.tensor import Tensor
 from lezero.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.core import ModuleOp
