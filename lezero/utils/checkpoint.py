@@ -5,19 +5,21 @@ checkpoint that is complete.
 A checkpoint is a folder per step, in the layout of PyTorch's distributed checkpoint::
 
     directory/step-00000120/rank-00000-of-00002.lzckpt   one shard per rank (``lz.save``'s format)
-    directory/step-00000120/rank-00000.json              the rank's shard is durable: size, header SHA-256
+    directory/step-00000120/rank-00001.json              rank 1's shard is durable: size, header SHA-256
     directory/step-00000120/metadata.json                rank 0, last: world size, every shard's checksum
 
-Each file is written to a temporary name, fsynced, renamed and its folder fsynced, and the
-metadata only after every rank's shard is durable, so a folder without ``metadata.json`` is a
-save that did not finish.  ``restore`` walks the folders from the newest: one without metadata,
+Each file is written to a temporary name, fsynced and renamed, the folder fsynced once its
+shard and record are in, and the metadata only after every rank's record exists (the
+``lz.save`` write path: ``atomic_write``), so a folder without ``metadata.json`` is a save that
+did not finish.  ``restore`` walks the folders from the newest: one without metadata,
 or whose shards do not match their checksums (truncated, corrupt), is skipped with a warning
 naming it; one saved with another world size is an error (a shard per rank cannot be re-split).
 Old checkpoints are pruned (``keep``) only once a newer one is complete.
 
 A shard holds the values ``save(step, **state)`` was given (an object with ``state_dict()``, a
 model, an optimizer, an LR scheduler, a GradScaler, a ``DataLoader``, is stored as its state dict;
-a ``lz.Generator`` as its state), plus the process's random number generators: lezero's default
+a ``lz.Generator`` as its state; DDP comm-hook states such as ``PowerSGDState`` have state dicts
+too), plus the process's random number generators: lezero's default
 generator, numpy's global one and Python's ``random``.  ``restore(**targets)`` loads each saved
 state dict back into the object given under the same name and puts the generators back.
 
@@ -25,6 +27,9 @@ Saving is asynchronous, as DCP's ``async_save``: ``save`` copies the values (a m
 only stall) and a background thread writes, fsyncs and publishes them; the next ``save``, ``wait``
 or ``close`` waits for it and raises what it raised.  Ranks meet through the file system only
 (rank 0 waits for the others' ``rank-N.json``), so the directory must be one every rank sees.
+A new run in a directory that holds another run's unfinished save of the same step should
+``restore`` first (which clears it): rank 0 could otherwise read a stale record, and the
+checkpoint would then fail its checksum and be skipped.
 """
 from __future__ import annotations
 
@@ -168,22 +173,20 @@ class CheckpointManager:
     def _write(self, step: int, taken) -> None:
         folder = self.folder(step)
         os.makedirs(folder, exist_ok=True)
-        done = os.path.join(folder, f"rank-{self.rank:05d}.json")
-        if self.rank == 0:  # a folder left by a save that did not finish: not a checkpoint until we say so
-            for stale in (os.path.join(folder, "metadata.json"), done):
-                if os.path.exists(stale):
-                    os.unlink(stale)
+        metadata = os.path.join(folder, "metadata.json")
+        if self.rank == 0 and os.path.exists(metadata):  # left by a save that did not finish: not one yet
+            os.unlink(metadata)
         shard = os.path.join(folder, self._shard_name(self.rank))
-        digest = taken.write(shard, sync_directory=False)  # files fsynced; the folder once, below
-        _write_json(done, {"file": os.path.basename(shard), "bytes": os.path.getsize(shard), "sha256": digest},
-                    sync_directory=False)
-        fsync_directory(folder)  # this rank's shard and record are durable
-        if self.rank != 0:
+        digest = taken.write(shard, sync_directory=False)  # the file fsynced; the folder below
+        record = {"file": os.path.basename(shard), "bytes": os.path.getsize(shard), "sha256": digest}
+        if self.rank != 0:  # rank 0 needs the record to publish the checkpoint
+            _write_json(os.path.join(folder, f"rank-{self.rank:05d}.json"), record, sync_directory=False)
+            fsync_directory(folder)  # the shard and its record are durable
             return
-        shards = [self._wait_for_rank(folder, rank, step) for rank in range(self.world_size)]
-        _write_json(os.path.join(folder, "metadata.json"),
-                    {"format": FORMAT, "step": step, "world_size": self.world_size, "shards": shards,
-                     "saved_at": time.time()})
+        fsync_directory(folder)  # the shard is durable before the metadata can be
+        shards = [record] + [self._wait_for_rank(folder, rank, step) for rank in range(1, self.world_size)]
+        _write_json(metadata, {"format": FORMAT, "step": step, "world_size": self.world_size, "shards": shards,
+                               "saved_at": time.time()})
         fsync_directory(self.directory)  # the folder itself
         self._prune(step)
 
@@ -208,10 +211,11 @@ class CheckpointManager:
         that did not finish go too (a crash left them)."""
         complete = [s for s in self.steps() if os.path.exists(os.path.join(self.folder(s), "metadata.json"))]
         kept = set(complete if self.keep is None else complete[-self.keep:])
-        for s in self.steps():
-            if s < newest and s not in kept:
-                shutil.rmtree(self.folder(s), ignore_errors=True)
-        fsync_directory(self.directory)
+        pruned = [s for s in self.steps() if s < newest and s not in kept]
+        for s in pruned:
+            shutil.rmtree(self.folder(s), ignore_errors=True)
+        if pruned:
+            fsync_directory(self.directory)
 
     # --- restoring -------------------------------------------------------------------------------------------
     def latest_step(self) -> int | None:

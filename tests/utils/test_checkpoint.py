@@ -143,7 +143,7 @@ def test_a_crash_during_a_save_keeps_the_last_good_checkpoint(tmp_path, monkeypa
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("lezero.utils.checkpoint._write_json", crash)  # the shard lands, its record does not
+    monkeypatch.setattr("lezero.utils.checkpoint._write_json", crash)  # the shard lands, the metadata does not
     async_manager = CheckpointManager(tmp_path, keep=1)
     async_manager.save(2, model=lz.nn.Linear(2, 2), step_value=2)
     with pytest.raises(CheckpointError, match="disk full"):
