@@ -70,3 +70,23 @@ def test_no_iterations_no_rewrite():
     text = SUMS.replace("5x2x", "0x2x").replace("trip_count = 5", "trip_count = 0")
     module = run_and_compare(parse_module(text), "loop-sums,dce")
     assert _loop(module).definition.attrs(_loop(module)).num_carried == 3
+
+
+def test_an_lstm_train_step_sums_its_recurrent_weight_gradient_after_the_loop():
+    import numpy as np
+
+    import lezero as lz
+    from lezero.runtime.plan import HostStep
+
+    model = lz.nn.LSTM(4, 3)
+    rng = np.random.default_rng(0)
+    x, target = (lz.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ((5, 2, 4), (5, 2, 3)))
+    step = lz.jit.compile_train_step(model, lambda out, y: lz.nn.functional.mse_loss(out[0], y),
+                                     lz.optim.SGD(model.parameters(), lr=0.1), (x,), target, dynamic_batch=False)
+    step(x, target)
+    ((compiled, _),) = step._steps.values()
+    (plan,) = compiled._plans.values()
+    loops = [launch for launch in plan.plan.launches if isinstance(launch, HostStep)]
+    (backward,) = [loop for loop in loops if loop.reverse]
+    carried = [r.type.shape for r in backward.op.results[:backward.num_carried]]
+    assert carried and (12, 3) not in carried  # dh, dc carried; dW_hh (4H x H) is one GEMM after the loop
