@@ -291,6 +291,9 @@ def _buffer(t: Tensor):
     if not isinstance(t, Tensor):
         raise DistributedError(f"expected an lz.Tensor, got {type(t).__name__}")
     array = t._data
+    if not isinstance(array, np.ndarray) and group().backend.name != "nccl":
+        raise DistributedError(f"a {t.device} tensor needs backend='nccl' (this group's is "
+                               f"{group().backend.name!r}, which moves host memory): move it with .cpu() first")
     if isinstance(array, np.ndarray) and (t._strided or not array.flags.c_contiguous or not array.flags.writeable):
         staged = np.ascontiguousarray(contiguous(array))
         return staged, lambda: _store(t, staged)
