@@ -9,8 +9,12 @@ one CUDA device, measured in the same run:
    batch 32, 224x224: forward, and the training step (SGD with momentum).  BatchNorm runs in eval
    mode (running statistics) in both frameworks: lezero's compiled step does not yet update
    BatchNorm's running statistics.
+5. mixed precision (``amp``): the ResNet-50 training step and a transformer encoder's (6 layers,
+   d_model 512, batch 32 x 256 tokens, AdamW; also in float32) inside ``autocast(bfloat16)``:
+   lezero's compiled step made in ``lz.autocast("cuda")`` against torch eager and torch.compile in
+   ``torch.autocast``.
 
-    .venv/bin/python benchmarks/gpu.py [--budget 285] [--sections elementwise gemm mlp resnet] [--no-torch-compile]
+    .venv/bin/python benchmarks/gpu.py [--budget 285] [--sections elementwise gemm mlp resnet amp] [--no-torch-compile]
     .venv/bin/python benchmarks/gpu.py --tiny     # a dry run on the CPU, Triton's interpreter, tiny sizes
 
 lezero runs what its compile path makes: the function through ``lezero.compile(..., target="cuda")``
@@ -50,8 +54,8 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--budget", type=float, default=None,
                     help="seconds for the whole run (default 285; --tiny: none): what would end after it is "
                          "skipped, a section still running then is stopped")
-parser.add_argument("--sections", nargs="+", default=["elementwise", "gemm", "mlp", "resnet"],
-                    choices=["elementwise", "gemm", "mlp", "resnet"])
+parser.add_argument("--sections", nargs="+", default=["elementwise", "gemm", "mlp", "resnet", "amp"],
+                    choices=["elementwise", "gemm", "mlp", "resnet", "amp"])
 parser.add_argument("--tiny", action="store_true",
                     help="tiny sizes on the CPU under TRITON_INTERPRET=1: checks the script, measures nothing")
 parser.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
@@ -89,6 +93,7 @@ ELEMENTWISE = (8192, 8192) if not TINY else (16, 32)
 GEMM_SIZES = (4096, 8192) if not TINY else (16, 32)
 MLP_BATCH = 4096 if not TINY else 8
 RESNET = (32, 224) if not TINY else (1, 32)   # batch, image side
+TRANSFORMER = (32, 256, 512, 8, 6) if not TINY else (2, 8, 16, 2, 1)  # batch, sequence, d_model, heads, layers
 
 
 # --- timing -----------------------------------------------------------------------------------------------
@@ -293,24 +298,27 @@ def compare_forward(title: str, build, x_np, tolerance: float, torch_compile_sec
            f"lezero trace + compile + first run: {compile_seconds:.1f} s{note}")
 
 
-def lezero_train_step(lz_model, optimizer, x_np, y_np):
-    """``lz.jit.compile_train_step`` for the model moved to cuda; returns ``step()``, the first
+def lezero_train_step(lz_model, optimizer, x_np, y_np, low: str | None = None):
+    """``lz.jit.compile_train_step`` for the model moved to cuda (made inside ``lz.autocast("cuda",
+    dtype=low)`` when ``low`` names a dtype: a mixed-precision step); returns ``step()``, the first
     step's loss and the seconds its compilation and the first step took."""
     lz_model.to("cuda")
     data, target = lz.from_numpy(x_np).to("cuda"), lz.from_numpy(y_np).to("cuda")
     start = time.perf_counter()
-    step = lz.jit.compile_train_step(lz_model, lz.nn.CrossEntropyLoss(), optimizer, data, target)
+    with lz.autocast("cuda", dtype=getattr(lz, low or "float16"), enabled=low is not None):
+        step = lz.jit.compile_train_step(lz_model, lz.nn.CrossEntropyLoss(), optimizer, data, target)
     loss = step(data, target).item()
     return (lambda: step(data, target)), loss, time.perf_counter() - start
 
 
-def torch_train_step(torch_model, optimizer, x_np, y_np):
+def torch_train_step(torch_model, optimizer, x_np, y_np, low: str | None = None):
     x, y = torch.from_numpy(x_np).to(DEVICE), torch.from_numpy(y_np).to(DEVICE)
     criterion = torch.nn.CrossEntropyLoss()
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = criterion(torch_model(x), y)
+        with torch.autocast(DEVICE.type, dtype=getattr(torch, low or "float16"), enabled=low is not None):
+            loss = criterion(torch_model(x), y)
         loss.backward()
         optimizer.step()
         return loss
@@ -318,14 +326,15 @@ def torch_train_step(torch_model, optimizer, x_np, y_np):
 
 
 def compare_train_step(title: str, build, optimizer: str, options: dict, x_np, y_np, tolerance: float,
-                       torch_compile_seconds: float, note: str = "") -> None:
+                       torch_compile_seconds: float, note: str = "", low: str | None = None) -> None:
     """Training steps per second: lezero's compiled step, torch eager, and torch.compile of the same
     step function, each on fresh twins (the same initial weights; no state shared between runs);
     ``optimizer`` names the class in ``lz.optim`` and ``torch.optim``, built with ``options``.  The
-    first steps' losses (same weights, same batch) must agree within ``tolerance``, relatively."""
+    first steps' losses (same weights, same batch) must agree within ``tolerance``, relatively.
+    ``low`` ("bfloat16"): every step runs inside its framework's autocast with that dtype."""
     lz_model, _ = twins(build)
     lz_step, lz_loss, compile_seconds = lezero_train_step(
-        lz_model, getattr(lz.optim, optimizer)(lz_model.parameters(), **options), x_np, y_np)
+        lz_model, getattr(lz.optim, optimizer)(lz_model.parameters(), **options), x_np, y_np, low)
     rates = {"lezero": 1 / device_seconds(lz_step, rounds=3)}
     del lz_step, lz_model
     for name in ("torch eager", "torch.compile"):
@@ -334,7 +343,7 @@ def compare_train_step(title: str, build, optimizer: str, options: dict, x_np, y
             continue
         _, torch_model = twins(build)
         step = torch_train_step(torch_model, getattr(torch.optim, optimizer)(torch_model.parameters(), **options),
-                                x_np, y_np)
+                                x_np, y_np, low)
         step = step if name == "torch eager" else torch.compile(step)
         check_close(f"{title}: the first step's loss, {name}", torch.tensor(lz_loss), step().detach(), tolerance)
         rates[name] = 1 / device_seconds(step, rounds=3)
@@ -405,6 +414,52 @@ def bench_resnet() -> None:
                            note=precision)
 
 
+# --- 5. mixed precision (issue 13) ----------------------------------------------------------------------
+
+def transformer(nn):
+    """A transformer encoder classifier (pre-norm layers, GELU, mean over the sequence, a linear head)
+    built from ``nn``: ``lz.nn`` or ``torch.nn``, which share these modules and parameter names."""
+    d_model, heads, layers = TRANSFORMER[2:]
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=4 * d_model, dropout=0.0,
+                                               activation="gelu", batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, layers)
+            self.head = nn.Linear(d_model, 10)
+
+        def forward(self, x):
+            return self.head(self.encoder(x).mean(1))
+
+    return Classifier()
+
+
+def bench_amp() -> None:
+    """ResNet-50 and a transformer encoder, each training step inside autocast(bfloat16): lezero's
+    compiled step (the autocast pass on its traced forward, before the gradient) against torch eager
+    and torch.compile inside torch.autocast.  Compare with the float32 steps of the sections above
+    (goal: lezero's bf16 step at least 2x its float32 step, and not slower than torch.compile's)."""
+    rng = np.random.default_rng(0)
+    batch, side = RESNET
+    x = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
+    y = rng.integers(0, 1000, batch)
+    note = "; lezero's bf16 tensors are float32 storage on the GPU: its bf16 matmuls run as TF32"
+    if not over_budget("ResNet-50 bf16 training step", needs=60):
+        compare_train_step("ResNet-50 autocast(bf16) (cross-entropy, SGD with momentum, BatchNorm in eval mode)",
+                           resnet50, "SGD", {"lr": 0.01, "momentum": 0.9}, x, y, 3e-2, torch_compile_seconds=150,
+                           note=note, low="bfloat16")
+    batch, sequence, d_model = TRANSFORMER[:3]
+    x = rng.standard_normal((batch, sequence, d_model)).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+    for low in (None, "bfloat16"):
+        if not over_budget(f"transformer {low or 'float32'} training step", needs=30):
+            compare_train_step(f"transformer encoder ({TRANSFORMER[4]} layers, d_model {d_model}) "
+                               f"{'autocast(bf16)' if low else 'float32'} (cross-entropy, AdamW)", transformer,
+                               "AdamW", {"lr": 1e-4}, x, y, 3e-2 if low else 1e-3, torch_compile_seconds=90,
+                               note=note if low else "", low=low)
+
+
 # --- driver -----------------------------------------------------------------------------------------------
 
 def over_budget(what: str, needs: float = 0.0) -> bool:
@@ -417,7 +472,8 @@ def over_budget(what: str, needs: float = 0.0) -> bool:
     return False
 
 
-SECTIONS = {"elementwise": bench_elementwise, "gemm": bench_gemm, "mlp": bench_mlp, "resnet": bench_resnet}
+SECTIONS = {"elementwise": bench_elementwise, "gemm": bench_gemm, "mlp": bench_mlp, "resnet": bench_resnet,
+            "amp": bench_amp}
 
 
 def run_sections(sections) -> list:

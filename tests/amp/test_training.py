@@ -15,22 +15,12 @@ from lezero import nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
 import digits  # noqa: E402
+from support.eager_testing import SimpleMLP  # noqa: E402
 from train_cnn import DigitsCNN  # noqa: E402
 
-
-class SeedMLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 256)
-        self.fc2 = nn.Linear(256, 10)
-
-    def forward(self, x):
-        return self.fc2(nn.functional.relu(self.fc1(x)))
-
-
-MODELS = {  # name: (model, image size, epochs, batch, learning rate)
-    "mlp": (SeedMLP, 28, 3, 128, 2e-3),
-    "cnn": (DigitsCNN, 8, 3, 64, 1e-2),
+MODELS = {  # name: (model, epochs, batch, learning rate); the MLP on 28x28 images, the CNN on 8x8
+    "mlp": (lambda: SimpleMLP(784, 256, 10), 3, 128, 2e-3),  # the seed's sizes
+    "cnn": (DigitsCNN, 3, 64, 1e-2),
 }
 
 
@@ -42,7 +32,7 @@ def data():
 
 
 def _accuracy(name: str, data, precision: str) -> float:
-    make, _, epochs, batch, lr = MODELS[name]
+    make, epochs, batch, lr = MODELS[name]
     x_train, y_train, x_test, y_test = data[name]
     lz.manual_seed(0)
     model = make()
