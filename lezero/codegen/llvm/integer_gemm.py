@@ -15,7 +15,9 @@ panel once (rows of 4 consecutive k interleaved per column: ``packed[k/4][col][k
 of ``MR`` rows (6 with 512-bit vectors: 24 accumulators; 2 otherwise), an ``MR x 64`` register tile,
 the lhs read in place (4 bytes broadcast per row and k step).  Without VNNI (``avx512vnni``) the
 same dot product of 4 is plain widening multiplies and adds, which LLVM lowers for any CPU: right
-everywhere, fast where VNNI is.
+everywhere, fast where VNNI is.  (Without it each byte position is a 16-lane i32 multiply-add:
+AVX2's ``vpmaddubsw`` would saturate its int16 sums of two u8 x s8 products, and a 7-bit
+reduction as ORT and PyTorch use there would change the results; exactness comes first.)
 """
 from __future__ import annotations
 
@@ -42,6 +44,10 @@ def _splat(b, value, vector_type):
     return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, vector_type.count), [0] * vector_type.count))
 
 
+def _splat_constant(value: int):
+    return ir.Constant(V16, [value] * LANES)
+
+
 def _mask(values):
     return ir.Constant(ir.VectorType(I32, len(values)), list(values))
 
@@ -58,11 +64,10 @@ class _Dot4:
         """``a_u8`` and ``b_s8``: 64 bytes each, as ``<16 x i32>``."""
         if self.vnni:
             return b.call(self.intrinsic, [acc, a_u8, b_s8])
-        wide = ir.VectorType(I32, 4 * LANES)
-        products = b.mul(b.zext(b.bitcast(a_u8, BYTES), wide), b.sext(b.bitcast(b_s8, BYTES), wide))
-        for t in range(4):
-            acc = b.add(acc, b.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
-                                              _mask([4 * lane + t for lane in range(LANES)])))
+        for t in range(4):  # byte t of each lane: a's unsigned, b's signed (shifted to the top and back)
+            a_t = b.and_(b.lshr(a_u8, _splat_constant(8 * t)), _splat_constant(0xFF))
+            b_t = b.ashr(b.shl(b_s8, _splat_constant(24 - 8 * t)), _splat_constant(24))
+            acc = b.add(acc, b.mul(a_t, b_t))
         return acc
 
 
