@@ -122,7 +122,7 @@ def _extremes(rng, shape, dt):
     return np.where(rng.random(shape) < 0.5, ends, v).astype(NP[dt])
 
 
-@pytest.mark.cross_target(cases=MATMUL_CASES, group=lambda case: case[2] + case[3])
+@pytest.mark.cross_target(cases=MATMUL_CASES, group=lambda case: "matmul_integer")
 def test_matmul_integer_is_exact_on_every_cpu(cpu, case):
     a_shape, b_shape, a_dt, b_dt, a_zero, b_zero = case
     rng = np.random.default_rng(sum(a_shape) + sum(b_shape))
