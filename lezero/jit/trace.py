@@ -59,7 +59,8 @@ from lezero.eager.core import Mode, as_input, as_inputs, wrap
 from lezero.eager.creation import random_arguments
 from lezero.passes.autocast import autocast_function  # issue 13
 from lezero.eager.device_arrays import CPU, copy_into, device_of, host, is_torch, like, numpy_dtype, to_device
-from lezero.eager.dispatch import OperatorError, compile_for, device_of_arrays, user_location
+from lezero.eager.dispatch import (OperatorError, compile_for, constant_of, device_of_arrays, tensor_type,
+                                   user_location)
 from lezero.eager.tensor import Tensor
 from lezero.ir.attributes import ArrayAttr, DenseArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
@@ -235,7 +236,8 @@ def bind_arguments(func: FuncOp, inputs: list, captured: list, names: dict) -> l
         arg = block.args[n_inputs + i]
         if id(t) in names:
             continue
-        constant = b.constant(np.array(host(t._data), order="C"))  # ascontiguousarray makes a scalar 1-d
+        array = np.array(host(t._data), order="C")  # ascontiguousarray makes a scalar 1-d
+        constant = constant_of(b, array, tensor_type(array).element_type)  # bf16 storage too (issue 13)
         arg.replace_all_uses_with(constant)
         block.erase_argument(n_inputs + i)
     bound = [t for t in captured if id(t) in names]

@@ -42,8 +42,7 @@ from lezero.passes.pass_base import Pass, debug_channel, option
 LOWER, FLOAT32, STATISTICS, PROMOTE = "lower", "float32", "statistics", "promote"
 
 _LOWER_EVERYWHERE = ("matmul", "conv2d", "conv3d", "conv_transpose2d", "linear", "addmm", "baddbmm", "attention")
-_PROMOTE_EVERYWHERE = ("add", "sub", "mul", "div", "max", "min", "rem", "pow_tensor", "select", "concat", "cat",
-                       "cmp")
+_PROMOTE_EVERYWHERE = ("add", "sub", "mul", "div", "max", "min", "rem", "select", "concat", "cat", "cmp")
 _LOSSES = ("nll_loss", "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "kl_div",
            "huber_loss", "cross_entropy")
 
