@@ -175,10 +175,9 @@ class DynamicQuantizeOp(OpDef):
 
     def decompose(self, b, op, attrs):
         (x,) = op.operands
-        everything = list(range(x.type.rank))
         zero = _scalar(b, 0, F32)
-        high = b.op("lz.max", b.op("lz.reduce_max", x, axes=everything), zero)
-        low = b.op("lz.min", b.op("lz.reduce_min", x, axes=everything), zero)
+        high = b.op("lz.max", _whole_range(b, "lz.reduce_max", x), zero)
+        low = b.op("lz.min", _whole_range(b, "lz.reduce_min", x), zero)
         span = b.op("lz.select", b.op("lz.cmp", high, low, predicate="eq"), _scalar(b, 1, F32),
                     b.op("lz.sub", high, low))
         scale = b.op("lz.div", span, _scalar(b, 255, F32))
@@ -186,6 +185,15 @@ class DynamicQuantizeOp(OpDef):
         zero_point = b.op("lz.cast", b.op("lz.min", b.op("lz.max", b.op("lz.round", initial), zero),
                                           _scalar(b, 255, F32)), to=UI8)
         return [_quantize_ir(b, x, scale, zero_point, 0), scale, zero_point]
+
+
+def _whole_range(b, reduce: str, x):
+    """``reduce`` over every dim of ``x``: along the last dim first (a line per row: the rows are
+    work items a CPU kernel runs in parallel), then over what is left (one small line)."""
+    if x.type.rank < 2:
+        return b.op(reduce, x, axes=list(range(x.type.rank)))
+    rows = b.op(reduce, x, axes=[x.type.rank - 1])
+    return b.op(reduce, rows, axes=list(range(x.type.rank - 1)))
 
 
 def _centered_i32(b, v, zero, rank: int, axis: int):
