@@ -59,8 +59,8 @@ from lezero.eager.core import Mode, as_input, as_inputs, wrap
 from lezero.eager.creation import random_arguments
 from lezero.passes.autocast import autocast_function  # issue 13
 from lezero.eager.device_arrays import CPU, copy_into, device_of, host, is_torch, like, numpy_dtype, to_device
-from lezero.eager.dispatch import (OperatorError, compile_for, constant_of, device_of_arrays, tensor_type,
-                                   user_location)
+from lezero.eager.dispatch import (OperatorError, bf16_storage_runner, compile_for, constant_of, device_of_arrays,
+                                   tensor_type, user_location)
 from lezero.eager.tensor import Tensor
 from lezero.ir.attributes import ArrayAttr, DenseArrayAttr, DictionaryAttr, StringAttr
 from lezero.ir.builder import Builder
@@ -68,7 +68,7 @@ from lezero.ir.core import FuncOp, ModuleOp, OpResult
 from lezero.ir.interpreter import check_argument
 from lezero.ir.opdef import OpError
 from lezero.ir.printer import print_module
-from lezero.ir.types import I64, TensorType
+from lezero.ir.types import BF16, I64, TensorType
 from lezero.ir.verifier import verify
 from lezero.runtime.cpu import CompiledFunction
 
@@ -439,13 +439,21 @@ class TracedModule:
             run = self._runners.get(key)
             if run is None:
                 shapes = [a.shape for a in arrays] + [t._data.shape for _, t in self.named_tensors]
-                run = self._runners[key] = self.compiled.runner(shapes)
+                run = self._runners[key] = self._bf16_as_storage(self.compiled.runner(shapes))
         else:
             arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
         results = self._write_updates(run(arrays + bound_arrays(self.named_tensors,
                                                                 self.func.arguments[self.n_inputs:])))
         flat = list(results) if as_numpy else [wrap(r) for r in results]
         return rebuild(self.structure, flat)
+
+    def _bf16_as_storage(self, run):
+        """``run`` taking and giving bf16 values as bfloat16 storage, as eager bf16 tensors hold them
+        (a model traced in ``autocast(bf16)`` returns bf16 tensors, not float32 ones holding bf16)."""
+        signature = self.func.function_type
+        if any(t.element_type == BF16 for t in (*signature.inputs, *signature.results)):
+            return bf16_storage_runner(run, signature)
+        return run
 
     def _write_updates(self, results: list) -> list:
         """The outputs; the results after them are copied into the updated tensors."""

@@ -99,3 +99,26 @@ def test_bad_arguments_name_what_is_allowed():
         lz.autocast("tpu")
     with pytest.raises(ValueError, match="dtype must be lz.bfloat16 or lz.float16"):
         lz.autocast("cpu", dtype=lz.float64)
+
+
+def test_a_model_traced_inside_a_region_keeps_its_types_and_equals_eager():
+    """``jit.trace`` inside ``lz.autocast`` runs the autocast pass on the recorded graph: the same
+    types and values as the eager region (a bf16 tensor made inside the forward is a bf16 constant)."""
+    class Model(lz.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = lz.nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.fc(x)
+            return lz.nn.functional.softmax(h * lz.full((8,), 0.5, dtype=h.dtype), -1)
+
+    lz.manual_seed(0)
+    model, x = Model(), lz.randn(4, 8)
+    with lz.autocast("cpu"):
+        traced = lz.jit.trace(model, example_inputs=x)
+        eager = model(x)
+    assert "tensor<?x8xbf16>" in traced.graph and eager.dtype == lz.bfloat16
+    out = traced(x)
+    assert out.dtype == lz.bfloat16
+    np.testing.assert_array_equal(out.float().numpy(), eager.detach().float().numpy())
