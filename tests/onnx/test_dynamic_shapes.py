@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lezero.onnx
-import lezero.runtime.kernel_cache as kernel_cache
+from lezero.runtime import kernel_cache
 from lezero.runtime.kernel_cache import KernelCache
 
 WIDTH, HEADS, HIDDEN = 32, 2, 64
