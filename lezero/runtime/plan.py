@@ -8,7 +8,8 @@ once (the attribute names are memory-plan's constants) and returns an ``Executio
 - **buffers**: where each value lives, as a ``BufferRef``: an argument (``input``), a result
   buffer the caller provides (``output``), a byte offset in one device's arena (``arena``), a
   constant (``constant``: an index into ``plan.constants``, C-contiguous arrays of their storage
-  dtypes); and each device's arena size;
+  dtypes; a constant a CPU kernel reads pre-packed, its ``packed_operands``, is packed here once,
+  a constant of its own: issue 11); and each device's arena size;
 - **launches**: per kernel, in schedule order, the device it runs on, its code lowered by that
   device's backend (none for a ``transfer``), its operand and result buffers, and whether it is
   worth splitting over the thread pool (``split_over_threads``: the one place that decides);
