@@ -40,7 +40,7 @@ OPS = OPS.replace("-> tensor<4x8xf32> {", f"-> ({', '.join(t for _, t in _VALUES
     "RETURNED", f"{', '.join(v for v, _ in _VALUES)} : {', '.join(t for _, t in _VALUES)}")
 LOW, F32, STATISTICS = "low", "f32", "f32, given low"
 # torch.autocast's lists (aten/src/ATen/autocast_mode.cpp); on the CPU, torch_autocast tests check
-# the eager types against torch itself (tests/eager/test_autocast.py)
+# the eager types against torch itself (tests/eager/test_eager_autocast.py)
 EXPECTED = {
     "cuda": {"m": LOW, "softmax": F32, "log_softmax": F32, "layer_norm": F32, "sum": F32, "mean": LOW, "prod": F32,
              "exp": F32, "log": F32, "pow": F32, "rsqrt": F32, "relu": LOW, "tanh": LOW, "add": F32, "conv2d": LOW},
