@@ -67,12 +67,15 @@ from lezero.codegen.llvm.loops import (
 )
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
 from lezero.ir.core import Operation
-from lezero.ir.types import F32
+from lezero.ir.types import BF16, F32
 
 # A tile of C of the dot-product kernel (contraction_shapes.matmul_kernel says when it runs)
 # holds this many vector accumulators, by vector width (the A and B vectors of a step stay in
 # registers too).
 DOT_ACCUMULATORS = {16: 12, 8: 6, 4: 4}
+# The element types whose matmuls and convs run the float32 kernels (dots, GEMM, depthwise):
+# those stored as float32 (bf16 holds bf16 values in float32 storage; its sums round once to bf16).
+FLOAT32_STORAGE = (F32, BF16)
 # Below this the GEMM's 6 x 64 tiles are mostly padding: float32 convs with fewer output channels
 # per group, and depthwise ones, run depthwise.py's kernel.
 CONV_GEMM_MIN_CHANNELS = 4
@@ -102,24 +105,26 @@ def lower_contraction(ctx: KernelContext) -> int:
     if 0 in anchor.result.type.shape:
         ctx.fn.finish()
         return 1
-    dtype = anchor.result.type.element_type
+    # bf16 values in float32 storage are exact float32s: the float32 kernels' products and sums
+    # are the reference's (up to summation order), and each epilogue rounds the sum once to bf16
+    float32_kernels = anchor.result.type.element_type in FLOAT32_STORAGE
     if anchor.name == "lz.matmul":
         kernel, shape = matmul_kernel(anchor, stored[0][1], stored[1][1])
-        if dtype == F32 and kernel == "dots":
+        if float32_kernels and kernel == "dots":
             return lower_matmul_dots(ctx, anchor, shape)
-        if dtype == F32 and kernel == "gemm":
+        if float32_kernels and kernel == "gemm":
             return lower_gemm(ctx, anchor, MatmulGemm(shape))
         return lower_matmul_loops(ctx, anchor, shape)
     shape = ConvShape.of(anchor)
-    dots = conv_as_dots(shape) if dtype == F32 else None
+    dots = conv_as_dots(shape) if float32_kernels else None
     if dots is not None:
         opg = shape.out_per_group
         return lower_matmul_dots(ctx, anchor, dots,
                                  lambda group, image, col: [image[0], group[0] * opg + col[0], Affine(), Affine()])
-    if dtype == F32 and shape.k > 0 and (shape.out_per_group < CONV_GEMM_MIN_CHANNELS or
-                                         (shape.in_per_group == 1 and shape.groups > 1)):
+    if float32_kernels and shape.k > 0 and (shape.out_per_group < CONV_GEMM_MIN_CHANNELS or
+                                            (shape.in_per_group == 1 and shape.groups > 1)):
         return lower_depthwise(ctx, anchor, shape)
-    if dtype == F32 and shape.k > 0:
+    if float32_kernels and shape.k > 0:
         in_place = shape.strides == (1, 1) and shape.pads == (0, 0, 0, 0)
         direct = CONV_B == "direct" or (CONV_B == "auto" and not in_place)
         a_block_floats = cache_model.direct_a_block_floats(cache_model.caches_for(ctx.cpu))

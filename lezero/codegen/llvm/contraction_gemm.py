@@ -581,6 +581,7 @@ class TileEpilogue:
         b = tile.builder
         yields = self.ctx.yields
         results = self._results
+        dtype = self.anchor.result.type.element_type
 
         def store(i, j, index):
             emitter.new_scope()
@@ -588,7 +589,8 @@ class TileEpilogue:
 
             def tile_value(op, value, at):
                 address = b.gep(tile.sums, [position], source_etype=FLOAT)
-                return Scalar(b.load(address, typ=FLOAT, align=4), F32)
+                # a bf16 contraction's float32 sum rounds once to bf16, as the reference's does
+                return emitter.s.round(Scalar(b.load(address, typ=FLOAT, align=4), dtype))
 
             emitter.overrides[self.anchor] = tile_value
             values = [emitter.at(y, index) for y in yields]

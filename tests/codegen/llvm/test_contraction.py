@@ -20,6 +20,7 @@ from lezero.codegen.llvm import contraction, contraction_gemm, gemm, jit
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.ir.attributes import DenseArrayAttr
 from lezero.ir.types import I64
+from lezero.ir.dialect.numerics import round_to_bf16
 from lezero.ir.dialect.windows import window_output_size
 from lezero.ir.opdef import OpError
 
@@ -35,7 +36,6 @@ def tolerance(dtype: str) -> dict:
 def data(rng, shape, dtype: str):
     array = random_array(rng, shape, NUMPY_DTYPE[dtype])
     if dtype == "bf16":
-        from lezero.ir.dialect.numerics import round_to_bf16
         array = round_to_bf16(array)
     if dtype == "i8":
         array = (array % 3).astype(np.int8)  # sums of products stay inside int8
@@ -558,3 +558,49 @@ def test_float64_epilogue_reports_its_libm_calls():
     assert lower_kernel(kernel).external_symbols == ("exp",)
     rng = np.random.default_rng(14)
     check_kernel(module, kernel, [data(rng, (8, 5), "f32") * 0.3, data(rng, (5, 20), "f32")], rtol=1e-5, atol=1e-6)
+
+
+# --- bf16 on the float32 kernels (issue 13 item 3) ----------------------------------------------------
+
+BF16_CASES = {
+    # name: (matmul (a, b) or conv (x, w, attrs), the float32 kernel it runs: "gemm" names its GEMM)
+    "gemm_tails": (((37, 50), (50, 70)), "gemm"),
+    "gemm_k_blocks": (((13, 700), (700, 21)), "gemm"),  # partial sums across K blocks, in the workspace
+    "batched_broadcast": (((2, 1, 9, 20), (3, 20, 33)), "gemm"),
+    "thin_rows": (((2, 50), (50, 70)), "gemm"),
+    "dots": (((37, 50), (50, 3)), "dots"),
+    "conv_groups_strides": (((2, 6, 10, 9), (8, 3, 3, 2),
+                             attrs_of(strides=(1, 2), pads=(2, 0, 1, 3), dilations=(2, 1), groups=2)), "gemm"),
+    "conv_1x1_in_place": (((1, 24, 7, 9), (20, 24, 1, 1), attrs_of()), "gemm"),
+    "depthwise": (((2, 8, 9, 9), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=8)), "depthwise"),
+}
+
+
+@pytest.mark.cross_target(cases=BF16_CASES, group=lambda case: case[1])  # each CPU: each kernel
+def test_bf16_contractions_run_the_float32_kernels_rounding_once(cpu, case):
+    """A bf16 matmul or conv (bf16 values in float32 storage) runs the float32 GEMM, dot-product or
+    depthwise kernel and rounds each float32 sum once to bf16 in the epilogue, as the reference
+    does: every result is a bf16 value, nearly all equal the reference's bit for bit (the rest
+    differ by the summation order's one bf16 step), and the epilogue computes on the rounded sum."""
+    shapes, kernel_kind = case
+    rng = np.random.default_rng(sum(map(sum, shapes[:2])))
+
+    def epilogue(b, y, c):
+        return [y, b.op("lz.relu", b.op("lz.add", y, c))]
+
+    if len(shapes) == 2:
+        bias = (shapes[1][-1],)
+        module, kernel = matmul_kernel(*shapes, "bf16", [bias], epilogue)
+    else:
+        bias = (shapes[1][0], 1, 1)
+        module, kernel = conv_kernel(*shapes, "bf16", [bias], epilogue)
+    lowered = lower_kernel(kernel, cpu=cpu)
+    assert (f"{kernel.attributes['name'].value}.gemm" in lowered.llvm_ir) == (kernel_kind == "gemm")
+    inputs = [data(rng, s, "bf16") for s in shapes[:2] + (bias,)]
+    want = reference(module, inputs)
+    for splits in (1, 3):
+        got = run_kernel(kernel, inputs, splits, lowered, cpu=cpu)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(round_to_bf16(g), g)
+            assert_matches(g, w, rtol=2.0 ** -7, atol=1e-5)
+            assert np.mean(g == w) > 0.98, np.mean(g == w)
