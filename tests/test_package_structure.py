@@ -1,6 +1,6 @@
 """The house rules of lezero's layout, read from the source (no import needed):
 
-- **layers import downward**: ``ir <- passes <- codegen <- runtime <- {eager, onnx} <- {nn, optim,
+- **layers import downward**: ``ir <- passes <- codegen <- runtime <- {eager, onnx, tflite} <- {nn, optim,
   utils, quantization, amp, distributed, profiler} <- jit <- cli``; a module may import its own
   layer and those below, never one above, not even lazily inside a function (a lazy import hides the dependency, it does not remove it);
 - **no import cycle at load time** (module-level imports, ``TYPE_CHECKING`` blocks aside);
@@ -19,7 +19,7 @@ import networkx as nx
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "lezero"
-LAYERS = {"ir": 0, "passes": 1, "codegen": 2, "runtime": 3, "eager": 4, "onnx": 4,
+LAYERS = {"ir": 0, "passes": 1, "codegen": 2, "runtime": 3, "eager": 4, "onnx": 4, "tflite": 4,
           "nn": 5, "optim": 5, "utils": 5, "quantization": 5, "amp": 5, "distributed": 5, "profiler": 5,
           "jit": 6, "cli": 7}
 BACKENDS = ("lezero.codegen.llvm", "lezero.codegen.triton")

@@ -23,6 +23,7 @@ from lezero.ir.parser import parse_module
 from lezero.ir.printer import print_module
 from lezero.ir.verifier import verify
 from lezero.jit.trace import TracedModule, argument_names
+from lezero.tflite import export as tflite_export
 
 FORMAT = "lezero.jit.TracedModule"
 VERSION = 1
@@ -30,17 +31,20 @@ VERSION = 1
 
 # File names of formats lz.jit.save does not write (issue 12): an error, never lezero's format under
 # their name.  The value says where the format is written instead, if anywhere.
-OTHER_FORMATS = {".tflite": "lezero cannot write TFLite flatbuffers yet",
-                 ".onnx": "write ONNX with lezero.onnx.export(traced, path)"}
+OTHER_FORMATS = {".onnx": "write ONNX with lezero.onnx.export(traced, path)"}
 
 
 def save(traced: TracedModule, f) -> None:
-    """Write ``traced`` to the path (or binary file) ``f``."""
+    """Write ``traced`` to the path (or binary file) ``f``; a ``.tflite`` path gets a TFLite
+    flatbuffer (``lezero.tflite.export``, issue 12), which ``load`` does not read back."""
     if not hasattr(f, "write"):
         suffix = os.path.splitext(os.fspath(f))[1].lower()
         if suffix in OTHER_FORMATS:
             raise ValueError(f"lz.jit.save: {os.fspath(f)!r} names a {suffix} file, but lz.jit.save writes lezero's "
                              f"traced-module format; {OTHER_FORMATS[suffix]}")
+        if suffix == ".tflite" and isinstance(traced, TracedModule):
+            tflite_export(traced, f)
+            return
     if not isinstance(traced, TracedModule):
         raise TypeError(f"lz.jit.save takes a TracedModule (from lz.jit.trace), got {type(traced).__name__}")
     if traced.random or traced.updates:

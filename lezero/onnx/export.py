@@ -384,16 +384,7 @@ def _value_info(name: str, t, leading_batch: bool):
 
 def to_onnx(model, *, input_names=None, output_names=None, entry: str | None = None) -> onnx.ModelProto:
     """The ONNX model of a ``lz.jit.trace`` result or of one function of an IR module."""
-    weights: list[tuple[str, np.ndarray]] = []
-    if isinstance(model, ModuleOp):
-        func = model.lookup(entry) if entry else _single_function(model)
-        n_inputs = len(func.arguments)
-    elif hasattr(model, "named_tensors") and hasattr(model, "func"):  # a lz.jit TracedModule
-        func, n_inputs = model.func, model.n_inputs
-        weights = [(name, t.detach().numpy()) for name, t in model.named_tensors]
-    else:
-        raise TypeError(f"export takes a lz.jit.trace result or an IR module, got {type(model).__name__}")
-
+    func, n_inputs, weights = exported_function(model, entry)
     g = _Graph()
     inputs = []
     names = list(input_names or [f"input{i}" if n_inputs > 1 else "input" for i in range(n_inputs)])
@@ -417,6 +408,18 @@ def to_onnx(model, *, input_names=None, output_names=None, entry: str | None = N
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="lezero")
     onnx.checker.check_model(proto)
     return proto
+
+
+def exported_function(model, entry: str | None = None) -> tuple[FuncOp, int, list[tuple[str, np.ndarray]]]:
+    """What an exporter writes (ONNX here, TFLite in ``lezero.tflite``): the function, how many of
+    its leading arguments are data inputs, and the weights (state-dict name, array) bound to the
+    rest (none for an IR module, whose arguments are all inputs)."""
+    if isinstance(model, ModuleOp):
+        func = model.lookup(entry) if entry else _single_function(model)
+        return func, len(func.arguments), []
+    if hasattr(model, "named_tensors") and hasattr(model, "func"):  # a lz.jit TracedModule
+        return model.func, model.n_inputs, [(name, t.detach().numpy()) for name, t in model.named_tensors]
+    raise TypeError(f"export takes a lz.jit.trace result or an IR module, got {type(model).__name__}")
 
 
 def export(model, path, **options) -> onnx.ModelProto:

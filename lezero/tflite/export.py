@@ -1,0 +1,642 @@
+"""Export: a ``lz.jit.trace`` result (or one function of an IR module) to a TFLite flatbuffer that
+the TFLite interpreter (``ai_edge_litert``) runs with lezero's outputs.
+
+The function comes from ``lezero.onnx.export.exported_function`` (the ONNX exporter's reading of
+a traced module).  Values are emitted on demand from the function's results backwards, so what
+the results do not need is never written: a weight-only computation (a transposed weight, a
+reshaped bias) is folded into a constant by the IR interpreter, and patterns lezero spells as
+several ops become one TFLite op (``select(x < c, c, x)`` is MAXIMUM, ``max(x, 0)`` RELU,
+``min(relu(x), 6)`` RELU6, ``matmul(x, constant) + bias`` FULLY_CONNECTED with its bias).
+
+Layout: lezero is NCHW, TFLite's convolutions and pools NHWC.  Every value keeps lezero's layout
+(so the model's inputs and outputs are lezero's); a convolution or pool reads an NHWC copy of its
+input (one TRANSPOSE, made once per value) and its result has an NHWC form from which an NCHW
+copy is made only when something needs it.  Elementwise ops, batch norm and per-channel
+constants follow the layout their input has, so a conv -> bias -> batch norm -> relu -> pool chain
+transposes once at each end.  Weights are converted at export: CONV_2D's filter OIHW -> OHWI,
+DEPTHWISE_CONV_2D's (C, 1, H, W) -> (1, H, W, C); explicit convolution padding is a PAD op.
+
+int8: ``lz.quantization.quantize_dynamic``'s pattern (``dynamic_quantize`` -> ``matmul_integer``
+with int8 weights, symmetric per-channel -> ``cast`` -> a product with the scales) becomes
+TFLite's dynamic-range ("hybrid") FULLY_CONNECTED: float input, int8 weight with per-output-channel
+scales in the tensor's quantization parameters, float output (TFLite quantizes the input per row
+itself, asymmetrically, as lezero does per tensor).
+
+An op with no TFLite form here is an ``ExportError`` naming it and the user's source line (its
+IR location).  Dynamic dims (``?``) are 1 in the tensor's shape and -1 in its ``shape_signature``:
+the interpreter's ``resize_tensor_input`` sets the batch.
+"""
+from __future__ import annotations
+
+import importlib
+
+import flatbuffers
+import numpy as np
+
+# The ``tflite`` package's generated schema: its ``__init__`` re-exports each class under its
+# module's name, so the modules (with the builder functions ``Start``, ``Add<Field>``, ``End``)
+# are taken from the import system.
+(ActivationFunctionType, Buffer, BuiltinOperator, BuiltinOptions, ConcatenationOptions, Conv2DOptions,
+ DepthwiseConv2DOptions, FullyConnectedOptions, GeluOptions, Model, Operator, OperatorCode, Padding,
+ Pool2DOptions, QuantizationParameters, ReducerOptions, ReshapeOptions, SoftmaxOptions, SubGraph, Tensor,
+ TensorType) = (importlib.import_module(f"tflite.{name}") for name in (
+     "ActivationFunctionType", "Buffer", "BuiltinOperator", "BuiltinOptions", "ConcatenationOptions",
+     "Conv2DOptions", "DepthwiseConv2DOptions", "FullyConnectedOptions", "GeluOptions", "Model", "Operator",
+     "OperatorCode", "Padding", "Pool2DOptions", "QuantizationParameters", "ReducerOptions", "ReshapeOptions",
+     "SoftmaxOptions", "SubGraph", "Tensor", "TensorType"))
+
+from lezero.eager.serialization import atomic_write
+from lezero.ir.core import Operation
+from lezero.ir.diagnostics import IRError
+from lezero.ir.interpreter import evaluate_op
+from lezero.onnx.export import exported_function
+
+SCHEMA_VERSION = 3
+NCHW, NHWC = "nchw", "nhwc"
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+_TYPES = {np.dtype(np.float32): TensorType.TensorType.FLOAT32, np.dtype(np.int32): TensorType.TensorType.INT32,
+          np.dtype(np.int64): TensorType.TensorType.INT64, np.dtype(np.int8): TensorType.TensorType.INT8,
+          np.dtype(np.uint8): TensorType.TensorType.UINT8, np.dtype(np.bool_): TensorType.TensorType.BOOL}
+_OPS = BuiltinOperator.BuiltinOperator
+_OPTIONS = BuiltinOptions.BuiltinOptions
+_BINARY = {"add": _OPS.ADD, "sub": _OPS.SUB, "mul": _OPS.MUL, "div": _OPS.DIV, "max": _OPS.MAXIMUM,
+           "min": _OPS.MINIMUM}
+_UNARY = {"relu": _OPS.RELU, "tanh": _OPS.TANH, "sigmoid": _OPS.LOGISTIC, "exp": _OPS.EXP, "neg": _OPS.NEG,
+          "abs": _OPS.ABS, "sqrt": _OPS.SQRT, "rsqrt": _OPS.RSQRT, "log": _OPS.LOG}
+_ELEMENTWISE = set(_BINARY) | set(_UNARY) | {"select"}
+
+
+class ExportError(IRError):
+    """An op (or a form of one) with no TFLite equivalent in this exporter; located at the op."""
+
+
+class _Tensor:
+    """A tensor of the TFLite subgraph being built (serialized at the end)."""
+
+    def __init__(self, name, shape, dtype, data=None, quantization=None, signature=None):
+        self.name, self.shape, self.dtype = name, tuple(shape), np.dtype(dtype)
+        self.data, self.quantization = data, quantization
+        self.signature = signature  # the shape with -1 for dynamic dims (inputs only)
+
+
+class _Subgraph:
+    """Tensors, operators and the lezero value -> tensor (per layout) map, emitted on demand."""
+
+    def __init__(self, constants: dict[int, np.ndarray]):
+        self.tensors: list[_Tensor] = []
+        self.operators: list[tuple[int, list[int], list[int], int, object]] = []
+        self.constants = constants  # id(value) -> array: weights, lz.constant, folded weight-only results
+        self.emitted: dict[int, dict[str, int]] = {}  # id(value) -> {layout: tensor index}
+
+    def tensor(self, name, shape, dtype, data=None, quantization=None, signature=None) -> int:
+        self.tensors.append(_Tensor(f"{name}_{len(self.tensors)}", shape, dtype, data, quantization, signature))
+        return len(self.tensors) - 1
+
+    def constant(self, array, name="constant", quantization=None) -> int:
+        array = np.ascontiguousarray(array)
+        return self.tensor(name, array.shape, array.dtype, array, quantization)
+
+    def op(self, code: int, inputs: list[int], shape, dtype=np.float32, options=None, name="t") -> int:
+        out = self.tensor(name, shape, dtype)
+        self.operators.append((code, inputs, [out], *(options or (0, None))))
+        return out
+
+
+def _defining_op(value) -> Operation | None:
+    """The op whose result ``value`` is; None for a block argument (an input or a weight)."""
+    return value.owner if isinstance(value.owner, Operation) else None
+
+
+def _static_shape(t) -> tuple:
+    return tuple(1 if d is None else d for d in t.shape)
+
+
+def _in_layout(shape, layout):
+    return tuple(shape[i] for i in TO_NHWC) if layout == NHWC else tuple(shape)
+
+
+class _Exporter:
+    def __init__(self, func, n_inputs: int, weights):
+        self.func = func
+        constants = {id(arg): np.asarray(array) for arg, (_, array) in zip(func.arguments[n_inputs:], weights)}
+        self.g = _Subgraph(constants)
+        self.users: dict[int, int] = {}
+        for op in func.entry_block.ops:
+            for v in op.operands:
+                self.users[id(v)] = self.users.get(id(v), 0) + 1
+        self.inputs = []
+        for i, arg in enumerate(func.arguments[:n_inputs]):
+            index = self.g.tensor(f"input{i}" if n_inputs > 1 else "input", _static_shape(arg.type),
+                                  arg.type.element_type.numpy_dtype,
+                                  signature=tuple(-1 if d is None else d for d in arg.type.shape))
+            self.g.emitted[id(arg)] = {NCHW: index}
+            self.inputs.append(index)
+        for op in func.entry_block.ops:  # fold what depends on weights and constants only
+            if op.name == "lz.constant":
+                constants[id(op.result)] = np.asarray(op.attributes["value"].array)
+            elif op.operands and not op.regions and all(id(v) in constants for v in op.operands) \
+                    and not op.name.startswith("lz.random"):
+                for result, array in zip(op.results, evaluate_op(op, [constants[id(v)] for v in op.operands])):
+                    constants[id(result)] = np.asarray(array)
+
+    # --- values ---------------------------------------------------------------------------------
+    def constant_of(self, value):
+        return self.g.constants.get(id(value))
+
+    def available(self, value) -> dict[str, int]:
+        if id(value) not in self.g.emitted:
+            if id(value) in self.g.constants:
+                self.g.emitted[id(value)] = {NCHW: self.g.constant(self.g.constants[id(value)])}
+            else:
+                self.g.emitted[id(value)] = self.emit(_defining_op(value))
+        return self.g.emitted[id(value)]
+
+    def get(self, value, layout=NCHW) -> int:
+        forms = self.available(value)
+        if layout not in forms:
+            if id(value) in self.g.constants:
+                forms[layout] = self.g.constant(np.transpose(self.g.constants[id(value)], TO_NHWC))
+            else:
+                other = NHWC if layout == NCHW else NCHW
+                perm = TO_NHWC if layout == NHWC else TO_NCHW
+                shape = _in_layout(_static_shape(value.type), layout)
+                forms[layout] = self.g.op(_OPS.TRANSPOSE, [forms[other], self.g.constant(np.array(perm, np.int32))],
+                                          shape, value.type.element_type.numpy_dtype, name="transpose")
+        return forms[layout]
+
+    def preferred_layout(self, value) -> str:
+        """NHWC when the value already has that form (a conv's or pool's result), else NCHW."""
+        if id(value) in self.g.constants:
+            return NCHW
+        return NHWC if NHWC in self.available(value) else NCHW
+
+    # --- ops ------------------------------------------------------------------------------------
+    def emit(self, op) -> dict[str, int]:
+        """The TFLite form of ``op``'s result, in the layout(s) it is made in."""
+        short = op.name.removeprefix("lz.")
+        result = op.results[0]
+        shape, dtype = _static_shape(result.type), result.type.element_type.numpy_dtype
+        if dtype not in _TYPES:
+            raise ExportError(f"'{op.name}' op gives {result.type.element_type}, which this TFLite exporter does not "
+                              "write", op.location)
+        if short in ("conv2d", "max_pool2d", "avg_pool2d"):
+            return {NHWC: getattr(self, "_" + short)(op, op.definition.attrs(op), _in_layout(shape, NHWC))}
+        if short == "add" and self._biased_conv_parts(op):
+            conv, bias = self._biased_conv_parts(op)
+            return {NHWC: self._conv2d(conv, conv.definition.attrs(conv), _in_layout(shape, NHWC), bias)}
+        linear = self._fully_connected_parts(op) if short in ("matmul", "add", "mul") else None
+        if linear:
+            return {NCHW: self._fully_connected(op, shape, linear)}
+        if short == "matmul":
+            raise ExportError(f"'{op.name}' op of two computed tensors (or not 2-D by 2-D) has no TFLite form in "
+                              "lezero's TFLite exporter (FULLY_CONNECTED takes a constant weight)", op.location)
+        if short == "batch_norm":
+            return self._batch_norm(op, shape)
+        if short in _ELEMENTWISE:
+            return self._elementwise(op, short, shape, dtype)
+        attrs = op.definition.attrs(op) if op.definition else None
+        if short == "reshape":
+            new_shape = np.array([-1 if d is None else d for d in result.type.shape], np.int32)
+            options = (_OPTIONS.ReshapeOptions, _reshape_options(new_shape))
+            return {NCHW: self.g.op(_OPS.RESHAPE, [self.get(op.operands[0]), self.g.constant(new_shape)], shape,
+                                    dtype, options, "reshape")}
+        if short == "transpose":
+            perm = np.array(attrs.perm, np.int32)
+            return {NCHW: self.g.op(_OPS.TRANSPOSE, [self.get(op.operands[0]), self.g.constant(perm)], shape, dtype,
+                                    name="transpose")}
+        if short in ("softmax", "log_softmax"):
+            rank = op.operands[0].type.rank
+            if attrs.axis % rank != rank - 1:
+                raise ExportError(f"'{op.name}' op over axis {attrs.axis} of a rank-{rank} tensor: TFLite's "
+                                  f"{short.upper()} takes the last axis only", op.location)
+            code, options = ((_OPS.SOFTMAX, (_OPTIONS.SoftmaxOptions, _softmax_options)) if short == "softmax"
+                             else (_OPS.LOG_SOFTMAX, None))
+            return {NCHW: self.g.op(code, [self.get(op.operands[0])], shape, dtype, options, short)}
+        if short == "gelu":
+            layout = self.preferred_layout(op.operands[0])
+            options = (_OPTIONS.GeluOptions, _gelu_options(attrs.approximate == "tanh"))
+            return {layout: self.g.op(_OPS.GELU, [self.get(op.operands[0], layout)], _in_layout(shape, layout)
+                                      if len(shape) == 4 else shape, dtype, options, "gelu")}
+        if short == "reduce_mean":
+            rank = op.operands[0].type.rank
+            axes = np.array(list(attrs.axes) if attrs.axes else range(rank), np.int32)
+            return {NCHW: self.g.op(_OPS.MEAN, [self.get(op.operands[0]), self.g.constant(axes % rank)], shape,
+                                    dtype, (_OPTIONS.ReducerOptions, _reducer_options(bool(attrs.keepdims))), "mean")}
+        if short == "concat":
+            ins = [self.get(v) for v in op.operands]
+            axis = attrs.axis % result.type.rank
+            return {NCHW: self.g.op(_OPS.CONCATENATION, ins, shape, dtype,
+                                    (_OPTIONS.ConcatenationOptions, _concatenation_options(axis)), "concat")}
+        raise ExportError(f"'{op.name}' op has no TFLite form in lezero's TFLite exporter (it writes "
+                          f"{', '.join(SUPPORTED)})", op.location)
+
+    def _elementwise(self, op, short, shape, dtype) -> dict[str, int]:
+        if short == "select":
+            return self._select(op, shape, dtype)
+        layout = NHWC if any(self.preferred_layout(v) == NHWC and v.type.rank == 4 for v in op.operands) else NCHW
+        ins = [self._operand_in(v, layout, len(shape)) for v in op.operands]
+        code = _UNARY.get(short) if len(ins) == 1 else _BINARY.get(short)
+        if code is None:
+            raise ExportError(f"'{op.name}' op with {len(ins)} operands has no TFLite form", op.location)
+        return {layout: self.g.op(code, ins, _in_layout(shape, layout) if len(shape) == 4 else shape, dtype,
+                                  name=short)}
+
+    def _operand_in(self, value, layout, rank) -> int:
+        """``value`` as an operand of an elementwise op computing in ``layout``: a constant that
+        broadcasts against the rank-4 result is transposed to NHWC (padded to rank 4 first)."""
+        if layout == NCHW:
+            return self.get(value)
+        array = self.constant_of(value)
+        if array is not None:
+            if array.ndim == 0:
+                return self.get(value)
+            padded = array.reshape((1,) * (rank - array.ndim) + array.shape)
+            return self.g.constant(np.transpose(padded, TO_NHWC))
+        return self.get(value, NHWC)
+
+    def _select(self, op, shape, dtype) -> dict[str, int]:
+        """``select(cmp(x, c, lt|le), c, x)`` is max(x, c) and with gt|ge min(x, c) (how lezero writes
+        clamp, relu6, hardtanh); max(x, 0) is RELU, min(max(x, 0), 6) RELU6."""
+        condition, when_true, when_false = op.operands
+        cmp = _defining_op(condition)
+        if not (cmp is not None and cmp.name == "lz.cmp" and cmp.operands[0] is when_false
+                and cmp.operands[1] is when_true):
+            raise ExportError(f"'{op.name}' op that is not a clamp (select(x < c, c, x)) has no TFLite form in "
+                              "lezero's TFLite exporter", op.location)
+        predicate = cmp.definition.attrs(cmp).predicate
+        if predicate not in ("lt", "le", "gt", "ge"):
+            raise ExportError(f"'{op.name}' op on a '{predicate}' comparison has no TFLite form", op.location)
+        bound = self.constant_of(when_true)
+        x = when_false
+        inner = _defining_op(x)
+        lower = predicate in ("lt", "le")
+        if bound is not None and bound.ndim == 0:
+            if lower and float(bound) == 0.0:
+                layout = self.preferred_layout(x)
+                return {layout: self.g.op(_OPS.RELU, [self.get(x, layout)], _in_layout(shape, layout), dtype,
+                                          name="relu")}
+            if not lower and float(bound) == 6.0 and inner is not None and inner.name == "lz.select" \
+                    and self._is_relu(inner):
+                source = inner.operands[2]
+                layout = self.preferred_layout(source)
+                return {layout: self.g.op(_OPS.RELU6, [self.get(source, layout)], _in_layout(shape, layout), dtype,
+                                          name="relu6")}
+        layout = self.preferred_layout(x) if len(shape) == 4 else NCHW
+        ins = [self._operand_in(x, layout, len(shape)), self._operand_in(when_true, layout, len(shape))]
+        return {layout: self.g.op(_OPS.MAXIMUM if lower else _OPS.MINIMUM, ins,
+                                  _in_layout(shape, layout) if len(shape) == 4 else shape, dtype, name="clamp")}
+
+    def _is_relu(self, select) -> bool:
+        cmp = _defining_op(select.operands[0])
+        bound = self.constant_of(select.operands[1])
+        return (cmp is not None and cmp.name == "lz.cmp" and cmp.definition.attrs(cmp).predicate in ("lt", "le")
+                and cmp.operands[0] is select.operands[2] and cmp.operands[1] is select.operands[1]
+                and bound is not None and bound.ndim == 0 and float(bound) == 0.0)
+
+    def _batch_norm(self, op, shape) -> dict[str, int]:
+        """Inference batch norm as a MUL and an ADD by per-channel constants (folded at export)."""
+        x, weight, bias, mean, var = op.operands
+        arrays = [self.constant_of(v) for v in (weight, bias, mean, var)]
+        if any(a is None for a in arrays) or op.operands[0].type.rank != 4:
+            raise ExportError(f"'{op.name}' op with computed statistics or not on NCHW images has no TFLite form",
+                              op.location)
+        w, b, m, v = arrays
+        scale = (w / np.sqrt(v + op.definition.attrs(op).epsilon)).astype(np.float32)
+        shift = (b - m * scale).astype(np.float32)
+        layout = self.preferred_layout(x)
+        per_channel = (lambda a: a.reshape(-1)) if layout == NHWC else (lambda a: a.reshape(1, -1, 1, 1))
+        scaled = self.g.op(_OPS.MUL, [self.get(x, layout), self.g.constant(per_channel(scale))],
+                           _in_layout(shape, layout), name="bn_scale")
+        return {layout: self.g.op(_OPS.ADD, [scaled, self.g.constant(per_channel(shift))], _in_layout(shape, layout),
+                                  name="bn_shift")}
+
+    def _padded_nhwc(self, op, pads, value=0.0) -> int:
+        x = self.get(op.operands[0], NHWC)
+        top, left, bottom, right = pads
+        if not any(pads):
+            return x
+        n, h, w, c = _in_layout(_static_shape(op.operands[0].type), NHWC)
+        paddings = np.array([[0, 0], [top, bottom], [left, right], [0, 0]], np.int32)
+        return self.g.op(_OPS.PAD, [x, self.g.constant(paddings)], (n, h + top + bottom, w + left + right, c),
+                         name="pad")
+
+    def _biased_conv_parts(self, op):
+        """(conv op, bias (C,)) of ``conv2d(x, w) + constant (1, C, 1, 1)`` when nothing else reads the
+        convolution (lz.nn.Conv2d's bias), else None: the bias becomes the TFLite op's."""
+        for product, b in (op.operands, op.operands[::-1]):
+            conv, bias = _defining_op(product), self.constant_of(b)
+            if conv is not None and conv.name == "lz.conv2d" and self.users.get(id(product)) == 1 \
+                    and bias is not None and bias.shape == (1, product.type.shape[1], 1, 1):
+                return conv, bias.reshape(-1).astype(np.float32)
+        return None
+
+    def _conv2d(self, op, attrs, shape, bias=None) -> int:
+        weight = self.constant_of(op.operands[1])
+        if weight is None:
+            raise ExportError(f"'{op.name}' op with a computed (not constant) filter has no TFLite form",
+                              op.location)
+        out_channels, in_per_group = weight.shape[:2]
+        in_channels = op.operands[0].type.shape[1]
+        x = self._padded_nhwc(op, attrs.pads)
+        bias = self.g.constant(np.zeros(out_channels, np.float32) if bias is None else bias, "bias")
+        (sh, sw), (dh, dw) = attrs.strides, attrs.dilations
+        if attrs.groups == 1:
+            filt = self.g.constant(np.transpose(weight, (0, 2, 3, 1)), "filter")  # OIHW -> OHWI
+            options = (_OPTIONS.Conv2DOptions, _conv_options(sh, sw, dh, dw))
+            return self.g.op(_OPS.CONV_2D, [x, filt, bias], shape, options=options, name="conv")
+        if attrs.groups == in_channels and in_per_group == 1:
+            filt = self.g.constant(np.transpose(weight, (1, 2, 3, 0)), "filter")  # (C*M, 1, H, W) -> (1, H, W, C*M)
+            options = (_OPTIONS.DepthwiseConv2DOptions,
+                       _depthwise_options(sh, sw, dh, dw, out_channels // in_channels))
+            return self.g.op(_OPS.DEPTHWISE_CONV_2D, [x, filt, bias], shape, options=options, name="depthwise")
+        raise ExportError(f"'{op.name}' op with {attrs.groups} groups of {in_per_group} channels (neither 1 group nor "
+                          "depthwise) has no TFLite form", op.location)
+
+    def _pool(self, op, attrs, shape, code) -> int:
+        if attrs.ceil_mode or any(attrs.pads) or tuple(getattr(attrs, "dilations", (1, 1))) != (1, 1):
+            raise ExportError(f"'{op.name}' op with padding, ceil_mode or dilation has no TFLite form (TFLite pools "
+                              "have VALID or SAME padding only)", op.location)
+        (kh, kw), (sh, sw) = attrs.kernel, attrs.strides
+        return self.g.op(code, [self.get(op.operands[0], NHWC)], shape,
+                         options=(_OPTIONS.Pool2DOptions, _pool_options(sh, sw, kh, kw)), name="pool")
+
+    def _max_pool2d(self, op, attrs, shape) -> int:
+        return self._pool(op, attrs, shape, _OPS.MAX_POOL_2D)
+
+    def _avg_pool2d(self, op, attrs, shape) -> int:
+        return self._pool(op, attrs, shape, _OPS.AVERAGE_POOL_2D)
+
+    def _fully_connected_parts(self, op):
+        """(x, weight (K, N), per-channel int8 scale or None, bias or None) of ``matmul(x, constant)``
+        or of quantize_dynamic's pattern (``_hybrid_parts``), with a constant (N,) bias added to it
+        (when nothing else reads the product); None for anything else."""
+        if op.name == "lz.add":
+            for product, b in (op.operands, op.operands[::-1]):
+                bias, inner = self.constant_of(b), _defining_op(product)
+                if inner is not None and inner.name in ("lz.matmul", "lz.mul") and self.users.get(id(product)) == 1 \
+                        and bias is not None and bias.ndim == 1:
+                    parts = self._fully_connected_parts(inner)
+                    if parts and parts[1].shape[1] == bias.shape[0]:
+                        return parts[:3] + (bias,)
+            return None
+        if op.name == "lz.mul":
+            return self._hybrid_parts(op)
+        x, w = op.operands
+        weight = self.constant_of(w)
+        if weight is None or weight.ndim != 2 or x.type.rank != 2 or weight.dtype != np.float32:
+            return None
+        return x, weight, None, None
+
+    def _fully_connected(self, op, shape, parts) -> int:
+        """FULLY_CONNECTED: weight (N, K); an int8 one (TFLite's dynamic-range kernel) carries its
+        per-output-channel scales (quantized dimension 0) and has the float input quantized per
+        row, asymmetrically, by the kernel."""
+        x, weight, scale, bias = parts
+        if scale is None:
+            w = self.g.constant(np.ascontiguousarray(weight.T), "weight")
+        else:
+            quantization = (np.asarray(scale, np.float32), np.zeros(weight.shape[1], np.int64), 0)
+            w = self.g.constant(np.ascontiguousarray(weight.T), "weight_int8", quantization)
+        ins = [self.get(x), w, self.g.constant(bias.astype(np.float32), "bias") if bias is not None else -1]
+        options = (_OPTIONS.FullyConnectedOptions, _fully_connected_options(scale is not None))
+        return self.g.op(_OPS.FULLY_CONNECTED, ins, shape, options=options, name="fc")
+
+    def _hybrid_parts(self, op):
+        """(float input, int8 weight (K, N), per-channel scale, None) of quantize_dynamic's
+        ``cast(matmul_integer(dynamic_quantize(x)#0, w, dq#2, zero)) * (dq#1 * scale)``, else None."""
+        for product, scales in (op.operands, op.operands[::-1]):
+            cast, scale_mul = _defining_op(product), _defining_op(scales)
+            if cast is None or cast.name != "lz.cast" or scale_mul is None or scale_mul.name != "lz.mul":
+                continue
+            mm = _defining_op(cast.operands[0])
+            if mm is None or mm.name != "lz.matmul_integer":
+                continue
+            quantized, weight, _, weight_zero = mm.operands
+            dq = _defining_op(quantized)
+            if dq is None or dq.name != "lz.dynamic_quantize" or quantized is not dq.results[0]:
+                continue
+            w, zero = self.constant_of(weight), self.constant_of(weight_zero)
+            for s, scale in (scale_mul.operands, scale_mul.operands[::-1]):
+                channel_scale = self.constant_of(scale)
+                if s is dq.results[1] and channel_scale is not None and w is not None and w.dtype == np.int8:
+                    if zero is not None and np.any(zero != 0):
+                        raise ExportError(f"'{mm.name}' op with nonzero weight zero points: TFLite's int8 weights "
+                                          "are symmetric (quantize with scheme='symmetric')", mm.location)
+                    return dq.operands[0], w, np.broadcast_to(channel_scale, (w.shape[1],)), None
+        return None
+
+    def outputs(self) -> list[int]:
+        return [self.get(v) for v in self.func.entry_block.terminator.operands]
+
+
+SUPPORTED = ("FULLY_CONNECTED (matmul by a constant, + bias; int8 dynamic-range from quantize_dynamic)",
+             "ADD", "SUB", "MUL", "DIV", "MAXIMUM/MINIMUM (clamps)", "RELU", "RELU6", "TANH", "LOGISTIC", "EXP",
+             "RESHAPE", "TRANSPOSE", "SOFTMAX, LOG_SOFTMAX (last axis)", "GELU", "CONV_2D", "DEPTHWISE_CONV_2D",
+             "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "CONCATENATION", "batch norm (as MUL, ADD)")
+
+
+# --- builtin options: each a function writing the table into a builder --------------------------
+def _reshape_options(new_shape):
+    def write(b):
+        ReshapeOptions.StartNewShapeVector(b, len(new_shape))
+        for d in reversed(new_shape):
+            b.PrependInt32(int(d))
+        vector = b.EndVector()
+        ReshapeOptions.Start(b)
+        ReshapeOptions.AddNewShape(b, vector)
+        return ReshapeOptions.End(b)
+    return write
+
+
+def _softmax_options(b):
+    SoftmaxOptions.Start(b)
+    SoftmaxOptions.AddBeta(b, 1.0)
+    return SoftmaxOptions.End(b)
+
+
+def _gelu_options(approximate):
+    def write(b):
+        GeluOptions.Start(b)
+        GeluOptions.AddApproximate(b, approximate)
+        return GeluOptions.End(b)
+    return write
+
+
+def _reducer_options(keep_dims):
+    def write(b):
+        ReducerOptions.Start(b)
+        ReducerOptions.AddKeepDims(b, keep_dims)
+        return ReducerOptions.End(b)
+    return write
+
+
+def _concatenation_options(axis):
+    def write(b):
+        ConcatenationOptions.Start(b)
+        ConcatenationOptions.AddAxis(b, axis)
+        return ConcatenationOptions.End(b)
+    return write
+
+
+def _conv_options(sh, sw, dh, dw):
+    def write(b):
+        Conv2DOptions.Start(b)
+        Conv2DOptions.AddPadding(b, Padding.Padding.VALID)
+        Conv2DOptions.AddStrideH(b, sh)
+        Conv2DOptions.AddStrideW(b, sw)
+        Conv2DOptions.AddDilationHFactor(b, dh)
+        Conv2DOptions.AddDilationWFactor(b, dw)
+        return Conv2DOptions.End(b)
+    return write
+
+
+def _depthwise_options(sh, sw, dh, dw, multiplier):
+    def write(b):
+        DepthwiseConv2DOptions.Start(b)
+        DepthwiseConv2DOptions.AddPadding(b, Padding.Padding.VALID)
+        DepthwiseConv2DOptions.AddStrideH(b, sh)
+        DepthwiseConv2DOptions.AddStrideW(b, sw)
+        DepthwiseConv2DOptions.AddDilationHFactor(b, dh)
+        DepthwiseConv2DOptions.AddDilationWFactor(b, dw)
+        DepthwiseConv2DOptions.AddDepthMultiplier(b, multiplier)
+        return DepthwiseConv2DOptions.End(b)
+    return write
+
+
+def _pool_options(sh, sw, kh, kw):
+    def write(b):
+        Pool2DOptions.Start(b)
+        Pool2DOptions.AddPadding(b, Padding.Padding.VALID)
+        Pool2DOptions.AddStrideH(b, sh)
+        Pool2DOptions.AddStrideW(b, sw)
+        Pool2DOptions.AddFilterHeight(b, kh)
+        Pool2DOptions.AddFilterWidth(b, kw)
+        return Pool2DOptions.End(b)
+    return write
+
+
+def _fully_connected_options(asymmetric_inputs):
+    def write(b):
+        FullyConnectedOptions.Start(b)
+        FullyConnectedOptions.AddFusedActivationFunction(b, ActivationFunctionType.ActivationFunctionType.NONE)
+        FullyConnectedOptions.AddAsymmetricQuantizeInputs(b, asymmetric_inputs)
+        return FullyConnectedOptions.End(b)
+    return write
+
+
+# --- serialization ------------------------------------------------------------------------------
+def _int_vector(b, start, values, prepend="PrependInt32"):
+    start(b, len(values))
+    for v in reversed(values):
+        getattr(b, prepend)(int(v))
+    return b.EndVector()
+
+
+def _serialize(g: _Subgraph, inputs: list[int], outputs: list[int], name: str) -> bytes:
+    b = flatbuffers.Builder(1024)
+    codes = sorted({code for code, *_ in g.operators})
+    code_index = {code: i for i, code in enumerate(codes)}
+    buffers = [None]  # buffer 0 is the empty one by convention
+    tensor_offsets = []
+    for t in g.tensors:
+        buffer_index = 0
+        if t.data is not None:
+            buffers.append(b.CreateNumpyVector(np.frombuffer(t.data.tobytes(), np.uint8)))
+            buffer_index = len(buffers) - 1
+        quantization = None
+        if t.quantization is not None:
+            scale, zero, dim = t.quantization
+            scales = b.CreateNumpyVector(scale.astype(np.float32))
+            zeros = b.CreateNumpyVector(zero.astype(np.int64))
+            QuantizationParameters.Start(b)
+            QuantizationParameters.AddScale(b, scales)
+            QuantizationParameters.AddZeroPoint(b, zeros)
+            QuantizationParameters.AddQuantizedDimension(b, dim)
+            quantization = QuantizationParameters.End(b)
+        tensor_name = b.CreateString(t.name)
+        shape = _int_vector(b, Tensor.StartShapeVector, t.shape)
+        signature = _int_vector(b, Tensor.StartShapeSignatureVector, t.signature) if t.signature else None
+        Tensor.Start(b)
+        Tensor.AddShape(b, shape)
+        if signature is not None:
+            Tensor.AddShapeSignature(b, signature)
+        Tensor.AddType(b, _TYPES[t.dtype])
+        Tensor.AddBuffer(b, buffer_index)
+        Tensor.AddName(b, tensor_name)
+        if quantization is not None:
+            Tensor.AddQuantization(b, quantization)
+        tensor_offsets.append(Tensor.End(b))
+    operator_offsets = []
+    for code, ins, outs, options_type, write_options in g.operators:
+        options = write_options(b) if write_options is not None else None
+        in_vector = _int_vector(b, Operator.StartInputsVector, ins)
+        out_vector = _int_vector(b, Operator.StartOutputsVector, outs)
+        Operator.Start(b)
+        Operator.AddOpcodeIndex(b, code_index[code])
+        Operator.AddInputs(b, in_vector)
+        Operator.AddOutputs(b, out_vector)
+        if options is not None:
+            Operator.AddBuiltinOptionsType(b, options_type)
+            Operator.AddBuiltinOptions(b, options)
+        operator_offsets.append(Operator.End(b))
+
+    def table_vector(start, offsets):
+        start(b, len(offsets))
+        for o in reversed(offsets):
+            b.PrependUOffsetTRelative(o)
+        return b.EndVector()
+
+    tensors = table_vector(SubGraph.StartTensorsVector, tensor_offsets)
+    operators = table_vector(SubGraph.StartOperatorsVector, operator_offsets)
+    in_vector = _int_vector(b, SubGraph.StartInputsVector, inputs)
+    out_vector = _int_vector(b, SubGraph.StartOutputsVector, outputs)
+    graph_name = b.CreateString(name)
+    SubGraph.Start(b)
+    SubGraph.AddTensors(b, tensors)
+    SubGraph.AddInputs(b, in_vector)
+    SubGraph.AddOutputs(b, out_vector)
+    SubGraph.AddOperators(b, operators)
+    SubGraph.AddName(b, graph_name)
+    subgraph = SubGraph.End(b)
+
+    code_offsets = []
+    for code in codes:
+        OperatorCode.Start(b)
+        OperatorCode.AddDeprecatedBuiltinCode(b, min(code, 127))  # an int8 field: 127 means "see builtin_code"
+        OperatorCode.AddBuiltinCode(b, code)
+        OperatorCode.AddVersion(b, 1)
+        code_offsets.append(OperatorCode.End(b))
+    buffer_offsets = []
+    for data in buffers:
+        Buffer.Start(b)
+        if data is not None:
+            Buffer.AddData(b, data)
+        buffer_offsets.append(Buffer.End(b))
+    opcodes = table_vector(Model.StartOperatorCodesVector, code_offsets)
+    subgraphs = table_vector(Model.StartSubgraphsVector, [subgraph])
+    buffer_vector = table_vector(Model.StartBuffersVector, buffer_offsets)
+    description = b.CreateString("lezero")
+    Model.Start(b)
+    Model.AddVersion(b, SCHEMA_VERSION)
+    Model.AddOperatorCodes(b, opcodes)
+    Model.AddSubgraphs(b, subgraphs)
+    Model.AddDescription(b, description)
+    Model.AddBuffers(b, buffer_vector)
+    b.Finish(Model.End(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def to_tflite(model, *, entry: str | None = None) -> bytes:
+    """The TFLite flatbuffer of a ``lz.jit.trace`` result or of one function of an IR module."""
+    func, n_inputs, weights = exported_function(model, entry)
+    exporter = _Exporter(func, n_inputs, weights)
+    outputs = exporter.outputs()
+    return _serialize(exporter.g, exporter.inputs, outputs, func.sym_name)
+
+
+def export(model, path, **options) -> bytes:
+    """Write ``to_tflite(model)`` to ``path`` atomically; returns the flatbuffer."""
+    data = to_tflite(model, **options)
+    atomic_write(path, lambda f: f.write(data))
+    return data
