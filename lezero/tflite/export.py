@@ -33,23 +33,23 @@ import importlib
 import flatbuffers
 import numpy as np
 
-# The ``tflite`` package's generated schema: its ``__init__`` re-exports each class under its
-# module's name, so the modules (with the builder functions ``Start``, ``Add<Field>``, ``End``)
-# are taken from the import system.
-(ActivationFunctionType, Buffer, BuiltinOperator, BuiltinOptions, ConcatenationOptions, Conv2DOptions,
- DepthwiseConv2DOptions, FullyConnectedOptions, GeluOptions, Model, Operator, OperatorCode, Padding,
- Pool2DOptions, QuantizationParameters, ReducerOptions, ReshapeOptions, SoftmaxOptions, SubGraph, Tensor,
- TensorType) = (importlib.import_module(f"tflite.{name}") for name in (
-     "ActivationFunctionType", "Buffer", "BuiltinOperator", "BuiltinOptions", "ConcatenationOptions",
-     "Conv2DOptions", "DepthwiseConv2DOptions", "FullyConnectedOptions", "GeluOptions", "Model", "Operator",
-     "OperatorCode", "Padding", "Pool2DOptions", "QuantizationParameters", "ReducerOptions", "ReshapeOptions",
-     "SoftmaxOptions", "SubGraph", "Tensor", "TensorType"))
-
 from lezero.eager.serialization import atomic_write
 from lezero.ir.core import Operation
 from lezero.ir.diagnostics import IRError
 from lezero.ir.interpreter import evaluate_op
 from lezero.onnx.export import exported_function
+
+
+def _schema(name: str):
+    """A module of the ``tflite`` package's generated schema, with its builder functions (``Start``,
+    ``Add<Field>``, ``End``): the package's ``__init__`` rebinds each module's name to its class."""
+    return importlib.import_module(f"tflite.{name}")
+
+
+(Buffer, BuiltinOperator, BuiltinOptions, Model, Operator, OperatorCode, Padding, QuantizationParameters, SubGraph,
+ Tensor, TensorType) = map(_schema, ("Buffer", "BuiltinOperator", "BuiltinOptions", "Model", "Operator",
+                                     "OperatorCode", "Padding", "QuantizationParameters", "SubGraph", "Tensor",
+                                     "TensorType"))
 
 SCHEMA_VERSION = 3
 NCHW, NHWC = "nchw", "nhwc"
@@ -60,6 +60,7 @@ _TYPES = {np.dtype(np.float32): TensorType.TensorType.FLOAT32, np.dtype(np.int32
           np.dtype(np.uint8): TensorType.TensorType.UINT8, np.dtype(np.bool_): TensorType.TensorType.BOOL}
 _OPS = BuiltinOperator.BuiltinOperator
 _OPTIONS = BuiltinOptions.BuiltinOptions
+_VALID = Padding.Padding.VALID  # explicit padding is a PAD op before the convolution
 _BINARY = {"add": _OPS.ADD, "sub": _OPS.SUB, "mul": _OPS.MUL, "div": _OPS.DIV, "max": _OPS.MAXIMUM,
            "min": _OPS.MINIMUM}
 _UNARY = {"relu": _OPS.RELU, "tanh": _OPS.TANH, "sigmoid": _OPS.LOGISTIC, "exp": _OPS.EXP, "neg": _OPS.NEG,
@@ -198,7 +199,7 @@ class _Exporter:
         attrs = op.definition.attrs(op) if op.definition else None
         if short == "reshape":
             new_shape = np.array([-1 if d is None else d for d in result.type.shape], np.int32)
-            options = (_OPTIONS.ReshapeOptions, _reshape_options(new_shape))
+            options = _options("ReshapeOptions", NewShape=new_shape)
             return {NCHW: self.g.op(_OPS.RESHAPE, [self.get(op.operands[0]), self.g.constant(new_shape)], shape,
                                     dtype, options, "reshape")}
         if short == "transpose":
@@ -210,26 +211,39 @@ class _Exporter:
             if attrs.axis % rank != rank - 1:
                 raise ExportError(f"'{op.name}' op over axis {attrs.axis} of a rank-{rank} tensor: TFLite's "
                                   f"{short.upper()} takes the last axis only", op.location)
-            code, options = ((_OPS.SOFTMAX, (_OPTIONS.SoftmaxOptions, _softmax_options)) if short == "softmax"
+            code, options = ((_OPS.SOFTMAX, _options("SoftmaxOptions", Beta=1.0)) if short == "softmax"
                              else (_OPS.LOG_SOFTMAX, None))
             return {NCHW: self.g.op(code, [self.get(op.operands[0])], shape, dtype, options, short)}
         if short == "gelu":
             layout = self.preferred_layout(op.operands[0])
-            options = (_OPTIONS.GeluOptions, _gelu_options(attrs.approximate == "tanh"))
+            options = _options("GeluOptions", Approximate=attrs.approximate == "tanh")
             return {layout: self.g.op(_OPS.GELU, [self.get(op.operands[0], layout)], _in_layout(shape, layout)
                                       if len(shape) == 4 else shape, dtype, options, "gelu")}
         if short == "reduce_mean":
-            rank = op.operands[0].type.rank
-            axes = np.array(list(attrs.axes) if attrs.axes else range(rank), np.int32)
-            return {NCHW: self.g.op(_OPS.MEAN, [self.get(op.operands[0]), self.g.constant(axes % rank)], shape,
-                                    dtype, (_OPTIONS.ReducerOptions, _reducer_options(bool(attrs.keepdims))), "mean")}
+            return {NCHW: self._mean(op, attrs, shape, dtype)}
         if short == "concat":
             ins = [self.get(v) for v in op.operands]
             axis = attrs.axis % result.type.rank
             return {NCHW: self.g.op(_OPS.CONCATENATION, ins, shape, dtype,
-                                    (_OPTIONS.ConcatenationOptions, _concatenation_options(axis)), "concat")}
+                                    _options("ConcatenationOptions", Axis=axis), "concat")}
         raise ExportError(f"'{op.name}' op has no TFLite form in lezero's TFLite exporter (it writes "
                           f"{', '.join(SUPPORTED)})", op.location)
+
+    def _mean(self, op, attrs, shape, dtype) -> int:
+        """MEAN; of an NHWC image reduced over its spatial axes (global average pooling) on the NHWC
+        form, whose remaining axes are in NCHW's order, so no transpose back is needed."""
+        x = op.operands[0]
+        rank = x.type.rank
+        axes = sorted(a % rank for a in (attrs.axes if attrs.axes else range(rank)))
+        options = _options("ReducerOptions", KeepDims=bool(attrs.keepdims))
+        kept_in_nhwc = [a for a in TO_NHWC if a not in axes] if rank == 4 else None
+        if rank == 4 and not attrs.keepdims and self.preferred_layout(x) == NHWC and kept_in_nhwc == sorted(
+                kept_in_nhwc):
+            nhwc_axes = np.array(sorted(TO_NHWC.index(a) for a in axes), np.int32)
+            return self.g.op(_OPS.MEAN, [self.get(x, NHWC), self.g.constant(nhwc_axes)], shape, dtype, options,
+                             "mean")
+        return self.g.op(_OPS.MEAN, [self.get(x), self.g.constant(np.array(axes, np.int32))], shape, dtype, options,
+                         "mean")
 
     def _elementwise(self, op, short, shape, dtype) -> dict[str, int]:
         if short == "select":
@@ -343,12 +357,13 @@ class _Exporter:
         (sh, sw), (dh, dw) = attrs.strides, attrs.dilations
         if attrs.groups == 1:
             filt = self.g.constant(np.transpose(weight, (0, 2, 3, 1)), "filter")  # OIHW -> OHWI
-            options = (_OPTIONS.Conv2DOptions, _conv_options(sh, sw, dh, dw))
+            options = _options("Conv2DOptions", Padding=_VALID, StrideH=sh, StrideW=sw, DilationHFactor=dh,
+                               DilationWFactor=dw)
             return self.g.op(_OPS.CONV_2D, [x, filt, bias], shape, options=options, name="conv")
         if attrs.groups == in_channels and in_per_group == 1:
             filt = self.g.constant(np.transpose(weight, (1, 2, 3, 0)), "filter")  # (C*M, 1, H, W) -> (1, H, W, C*M)
-            options = (_OPTIONS.DepthwiseConv2DOptions,
-                       _depthwise_options(sh, sw, dh, dw, out_channels // in_channels))
+            options = _options("DepthwiseConv2DOptions", Padding=_VALID, StrideH=sh, StrideW=sw, DilationHFactor=dh,
+                               DilationWFactor=dw, DepthMultiplier=out_channels // in_channels)
             return self.g.op(_OPS.DEPTHWISE_CONV_2D, [x, filt, bias], shape, options=options, name="depthwise")
         raise ExportError(f"'{op.name}' op with {attrs.groups} groups of {in_per_group} channels (neither 1 group nor "
                           "depthwise) has no TFLite form", op.location)
@@ -359,7 +374,8 @@ class _Exporter:
                               "have VALID or SAME padding only)", op.location)
         (kh, kw), (sh, sw) = attrs.kernel, attrs.strides
         return self.g.op(code, [self.get(op.operands[0], NHWC)], shape,
-                         options=(_OPTIONS.Pool2DOptions, _pool_options(sh, sw, kh, kw)), name="pool")
+                         options=_options("Pool2DOptions", Padding=_VALID, StrideH=sh, StrideW=sw, FilterHeight=kh,
+                                          FilterWidth=kw), name="pool")
 
     def _max_pool2d(self, op, attrs, shape) -> int:
         return self._pool(op, attrs, shape, _OPS.MAX_POOL_2D)
@@ -399,7 +415,7 @@ class _Exporter:
             quantization = (np.asarray(scale, np.float32), np.zeros(weight.shape[1], np.int64), 0)
             w = self.g.constant(np.ascontiguousarray(weight.T), "weight_int8", quantization)
         ins = [self.get(x), w, self.g.constant(bias.astype(np.float32), "bias") if bias is not None else -1]
-        options = (_OPTIONS.FullyConnectedOptions, _fully_connected_options(scale is not None))
+        options = _options("FullyConnectedOptions", AsymmetricQuantizeInputs=scale is not None)
         return self.g.op(_OPS.FULLY_CONNECTED, ins, shape, options=options, name="fc")
 
     def _hybrid_parts(self, op):
@@ -436,101 +452,40 @@ SUPPORTED = ("FULLY_CONNECTED (matmul by a constant, + bias; int8 dynamic-range 
              "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "CONCATENATION", "batch norm (as MUL, ADD)")
 
 
-# --- builtin options: each a function writing the table into a builder --------------------------
-def _reshape_options(new_shape):
-    def write(b):
-        ReshapeOptions.StartNewShapeVector(b, len(new_shape))
-        for d in reversed(new_shape):
-            b.PrependInt32(int(d))
-        vector = b.EndVector()
-        ReshapeOptions.Start(b)
-        ReshapeOptions.AddNewShape(b, vector)
-        return ReshapeOptions.End(b)
-    return write
-
-
-def _softmax_options(b):
-    SoftmaxOptions.Start(b)
-    SoftmaxOptions.AddBeta(b, 1.0)
-    return SoftmaxOptions.End(b)
-
-
-def _gelu_options(approximate):
-    def write(b):
-        GeluOptions.Start(b)
-        GeluOptions.AddApproximate(b, approximate)
-        return GeluOptions.End(b)
-    return write
-
-
-def _reducer_options(keep_dims):
-    def write(b):
-        ReducerOptions.Start(b)
-        ReducerOptions.AddKeepDims(b, keep_dims)
-        return ReducerOptions.End(b)
-    return write
-
-
-def _concatenation_options(axis):
-    def write(b):
-        ConcatenationOptions.Start(b)
-        ConcatenationOptions.AddAxis(b, axis)
-        return ConcatenationOptions.End(b)
-    return write
-
-
-def _conv_options(sh, sw, dh, dw):
-    def write(b):
-        Conv2DOptions.Start(b)
-        Conv2DOptions.AddPadding(b, Padding.Padding.VALID)
-        Conv2DOptions.AddStrideH(b, sh)
-        Conv2DOptions.AddStrideW(b, sw)
-        Conv2DOptions.AddDilationHFactor(b, dh)
-        Conv2DOptions.AddDilationWFactor(b, dw)
-        return Conv2DOptions.End(b)
-    return write
-
-
-def _depthwise_options(sh, sw, dh, dw, multiplier):
-    def write(b):
-        DepthwiseConv2DOptions.Start(b)
-        DepthwiseConv2DOptions.AddPadding(b, Padding.Padding.VALID)
-        DepthwiseConv2DOptions.AddStrideH(b, sh)
-        DepthwiseConv2DOptions.AddStrideW(b, sw)
-        DepthwiseConv2DOptions.AddDilationHFactor(b, dh)
-        DepthwiseConv2DOptions.AddDilationWFactor(b, dw)
-        DepthwiseConv2DOptions.AddDepthMultiplier(b, multiplier)
-        return DepthwiseConv2DOptions.End(b)
-    return write
-
-
-def _pool_options(sh, sw, kh, kw):
-    def write(b):
-        Pool2DOptions.Start(b)
-        Pool2DOptions.AddPadding(b, Padding.Padding.VALID)
-        Pool2DOptions.AddStrideH(b, sh)
-        Pool2DOptions.AddStrideW(b, sw)
-        Pool2DOptions.AddFilterHeight(b, kh)
-        Pool2DOptions.AddFilterWidth(b, kw)
-        return Pool2DOptions.End(b)
-    return write
-
-
-def _fully_connected_options(asymmetric_inputs):
-    def write(b):
-        FullyConnectedOptions.Start(b)
-        FullyConnectedOptions.AddFusedActivationFunction(b, ActivationFunctionType.ActivationFunctionType.NONE)
-        FullyConnectedOptions.AddAsymmetricQuantizeInputs(b, asymmetric_inputs)
-        return FullyConnectedOptions.End(b)
-    return write
+# --- builtin options ----------------------------------------------------------------------------
+def _options(table: str, **fields):
+    """(BuiltinOptions type, writer) of the options table ``table`` with ``fields`` (the schema's
+    field names in the generated code's CamelCase: ``StrideH=2``)."""
+    return getattr(_OPTIONS, table), lambda b: _table(b, _schema(table), **fields)
 
 
 # --- serialization ------------------------------------------------------------------------------
-def _int_vector(b, start, values, prepend="PrependInt32"):
-    start(b, len(values))
-    for v in reversed(values):
-        getattr(b, prepend)(int(v))
-    return b.EndVector()
+def _table(b, module, **fields) -> int:
+    """Write one table of the schema module ``module``: each field through its generated
+    ``Add<Field>``; a list or array of ints becomes an int32 vector first (``Start<Field>Vector``),
+    an ``_Offsets`` a vector of tables; None leaves the field at its default."""
+    values = {}
+    for key, v in fields.items():
+        if isinstance(v, _Offsets):
+            getattr(module, f"Start{key}Vector")(b, len(v))
+            for offset in reversed(v):
+                b.PrependUOffsetTRelative(offset)
+            v = b.EndVector()
+        elif isinstance(v, (list, tuple, np.ndarray)):
+            getattr(module, f"Start{key}Vector")(b, len(v))
+            for item in reversed(v):
+                b.PrependInt32(int(item))
+            v = b.EndVector()
+        values[key] = v
+    module.Start(b)
+    for key, v in values.items():
+        if v is not None:
+            getattr(module, "Add" + key)(b, v)
+    return module.End(b)
+
+
+class _Offsets(list):
+    """Offsets of tables already written, for a vector-of-tables field."""
 
 
 def _serialize(g: _Subgraph, inputs: list[int], outputs: list[int], name: str) -> bytes:
@@ -538,7 +493,7 @@ def _serialize(g: _Subgraph, inputs: list[int], outputs: list[int], name: str) -
     codes = sorted({code for code, *_ in g.operators})
     code_index = {code: i for i, code in enumerate(codes)}
     buffers = [None]  # buffer 0 is the empty one by convention
-    tensor_offsets = []
+    tensors = _Offsets()
     for t in g.tensors:
         buffer_index = 0
         if t.data is not None:
@@ -547,83 +502,25 @@ def _serialize(g: _Subgraph, inputs: list[int], outputs: list[int], name: str) -
         quantization = None
         if t.quantization is not None:
             scale, zero, dim = t.quantization
-            scales = b.CreateNumpyVector(scale.astype(np.float32))
-            zeros = b.CreateNumpyVector(zero.astype(np.int64))
-            QuantizationParameters.Start(b)
-            QuantizationParameters.AddScale(b, scales)
-            QuantizationParameters.AddZeroPoint(b, zeros)
-            QuantizationParameters.AddQuantizedDimension(b, dim)
-            quantization = QuantizationParameters.End(b)
-        tensor_name = b.CreateString(t.name)
-        shape = _int_vector(b, Tensor.StartShapeVector, t.shape)
-        signature = _int_vector(b, Tensor.StartShapeSignatureVector, t.signature) if t.signature else None
-        Tensor.Start(b)
-        Tensor.AddShape(b, shape)
-        if signature is not None:
-            Tensor.AddShapeSignature(b, signature)
-        Tensor.AddType(b, _TYPES[t.dtype])
-        Tensor.AddBuffer(b, buffer_index)
-        Tensor.AddName(b, tensor_name)
-        if quantization is not None:
-            Tensor.AddQuantization(b, quantization)
-        tensor_offsets.append(Tensor.End(b))
-    operator_offsets = []
+            quantization = _table(b, QuantizationParameters, Scale=b.CreateNumpyVector(scale.astype(np.float32)),
+                                  ZeroPoint=b.CreateNumpyVector(zero.astype(np.int64)), QuantizedDimension=dim)
+        tensors.append(_table(b, Tensor, Shape=t.shape, ShapeSignature=t.signature, Type=_TYPES[t.dtype],
+                              Buffer=buffer_index, Name=b.CreateString(t.name), Quantization=quantization))
+    operators = _Offsets()
     for code, ins, outs, options_type, write_options in g.operators:
         options = write_options(b) if write_options is not None else None
-        in_vector = _int_vector(b, Operator.StartInputsVector, ins)
-        out_vector = _int_vector(b, Operator.StartOutputsVector, outs)
-        Operator.Start(b)
-        Operator.AddOpcodeIndex(b, code_index[code])
-        Operator.AddInputs(b, in_vector)
-        Operator.AddOutputs(b, out_vector)
-        if options is not None:
-            Operator.AddBuiltinOptionsType(b, options_type)
-            Operator.AddBuiltinOptions(b, options)
-        operator_offsets.append(Operator.End(b))
-
-    def table_vector(start, offsets):
-        start(b, len(offsets))
-        for o in reversed(offsets):
-            b.PrependUOffsetTRelative(o)
-        return b.EndVector()
-
-    tensors = table_vector(SubGraph.StartTensorsVector, tensor_offsets)
-    operators = table_vector(SubGraph.StartOperatorsVector, operator_offsets)
-    in_vector = _int_vector(b, SubGraph.StartInputsVector, inputs)
-    out_vector = _int_vector(b, SubGraph.StartOutputsVector, outputs)
-    graph_name = b.CreateString(name)
-    SubGraph.Start(b)
-    SubGraph.AddTensors(b, tensors)
-    SubGraph.AddInputs(b, in_vector)
-    SubGraph.AddOutputs(b, out_vector)
-    SubGraph.AddOperators(b, operators)
-    SubGraph.AddName(b, graph_name)
-    subgraph = SubGraph.End(b)
-
-    code_offsets = []
-    for code in codes:
-        OperatorCode.Start(b)
-        OperatorCode.AddDeprecatedBuiltinCode(b, min(code, 127))  # an int8 field: 127 means "see builtin_code"
-        OperatorCode.AddBuiltinCode(b, code)
-        OperatorCode.AddVersion(b, 1)
-        code_offsets.append(OperatorCode.End(b))
-    buffer_offsets = []
-    for data in buffers:
-        Buffer.Start(b)
-        if data is not None:
-            Buffer.AddData(b, data)
-        buffer_offsets.append(Buffer.End(b))
-    opcodes = table_vector(Model.StartOperatorCodesVector, code_offsets)
-    subgraphs = table_vector(Model.StartSubgraphsVector, [subgraph])
-    buffer_vector = table_vector(Model.StartBuffersVector, buffer_offsets)
-    description = b.CreateString("lezero")
-    Model.Start(b)
-    Model.AddVersion(b, SCHEMA_VERSION)
-    Model.AddOperatorCodes(b, opcodes)
-    Model.AddSubgraphs(b, subgraphs)
-    Model.AddDescription(b, description)
-    Model.AddBuffers(b, buffer_vector)
-    b.Finish(Model.End(b), file_identifier=b"TFL3")
+        operators.append(_table(b, Operator, OpcodeIndex=code_index[code], Inputs=ins, Outputs=outs,
+                                BuiltinOptionsType=options_type if options is not None else None,
+                                BuiltinOptions=options))
+    subgraph = _table(b, SubGraph, Tensors=tensors, Inputs=inputs, Outputs=outputs, Operators=operators,
+                      Name=b.CreateString(name))
+    # DeprecatedBuiltinCode is an int8 field: 127 there means "read BuiltinCode"
+    opcodes = _Offsets(_table(b, OperatorCode, DeprecatedBuiltinCode=min(code, 127), BuiltinCode=code, Version=1)
+                       for code in codes)
+    buffer_tables = _Offsets(_table(b, Buffer, Data=data) for data in buffers)
+    model = _table(b, Model, Version=SCHEMA_VERSION, OperatorCodes=opcodes, Subgraphs=_Offsets([subgraph]),
+                   Description=b.CreateString("lezero"), Buffers=buffer_tables)
+    b.Finish(model, file_identifier=b"TFL3")
     return bytes(b.Output())
 
 

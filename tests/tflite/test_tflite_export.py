@@ -155,3 +155,27 @@ def test_gelu_and_log_softmax_are_tflites_own_ops(approximate):
     assert op_names(data) == ["FULLY_CONNECTED", "GELU", "FULLY_CONNECTED", "LOG_SOFTMAX"]
     x = np.random.default_rng(3).standard_normal((6, 12)).astype(np.float32)
     np.testing.assert_allclose(run_tflite(data, x)[0], outputs_of(traced, x)[0], rtol=1e-5, atol=1e-5)
+
+
+class Elementwise(nn.Module):
+    """Each unary op the exporter writes, binary maximum/minimum of two inputs, and a clamp."""
+
+    def forward(self, x, y):
+        positive = lz.abs(x) + 0.5
+        return (lz.exp(x), lz.neg(x), lz.sqrt(positive), lz.rsqrt(positive), lz.log(positive), lz.maximum(x, y),
+                lz.minimum(x, y), lz.clamp(x, -0.5, 0.75), lz.tanh(x) - y)
+
+
+def test_elementwise_ops_and_clamps_match_lezero():
+    traced = lz.jit.trace(Elementwise(), example_inputs=(lz.randn(1, 7), lz.randn(1, 7)))
+    data = to_tflite(traced)
+    names = op_names(data)
+    for op in ("EXP", "NEG", "ABS", "SQRT", "RSQRT", "LOG", "MAXIMUM", "MINIMUM", "TANH", "SUB"):
+        assert op in names, (op, names)
+    rng = np.random.default_rng(4)
+    x, y = (rng.standard_normal((4, 7)).astype(np.float32) for _ in range(2))
+    got = run_tflite(data, x, y)
+    want = [o.numpy() for o in traced(lz.from_numpy(x), lz.from_numpy(y))]
+    assert len(got) == len(want) == 9
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
