@@ -248,13 +248,23 @@ class _Exporter:
     def _elementwise(self, op, short, shape, dtype) -> dict[str, int]:
         if short == "select":
             return self._select(op, shape, dtype)
-        layout = NHWC if any(self.preferred_layout(v) == NHWC and v.type.rank == 4 for v in op.operands) else NCHW
+        layout = self._elementwise_layout(op.operands, len(shape))
         ins = [self._operand_in(v, layout, len(shape)) for v in op.operands]
         code = _UNARY.get(short) if len(ins) == 1 else _BINARY.get(short)
         if code is None:
             raise ExportError(f"'{op.name}' op with {len(ins)} operands has no TFLite form", op.location)
         return {layout: self.g.op(code, ins, _in_layout(shape, layout) if len(shape) == 4 else shape, dtype,
                                   name=short)}
+
+    def _elementwise_layout(self, operands, rank: int) -> str:
+        """NHWC when an operand has that form and the op can follow it: a rank-4 result whose
+        computed operands are all rank 4 (a constant of lower rank is padded and transposed; a
+        computed one of lower rank would broadcast along other axes in NHWC)."""
+        computed = [v for v in operands if self.constant_of(v) is None]
+        if rank == 4 and all(v.type.rank == 4 for v in computed) \
+                and any(self.preferred_layout(v) == NHWC for v in computed):
+            return NHWC
+        return NCHW
 
     def _operand_in(self, value, layout, rank) -> int:
         """``value`` as an operand of an elementwise op computing in ``layout``: a constant that
@@ -296,7 +306,7 @@ class _Exporter:
                 layout = self.preferred_layout(source)
                 return {layout: self.g.op(_OPS.RELU6, [self.get(source, layout)], _in_layout(shape, layout), dtype,
                                           name="relu6")}
-        layout = self.preferred_layout(x) if len(shape) == 4 else NCHW
+        layout = self._elementwise_layout((x, when_true), len(shape))
         ins = [self._operand_in(x, layout, len(shape)), self._operand_in(when_true, layout, len(shape))]
         return {layout: self.g.op(_OPS.MAXIMUM if lower else _OPS.MINIMUM, ins,
                                   _in_layout(shape, layout) if len(shape) == 4 else shape, dtype, name="clamp")}

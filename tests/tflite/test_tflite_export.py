@@ -179,3 +179,24 @@ def test_elementwise_ops_and_clamps_match_lezero():
     assert len(got) == len(want) == 9
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_an_image_plus_a_computed_row_broadcasts_as_in_lezero():
+    """After a convolution the image is NHWC inside the TFLite graph; adding a computed (W,) row to
+    it must still broadcast along lezero's last axis (W), so that add computes in NCHW."""
+    class ConvPlusRow(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(2, 3, kernel_size=1)
+
+        def forward(self, x, row):
+            return lz.relu(self.conv(x)) + lz.tanh(row), self.conv(x) * 2.0
+
+    lz.manual_seed(5)
+    traced = lz.jit.trace(ConvPlusRow().eval(), example_inputs=(lz.randn(1, 2, 4, 5), lz.randn(5)))
+    rng = np.random.default_rng(5)
+    x, row = rng.standard_normal((2, 2, 4, 5)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    got = run_tflite(to_tflite(traced), x, row)
+    want = [o.numpy() for o in traced(lz.from_numpy(x), lz.from_numpy(row))]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
