@@ -440,6 +440,11 @@ class _Exporter:
                 continue
             quantized, weight, _, weight_zero = mm.operands
             dq = _defining_op(quantized)
+            if dq is not None and dq.name == "lz.quantize":
+                raise ExportError(f"'{mm.name}' op of a statically quantized input (lz.quantize with calibrated "
+                                  "scales) has no TFLite form in lezero's TFLite exporter yet: TFLite's int8 "
+                                  "FULLY_CONNECTED gives int8 with an output scale, which lezero's float-output "
+                                  "quantized linear does not have (quantize_dynamic exports)", mm.location)
             if dq is None or dq.name != "lz.dynamic_quantize" or quantized is not dq.results[0]:
                 continue
             w, zero = self.constant_of(weight), self.constant_of(weight_zero)

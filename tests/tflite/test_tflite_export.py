@@ -200,3 +200,14 @@ def test_an_image_plus_a_computed_row_broadcasts_as_in_lezero():
     want = [o.numpy() for o in traced(lz.from_numpy(x), lz.from_numpy(row))]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_statically_quantized_linear_is_a_clear_error_not_a_float_model():
+    lz.manual_seed(6)
+    config = lz.quantization.QuantConfig(activation_dtype="int8", weight_dtype="int8", scheme="symmetric")
+    prepared = lz.quantization.prepare(SimpleMLP().eval(), config)
+    prepared(lz.randn(8, 784))  # calibration
+    quantized = lz.quantization.convert(prepared)
+    traced = lz.jit.trace(quantized.eval(), example_inputs=lz.randn(1, 784))
+    with pytest.raises(ExportError, match="statically quantized input"):
+        to_tflite(traced)
