@@ -24,8 +24,13 @@ columns (or few rows times a B whose columns are contiguous) are dot products al
 (``matmul_config``), B read in place for a few rows.  Batches along which B is shared are rows
 of one GEMM (``MatmulShape.batches_as_rows``); ``contraction_shapes.matmul_kernel`` chooses.
 
-**Other dtypes** (f64, f16 and bf16 accumulating in f32 as the reference does, integers
-wrapping) and float32 matmuls with K = 0: loops.  float32 convs the GEMM tiles waste (fewer than
+**bf16 and f16** (issue 13): bf16 is float32 storage holding bf16 values, exact float32s, so a
+bf16 matmul or conv runs every float32 kernel here on its buffers and the epilogue rounds each
+float32 sum once to bf16, as the reference does.  f16 (half storage) runs the GEMM on float32
+copies of its operands (``contraction_gemm._widen_halves``; its epilogue rounds to f16), the loops
+for the dot-product and thin-conv shapes, and for a rows form (its operands' sizes vary).
+
+**Other dtypes** (f64, integers wrapping) and float32 matmuls with K = 0: loops.  float32 convs the GEMM tiles waste (fewer than
 4 output channels per group, or depthwise) run ``depthwise.py``'s vector kernel over the GEMM's
 q-space.  matmul is i-k-j over blocks of 256 columns
 (the j loop vectorizes; a stack array holds the sums), or i-j-k when B's columns are contiguous
@@ -50,6 +55,7 @@ from lezero.codegen.errors import LoweringError
 from lezero.codegen.llvm import cache_model, gemm
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction_gemm import (
+    FLOAT32_STORAGE,
     ConvGemm,
     MatmulGemm,
     lower_gemm,
@@ -66,16 +72,14 @@ from lezero.codegen.llvm.loops import (
     unravel_values,
 )
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
+from lezero.codegen.row_generic import any_rows
 from lezero.ir.core import Operation
-from lezero.ir.types import BF16, F32
+from lezero.ir.types import F16, F32
 
 # A tile of C of the dot-product kernel (contraction_shapes.matmul_kernel says when it runs)
 # holds this many vector accumulators, by vector width (the A and B vectors of a step stay in
 # registers too).
 DOT_ACCUMULATORS = {16: 12, 8: 6, 4: 4}
-# The element types whose matmuls and convs run the float32 kernels (dots, GEMM, depthwise):
-# those stored as float32 (bf16 holds bf16 values in float32 storage; its sums round once to bf16).
-FLOAT32_STORAGE = (F32, BF16)
 # Below this the GEMM's 6 x 64 tiles are mostly padding: float32 convs with fewer output channels
 # per group, and depthwise ones, run depthwise.py's kernel.
 CONV_GEMM_MIN_CHANNELS = 4
@@ -107,12 +111,16 @@ def lower_contraction(ctx: KernelContext) -> int:
         return 1
     # bf16 values in float32 storage are exact float32s: the float32 kernels' products and sums
     # are the reference's (up to summation order), and each epilogue rounds the sum once to bf16
-    float32_kernels = anchor.result.type.element_type in FLOAT32_STORAGE
+    dtype = anchor.result.type.element_type
+    float32_kernels = dtype in FLOAT32_STORAGE
+    # f16 (half storage): the GEMM on float32 copies of its operands (contraction_gemm's
+    # _widen_halves), which needs their sizes: not in a rows form (any row count)
+    gemm_kernel = float32_kernels or (dtype == F16 and not any_rows(ctx.kernel))
     if anchor.name == "lz.matmul":
         kernel, shape = matmul_kernel(anchor, stored[0][1], stored[1][1])
         if float32_kernels and kernel == "dots":
             return lower_matmul_dots(ctx, anchor, shape)
-        if float32_kernels and kernel == "gemm":
+        if gemm_kernel and kernel == "gemm":
             return lower_gemm(ctx, anchor, MatmulGemm(shape))
         return lower_matmul_loops(ctx, anchor, shape)
     shape = ConvShape.of(anchor)
@@ -121,15 +129,17 @@ def lower_contraction(ctx: KernelContext) -> int:
         opg = shape.out_per_group
         return lower_matmul_dots(ctx, anchor, dots,
                                  lambda group, image, col: [image[0], group[0] * opg + col[0], Affine(), Affine()])
-    if float32_kernels and shape.k > 0 and (shape.out_per_group < CONV_GEMM_MIN_CHANNELS or
-                                            (shape.in_per_group == 1 and shape.groups > 1)):
+    thin = shape.out_per_group < CONV_GEMM_MIN_CHANNELS or (shape.in_per_group == 1 and shape.groups > 1)
+    if float32_kernels and shape.k > 0 and thin:
         return lower_depthwise(ctx, anchor, shape)
-    if float32_kernels and shape.k > 0:
+    if gemm_kernel and shape.k > 0 and not thin:
         in_place = shape.strides == (1, 1) and shape.pads == (0, 0, 0, 0)
         direct = CONV_B == "direct" or (CONV_B == "auto" and not in_place)
         a_block_floats = cache_model.direct_a_block_floats(cache_model.caches_for(ctx.cpu))
         weights = ctx.body.args.index(stored[1][0])
-        constant = weights if weights in ctx.kernel.definition.attrs(ctx.kernel).constant_operands else None
+        # a constant weight is packed by the plan from float32 storage (packed_operands), not f16's
+        constant = (weights if weights in ctx.kernel.definition.attrs(ctx.kernel).constant_operands
+                    and float32_kernels else None)
         return lower_gemm(ctx, anchor, ConvGemm(shape, direct, a_block_floats, constant))
     return lower_conv_loops(ctx, anchor, shape)
 

@@ -45,6 +45,8 @@ benchmark).  A failed malloc traps.
 """
 from __future__ import annotations
 
+import math
+
 import llvmlite.ir as ir
 
 from lezero.codegen.contraction_shapes import (
@@ -57,7 +59,7 @@ from lezero.codegen.contraction_shapes import (
 from lezero.codegen.llvm import gemm, gemm_epilogue
 from lezero.codegen.packed_operands import PackedGemmA
 from lezero.codegen.llvm.context import KernelContext
-from lezero.codegen.llvm.ir_types import FLOAT, I8, I64, PTR, VOID
+from lezero.codegen.llvm.ir_types import FLOAT, HALF, I8, I64, PTR, VOID
 from lezero.codegen.llvm.loops import (
     affine_value,
     declare,
@@ -71,7 +73,7 @@ from lezero.codegen.row_generic import any_rows
 from lezero.codegen.llvm.value_at_index import IndexMaterializer, LLVMValueAtIndex
 from lezero.codegen.value_at_index import Buffer
 from lezero.ir.core import Operation
-from lezero.ir.types import F32
+from lezero.ir.types import BF16, F16, F32
 
 # Work items: each batch's output is cut into at most MAX_SLICES slices along its longer dim
 # (whole register tiles), and a call of the kernel computes the slices of its range as one
@@ -94,6 +96,10 @@ PACK_B_MIN_ROWS = 32
 # Direct mode keeps all of K in one block (no partial sums) up to this depth; the packed A block
 # then holds cache_model.direct_a_block_floats of the target's caches at most.
 DIRECT_MAX_KC = 2304
+# The element types stored as float32 (bf16 holds bf16 values in float32 storage): their matmuls
+# and convs run the float32 kernels (their sums rounded once in the epilogue), and a result of
+# theirs can hold the partial sums between K blocks.
+FLOAT32_STORAGE = (F32, BF16)
 # The epilogue's loops over a tile row are short (64 columns at most, split at output rows in a
 # conv): masked vector iterations rather than a scalar remainder loop, which would run a
 # transcendental epilogue up to 15 times per row one lane at a time.
@@ -455,7 +461,8 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
              and ctx.kernel.results[0].type.element_type == F32)
     partial_result = None
     if (k_blocks > 1 or plain) and layout is not None:
-        partial_result = next((i for i, r in enumerate(ctx.kernel.results) if r.type.element_type == F32), None)
+        partial_result = next((i for i, r in enumerate(ctx.kernel.results)
+                               if r.type.element_type in FLOAT32_STORAGE), None)
     partials_in_workspace = k_blocks > 1 and partial_result is None
 
     # Buffers never overlap (memory-plan shares buffers only within elementwise kernels), except
@@ -484,7 +491,8 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     module = ctx.module
     buffers = ctx.fn.buffers
     begin, end = ctx.fn.begin, ctx.fn.end
-    first, second = (buffers[ctx.body.args.index(stored_operand(ctx, v, anchor)[0])] for v in anchor.operands)
+    operand_args = [stored_operand(ctx, v, anchor)[0] for v in anchor.operands]
+    first, second = (buffers[ctx.body.args.index(arg)] for arg in operand_args)
     if not per_row:
         cut_type = ir.ArrayType(I64, len(cuts))
         cut_table = ir.GlobalVariable(module, cut_type, f"{ctx.name}.cuts")
@@ -522,6 +530,9 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
         workspace = b.gep(raw, [b.sub(aligned, address)], source_etype=I8)
         slab = b.gep(workspace, [i64(gemm_floats)], source_etype=FLOAT)
         partials = b.gep(slab, [i64(slab_floats)], source_etype=FLOAT)
+        widened = None
+        if anchor.result.type.element_type == F16:
+            widened, (first, second) = _widen_halves(b, module, [first, second], operand_args)
 
         with for_range(b, first_batch, b.add(last_batch, i64(1)), "batch") as batch:
             if per_row:
@@ -547,8 +558,33 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
             b.call(rectangle_function, [i64(plan.k), a, i64(plan.lda), bm, i64(plan.ldb), c, ldc, m0, m1, n0, n1,
                                         workspace] + ([] if plain else list(buffers) + [batch]))
         b.call(declare(module, "free", VOID, [PTR]), [raw])
+        if widened is not None:
+            b.call(declare(module, "free", VOID, [PTR]), [widened])
     ctx.fn.finish()
     return plan.batches * slices
+
+
+def _widen_halves(b: ir.IRBuilder, module: ir.Module, pointers, args):
+    """f16 operands (``half`` storage) as float32 copies in one ``malloc``ed block (returned, to be
+    freed, with the copies' pointers): every value converts exactly, so the float32 GEMM's products
+    and sums are the reference's and only the epilogue rounds (once, to f16).  The copy keeps each
+    operand's layout, so the plan's strides hold; its loop vectorizes to vcvtph2ps where the CPU
+    target has F16C or AVX-512, and to LLVM's portable conversion elsewhere.  Its cost, a pass over
+    A and B per call, is O(MK + KN) beside the GEMM's O(MNK)."""
+    counts = [math.prod(arg.type.shape) for arg in args]
+    raw = b.call(declare(module, "malloc", PTR, [I64]), [i64(4 * sum(counts))])
+    with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
+        b.call(declare(module, "llvm.trap", VOID, []), [])
+        b.unreachable()
+    copies, offset = [], 0
+    for pointer, count in zip(pointers, counts):
+        copy = b.gep(raw, [i64(offset)], source_etype=FLOAT)
+        with for_range(b, 0, count, "widen") as i:
+            value = b.load(b.gep(pointer, [i], source_etype=HALF), typ=HALF)
+            b.store(b.fpext(value, FLOAT), b.gep(copy, [i], source_etype=FLOAT))
+        copies.append(copy)
+        offset += count
+    return raw, copies
 
 
 class TileEpilogue:

@@ -560,10 +560,11 @@ def test_float64_epilogue_reports_its_libm_calls():
     check_kernel(module, kernel, [data(rng, (8, 5), "f32") * 0.3, data(rng, (5, 20), "f32")], rtol=1e-5, atol=1e-6)
 
 
-# --- bf16 on the float32 kernels (issue 13 item 3) ----------------------------------------------------
+# --- bf16 and f16 on the float32 kernels (issue 13 item 3) -------------------------------------------
 
-BF16_CASES = {
-    # name: (matmul (a, b) or conv (x, w, attrs), the float32 kernel it runs: "gemm" names its GEMM)
+LOW_PRECISION_CASES = {
+    # name: (matmul (a, b) or conv (x, w, attrs), the float32 kernel a bf16 one runs: "gemm" names its
+    # GEMM; an f16 one runs the GEMM on float32 copies of its operands, and loops for the others)
     "gemm_tails": (((37, 50), (50, 70)), "gemm"),
     "gemm_k_blocks": (((13, 700), (700, 21)), "gemm"),  # partial sums across K blocks, in the workspace
     "batched_broadcast": (((2, 1, 9, 20), (3, 20, 33)), "gemm"),
@@ -574,14 +575,19 @@ BF16_CASES = {
     "conv_1x1_in_place": (((1, 24, 7, 9), (20, 24, 1, 1), attrs_of()), "gemm"),
     "depthwise": (((2, 8, 9, 9), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=8)), "depthwise"),
 }
+# One step of the type, relative: a sum whose float32 value differs from the reference's in the
+# last bits (another summation order) may round to the neighbouring value.
+LOW_PRECISION_STEP = {"bf16": 2.0 ** -7, "f16": 2.0 ** -10}
 
 
-@pytest.mark.cross_target(cases=BF16_CASES, group=lambda case: case[1])  # each CPU: each kernel
-def test_bf16_contractions_run_the_float32_kernels_rounding_once(cpu, case):
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.cross_target(cases=LOW_PRECISION_CASES, group=lambda case: case[1])  # each CPU: each kernel
+def test_low_precision_contractions_round_each_float32_sum_once(cpu, case, dtype):
     """A bf16 matmul or conv (bf16 values in float32 storage) runs the float32 GEMM, dot-product or
-    depthwise kernel and rounds each float32 sum once to bf16 in the epilogue, as the reference
-    does: every result is a bf16 value, nearly all equal the reference's bit for bit (the rest
-    differ by the summation order's one bf16 step), and the epilogue computes on the rounded sum."""
+    depthwise kernel, an f16 one the GEMM on float32 copies of its operands, and each float32 sum
+    rounds once to the type in the epilogue, as the reference's does: every result is a value of
+    the type, nearly all equal the reference's bit for bit (the rest differ by one step of the
+    type, from the summation order), and the epilogue computes on the rounded sum."""
     shapes, kernel_kind = case
     rng = np.random.default_rng(sum(map(sum, shapes[:2])))
 
@@ -590,17 +596,18 @@ def test_bf16_contractions_run_the_float32_kernels_rounding_once(cpu, case):
 
     if len(shapes) == 2:
         bias = (shapes[1][-1],)
-        module, kernel = matmul_kernel(*shapes, "bf16", [bias], epilogue)
+        module, kernel = matmul_kernel(*shapes, dtype, [bias], epilogue)
     else:
         bias = (shapes[1][0], 1, 1)
-        module, kernel = conv_kernel(*shapes, "bf16", [bias], epilogue)
+        module, kernel = conv_kernel(*shapes, dtype, [bias], epilogue)
     lowered = lower_kernel(kernel, cpu=cpu)
     assert (f"{kernel.attributes['name'].value}.gemm" in lowered.llvm_ir) == (kernel_kind == "gemm")
-    inputs = [data(rng, s, "bf16") for s in shapes[:2] + (bias,)]
+    inputs = [data(rng, s, dtype) for s in shapes[:2] + (bias,)]
     want = reference(module, inputs)
     for splits in (1, 3):
         got = run_kernel(kernel, inputs, splits, lowered, cpu=cpu)
         for g, w in zip(got, want):
-            np.testing.assert_array_equal(round_to_bf16(g), g)
-            assert_matches(g, w, rtol=2.0 ** -7, atol=1e-5)
+            if dtype == "bf16":
+                np.testing.assert_array_equal(round_to_bf16(g), g)
+            assert_matches(g, w, rtol=LOW_PRECISION_STEP[dtype], atol=1e-5)
             assert np.mean(g == w) > 0.98, np.mean(g == w)
