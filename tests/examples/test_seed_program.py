@@ -1,7 +1,8 @@
 """The product brief's program, verbatim (its last line traces with a torch tensor), trains on
 scikit-learn's digits to at least 95% test accuracy, from lezero's data loader and from a torch
 DataLoader over torch tensors, and the traced model exports to ONNX and runs in onnxruntime with
-the same outputs; and the examples train as their docstrings say."""
+the same outputs (and saved as .tflite in TFLite's interpreter); and the examples train as their
+docstrings say (the trained CNN also runs as TFLite)."""
 from __future__ import annotations
 
 import pathlib
@@ -10,8 +11,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from support.tflite_testing import run_tflite
 
 import lezero as lz
+from lezero.tflite import to_tflite
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -85,6 +88,10 @@ def test_the_seed_program_trains_from_a_torch_dataloader_and_exports_to_onnx(dat
     (ours,) = session.run(None, {session.get_inputs()[0].name: x})
     np.testing.assert_allclose(ours, traced(x), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ours, namespace["model"](torch.from_numpy(x)).detach().numpy(), rtol=1e-4, atol=1e-5)
+    # issue 12: saved as .tflite, the trained model runs in TFLite's interpreter with the same outputs
+    lz.jit.save(traced, tmp_path / "seed.tflite")
+    (theirs,) = run_tflite((tmp_path / "seed.tflite").read_bytes(), x)
+    np.testing.assert_allclose(theirs, traced(x), rtol=1e-5, atol=1e-5)
 
 
 def test_train_mlp_compiled_matches_eager_and_learns(data):
@@ -101,6 +108,10 @@ def test_train_cnn_learns(data):
 
     result = train_cnn.train(epochs=2, progress=False)
     assert result["accuracy"] >= 0.9, result["accuracy"]
+    # issue 12: the trained CNN as TFLite (NHWC inside, NCHW at its boundary) gives lezero's logits
+    images = digits.load(8)[2][:64]
+    (theirs,) = run_tflite(to_tflite(result["traced"]), images)
+    np.testing.assert_allclose(theirs, result["traced"](images), rtol=1e-5, atol=1e-5)  # numpy in: numpy out
 
 
 def test_progress_bar_is_one_line_of_carriage_returns():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
+from support.tflite_testing import op_names, run_tflite
 
 import lezero as lz
 from lezero import nn
@@ -40,23 +41,6 @@ class SmallCNN(nn.Module):
         flat = y.flatten(1)
         logits = self.classifier(flat) * 0.5 - 1.0
         return nn.functional.softmax(logits, dim=-1), lz.cat([flat, y.mean((2, 3))], 1) / 2, lz.sigmoid(y)
-
-
-def run_tflite(data: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
-    interpreter = Interpreter(model_content=data)
-    details = interpreter.get_input_details()
-    for d, x in zip(details, inputs):
-        interpreter.resize_tensor_input(d["index"], x.shape)
-    interpreter.allocate_tensors()
-    for d, x in zip(details, inputs):
-        interpreter.set_tensor(d["index"], x)
-    interpreter.invoke()
-    return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
-
-
-def op_names(data: bytes) -> list[str]:
-    interpreter = Interpreter(model_content=data)
-    return [op["op_name"] for op in interpreter._get_ops_details()]
 
 
 def outputs_of(traced, x) -> list[np.ndarray]:
