@@ -136,8 +136,8 @@ class _Exporter:
         for op in func.entry_block.ops:  # fold what depends on weights and constants only
             if op.name == "lz.constant":
                 constants[id(op.result)] = np.asarray(op.attributes["value"].array)
-            elif op.operands and not op.regions and all(id(v) in constants for v in op.operands) \
-                    and not op.name.startswith("lz.random"):
+            elif op.results and not op.regions and all(id(v) in constants for v in op.operands) \
+                    and not op.name.startswith("lz.random"):  # (the terminator has no results)
                 for result, array in zip(op.results, evaluate_op(op, [constants[id(v)] for v in op.operands])):
                     constants[id(result)] = np.asarray(array)
 

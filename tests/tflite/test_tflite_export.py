@@ -195,3 +195,21 @@ def test_a_statically_quantized_linear_is_a_clear_error_not_a_float_model():
     traced = lz.jit.trace(quantized.eval(), example_inputs=lz.randn(1, 784))
     with pytest.raises(ExportError, match="statically quantized input"):
         to_tflite(traced)
+
+
+def test_a_result_computed_from_weights_only_is_a_folded_constant():
+    class WeightNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.fc(x), (self.fc.weight * self.fc.weight).sum(1)
+
+    lz.manual_seed(7)
+    traced = lz.jit.trace(WeightNorm().eval(), example_inputs=lz.randn(1, 3))
+    x = np.random.default_rng(7).standard_normal((2, 3)).astype(np.float32)
+    data = to_tflite(traced)
+    assert op_names(data) == ["FULLY_CONNECTED"]
+    for got, want in zip(run_tflite(data, x), outputs_of(traced, x)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
