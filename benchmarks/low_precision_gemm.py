@@ -69,7 +69,7 @@ def main() -> None:
             np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2,
                                        atol=2e-2 * np.sqrt(k), err_msg=f"{size} {dtype}")
             ta, tb = (torch.from_numpy(x.astype(np.float32)).to(torch_dtype) for x in (a, b))
-            runs[("lezero", dtype)] = lambda fn=fn: fn(a32, b32)
+            runs[("lezero", dtype)] = lambda fn=fn, a32=a32, b32=b32: fn(a32, b32)
             runs[("torch", dtype)] = lambda ta=ta, tb=tb: torch.matmul(ta, tb)
         medians = alternating_medians(runs, args.seconds, warm_each=True)
         flop = 2.0 * m * k * n
