@@ -98,11 +98,11 @@ class Module:
         d = self.__dict__
         if isinstance(value, Parameter):
             self._check_init()
-            self._forget(name)
+            self._forget(name, keep=self._parameters)
             self._parameters[name] = value
         elif isinstance(value, Module):
             self._check_init()
-            self._forget(name)
+            self._forget(name, keep=self._modules)
             self._modules[name] = value
         elif isinstance(value, Buffer):
             self._check_init()
@@ -126,9 +126,12 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
-    def _forget(self, name: str) -> None:
+    def _forget(self, name: str, keep: dict | None = None) -> None:
+        """Drop ``name`` from the registries but ``keep``, the one it is being reassigned in: there
+        it keeps its place (as in PyTorch), so replacing a Sequential's layer keeps the order."""
         for registry in (self._parameters, self._buffers, self._modules):
-            registry.pop(name, None)
+            if registry is not keep:
+                registry.pop(name, None)
         self._non_persistent_buffers.discard(name)
         self.__dict__.pop(name, None)
 

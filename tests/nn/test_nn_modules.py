@@ -182,3 +182,16 @@ def test_module_api():
     assert calls == [(4, 3)]
     model.requires_grad_(False)
     assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_replacing_a_child_or_parameter_keeps_its_place_as_in_torch():
+    """``seq[0] = ...``-style replacement by attribute (what quantize_dynamic does) must not move the
+    child to the end: Sequential runs its children in registration order."""
+    model = lz.nn.Sequential(lz.nn.Linear(3, 4), lz.nn.ReLU(), lz.nn.Linear(4, 2))
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    setattr(model, "0", lz.nn.Linear(3, 4))
+    setattr(reference, "0", torch.nn.Linear(3, 4))
+    assert [name for name, _ in model.named_children()] == [name for name, _ in reference.named_children()]
+    linear = lz.nn.Linear(2, 2)
+    linear.weight = lz.nn.Parameter(lz.zeros(2, 2))
+    assert [name for name, _ in linear.named_parameters()] == ["weight", "bias"]
