@@ -14,14 +14,10 @@ from lezero import nn
 from lezero.tflite import ExportError, to_tflite
 
 
-class SimpleMLP(nn.Module):  # the seed program's model (tests/examples/test_seed_program.py)
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 256)
-        self.fc2 = nn.Linear(256, 10)
-
-    def forward(self, x):
-        return self.fc2(nn.functional.relu(self.fc1(x)))
+def seed_mlp() -> nn.Module:
+    """The seed program's SimpleMLP (784 -> 256 -> relu -> 10) as a Sequential; the trained seed
+    program itself is exported in tests/examples/test_seed_program.py."""
+    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
 class SmallCNN(nn.Module):
@@ -50,7 +46,7 @@ def outputs_of(traced, x) -> list[np.ndarray]:
 
 def test_the_seed_mlp_saved_as_tflite_runs_in_the_interpreter_with_lezeros_outputs(tmp_path):
     lz.manual_seed(0)
-    traced = lz.jit.trace(SimpleMLP().eval(), example_inputs=lz.randn(1, 784))
+    traced = lz.jit.trace(seed_mlp().eval(), example_inputs=lz.randn(1, 784))
     path = tmp_path / "mlp.tflite"
     lz.jit.save(traced, path)
     data = path.read_bytes()
@@ -84,7 +80,7 @@ def test_a_cnn_in_nchw_runs_in_tflite_nhwc_with_lezeros_outputs():
 
 def test_the_seed_mlp_quantized_dynamically_is_tflite_dynamic_range_int8_within_a_step():
     lz.manual_seed(2)
-    model = SimpleMLP().eval()
+    model = seed_mlp().eval()
     config = lz.quantization.QuantConfig(activation_dtype="int8", weight_dtype="int8", scheme="symmetric")
     quantized = lz.quantization.quantize_dynamic(model, qconfig_spec=config, dtype="int8")
     traced = lz.jit.trace(quantized, example_inputs=lz.randn(1, 784))
@@ -189,7 +185,7 @@ def test_an_image_plus_a_computed_row_broadcasts_as_in_lezero():
 def test_a_statically_quantized_linear_is_a_clear_error_not_a_float_model():
     lz.manual_seed(6)
     config = lz.quantization.QuantConfig(activation_dtype="int8", weight_dtype="int8", scheme="symmetric")
-    prepared = lz.quantization.prepare(SimpleMLP().eval(), config)
+    prepared = lz.quantization.prepare(seed_mlp().eval(), config)
     prepared(lz.randn(8, 784))  # calibration
     quantized = lz.quantization.convert(prepared)
     traced = lz.jit.trace(quantized.eval(), example_inputs=lz.randn(1, 784))
