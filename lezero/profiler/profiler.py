@@ -130,9 +130,9 @@ class profile:
     def __enter__(self) -> profile:
         if Profiling.recorder is not None:
             raise RuntimeError("lz.profiler.profile: another profile is already recording")
+        TimedRunners.start(self.eager_op)
         _Ranges.active = self
         Profiling.recorder = self
-        TimedRunners.start(self.eager_op)
         self.start_time = time.perf_counter()
         return self
 

@@ -124,3 +124,19 @@ def test_eager_ops_are_recorded_and_plain_runners_come_back():
         + compiled.cache.get("disk_hits", 0) >= 1  # the kernel cache's work for it
     assert rows["add"].input_shapes == ("64x64", "64x64")
     assert all(RUNNERS[k] is run for k, run in before.items())  # the timing wrappers are gone
+
+
+def test_ops_on_views_run_and_are_timed_through_the_compiled_op_they_call():
+    """An op on a transposed view has a strided runner in the eager table (``run(arrays) ->
+    (results, strided)``); a profile started while one is there leaves it alone and records the
+    kernels of the compiled op it calls (it used to fail to start: the wrapper expected every
+    runner's form, and the failed start left the profile recording)."""
+    a = lz.randn(20, 4)
+    a.t().sum()  # a strided runner in the table before the profile starts
+    with profile(peak=PEAK) as prof:
+        total = a.t().sum()
+    np.testing.assert_allclose(total.item(), a.numpy().sum(), rtol=1e-5)
+    keys = {r.key for r in prof.key_averages()}
+    assert any(k.startswith("lz_fused_reduce_sum") for k in keys), keys  # the compiled op's kernel
+    with profile(peak=PEAK):  # the first profile stopped: another may start
+        pass

@@ -147,7 +147,11 @@ def test_sigkill_at_random_steps_and_during_a_save_resumes_bit_identically(model
     assert runner.returncode == 0, err[-3000:]
     assert mid_save[-1], "the last kill did not land while a checkpoint was being written"
     lines = _log(log)
-    assert sum(line.startswith("restored") for line in lines) == 3  # the first start and two restarts
+    # the first start and a restart per kill; --max-restarts 3 leaves one spare, which a loaded machine
+    # can use (make test under load: a 2-rank restart whose ranks did not meet failed once more); the
+    # launcher's stderr says why each restart happened
+    starts = sum(line.startswith("restored") for line in lines)
+    assert 3 <= starts <= 4, err[-3000:]
     after = _losses_after_last_restore(lines)
     expected = _losses_after_last_restore(_log(tmp_path / "reference.log"))
     assert after and max(after) == STEPS
