@@ -23,6 +23,16 @@ seconds); with restarts left, every rank starts again (a fresh ``MASTER_PORT`` u
 given), else lezero-run exits with the first failing rank's exit status (128 + N for a signal N)
 after printing which rank failed and the last lines of its stderr.  SIGINT, SIGTERM and SIGHUP are
 forwarded to every rank, and lezero-run then exits 128 + the signal, without restarting.
+
+``--heartbeat-timeout T`` (issue 15) also treats a rank that hangs as failed: each rank gets a file
+of its own, ``LEZERO_HEARTBEAT_FILE``, that ``lezero.runtime.heartbeat.beat()`` touches at most
+once a second from every training step (``compile_train_step``'s step, ``DataLoader`` batches,
+``Optimizer.step``, ``CheckpointManager.save``); a rank whose file is older than T seconds is
+stopped with the others and the job restarts like after a death.  It is off by default: the first
+step compiles for as long as the model needs (minutes for a large one) and a script may loop
+without lezero's loaders and optimizers, so any fixed default would kill healthy runs.  Every
+restart is logged on stderr as ``lezero-run: restart K of N: rank R <cause>``, the cause being
+``exited with status S``, ``killed by signal SIGKILL`` or ``sent no heartbeat for T s``.
 """
 from __future__ import annotations
 
@@ -34,6 +44,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -66,6 +77,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="the rendezvous port (default: a free port, a new one for each restart)")
     p.add_argument("--stop-timeout", type=float, default=5.0,
                    help="seconds between SIGTERM and SIGKILL when stopping the ranks (default 5)")
+    p.add_argument("--heartbeat-timeout", type=float, default=None, metavar="SECONDS",
+                   help="treat a rank whose heartbeat (lezero.runtime.heartbeat.beat, called every training step) "
+                   "is older than SECONDS as hung: stop every rank and restart (default: off)")
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     return p
@@ -91,8 +105,13 @@ class Rank:
     """One started process (a rank, or mpiexec holding all of them) whose stderr is passed through
     to ours while its last lines are kept for the failure report."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str]):
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], heartbeat_file: str | None = None):
         self.name = name
+        self.heartbeat_file = heartbeat_file  # created now: its age counts from the start
+        if heartbeat_file is not None:
+            open(heartbeat_file, "w").close()
+            os.utime(heartbeat_file)  # a restart reuses the file: its age counts from this start
+            env = {**env, "LEZERO_HEARTBEAT_FILE": heartbeat_file}
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         # its own session: stopping it reaches the processes it starts (mpiexec's ranks, workers)
         self.process = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=True)
@@ -117,14 +136,32 @@ class Rank:
         code = self.process.poll()
         return None if code is None else (128 - code if code < 0 else code)
 
+    def silent_for(self) -> float:
+        """Seconds since its last heartbeat (0 without --heartbeat-timeout)."""
+        if self.heartbeat_file is None:
+            return 0.0
+        try:
+            return time.time() - os.stat(self.heartbeat_file).st_mtime
+        except FileNotFoundError:
+            return 0.0
 
-def start_ranks(args, restart: int) -> list[Rank]:
+    def death_cause(self) -> str:
+        code = self.process.poll()
+        return f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+
+
+def start_ranks(args, restart: int, heartbeat_dir: str | None) -> list[Rank]:
     if args.nnodes > 1 and args.master_port is None:
         raise UsageError("--nnodes > 1 needs --master-port (and --master-addr): every node must meet at the same one")
     port = args.master_port or free_port(args.master_addr)
     command = [sys.executable, args.script, *args.script_args]
     if args.backend != "mpi":
-        return [Rank(f"rank {r}", command, rank_environment(args, r, port, restart)) for r in range(args.nproc)]
+        return [Rank(f"rank {r}", command, rank_environment(args, r, port, restart),
+                     None if heartbeat_dir is None else os.path.join(heartbeat_dir, f"rank{r}"))
+                for r in range(args.nproc)]
+    if heartbeat_dir is not None:
+        raise UsageError("--heartbeat-timeout needs the torch backends (gloo, nccl): mpiexec starts the MPI ranks, "
+                         "and one file for all of them would not say which one hangs")
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     if mpiexec is None:
         raise UsageError("--backend mpi needs MPICH's mpiexec (pip install mpich) next to the Python that runs "
@@ -156,9 +193,10 @@ def stop(ranks: list[Rank], timeout: float) -> None:
         r.reader.join(timeout=1.0)
 
 
-def supervise(ranks: list[Rank], received: list[int], timeout: float) -> Rank | None:
-    """Wait until every rank succeeded (None), one failed or a signal came (the failed rank, or
-    None with ``received`` set); stop the others either way."""
+def supervise(ranks: list[Rank], received: list[int], timeout: float,
+              heartbeat_timeout: float | None) -> tuple[Rank, str] | None:
+    """Wait until every rank succeeded (None), one died or hung or a signal came (the failed rank
+    and the cause, or None with ``received`` set); stop the others either way."""
     while True:
         if received:
             stop(ranks, timeout)
@@ -166,7 +204,12 @@ def supervise(ranks: list[Rank], received: list[int], timeout: float) -> Rank | 
         failed = [r for r in ranks if r.exit_status not in (None, 0)]
         if failed:
             stop(ranks, timeout)
-            return failed[0]
+            return failed[0], failed[0].death_cause()
+        if heartbeat_timeout is not None:
+            hung = [(r, s) for r in ranks if r.exit_status is None and (s := r.silent_for()) > heartbeat_timeout]
+            if hung:
+                stop(ranks, timeout)
+                return hung[0][0], f"sent no heartbeat for {hung[0][1]:.0f} s"
         if all(r.exit_status == 0 for r in ranks):
             for r in ranks:
                 r.reader.join(timeout=1.0)
@@ -189,33 +232,40 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.exists(args.script):
         print(f"{PROG}: error: no script {args.script!r}", file=sys.stderr)
         return 2
+    if args.heartbeat_timeout is not None and args.heartbeat_timeout <= 0:
+        print(f"{PROG}: error: --heartbeat-timeout must be positive, not {args.heartbeat_timeout}", file=sys.stderr)
+        return 2
     received: list[int] = []
+    heartbeats = None if args.heartbeat_timeout is None else tempfile.TemporaryDirectory(prefix="lezero-heartbeat-")
     previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum)) for s in FORWARDED_SIGNALS}
     try:
         restart = 0
         while True:
             try:
-                ranks = start_ranks(args, restart)
+                ranks = start_ranks(args, restart, None if heartbeats is None else heartbeats.name)
             except UsageError as e:
                 print(f"{PROG}: error: {e}", file=sys.stderr)
                 return 2
-            failed = supervise(ranks, received, args.stop_timeout)
+            outcome = supervise(ranks, received, args.stop_timeout, args.heartbeat_timeout)
             if received:
                 print(f"{PROG}: {signal.Signals(received[0]).name} forwarded to every rank; stopped", file=sys.stderr)
                 return 128 + received[0]
-            if failed is None:
+            if outcome is None:
                 return 0
-            left = args.max_restarts - restart
-            print(f"{PROG}: {failed.name} (pid {failed.process.pid}) failed with exit status {failed.exit_status}; "
-                  f"stopped the others; " + (f"restarting every rank ({left} restart(s) left)" if left else
-                                             f"no restarts left (--max-restarts {args.max_restarts})"),
-                  file=sys.stderr)
-            if not left:
-                print(f"{PROG}: the last lines of {failed.name}'s stderr:\n" +
-                      "\n".join("    " + line for line in failed.tail), file=sys.stderr)
-                return failed.exit_status
-            restart += 1
+            failed, cause = outcome
+            if restart < args.max_restarts:
+                restart += 1
+                print(f"{PROG}: restart {restart} of {args.max_restarts}: {failed.name} {cause} "
+                      f"(pid {failed.process.pid}); stopped the others, starting every rank again", file=sys.stderr)
+                continue
+            print(f"{PROG}: {failed.name} {cause} (pid {failed.process.pid}); stopped the others; "
+                  f"no restarts left (--max-restarts {args.max_restarts})", file=sys.stderr)
+            print(f"{PROG}: the last lines of {failed.name}'s stderr:\n" +
+                  "\n".join("    " + line for line in failed.tail), file=sys.stderr)
+            return failed.exit_status
     finally:
+        if heartbeats is not None:
+            heartbeats.cleanup()
         for s, handler in previous.items():
             signal.signal(s, handler)
 

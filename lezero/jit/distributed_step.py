@@ -26,6 +26,7 @@ from lezero.eager.dispatch import user_location
 from lezero.ir.interpreter import check_argument
 from lezero.jit.trace import TraceError, bound_arrays
 from lezero.runtime.cpu import run_plan_notifying
+from lezero.runtime.heartbeat import beat as _heartbeat  # issue 15: lezero-run --heartbeat-timeout
 
 
 class DistributedTrainStep:
@@ -41,6 +42,7 @@ class DistributedTrainStep:
         self.last_trace: dict = {"kernels": [], "all_reduce": []}
 
     def __call__(self, *data):
+        _heartbeat()
         s = self.step
         if len(data) != s.n_inputs + 1:
             raise TypeError(f"the train step takes {s.n_inputs} input(s) and a target, got {len(data)} arguments")

@@ -66,6 +66,7 @@ from lezero.optim.lbfgs import LBFGS
 from lezero.optim.optimizer import Optimizer, UpdateRule
 from lezero.passes.autodiff import differentiate
 from lezero.profiler.profiler import recorded  # issue 16
+from lezero.runtime.heartbeat import beat as _heartbeat  # issue 15: lezero-run --heartbeat-timeout
 from lezero.eager.core import as_inputs, wrap as _wrap
 from lezero.eager.tensor import Tensor
 # issue 14: the step of a DistributedDataParallel model (its gradients all-reduced between the kernels)
@@ -276,6 +277,7 @@ class TrainStep:
 
     @recorded("train_step")  # issue 16: lz.profiler shows the whole step, its Python around the kernels
     def __call__(self, *data) -> Tensor:
+        _heartbeat()
         if len(data) != self.n_inputs + 1:
             raise TypeError(f"the train step takes {self.n_inputs} input(s) and a target, got {len(data)} arguments")
         data = as_inputs(data, "train_step")  # a torch DataLoader's batches, numpy: tensors sharing their memory

@@ -26,6 +26,7 @@ from lezero.eager.device_arrays import cast, copy_into, like, numpy_dtype, scala
 from lezero.eager.dispatch import RUNNERS as _RUNNERS, EagerOp, runner_for
 from lezero.eager.core import wrap as _wrap
 from lezero.eager.tensor import Tensor
+from lezero.runtime.heartbeat import beat as _heartbeat  # issue 15: lezero-run --heartbeat-timeout
 
 
 class _Required:
@@ -134,6 +135,7 @@ class Optimizer:
                     p.grad = p.grad.detach().zero_()
 
     def step(self, closure=None):
+        _heartbeat()
         loss = None
         if closure is not None:
             from lezero.eager.autograd import enable_grad

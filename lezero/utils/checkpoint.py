@@ -46,6 +46,7 @@ import numpy as np
 
 from lezero.eager.creation import Generator, default_generator
 from lezero.eager.serialization import CheckpointError, atomic_write, fsync_directory, load, snapshot, verify
+from lezero.runtime.heartbeat import beat as _heartbeat  # issue 15: lezero-run --heartbeat-timeout
 
 FORMAT = "lezero-checkpoint/1"
 _STEP_FOLDER = re.compile(r"^step-(\d+)$")
@@ -123,6 +124,7 @@ class CheckpointManager:
         """Save ``state`` as the checkpoint of ``step`` if ``every_n_steps`` divides it (or
         ``force``); returns whether it did.  The values are copied now and written in the
         background (``async_save``), or written before returning."""
+        _heartbeat()
         if not (force or self.should_save(step)):
             return False
         started = time.perf_counter()

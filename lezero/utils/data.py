@@ -31,6 +31,7 @@ from lezero.eager.creation import Generator, default_generator, numpy_generator 
 from lezero.eager.device_arrays import storage
 from lezero.eager.interop import storage_of
 from lezero.eager.tensor import Tensor
+from lezero.runtime.heartbeat import beat as _heartbeat  # issue 15: lezero-run --heartbeat-timeout
 import lezero.distributed as _distributed  # issue 14: DistributedSampler's default rank and world size
 from lezero.utils.data_workers import Fetcher, WorkerInfo, WorkerIterator, get_worker_info  # noqa: F401
 
@@ -332,6 +333,7 @@ class DataLoader:
         return itertools.islice(self._index_source(), skip, None)
 
     def _count_batch(self) -> None:
+        _heartbeat()
         self._batches_yielded += 1
 
     def _fetch_many(self):
@@ -374,6 +376,7 @@ class DataLoader:
                 batch = fetch(None)
             except StopIteration:
                 return
+            _heartbeat()  # the iterable path counts no batches
             yield batch
 
     # --- resuming ----------------------------------------------------------------------------------------------
