@@ -5,7 +5,7 @@ that hangs (a deadlocked collective, a stuck data worker) by the age of a file i
 second, so that calling it every training step costs a clock read.  The places every training loop
 passes through each step call it: ``compile_train_step``'s step, ``DataLoader`` iteration,
 ``Optimizer.step`` and ``CheckpointManager.save``; a script with its own loop calls
-``lz.runtime.heartbeat.beat()``.  Outside lezero-run (no variable) it does nothing.  It lives in
+``lezero.runtime.heartbeat.beat()``.  Outside lezero-run (no variable) it does nothing.  It lives in
 the runtime, the lowest layer all of those callers (optim, utils, jit) may import.
 """
 from __future__ import annotations
