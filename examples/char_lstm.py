@@ -25,6 +25,7 @@ import lezero as lz
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from gpt import CharData  # noqa: E402  (the GPT example's character ids and random windows)
+import training_log  # noqa: E402
 
 TEXT = pathlib.Path(__file__).resolve().parent / "data" / "declaration_of_independence.txt"
 
@@ -44,10 +45,11 @@ class CharLSTM(lz.nn.Module):
 
 
 def train(model: CharLSTM, data: CharData, steps: int, batch_size: int, lr: float, report_every: int = 25,
-          compiled: bool = True):
+          compiled: bool = True, writer=None, progress: bool = False):
     """Adam on next-character cross-entropy, gradients clipped to norm 1; returns the loss of every
     step.  ``compiled``: the whole step as one function (``lz.jit.compile_train_step``: the LSTM's
-    loops stay ``lz.for`` ops, their gradients reverse ``lz.for`` ops); else eager (``backward``)."""
+    loops stay ``lz.for`` ops, their gradients reverse ``lz.for`` ops); else eager (``backward``).
+    ``writer`` (a SummaryWriter) gets each step's loss and the learning rate; ``progress``: a bar."""
     optimizer = lz.optim.Adam(model.parameters(), lr=lr)
     vocab = data.vocab_size
 
@@ -71,8 +73,9 @@ def train(model: CharLSTM, data: CharData, steps: int, batch_size: int, lr: floa
                                          dynamic_batch=False, clip_grad_norm=1.0)
         print(f"compiled the training step in {time.perf_counter() - start:.1f} s", flush=True)
     losses = []
-    for i, (inputs, targets) in enumerate(batches):
+    for i, (inputs, targets) in enumerate(training_log.steps(batches, steps, "char_lstm", progress)):
         losses.append(step(inputs, targets).item())
+        training_log.log_scalars(writer, i, {"train/loss": losses[-1], "train/lr": optimizer.param_groups[0]["lr"]})
         if report_every and (i % report_every == 0 or i == steps - 1):
             print(f"step {i:4d}  loss {losses[-1]:.3f}  ({time.perf_counter() - start:.1f} s)", flush=True)
     return np.array(losses)
@@ -103,14 +106,19 @@ def main():
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--eager", action="store_true", help="train eagerly (backward) instead of compiled")
+    training_log.add_arguments(parser)
     args = parser.parse_args()
+    writer = training_log.open_writer(args, "char_lstm")
 
     data = CharData(TEXT.read_text(), args.length)
     lz.manual_seed(0)
     model = CharLSTM(data.vocab_size, hidden=args.hidden, layers=args.layers, dropout=args.dropout)
     print(f"text {len(data.ids)} characters, vocabulary {data.vocab_size}; "
           f"{sum(p.numel() for p in model.parameters())} parameters; uniform loss {math.log(data.vocab_size):.3f}")
-    losses = train(model, data, args.steps, args.batch_size, args.lr, compiled=not args.eager)
+    losses = train(model, data, args.steps, args.batch_size, args.lr, compiled=not args.eager, writer=writer,
+                   progress=args.progress)
+    if writer is not None:
+        writer.close()
     print(f"loss {losses[:10].mean():.3f} (first 10 steps) -> {losses[-10:].mean():.3f} (last 10)")
     print("sample:", repr(sample(model, data, "We hold these truths", 200)))
 

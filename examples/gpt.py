@@ -21,11 +21,15 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import sys
 import time
 
 import numpy as np
 
 import lezero as lz
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import training_log  # noqa: E402
 
 CORPUS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
@@ -115,16 +119,18 @@ class CharData:
         return "".join(self.chars[i] for i in ids)
 
 
-def train_lezero(model, batches, lr: float):
-    """Losses and seconds per step of ``model`` trained on ``batches`` by one compiled step."""
+def train_lezero(model, batches, lr: float, writer=None, progress: bool = False):
+    """Losses and seconds per step of ``model`` trained on ``batches`` by one compiled step;
+    ``writer`` (a SummaryWriter) gets each step's loss and the learning rate; ``progress``: a bar."""
     optimizer = lz.optim.AdamW(model.parameters(), lr=lr)
     step = lz.jit.compile_train_step(model, language_model_loss(lz), optimizer,
                                      lz.from_numpy(batches[0][0]), lz.from_numpy(batches[0][1]))
     losses, times = [], []
-    for x, y in batches:
+    for i, (x, y) in enumerate(training_log.steps(batches, len(batches), "gpt", progress)):
         start = time.perf_counter()
         losses.append(step(lz.from_numpy(x), lz.from_numpy(y)).item())
         times.append(time.perf_counter() - start)
+        training_log.log_scalars(writer, i, {"train/loss": losses[-1], "train/lr": optimizer.param_groups[0]["lr"]})
     return np.array(losses), times
 
 
@@ -181,7 +187,9 @@ def main():
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch copy")
+    training_log.add_arguments(parser)
     args = parser.parse_args()
+    writer = training_log.open_writer(args, "gpt")
 
     data = CharData(CORPUS.read_text(), args.block_size)
     batches = [data.batch(args.batch_size) for _ in range(args.steps)]
@@ -192,7 +200,9 @@ def main():
           f"{sum(p.numel() for p in model.parameters())} parameters; {args.steps} steps of {args.batch_size}x"
           f"{args.block_size}; uniform loss {math.log(data.vocab_size):.3f}")
     start = time.perf_counter()
-    losses, times = train_lezero(model, batches, args.lr)
+    losses, times = train_lezero(model, batches, args.lr, writer=writer, progress=args.progress)
+    if writer is not None:
+        writer.close()
     print(f"lezero compiled step: first (compiling) {time.perf_counter() - start - sum(times[1:]):.1f} s, "
           f"then {1e3 * np.median(times[1:]):.2f} ms/step; loss {losses[0]:.3f} -> {losses[-10:].mean():.3f}")
     if peer is not None:

@@ -19,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import digits  # noqa: E402
+import training_log  # noqa: E402
 
 import lezero as lz  # noqa: E402
 from lezero import nn  # noqa: E402
@@ -40,7 +41,9 @@ class DigitsCNN(nn.Module):
 
 
 def train(epochs: int = 8, batch_size: int = 32, lr: float = 3e-3, seed: int = 0, progress: bool = True,
-          data=None) -> dict:
+          data=None, writer=None) -> dict:
+    """Train a fresh DigitsCNN; ``writer`` (a SummaryWriter) gets the loss of every step, the
+    learning rate (cosine-annealed per epoch) and the test accuracy (``main`` adds the graph)."""
     x_train, y_train, x_test, y_test = data if data is not None else digits.load(8)
     lz.manual_seed(seed)
     model = DigitsCNN()
@@ -61,6 +64,8 @@ def train(epochs: int = 8, batch_size: int = 32, lr: float = 3e-3, seed: int = 0
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
+            training_log.log_scalars(writer, len(losses), {"train/loss": losses[-1],
+                                                           "train/lr": optimizer.param_groups[0]["lr"]})
             bar.update(i + 1, loss=losses[-1])
         scheduler.step()
         bar.close(mean_loss=float(np.mean(losses[-len(loader):])))
@@ -68,6 +73,7 @@ def train(epochs: int = 8, batch_size: int = 32, lr: float = 3e-3, seed: int = 0
     model.eval()
     traced = lz.jit.trace(model, example_inputs=lz.randn(1, 1, 8, 8))
     acc = digits.accuracy(traced, x_test, y_test)
+    training_log.log_scalars(writer, len(losses), {"test/accuracy": acc})
     return {"accuracy": acc, "losses": losses, "seconds": seconds, "model": model, "traced": traced}
 
 
@@ -75,10 +81,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--no-progress", action="store_true")
+    training_log.add_arguments(parser, progress=False)  # its own per-epoch bar: --no-progress
     args = parser.parse_args(argv)
+    writer = training_log.open_writer(args, "train_cnn")
     data = digits.load(8)
     print(f"digits: {len(data[0])} training and {len(data[2])} test images, 8x8")
-    r = train(args.epochs, progress=not args.no_progress, data=data)
+    r = train(args.epochs, progress=not args.no_progress, data=data, writer=writer)
+    if writer is not None:
+        writer.add_graph(r["traced"])  # the traced eval model: TensorBoard's Graphs tab
+        writer.close()
     print(f"cnn: test accuracy {r['accuracy']:.2%}, {r['seconds']:.1f} s for {args.epochs} epochs "
           f"({len(r['losses'])} steps)")
     return 0 if r["accuracy"] >= 0.95 else 1
