@@ -88,6 +88,34 @@ def test_executable_matches_the_interpreter(convnet_exe, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "outf" / "probabilities.npy"), got)
 
 
+def test_executable_profile_times_every_kernel(convnet_exe, tmp_path):
+    """``--profile`` (issue 16): a row per kernel of the plan, slowest first, with its share of the
+    runs' wall time and its rates; the kernels' shares add up to at most the wall time, and the
+    outputs are the unprofiled run's."""
+    x = np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    plain = run_exe(convnet_exe, "--input", f"image={save(tmp_path, 'x', x)}", "--output-dir", tmp_path / "plain")
+    done = run_exe(convnet_exe, "--input", f"image={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "out",
+                   "--repeat", "5", "--profile")
+    assert plain.returncode == 0 and done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "probabilities.npy"),
+                                  np.load(tmp_path / "plain" / "probabilities.npy"))
+    lines = done.stderr.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["kernel", "ms/run", "share"])
+    summary = next(line for line in lines if "launches per run" in line)
+    launches = int(summary.split()[0])
+    rows = [line.split() for line in lines[header + 1:header + 1 + launches]]
+    module = convnet()
+    scheduled = specialize(module, "main", bind_shapes(module.lookup("main"), {}))
+    program = plan_program(scheduled, scheduled.lookup("main"), "convnet", "test")
+    assert launches == len(program.launches) and {r[0] for r in rows} == {lau.name for lau in program.launches}
+    times = [float(r[1]) for r in rows]
+    assert times == sorted(times, reverse=True)
+    shares = [float(r[2].rstrip("%")) for r in rows]
+    assert 0 < sum(shares) <= 100.5
+    conv_rows = [r for r in rows if "conv" in r[0]]
+    assert conv_rows and all(float(r[3]) > 0 for r in conv_rows)  # GFLOP/s from codegen's estimate
+
+
 @pytest.mark.parametrize("model, shapes, feeds", [
     (convnet_onnx, {"image": (2, 3, 16, 16)}, {"image": (2, 3, 16, 16)}),
     (elementwise_onnx, {}, {"a": (4, 5), "b": (5,)}),

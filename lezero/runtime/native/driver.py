@@ -188,7 +188,8 @@ def render_tables(program) -> str:
     offset = first_check = 0
     for launch in program.launches:
         lines.append(f"    {{{launch.symbol}, {c_string(launch.name)}, {launch.work_items}, {int(launch.parallel)}, "
-                     f"{offset}, {len(launch.buffers)}, {first_check}, {len(launch.checks)}}},")
+                     f"{offset}, {len(launch.buffers)}, {first_check}, {len(launch.checks)}, "
+                     f"{launch.flops}, {launch.bytes}}},")
         offset += len(launch.buffers)
         first_check += len(launch.checks)
     lines += [_SENTINEL, "};"]

@@ -60,6 +60,8 @@ class NativeLaunch:
     parallel: bool
     buffers: list   # BufferRef per operand, then per result (then the status, with checks)
     checks: tuple = ()  # the kernel's bounds checks (IndexCheck), in slot order
+    flops: int = 0  # codegen's estimate and the bytes it reads and writes: the --profile table's rates
+    bytes: int = 0
 
 
 @dataclass
@@ -223,7 +225,8 @@ def plan_program(module: ModuleOp, func: FuncOp, name: str, source: str,
             buffers.append(BufferRef("status", program.status_size))
             program.status_size += len(initial_status(lowered.index_checks))
         program.launches.append(NativeLaunch(lowered.name, symbol, lowered.work_items, launch.split_over_threads,
-                                             buffers, lowered.index_checks or ()))
+                                             buffers, lowered.index_checks or (), lowered.flops,
+                                             lowered.bytes_accessed))
 
     for i, buffer in enumerate(plan.outputs):
         in_place = plan.written_in_place(i)

@@ -53,6 +53,8 @@ typedef struct {
     int num_buffers;
     int first_check; /* into lz_index_checks */
     int num_checks;
+    int64_t flops; /* codegen's estimate, and the bytes the kernel reads and writes: --profile's rates */
+    int64_t bytes;
 } lz_launch;
 
 /* A bounds check: its flag at status[slot], the largest bad index at status[slot + 1]. */
@@ -238,7 +240,14 @@ struct lz_model {
     lz_pool pool;
     pthread_mutex_t lock; /* the arena is shared state: one run at a time */
     char error[LZ_ERROR_SIZE];
+    double *launch_seconds; /* --profile: each launch's time summed over the runs (NULL: not timed) */
 };
+
+static double lz_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static __thread char lz_create_error[LZ_ERROR_SIZE];
 
@@ -308,6 +317,7 @@ void lz_model_destroy(lz_model *model) {
     pthread_mutex_destroy(&model->lock);
     free(model->arena);
     free(model->scratch);
+    free(model->launch_seconds);
     free(model);
 }
 
@@ -406,10 +416,12 @@ int lz_model_run(lz_model *model, const char *const *input_names, const void *co
         const lz_launch *launch = &lz_launches[k];
         for (int b = 0; b < launch->num_buffers; b++)
             table[b] = lz_resolve(model, lz_buffer_refs[launch->first_buffer + b], in, out);
+        double start = model->launch_seconds ? lz_now() : 0;
         if (launch->parallel)
             lz_pool_run(&model->pool, launch->fn, table, launch->work_items);
         else
             launch->fn(table, 0, launch->work_items);
+        if (model->launch_seconds) model->launch_seconds[k] += lz_now() - start;
         for (int c = launch->first_check; c < launch->first_check + launch->num_checks; c++) {
             const lz_index_check *check = &lz_index_checks[c];
             if (!model->status[check->slot]) continue;
@@ -659,11 +671,12 @@ static void lz_print_tensor(FILE *f, const lz_tensor_desc *d, const char *file) 
 
 static void lz_usage(FILE *f) {
     fprintf(f,
-            "usage: %s --input NAME=FILE.npy [--input ...] --output-dir DIR [--threads N] [--repeat N]\n"
+            "usage: %s --input NAME=FILE.npy [--input ...] --output-dir DIR [--threads N] [--repeat N] [--profile]\n"
             "       %s --info\n\n"
             "Runs the model compiled by lezero-compile; writes DIR/<output>.npy for each output.\n"
             "--threads N  threads (default: $LEZERO_NUM_THREADS, else the CPUs this process may use)\n"
             "--repeat N   run N times and report the time per run on stderr\n"
+            "--profile    time each kernel launch; print a table on stderr (as lz.profiler's)\n"
             "--info       print the inputs and outputs\n",
             lz_program, lz_program);
 }
@@ -673,6 +686,37 @@ static void lz_info(void) {
     for (int i = 0; i < LZ_NUM_INPUTS; i++) lz_print_tensor(stdout, &lz_inputs[i], NULL);
     printf("outputs:\n");
     for (int i = 0; i < LZ_NUM_OUTPUTS; i++) lz_print_tensor(stdout, &lz_outputs[i], lz_output_files[i]);
+}
+
+/* --profile's table: one row per kernel (identical kernels share a symbol, not a row), by total time,
+ * with its share of the runs' wall time and its achieved rates (codegen's flop estimate, the bytes it
+ * reads and writes once), as lz.profiler's key_averages() prints a compiled function's kernels. */
+static const double *lz_sort_seconds; /* qsort's comparator reads the times from here */
+
+static int lz_slower_first(const void *a, const void *b) {
+    double x = lz_sort_seconds[*(const int *)a], y = lz_sort_seconds[*(const int *)b];
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void lz_print_profile(const double *seconds, int runs, double wall) {
+    int order[LZ_NUM_LAUNCHES + 1];
+    double kernels = 0;
+    for (int k = 0; k < LZ_NUM_LAUNCHES; k++) {
+        order[k] = k;
+        kernels += seconds[k];
+    }
+    lz_sort_seconds = seconds;
+    qsort(order, LZ_NUM_LAUNCHES, sizeof order[0], lz_slower_first);
+    fprintf(stderr, "%-48s %9s %7s %9s %9s %9s\n", "kernel", "ms/run", "share", "GFLOP/s", "GB/s", "threads");
+    for (int j = 0; j < LZ_NUM_LAUNCHES; j++) {
+        const lz_launch *l = &lz_launches[order[j]];
+        double t = seconds[order[j]] / runs;
+        fprintf(stderr, "%-48.48s %9.3f %6.1f%% %9.2f %9.2f %9s\n", l->name, 1e3 * t,
+                wall > 0 ? 100.0 * seconds[order[j]] / wall : 0.0, t > 0 ? (double)l->flops / t * 1e-9 : 0.0,
+                t > 0 ? (double)l->bytes / t * 1e-9 : 0.0, l->parallel ? "pool" : "caller");
+    }
+    fprintf(stderr, "%d launches per run, %d runs: kernels %.3f ms/run of %.3f ms/run wall (%.1f%%)\n",
+            LZ_NUM_LAUNCHES, runs, 1e3 * kernels / runs, 1e3 * wall / runs, wall > 0 ? 100.0 * kernels / wall : 0.0);
 }
 
 static const char *lz_option_value(int argc, char **argv, int *i, const char *option) {
@@ -689,11 +733,6 @@ static int lz_positive(const char *option, const char *text) {
     return (int)v;
 }
 
-static double lz_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int main(int argc, char **argv) {
     if (argc > 0 && argv[0]) {
@@ -702,12 +741,14 @@ int main(int argc, char **argv) {
     }
     const char *paths[LZ_NUM_INPUTS + 1] = {0};
     const char *output_dir = NULL;
-    int threads = 0, repeat = 1;
+    int threads = 0, repeat = 1, profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             lz_usage(stdout);
             return 0;
+        } else if (strcmp(a, "--profile") == 0) {
+            profile = 1;
         } else if (strcmp(a, "--info") == 0) {
             lz_info();
             return 0;
@@ -755,6 +796,7 @@ int main(int argc, char **argv) {
 
     lz_model *model = lz_model_create(threads);
     if (!model) lz_fail("%s", lz_model_last_error(NULL));
+    if (profile && !(model->launch_seconds = calloc(LZ_NUM_LAUNCHES + 1, sizeof(double)))) lz_fail("out of memory");
     double best = 1e300, total = 0;
     for (int r = 0; r < repeat; r++) {
         double start = lz_now();
@@ -767,6 +809,7 @@ int main(int argc, char **argv) {
     if (repeat > 1)
         fprintf(stderr, "%s: %d runs on %d threads: mean %.3f ms, best %.3f ms\n", lz_program, repeat,
                 lz_model_num_threads(model), 1e3 * total / repeat, 1e3 * best);
+    if (profile) lz_print_profile(model->launch_seconds, repeat, total);
     for (int i = 0; i < LZ_NUM_OUTPUTS; i++) lz_write_output(i, output_dir, outputs[i]);
     lz_model_destroy(model);
     return 0;
