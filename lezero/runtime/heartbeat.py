@@ -25,10 +25,10 @@ def beat() -> None:
     now = time.monotonic()
     if now - _last_beat < MIN_INTERVAL_S:
         return
+    _last_beat = now  # outside lezero-run too: the environment is read at most once a second
     path = os.environ.get(ENV_VAR)
     if not path:
         return
-    _last_beat = now
     try:
         os.utime(path)
     except FileNotFoundError:  # the launcher removed it while stopping this run: recreate it
