@@ -42,6 +42,43 @@ from lezero.runtime.cpu import Profiling, profile_plan
 from lezero.runtime.plan import HostStep
 
 
+class ProfilerAction(enum.Enum):
+    """What a ``schedule`` says about a step (torch.profiler's names).  Warm-up steps are not
+    recorded: lezero's recording costs nothing to start, so they only keep the step count."""
+
+    NONE = 0
+    WARMUP = 1
+    RECORD = 2
+    RECORD_AND_SAVE = 3
+
+
+_RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+
+def schedule(*, wait: int, warmup: int, active: int, repeat: int = 0, skip_first: int = 0):
+    """torch.profiler.schedule: after ``skip_first`` steps, cycles of ``wait`` idle steps,
+    ``warmup`` steps and ``active`` recorded steps, the last of which saves the trace; ``repeat``
+    cycles (0: as long as steps come)."""
+    if wait < 0 or warmup < 0 or active <= 0 or repeat < 0 or skip_first < 0:
+        raise ValueError(f"lz.profiler.schedule: wait={wait}, warmup={warmup}, repeat={repeat}, "
+                         f"skip_first={skip_first} must be >= 0 and active={active} > 0")
+    cycle = wait + warmup + active
+
+    def action(step: int) -> ProfilerAction:
+        if step < skip_first:
+            return ProfilerAction.NONE
+        step -= skip_first
+        if repeat and step >= repeat * cycle:
+            return ProfilerAction.NONE
+        position = step % cycle
+        if position < wait:
+            return ProfilerAction.NONE
+        if position < wait + warmup:
+            return ProfilerAction.WARMUP
+        return ProfilerAction.RECORD_AND_SAVE if position == cycle - 1 else ProfilerAction.RECORD
+    return action
+
+
 class ProfilerActivity(enum.Enum):
     """torch.profiler's activities: lezero records the CPU (its kernels run on the calling thread
     and the native thread pool)."""
@@ -108,9 +145,6 @@ class profile:
     def __init__(self, activities=None, schedule=None, on_trace_ready=None, record_shapes: bool = False,
                  profile_memory: bool = False, with_stack: bool = False, with_flops: bool = True,
                  with_modules: bool = False, peak=None):
-        if schedule is not None:
-            raise NotImplementedError("lz.profiler.profile: schedule= (wait/warmup/active cycles) is not supported; "
-                                      "profile the steps you want inside the with block")
         for flag, value in (("profile_memory", profile_memory), ("with_stack", with_stack),
                             ("with_modules", with_modules)):
             if value:
@@ -121,29 +155,33 @@ class profile:
                 raise ValueError(f"lz.profiler.profile records the CPU; {activity} is not recorded")
         self.on_trace_ready = on_trace_ready
         self.peak = peak
+        self.schedule = schedule
+        self.step_num = 0
         self.events: list[Event] = []
         self._facts: dict[int, _PlanFacts] = {}
         self.start_time = self.end_time = None
         self._lock = threading.Lock()
+        self._recording = False
 
     # --- recording -----------------------------------------------------------------------------
     def __enter__(self) -> profile:
-        if Profiling.recorder is not None:
+        if Profiling.recorder is not None or _Ranges.active is not None:
             raise RuntimeError("lz.profiler.profile: another profile is already recording")
-        TimedRunners.start(self.eager_op)
-        _Ranges.active = self
-        Profiling.recorder = self
+        _Ranges.active = self  # holds the place while a schedule waits, so a second profile is refused
+        self.step_num = 0
         self.start_time = time.perf_counter()
+        try:
+            if self._action() in _RECORDING:
+                self._start_recording()
+        except BaseException:
+            _Ranges.active = None  # a failed start leaves nothing recording
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
-        self.end_time = time.perf_counter()
-        TimedRunners.stop()
-        Profiling.recorder = None
+        if self._recording:
+            self._stop_recording()
         _Ranges.active = None
-        nest(self.events)
-        if self.on_trace_ready is not None:
-            self.on_trace_ready(self)
 
     def start(self) -> None:
         self.__enter__()
@@ -152,9 +190,40 @@ class profile:
         self.__exit__(None, None, None)
 
     def step(self) -> None:
-        """torch's step marker; without a schedule every step is recorded."""
+        """torch's step marker.  With a ``schedule``, the step number moves on: a cycle's last
+        active step (``RECORD_AND_SAVE``) ends its recording and calls ``on_trace_ready``, and a
+        step the schedule records starts a new one (``events`` then hold that cycle only).
+        Without a schedule every step is recorded."""
+        before = self._action()
+        self.step_num += 1
+        after = self._action()
+        if self._recording and (before is ProfilerAction.RECORD_AND_SAVE or after not in _RECORDING):
+            self._stop_recording()
+        if not self._recording and after in _RECORDING:
+            self._start_recording()
+
+    def _action(self) -> ProfilerAction:
+        return ProfilerAction.RECORD if self.schedule is None else self.schedule(self.step_num)
+
+    def _start_recording(self) -> None:
+        self.events, self._facts = [], {}
+        TimedRunners.start(self.eager_op)
+        Profiling.recorder = self
+        self._recording = True
+        self.start_time, self.end_time = time.perf_counter(), None
+
+    def _stop_recording(self) -> None:
+        self.end_time = time.perf_counter()
+        TimedRunners.stop()
+        Profiling.recorder = None
+        self._recording = False
+        nest(self.events)
+        if self.on_trace_ready is not None:
+            self.on_trace_ready(self)
 
     def _add(self, event: Event) -> None:
+        if not self._recording:  # a record_function range while the schedule waits
+            return
         with self._lock:
             self.events.append(event)
 

@@ -140,3 +140,31 @@ def test_ops_on_views_run_and_are_timed_through_the_compiled_op_they_call():
     assert any(k.startswith("lz_fused_reduce_sum") for k in keys), keys  # the compiled op's kernel
     with profile(peak=PEAK):  # the first profile stopped: another may start
         pass
+
+
+def test_a_schedule_records_its_active_steps_and_hands_each_cycle_to_on_trace_ready():
+    from lezero.profiler import ProfilerAction, schedule
+
+    plan = schedule(wait=1, warmup=1, active=2, repeat=2, skip_first=1)
+    # torch.profiler.schedule's actions for the same arguments
+    assert [plan(i).name for i in range(11)] == [
+        "NONE", "NONE", "WARMUP", "RECORD", "RECORD_AND_SAVE", "NONE", "WARMUP", "RECORD", "RECORD_AND_SAVE",
+        "NONE", "NONE"]
+    assert plan(4) is ProfilerAction.RECORD_AND_SAVE
+    cycles = []
+
+    def ready(prof):
+        cycles.append(sorted((r.key, r.count) for r in prof.key_averages() if r.kind in ("op", "user")))
+
+    x = lz.ones(4)
+    with profile(schedule=plan, on_trace_ready=ready, peak=PEAK) as prof:
+        for i in range(11):
+            with record_function(f"step{i}"):
+                lz.add(x, x)
+            prof.step()
+    assert [[key for key, _ in cycle if key.startswith("step")] for cycle in cycles] == [
+        ["step3", "step4"], ["step7", "step8"]]
+    assert all(dict(cycle).get("add") == 2 for cycle in cycles)
+    with profile(peak=PEAK) as unscheduled:  # the scheduled profile released the recorder
+        lz.add(x, x)
+    assert [r.key for r in unscheduled.key_averages() if r.kind == "op"] == ["add"]
