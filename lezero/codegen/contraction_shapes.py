@@ -58,8 +58,8 @@ def row_major(shape) -> tuple:
 
 
 def contraction_flops(op: Operation) -> int:
-    """2 x multiply-adds of a matmul or conv2d."""
-    if op.name == "lz.matmul":
+    """2 x multiply-adds of a matmul (``lz.matmul_integer`` too) or conv2d."""
+    if op.name in ("lz.matmul", "lz.matmul_integer"):
         s = MatmulShape.of(op)
         return 2 * s.batches * s.m * s.n * s.k
     s = ConvShape.of(op)
@@ -86,7 +86,7 @@ class MatmulShape:
     @staticmethod
     def of(op: Operation, a_strides: tuple | None = None, b_strides: tuple | None = None) -> "MatmulShape":
         """``a_strides``/``b_strides``: per dim of each operand (row-major when not given)."""
-        a, b = (v.type.shape for v in op.operands)
+        a, b = (v.type.shape for v in op.operands[:2])  # lz.matmul_integer's zero points follow
         a_strides = row_major(a) if a_strides is None else tuple(a_strides)
         b_strides = row_major(b) if b_strides is None else tuple(b_strides)
         a2, as2 = (a, a_strides) if len(a) > 1 else ((1,) + a, (0,) + a_strides)

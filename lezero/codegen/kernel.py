@@ -10,7 +10,8 @@ its own:
    ``matmul``/``conv``, ``attention``) picks one of the backend's ``KindLowerings``; a ``single``
    kernel's one op picks pooling, max pooling's gradient, a reduction, ``lz.cumulative``,
    ``lz.topk``, ``lz.scatter_nd``, ``lz.attention`` or, for a lone elementwise or data movement
-   op, the elementwise lowering;
+   op, the elementwise lowering; a ``matmul`` kernel of ``lz.matmul_integer`` goes to the
+   backend's int8 GEMM;
 3. the backend wraps what its lowering returned (work items, launch configs) with
    ``estimate_flops`` and ``bytes_accessed`` into what it hands the runtime.
 
@@ -40,6 +41,8 @@ from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
 from lezero.ir.types import TensorType, format_shape
 
 SCATTER_OPS = frozenset({"lz.scatter_nd"})
+# The int8 GEMM's op: a backend that keeps it whole (the CPU) lowers its matmul kernels itself.
+INTEGER_MATMUL = "lz.matmul_integer"
 
 
 def symbol_name(name: str) -> str:
@@ -94,7 +97,7 @@ class KindLowerings:
     topk: Callable
     scatter_nd: Callable
     attention: Callable | None = None  # kind "attention" (the CPU's; other targets never get one)
-    matmul_integer: Callable | None = None  # lz.matmul_integer in a single kernel (the CPU's, issue 12)
+    matmul_integer: Callable | None = None  # a matmul kernel of lz.matmul_integer and its epilogue (the CPU's, issue 12)
 
 
 def lower_kernel(kernel_op: Operation, target: str, make_context: Callable, lowerings: KindLowerings,
@@ -121,6 +124,9 @@ def lower_kernel(kernel_op: Operation, target: str, make_context: Callable, lowe
         return ctx, lowerings.reduction(ctx)
     if kind == "single":
         return ctx, _lower_single(ctx, lowerings)
+    if kind == "matmul" and lowerings.matmul_integer is not None and any(op.name == INTEGER_MATMUL
+                                                                         for op in ctx.body.ops):
+        return ctx, lowerings.matmul_integer(ctx)
     if kind in ("matmul", "conv"):
         return ctx, lowerings.contraction(ctx)
     if kind == "attention" and lowerings.attention is not None:
@@ -148,8 +154,6 @@ def _lower_single(ctx: KernelContext, lowerings: KindLowerings):
         return lowerings.scatter_nd(ctx, op)
     if op.name == "lz.attention" and lowerings.attention is not None:
         return lowerings.attention(ctx)
-    if op.name == "lz.matmul_integer" and lowerings.matmul_integer is not None:
-        return lowerings.matmul_integer(ctx, op)
     definition = op.definition
     if op.name in MOVEMENT or (definition is not None and definition.has_trait(ELEMENTWISE)):
         return lowerings.elementwise(ctx)
@@ -167,7 +171,7 @@ def estimate_flops(body) -> int:
     for op in body.ops:
         if op.name in MOVEMENT or op.name in ("lz.constant", "lz.yield"):
             continue
-        if op.name in CONTRACTION_OPS:
+        if op.name in CONTRACTION_OPS or op.name == INTEGER_MATMUL:
             total += contraction_flops(op)
         elif op.name == "lz.attention":  # the two products, and exp per score
             q, k, v = (x.type.shape for x in op.operands[:3])

@@ -99,6 +99,10 @@ class Estimate:
         return f"{self.seconds * 1e6:.1f} us ({self.bytes / 1e6:.3g} MB, {self.flops / 1e6:.3g} Mflop{notes})"
 
 
+# The ops a contraction kernel is built around (issue 12: the int8 GEMM is one too).
+CONTRACTIONS = ("lz.matmul", "lz.conv2d", "lz.matmul_integer")
+
+
 # --- what the model asks a backend -----------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -175,8 +179,8 @@ def estimate(c: Candidate) -> Estimate:
         notes += reduction_notes
     else:
         flops = sum(OP_COST.get(op.name, 1) * _elements(op.results[0]) for op in computed
-                    if op.name not in ("lz.matmul", "lz.conv2d"))
-    anchor = next((op for op in computed if op.name in ("lz.matmul", "lz.conv2d")), None)
+                    if op.name not in CONTRACTIONS)
+    anchor = next((op for op in computed if op.name in CONTRACTIONS), None)
     compute_seconds = flops / VECTOR_RATE
     if anchor is not None:
         work, extra_bytes, rate, contraction_notes = _contraction_work(c, anchor, members)
@@ -270,7 +274,7 @@ def _contraction_work(c: Candidate, anchor: Operation, members) -> tuple[int, in
     if anchor.name == "lz.conv2d":
         from_shape = 2 * _elements(anchor.result) * math.prod(anchor.operands[1].type.shape[1:])
         return from_shape, 0, CONV_RATE, []
-    a, b = anchor.operands
+    a, b = anchor.operands[:2]  # lz.matmul_integer's zero points follow
     k = a.type.shape[-1]
     flops = 2 * _elements(anchor.result) * k
     strides = tuple(read_strides(v, members) for v in anchor.operands)

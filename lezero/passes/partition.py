@@ -45,7 +45,7 @@ What a group of each kind may hold (the contract in docs/architecture.md):
   ``x - max(x)``) or at the reduced shape (kept or dropped dims), and moved operands (group norm's
   input reshaped to N x G x rest).  A reduced value may feed a full-shape op only if broadcasting
   puts it back along the reduced axes (``keepdims``, or reduced axes that lead).
-- ``matmul`` / ``conv``: one ``lz.matmul`` / ``lz.conv2d`` whose operands come from memory,
+- ``matmul`` / ``conv``: one ``lz.matmul`` (or ``lz.matmul_integer``) / ``lz.conv2d`` whose operands come from memory,
   elementwise ops over its result shape (bias, activation, residual add: the epilogue), and the
   moved operands the epilogue reads.  The one prologue: a matmul may read an operand through an
   ``lz.transpose`` of memory (``x @ w.T``, ONNX Gemm's ``transB``), when the transpose keeps the
@@ -94,7 +94,10 @@ TRANSFER_KIND = "transfer"
 
 MOVEMENT_OPS = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.slice", "lz.as_strided", "lz.pad",
                           "lz.concat", "lz.gather"})
-CONTRACTION_OPS = {"lz.matmul": "matmul", "lz.conv2d": "conv"}
+CONTRACTION_OPS = {"lz.matmul": "matmul", "lz.conv2d": "conv",
+                   # issue 12: the int8 GEMM (the CPU keeps it whole) takes its dequantize or
+                   # requantize epilogue like any matmul, so no i32 tensor is stored
+                   "lz.matmul_integer": "matmul"}
 
 # Longest kernel name: this many distinct op names, then "etc".
 MAX_NAME_PARTS = 5

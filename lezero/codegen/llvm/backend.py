@@ -16,7 +16,8 @@ the same names as the Triton backend's:
   ``reduction.py`` (``lz.cumulative``), ``selection.py`` (``lz.topk``, ``lz.scatter_nd``); a lone
   elementwise, data movement or reduction op goes through the matching lowering;
 - ``attention``: ``attention.py`` (``lz.attention``, from the fuse-attention pass);
-- ``lz.matmul_integer`` (a ``single`` kernel): ``integer_gemm.py`` (u8 x s8 dot products, VNNI);
+- ``lz.matmul_integer`` and its epilogue (a ``matmul`` kernel): ``integer_gemm.py`` (u8 x s8 dot
+  products, VNNI; the dequantize or requantize epilogue on each tile before it is stored);
 - ``matmul``/``conv``: ``contraction.py`` (float32 through ``gemm.py``'s GEMM with the epilogue
   in its micro-kernel, ``contraction_gemm.py``; other dtypes as loops).
 

@@ -68,7 +68,7 @@ from lezero.codegen.llvm.loops import (
     min_i64,
     unravel_values,
 )
-from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar
+from lezero.codegen.llvm.scalar_builder import LLVMScalarBuilder, Scalar, compute_type
 from lezero.codegen.row_generic import any_rows
 from lezero.codegen.llvm.value_at_index import IndexMaterializer, LLVMValueAtIndex
 from lezero.codegen.value_at_index import Buffer
@@ -618,15 +618,16 @@ class TileEpilogue:
         yields = self.ctx.yields
         results = self._results
         dtype = self.anchor.result.type.element_type
+        sum_type = compute_type(dtype)  # float32 sums, or the int8 GEMM's i32 (integer_gemm.py)
 
         def store(i, j, index):
             emitter.new_scope()
             position = b.add(b.mul(i, i64(tile.nr)), j)
 
             def tile_value(op, value, at):
-                address = b.gep(tile.sums, [position], source_etype=FLOAT)
+                address = b.gep(tile.sums, [position], source_etype=sum_type)
                 # a bf16 contraction's float32 sum rounds once to bf16, as the reference's does
-                return emitter.s.round(Scalar(b.load(address, typ=FLOAT, align=4), dtype))
+                return emitter.s.round(Scalar(b.load(address, typ=sum_type, align=4), dtype))
 
             emitter.overrides[self.anchor] = tile_value
             values = [emitter.at(y, index) for y in yields]

@@ -4,7 +4,7 @@
 - Which kernel a matmul runs with its operands read at given strides (a transpose fused into an
   operand permutes its buffer's strides): ``contraction_shapes.matmul_kernel`` for float32, the
   dtype whose kernels tell the packed GEMM from the loop kernel; every other dtype runs the loop
-  kernel whatever the strides, fused or not.
+  kernel whatever the strides, fused or not; ``lz.matmul_integer`` runs the int8 GEMM.
 - The longest row a row reduction keeps for its later passes (``reduction.ROW_CACHE``).
 """
 from __future__ import annotations
@@ -19,6 +19,8 @@ from lezero.passes.fusion_cost import BackendFacts
 def contraction_kernel(anchor: Operation, strides: tuple) -> tuple[str, int]:
     """``(kernel, gemms)`` of ``lz.matmul`` ``anchor`` with its operands read with ``strides``
     (per operand; None for row-major)."""
+    if anchor.name == "lz.matmul_integer":  # the int8 GEMM (integer_gemm.py), its operands row-major
+        return "gemm", MatmulShape.of(anchor).batches_as_rows().batches
     if anchor.result.type.element_type != F32:
         return "loops", MatmulShape.of(anchor, *strides).batches
     kernel, shape = matmul_kernel(anchor, *strides)

@@ -18,18 +18,25 @@ same dot product of 4 is plain widening multiplies and adds, which LLVM lowers f
 everywhere, fast where VNNI is.  (Without it each byte position is a 16-lane i32 multiply-add:
 AVX2's ``vpmaddubsw`` would saturate its int16 sums of two u8 x s8 products, and a 7-bit
 reduction as ORT and PyTorch use there would change the results; exactness comes first.)
+
+The kernel is partition's ``matmul`` kind: ``lz.matmul_integer`` and its elementwise epilogue
+(the cast, the scales, a bias, an activation, a ``lz.quantize``'s divide, round, clamp and cast).
+A bare product stores its i32 vectors; otherwise each corrected tile goes to a stack tile of i32
+and the float GEMM's ``TileEpilogue`` (``contraction_gemm.py``) evaluates every yielded value at
+each of its elements, the i32 sum in place of the contraction, so no i32 tensor is stored and the
+values are the reference's op for op (bit-equal: the same f32 operations in the same order).
 """
 from __future__ import annotations
 
-import math
-
 from llvmlite import ir
 
-from lezero.codegen.kernel import single_buffers
+from lezero.codegen.contraction_shapes import MatmulShape
+from lezero.codegen.llvm import vectors
 from lezero.codegen.llvm.context import KernelContext
+from lezero.codegen.llvm.contraction_gemm import MatmulGemm, TileEpilogue
+from lezero.codegen.llvm.gemm_epilogue import OutputTile
 from lezero.codegen.llvm.ir_types import PTR
 from lezero.codegen.llvm.loops import declare, for_range, i64
-from lezero.ir.dialect.broadcasting import broadcast_shapes
 
 NB = 64  # columns of a panel: 4 vectors of 16 i32
 LANES = 16
@@ -71,39 +78,18 @@ class _Dot4:
         return acc
 
 
-def _matmul_dims(op):
-    """``(batches, a_offsets, b_offsets, m, k, n)``: the GEMMs of ``lz.matmul_integer``'s numpy
-    semantics; a 2-D (or 1-D) rhs shares one GEMM with every row of the lhs."""
-    a_shape, b_shape = op.operands[0].type.shape, op.operands[1].type.shape
-    k = a_shape[-1]
-    n = b_shape[-1] if len(b_shape) > 1 else 1
-    if len(b_shape) <= 2:
-        return [0], [0], math.prod(a_shape[:-1]), k, n
-    m = a_shape[-2] if len(a_shape) > 1 else 1
-    a_batch = a_shape[:-2] if len(a_shape) > 1 else ()
-    batch = broadcast_shapes(a_batch, b_shape[:-2])
+def _batch_offsets(shape: MatmulShape) -> tuple[list, list]:
+    """The element offsets of A and B of each GEMM (batch) of ``shape``: its operands are
+    row-major kernel operands, broadcast along batch dims of stride 0."""
     a_offsets, b_offsets = [], []
-    for index in (divmod_all(i, batch) for i in range(math.prod(batch))):
-        a_offsets.append(_broadcast_offset(index, a_batch) * m * k)
-        b_offsets.append(_broadcast_offset(index, b_shape[:-2]) * k * n)
-    return a_offsets, b_offsets, m, k, n
-
-
-def divmod_all(linear: int, shape) -> tuple:
-    out = []
-    for d in reversed(shape):
-        linear, r = divmod(linear, d)
-        out.append(r)
-    return tuple(reversed(out))
-
-
-def _broadcast_offset(index, shape) -> int:
-    """The linear position in ``shape`` (right-aligned, size-1 dims broadcast) of a batch index."""
-    index = index[len(index) - len(shape):]
-    linear = 0
-    for i, d in zip(index, shape):
-        linear = linear * d + (i if d > 1 else 0)
-    return linear
+    for batch in range(shape.batches):
+        index, rest = [], batch
+        for d in reversed(shape.batch_shape):
+            rest, i = divmod(rest, d)
+            index.insert(0, i)
+        a_offsets.append(sum(i * st for i, st in zip(index, shape.a_batch_strides)))
+        b_offsets.append(sum(i * st for i, st in zip(index, shape.b_batch_strides)))
+    return a_offsets, b_offsets
 
 
 def _table(ctx, name, values):
@@ -115,13 +101,60 @@ def _table(ctx, name, values):
     return table
 
 
-def lower_matmul_integer(ctx: KernelContext, op) -> int:
-    """One work item per panel of ``NB`` columns of each batch (the module docstring)."""
+class _Output:
+    """Where a tile's i32 values go: straight into the result (a bare product), or through the
+    kernel's epilogue (``contraction_gemm.TileEpilogue``: a stack tile of i32, then every yielded
+    value at each of its elements: dequantize, bias, activation, requantize)."""
+
+    def __init__(self, ctx: KernelContext, anchor, shape: MatmulShape, mr: int):
+        self.ctx = ctx
+        self.plain = list(ctx.yields) == [anchor.result]
+        if self.plain:
+            self.result = ctx.result_buffers[0]
+            return
+        self.epilogue = TileEpilogue(ctx, anchor, MatmulGemm(shape))
+        self.sums = vectors.opaque_alloca(ir.IRBuilder(ctx.fn.entry), I32, i64(mr * NB), "tile")
+        self.mr = mr
+
+    def store(self, b, batch, c_base, n, row0, j0, rows: int, cols: int, values) -> None:
+        """``values[r][v]``: the i32 vectors of rows ``row0 + r``, columns ``j0 + 16 v ...``."""
+        if self.plain:
+            for r, row_values in enumerate(values):
+                out_row = b.add(c_base, b.add(b.mul(b.add(row0, i64(r)), i64(n)), j0))
+                for v, value in enumerate(row_values):
+                    at = b.add(out_row, i64(16 * v))
+                    if 16 * (v + 1) <= cols:
+                        b.store(value, b.gep(self.result.pointer, [at], source_etype=I32), align=4)
+                    else:
+                        for lane in range(cols - 16 * v):
+                            b.store(b.extract_element(value, ir.Constant(I32, lane)),
+                                    b.gep(self.result.pointer, [b.add(at, i64(lane))], source_etype=I32), align=4)
+            return
+        for r, row_values in enumerate(values):
+            for v, value in enumerate(row_values):
+                b.store(value, b.gep(self.sums, [i64(r * NB + 16 * v)], source_etype=I32), align=4)
+        args = {f"buffer{i}": (p,) for i, p in enumerate(self.ctx.fn.buffers)}
+        args["batch"] = (batch,)
+        tile = OutputTile(b, row0, j0, i64(rows), i64(cols), self.sums, self.mr, NB, rows == self.mr and cols == NB,
+                          args)
+        self.epilogue.emit(tile)
+        self.ctx.s.external_symbols |= self.epilogue.external_symbols
+
+
+def lower_matmul_integer(ctx: KernelContext) -> int:
+    """A matmul kernel of ``lz.matmul_integer`` and its epilogue: one work item per panel of
+    ``NB`` columns of each batch (the module docstring)."""
     b = ctx.b
-    (a_buf, b_buf, za_buf, zb_buf), (c_buf,) = single_buffers(ctx, op)
-    a_signed = op.operands[0].type.element_type.name == "i8"
-    b_unsigned = op.operands[1].type.element_type.name == "ui8"
-    a_offsets, b_offsets, m, k, n = _matmul_dims(op)
+    anchor = next(op for op in ctx.body.ops if op.name == "lz.matmul_integer")
+    for v in anchor.operands:
+        if v not in ctx.body.args:
+            raise ctx.failure(f"{anchor.name} reads its operands from memory (it takes no prologue)")
+    a_buf, b_buf, za_buf, zb_buf = (ctx.emitter.buffers[v] for v in anchor.operands)
+    a_signed = anchor.operands[0].type.element_type.name == "i8"
+    b_unsigned = anchor.operands[1].type.element_type.name == "ui8"
+    shape = MatmulShape.of(anchor).batches_as_rows()
+    m, k, n = shape.m, shape.k, shape.n
+    a_offsets, b_offsets = _batch_offsets(shape)
     panels = -(-n // NB)
     items = len(a_offsets) * panels
     if items == 0 or m == 0:
@@ -131,6 +164,7 @@ def lower_matmul_integer(ctx: KernelContext, op) -> int:
     mr = 6 if "avx512f" in ctx.cpu.features else 2
     dot4 = _Dot4(ctx)
     zero16 = ir.Constant(V16, [0] * LANES)
+    output = _Output(ctx, anchor, shape, mr)
 
     packed = b.call(declare(ctx.module, "malloc", PTR, [INT64]), [i64(groups * NB * 4 + 64)])
     with b.if_then(b.icmp_unsigned("==", packed, ir.Constant(PTR, None)), likely=False):
@@ -159,17 +193,18 @@ def lower_matmul_integer(ctx: KernelContext, op) -> int:
         j0 = b.mul(panel, i64(NB))
         last = b.icmp_unsigned("==", panel, i64(panels - 1))
         full_cols = n - (panels - 1) * NB
+
+        def panel_of(cols):
+            _panel(ctx, dot4, cols, packed, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k, n, groups,
+                   mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
         if full_cols == NB:
-            _panel(ctx, dot4, NB, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base, j0, m, k, n, groups, mr,
-                   a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
+            panel_of(NB)
         else:
             with b.if_else(last) as (partial, whole):
                 with partial:
-                    _panel(ctx, dot4, full_cols, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base, j0, m, k, n,
-                           groups, mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
+                    panel_of(full_cols)
                 with whole:
-                    _panel(ctx, dot4, NB, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base, j0, m, k, n, groups,
-                           mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
+                    panel_of(NB)
     b.call(declare(ctx.module, "free", ir.VoidType(), [PTR]), [packed])
     ctx.fn.finish()
     return items
@@ -228,7 +263,7 @@ def _lhs_quad(ctx, a_buf, a_base, row, g, k, a_signed):
     return b.xor(quad, flip)
 
 
-def _panel(ctx, dot4, cols, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base, j0, m, k, n, groups, mr,
+def _panel(ctx, dot4, cols, packed, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k, n, groups, mr,
            a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16):
     """One panel of ``cols`` (static) columns: pack it, sum its columns, then every row block."""
     b = ctx.b
@@ -271,17 +306,17 @@ def _panel(ctx, dot4, cols, packed, a_buf, b_buf, c_buf, a_base, b_base, c_base,
     blocks, tail = divmod(m, mr)
     if blocks:
         with for_range(b, 0, blocks, "rows") as block:
-            _tile(ctx, dot4, b.mul(block, i64(mr)), mr, cols, vectors, packed, a_buf, c_buf, a_base, c_base, j0, k, n,
-                  groups, a_signed, zb_vec, column_terms, rowsum)
+            _tile(ctx, dot4, b.mul(block, i64(mr)), mr, cols, vectors, packed, a_buf, output, batch, a_base, c_base,
+                  j0, k, n, groups, a_signed, zb_vec, column_terms, rowsum)
     if tail:
-        _tile(ctx, dot4, i64(blocks * mr), tail, cols, vectors, packed, a_buf, c_buf, a_base, c_base, j0, k, n,
-              groups, a_signed, zb_vec, column_terms, rowsum)
+        _tile(ctx, dot4, i64(blocks * mr), tail, cols, vectors, packed, a_buf, output, batch, a_base, c_base, j0,
+              k, n, groups, a_signed, zb_vec, column_terms, rowsum)
 
 
-def _tile(ctx, dot4, i0, rows, cols, vectors, packed, a_buf, c_buf, a_base, c_base, j0, k, n, groups, a_signed,
-          zb_vec, column_terms, rowsum):
+def _tile(ctx, dot4, i0, rows, cols, vectors, packed, a_buf, output, batch, a_base, c_base, j0, k, n, groups,
+          a_signed, zb_vec, column_terms, rowsum):
     """``rows x cols`` outputs from row ``i0``: the register tile over every k step, then the
-    zero-point corrections, stored as i32."""
+    zero-point corrections, to ``output``."""
     b = ctx.b
     accs = [[ctx.fn.alloca(V16, 1, f"acc{r}_{v}") for v in range(vectors)] for r in range(rows)]
     for r in range(rows):
@@ -299,16 +334,9 @@ def _tile(ctx, dot4, i0, rows, cols, vectors, packed, a_buf, c_buf, a_base, c_ba
             step(g)
     if k % 4:
         step(k // 4)
+    values = []
     for r in range(rows):
-        row = b.add(i0, i64(r))
-        row_sum = _splat(b, b.load(b.gep(rowsum, [row], source_etype=I32)), V16)
-        out_row = b.add(c_base, b.add(b.mul(row, i64(n)), j0))
-        for v in range(vectors):
-            value = b.add(b.load(accs[r][v]), b.sub(column_terms[v], b.mul(zb_vec[v], row_sum)))
-            at = b.add(out_row, i64(16 * v))
-            if 16 * (v + 1) <= cols:
-                b.store(value, b.gep(c_buf.pointer, [at], source_etype=I32), align=4)
-            else:
-                for lane in range(cols - 16 * v):
-                    b.store(b.extract_element(value, ir.Constant(I32, lane)),
-                            b.gep(c_buf.pointer, [b.add(at, i64(lane))], source_etype=I32), align=4)
+        row_sum = _splat(b, b.load(b.gep(rowsum, [b.add(i0, i64(r))], source_etype=I32)), V16)
+        values.append([b.add(b.load(accs[r][v]), b.sub(column_terms[v], b.mul(zb_vec[v], row_sum)))
+                       for v in range(vectors)])
+    output.store(b, batch, c_base, n, i0, j0, rows, cols, values)

@@ -2,7 +2,10 @@
 integer reference on every CPU of the cross-target matrix: K not a multiple of 4, a last panel of
 fewer than 64 columns, row blocks with a tail, batched and broadcast rhs, every pairing of i8 and ui8
 with zero points at the ends of their ranges (the largest products), per-column rhs zero points;
-and the instruction it is built on where the CPU has it (``vpdpbusd``)."""
+and the instruction it is built on where the CPU has it (``vpdpbusd``).  Its fused epilogue: the
+i32 tile dequantized (per-column scale, bias, relu) or requantized to ui8/i8 (ties to even,
+saturation at both ends) before it is stored, equal to the reference interpreter's unfused chain
+on every CPU, in one kernel that stores no i32 tensor."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +16,8 @@ import lezero
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.llvm.jit import emit_assembly
 from lezero.codegen.schedule import schedule
-from lezero.ir.types import tensor
+from lezero.ir import interpret
+from lezero.ir.types import F32, tensor
 
 NP = {"i8": np.int8, "ui8": np.uint8}
 
@@ -59,3 +63,51 @@ def test_vnni_cpus_use_vpdpbusd_and_others_do_not():
                   if op.name == "lz.kernel")
     assert "vpdpbusd" in emit_assembly(lower_kernel(kernel, cpu="znver4").llvm_ir, "znver4")
     assert "vpdpbusd" not in emit_assembly(lower_kernel(kernel, cpu="skylake-avx512").llvm_ir, "skylake-avx512")
+
+
+def _epilogue_module(m, k, n, out_dt, a_dt, b_dt, ties):
+    """``matmul_integer`` then ``* scale`` (per column) ``+ bias``, relu and ``quantize`` to ``out_dt``:
+    the chain the QDQ fold and ``lz.quantization``'s Linear give.  ``ties``: scale 0.5 and an output
+    scale 1 (every odd sum a tie); else a small output scale (both ends saturate)."""
+    def body(b, a, w, za, zb, scale, bias):
+        y = b.op("lz.mul", b.op("lz.cast", b.op("lz.matmul_integer", a, w, za, zb), to=F32), scale)
+        y = b.op("lz.add", y, bias)
+        out_scale = np.asarray(1.0 if ties else 0.01, np.float32)
+        q = b.op("lz.quantize", y, b.constant(out_scale, tensor((), "f32")),
+                 b.constant(np.asarray(3 if out_dt == "ui8" else -5, NP[out_dt]), tensor((), out_dt)))
+        relu = b.op("lz.max", y, b.constant(np.asarray(0, np.float32), tensor((), "f32")))
+        return [q, relu]
+    return build([tensor((m, k), a_dt), tensor((k, n), b_dt), tensor((), a_dt), tensor((n,), b_dt),
+                  tensor((n,), "f32"), tensor((n,), "f32")], body)
+
+
+EPILOGUE_CASES = {f"{a}x{b}-to-{out}-{'ties' if ties else 'saturating'}": ((13, 71, 80), a, b, out, ties)
+                  for a, b, out, ties in (("ui8", "i8", "ui8", True), ("ui8", "i8", "i8", False),
+                                          ("i8", "ui8", "i8", True), ("i8", "ui8", "ui8", False))}
+
+
+@pytest.mark.cross_target(cases=EPILOGUE_CASES, group=lambda case: "integer-gemm-epilogue")
+def test_fused_dequantize_and_requantize_equal_the_unfused_chain_on_every_cpu(cpu, case):
+    (m, k, n), a_dt, b_dt, out_dt, ties = case
+    module = _epilogue_module(m, k, n, out_dt, a_dt, b_dt, ties)
+    rng = np.random.default_rng(m + k + n)
+    a, w = _extremes(rng, (m, k), a_dt), _extremes(rng, (k, n), b_dt)
+    za, zb = np.asarray(7, NP[a_dt]), rng.integers(-3, 4, n).astype(np.int64)
+    zb = (zb + (128 if b_dt == "ui8" else 0)).astype(NP[b_dt])
+    scale = np.full(n, 0.5, np.float32) if ties else (rng.random(n) * 1e-3).astype(np.float32)
+    bias = np.zeros(n, np.float32) if ties else rng.standard_normal(n).astype(np.float32)
+    arrays = (a, w, za, zb, scale, bias)
+    got = lezero.compile(module, "f", cpu=cpu)(*arrays)
+    want = interpret(module, "f", *arrays)
+    info = np.iinfo(NP[out_dt])
+    assert ties or {info.min, info.max} <= set(np.unique(want[0])), "the case saturates at both ends"
+    for g, w_ in zip(got, want):
+        assert g.dtype == w_.dtype
+        np.testing.assert_array_equal(g, w_, err_msg=f"{case} compiled for {cpu}")
+
+
+def test_the_epilogue_joins_the_integer_gemm_kernel():
+    kernels = [op for op in schedule(_epilogue_module(8, 64, 64, "ui8", "ui8", "i8", False)).functions[0]
+               .entry_block.ops if op.name == "lz.kernel"]
+    assert len(kernels) == 1 and kernels[0].attributes["kind"].value == "matmul"
+    assert all(r.type.element_type.name != "i32" for r in kernels[0].results)
