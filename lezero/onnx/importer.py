@@ -11,7 +11,7 @@ built from lz ops.
 
 **Constants are evaluated at import.** An lz op whose operands are all known is run through its
 numpy reference at once and becomes an ``lz.constant`` (unless that would make a large constant
-out of small ones, such as a broadcast), so shape subgraphs (Shape -> Gather -> Concat -> Reshape)
+out of small ones, such as a broadcast, or a dequantized weight), so shape subgraphs (Shape -> Gather -> Concat -> Reshape)
 fold away and shapes stay static where the graph inputs' shapes are.  A converter that needs a
 value at compile time (Reshape's target shape, Slice's starts, TopK's K, ...) asks for it with
 ``ctx.require_constant``; when the value is computed from graph inputs the import stops with a
@@ -51,6 +51,9 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 
 # A folded constant may be this many elements, or as large as its operands together.
 FOLD_MAX_ELEMENTS = 1 << 16
+# Ops never folded at import (issue 12): a quantized weight stays 8-bit, 4x smaller than its
+# float value, and the fold-qdq pass makes its matmul the int8 GEMM.
+KEPT_UNFOLDED = frozenset({"lz.dequantize"})
 _REQUIRED = object()
 
 
@@ -332,7 +335,7 @@ class Importer:
 
     @staticmethod
     def _worth_folding(op, arrays) -> bool:
-        if any(not r.type.is_static for r in op.results):
+        if op.name in KEPT_UNFOLDED or any(not r.type.is_static for r in op.results):
             return False
         size = sum(r.type.num_elements for r in op.results)
         return size <= max(FOLD_MAX_ELEMENTS, sum(a.size for a in arrays))

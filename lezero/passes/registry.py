@@ -25,6 +25,7 @@ from lezero.passes.pass_base import Pass, PassInfo, PipelineError, format_option
 from lezero.passes.shape_infer import ShapeInfer
 from lezero.passes.autocast import Autocast  # issue 13: mixed precision
 from lezero.passes.loop_sums import LoopSums  # issue 17: an RNN's weight gradient as one GEMM
+from lezero.passes.fold_qdq import FoldQdq  # issue 12: QDQ matmuls as the int8 GEMM
 
 # name -> pass class, for every pass lezero ships
 BUILTIN_PASSES: dict[str, type[Pass]] = {
@@ -42,6 +43,7 @@ BUILTIN_PASSES: dict[str, type[Pass]] = {
     "shape-infer": ShapeInfer,
     "autocast": Autocast,  # issue 13: mixed precision
     "loop-sums": LoopSums,  # issue 17: an RNN's weight gradient as one GEMM
+    "fold-qdq": FoldQdq,  # issue 12: QDQ matmuls as the int8 GEMM
 }
 
 _PASSES: dict[str, type[Pass]] = {}

@@ -2,7 +2,8 @@
 transformer encoder quantized with ``quantize_dynamic`` (DynamicQuantizeLinear + MatMulInteger:
 lz.dynamic_quantize and lz.matmul_integer, the int8 GEMM) and an MLP quantized with
 ``quantize_static`` in the QDQ format (QuantizeLinear / DequantizeLinear pairs with per-channel
-weights), each within one quantization step of ONNX Runtime's outputs."""
+weights; fold-qdq makes its Gemms the int8 GEMM with a requantize epilogue), each within one
+quantization step of ONNX Runtime's outputs."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 import lezero.onnx
+from lezero.codegen.schedule import schedule
 from lezero.ir.printer import print_module
 
 
@@ -66,3 +68,10 @@ def test_statically_quantized_qdq_mlp_matches_onnxruntime(tmp_path):
     got = lezero.onnx.compile(str(tmp_path / "mlp_q.onnx")).run(feeds)["y"]
     step = (want.max() - want.min()) / 255
     assert np.abs(got - want).max() <= step, (np.abs(got - want).max(), step)
+    # fold-qdq made both Gemms the int8 GEMM, its epilogue requantizing: between the 8-bit input
+    # and the 8-bit hidden layer no float (or i32) tensor is stored
+    kernels = [op for op in schedule(lezero.onnx.import_model(onnx.load(tmp_path / "mlp_q.onnx"))).functions[0]
+               .entry_block.ops if op.name == "lz.kernel"]
+    gemms = [k for k in kernels if any(op.name == "lz.matmul_integer" for op in k.regions[0].blocks[0].ops)]
+    assert len(gemms) == 2 and not any(op.name == "lz.matmul" for k in kernels for op in k.regions[0].blocks[0].ops)
+    assert [r.type.element_type.name for r in gemms[0].results] == ["i8"]  # ORT's default activation type
