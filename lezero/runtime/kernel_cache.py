@@ -321,6 +321,19 @@ class KernelCache:
             return hit
         return self._load_object(key, symbol, cpu, lambda: _compile_object(llvm_ir, cpu))
 
+    def load_module(self, llvm_ir: str, symbols, cpu: CpuTarget | str | None = None):
+        """``(engine, addresses)``: the addresses of ``symbols`` in the object code of ``llvm_ir``,
+        read from disk when it is there, else compiled now and kept (the native thread pool's
+        module: JIT-compiling it cost every process ~45 ms), and the engine that owns that code
+        (keep it alive while an address is used)."""
+        cpu = cpu_target(cpu)
+        path = self.path(self.object_key(llvm_ir, cpu))
+        obj = self._read(path)
+        if obj is None:
+            obj = _compile_object(llvm_ir, cpu)
+            self._write(path, obj)
+        return _engine_with(obj, symbols, cpu)
+
     # --- inside ----------------------------------------------------------------------------------
     def _lower(self, kernel_op: Operation, cpu: CpuTarget) -> LoweredKernel:
         start = time.perf_counter()
@@ -461,14 +474,21 @@ def _compile_object(llvm_ir: str, cpu: CpuTarget) -> bytes:
         return tm.emit_object(parsed)
 
 
-def _load_object(obj: bytes, symbol: str, cpu: CpuTarget) -> LoadedKernel:
+def _engine_with(obj: bytes, symbols, cpu: CpuTarget) -> tuple:
+    """An MCJIT engine holding object code ``obj``, and the addresses of ``symbols`` in it."""
     with jit._compile_lock:
         engine = jit.execution_engine(cpu)
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
-        address = engine.get_function_address(symbol)
-    if not address:
-        raise RuntimeError(f"kernel object has no symbol {symbol!r}")
+        addresses = tuple(engine.get_function_address(symbol) for symbol in symbols)
+    missing = [symbol for symbol, address in zip(symbols, addresses) if not address]
+    if missing:
+        raise RuntimeError(f"object code has no symbol {', '.join(map(repr, missing))}")
+    return engine, addresses
+
+
+def _load_object(obj: bytes, symbol: str, cpu: CpuTarget) -> LoadedKernel:
+    engine, (address,) = _engine_with(obj, (symbol,), cpu)
     return LoadedKernel(engine, address, symbol)
 
 

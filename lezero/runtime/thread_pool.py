@@ -5,8 +5,8 @@ end)`` over ``[0, work_items)`` split into one contiguous range (a *chunk*) per 
 work to another thread must cost far less than the kernels it splits: a Python executor
 (``submit`` + ``result``) cost 40-100 us per launch, more than a layer norm's whole kernel, so
 every small kernel lost end to end on 2 threads.  So the pool is native: its workers and its
-hand-off are a small LLVM IR module (``_POOL_IR``), JIT-compiled once per process like the
-kernels (no C compiler at run time), called through ctypes (which releases the GIL).  A hand-off
+hand-off are a small LLVM IR module (``_POOL_IR``), compiled like the kernels and kept in their
+cache on disk (no C compiler at run time), called through ctypes (which releases the GIL).  A hand-off
 is a few atomic stores and, only when a worker sleeps, one ``futex`` wake: a few microseconds.
 
 How a launch runs (``lz_pool_run``):
@@ -312,22 +312,31 @@ def _host_arch() -> str:
 
 @functools.cache
 def _native():
-    """The pool's machine code for this machine (compiled once per process): ``(start, stop, run)``."""
-    from lezero.codegen.llvm.jit import compile_module
+    """The pool's machine code for this machine (once per process, from the kernel cache's disk
+    entry after the first): ``(start, stop, run)``."""
+    # Imported here: the kernel cache imports this module (usable_cpus).
+    from lezero.runtime.kernel_cache import default_cache
 
     arch = _host_arch()
     if arch not in _SYS_FUTEX or platform.system() != "Linux":
         raise OSError(f"the native thread pool needs Linux futexes on x86_64 or aarch64, not {platform.system()} "
                       f"{arch}; run with LEZERO_NUM_THREADS=1")
     pause = "llvm.x86.sse2.pause()" if arch == "x86_64" else "llvm.aarch64.hint(i32 1)"  # yield, on AArch64
-    module = compile_module(_pool_ir(_SYS_FUTEX[arch], pause), "host")
+    engine, addresses = default_cache().load_module(_pool_ir(_SYS_FUTEX[arch], pause),
+                                                    ("lz_pool_start", "lz_pool_stop", "lz_pool_run"), "host")
+
+    def function(address: int, restype, argtypes):
+        """A ctypes function (its calls release the GIL) that keeps the engine owning its code alive."""
+        f = ctypes.CFUNCTYPE(restype, *argtypes)(address)
+        f._owner = engine
+        return f
+
     state, threads = ctypes.POINTER(_PoolState), ctypes.POINTER(ctypes.c_int64)
-    start = module.ctypes_function("lz_pool_start", ctypes.c_int32, [state, ctypes.c_int32, threads])
-    stop = module.ctypes_function("lz_pool_stop", None, [state, ctypes.c_int32, threads])
+    start = function(addresses[0], ctypes.c_int32, [state, ctypes.c_int32, threads])
+    stop = function(addresses[1], None, [state, ctypes.c_int32, threads])
     # The function and argument go as c_void_p: ctypes passes a ctypes function's address, an
     # array's buffer and None as NULL without a Python-side conversion.
-    run = module.ctypes_function("lz_pool_run", None, [state, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                                        ctypes.c_int64])
+    run = function(addresses[2], None, [state, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64])
     return start, stop, run
 
 

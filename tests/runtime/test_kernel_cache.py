@@ -50,6 +50,23 @@ def test_memory_then_disk_hits(tmp_path, kernel):
     assert (fresh.stats.compiles, fresh.stats.objects_read) == (0, 1)
 
 
+def test_a_module_is_compiled_once_then_read_from_disk(tmp_path, kernel, monkeypatch):
+    """``load_module`` (the native thread pool's code): compiled on the first call, read from its
+    entry by a later process, its functions callable; a symbol it lacks is an error."""
+    engine, (address,) = KernelCache(tmp_path).load_module(kernel.llvm_ir, (kernel.name,))
+    (entry,) = tmp_path.rglob("*.o")
+
+    def compile_again(*args):
+        raise AssertionError("the object is on disk: nothing compiles")
+
+    monkeypatch.setattr(kernel_cache, "_compile_object", compile_again)
+    engine, (address,) = KernelCache(tmp_path).load_module(kernel.llvm_ir, (kernel.name,))
+    run(kernel_cache.LoadedKernel(engine, address, kernel.name), kernel)
+    with pytest.raises(RuntimeError, match="no symbol 'lz_absent'"):
+        KernelCache(tmp_path).load_module(kernel.llvm_ir, (kernel.name, "lz_absent"))
+    assert [p.name for p in tmp_path.rglob("*.o")] == [entry.name]
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
 def test_corrupt_entries_are_rebuilt_never_loaded(tmp_path, kernel, damage):
     KernelCache(tmp_path).load(kernel.llvm_ir, kernel.name)
