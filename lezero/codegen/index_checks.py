@@ -37,13 +37,19 @@ def checks_indices(kernel_op) -> bool:
 class IndexCheck:
     """One index operand of one op: ``dim`` names what it indexes (``axis 0``), ``size`` its
     extent; valid indices are ``[-size, size)`` when ``negative`` (counted from the end), else
-    ``[0, size)``."""
+    ``[0, size)``.  ``position``: the op's place in its kernel's body, so that a cached kernel's
+    checks name the op (and the location) of the kernel that reuses its code (``portable``)."""
 
     op_name: str
     location: Location
     dim: str
     size: int
     negative: bool
+    position: int = -1
+
+    def portable(self) -> tuple:
+        """The check without its op: ``(position, dim, size, negative)``, JSON-able."""
+        return (self.position, self.dim, self.size, self.negative)
 
     def message_parts(self) -> tuple[str, str]:
         """The error message around the bad index: ``before + str(index) + after`` (the native
@@ -62,16 +68,31 @@ class IndexChecks:
     """The checks of one kernel being lowered, numbered in the order the code asks for them (an
     op's index reached twice, e.g. by two passes of a reduction, is one check)."""
 
-    def __init__(self):
+    def __init__(self, body_ops=()):
         self.checks: list[IndexCheck] = []
         self._slots: dict = {}
+        self._positions = {id(op): i for i, op in enumerate(body_ops)}
 
     def slot(self, op, dim: str, size: int, negative: bool) -> int:
         key = (id(op), dim)
         if key not in self._slots:
             self._slots[key] = len(self.checks)
-            self.checks.append(IndexCheck(op.name, op.location, dim, size, negative))
+            self.checks.append(IndexCheck(op.name, op.location, dim, size, negative, self._positions.get(id(op), -1)))
         return self._slots[key]
+
+
+def checks_of(kernel_op, portable_checks) -> tuple[IndexCheck, ...]:
+    """The checks of ``kernel_op`` (an ``lz.kernel``) whose code is that of a kernel with
+    ``portable_checks`` (``IndexCheck.portable``, in slot order): the same checks, naming the ops
+    and locations of ``kernel_op``'s body."""
+    ops = list(kernel_op.regions[0].blocks[0].ops)
+    checks = []
+    for position, dim, size, negative in portable_checks:
+        if not 0 <= position < len(ops) or ops[position].name not in INDEX_CHECKED_OPS:
+            raise ValueError(f"a cached bounds check names op {position} of a kernel whose op there is not checked")
+        op = ops[position]
+        checks.append(IndexCheck(op.name, op.location, str(dim), int(size), bool(negative), int(position)))
+    return tuple(checks)
 
 
 def initial_status(checks) -> list[int]:

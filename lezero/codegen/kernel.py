@@ -65,7 +65,7 @@ class KernelContext:
         self.body = kernel.regions[0].blocks[0]
         self.yields = list(self.body.terminator.operands)
         # kernels with bounds checks take a status buffer after the results
-        self.checks = IndexChecks() if checks_indices(kernel) else None
+        self.checks = IndexChecks(self.body.ops) if checks_indices(kernel) else None
         self.operand_buffers: list[Buffer] = []
         self.result_buffers: list[Buffer] = []
 

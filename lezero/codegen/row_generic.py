@@ -139,8 +139,11 @@ def rows_form(kernel_op: Operation, prefix: tuple, rows: int) -> Operation | Non
     are one dim of ``rows`` (module docstring), or None when it is not independent per row."""
     body = kernel_op.regions[0].blocks[0]
     values = list(body.args) + [r for op in body.ops for r in op.results]
-    rest_rank = min((v.type.rank - _row_dims(v.type.shape, prefix) for v in values
-                     if isinstance(v.type, TensorType) and _row_dims(v.type.shape, prefix)), default=0)
+    # the rank of a row, for what broadcasts along the rows; a value that is all rows (an
+    # embedding's ids) has none and does not count (what broadcasts aligns with the others' rows)
+    rests = [v.type.rank - _row_dims(v.type.shape, prefix) for v in values
+             if isinstance(v.type, TensorType) and _row_dims(v.type.shape, prefix)]
+    rest_rank = min((r for r in rests if r), default=0)
     result_types = [_collapse(r.type, prefix, rows, rest_rank) for r in kernel_op.results]
     if any(t is None or t.shape[:1] != (rows,) for t in result_types):
         return None

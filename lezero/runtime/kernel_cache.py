@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 import llvmlite
 import llvmlite.binding as llvm
 
-from lezero.codegen.index_checks import checks_indices
+from lezero.codegen.index_checks import checks_indices, checks_of
 from lezero.codegen.kernel import bytes_accessed, estimate_flops, symbol_name
 from lezero.codegen.llvm import jit
 from lezero.codegen.llvm.backend import LoweredKernel, lower_kernel
@@ -110,14 +110,13 @@ class KernelFacts:
     bytes_accessed: int
     external_symbols: tuple
     packed_operands: tuple = ()  # a PackedGemmA per constant operand read pre-packed (issue 11)
+    index_checks: tuple = ()     # the bounds checks in slot order, IndexCheck.portable() each
 
 
 class CachedKernel:
     """A CPU kernel of a plan keyed by its content: ``LoweredKernel``'s fields, read from the cache
     (or from lowering it now), its LLVM IR lowered only when something asks for it (a native
     build, ``--emit=llvm``)."""
-
-    index_checks = None  # kernels with bounds checks are never keyed by content
 
     def __init__(self, op: Operation, cpu: CpuTarget, content_key: str, facts: KernelFacts,
                  lowered: LoweredKernel | None = None, row_generic: RowGeneric | None = None):
@@ -135,6 +134,8 @@ class CachedKernel:
         self.bytes_accessed = facts.bytes_accessed
         self.external_symbols = facts.external_symbols
         self.packed_operands = facts.packed_operands
+        # a kernel with bounds checks: the cached code's checks, naming this kernel's ops
+        self.index_checks = checks_of(op, facts.index_checks) if checks_indices(op) else None
         self.operand_types = tuple(v.type for v in op.operands)
         self.result_types = tuple(r.type for r in op.results)
 
@@ -208,13 +209,9 @@ class KernelCache:
     # --- the plan's kernels ----------------------------------------------------------------------
     def plan_kernel(self, kernel_op: Operation, cpu: CpuTarget | str | None = None):
         """``kernel_op`` for a plan: a ``CachedKernel`` from memory or disk without lowering it, or
-        lowered now with its compilation started (a kernel with bounds checks: its
-        ``LoweredKernel``)."""
+        lowered now with its compilation started.  A kernel with bounds checks keeps them in its
+        facts by their ops' places in the body, so a hit names the ops of the kernel at hand."""
         cpu = cpu_target(cpu)
-        if checks_indices(kernel_op):
-            lowered = self._lower(kernel_op, cpu)
-            self._start_compile(self.object_key(lowered.llvm_ir, cpu), lowered, cpu)
-            return lowered
         key = self.kernel_key(kernel_op, cpu)
         with self._lock:
             facts = self._facts.get(key)
@@ -237,7 +234,7 @@ class KernelCache:
         """The facts of ``lowered`` kept under content ``key`` (memory and disk), its compilation started."""
         facts = KernelFacts(lowered.name, self.object_key(lowered.llvm_ir, cpu),
                             lowered.work_items, lowered.flops, lowered.bytes_accessed, lowered.external_symbols,
-                            lowered.packed_operands)
+                            lowered.packed_operands, tuple(c.portable() for c in lowered.index_checks or ()))
         with self._lock:
             self._facts[key] = facts
         self._start_compile(facts.object_key, lowered, cpu)
@@ -420,7 +417,8 @@ class KernelCache:
             return KernelFacts(fields["symbol"], fields["object_key"], int(fields["work_items"]),
                                int(fields["flops"]), int(fields["bytes_accessed"]),
                                tuple(fields["external_symbols"]),
-                               tuple(PackedGemmA(**packed) for packed in fields["packed_operands"]))
+                               tuple(PackedGemmA(**packed) for packed in fields["packed_operands"]),
+                               tuple(tuple(check) for check in fields["index_checks"]))
         except (ValueError, KeyError, TypeError):
             self._reject(self.path(key, ".k"))
             return None

@@ -3,6 +3,7 @@ by their content (identical kernels compiled once, a warm start lowering nothing
 from __future__ import annotations
 
 import ctypes
+import re
 
 import numpy as np
 import pytest
@@ -256,3 +257,39 @@ def test_a_row_generic_kernel_compiles_once_for_every_batch_and_sequence(tmp_pat
     np.testing.assert_allclose(CompiledFunction(parse_module(LAYER_NORM), "f", cache=warm)(x, g),
                                layer_norm_reference(x, g), rtol=2e-5, atol=2e-5)
     assert (warm.stats.lowerings, warm.stats.compiles, warm.stats.row_generic_hits) == (0, 0, 1)
+
+
+EMBEDDING = """module {
+  func.func @f(%table: tensor<50x24xf32>, %ids: tensor<?x?xi64>, %g: tensor<24xf32>) -> tensor<?x?x24xf32> {
+    %e = "lz.gather"(%table, %ids) {axis = 0 : i64} : (tensor<50x24xf32>, tensor<?x?xi64>) -> tensor<?x?x24xf32>
+    %y = "lz.mul"(%e, %g) : (tensor<?x?x24xf32>, tensor<24xf32>) -> tensor<?x?x24xf32>
+    func.return %y : tensor<?x?x24xf32>
+  }
+}"""
+
+
+def test_a_kernel_with_bounds_checks_is_cached_and_row_generic(tmp_path):
+    """An embedding lookup (a gather with bounds checks) is keyed by its content like any kernel:
+    after the probe it serves every (batch, sequence) without lowering, and a cache hit (in this
+    process or a warm start) still raises IndexError naming its own line."""
+    cache = KernelCache(tmp_path)
+    f = CompiledFunction(parse_module(EMBEDDING), "f", cache=cache)
+    rng = np.random.default_rng(0)
+    table, g = rng.standard_normal((50, 24)).astype(np.float32), rng.standard_normal(24).astype(np.float32)
+    counts = []
+    for batch, seq in [(2, 8), (3, 5), (1, 1), (7, 13), (4, 64)]:
+        ids = rng.integers(-50, 50, (batch, seq))
+        np.testing.assert_array_equal(f(table, ids, g), table[ids] * g)
+        counts.append((cache.stats.lowerings, cache.stats.compiles))
+    # the probe lowers twice (its object may be the first shape's: that code named no row count either)
+    assert counts[1][0] == 3 and all(c == counts[1] for c in counts[2:])
+    assert cache.stats.row_generic_hits == 4
+    tail = ": lz.gather: index 50 is out of range for axis 0 of size 50 (valid: -50 to 49)"
+    bad = np.zeros((5, 9), np.int64)
+    bad[4, 8] = 50
+    # the same kernel one line lower, from a warm start: the message names its own line
+    later = CompiledFunction(parse_module("\n" + EMBEDDING), "f", cache=KernelCache(tmp_path))
+    for compiled, line in ((f, 3), (later, 4)):
+        with pytest.raises(IndexError, match=re.escape(f"<string>:{line}:5{tail}")):
+            compiled(table, bad, g)
+    assert (later.cache.stats.lowerings, later.cache.stats.compiles) == (0, 0)  # its plan came from the facts
