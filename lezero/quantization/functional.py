@@ -1,5 +1,5 @@
 """Eager forms of the quantization ops (``lz.quantize``, ``lz.dequantize``,
-``lz.dynamic_quantize``, ``lz.matmul_integer``) and the two compositions the quantized modules
+``lz.dynamic_quantize``, ``lz.matmul_integer``, ``lz.conv_integer``) and the two compositions the quantized modules
 run: fake quantization (quantize then dequantize, with the straight-through gradient) and the
 quantized linear layer (one eager op: the activations quantized, from their own range or with
 calibrated parameters, the int8 GEMM, its dequantize epilogue and the bias), so a forward is one
@@ -11,6 +11,7 @@ import numpy as np
 from lezero.eager.core import Tensor, apply
 from lezero.eager.creation import as_tensor
 from lezero.eager.dispatch import EagerOp, lz_op
+from lezero.nn.convolution import conv_padding, ntuple
 
 QUANTIZED_DTYPES = {"int8": (np.int8, -128, 127), "uint8": (np.uint8, 0, 255)}
 
@@ -47,6 +48,18 @@ def matmul_integer(a: Tensor, b: Tensor, a_zero_point=0, b_zero_point=0) -> Tens
     """``(a - a_zero_point) @ (b - b_zero_point)`` in int32 for int8/uint8 ``a`` and ``b``."""
     return apply(lz_op("lz.matmul_integer"), (), a, b, _tensor(a_zero_point, a.dtype.numpy),
                  _tensor(b_zero_point, b.dtype.numpy))
+
+
+def conv_integer(x: Tensor, weight: Tensor, x_zero_point=0, weight_zero_point=0, stride=1, padding=0, dilation=1,
+                 groups: int = 1) -> Tensor:
+    """``conv2d(x - x_zero_point, weight - weight_zero_point)`` in int32 for int8/uint8 ``x`` and
+    ``weight`` (``weight_zero_point``: a number or one per output channel); ``stride``,
+    ``padding`` and ``dilation`` as ``lz.nn.functional.conv2d`` takes them."""
+    dilations = ntuple(dilation, 2, "dilation")
+    attrs = (("strides", ntuple(stride, 2, "stride")), ("pads", conv_padding(padding, weight.shape[2:], dilations)),
+             ("dilations", dilations), ("groups", int(groups)))
+    return apply(lz_op("lz.conv_integer"), attrs,
+                 x, weight, _tensor(x_zero_point, x.dtype.numpy), _tensor(weight_zero_point, weight.dtype.numpy))
 
 
 def fake_quantize(x: Tensor, scale, zero_point, quant_min: int, quant_max: int, axis: int | None = None) -> Tensor:

@@ -1,5 +1,6 @@
-"""lz.quantize, lz.dequantize, lz.dynamic_quantize and lz.matmul_integer: shape rules and
-verifier errors; references against ONNX's (onnx.reference) and an integer matmul; compiled for
+"""lz.quantize, lz.dequantize, lz.dynamic_quantize, lz.matmul_integer and lz.conv_integer: shape
+rules and verifier errors; references against ONNX's (onnx.reference) and an integer matmul or
+convolution; compiled for
 every CPU of the cross-target matrix and held to the reference EXACTLY (integer results, including
 rounding ties and saturation at both ends)."""
 from __future__ import annotations
@@ -140,6 +141,71 @@ def test_matmul_integer_is_exact_on_every_cpu(cpu, case):
     np.testing.assert_array_equal(got, want, err_msg=f"lz.matmul_integer {case} compiled for {cpu}")
 
 
+# N x C x H x W, O x C/groups x KH x KW, types, zero points (None: per output channel), window
+CONV_CASES = {
+    "u8s8-odd-pad-stride": ((2, 3, 7, 9), (5, 3, 3, 3), "ui8", "i8", 255, -128, dict(strides=[2, 1], pads=[1, 2, 0, 1])),
+    "s8s8-dilated-per-channel": ((1, 4, 8, 7), (6, 4, 3, 2), "i8", "i8", -128, None, dict(dilations=[2, 3], pads=[2, 1, 2, 1])),
+    "u8s8-groups-per-channel": ((2, 6, 5, 6), (8, 3, 3, 3), "ui8", "i8", 7, None, dict(groups=2, pads=[1, 1, 1, 1])),
+    "u8u8-depthwise": ((1, 3, 6, 5), (3, 1, 3, 3), "ui8", "ui8", 128, 255, dict(groups=3, strides=[2, 2])),
+    "s8s8-pointwise-wide": ((2, 70, 3, 4), (33, 70, 1, 1), "i8", "i8", 3, 0, {}),
+}
+
+
+def _conv_arrays(case, rng):
+    x_shape, w_shape, x_dt, w_dt, x_zero, w_zero, _ = case
+    w_zeros = _extremes(rng, (w_shape[0],), w_dt) if w_zero is None else np.asarray(w_zero, NP[w_dt])
+    return [_extremes(rng, x_shape, x_dt), _extremes(rng, w_shape, w_dt), np.asarray(x_zero, NP[x_dt]), w_zeros]
+
+
+def _integer_conv(x, w, x_zero, w_zero, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups=1):
+    """The convolution as loops over the taps in int64, the padding holding the zero point."""
+    x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
+               constant_values=int(x_zero)) - int(x_zero)
+    w = w.astype(np.int64) - (w_zero.astype(np.int64).reshape(-1, 1, 1, 1) if w_zero.ndim else int(w_zero))
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh = (h - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wd - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    out = np.zeros((n, o, oh, ow), np.int64)
+    for oc in range(o):
+        g = oc // (o // groups)
+        for i in range(kh):
+            for j in range(kw):
+                window = x[:, g * cg:(g + 1) * cg, i * dilations[0]:, j * dilations[1]:]
+                window = window[:, :, :strides[0] * (oh - 1) + 1:strides[0], :strides[1] * (ow - 1) + 1:strides[1]]
+                out[:, oc] += np.einsum("nchw,c->nhw", window, w[oc, :, i, j])
+    return out
+
+
+@pytest.mark.cross_target(cases=CONV_CASES, group=lambda case: "conv_integer")
+def test_conv_integer_is_exact_on_every_cpu(cpu, case):
+    window = case[-1]
+    rng = np.random.default_rng(sum(case[0]) + sum(case[1]))
+    arrays = _conv_arrays(case, rng)
+    want = _integer_conv(*arrays, **window)
+    assert np.abs(want).max() < 2 ** 31
+    if arrays[3].ndim == 0 and window.get("groups", 1) == 1:
+        onnx_window = {k: v for k, v in window.items() if k != "groups"}
+        np.testing.assert_array_equal(_onnx("ConvInteger", arrays, **onnx_window)[0], want)
+    module = _module("lz.conv_integer", arrays, **window)
+    np.testing.assert_array_equal(interpret(module, "f", *arrays), want)
+    got = lezero.compile(module, "f", cpu=cpu)(*arrays)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want, err_msg=f"lz.conv_integer {case} compiled for {cpu}")
+
+
+def test_conv_integer_runs_on_the_int8_gemm():
+    """The CPU keeps the decomposition's lz.matmul_integer whole: a kernel of it, no i32 conv."""
+    from lezero.codegen.schedule import schedule
+
+    arrays = _conv_arrays(CONV_CASES["u8s8-odd-pad-stride"], np.random.default_rng(0))
+    ops = [op for op in schedule(_module("lz.conv_integer", arrays, pads=[1, 1, 1, 1])).walk()]
+    kernels = [op for op in ops if op.name == "lz.kernel" and any(inner.name == "lz.matmul_integer"
+                                                                   for inner in op.regions[0].blocks[0].ops)]
+    assert len(kernels) == 1
+    assert not any(op.name in ("lz.conv2d", "lz.matmul") for op in ops)
+
+
 @pytest.mark.parametrize("op, types, attrs, message", [
     ("lz.quantize", [tensor((2, 3), "i32"), tensor((), "f32"), tensor((), "i8")], {},
      "input must have a float element type"),
@@ -166,6 +232,16 @@ def test_matmul_integer_is_exact_on_every_cpu(cpu, case):
      "per-column rhs_zero_point has 5 entries but the rhs 3x4 has 4 columns"),
     ("lz.matmul_integer", [tensor((2, 3), "ui8"), tensor((3, 4), "i8"), tensor((2,), "ui8"), tensor((), "i8")], {},
      "lhs_zero_point must be rank 0"),
+    ("lz.conv_integer", [tensor((1, 2, 5, 5), "ui8"), tensor((3, 2, 3, 3), "i8"), tensor((), "ui8"),
+                         tensor((4,), "i8")], {}, "per-channel weight_zero_point has 4 entries but the weight 3x2x3x3 has 3"),
+    ("lz.conv_integer", [tensor((1, 2, 5, 5), "ui8"), tensor((3, 2, 3, 3), "i8"), tensor((1,), "ui8"),
+                         tensor((), "i8")], {}, "input_zero_point must be rank 0"),
+    ("lz.conv_integer", [tensor((1, 2, 5, 5), "f32"), tensor((3, 2, 3, 3), "i8"), tensor((), "f32"),
+                         tensor((), "i8")], {}, "input must have element type i8 or ui8, got f32"),
+    ("lz.conv_integer", [tensor((1, 3, 5, 5), "ui8"), tensor((3, 2, 3, 3), "i8"), tensor((), "ui8"),
+                         tensor((), "i8")], {}, "input has 3 channels but weights 3x2x3x3 with groups = 1 expect 2"),
+    ("lz.conv_integer", [tensor((1, 2, 5, 5), "ui8"), tensor((3, 2, 3, 3), "i8"), tensor((), "ui8"),
+                         tensor((), "ui8")], {}, "weight_zero_point must have the weight's element type i8, got ui8"),
 ])
 def test_bad_operands_are_clear_errors(op, types, attrs, message):
     from lezero.ir.opdef import lookup
@@ -189,3 +265,5 @@ def test_shape_rules():
         [tensor((None, 8), "ui8"), TensorType((), tensor((), "f32").element_type), tensor((), "ui8")]
     assert infer("lz.matmul_integer", tensor((4, None, 8), "ui8"), tensor((8, 6), "i8"), tensor((), "ui8"),
                  tensor((6,), "i8")) == [tensor((4, None, 6), "i32")]
+    assert infer("lz.conv_integer", tensor((None, 3, 9, 8), "ui8"), tensor((5, 3, 3, 3), "i8"), tensor((), "ui8"),
+                 tensor((5,), "i8")) == [tensor((None, 5, 7, 6), "i32")]

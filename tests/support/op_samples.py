@@ -245,5 +245,12 @@ SAMPLES["lz.matmul_integer"] = [
                                  Arg((5,), "int8", "bits")]),
     Sample("lz.matmul_integer", [Arg((2, 3, 4), "int8", "bits"), Arg((4, 2), "uint8", "bits"),
                                  Arg((), "int8", "bits"), Arg((), "uint8", "bits")])]
+# issue 12: padded, strided; grouped, dilated (ONNX Runtime's ConvInteger takes per-tensor zero points only:
+# per-channel ones are in tests/ir/test_dialect_quantization.py)
+SAMPLES["lz.conv_integer"] = [
+    Sample("lz.conv_integer", [Arg((2, 3, 6, 5), "uint8", "bits"), Arg((4, 3, 3, 3), "int8", "bits"),
+                               Arg((), "uint8", "bits"), Arg((), "int8", "bits")], {"strides": [2, 1], "pads": [1, 0, 1, 2]}),
+    Sample("lz.conv_integer", [Arg((1, 4, 5, 5), "uint8", "bits"), Arg((6, 2, 2, 2), "uint8", "bits"),
+                               Arg((), "uint8", "bits"), Arg((), "uint8", "bits")], {"groups": 2, "dilations": [2, 1]})]
 
 ALL_SAMPLES = [s for samples in SAMPLES.values() for s in samples]

@@ -1,5 +1,6 @@
-"""Quantization: ``quantize``, ``dequantize``, ``dynamic_quantize`` and ``matmul_integer``, as
-ONNX's QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and MatMulInteger compute them.
+"""Quantization: ``quantize``, ``dequantize``, ``dynamic_quantize``, ``matmul_integer`` and
+``conv_integer``, as ONNX's QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger
+and ConvInteger compute them.
 
 A quantized tensor is its 8-bit integers (``i8`` or ``ui8``) with a float ``scale`` and an integer
 ``zero_point`` of the same element type, per tensor (rank 0) or per channel (rank 1, one per slice
@@ -7,16 +8,20 @@ of ``axis``): ``real = (q - zero_point) * scale``.  Symmetric quantization is th
 Quantizing divides by the scale, rounds half to even and saturates to the integer type, as ONNX's
 reference does (so a kernel that multiplies by a reciprocal instead would round differently).
 
-All four are composites: each has its own numpy reference (the oracle) and decomposes into
+All five are composites: each has its own numpy reference (the oracle) and decomposes into
 primitive ops (``div``, ``round``, ``max``/``min``, ``cast``, an ``i32`` ``matmul``), which every
 backend lowers; the exact integer contraction is the i32 matmul, which wraps as int32 does.
+``conv_integer`` decomposes into 8-bit im2col and ``matmul_integer``, which the CPU keeps whole
+(its int8 GEMM).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from lezero.ir.dialect.axes import normalize_axis
-from lezero.ir.dialect.constraints import FLOAT, Domain, check_element_type
+from lezero.ir.dialect.constraints import FLOAT, Domain, check_element_type, check_rank
+from lezero.ir.dialect.contraction import conv2d_output_shape
+from lezero.ir.dialect.windows import check_window_attrs
 from lezero.ir.opdef import COMPOSITE, PURE, AttrSpec, OpDef, OpError, lookup, register
 from lezero.ir.types import F32, I32, UI8, TensorType, format_shape
 
@@ -236,3 +241,93 @@ class MatmulIntegerOp(OpDef):
         a, w, a_zero, w_zero = op.operands
         return [b.op("lz.matmul", _centered_i32(b, a, a_zero, a.type.rank, 0),
                      _centered_i32(b, w, w_zero, w.type.rank, -1))]
+
+
+@register
+class ConvIntegerOp(OpDef):
+    """``lz.conv_integer(x, w, x_zero_point, w_zero_point) {strides, pads, dilations, groups}``:
+    ``conv2d(x - x_zero, w - w_zero)`` in i32 (ONNX's ConvInteger, the window attributes as
+    ``lz.conv2d``'s); ``x`` and ``w`` are i8 or ui8, each zero point of its operand's type, ``x``'s
+    per tensor, ``w``'s per tensor or one per output channel.  The padding holds ``x_zero`` (a real
+    0), so padded taps add nothing.
+
+    It decomposes into im2col in 8 bits (one ``lz.gather`` of each image's values by a constant
+    table of window positions, the padding's taps selected to the zero point; rows ``(n, oh, ow)``,
+    columns ``(c, kh, kw)``) and one ``lz.matmul_integer`` per group against the ``(c, kh, kw) x
+    out`` weight matrix (a per-channel weight zero point is then per column), so the CPU runs it on
+    the int8 GEMM and other backends on their i32 matmul."""
+
+    name = "lz.conv_integer"
+    operands = ("input", "weight", "input_zero_point", "weight_zero_point")
+    traits = _COMPOSITE
+    attributes = {
+        "strides": AttrSpec("i64_array", (1, 1)),
+        "pads": AttrSpec("i64_array", (0, 0, 0, 0)),
+        "dilations": AttrSpec("i64_array", (1, 1)),
+        "groups": AttrSpec("i64", 1),
+    }
+    summary = "8-bit integer 2-D convolution accumulating in i32"
+
+    def infer(self, operand_types, attrs):
+        x, w, x_zero, w_zero = operand_types
+        check_rank(x, 4, "input", "N x C x H x W")
+        check_rank(w, 4, "weight", "O x C/groups x KH x KW")
+        for what, t, z in (("input", x, x_zero), ("weight", w, w_zero)):
+            et = _check_eight_bit(t, what)
+            if z.element_type != et:
+                raise OpError(f"{what}_zero_point must have the {what}'s element type {et}, got {z.element_type}")
+        if x_zero.rank != 0:
+            raise OpError(f"input_zero_point must be rank 0 (per tensor), got {x_zero}")
+        if w_zero.rank > 1:
+            raise OpError(f"weight_zero_point must be rank 0, or rank 1 (per output channel), got {w_zero}")
+        if w_zero.rank == 1 and None not in (w_zero.shape[0], w.shape[0]) and w_zero.shape[0] != w.shape[0]:
+            raise OpError(f"per-channel weight_zero_point has {w_zero.shape[0]} entries but the weight "
+                          f"{format_shape(w.shape)} has {w.shape[0]} output channels")
+        check_window_attrs(2, strides=attrs.strides, pads=attrs.pads, dilations=attrs.dilations)
+        return [TensorType(conv2d_output_shape(x, w, attrs), I32)]
+
+    def reference(self, attrs, x, w, x_zero, w_zero):
+        centered_x = x.astype(np.int64) - x_zero.astype(np.int64)
+        centered_w = w.astype(np.int64) - (w_zero.astype(np.int64).reshape(-1, 1, 1, 1) if w_zero.ndim else
+                                           w_zero.astype(np.int64))
+        return lookup("lz.conv2d").reference(attrs, centered_x, centered_w).astype(np.int32)  # wraps as i32 does
+
+    def decompose(self, b, op, attrs):
+        x, w, x_zero, w_zero = op.operands
+        _, c, h, wd = x.type.shape
+        o, c_per_group, kh, kw = w.type.shape
+        if None in (c, h, wd) or not w.type.is_static:
+            raise OpError(f"lz.conv_integer needs static channels, spatial dims and weights, got {x.type} and {w.type}")
+        oh, ow = conv2d_output_shape(x.type, w.type, attrs)[2:]
+        flat = b.op("lz.reshape", x, shape=[-1, c * h * wd])
+        taps = c_per_group * kh * kw
+        indices, padding = _im2col_indices((c, h, wd), (kh, kw), (oh, ow), attrs)
+        weights = b.op("lz.transpose", b.op("lz.reshape", w, shape=[o, taps]), perm=[1, 0])  # taps x out
+        per_group = o // attrs.groups
+        products = []
+        for g in range(attrs.groups):
+            window = slice(g * taps, (g + 1) * taps)
+            columns = b.op("lz.gather", flat, b.constant(indices[:, window].copy()), axis=1, negative_indices=False)
+            if padding.any():  # the padding holds the zero point
+                columns = b.op("lz.select", b.constant(padding[:, window].copy()), x_zero, columns)
+            lhs, rhs, zero = columns, weights, w_zero  # N x (OH OW) x taps: the GEMM takes its rows
+            if attrs.groups > 1:
+                rhs = b.op("lz.slice", weights, starts=[g * per_group], ends=[(g + 1) * per_group], axes=[1])
+                if w_zero.type.rank == 1:
+                    zero = b.op("lz.slice", w_zero, starts=[g * per_group], ends=[(g + 1) * per_group], axes=[0])
+            products.append(b.op("lz.matmul_integer", lhs, rhs, x_zero, zero))
+        y = products[0] if len(products) == 1 else b.op("lz.concat", *products, axis=2)  # N x (OH OW) x out
+        return [b.op("lz.transpose", b.op("lz.reshape", y, shape=[-1, oh, ow, o]), perm=[0, 3, 1, 2])]
+
+
+def _im2col_indices(input_size, kernel, out_size, attrs) -> tuple[np.ndarray, np.ndarray]:
+    """``(OH OW) x (C KH KW)`` i32 positions in an image's ``C x H x W`` values of each window's
+    taps, and where a tap is in the padding (its position is then 0)."""
+    (c, h, wd), (kh, kw), (oh, ow) = input_size, kernel, out_size
+    (sh, sw), (pt, pl, _, _), (dh, dw) = attrs.strides, attrs.pads, attrs.dilations
+    rows = (np.arange(oh) * sh - pt)[:, None, None, None, None] + (np.arange(kh) * dh)[None, None, None, :, None]
+    cols = (np.arange(ow) * sw - pl)[None, :, None, None, None] + (np.arange(kw) * dw)[None, None, None, None, :]
+    channels = np.arange(c)[None, None, :, None, None]
+    inside = np.broadcast_to((rows >= 0) & (rows < h) & (cols >= 0) & (cols < wd), (oh, ow, c, kh, kw))
+    at = np.where(inside, (channels * h + rows) * wd + cols, 0)
+    return at.reshape(oh * ow, c * kh * kw).astype(np.int32), ~inside.reshape(oh * ow, c * kh * kw)
