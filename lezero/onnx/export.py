@@ -253,6 +253,10 @@ def _export_op(g: _Graph, op: Operation) -> list[str]:
         return g.multi_node("DynamicQuantizeLinear", ins, short, 3)
     if short == "matmul_integer":
         return [g.node("MatMulInteger", ins, short)]
+    if short == "conv_integer":
+        return [g.node("ConvInteger", ins, short, strides=list(attrs.strides), pads=list(attrs.pads),
+                       dilations=list(attrs.dilations), group=attrs.groups,
+                       kernel_shape=list(op.operands[1].type.shape[2:]))]
     if short == "kernel" and op.attributes["kind"].value == "attention":
         # fuse-attention's kernel holds lz ops only (q, k, v's views, lz.attention, the output's view)
         return _export_block(g, op.regions[0].blocks[0], ins)

@@ -143,10 +143,10 @@ def test_matmul_integer_is_exact_on_every_cpu(cpu, case):
 
 # N x C x H x W, O x C/groups x KH x KW, types, zero points (None: per output channel), window
 CONV_CASES = {
-    "u8s8-odd-pad-stride": ((2, 3, 7, 9), (5, 3, 3, 3), "ui8", "i8", 255, -128, dict(strides=[2, 1], pads=[1, 2, 0, 1])),
-    "s8s8-dilated-per-channel": ((1, 4, 8, 7), (6, 4, 3, 2), "i8", "i8", -128, None, dict(dilations=[2, 3], pads=[2, 1, 2, 1])),
-    "u8s8-groups-per-channel": ((2, 6, 5, 6), (8, 3, 3, 3), "ui8", "i8", 7, None, dict(groups=2, pads=[1, 1, 1, 1])),
-    "u8u8-depthwise": ((1, 3, 6, 5), (3, 1, 3, 3), "ui8", "ui8", 128, 255, dict(groups=3, strides=[2, 2])),
+    "u8s8-odd-pad-stride": ((2, 3, 7, 9), (5, 3, 3, 3), "ui8", "i8", 255, -128, {"strides": [2, 1], "pads": [1, 2, 0, 1]}),
+    "s8s8-dilated-per-channel": ((1, 4, 8, 7), (6, 4, 3, 2), "i8", "i8", -128, None, {"dilations": [2, 3], "pads": [2, 1, 2, 1]}),
+    "u8s8-groups-per-channel": ((2, 6, 5, 6), (8, 3, 3, 3), "ui8", "i8", 7, None, {"groups": 2, "pads": [1, 1, 1, 1]}),
+    "u8u8-depthwise": ((1, 3, 6, 5), (3, 1, 3, 3), "ui8", "ui8", 128, 255, {"groups": 3, "strides": [2, 2]}),
     "s8s8-pointwise-wide": ((2, 70, 3, 4), (33, 70, 1, 1), "i8", "i8", 3, 0, {}),
 }
 
@@ -162,7 +162,7 @@ def _integer_conv(x, w, x_zero, w_zero, strides=(1, 1), pads=(0, 0, 0, 0), dilat
     x = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
                constant_values=int(x_zero)) - int(x_zero)
     w = w.astype(np.int64) - (w_zero.astype(np.int64).reshape(-1, 1, 1, 1) if w_zero.ndim else int(w_zero))
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     o, cg, kh, kw = w.shape
     oh = (h - dilations[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wd - dilations[1] * (kw - 1) - 1) // strides[1] + 1
