@@ -56,7 +56,7 @@ from lezero.codegen.contraction_shapes import (
     gemm_layout,
     stored_operand,
 )
-from lezero.codegen.llvm import gemm, gemm_epilogue
+from lezero.codegen.llvm import gemm, gemm_bf16, gemm_epilogue
 from lezero.codegen.packed_operands import PackedGemmA
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.ir_types import FLOAT, HALF, I8, I64, PTR, VOID
@@ -475,12 +475,15 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     # Slices and N blocks end on whole tiles: only C's last column tile can be narrower.
     edge_vectors = -(-(plan.n % config.nr) // config.vector_width)
     epilogue = None if plain else gemm_epilogue.TileStore(ctx.name, tile_store.emit, args)
-    generator = gemm.SgemmGenerator(config, epilogue, f"{ctx.name}.gemm",
-                                    b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
-                                    transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
-                                    a_k_stride=plan.a_k_stride, b_col_stride=plan.b_col_stride,
-                                    prepacked_a=plan.packed_a is not None,
-                                    edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
+    # bf16 on AVX-512 BF16: vdpbf16ps on bf16 pairs (gemm_bf16.py), the same products and sums
+    pairs = anchor.result.type.element_type == BF16 and gemm_bf16.pairs_available(ctx.cpu, config)
+    generator_class = gemm_bf16.Bf16PairGemmGenerator if pairs else gemm.SgemmGenerator
+    generator = generator_class(config, epilogue, f"{ctx.name}.gemm",
+                                b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
+                                transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
+                                a_k_stride=plan.a_k_stride, b_col_stride=plan.b_col_stride,
+                                prepacked_a=plan.packed_a is not None,
+                                edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
     rectangle_function = generator.build_into(ctx.module)
     if plan.packed_a is not None:
         ctx.packed_operands = (plan.packed_a,)

@@ -495,25 +495,14 @@ class SgemmGenerator:
         for row in accumulators:
             for acc in row:
                 acc.add_incoming(zeros, entry)
-        b.cbranch(b.icmp_signed("<", k, p["kc"]), body, done)
+        b.cbranch(b.icmp_signed("<", k, self._k_steps(b, p["kc"])), body, done)
 
         b.position_at_end(body)
-        if self.pack_b:
-            b_row, b_align = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=FLOAT), self.vector_bytes
-        else:
-            b_row, b_align = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k)), FLOAT_BYTES
-        b_vectors = [vectors.load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=FLOAT), w, b_masks[v], b_align)
-                     for v in range(nv)]
-        a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=FLOAT)
+        updated = self._emit_k_step(b, p, k, nv, accumulators, b_masks)
         for i in range(mr):
-            a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=FLOAT), typ=FLOAT)
-            a_broadcast = vectors.splat(b, a_value, w)
             for v in range(nv):
-                # fmuladd: one FMA where the target has FMA, else a multiply and an add (llvm.fma
-                # would be a call of the correctly rounded fmaf per element, 100x slower)
-                updated = vectors.call_intrinsic(b, "llvm.fmuladd", a_broadcast, b_vectors[v], accumulators[i][v])
-                accumulators[i][v].add_incoming(updated, body)
-        k.add_incoming(b.add(k, _i64(1)), body)
+                accumulators[i][v].add_incoming(updated[i][v], b.block)
+        k.add_incoming(b.add(k, _i64(1)), b.block)
         b.branch(header)
 
         b.position_at_end(done)
@@ -534,6 +523,34 @@ class SgemmGenerator:
                     self._emit_tile_store(b, p, sums, None, epilogue_values)
         b.ret_void()
         return function
+
+    def _k_steps(self, b: ir.IRBuilder, kc: ir.Value) -> ir.Value:
+        """Steps of the micro-kernel's k loop for a block of depth ``kc``: one per k here."""
+        return kc
+
+    def _emit_k_step(self, b: ir.IRBuilder, p: dict[str, ir.Value], k: ir.Value, nv: int,
+                     accumulators: list[list[ir.Value]], b_masks: list) -> list[list[ir.Value]]:
+        """Step ``k`` of the micro-kernel: the accumulators after the rank-1 update
+        broadcast(A[i, k]) * B[k, j:j+W] (a subclass with another packed layout, gemm_bf16.py,
+        replaces this and ``_k_steps``)."""
+        cfg = self.config
+        w, mr = cfg.vector_width, cfg.mr
+        if self.pack_b:
+            b_row, b_align = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=FLOAT), self.vector_bytes
+        else:
+            b_row, b_align = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k)), FLOAT_BYTES
+        b_vectors = [vectors.load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=FLOAT), w, b_masks[v], b_align)
+                     for v in range(nv)]
+        a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=FLOAT)
+        updated = []
+        for i in range(mr):
+            a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=FLOAT), typ=FLOAT)
+            a_broadcast = vectors.splat(b, a_value, w)
+            # fmuladd: one FMA where the target has FMA, else a multiply and an add (llvm.fma
+            # would be a call of the correctly rounded fmaf per element, 100x slower)
+            updated.append([vectors.call_intrinsic(b, "llvm.fmuladd", a_broadcast, b_vectors[v], accumulators[i][v])
+                            for v in range(nv)])
+        return updated
 
     def _emit_row_update(self, b: ir.IRBuilder, p: dict[str, ir.Value], row_accumulators: list[ir.Value],
                          i: int, masks: list[ir.Value] | None, epilogue_values: list[ir.Value],
@@ -634,6 +651,7 @@ class SgemmGenerator:
             b_columns = b.gep(p["B"], [b.mul(jc, b_column_step)], source_etype=FLOAT)
             if pack_b is not None:
                 b.call(pack_b, [b_columns, p["ldb"], pc, kc, nc, packed_b])
+                self._after_pack_b(b, packed_b, nc, kc)
 
             with vectors.counted_loop(b, p["m_begin"], p["m_end"], cfg.mc, "ic") as ic:
                 mc = vectors.select_min(b, _i64(cfg.mc), b.sub(p["m_end"], ic))
@@ -646,6 +664,7 @@ class SgemmGenerator:
                         a_offset = b.add(b.mul(ic, p["lda"]), b.mul(pc, _i64(self.a_k_stride)))
                     a_slivers = packed_a
                     b.call(pack_a, [b.gep(p["A"], [a_offset], source_etype=FLOAT), p["lda"], mc, kc, packed_a])
+                a_slivers = self._after_pack_a(b, a_slivers, packed_a, mc, kc)
                 with vectors.counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
                     if pack_b is not None:
                         b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=FLOAT)
@@ -668,6 +687,16 @@ class SgemmGenerator:
             b.position_at_end(pc_exit)
         b.ret_void()
         return function
+
+    def _after_pack_b(self, b: ir.IRBuilder, packed_b: ir.Value, nc: ir.Value, kc: ir.Value) -> None:
+        """Called after B's block of ``nc`` columns and depth ``kc`` is packed: nothing here (a
+        subclass converts it to its own layout)."""
+
+    def _after_pack_a(self, b: ir.IRBuilder, a_slivers: ir.Value, packed_a: ir.Value, mc: ir.Value,
+                      kc: ir.Value) -> ir.Value:
+        """The slivers the micro-kernel reads for A's block of ``mc`` rows: ``a_slivers`` (packed
+        just now into ``packed_a``, or packed when the plan was built)."""
+        return a_slivers
 
     def _emit_by_width(self, b: ir.IRBuilder, cols: ir.Value, micro_kernels: dict[int, ir.Function],
                        emit: Callable[[ir.Function], None]) -> None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from codegen.kernel_testing import (MOVED_OPERAND_SHAPES, assert_matches, batch_norm_epilogue, check_kernel, make_kernel,
                             moved_operands_epilogue, random_array, reference, run_kernel)
 from lezero.codegen.llvm.target import cpu_target
-from lezero.codegen.llvm import contraction, contraction_gemm, gemm, jit
+from lezero.codegen.llvm import contraction, contraction_gemm, gemm, gemm_bf16, jit
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.ir.attributes import DenseArrayAttr
 from lezero.ir.types import I64
@@ -602,6 +602,8 @@ def test_low_precision_contractions_round_each_float32_sum_once(cpu, case, dtype
         module, kernel = conv_kernel(*shapes, dtype, [bias], epilogue)
     lowered = lower_kernel(kernel, cpu=cpu)
     assert (f"{kernel.attributes['name'].value}.gemm" in lowered.llvm_ir) == (kernel_kind == "gemm")
+    # a bf16 GEMM runs vdpbf16ps on bf16 pairs where the target has AVX-512 BF16 (znver4 here)
+    assert (gemm_bf16.DPBF16PS in lowered.llvm_ir) == (dtype == "bf16" and kernel_kind == "gemm" and takes_pairs(cpu))
     inputs = [data(rng, s, dtype) for s in shapes[:2] + (bias,)]
     want = reference(module, inputs)
     for splits in (1, 3):
@@ -611,3 +613,52 @@ def test_low_precision_contractions_round_each_float32_sum_once(cpu, case, dtype
                 np.testing.assert_array_equal(round_to_bf16(g), g)
             assert_matches(g, w, rtol=LOW_PRECISION_STEP[dtype], atol=1e-5)
             assert np.mean(g == w) > 0.98, np.mean(g == w)
+
+
+def takes_pairs(cpu: str) -> bool:
+    return gemm_bf16.pairs_available(cpu_target(cpu), gemm.GemmConfig.for_target(cpu))
+
+
+@pytest.mark.cross_target
+def test_bf16_gemm_denormals_flush_only_on_vdpbf16ps(cpu):
+    """vdpbf16ps reads a denormal input as zero and flushes a denormal sum to zero; the float32
+    GEMM, like the reference, keeps them.  Row 0: a denormal bf16 (2^-130) times 1; row 1: a
+    product of normals below 2^-126 (2^-64 * 2^-64); row 2: the smallest normal sum, which both
+    keep; the other rows are ordinary values, bit-equal on both paths."""
+    rng = np.random.default_rng(21)
+    a, b = data(rng, (8, 6), "bf16"), data(rng, (6, 40), "bf16")
+    a[:3] = 0.0
+    a[0, 0], a[1, 1], a[2, 2] = 2.0 ** -130, 2.0 ** -64, 2.0 ** -63
+    b[:3] = 0.0
+    b[0, :], b[1, :], b[2, :] = 1.0, 2.0 ** -64, 2.0 ** -63
+    module, kernel = matmul_kernel(a.shape, b.shape, "bf16")
+    lowered = lower_kernel(kernel, cpu=cpu)
+    want = reference(module, [a, b])[0]
+    got = run_kernel(kernel, [a, b], 1, lowered, cpu=cpu)[0]
+    flushed = takes_pairs(cpu)
+    assert (gemm_bf16.DPBF16PS in lowered.llvm_ir) == flushed
+    assert want[0, 0] == np.float32(2.0 ** -130) and want[1, 0] == np.float32(2.0 ** -128)
+    np.testing.assert_array_equal(got[:2], 0.0 if flushed else want[:2])
+    np.testing.assert_array_equal(got[2:], want[2:])
+    assert got[2, 0] == np.float32(2.0 ** -126)
+
+
+@pytest.mark.parametrize("case", ["two_k_blocks", "groups_stride2", "1x1_in_place"])
+def test_bf16_conv_converts_pre_packed_weights_to_pairs(case, monkeypatch):
+    """A bf16 conv with constant weights on the host: the plan's float32 packed A is turned into
+    bf16 pairs per call where the host has AVX-512 BF16 (an odd K block too: K = 2313), and the
+    result is the reference's."""
+    x_shape, w_shape, attrs, reading = PRE_PACKED_CASES[case]
+    monkeypatch.setattr(contraction, "CONV_B", reading)
+    module, kernel = conv_kernel(x_shape, w_shape, attrs, "bf16")
+    kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
+    lowered = lower_kernel(kernel)
+    (spec,) = lowered.packed_operands
+    assert (gemm_bf16.DPBF16PS in lowered.llvm_ir) == takes_pairs("host")
+    rng = np.random.default_rng(sum(x_shape))
+    x, w = data(rng, x_shape, "bf16"), data(rng, w_shape, "bf16")
+    want = reference(module, [x, w])[0]
+    got = run_kernel(kernel, [x, spec.pack(w)], 2, lowered)[0]
+    np.testing.assert_array_equal(round_to_bf16(got), got)
+    assert_matches(got, want, rtol=LOW_PRECISION_STEP["bf16"], atol=1e-5)
+    assert np.mean(got == want) > 0.98
