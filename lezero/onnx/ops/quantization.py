@@ -1,5 +1,5 @@
 """Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
-QLinearMatMul, QLinearConv, ConvInteger, as ONNX's reference computes them (round half to even,
+QLinearMatMul, QLinearConv, ConvInteger (and ONNX Runtime's com.microsoft QGemm), as ONNX's reference computes them (round half to even,
 saturate to the integer type).
 
 8-bit tensors compute in integers (issue 12): QuantizeLinear and DequantizeLinear (per tensor or
@@ -8,7 +8,8 @@ MatMulInteger and QLinearMatMul's product ``lz.matmul_integer`` (the CPU's int8 
 zero point is per tensor; a per-row A zero point subtracts in i32 and multiplies as an i32
 ``lz.matmul`` (exact too).  16-bit types and blocked scales take the elementwise form below.
 Integer quantized types only: float8, float4 and the 4- and 2-bit integers have no lezero element
-type.  Integer convolutions run in float64, which is exact for them.
+type.  ConvInteger and QLinearConv's convolution are ``lz.conv_integer`` (8-bit im2col and the int8
+GEMM), a 3-D one runs in float64, which is exact for it.
 """
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ import numpy as np
 
 from lezero.ir.types import F32, F64, I32
 from lezero.onnx import element_types
-from lezero.onnx.ops.nn import _window_attrs, conv2d, spatial_rank
+from lezero.onnx.ops.nn import (
+    _as_2d,
+    _from_2d,
+    _lift,
+    _window_attrs,
+    conv2d,
+    spatial_rank,
+)
 from lezero.onnx.ops.tensor import broadcast_to
 from lezero.onnx.registry import converter
 
@@ -192,55 +200,96 @@ def qlinear_matmul(ctx):
     return ctx.cast(saturate(ctx, ctx.op("lz.round", d), out), out)
 
 
-def _integer_conv(ctx, x, w, x_zero, w_zero_shaped):
-    """``conv(x - x_zero, w - w_zero)`` in int32, computed in float64 (exact for 8-bit operands)."""
-    n = spatial_rank(ctx, x, "convolution")
+def _integer_conv(ctx, x, w, x_zero, w_zero):
+    """``conv(x - x_zero, w - w_zero)`` in i32: ``lz.conv_integer`` for 1-D and 2-D windows (a
+    1-D one over a unit height), where ``x_zero`` is per tensor and ``w_zero`` per tensor or per
+    output channel (missing zero points are 0); a 3-D convolution of the differences computes in
+    float64, which is exact for 8-bit operands."""
+    n = spatial_rank(ctx, x, "convolution", most=3)
     kernel = list(ctx.attr("kernel_shape", w.type.shape[2:]))
     strides, pads, dilations = _window_attrs(ctx, x, n, kernel)
     group = ctx.attr("group", 1)
-    xs = _minus_zero(ctx, x, x_zero)
-    ws = w_zero_shaped
-    y = conv2d(ctx, ctx.cast(xs, F64), ctx.cast(ws, F64), strides, pads, dilations, group)
-    return ctx.cast(y, I32)
+    for what, v in (("input", x), ("weight", w)):
+        if ctx.dtype(v).name not in ("i8", "ui8"):
+            raise ctx.error(f"the {what} must be int8 or uint8, got {ctx.dtype(v)}")
+    x_zero = ctx.scalar(0, x) if x_zero is None else _one_or_per_channel(ctx, x_zero, 1, "the input zero point")
+    w_zero = ctx.scalar(0, w) if w_zero is None else _one_or_per_channel(ctx, w_zero, ctx.shape(w)[0],
+                                                                         "the weight zero point")
+    if n == 3:
+        w_centered = _minus_zero(ctx, w, w_zero, lambda z: ctx.reshape(z, [-1, 1, 1, 1, 1]) if ctx.rank(z) else z)
+        y = conv2d(ctx, ctx.cast(_minus_zero(ctx, x, x_zero), F64), ctx.cast(w_centered, F64), strides, pads,
+                   dilations, group)
+        return ctx.cast(y, I32)
+    if n == 1:
+        strides, pads, dilations = _lift(strides, pads, dilations)
+        y = ctx.op("lz.conv_integer", _as_2d(ctx, x), _as_2d(ctx, w), x_zero, w_zero, strides=strides, pads=pads,
+                   dilations=dilations, groups=group)
+        return _from_2d(ctx, y)
+    return ctx.op("lz.conv_integer", x, w, x_zero, w_zero, strides=strides, pads=pads, dilations=dilations,
+                  groups=group)
 
 
-def _weights_minus_zero(ctx, w, w_zero):
-    if w_zero is None:
-        return ctx.cast(w, I32)
-    rank = ctx.rank(w)
-
-    def per_channel(z):
-        if ctx.rank(z) == 1 and ctx.shape(z)[0] == ctx.shape(w)[0] and ctx.shape(z)[0] != 1:
-            return ctx.reshape(z, [-1] + [1] * (rank - 1))
-        return ctx.reshape(z, []) if ctx.rank(z) else z
-    return _minus_zero(ctx, w, w_zero, per_channel)
+def _one_or_per_channel(ctx, zero, channels, what):
+    """A zero point as rank 0 (one value) or rank 1 of ``channels`` values."""
+    if ctx.rank(zero) == 0:
+        return zero
+    shape = ctx.shape(zero, what)
+    if ctx.rank(zero) == 1 and shape[0] == 1:
+        return ctx.reshape(zero, [])
+    if ctx.rank(zero) == 1 and shape[0] == channels and channels != 1:
+        return zero
+    raise ctx.error(f"{what} must be a scalar{'' if channels == 1 else f' or hold {channels} values'}, got "
+                    f"{zero.type}")
 
 
 @converter("ConvInteger")
 def conv_integer(ctx):
-    x, w, x_zero, w_zero = ctx.input(0), ctx.input(1), ctx.optional(2), ctx.optional(3)
-    if x_zero is not None and ctx.rank(x_zero):
-        x_zero = ctx.reshape(x_zero, [])
-    return _integer_conv(ctx, x, w, x_zero, _weights_minus_zero(ctx, w, w_zero))
+    return _integer_conv(ctx, ctx.input(0), ctx.input(1), ctx.optional(2), ctx.optional(3))
 
 
 @converter("QLinearConv")
 def qlinear_conv(ctx):
+    """The i32 convolution plus the i32 bias, scaled by ``x_scale * w_scale / y_scale`` (per output
+    channel) in float32, rounded half to even, moved by ``y_zero`` and saturated, as ONNX Runtime's
+    requantization computes it."""
     x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias = (ctx.optional(i) for i in range(9))
-    if x_zero is not None and ctx.rank(x_zero):
-        x_zero = ctx.reshape(x_zero, [])
-    acc = _integer_conv(ctx, x, w, x_zero, _weights_minus_zero(ctx, w, w_zero))
+    acc = _integer_conv(ctx, x, w, x_zero, w_zero)
     rank = ctx.rank(acc)
     if bias is not None:
         acc = ctx.op("lz.add", acc, ctx.reshape(ctx.cast(bias, I32), [-1] + [1] * (rank - 2)))
     if ctx.rank(w_scale) == 1 and ctx.shape(w_scale)[0] > 1:
         w_scale = ctx.reshape(w_scale, [-1] + [1] * (rank - 2))
-    factor = ctx.op("lz.div", ctx.op("lz.mul", x_scale, ctx.cast(w_scale, ctx.dtype(x_scale))),
-                    ctx.cast(y_scale, ctx.dtype(x_scale)))
-    r = ctx.op("lz.mul", ctx.cast(acc, F64), ctx.cast(factor, F64))
-    out = ctx.dtype(y_zero) if y_zero is not None else ctx.dtype(x)
-    if y_zero is not None:
-        r = ctx.op("lz.add", r, ctx.cast(y_zero, F64))
+    factor = ctx.op("lz.div", ctx.op("lz.mul", ctx.cast(x_scale, F32), ctx.cast(w_scale, F32)), ctx.cast(y_scale, F32))
+    return _requantize(ctx, acc, factor, y_zero, ctx.dtype(y_zero) if y_zero is not None else ctx.dtype(x))
+
+
+def _requantize(ctx, acc, factor, y_zero, out):
+    """``saturate(round_half_even(acc * factor) + y_zero)`` as ``out`` (i8 or ui8), in float32."""
     if out.name not in ("ui8", "i8"):
         raise ctx.unsupported(f"output type {out}")
-    return ctx.cast(ctx.op("lz.round", saturate(ctx, r, out)), out)
+    r = ctx.op("lz.round", ctx.op("lz.mul", ctx.cast(acc, F32), factor))
+    if y_zero is not None:
+        r = ctx.op("lz.add", r, ctx.cast(y_zero, F32))
+    return ctx.cast(saturate(ctx, r, out), out)
+
+
+@converter("QGemm", domain="com.microsoft")
+def qgemm(ctx):
+    """ONNX Runtime's quantized Gemm (what ``quantize_static`` makes of a Linear in the QOperator
+    format): ``alpha (A - a_zero)(B - b_zero) a_scale b_scale`` plus the i32 bias ``C`` (of scale
+    ``alpha a_scale b_scale``), as float32, or requantized to ``y_zero``'s type when ``y_scale`` is
+    given."""
+    a, a_scale, a_zero, b, b_scale, b_zero, bias, y_scale, y_zero = (ctx.optional(i) for i in range(9))
+    if ctx.attr("transA", 0):
+        a = ctx.op("lz.transpose", a, perm=[1, 0])
+    if ctx.attr("transB", 0):
+        b = ctx.op("lz.transpose", b, perm=[1, 0])
+    acc = integer_product(ctx, a, b, a_zero, b_zero)
+    if bias is not None:
+        acc = ctx.op("lz.add", acc, ctx.cast(bias, I32))
+    scale = ctx.op("lz.mul", ctx.cast(a_scale, F32), ctx.cast(b_scale, F32))
+    scale = ctx.op("lz.mul", scale, ctx.scalar(float(ctx.attr("alpha", 1.0)), scale))
+    if y_scale is None:
+        return ctx.op("lz.mul", ctx.cast(acc, F32), scale)
+    factor = ctx.op("lz.div", scale, ctx.cast(y_scale, F32))
+    return _requantize(ctx, acc, factor, y_zero, ctx.dtype(y_zero) if y_zero is not None else ctx.dtype(a))
