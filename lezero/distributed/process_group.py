@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import queue
 import threading
@@ -32,6 +33,7 @@ import numpy as np
 from lezero.distributed.backends import MPIBackend, TorchBackend
 from lezero.eager.core import Tensor, wrap
 from lezero.eager.device_arrays import contiguous
+from lezero.ir.dialect.collective import set_communicator
 
 BACKENDS = ("mpi", "gloo", "nccl")
 DEFAULT_TIMEOUT_S = 300.0
@@ -139,6 +141,8 @@ class ProcessGroup:
         self.timeline: list = []  # (description, start, end) per finished job, when ``record_timeline``
         self.record_timeline = False
         self._jobs: queue.Queue = queue.Queue()
+        self._requests: dict = {}  # a started IR collective's number -> (Work, its array)
+        self._request_numbers = itertools.count()
         self._thread = threading.Thread(target=self._serve, name="lz.distributed communication", daemon=True)
         self._thread.start()
 
@@ -183,6 +187,25 @@ class ProcessGroup:
         if any(c != calls[0] for c in calls):
             raise CollectiveMismatchError("ranks called different collectives at the same point:\n" +
                                           "\n".join(f"  rank {r}: {c}" for r, c in enumerate(calls)))
+
+    # issue 14: the communicator of the collective IR ops (lezero/ir/dialect/collective.py), which a
+    # compiled step's host steps call: a start queues the in-place all-reduce, a wait blocks on it
+    def start_all_reduce(self, array: np.ndarray, op: str, tag: str) -> int:
+        """Queue an in-place all-reduce of host ``array``; the request's number, for ``wait``."""
+        def run() -> None:
+            self.backend.all_reduce(array, op)
+            if op == ReduceOp.AVG:
+                np.divide(array, self.world_size, out=array, casting="unsafe")
+        work = self.issue(f"all_reduce {tag or 'tensor'} {array.dtype} {list(array.shape)} op={op}", run, array.nbytes)
+        request = next(self._request_numbers)
+        self._requests[request] = (work, array)
+        return request
+
+    def wait(self, request: int) -> np.ndarray:
+        """Block until the request is done (raising what it raised); its reduced array."""
+        work, array = self._requests.pop(request)
+        work.wait()
+        return array
 
     def close(self) -> None:
         self._jobs.put(None)
@@ -238,6 +261,7 @@ def init_process_group(config: ClusterConfig | None = None, backend: str | None 
             raise DistributedError(f"init_process_group: rank {rank} is outside world_size {world_size}")
         engine = TorchBackend(backend, rank, world_size, addr, int(port), timeout_s)
     _GROUP = ProcessGroup(engine, timeout_s, check_collectives)
+    set_communicator(_GROUP)  # the collective IR ops reduce over it
 
 
 def group() -> ProcessGroup:
@@ -267,6 +291,7 @@ def destroy_process_group() -> None:
     global _GROUP
     g = group()
     _GROUP = None
+    set_communicator(None)
     g.close()
 
 

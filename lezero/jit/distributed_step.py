@@ -1,84 +1,84 @@
-"""``compile_train_step`` of a ``DistributedDataParallel`` model: the compiled backward overlaps
-the gradients' all-reduce.
+"""``compile_train_step`` of a ``DistributedDataParallel`` model: the whole step compiled, its
+gradients' all-reduce inside it, overlapping the backward pass.
 
-The step is built for the wrapped module as usual, in its gradient phase (the function that
-returns the loss, every gradient and the new buffers: what ``accumulate`` runs on its first
-micro-batches), and run kernel by kernel (``runtime.cpu.run_plan_notifying``): right after the
-kernel writing a parameter's gradient, DDP's reducer takes it (``gradient_ready``), and a bucket
-whose gradients are all in is all-reduced on the communication thread while the later kernels of
-the backward pass run.  The last gradient waits for every bucket; the optimizer's own update then
-runs on the averaged gradients (its fused eager kernel, the rule ``compile_train_step`` compiles
-into a single-process step).  ``last_trace`` holds each kernel's and each bucket's
-``time.perf_counter`` interval of the latest call: the overlap, shown.
+The step is the wrapped module's ``TrainStep`` built with ``all_reduce_gradients``: its function
+averages every gradient over the ranks (an ``lz.all_reduce {op = "avg"}`` each, right before the
+clipping, the ``GradScaler``'s unscale and the optimizer's update, where PyTorch's DDP has them
+done) and the ``bucket-all-reduce`` pass turns those into DDP's buckets (the DDP model's
+``bucket_cap_mb``, reverse parameter order), each a start right after the kernel producing its
+last gradient and a wait right before the update.  The runtime runs a start as a host step that
+enqueues the bucket on the process group's communication thread (``lezero/runtime/cpu.py``), so
+the bucket is reduced while the later backward kernels run.  With ``accumulate=k`` the first
+``k - 1`` micro-batches only sum their gradients, with no communication (what ``no_sync`` does
+eagerly), and the last reduces the sums.
 
-What a DDP step does not take yet: gradient clipping, ``accumulate`` and a ``GradScaler``
-(each acts on the averaged gradients, after the reduction; run them eagerly), and cuda models
-(their kernels run through the cuda executor, which has no callback between kernels).
+``record_trace = True`` makes each call keep ``last_trace``: the ``time.perf_counter`` interval of
+each kernel, of each start and wait (``host_steps``) and of each all-reduce on the communication
+thread (the overlap, shown).  Not supported: comm hooks (their Python runs
+on the gradients between kernels: train eagerly with them) and cuda models.
 """
 from __future__ import annotations
 
-import numpy as np
-
 import lezero.distributed as dist
-from lezero.eager.core import as_inputs, wrap
 from lezero.eager.device_arrays import CPU
 from lezero.eager.dispatch import user_location
-from lezero.ir.interpreter import check_argument
-from lezero.jit.trace import TraceError, bound_arrays
-from lezero.runtime.cpu import run_plan_notifying
-from lezero.runtime.heartbeat import beat as _heartbeat  # issue 15: lezero-run --heartbeat-timeout
+from lezero.jit.trace import TraceError
+from lezero.runtime.cpu import Profiling, profile_plan
+
+
+class _KernelTrace:
+    """A ``Profiling.recorder`` that keeps each launch's interval of the step's plan."""
+
+    def __init__(self):
+        self.kernels: list = []
+        self.host_steps: list = []  # the collectives' starts and waits
+
+    def run_plan(self, plan, inputs, pool):
+        results, rows = profile_plan(plan, inputs, pool)
+        for row in rows:
+            (self.host_steps if row.kind == "control_flow" else self.kernels).append(
+                (row.name, row.start, row.start + row.seconds))
+        return results
+
+    def compiled(self, *_):
+        pass
 
 
 class DistributedTrainStep:
     """``loss = step(*inputs, target)`` for a DDP model (see the module docstring)."""
 
     def __init__(self, step, ddp):
-        if step.clipping is not None or step.accumulate > 1 or step.scaler is not None:
-            raise TraceError("compile_train_step of a DistributedDataParallel model: clip_grad_norm/clip_grad_value, "
-                             "accumulate and scaler are not supported (they act on the averaged gradients); "
-                             "run them eagerly after backward()", user_location())
+        if ddp.has_comm_hook:
+            raise TraceError("compile_train_step of a DistributedDataParallel model: a comm hook runs Python on the "
+                             "gradients between kernels; train eagerly with it (loss.backward(); optimizer.step())",
+                             user_location())
         self.step, self.ddp = step, ddp
-        self.params = [p for _, p, _ in step.updated]
-        self.last_trace: dict = {"kernels": [], "all_reduce": []}
+        self.record_trace = False
+        self.last_trace: dict = {"kernels": [], "host_steps": [], "all_reduce": []}
+
+    @property
+    def graph(self) -> str:
+        """The compiled step's IR: its buckets' starts and waits among the kernels."""
+        return self.step.graph
 
     def __call__(self, *data):
-        _heartbeat()
-        s = self.step
-        if len(data) != s.n_inputs + 1:
-            raise TypeError(f"the train step takes {s.n_inputs} input(s) and a target, got {len(data)} arguments")
-        data = as_inputs(data, "train_step")
-        device = s._device(data)
+        device = self.step._device(data)
         if device != CPU:
             raise TraceError(f"compile_train_step of a DistributedDataParallel model runs on the CPU; the model is "
                              f"on {device}", user_location())
         self.ddp.before_forward()
-        for r in s.random:
-            r.bind()
-        arrays = [x._data if hasattr(x, "_data") else np.asarray(x) for x in data]
-        compiled, _ = s._compiled_for([tuple(a.shape) for a in arrays], [], device, False, False)
-        func = compiled.func
-        arrays = [np.ascontiguousarray(check_argument(func, i, a)) for i, a in enumerate(arrays)]
-        inputs = arrays + bound_arrays(s.bound, func.arguments[len(arrays):], device)
-        self.ddp.prepare_reduction({id(p) for p in self.params})
-        kernels: list = []
-        group = dist.group()
+        if not self.record_trace:
+            return self.step(*data)
+        group, trace, previous = dist.group(), _KernelTrace(), Profiling.recorder
         group.timeline.clear()
-        group.record_timeline = True
-
-        def on_gradient(i: int, array: np.ndarray) -> None:
-            p = self.params[i - 1]
-            p.grad = wrap(self.ddp.gradient_ready(p, array))
-        plan = compiled.plan_for([a.shape for a in inputs])
-        results = run_plan_notifying(plan, inputs, compiled.pool, set(range(1, 1 + len(self.params))), on_gradient,
-                                     lambda name, start, end: kernels.append((name, start, end)))
-        for t, new in zip(s.buffers, results[1 + len(self.params):]):
-            t._data = new
-            t._version += 1
-        group.record_timeline = False
-        self.last_trace = {"kernels": kernels, "all_reduce": list(group.timeline)}
+        group.record_timeline, Profiling.recorder = True, trace
+        try:
+            loss = self.step(*data)
+        finally:
+            group.record_timeline, Profiling.recorder = False, previous
+        self.last_trace = {"kernels": trace.kernels, "host_steps": trace.host_steps, "all_reduce": list(group.timeline)}
         group.timeline.clear()
-        s.optimizer.step()
-        return wrap(results[0])
+        return loss
 
     def __repr__(self) -> str:
-        return f"<DistributedTrainStep: {len(self.params)} parameters>"
+        return f"<DistributedTrainStep: {len(self.step.updated)} parameters>"

@@ -65,6 +65,7 @@ from lezero.optim.grad_clipping import GradClipping
 from lezero.optim.lbfgs import LBFGS
 from lezero.optim.optimizer import Optimizer, UpdateRule
 from lezero.passes.autodiff import differentiate
+from lezero.passes import run_pipeline  # issue 14: bucket-all-reduce
 from lezero.profiler.profiler import recorded  # issue 16
 from lezero.runtime.heartbeat import beat as _heartbeat  # issue 15: lezero-run --heartbeat-timeout
 from lezero.eager.core import as_inputs, wrap as _wrap
@@ -78,7 +79,7 @@ from lezero.nn.parallel import DistributedDataParallel  # noqa: E402
 
 def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: str = "train_step", *,
                         clipping: GradClipping | None = None, accumulated: bool = False,
-                        update: bool = True, scaled: bool = False) -> FuncOp:
+                        update: bool = True, scaled: bool = False, all_reduce_gradients: bool = False) -> FuncOp:
     """``@train_step`` from a static ``@forward(data..., parameters and buffers...) -> (loss, new
     buffers...)``: returns the loss, the new parameters, the new optimizer states, the new buffers.
 
@@ -93,7 +94,9 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
     (the backward of ``scaler.scale(loss)``), the gradients are unscaled and checked for inf/nan
     (``emit_unscale``), and where one was found every parameter and state keeps its old value
     (``lz.select`` of old and new: the update is computed and discarded, no branch); it also returns
-    the new scale and tracker (``emit_update_scale``) and the inf flag."""
+    the new scale and tracker (``emit_update_scale``) and the inf flag.
+    ``all_reduce_gradients`` (issue 14, a DDP model's step): an updating step averages each (summed)
+    gradient over the ranks (``lz.all_reduce {op = "avg"}``) before it unscales, clips and updates."""
     loss_only = forward.clone()
     loss_only.return_op.set_operands(list(loss_only.return_op.operands)[:1])
     loss_only.update_function_type()
@@ -142,6 +145,8 @@ def build_step_function(forward: FuncOp, updated: list, structure: tuple, name: 
     if not update:
         b.create("func.return", [loss] + grads + new_buffers, result_types=[])
     else:
+        if all_reduce_gradients:  # issue 14: bucket-all-reduce places them (lezero/jit/distributed_step.py)
+            grads = [b.op("lz.all_reduce", g, op="avg", tag=names[index]) for (index, _, _), g in zip(updated, grads)]
         if scaled:  # torch's inv_scale: the reciprocal in f64, rounded to f32
             inv_scale = b.op("lz.cast", b.op("lz.reciprocal", b.op("lz.cast", scaler_args[0], to=F64)), to=F32)
             found_inf, grads = emit_unscale(b, inv_scale, grads)
@@ -174,8 +179,10 @@ class TrainStep:
 
     def __init__(self, forward: FuncOp, batch_args: list[int], n_inputs: int, bound: list, optimizer,
                  example_shapes: list, static_reason: str = "", buffers: list = (), random: list = (),
-                 clipping: GradClipping | None = None, accumulate: int = 1, scaler: GradScaler | None = None):
+                 clipping: GradClipping | None = None, accumulate: int = 1, scaler: GradScaler | None = None,
+                 all_reduce_bucket_bytes: int | None = None):
         self.forward = forward
+        self.all_reduce_bucket_bytes = all_reduce_bucket_bytes  # issue 14: a DDP step's buckets (None: no DDP)
         self.scaler = scaler                # a GradScaler whose scaling, inf check and update the step holds
         self.clipping = clipping
         self.accumulate = accumulate        # calls (micro-batches) per optimizer update
@@ -240,8 +247,12 @@ class TrainStep:
         entry = self._steps.get(key)
         if entry is None:
             func = build_step_function(self._forward_at(shapes), self.updated, structure, clipping=self.clipping,
-                                       accumulated=accumulated, update=update, scaled=self.scaler is not None)
-            compiled = compile_for(ModuleOp([func]), func.sym_name, device)
+                                       accumulated=accumulated, update=update, scaled=self.scaler is not None,
+                                       all_reduce_gradients=self.all_reduce_bucket_bytes is not None)
+            module = ModuleOp([func])
+            if self.all_reduce_bucket_bytes is not None:  # issue 14: DDP's buckets, overlapping the backward
+                module = run_pipeline(module, f"bucket-all-reduce{{bucket-bytes={self.all_reduce_bucket_bytes}}}")
+            compiled = compile_for(module, func.sym_name, device)
             entry = self._steps[key] = (compiled, compiled.runner([a.type.shape for a in func.arguments]))
         return entry
 
@@ -372,7 +383,7 @@ class TrainStep:
 def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target, *,
                        dynamic_batch: bool = True, clip_grad_norm: float | None = None, norm_type: float = 2.0,
                        clip_grad_value: float | None = None, accumulate: int = 1,
-                       scaler: GradScaler | None = None) -> TrainStep:
+                       scaler: GradScaler | None = None, _all_reduce_bucket_bytes: int | None = None) -> TrainStep:
     """One compiled function for a whole training step; ``step(*inputs, target)`` runs it and returns
     the loss (a rank-0 tensor).  See the module docstring.
 
@@ -387,12 +398,13 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
     scaler.step(optimizer); scaler.update()`` does, inside the one compiled function (see
     ``build_step_function``); clipping acts on the unscaled gradients, as after ``scaler.unscale_``.
     Made inside ``lz.autocast``, the step is mixed precision (the ``autocast`` pass runs on its
-    forward before the gradient is taken)."""
+    forward before the gradient is taken).  ``_all_reduce_bucket_bytes``: internal (a DDP model's step)."""
     if isinstance(model, DistributedDataParallel):  # issue 14: the wrapped module's step, reduced by DDP
         return DistributedTrainStep(compile_train_step(model.module, loss_fn, optimizer, example_inputs, example_target,
                                                        dynamic_batch=dynamic_batch, clip_grad_norm=clip_grad_norm,
                                                        norm_type=norm_type, clip_grad_value=clip_grad_value,
-                                                       accumulate=accumulate, scaler=scaler), model)
+                                                       accumulate=accumulate, scaler=scaler,
+                                                       _all_reduce_bucket_bytes=model.bucket_cap_bytes), model)
     if isinstance(optimizer, LBFGS):
         raise TypeError("compile_train_step: LBFGS re-evaluates the loss through a closure several times per "
                         "step; run it eagerly (optimizer.step(closure))")
@@ -433,4 +445,5 @@ def compile_train_step(model, loss_fn, optimizer, example_inputs, example_target
         except TraceError as e:  # the step runs at the example shapes only; another shape says why
             reason = f"{e.location.describe()}: {e.message}"
     return TrainStep(func, batch_args, len(inputs), [(names[id(t)], t) for t in bound], optimizer, shapes, reason,
-                     [t for _, t in recorded.updates], recorded.random, clipping, accumulate, scaler)
+                     [t for _, t in recorded.updates], recorded.random, clipping, accumulate, scaler,
+                     _all_reduce_bucket_bytes)

@@ -27,12 +27,14 @@ reads are erased first, so every kernel yields something.  After fuse a function
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import networkx as nx
 
 from lezero.ir.attributes import IntegerAttr, StringAttr
 from lezero.ir.core import Block, FuncOp, ModuleOp, Operation, Region, Value
+from lezero.ir.dialect.collective import START, WAIT
 from lezero.ir.diagnostics import IRError
 from lezero.ir.location import UNKNOWN, FusedLoc, UnknownLoc
 from lezero.ir.opdef import ELEMENTWISE
@@ -154,7 +156,7 @@ def fuse_function(func: FuncOp, options: PartitionOptions, names: "KernelNamer")
         raise IRError(f"the groups of @{func.sym_name} form a cycle ({shown}): each must be able to run "
                       "after all it reads", first.location)
     stage = {n: i for i, generation in enumerate(nx.topological_generations(graph)) for n in generation}
-    order = sorted(nodes, key=lambda n: (stage[n], position[id(nodes[n][0])]))
+    order = _launch_order(graph, nodes, stage, position)
 
     kernels = []
     for node in order:
@@ -181,6 +183,39 @@ def fuse_function(func: FuncOp, options: PartitionOptions, names: "KernelNamer")
     for op in kernels:
         body.append(op)
     body.append(terminator)
+
+
+# issue 14: a collective's start runs as soon as its operand is computed
+def _launch_order(graph: nx.DiGraph, nodes: dict, stage: dict, position: dict) -> list:
+    """The kernels by (topological generation, program position), except that an
+    ``lz.all_reduce_start`` and the flattening its bucket needs (kernels of reshapes and concats
+    read only by starts and waits, or by such kernels) run as soon as they are ready: the
+    all-reduce then overlaps the kernels of the generation that computed its last gradient, not
+    only those after it.  Without a start
+    this is exactly the sorted order (Kahn's algorithm taking the smallest key that is ready)."""
+    def key(n) -> tuple:
+        return stage[n], position[id(nodes[n][0])]
+    starts = {n for n, ops in nodes.items() if any(op.name == START for op in ops)}
+    if not starts:
+        return sorted(nodes, key=key)
+    waits = {n for n, ops in nodes.items() if any(op.name == WAIT for op in ops)}  # they read the bucket too
+    urgent = set(starts)
+    for n in reversed(list(nx.topological_sort(graph))):
+        if graph.out_degree(n) and all(s in urgent or s in waits for s in graph.successors(n)) and \
+                all(op.name in ("lz.reshape", "lz.concat") for op in nodes[n]):
+            urgent.add(n)
+    waiting = {n: graph.in_degree(n) for n in nodes}
+    ready = [((n not in urgent, *key(n)), n) for n, d in waiting.items() if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, n = heapq.heappop(ready)
+        order.append(n)
+        for s in graph.successors(n):
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                heapq.heappush(ready, ((s not in urgent, *key(s)), s))
+    return order
 
 
 def _build_kernel(ops: list, kind: str, device: "str | None", stage: int, names: "KernelNamer") -> Operation:

@@ -26,6 +26,7 @@ from lezero.passes.shape_infer import ShapeInfer
 from lezero.passes.autocast import Autocast  # issue 13: mixed precision
 from lezero.passes.loop_sums import LoopSums  # issue 17: an RNN's weight gradient as one GEMM
 from lezero.passes.fold_qdq import FoldQdq  # issue 12: QDQ matmuls as the int8 GEMM
+from lezero.passes.bucket_all_reduce import BucketAllReduce  # issue 14: DDP's buckets as start/wait pairs
 
 # name -> pass class, for every pass lezero ships
 BUILTIN_PASSES: dict[str, type[Pass]] = {
@@ -44,6 +45,7 @@ BUILTIN_PASSES: dict[str, type[Pass]] = {
     "autocast": Autocast,  # issue 13: mixed precision
     "loop-sums": LoopSums,  # issue 17: an RNN's weight gradient as one GEMM
     "fold-qdq": FoldQdq,  # issue 12: QDQ matmuls as the int8 GEMM
+    "bucket-all-reduce": BucketAllReduce,  # issue 14: DDP's buckets as start/wait pairs
 }
 
 _PASSES: dict[str, type[Pass]] = {}

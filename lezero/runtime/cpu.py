@@ -57,6 +57,8 @@ from lezero.codegen.index_checks import initial_status, status_error
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.ir.core import ModuleOp
 from lezero.ir.diagnostics import InputError, IRError
+from lezero.ir.dialect.collective import (ALL_REDUCE, COLLECTIVE_OPS, START, WAIT, start_all_reduce,
+                                          wait_all_reduce)
 from lezero.ir.dialect.control_flow import exceeded_bound_message
 from lezero.ir.interpreter import check_arguments
 from lezero.ir.types import format_shape
@@ -65,7 +67,8 @@ from lezero.passes.memory_plan import ALIGNMENT as ARENA_ALIGNMENT
 from lezero.passes.placement import HOST
 from lezero.runtime.kernel_cache import KernelCache, default_cache
 from lezero.runtime.loop_driver import native_for
-from lezero.runtime.plan import BoundPlan, ExecutionPlan, HostStep, build_plan, specialize
+from lezero.runtime.plan import (BoundPlan, ExecutionPlan, HostStep, build_plan, collective_in,
+                                 specialize)
 from lezero.runtime.thread_pool import ThreadPool, default_pool
 
 
@@ -130,8 +133,9 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
     launches = []
     for launch in plan.launches:
         if isinstance(launch, HostStep):
-            launches.append(BoundHostStep(launch, [bind_plan(p, cache, cpu) for p in launch.region_plans],
-                                          plan.constants, arena))
+            bound_step = BoundCollectiveStep if launch.name in COLLECTIVE_OPS else BoundHostStep  # issue 14
+            launches.append(bound_step(launch, [bind_plan(p, cache, cpu) for p in launch.region_plans],
+                                       plan.constants, arena))
             continue
         loaded = loaded_kernels[id(launch)]
         lowered = launch.kernel
@@ -163,7 +167,7 @@ def _result_arrays(plan: CpuPlan) -> list:
 
 def run_launch(launch: _Launch, inputs: list[np.ndarray], results: list, pool: ThreadPool) -> None:
     """Patch ``launch``'s per-call pointers and run it (across ``pool`` when the plan splits it)."""
-    if launch.__class__ is BoundHostStep:
+    if launch.__class__ is BoundHostStep or launch.__class__ is BoundCollectiveStep:
         launch.run(inputs, results, pool)
         return
     for slot, kind, index in launch.patches:
@@ -354,42 +358,49 @@ def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> list[
     return results
 
 
-# issue 14: a callback between kernels (DDP's compiled step starts a bucket's all-reduce as soon as
-# the kernel writing its last gradient has run, while the rest of the backward pass runs).
-def result_writers(plan: CpuPlan) -> dict[int, int]:
-    """For each result the kernels write in place, the index of the last launch that writes it."""
-    writers = {}
-    for k, launch in enumerate(plan.plan.launches):
-        for ref in launch.results:
-            if ref.kind == "output":
-                writers[ref.where] = k
-    return {i: k for i, k in writers.items() if plan.outputs[i][0]}
+# issue 14: the collectives' host steps
+class BoundCollectiveStep(BoundHostStep):
+    """A collective's ``HostStep`` bound to memory.  ``lz.all_reduce_start`` hands its operand's
+    buffer to the process group's communication thread and writes the request's number into its
+    token; ``lz.all_reduce_wait`` blocks on the token's request and copies the reduced buffer into
+    its result; ``lz.all_reduce`` does both at once, in its result buffer.  The start reduces an
+    arena slot in place when only it and its waits read the value (a bucket's flat array: the
+    memory plan keeps it until the wait, which reads it), else a copy of the step's own."""
 
+    def __init__(self, step: HostStep, regions: list, constants: list, arena: np.ndarray):
+        self.step, self.name, self.checks = step, step.name, None
+        kernel = step.op
+        self.operands = [(ref, _buffer(ref, v.type, arena, constants)) for ref, v in zip(step.operands, kernel.operands)]
+        self.results = [(ref, _buffer(ref, r.type, arena, constants)) for ref, r in zip(step.results, kernel.results)]
+        op = collective_in(kernel)
+        attrs = op.definition.attrs(op)
+        self.reduce_op, self.tag = attrs.get("op"), attrs.get("tag")
+        self.private = None
+        if self.name == START:
+            x = kernel.operands[0]
+            exclusive = step.operands[0].kind == "arena" and all(
+                u.op is kernel or (u.op.name == "lz.kernel" and getattr(collective_in(u.op), "name", "") == WAIT)
+                for u in x.uses)
+            if not exclusive:
+                self.private = np.empty(x.type.shape, x.type.element_type.numpy_dtype)
 
-def run_plan_notifying(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool, watched: set[int],
-                       on_result, on_launch=None) -> list[np.ndarray]:
-    """``run_plan`` that calls ``on_result(i, array)`` for each result index in ``watched`` right
-    after the launch writing it (the others, copied at the end, after that), and
-    ``on_launch(name, start, end)`` (``time.perf_counter`` stamps) after each launch."""
-    results = _result_arrays(plan)
-    writers = result_writers(plan)
-    after: dict[int, list[int]] = {}
-    for i in watched:
-        if i in writers:
-            after.setdefault(writers[i], []).append(i)
-    with plan.lock:
-        for k, launch in enumerate(plan.launches):
-            start = time.perf_counter()
-            run_launch(launch, inputs, results, pool)
-            if on_launch is not None:
-                on_launch(getattr(launch, "name", "host step"), start, time.perf_counter())
-            for i in after.get(k, ()):
-                on_result(i, results[i])
-        _copy_results(plan, inputs, results)
-    for i in sorted(watched):
-        if i not in writers:
-            on_result(i, results[i])
-    return results
+    def run(self, inputs: list, results: list, pool: ThreadPool) -> None:
+        operands = self._arrays(self.operands, inputs, results)
+        (out,) = self._arrays(self.results, inputs, results)
+        if self.name == START:
+            x = operands[0]
+            if self.private is not None:
+                np.copyto(self.private, x)
+                x = self.private
+            out[()] = start_all_reduce(x, self.reduce_op, self.tag)
+            return
+        if self.name == ALL_REDUCE:
+            np.copyto(out, operands[0])
+            wait_all_reduce(start_all_reduce(out, self.reduce_op, self.tag), out)
+            return
+        reduced = wait_all_reduce(int(operands[0]), operands[1])
+        if reduced.ctypes.data != out.ctypes.data:
+            np.copyto(out, reduced)
 
 
 class Profiling:

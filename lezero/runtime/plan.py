@@ -23,7 +23,10 @@ once (the attribute names are memory-plan's constants) and returns an ``Executio
   own).  An executor runs a region's plan once per iteration with its inputs bound to views (the
   carried values' current buffers, ``xs[i]``) and its outputs to the buffers the next iteration
   reads (``ys[i]`` written in place, the carried values into a second buffer, swapped); the
-  kernels of a region are lowered once.
+  kernels of a region are lowered once.  A kernel holding a collective (``lz.all_reduce``,
+  ``lz.all_reduce_start``, ``lz.all_reduce_wait``: issue 14) is a ``HostStep`` too, named after
+  it, with no region plan: the executor enqueues it on the process group's communication thread
+  or waits.
 
 A bad schedule is rejected here, once: an op left outside any kernel.  The executors bind a plan
 to memory and run it: ``runtime.cpu`` (a numpy arena, ctypes or the lean launcher),
@@ -42,6 +45,7 @@ from lezero.codegen.schedule import REGION_ARENAS_ATTR, schedule
 from lezero.codegen.targets import backend
 from lezero.ir.core import FuncOp, ModuleOp, Operation
 from lezero.ir.diagnostics import IRError
+from lezero.ir.dialect.collective import COLLECTIVE_OPS
 from lezero.ir.dialect.device import DEVICES
 from lezero.ir.types import FunctionType, TensorType
 from lezero.passes.memory_plan import OFFSETS_ATTR, arena_attributes
@@ -225,6 +229,12 @@ def _host_step(plan: ExecutionPlan, op: Operation, operands: list, results: list
     return HostStep(op, op.name, operands, results, region_plans, **attrs)
 
 
+def collective_in(kernel: Operation) -> Operation | None:
+    """The collective a kernel holds (partition makes each a ``single`` kernel of its own), or None."""
+    body = kernel.regions[0].block.ops
+    return body[0] if len(body) == 2 and body[0].name in COLLECTIVE_OPS else None
+
+
 def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) -> ExecutionPlan:
     block = plan.block
     returned = block.terminator.operands
@@ -261,6 +271,12 @@ def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) ->
                                             [where[id(r)] for r in op.results], cpu, cache))
         elif op.name == "lz.kernel":
             operands = [where[id(v)] for v in op.operands]
+            collective = collective_in(op)  # issue 14: a host step on the process group's thread
+            if collective is not None:
+                for r, offset in zip(op.results, op.attributes[OFFSETS_ATTR].values):
+                    where[id(r)] = BufferRef("output", output_slot[id(r)]) if offset < 0 else BufferRef("arena", offset)
+                plan.launches.append(HostStep(op, collective.name, operands, [where[id(r)] for r in op.results], []))
+                continue
             if fold_constant_kernels and all(ref.kind == "constant" for ref in operands):
                 # It computes from constants only (a broadcast weight, a weight transposed):
                 # evaluate it once here, with the reference.

@@ -81,8 +81,9 @@ def test_compiled_step_all_reduces_while_later_backward_kernels_run(ranks):
     """The timestamps of the compiled step: a bucket's all-reduce (on the communication thread)
     overlaps a backward kernel.  The two cores are shared, so not every step shows it; some must."""
     for res in ranks:
-        assert [b.split(" [")[0] for b in res["compiled/buckets"] if b.startswith("all_reduce bucket")] == \
-            ["all_reduce bucket 0", "all_reduce bucket 1"]  # the MLP at bucket_cap_mb=0.5: the rest, fc1.weight
+        # the MLP at bucket_cap_mb=0.5: fc1.weight, the rest (started as the schedule computes their last gradients)
+        assert sorted(" ".join(b.split()[:2]) for b in res["compiled/buckets"] if b.startswith("all_reduce bucket")) == \
+            ["all_reduce bucket0", "all_reduce bucket1"]
         assert res["compiled/overlapped"].any(), "no step's all-reduce ran while a kernel of its backward ran"
 
 

@@ -85,6 +85,7 @@ def train(model, steps: list, rank: int, compiled: bool = False, hook=None, byte
     if compiled:
         x0, y0 = shard(steps[0], rank)
         step = lz.jit.compile_train_step(ddp, criterion, optimizer, x0, y0)
+        step.record_trace = trace is not None
     digests = []
     for batch in steps:
         x, y = shard(batch, rank)

@@ -24,3 +24,4 @@ from lezero.ir.dialect import (attention, composite, constant, contraction, data
                                kernel, pooling, random, reduction)
 from lezero.ir.dialect import control_flow  # noqa: F401  (issue 17's lz.for, lz.while, lz.if)
 from lezero.ir.dialect import quantization  # noqa: F401  (issue 12's lz.quantize, lz.dequantize, lz.dynamic_quantize, lz.matmul_integer)
+from lezero.ir.dialect import collective  # noqa: F401  (issue 14's lz.all_reduce, lz.all_reduce_start, lz.all_reduce_wait)

@@ -105,6 +105,7 @@ class DistributedDataParallel(Module):
             raise ValueError("DistributedDataParallel is not needed when a module doesn't have any parameter that "
                              "requires a gradient")
         cap = (DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20
+        self.bucket_cap_bytes = int(cap)  # compile_train_step's bucket-all-reduce takes the same buckets
         self._buckets = self._make_buckets(list(reversed(named)), cap)
         self._buckets[-1]._is_last = True
         self._slot = {id(p): (b, i) for b in self._buckets for i, p in enumerate(b._params)}
@@ -135,6 +136,10 @@ class DistributedDataParallel(Module):
         works = [dist.broadcast(t.data, src=0, async_op=True, name=n) for t, n in zip(tensors, names)]
         for w in works:
             w.wait()
+
+    @property
+    def has_comm_hook(self) -> bool:
+        return self._comm_hook is not _allreduce_hook
 
     def register_comm_hook(self, state, hook) -> None:
         """``hook(state, bucket) -> Future`` of the bucket's averaged flat gradient replaces the all-reduce."""
