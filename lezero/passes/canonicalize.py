@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from lezero.ir.attributes import i64_array
 from lezero.ir.types import F64, ElementType, TensorType
 from lezero.passes.constant_fold import constant_value
 from lezero.passes.pass_base import Pass, option
@@ -158,6 +161,21 @@ def _is_whole_slice(m, x):
 
 def _is_zero_pad(m, x):
     return x if all(p == 0 for p in m.attrs.pads) else None
+
+
+def _gather_in_order(m, x, indices):
+    """gather(x, 0, 1, ..., n-1 along an axis of size n) -> a reshape of x (issue 11 item 4):
+    transformers' masks index ``mask[batch_idx, kv_idx]`` with such a constant, which would make a
+    kernel whose rows read other rows.  The shape rule put ``indices``' dims at the axis."""
+    attr = constant_value(indices)
+    if attr is None or not x.type.is_static or not m.type.is_static:
+        return None
+    axis = m.attrs.axis % max(x.type.rank, 1)
+    size = x.type.shape[axis]
+    flat = attr.array.reshape(-1)
+    if flat.size != size or not np.array_equal(flat, np.arange(size)):
+        return None
+    return m.create("lz.reshape", [x], {"shape": i64_array(m.type.shape)}, [m.type]).result
 
 
 # --- constant exponents (strength reduction) --------------------------------------------------------
@@ -313,6 +331,7 @@ DATA_MOVEMENT = [
     Rule("lz.slice", _is_whole_slice, "slice taking the whole tensor in order -> x"),
     Rule("lz.concat", lambda m, *xs: xs[0] if len(xs) == 1 else None, "concat of one operand -> x"),
     Rule("lz.pad", _is_zero_pad, "pad by zero everywhere -> x"),
+    Rule("lz.gather", _gather_in_order, "gather(x, arange(n)) along an axis of size n -> reshape(x)"),
 ]
 
 CANONICALIZATION_RULES = ARITHMETIC + POWERS + LOGIC + CASTS + DATA_MOVEMENT

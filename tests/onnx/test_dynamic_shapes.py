@@ -1,9 +1,9 @@
 """One compiled model for every (batch, sequence): a transformer block made here with dynamic batch
-and sequence (layer norms, projections, attention over two heads, a GELU MLP, residuals) runs 20
-shapes, each against ONNX Runtime to 1e-5.  Its kernels are row-generic (``lezero/codegen/
-row_generic.py``): after the second shape (the one that probes them), a new batch compiles no kernel
-and a new sequence length compiles only the attention kernel, whose code walks the keys of one
-sequence length."""
+and sequence (an embedding lookup, layer norms, projections, attention over two heads, a GELU MLP,
+residuals) runs 20 shapes, each against ONNX Runtime to 1e-5.  Its kernels are row-generic
+(``lezero/codegen/row_generic.py``), the embedding's bounds-checked gather too: after the second
+shape (the one that probes them), a new batch lowers and compiles no kernel and a new sequence
+length compiles only the attention kernel, whose code walks the keys of one sequence length."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +15,7 @@ import lezero.onnx
 from lezero.runtime import kernel_cache
 from lezero.runtime.kernel_cache import KernelCache
 
-WIDTH, HEADS, HIDDEN = 32, 2, 64
+WIDTH, HEADS, HIDDEN, VOCAB = 32, 2, 64, 50
 # (batch, sequence): new batches at a known length, new lengths, both, and back again
 SHAPES = [(2, 8), (3, 5), (1, 8), (4, 8), (7, 8), (1, 5), (5, 5), (2, 13), (6, 13), (1, 1), (3, 1),
           (2, 31), (4, 31), (1, 64), (2, 64), (3, 8), (8, 5), (5, 13), (9, 1), (1, 31)]
@@ -35,9 +35,10 @@ def transformer_block():
          numpy_helper.from_array(np.array(1 / np.sqrt(WIDTH // HEADS), np.float32), "scale"),
          numpy_helper.from_array(np.array(np.sqrt(0.5), np.float32), "sqrt_half"),
          numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-         numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+         numpy_helper.from_array(np.array(0.5, np.float32), "half"), weight("table", VOCAB, WIDTH, scale=1.0)]
     node = helper.make_node
-    nodes = [node("LayerNormalization", ["x", "g1", "b1"], ["h"], axis=-1, epsilon=1e-5)]
+    nodes = [node("Gather", ["table", "ids"], ["x"], axis=0),
+             node("LayerNormalization", ["x", "g1", "b1"], ["h"], axis=-1, epsilon=1e-5)]
     for p in "qkv":
         nodes += [node("MatMul", ["h", f"w{p}"], [f"{p}0"]), node("Add", [f"{p}0", f"b{p}"], [f"{p}1"]),
                   node("Reshape", [f"{p}1", "heads_shape"], [f"{p}2"])]
@@ -55,8 +56,7 @@ def transformer_block():
               node("Mul", ["u1", "u4"], ["u5"]), node("Mul", ["u5", "half"], ["u6"]),
               node("MatMul", ["u6", "w_down"], ["d0"]), node("Add", ["d0", "b_down"], ["d1"]),
               node("Add", ["d1", "r1"], ["y"])]
-    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                               ["batch", "sequence", WIDTH])],
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", WIDTH])],
                               initializer=weights)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -74,15 +74,15 @@ def test_twenty_shapes_after_one_compile_match_onnx_runtime(tmp_path, monkeypatc
     rng = np.random.default_rng(1)
     batches_at = {}  # sequence length -> the batches run at it
     for i, (batch, seq) in enumerate(SHAPES):
-        x = rng.standard_normal((batch, seq, WIDTH)).astype(np.float32)
+        ids = rng.integers(-VOCAB, VOCAB, (batch, seq))  # negative ids count from the end, as in ORT
         before = (cache.stats.lowerings, cache.stats.compiles, cache.stats.row_generic_hits)
-        got = compiled.run({"x": x})["y"]
-        np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+        got = compiled.run({"ids": ids})["y"]
+        np.testing.assert_allclose(got, session.run(None, {"ids": ids})[0], rtol=1e-5, atol=1e-5)
         lowered, compiled_now, generic = (now - was for now, was in zip(
             (cache.stats.lowerings, cache.stats.compiles, cache.stats.row_generic_hits), before))
         batches = batches_at.setdefault(seq, set())
         if i >= 2:  # the first shape lowers every kernel, the second probes the row-generic ones
-            assert generic >= 8, (batch, seq)  # the layer norms, projections, MLP, residuals
+            assert generic >= 8, (batch, seq)  # the embedding, layer norms, projections, MLP, residuals
             if not batches:  # a new length: its attention kernel, nothing else
                 assert (lowered, compiled_now) == (1, 1), (batch, seq)
             elif len(batches) == 1:  # a second batch at this length: the attention kernel's probe
@@ -91,6 +91,10 @@ def test_twenty_shapes_after_one_compile_match_onnx_runtime(tmp_path, monkeypatc
                 assert (lowered, compiled_now) == (0, 0), (batch, seq)
         batches.add(batch)
     assert len(set(SHAPES)) == 20
+    bad = np.zeros((3, 8), np.int64)
+    bad[2, 7] = VOCAB  # the embedding's bounds check, in the row-generic code
+    with pytest.raises(IndexError, match=f"index {VOCAB} is out of range for axis 0 of size {VOCAB}"):
+        compiled.run({"ids": bad})
     # What is left: the head split (Reshape to [0, 0, heads, d]) copies two dynamic dims, which
     # lz.reshape cannot say, so the graph is imported and scheduled again per shape.
     assert compiled.shape_specialized

@@ -1,6 +1,7 @@
 // canonicalize, data movement rules: identity transpose, transpose(transpose x) (perms composed),
 // identity reshape, reshape(reshape x), identity broadcast_to, broadcast_to(broadcast_to x), whole
-// slice, concat of one operand, zero pad, transpose(matmul(transpose a, b)); and the cases that must stay.
+// slice, concat of one operand, zero pad, transpose(matmul(transpose a, b)), gather of 0..n-1 (a reshape);
+// and the cases that must stay.
 // RUN: lezero-opt %s -p canonicalize --split-input-file | filecheck %s
 
 // CHECK-LABEL: func.func @identity_transpose
@@ -194,4 +195,28 @@ func.func @transpose_of_shared_product_stays(%a: tensor<3x2xf32>, %b: tensor<3x4
   // CHECK-NEXT: "lz.transpose"
   %2 = "lz.transpose"(%1) {perm = array<i64: 1, 0>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
   func.return %2, %1 : tensor<4x2xf32>, tensor<2x4xf32>
+}
+
+// -----
+
+// A gather of 0, 1, ..., n-1 along an axis of size n is a reshape (transformers' masks index
+// mask[batch_idx, kv_idx] so), on any axis; other orders, and indices that do not cover the
+// axis, stay gathers.
+// CHECK-LABEL: func.func @gather_in_order
+// CHECK-SAME: (%[[M:[^:]+]]: tensor<6x1xi1>, %[[X:[^:]+]]: tensor<2x6xf32>)
+func.func @gather_in_order(%m: tensor<6x1xi1>, %x: tensor<2x6xf32>) -> (tensor<2x1x3x1xi1>, tensor<2x2x3xf32>, tensor<2x1x3x1xi1>, tensor<5x1xi1>) {
+  %i = "lz.constant"() {value = dense<[[[0, 1, 2]], [[3, 4, 5]]]> : tensor<2x1x3xi64>} : () -> tensor<2x1x3xi64>
+  %j = "lz.constant"() {value = dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>} : () -> tensor<2x3xi64>
+  %k = "lz.constant"() {value = dense<[[[0, 1, 2]], [[3, 5, 4]]]> : tensor<2x1x3xi64>} : () -> tensor<2x1x3xi64>
+  %l = "lz.constant"() {value = dense<[0, 1, 2, 3, 4]> : tensor<5xi64>} : () -> tensor<5xi64>
+  // CHECK: %[[R:.+]] = "lz.reshape"(%[[M]]) {shape = array<i64: 2, 1, 3, 1>} : (tensor<6x1xi1>) -> tensor<2x1x3x1xi1>
+  %0 = "lz.gather"(%m, %i) {axis = 0 : i64} : (tensor<6x1xi1>, tensor<2x1x3xi64>) -> tensor<2x1x3x1xi1>
+  // CHECK: %[[S:.+]] = "lz.reshape"(%[[X]]) {shape = array<i64: 2, 2, 3>} : (tensor<2x6xf32>) -> tensor<2x2x3xf32>
+  %1 = "lz.gather"(%x, %j) {axis = -1 : i64} : (tensor<2x6xf32>, tensor<2x3xi64>) -> tensor<2x2x3xf32>
+  // CHECK: %[[G:.+]] = "lz.gather"(%[[M]], %{{.+}}) {axis = 0 : i64} : (tensor<6x1xi1>, tensor<2x1x3xi64>)
+  %2 = "lz.gather"(%m, %k) {axis = 0 : i64} : (tensor<6x1xi1>, tensor<2x1x3xi64>) -> tensor<2x1x3x1xi1>
+  // CHECK: %[[H:.+]] = "lz.gather"(%[[M]], %{{.+}}) {axis = 0 : i64} : (tensor<6x1xi1>, tensor<5xi64>)
+  %3 = "lz.gather"(%m, %l) {axis = 0 : i64} : (tensor<6x1xi1>, tensor<5xi64>) -> tensor<5x1xi1>
+  // CHECK: func.return %[[R]], %[[S]], %[[G]], %[[H]] :
+  func.return %0, %1, %2, %3 : tensor<2x1x3x1xi1>, tensor<2x2x3xf32>, tensor<2x1x3x1xi1>, tensor<5x1xi1>
 }
