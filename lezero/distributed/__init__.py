@@ -5,7 +5,7 @@
 and ``all_reduce``/``broadcast``/``all_gather``/``reduce_scatter``/``send``/``recv`` with
 ``async_op=True`` work handles.  The engines are in ``backends.py``, the group (its ordered
 communication thread, the mismatch check, the byte counter) in ``process_group.py``;
-``pipeline.py`` runs GPipe's schedule over send/recv;
+``pipeline.py`` runs GPipe's and 1F1B's schedules over send/recv (``send_recv`` for 1F1B's exchanges);
 ``lz.nn.parallel`` (DistributedDataParallel, the tensor-parallel linear layers) builds on them.
 """
 from lezero.distributed import pipeline  # noqa: F401

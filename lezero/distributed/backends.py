@@ -50,6 +50,11 @@ class Backend:
     def send(self, array, dst: int, tag: int) -> None:
         raise NotImplementedError
 
+    def send_recv(self, array, dst: int, send_tag: int, out, src: int, recv_tag: int) -> None:
+        """Send ``array`` to ``dst`` and receive ``out`` from ``src`` at once (both posted before
+        either blocks: two ranks exchanging with each other cannot deadlock)."""
+        raise NotImplementedError
+
     def recv(self, array, src: int, tag: int) -> None:
         raise NotImplementedError
 
@@ -100,6 +105,10 @@ class MPIBackend(Backend):
 
     def send(self, array, dst: int, tag: int) -> None:
         self.comm.Send(_as_mpi_buffer(array), dest=dst, tag=tag)
+
+    def send_recv(self, array, dst: int, send_tag: int, out, src: int, recv_tag: int) -> None:
+        self.comm.Sendrecv(_as_mpi_buffer(array), dest=dst, sendtag=send_tag, recvbuf=_as_mpi_buffer(out),
+                           source=src, recvtag=recv_tag)
 
     def recv(self, array, src: int, tag: int) -> None:
         self.comm.Recv(_as_mpi_buffer(array), source=src, tag=tag)
@@ -175,6 +184,12 @@ class TorchBackend(Backend):
 
     def send(self, array, dst: int, tag: int) -> None:
         self.dist.send(self._tensor(array), dst=dst, tag=tag)
+
+    def send_recv(self, array, dst: int, send_tag: int, out, src: int, recv_tag: int) -> None:
+        d = self.dist
+        for work in d.batch_isend_irecv([d.P2POp(d.isend, self._tensor(array), dst, tag=send_tag),
+                                         d.P2POp(d.irecv, self._tensor(out), src, tag=recv_tag)]):
+            work.wait()
 
     def recv(self, array, src: int, tag: int) -> None:
         self.dist.recv(self._tensor(array), src=src, tag=tag)

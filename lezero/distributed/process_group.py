@@ -422,6 +422,20 @@ def recv(tensor: Tensor, src: int, tag: int = 0) -> None:
             False)
 
 
+def send_recv(tensor: Tensor, dst: int, out: Tensor, src: int, send_tag: int = 0, recv_tag: int = 0) -> None:
+    """Send ``tensor`` to ``dst`` and receive ``out`` from ``src`` in one step, both posted before
+    either waits (MPI's ``Sendrecv``, torch's ``batch_isend_irecv``): what a 1F1B pipeline stage
+    does with each neighbour, which two blocking sends toward each other would deadlock on."""
+    g = group()
+    _check_rank(dst, "send_recv dst")
+    _check_rank(src, "send_recv src")
+    array, _ = _buffer(tensor)
+    received, store = _buffer(out)
+    _finish(g.issue(f"send to rank {dst}, recv from rank {src}",
+                    lambda: g.backend.send_recv(array, dst, send_tag, received, src, recv_tag), array.nbytes, store,
+                    collective=False), False)
+
+
 def barrier() -> None:
     g = group()
     _finish(g.issue("barrier", g.backend.barrier, 0), False)

@@ -16,7 +16,7 @@ import lezero as lz
 from lezero import nn
 
 WORLD = 2
-SCENARIOS = ["mlp", "compiled", "bn_cnn", "hooks", "unused", "no_sync", "sampler", "mismatch", "late_rank"]
+SCENARIOS = ["mlp", "compiled", "compiled_clip_accumulate", "bn_cnn", "hooks", "unused", "no_sync", "sampler", "mismatch", "late_rank"]
 
 
 @pytest.fixture(scope="module", params=["gloo", "mpi"])
@@ -75,6 +75,16 @@ def test_mlp_trains_as_one_process_on_the_whole_batch(ranks):
 def test_compiled_step_trains_as_one_process(ranks):
     reference = single_process(worker.mlp(dtype=np.float64), worker.batches(WORLD, worker.STEPS, dtype=np.float64))
     assert_trained_like(ranks, "compiled", reference)
+
+
+def test_compiled_step_clips_and_accumulates_as_one_process(ranks):
+    """Clipping and accumulation act on the averaged gradients inside the compiled DDP step."""
+    reference = worker.mlp(dtype=np.float64)
+    step, data = worker.clipped_accumulating_step(
+        reference, worker.batches(WORLD, 2 * worker.ACCUMULATED_UPDATES, dtype=np.float64), None)
+    for batch in data:
+        step(*batch)
+    assert_trained_like(ranks, "compiled_clip_accumulate", reference)
 
 
 def test_compiled_step_all_reduces_while_later_backward_kernels_run(ranks):

@@ -1,5 +1,5 @@
 """Model parallelism over MPI (MPICH), 2 and 4 ranks: Megatron's column/row-parallel linear layers
-and a GPipe pipeline (2 and 4 stages, 3 micro-batches) give the single-process model's outputs,
+and a pipeline (GPipe and 1F1B, 2 and 4 stages, 3 micro-batches) give the single-process model's outputs,
 loss and gradients (``support/model_parallel_worker.py`` runs the ranks)."""
 from __future__ import annotations
 
@@ -41,15 +41,16 @@ def test_tensor_parallel_linears_equal_the_single_process_mlp(ranks):
             assert np.array_equal(res[f"tp/{form}/y"], ranks[0][f"tp/{form}/y"])  # the same bytes on every rank
 
 
-def test_gpipe_stages_give_the_whole_models_loss_and_gradients(ranks):
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_pipeline_stages_give_the_whole_models_loss_and_gradients(ranks, schedule):
     world = len(ranks)
     model = worker.pipeline_model(worker.reference_layers())
     x, y = worker.data()
     loss = nn.CrossEntropyLoss()(model(x), y)
     loss.backward()
-    np.testing.assert_allclose(ranks[-1]["pp/loss"], loss.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(ranks[-1][f"pp/{schedule}/loss"], loss.detach().numpy(), rtol=1e-6)
     grads = [p.grad.numpy() for p in model.parameters()]
     per = len(grads) // world
     for r, res in enumerate(ranks):
         for i, g in enumerate(grads[r * per:(r + 1) * per]):
-            np.testing.assert_allclose(res[f"pp/grad{i}"], g, rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(res[f"pp/{schedule}/grad{i}"], g, rtol=1e-5, atol=1e-7)

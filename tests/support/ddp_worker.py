@@ -20,6 +20,7 @@ from lezero import nn
 STEPS = 50
 PER_RANK_BATCH = 8
 HOOK_STEPS = 14
+ACCUMULATED_UPDATES = 6
 POWER_SGD_START = 2
 
 
@@ -105,6 +106,17 @@ def train(model, steps: list, rank: int, compiled: bool = False, hook=None, byte
     return digests
 
 
+def clipped_accumulating_step(model, steps: list, rank: int | None):
+    """``compile_train_step`` of ``model`` with the norm clipped to 0.5 and 2 micro-batches per
+    update (their mean loss), and its calls' data: rank ``rank``'s blocks (None: the whole batches)."""
+    data = [shard(b, rank) if rank is not None else (lz.from_numpy(b[0]), lz.from_numpy(b[1])) for b in steps]
+    criterion = nn.CrossEntropyLoss()
+    optimizer = lz.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    step = lz.jit.compile_train_step(model, lambda out, y: criterion(out, y) / 2, optimizer, *data[0],
+                                     clip_grad_norm=0.5, accumulate=2)
+    return step, data
+
+
 def overlapped(trace: dict) -> bool:
     """Whether a bucket's all-reduce ran while some kernel of the step did."""
     buckets = [(start, end) for name, start, end in trace["all_reduce"] if name.startswith("all_reduce bucket")]
@@ -133,6 +145,16 @@ def main(out: str, scenarios: list[str]) -> None:
         results["compiled/overlapped"] = np.array(trace["overlapped"])
         results["compiled/buckets"] = np.array([name for name, _, _ in trace["all_reduce"]])
         results.update(state_arrays("compiled", model))
+    if "compiled_clip_accumulate" in scenarios:  # clipping and accumulation inside the compiled DDP step
+        model = mlp(seed=rank, dtype=np.float64)
+        step, steps = clipped_accumulating_step(nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.5),
+                                                batches(world, 2 * ACCUMULATED_UPDATES, dtype=np.float64), rank)
+        digests = []
+        for batch in steps:
+            step(*batch)
+            digests.append(digest(model))
+        results["compiled_clip_accumulate/digests"] = np.frombuffer(b"".join(digests), np.uint8)
+        results.update(state_arrays("compiled_clip_accumulate", model))
     if "bn_cnn" in scenarios:
         model = bn_cnn(seed=rank)
         steps = batches(world, 10, image=True, dtype=np.float64)

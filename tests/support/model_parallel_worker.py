@@ -49,16 +49,17 @@ def main(out: str) -> None:
                         f"tp/{form}/w1_grad": col.weight.grad.numpy(), f"tp/{form}/b1_grad": col.bias.grad.numpy(),
                         f"tp/{form}/w2_grad": row.weight.grad.numpy(), f"tp/{form}/b2_grad": row.bias.grad.numpy()})
     # pipeline: stage r holds layers [r * 4 / world, (r + 1) * 4 / world) of the 4
-    modules = list(pipeline_model(reference_layers()))
-    per = 2 * 4 // world
-    stage = nn.Sequential(*modules[rank * per:(rank + 1) * per])
-    pipe = dist.Pipe(stage, chunks=CHUNKS, loss_fn=nn.CrossEntropyLoss())
-    x, y = data()
-    loss = pipe.train_step(x if rank == 0 else None, y if rank == world - 1 else None)
-    if loss is not None:
-        results["pp/loss"] = loss.numpy()
-    for i, p in enumerate(stage.parameters()):
-        results[f"pp/grad{i}"] = p.grad.numpy()
+    for schedule in ("gpipe", "1f1b"):
+        modules = list(pipeline_model(reference_layers()))
+        per = 2 * 4 // world
+        stage = nn.Sequential(*modules[rank * per:(rank + 1) * per])
+        pipe = dist.Pipe(stage, chunks=CHUNKS, loss_fn=nn.CrossEntropyLoss(), schedule=schedule)
+        x, y = data()
+        loss = pipe.train_step(x if rank == 0 else None, y if rank == world - 1 else None)
+        if loss is not None:
+            results[f"pp/{schedule}/loss"] = loss.numpy()
+        for i, p in enumerate(stage.parameters()):
+            results[f"pp/{schedule}/grad{i}"] = p.grad.numpy()
     np.savez(f"{out}/rank{rank}.npz", **results)
     dist.destroy_process_group()
 
