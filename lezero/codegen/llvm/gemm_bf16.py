@@ -2,7 +2,7 @@
 
 A bf16 value is float32 storage holding a bf16 value (the IR's bf16), so its high 16 bits *are*
 the bf16 number and truncating the low ones is exact.  ``vdpbf16ps acc, a, b`` adds, in each of its
-16 float32 lanes, the products of two bf16 pairs: ``acc += a[2l+1] * b[2l+1]`` then ``+= a[2l] *
+float32 lanes, the products of two bf16 pairs: ``acc += a[2l+1] * b[2l+1]`` then ``+= a[2l] *
 b[2l]``, each product exact in float32 (8-bit mantissas) and each sum rounded to nearest even: the
 reference's float32 accumulation of exact products, with k and k + 1 added in the other order.
 So one instruction does the work of two FMAs.
@@ -28,20 +28,22 @@ bf16 contraction on such a CPU differs from the reference where the inputs or th
 below 2^-126 in magnitude, by less than 2^-126 in each product and sum: oneDNN's bf16 kernels
 (torch's), which use the same instruction, do the same.
 
-Only targets with ``avx512bf16`` and 16-float vectors take it (``pairs_available``); the others run
+Only targets with ``avx512bf16`` take it, for tiles of 16-float vectors or (with AVX-512VL) 8-float
+ones (``pairs_available``); the others run
 the float32 GEMM on the bf16 values (contraction_gemm.py), whose products and sums are the same.
 """
 from __future__ import annotations
 
-import llvmlite.ir as ir
+from llvmlite import ir
 
 from lezero.codegen.llvm import gemm, vectors
 from lezero.codegen.llvm.ir_types import FLOAT, I32, I64, PTR
 from lezero.codegen.llvm.loops import declare
 from lezero.codegen.llvm.target import CpuTarget
 
-PAIR_LANES = 16  # float32 lanes of the 512-bit vdpbf16ps: 32 bf16 values in pairs
-DPBF16PS = "llvm.x86.avx512bf16.dpbf16ps.512"
+# vdpbf16ps by float32 lanes: 512-bit (32 bf16 values in pairs), and 256-bit (AVX-512VL) for a
+# tile of 8-float vectors (contraction_gemm's narrow conv tile on Zen 4)
+DPBF16PS = {16: "llvm.x86.avx512bf16.dpbf16ps.512", 8: "llvm.x86.avx512bf16.dpbf16ps.256"}
 HIGH_HALF = 0xFFFF0000  # the bf16 bits of a float32 word
 
 
@@ -56,13 +58,12 @@ class BFloatType(ir.types._BaseFloatType):
 
 
 BFloatType._create_instance()
-BF16_PAIRS = ir.VectorType(BFloatType(), 2 * PAIR_LANES)
-WORDS = ir.VectorType(I32, PAIR_LANES)
 
 
 def pairs_available(cpu: CpuTarget, config: gemm.GemmConfig) -> bool:
     """Whether a bf16 GEMM for ``cpu`` with ``config``'s vectors runs on vdpbf16ps."""
-    return "avx512bf16" in cpu.features and config.vector_width == PAIR_LANES
+    width = config.vector_width
+    return "avx512bf16" in cpu.features and (width == 16 or (width == 8 and "avx512vl" in cpu.features))
 
 
 def _i64(value: int) -> ir.Constant:
@@ -72,20 +73,24 @@ def _i64(value: int) -> ir.Constant:
 def pair_words(b: ir.IRBuilder, low: ir.Value, high: ir.Value) -> ir.Value:
     """i32 words (``high``'s bf16 bits, ``low``'s): the pairs (low, high) of two float32 values or
     vectors holding bf16 values (the low bits, zero, are dropped)."""
-    word_type = WORDS if isinstance(low.type, ir.VectorType) else I32
-    mask = ir.Constant(word_type, [HIGH_HALF] * PAIR_LANES) if word_type is WORDS else ir.Constant(I32, HIGH_HALF)
-    shift = ir.Constant(word_type, [16] * PAIR_LANES) if word_type is WORDS else ir.Constant(I32, 16)
+    if isinstance(low.type, ir.VectorType):
+        word_type = ir.VectorType(I32, low.type.count)
+        mask, shift = (ir.Constant(word_type, [c] * low.type.count) for c in (HIGH_HALF, 16))
+    else:
+        word_type, mask, shift = I32, ir.Constant(I32, HIGH_HALF), ir.Constant(I32, 16)
     return b.or_(b.and_(b.bitcast(high, word_type), mask), b.lshr(b.bitcast(low, word_type), shift))
 
 
 class Bf16PairGemmGenerator(gemm.SgemmGenerator):
     """``SgemmGenerator`` whose micro-kernel runs vdpbf16ps on bf16 pairs (module docstring).
-    Its config must have 16-float vectors (``pairs_available``)."""
+    Its config must have 16- or 8-float vectors (``pairs_available``)."""
 
     def __init__(self, config: gemm.GemmConfig, *args, **kwargs):
-        if config.vector_width != PAIR_LANES:
-            raise ValueError(f"vdpbf16ps needs {PAIR_LANES}-float vectors, not {config.vector_width}")
+        if config.vector_width not in DPBF16PS:
+            raise ValueError(f"vdpbf16ps has no form for {config.vector_width}-float vectors")
         super().__init__(config, *args, **kwargs)
+        self.words = ir.VectorType(I32, config.vector_width)
+        self.bf16_pairs = ir.VectorType(BFloatType(), 2 * config.vector_width)
         self._pairs_a = self._pairs_b = None
 
     def build_into(self, module: ir.Module, threaded: bool = False) -> ir.Function:
@@ -101,7 +106,8 @@ class Bf16PairGemmGenerator(gemm.SgemmGenerator):
         function, b, p = self._define(module, f"{self.name}_pairs_{operand}", [
             ("source", PTR), ("packed", PTR), ("count", I64), ("kc", I64)])
         pairs = b.lshr(b.add(p["kc"], _i64(1)), _i64(1))
-        chunk = PAIR_LANES if width % PAIR_LANES == 0 else 1
+        w = self.config.vector_width
+        chunk = w if width % w == 0 else 1
         value_type = ir.VectorType(FLOAT, chunk) if chunk > 1 else FLOAT
         zeros = ir.Constant(value_type, [0.0] * chunk if chunk > 1 else 0.0)
         with vectors.counted_loop(b, _i64(0), p["count"], width, "first") as first:
@@ -138,7 +144,7 @@ class Bf16PairGemmGenerator(gemm.SgemmGenerator):
         w, mr = cfg.vector_width, cfg.mr
         if self.pack_b:
             row = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=FLOAT)
-            b_words = [b.load(b.gep(row, [_i64(v * w)], source_etype=FLOAT), typ=WORDS, align=self.vector_bytes)
+            b_words = [b.load(b.gep(row, [_i64(v * w)], source_etype=FLOAT), typ=self.words, align=self.vector_bytes)
                        for v in range(nv)]
         else:  # B's rows in place: rows pc + 2k and pc + 2k + 1 (none past the block: zeros)
             low_k = b.add(p["pc"], b.mul(k, _i64(2)))
@@ -151,12 +157,12 @@ class Bf16PairGemmGenerator(gemm.SgemmGenerator):
                 low = vectors.load_vector(b, b.gep(low_row, [_i64(v * w)], source_etype=FLOAT), w, b_masks[v])
                 high = vectors.load_vector(b, b.gep(high_row, [_i64(v * w)], source_etype=FLOAT), w, b_masks[v])
                 b_words.append(pair_words(b, low, b.select(has_high, high, zeros)))
-        b_pairs = [b.bitcast(words, BF16_PAIRS) for words in b_words]
+        b_pairs = [b.bitcast(words, self.bf16_pairs) for words in b_words]
         a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=FLOAT)
-        dot = declare(b.module, DPBF16PS, self.vector_type, [self.vector_type, BF16_PAIRS, BF16_PAIRS])
+        dot = declare(b.module, DPBF16PS[w], self.vector_type, [self.vector_type, self.bf16_pairs, self.bf16_pairs])
         updated = []
         for i in range(mr):
             a_word = b.load(b.gep(a_column, [_i64(i)], source_etype=FLOAT), typ=I32)
-            a_pairs = b.bitcast(vectors.splat(b, a_word, w), BF16_PAIRS)
+            a_pairs = b.bitcast(vectors.splat(b, a_word, w), self.bf16_pairs)
             updated.append([b.call(dot, [accumulators[i][v], a_pairs, b_pairs[v]]) for v in range(nv)])
         return updated

@@ -603,7 +603,7 @@ def test_low_precision_contractions_round_each_float32_sum_once(cpu, case, dtype
     lowered = lower_kernel(kernel, cpu=cpu)
     assert (f"{kernel.attributes['name'].value}.gemm" in lowered.llvm_ir) == (kernel_kind == "gemm")
     # a bf16 GEMM runs vdpbf16ps on bf16 pairs where the target has AVX-512 BF16 (znver4 here)
-    assert (gemm_bf16.DPBF16PS in lowered.llvm_ir) == (dtype == "bf16" and kernel_kind == "gemm" and takes_pairs(cpu))
+    assert (PAIRS in lowered.llvm_ir) == (dtype == "bf16" and kernel_kind == "gemm" and takes_pairs(cpu))
     inputs = [data(rng, s, dtype) for s in shapes[:2] + (bias,)]
     want = reference(module, inputs)
     for splits in (1, 3):
@@ -613,6 +613,9 @@ def test_low_precision_contractions_round_each_float32_sum_once(cpu, case, dtype
                 np.testing.assert_array_equal(round_to_bf16(g), g)
             assert_matches(g, w, rtol=LOW_PRECISION_STEP[dtype], atol=1e-5)
             assert np.mean(g == w) > 0.98, np.mean(g == w)
+
+
+PAIRS = "llvm.x86.avx512bf16.dpbf16ps"  # either width
 
 
 def takes_pairs(cpu: str) -> bool:
@@ -636,7 +639,7 @@ def test_bf16_gemm_denormals_flush_only_on_vdpbf16ps(cpu):
     want = reference(module, [a, b])[0]
     got = run_kernel(kernel, [a, b], 1, lowered, cpu=cpu)[0]
     flushed = takes_pairs(cpu)
-    assert (gemm_bf16.DPBF16PS in lowered.llvm_ir) == flushed
+    assert (PAIRS in lowered.llvm_ir) == flushed
     assert want[0, 0] == np.float32(2.0 ** -130) and want[1, 0] == np.float32(2.0 ** -128)
     np.testing.assert_array_equal(got[:2], 0.0 if flushed else want[:2])
     np.testing.assert_array_equal(got[2:], want[2:])
@@ -654,7 +657,7 @@ def test_bf16_conv_converts_pre_packed_weights_to_pairs(case, monkeypatch):
     kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
     lowered = lower_kernel(kernel)
     (spec,) = lowered.packed_operands
-    assert (gemm_bf16.DPBF16PS in lowered.llvm_ir) == takes_pairs("host")
+    assert (PAIRS in lowered.llvm_ir) == takes_pairs("host")
     rng = np.random.default_rng(sum(x_shape))
     x, w = data(rng, x_shape, "bf16"), data(rng, w_shape, "bf16")
     want = reference(module, [x, w])[0]
@@ -662,3 +665,19 @@ def test_bf16_conv_converts_pre_packed_weights_to_pairs(case, monkeypatch):
     np.testing.assert_array_equal(round_to_bf16(got), got)
     assert_matches(got, want, rtol=LOW_PRECISION_STEP["bf16"], atol=1e-5)
     assert np.mean(got == want) > 0.98
+
+
+def test_bf16_gemm_on_8_float_vectors_takes_the_256_bit_vdpbf16ps(monkeypatch):
+    """A GEMM tile of 8-float vectors (a narrow conv tile on Zen 4) on an AVX-512 BF16 target takes
+    the 256-bit vdpbf16ps (AVX-512VL), with the reference's result: AVX2's tile on the host stands
+    in for it (a host without AVX-512 BF16 runs the float32 GEMM on it)."""
+    narrow = gemm.GemmConfig.for_target("x86-64-v3")
+    monkeypatch.setattr(gemm.GemmConfig, "for_target", classmethod(lambda cls, cpu=None, *rest: narrow))
+    rng = np.random.default_rng(22)
+    a, b = data(rng, (37, 50), "bf16"), data(rng, (50, 70), "bf16")
+    module, kernel = matmul_kernel(a.shape, b.shape, "bf16")
+    lowered = lower_kernel(kernel)
+    assert (gemm_bf16.DPBF16PS[8] in lowered.llvm_ir) == takes_pairs("host")
+    assert gemm_bf16.DPBF16PS[16] not in lowered.llvm_ir
+    got = run_kernel(kernel, [a, b], 2, lowered)[0]
+    assert_matches(got, reference(module, [a, b])[0], rtol=LOW_PRECISION_STEP["bf16"], atol=1e-5)
