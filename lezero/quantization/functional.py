@@ -1,8 +1,9 @@
 """Eager forms of the quantization ops (``lz.quantize``, ``lz.dequantize``,
-``lz.dynamic_quantize``, ``lz.matmul_integer``, ``lz.conv_integer``) and the two compositions the quantized modules
-run: fake quantization (quantize then dequantize, with the straight-through gradient) and the
-quantized linear layer (one eager op: the activations quantized, from their own range or with
-calibrated parameters, the int8 GEMM, its dequantize epilogue and the bias), so a forward is one
+``lz.dynamic_quantize``, ``lz.matmul_integer``, ``lz.conv_integer``) and the compositions the
+quantized modules run: fake quantization (quantize then dequantize, with the straight-through
+gradient), the quantized linear layer (one eager op: the activations quantized, from their own
+range or with calibrated parameters, the int8 GEMM, its dequantize epilogue and the bias) and the
+quantized convolution (the same with ``lz.conv_integer`` and a fused relu), so a forward is one
 compiled function and a traced model holds the same IR."""
 from __future__ import annotations
 
@@ -115,6 +116,39 @@ def quantized_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, weight_zer
     static = input_scale is not None
     operands = ([input_scale, input_zero_point] if static else []) + [weight, weight_scale, weight_zero_point]
     return apply(_QUANTIZED_LINEAR, (("static", static),), x, *operands, *([bias] if bias is not None else []))
+
+
+def _emit_quantized_conv2d(b, attrs, x, scale, zero, weight, weight_scale, weight_zero, *bias):
+    """``x`` quantized with the calibrated ``scale`` and ``zero``, the 8-bit convolution with the
+    int8 ``weight`` (per output channel ``weight_scale``), the i32 sums scaled by ``scale *
+    weight_scale``, plus the bias, then a relu when the layer has one fused."""
+    q = b.op("lz.quantize", x, scale, zero)
+    window = {key: attrs[key] for key in ("strides", "pads", "dilations", "groups")}
+    sums = b.op("lz.conv_integer", q, weight, zero, weight_zero, **window)
+    channels = [1, weight.type.shape[0], 1, 1]
+    y = b.op("lz.mul", b.op("lz.cast", sums, to=scale.type.element_type),
+             b.op("lz.reshape", b.op("lz.mul", scale, weight_scale), shape=channels))
+    if bias:
+        y = b.op("lz.add", y, b.op("lz.reshape", bias[0], shape=channels))
+    if attrs["relu"]:
+        y = b.op("lz.max", y, b.constant(np.zeros((), scale.type.element_type.numpy_dtype)))
+    return [y]
+
+
+_QUANTIZED_CONV2D = EagerOp("quantized_conv2d", _emit_quantized_conv2d)
+
+
+def quantized_conv2d(x: Tensor, weight: Tensor, weight_scale: Tensor, weight_zero_point: Tensor, bias: Tensor | None,
+                     input_scale: Tensor, input_zero_point: Tensor, stride=1, padding=0, dilation=1, groups: int = 1,
+                     relu: bool = False) -> Tensor:
+    """``conv2d(x, weight) + bias`` (then ``relu``) in int8 as one eager op: ``x`` quantized with
+    ``input_scale``/``input_zero_point``, ``weight`` int8 ``O x C/groups x KH x KW`` with one scale
+    and zero point per output channel."""
+    dilations = ntuple(dilation, 2, "dilation")
+    attrs = (("strides", ntuple(stride, 2, "stride")), ("pads", conv_padding(padding, weight.shape[2:], dilations)),
+             ("dilations", dilations), ("groups", int(groups)), ("relu", bool(relu)))
+    return apply(_QUANTIZED_CONV2D, attrs, x, input_scale, input_zero_point, weight, weight_scale, weight_zero_point,
+                 *([bias] if bias is not None else []))
 
 
 def _dtype_name(dtype) -> str:

@@ -3,11 +3,13 @@
 - ``quantize_dynamic(model, qconfig_spec, dtype)``: each selected ``nn.Linear`` becomes a
   ``DynamicQuantizedLinear`` (int8 weights per output channel; activations quantized per call);
 - ``prepare(model, qconfig)`` -> calibrate (run data through it) -> ``convert(model)``: static
-  quantization, each Linear's input range observed, then fixed in a ``QuantizedLinear``;
+  quantization, each Linear's and Conv2d's input range observed, then fixed in a
+  ``QuantizedLinear`` / ``QuantizedConv2d`` (weights per output channel);
 - ``prepare_qat(model, qconfig)`` -> train -> ``convert(model)``: quantization-aware training
-  through fake quantization (``QATLinear``).
+  through fake quantization (``QATLinear``, ``QATConv2d``).
 
-``qconfig_spec`` selects what is quantized: None (every Linear), a set of module types, or a dict
+A CNN's batch norms and relus are fused into its convs first (``fuse_modules``, as in PyTorch).
+``qconfig_spec`` selects what is quantized: None (every Linear, and for static/QAT every Conv2d), a set of module types, or a dict
 from module types or qualified names (``"fc1"``) to a ``QuantConfig`` (None: left float).
 Models are copied unless ``inplace=True``.
 """
@@ -17,13 +19,18 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from lezero.nn.convolution import Conv2d
 from lezero.nn.layers import Linear
 from lezero.nn.module import Module
 from lezero.quantization.functional import _dtype_name
 from lezero.quantization.modules import (
+    ConvReLU2d,
     DynamicQuantizedLinear,
+    ObservedConv2d,
     ObservedLinear,
+    QATConv2d,
     QATLinear,
+    QuantizedConv2d,
     QuantizedLinear,
 )
 from lezero.quantization.observers import MinMaxObserver, MovingAverageMinMaxObserver
@@ -99,33 +106,44 @@ def quantize_dynamic(model: Module, qconfig_spec=None, dtype="int8", inplace: bo
     return model
 
 
-def _prepare(model: Module, qconfig, inplace: bool, kind) -> Module:
+# the float layers static quantization and QAT replace, and what with: (observed, QAT) forms
+_PREPARED = {Linear: (ObservedLinear, QATLinear), Conv2d: (ObservedConv2d, QATConv2d),
+             ConvReLU2d: (ObservedConv2d, QATConv2d)}
+
+
+def _prepare(model: Module, qconfig, inplace: bool, qat: bool) -> Module:
     model = model if inplace else copy.deepcopy(model)
 
     def replace(name, child):
-        config = _selected(qconfig, name, child, QuantConfig(qat=kind is QATLinear)) if type(child) is Linear \
-            else None
-        return None if config is None else kind.from_float(child, config)
+        kinds = _PREPARED.get(type(child))
+        config = None if kinds is None else _selected(qconfig, name, child, QuantConfig(qat=qat))
+        return None if config is None else kinds[qat].from_float(child, config)
     _swap(model, replace)
     return model
 
 
 def prepare(model: Module, qconfig=None, inplace: bool = False) -> Module:
-    """``model`` with an observer on each selected Linear's input: run calibration data through
-    it, then ``convert``."""
-    return _prepare(model, qconfig, inplace, ObservedLinear)
+    """``model`` with an observer on each selected Linear's and Conv2d's input: run calibration
+    data through it, then ``convert``."""
+    return _prepare(model, qconfig, inplace, qat=False)
 
 
 def prepare_qat(model: Module, qconfig=None, inplace: bool = False) -> Module:
-    """``model`` training through fake quantization of each selected Linear's input and weight."""
+    """``model`` training through fake quantization of each selected Linear's and Conv2d's input
+    and weight."""
     if isinstance(qconfig, QuantConfig) and not qconfig.qat:
         qconfig = QuantConfig(qconfig.activation_dtype, qconfig.weight_dtype, qconfig.scheme, qat=True)
-    return _prepare(model, qconfig, inplace, QATLinear)
+    return _prepare(model, qconfig, inplace, qat=True)
 
 
 def convert(model: Module, inplace: bool = False) -> Module:
-    """Each observed or QAT Linear as a ``QuantizedLinear`` with the parameters it found."""
+    """Each observed or QAT Linear (Conv2d) as a ``QuantizedLinear`` (``QuantizedConv2d``) with
+    the parameters it found."""
     model = model if inplace else copy.deepcopy(model)
-    _swap(model, lambda name, child: QuantizedLinear.from_observed(child) if isinstance(child, ObservedLinear)
-          else None)
+
+    def replace(name, child):
+        if isinstance(child, ObservedLinear):
+            return QuantizedLinear.from_observed(child)
+        return QuantizedConv2d.from_observed(child) if isinstance(child, ObservedConv2d) else None
+    _swap(model, replace)
     return model
