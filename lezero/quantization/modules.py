@@ -25,7 +25,11 @@ from lezero.nn import functional as F
 from lezero.nn.convolution import Conv2d
 from lezero.nn.layers import Linear
 from lezero.nn.module import Module
-from lezero.quantization.functional import fake_quantize, quantized_conv2d, quantized_linear
+from lezero.quantization.functional import (
+    fake_quantize,
+    quantized_conv2d,
+    quantized_linear,
+)
 from lezero.quantization.observers import quantization_params
 
 

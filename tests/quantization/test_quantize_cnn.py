@@ -17,9 +17,8 @@ from lezero import nn
 from lezero import quantization as Q
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
-import digits  # noqa: E402
-from train_cnn import DigitsCNN  # noqa: E402
-
+import digits
+from train_cnn import DigitsCNN
 
 FUSIONS = [["features.0", "features.1", "features.2"], ["features.4", "features.5", "features.6"]]
 
