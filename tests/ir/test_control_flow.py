@@ -247,13 +247,20 @@ def test_for_gradient_equals_finite_differences_and_torch(reverse):
 
 def test_the_gradient_of_a_loop_stacks_only_the_carried_values_it_reads():
     """After autodiff's dce, the forward loop of @rnn_grad stacks h (which the tanh's gradient
-    reads) but not the sum s (whose gradient is the identity) nor the counter (no gradient)."""
+    reads) but not the sum s (whose gradient is the identity) nor the counter (no gradient), and
+    the two products h @ w and x_i @ u, which the reverse body then reads instead of computing:
+    its matmuls are the four gradient products only (d h, d w, d x_i, d u)."""
     module = rnn_module("f64")
     grad = differentiate(module, "rnn")
     forward, backward = [op for op in grad.entry_block.ops if op.name == "lz.for"]
     assert forward.definition.attrs(forward).num_carried == 2  # h and s: the counter is gone
-    assert [str(t) for t in forward.result_types[2:]] == ["tensor<4x1x3xf64>", "tensor<4x1x3xf64>"]  # ys, stacked h
+    # ys, stacked h, stacked h @ w and x_i @ u
+    assert [str(t) for t in forward.result_types[2:]] == ["tensor<4x1x3xf64>"] * 4
     assert backward.definition.attrs(backward).reverse
+    reverse_body = backward.regions[0].blocks[0]
+    assert sum(op.name == "lz.matmul" for op in reverse_body.ops) == 4
+    assert all(op.name != "lz.matmul" or op.operands[1].owner.name == "lz.transpose" or
+               op.operands[0].owner.name == "lz.transpose" for op in reverse_body.ops)
     args = rnn_inputs(np.float64)
     interpret(module, "rnn_grad", *args, *[np.ones(s) for s in [(1, 3), (1, 3), (4, 1, 3)]])
 

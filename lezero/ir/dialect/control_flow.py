@@ -34,7 +34,11 @@ recomputed: the forward loop is rewritten to also stack its carried values per i
 stacked output per carried value), the reverse loop scans over those stacks and recomputes only
 the body's intermediates of one step from them (a step's worth of work, the same as the
 forward's; recomputing whole loops instead would turn n steps into n^2/2, and a checkpointing
-scheme is not worth it at the sizes of an RNN's state).  Invariants' gradients are summed over the
+scheme is not worth it at the sizes of an RNN's state).  Except the products: a step's
+``lz.matmul``/``lz.conv2d`` that depends on the iteration and that the gradient reads (an RNN's
+recurrent GEMM, the gates' pre-activations) is stacked by the forward loop too and scanned by
+the reverse one (``_store_products``): a row of floats per step instead of a GEMM per step,
+one of the three a training step's iteration otherwise runs.  Invariants' gradients are summed over the
 iterations in a carried accumulator of the reverse loop (a sum of matrix products, a recurrent
 weight's, leaves it as one GEMM over the stacked operands: ``lezero/passes/loop_sums.py``); scanned
 inputs' gradients are its stacked outputs.  ``lz.if``'s is an ``lz.if`` of the two branches' gradients.  An unbounded ``lz.while`` has none
@@ -348,6 +352,40 @@ def _stack_carried(op: Operation, nc: int) -> list:
     return [op.add_result(_stacked(a.type, attrs.trip_count)) for a in carried_args]
 
 
+# Body ops whose results the gradient of an lz.for reads from a stack instead of recomputing them.
+STORED_PRODUCTS = ("lz.matmul", "lz.conv2d")
+
+
+def _store_products(op: Operation, block: Block, varying: list) -> list:
+    """Stack the products of ``op``'s body that the reverse body ``block`` (its ops start with a
+    copy of the body's, in order) still reads, and make ``block`` scan them instead of computing
+    them: each becomes a stacked output of ``op`` and a last scanned argument of ``block`` (its
+    copy's uses read the argument; the copy is erased, its gradient is already built from its
+    operands).  Only products of values that change per iteration (``varying``: body arguments):
+    one of invariants alone is the same every step, and licm moves it out of the loop.  Returns
+    the stacks, the reverse loop's last scanned operands."""
+    attrs = op.definition.attrs(op)
+    body = op.regions[0].blocks[0]
+    changing = set(varying)
+    for inner in body.ops[:-1]:
+        if any(v in changing for v in inner.operands):
+            changing.update(inner.results)
+    read = set(block.terminator.operands)  # the reverse body's values its yield needs
+    for inner in reversed(block.ops[:-1]):
+        if any(r in read for r in inner.results):
+            read.update(inner.operands)
+    stored = [(forward, copy) for forward, copy in zip(body.ops[:-1], block.ops)
+              if forward.name in STORED_PRODUCTS and forward.results[0] in changing and copy.results[0] in read]
+    body.terminator.set_operands(list(body.terminator.operands) + [forward.results[0] for forward, _ in stored])
+    stacks = []
+    for forward, copy in stored:
+        value = forward.results[0]
+        stacks.append(op.add_result(_stacked(value.type, attrs.trip_count)))
+        copy.results[0].replace_all_uses_with(block.add_argument(value.type))
+        copy.erase()
+    return stacks
+
+
 def for_gradient(b, op, attrs, dys):
     """The reverse-mode rule of ``lz.for`` (see the module docstring)."""
     n, ni, nc, ns = op.definition.counts(op, attrs)
@@ -383,13 +421,14 @@ def for_gradient(b, op, attrs, dys):
                   for k in float_inv]
                + [_gradient_or_zeros(rb, gradients, r_slices[k]) for k in float_xs])
     rb.create("lz.yield", yielded, result_types=[])
+    products = _store_products(op, block, [index, *carried, *slices])
 
     # the reverse loop: its operands are the ones the reverse body's arguments take, in order
     outer_inv = list(op.operands[:ni])
     final_d = [dys[k] if dys[k] is not None else b.zeros(op.results[k].type) for k in float_carried]
     d_ys = [dys[nc + k] if dys[nc + k] is not None else b.zeros(op.results[nc + k].type) for k in float_ys]
     operands = (outer_inv + final_d + [b.zeros(outer_inv[k].type) for k in float_inv] + stacks
-                + list(op.operands[ni + nc:]) + d_ys)
+                + list(op.operands[ni + nc:]) + d_ys + products)
     result_types = ([carried[k].type for k in float_carried] + [invariants[k].type for k in float_inv]
                     + [op.operands[ni + nc + k].type for k in float_xs])
     region_holder = Operation("lz.for", operands, result_types,
