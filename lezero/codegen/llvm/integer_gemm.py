@@ -9,11 +9,15 @@ each the sum of 4 byte products added to an i32, never saturating), as MLAS does
 - ``C = P - za * colsum(b) - zb * rowsum(a) + K * za * zb`` with ``P = sum_k a[i,k] b[k,j]``:
   the column sums come from the packed rhs, the row sums are summed only when some ``zb`` is not 0.
 
-Work items are panels of ``NB = 64`` columns (times each batch of a batched rhs): an item packs its
-panel once (rows of 4 consecutive k interleaved per column: ``packed[k/4][col][k%4]``, the layout
-``vpdpbusd`` reads, zero past K and N) into a ``malloc``ed buffer, then walks every row in blocks
-of ``MR`` rows (6 with 512-bit vectors: 24 accumulators; 2 otherwise), an ``MR x 64`` register tile,
-the lhs read in place (4 bytes broadcast per row and k step).  Without VNNI (``avx512vnni``) the
+Work items are panels of ``NB = 64`` columns (times each batch of a batched rhs).  An item takes
+K in blocks of ``KC = 256``: it packs the block's sliver of its panel (rows of 4 consecutive k
+interleaved per column: ``packed[k/4][col][k%4]``, the layout ``vpdpbusd`` reads, zero past K and
+N; 16 KiB, so it stays in L1) into a ``malloc``ed buffer, then walks every row in blocks of ``MR``
+rows (6 with 512-bit vectors: 24 accumulators; 2 otherwise), an ``MR x 64`` register tile, the lhs
+read in place (4 bytes broadcast per row and k step); the tiles' sums wait in an i32 buffer of the
+panel's rows between K blocks.  (Packing the whole panel, 48-192 KiB at K = 768-3072, made every
+row tile read it from L2: 1 thread, best of interleaved runs, 128x768x768 310 -> 369 GOP/s,
+128x3072x768 328 -> 393, 128x768x3072 349 -> 376, 512x1024x1024 392 -> 382, noise.)  Without VNNI (``avx512vnni``) the
 same dot product of 4 is plain widening multiplies and adds, which LLVM lowers for any CPU: right
 everywhere, fast where VNNI is.  (Without it each byte position is a 16-lane i32 multiply-add:
 AVX2's ``vpmaddubsw`` would saturate its int16 sums of two u8 x s8 products, and a 7-bit
@@ -39,6 +43,7 @@ from lezero.codegen.llvm.ir_types import PTR
 from lezero.codegen.llvm.loops import declare, for_range, i64
 
 NB = 64  # columns of a panel: 4 vectors of 16 i32
+KC = 256  # rows of K per packed sliver: 16 KiB, half of L1, so every row tile reads it from L1
 LANES = 16
 I8, I32, INT64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 V16 = ir.VectorType(I32, LANES)
@@ -160,16 +165,17 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     if items == 0 or m == 0:
         ctx.fn.finish()
         return 1
-    groups = -(-k // 4)  # k steps of 4
     mr = 6 if "avx512f" in ctx.cpu.features else 2
     dot4 = _Dot4(ctx)
     zero16 = ir.Constant(V16, [0] * LANES)
     output = _Output(ctx, anchor, shape, mr)
 
-    packed = b.call(declare(ctx.module, "malloc", PTR, [INT64]), [i64(groups * NB * 4 + 64)])
+    # the packed sliver (KC rows of K), then the partial sums of a panel's rows between K blocks
+    packed = b.call(declare(ctx.module, "malloc", PTR, [INT64]), [i64(KC * NB + 64 + (m * NB * 4 if k > KC else 0))])
     with b.if_then(b.icmp_unsigned("==", packed, ir.Constant(PTR, None)), likely=False):
         b.call(declare(ctx.module, "llvm.trap", ir.VoidType(), []), [])
         b.unreachable()
+    partial = b.gep(packed, [i64(KC * NB + 64)], source_etype=I8)
     rowsum = ctx.fn.alloca(I32, max(m, 1), "rowsum")
     colsum = [ctx.fn.alloca(V16, 1, f"colsum{v}") for v in range(4)]
     a_table, b_table = _table(ctx, "a_offsets", a_offsets), _table(ctx, "b_offsets", b_offsets)
@@ -195,15 +201,15 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
         full_cols = n - (panels - 1) * NB
 
         def panel_of(cols):
-            _panel(ctx, dot4, cols, packed, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k, n, groups,
-                   mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
+            _panel(ctx, dot4, cols, packed, partial, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k,
+                   n, mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
         if full_cols == NB:
             panel_of(NB)
         else:
-            with b.if_else(last) as (partial, whole):
-                with partial:
+            with b.if_else(last) as (narrow, wide):
+                with narrow:
                     panel_of(full_cols)
-                with whole:
+                with wide:
                     panel_of(NB)
     b.call(declare(ctx.module, "free", ir.VoidType(), [PTR]), [packed])
     ctx.fn.finish()
@@ -215,32 +221,43 @@ def _interleave(b, x, y, count):
     return b.shuffle_vector(x, y, _mask([i // 2 + (count if i % 2 else 0) for i in range(2 * count)]))
 
 
-def _pack_panel(ctx, cols, packed, b_buf, b_base, j0, k, n, groups, b_unsigned):
-    """The panel's rhs bytes (signed) as ``packed[k/4][col][k%4]``, zero past K and ``cols``."""
+def _pack_sliver(ctx, cols, packed, b_buf, b_base, j0, k, n, g0, whole, last, b_unsigned):
+    """Rows ``4 g0 ..`` of the panel's rhs (signed) as ``packed[g - g0][col][k%4]``: ``whole``
+    (runtime) groups of 4 rows, and in the ``last`` block the rest of K, zero past K and ``cols``."""
     b = ctx.b
     flip = ir.Constant(I8, 0x80 if b_unsigned else 0)
-    whole = k // 4 if cols == NB else 0
-    if whole:
-        with for_range(b, 0, whole, "pack") as g:
-            rows = []
-            for t in range(4):
-                at = b.add(b_base, b.add(b.mul(b.add(b.mul(g, i64(4)), i64(t)), i64(n)), j0))
-                row = b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=BYTES, align=1)
-                rows.append(b.xor(row, ir.Constant(BYTES, [0x80] * 64)) if b_unsigned else row)
-            pairs = [b.bitcast(_interleave(b, rows[0], rows[1], 64), ir.VectorType(ir.IntType(16), 64)),
-                     b.bitcast(_interleave(b, rows[2], rows[3], 64), ir.VectorType(ir.IntType(16), 64))]
-            quads = b.bitcast(_interleave(b, pairs[0], pairs[1], 64), ir.VectorType(I8, 256))
-            b.store(quads, b.gep(packed, [b.mul(g, i64(NB * 4))], source_etype=I8), align=1)
-    if whole < groups:  # the rest, byte by byte, zero past K and the panel's columns
-        start = whole * NB * 4
-        b.call(declare(ctx.module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, INT64, ir.IntType(1)]),
-               [b.gep(packed, [i64(start)], source_etype=I8), ir.Constant(I8, 0), i64(groups * NB * 4 - start),
-                ir.Constant(ir.IntType(1), 0)])
-        with for_range(b, whole * 4, k, "packk") as kk, for_range(b, 0, cols, "packc") as c:
+    memset = declare(ctx.module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, INT64, ir.IntType(1)])
+
+    def bytewise(k_start, k_end, slots_from):
+        """Rows [k_start, k_end) byte by byte, their slots zeroed first from group ``slots_from``."""
+        zeroed = b.sub(b.add(b.lshr(b.add(k_end, i64(3)), i64(2)), i64(0)), slots_from)
+        b.call(memset, [b.gep(packed, [b.mul(b.sub(slots_from, g0), i64(NB * 4))], source_etype=I8),
+                        ir.Constant(I8, 0), b.mul(zeroed, i64(NB * 4)), ir.Constant(ir.IntType(1), 0)])
+        with for_range(b, k_start, k_end, "packk") as kk, for_range(b, 0, cols, "packc") as c:
             at = b.add(b_base, b.add(b.mul(kk, i64(n)), b.add(j0, c)))
             value = b.xor(b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=I8), flip)
-            slot = b.add(b.add(b.mul(b.lshr(kk, i64(2)), i64(NB * 4)), b.mul(c, i64(4))), b.and_(kk, i64(3)))
+            slot = b.add(b.add(b.mul(b.sub(b.lshr(kk, i64(2)), g0), i64(NB * 4)), b.mul(c, i64(4))),
+                         b.and_(kk, i64(3)))
             b.store(value, b.gep(packed, [slot], source_etype=I8))
+
+    k0 = b.mul(g0, i64(4))
+    k1 = b.select(last, i64(k), b.add(k0, b.mul(whole, i64(4))))
+    if cols < NB:  # a partial panel: every row byte by byte
+        bytewise(k0, k1, g0)
+        return
+    with for_range(b, g0, b.add(g0, whole), "pack") as g:
+        rows = []
+        for t in range(4):
+            at = b.add(b_base, b.add(b.mul(b.add(b.mul(g, i64(4)), i64(t)), i64(n)), j0))
+            row = b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=BYTES, align=1)
+            rows.append(b.xor(row, ir.Constant(BYTES, [0x80] * 64)) if b_unsigned else row)
+        pairs = [b.bitcast(_interleave(b, rows[0], rows[1], 64), ir.VectorType(ir.IntType(16), 64)),
+                 b.bitcast(_interleave(b, rows[2], rows[3], 64), ir.VectorType(ir.IntType(16), 64))]
+        quads = b.bitcast(_interleave(b, pairs[0], pairs[1], 64), ir.VectorType(I8, 256))
+        b.store(quads, b.gep(packed, [b.mul(b.sub(g, g0), i64(NB * 4))], source_etype=I8), align=1)
+    if k % 4:  # K's last rows, in the last block
+        with b.if_then(last):
+            bytewise(i64(k - k % 4), i64(k), i64(k // 4))
 
 
 def _packed_vector(b, packed, g, v):
@@ -263,17 +280,11 @@ def _lhs_quad(ctx, a_buf, a_base, row, g, k, a_signed):
     return b.xor(quad, flip)
 
 
-def _panel(ctx, dot4, cols, packed, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k, n, groups, mr,
-           a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16):
-    """One panel of ``cols`` (static) columns: pack it, sum its columns, then every row block."""
+def _panel(ctx, dot4, cols, packed, partial, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k, n,
+           mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16):
+    """One panel of ``cols`` (static) columns: per block of KC rows of K, pack that sliver of it
+    (summing its columns), then every row block over it."""
     b = ctx.b
-    _pack_panel(ctx, cols, packed, b_buf, b_base, j0, k, n, groups, b_unsigned)
-    ones = ir.Constant(V16, [0x01010101] * LANES)
-    for v in range(4):
-        b.store(zero16, colsum[v])
-    with for_range(b, 0, groups, "colsum") as g:
-        for v in range(4):
-            b.store(dot4(b, b.load(colsum[v]), ones, _packed_vector(b, packed, g, v)), colsum[v])
     vectors = -(-cols // LANES)
     zb = [[zb_of(b.add(j0, i64(min(16 * v + lane, cols - 1)))) for lane in range(LANES)] for v in range(vectors)]
     zb_vec = []
@@ -297,46 +308,89 @@ def _panel(ctx, dot4, cols, packed, a_buf, b_buf, output, batch, a_base, b_base,
             b.store(b.load(acc), b.gep(rowsum, [row], source_etype=I32))
         with not_needed, for_range(b, 0, m, "rowzero") as row:
             b.store(ir.Constant(I32, 0), b.gep(rowsum, [row], source_etype=I32))
-    # per column: -za * colsum + K * za * zb (the row's -zb * rowsum is added per row)
-    column_terms = []
+    for v in range(4):
+        b.store(zero16, colsum[v])
+    ones = ir.Constant(V16, [0x01010101] * LANES)
     za16 = _splat(b, za, V16)
-    for v in range(vectors):
-        term = b.sub(b.mul(b.mul(_splat(b, ir.Constant(I32, k), V16), za16), zb_vec[v]), b.mul(za16, b.load(colsum[v])))
-        column_terms.append(term)
-    blocks, tail = divmod(m, mr)
-    if blocks:
-        with for_range(b, 0, blocks, "rows") as block:
-            _tile(ctx, dot4, b.mul(block, i64(mr)), mr, cols, vectors, packed, a_buf, output, batch, a_base, c_base,
-                  j0, k, n, groups, a_signed, zb_vec, column_terms, rowsum)
-    if tail:
-        _tile(ctx, dot4, i64(blocks * mr), tail, cols, vectors, packed, a_buf, output, batch, a_base, c_base, j0,
-              k, n, groups, a_signed, zb_vec, column_terms, rowsum)
+    block_groups = KC // 4
+    k_blocks = max(1, -(-k // KC))
+    with for_range(b, 0, k_blocks, "kblock") as kb:
+        g0 = b.mul(kb, i64(block_groups))
+        last = b.icmp_unsigned("==", kb, i64(k_blocks - 1))
+        whole = b.select(last, i64(k // 4 - (k_blocks - 1) * block_groups), i64(block_groups))  # full groups
+        _pack_sliver(ctx, cols, packed, b_buf, b_base, j0, k, n, g0, whole, last, b_unsigned)
+        in_sliver = b.select(last, i64(-(-k // 4) - (k_blocks - 1) * block_groups), i64(block_groups))
+        with for_range(b, 0, in_sliver, "colsum") as g:
+            for v in range(4):
+                b.store(dot4(b, b.load(colsum[v]), ones, _packed_vector(b, packed, g, v)), colsum[v])
+        # per column: -za * colsum + K * za * zb (the row's -zb * rowsum is added per row)
+        column_terms = [b.sub(b.mul(b.mul(_splat(b, ir.Constant(I32, k), V16), za16), zb_vec[v]),
+                              b.mul(za16, b.load(colsum[v]))) for v in range(vectors)]
+        sliver = _Sliver(g0, whole, kb, last, k_blocks)
+        blocks, tail = divmod(m, mr)
+        if blocks:
+            with for_range(b, 0, blocks, "rows") as block:
+                _tile(ctx, dot4, b.mul(block, i64(mr)), mr, cols, vectors, packed, partial, sliver, a_buf, output,
+                      batch, a_base, c_base, j0, k, n, a_signed, zb_vec, column_terms, rowsum)
+        if tail:
+            _tile(ctx, dot4, i64(blocks * mr), tail, cols, vectors, packed, partial, sliver, a_buf, output, batch,
+                  a_base, c_base, j0, k, n, a_signed, zb_vec, column_terms, rowsum)
 
 
-def _tile(ctx, dot4, i0, rows, cols, vectors, packed, a_buf, output, batch, a_base, c_base, j0, k, n, groups,
-          a_signed, zb_vec, column_terms, rowsum):
-    """``rows x cols`` outputs from row ``i0``: the register tile over every k step, then the
-    zero-point corrections, to ``output``."""
+class _Sliver:
+    """The K block a tile runs over: from group ``g0``, ``whole`` full groups (runtime values),
+    block ``index`` of ``count`` (``last``: an i1)."""
+
+    def __init__(self, g0, whole, index, last, count):
+        self.g0, self.whole, self.index, self.last, self.count = g0, whole, index, last, count
+
+
+def _tile(ctx, dot4, i0, rows, cols, vectors, packed, partial, sliver, a_buf, output, batch, a_base, c_base, j0,
+          k, n, a_signed, zb_vec, column_terms, rowsum):
+    """``rows x cols`` sums from row ``i0`` over one K block: the register tile starts from 0 (the
+    first block) or the partial sums, runs the block's k steps, then goes back to the partial
+    sums or, after the last block, gets its zero-point corrections and goes to ``output``."""
     b = ctx.b
     accs = [[ctx.fn.alloca(V16, 1, f"acc{r}_{v}") for v in range(vectors)] for r in range(rows)]
-    for r in range(rows):
-        for v in range(vectors):
-            b.store(ir.Constant(V16, [0] * LANES), accs[r][v])
 
-    def step(g):
-        rhs = [_packed_vector(b, packed, g, v) for v in range(vectors)]
+    def partial_at(r, v):
+        return b.gep(partial, [b.add(b.mul(b.add(i0, i64(r)), i64(NB)), i64(16 * v))], source_etype=I32)
+    first = b.icmp_unsigned("==", sliver.index, i64(0))
+    with b.if_else(first) as (at_first, later):
+        with at_first:
+            for r in range(rows):
+                for v in range(vectors):
+                    b.store(ir.Constant(V16, [0] * LANES), accs[r][v])
+        with later:
+            for r in range(rows):
+                for v in range(vectors):
+                    b.store(b.load(partial_at(r, v), typ=V16, align=4), accs[r][v])
+
+    def step(g, packed_g):
+        rhs = [_packed_vector(b, packed, packed_g, v) for v in range(vectors)]
         for r in range(rows):
             quad = _splat(b, _lhs_quad(ctx, a_buf, a_base, b.add(i0, i64(r)), g, k, a_signed), V16)
             for v in range(vectors):
                 b.store(dot4(b, b.load(accs[r][v]), quad, rhs[v]), accs[r][v])
-    if k // 4:
-        with for_range(b, 0, k // 4, "k") as g:
-            step(g)
-    if k % 4:
-        step(k // 4)
-    values = []
-    for r in range(rows):
-        row_sum = _splat(b, b.load(b.gep(rowsum, [b.add(i0, i64(r))], source_etype=I32)), V16)
-        values.append([b.add(b.load(accs[r][v]), b.sub(column_terms[v], b.mul(zb_vec[v], row_sum)))
-                       for v in range(vectors)])
-    output.store(b, batch, c_base, n, i0, j0, rows, cols, values)
+    with for_range(b, sliver.g0, b.add(sliver.g0, sliver.whole), "k") as g:
+        step(g, b.sub(g, sliver.g0))
+
+    def finish():
+        if k % 4:
+            step(k // 4, b.sub(i64(k // 4), sliver.g0))
+        values = []
+        for r in range(rows):
+            row_sum = _splat(b, b.load(b.gep(rowsum, [b.add(i0, i64(r))], source_etype=I32)), V16)
+            values.append([b.add(b.load(accs[r][v]), b.sub(column_terms[v], b.mul(zb_vec[v], row_sum)))
+                           for v in range(vectors)])
+        output.store(b, batch, c_base, n, i0, j0, rows, cols, values)
+    if sliver.count == 1:
+        finish()
+        return
+    with b.if_else(sliver.last) as (at_last, before_last):
+        with at_last:
+            finish()
+        with before_last:
+            for r in range(rows):
+                for v in range(vectors):
+                    b.store(b.load(accs[r][v]), partial_at(r, v), align=4)

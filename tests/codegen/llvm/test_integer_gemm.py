@@ -1,5 +1,6 @@
 """The CPU's ``lz.matmul_integer`` kernel (lezero/codegen/llvm/integer_gemm.py) against an exact
-integer reference on every CPU of the cross-target matrix: K not a multiple of 4, a last panel of
+integer reference on every CPU of the cross-target matrix: K not a multiple of 4 (in one K block
+and across several), a last panel of
 fewer than 64 columns, row blocks with a tail, batched and broadcast rhs, every pairing of i8 and ui8
 with zero points at the ends of their ranges (the largest products), per-column rhs zero points;
 and the instruction it is built on where the CPU has it (``vpdpbusd``).  Its fused epilogue: the
@@ -41,7 +42,8 @@ CASES = {f"{a}x{b}-{name}": (shapes, a, b, per_column)
                                           ("batched-rhs", ((3, 1, 5, 9), (2, 9, 70)), True))}
 CASES.update({f"ui8xi8-{name}": (shapes, "ui8", "i8", per_column)
               for name, shapes, per_column in (("transformer", ((32, 768), (768, 192)), False),
-                                               ("rows-of-3d-lhs", ((2, 7, 64), (64, 64)), False))})
+                                               ("rows-of-3d-lhs", ((2, 7, 64), (64, 64)), False),
+                                               ("k-blocks-tail-partial-panel", ((9, 263), (263, 70)), True))})
 
 
 @pytest.mark.cross_target(cases=CASES, group=lambda case: "integer-gemm")
@@ -81,7 +83,8 @@ def _epilogue_module(m, k, n, out_dt, a_dt, b_dt, ties):
                   tensor((n,), "f32"), tensor((n,), "f32")], body)
 
 
-EPILOGUE_CASES = {f"{a}x{b}-to-{out}-{'ties' if ties else 'saturating'}": ((13, 71, 80), a, b, out, ties)
+EPILOGUE_CASES = {f"{a}x{b}-to-{out}-{'ties' if ties else 'saturating'}": ((13, 71 if ties else 263, 80), a, b, out,
+                                                                         ties)
                   for a, b, out, ties in (("ui8", "i8", "ui8", True), ("ui8", "i8", "i8", False),
                                           ("i8", "ui8", "i8", True), ("i8", "ui8", "ui8", False))}
 
