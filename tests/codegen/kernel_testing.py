@@ -7,6 +7,7 @@ import ctypes
 
 import numpy as np
 
+from lezero.codegen.index_checks import initial_status, status_error
 from lezero.codegen.llvm import jit
 from lezero.codegen.llvm.backend import LoweredKernel, lower_kernel
 from lezero.ir import Block, Builder, FuncOp, FunctionType, ModuleOp, Operation, Region, interpret
@@ -62,16 +63,23 @@ def storage_dtype(t: TensorType) -> np.dtype:
 def run_kernel(kernel: Operation, inputs, splits: int = 1, lowered: LoweredKernel | None = None, cpu=None):
     """Lower, compile and run ``kernel`` on ``inputs`` (for ``cpu``: a cross-target test's, default
     the host); ``[0, work_items)`` is cut into ``splits`` ranges called one after another (any
-    order must give the same answer)."""
+    order must give the same answer).  A kernel with bounds checks gets its status buffer, and an
+    index out of range raises ``IndexError`` with the runtime's message."""
     lowered = lowered or lower_kernel(kernel, cpu=cpu)
     fn = compile_lowered(lowered, cpu)
     inputs = [np.ascontiguousarray(a, dtype=storage_dtype(t)) for a, t in zip(inputs, lowered.operand_types)]
     outputs = [_poisoned(t) for t in lowered.result_types]
-    pointers = (ctypes.c_void_p * max(1, len(inputs) + len(outputs)))(*[a.ctypes.data for a in inputs + outputs])
+    checks = lowered.index_checks
+    status = [] if checks is None else [np.array(initial_status(checks), np.int64)]
+    buffers = inputs + outputs + status
+    pointers = (ctypes.c_void_p * max(1, len(buffers)))(*[a.ctypes.data for a in buffers])
     n = lowered.work_items
     bounds = sorted({0, n, *[n * k // splits for k in range(1, splits)]})
     for lo, hi in reversed(list(zip(bounds, bounds[1:]))):  # out of order on purpose
         fn(pointers, lo, hi)
+    error = status_error(checks, status[0]) if status else None
+    if error is not None:
+        raise IndexError(error)
     return outputs
 
 

@@ -1,9 +1,9 @@
 """Kernels that serve every row count (``lezero/codegen/row_generic.py``): the rows form of a kernel
 (its leading dims collapsed into one), refused where a row reads another row, and the code the
-probe accepts (layer norm, softmax, an activation, attention over batches, GEMMs with epilogues)
-run at many row counts (1, odd, a partial last tile, large) on every CPU of the cross-target
-matrix against the numpy reference of the kernel at that size; code that follows the row count is
-refused."""
+probe accepts (layer norm, softmax, an activation, attention over batches, GEMMs with epilogues,
+an embedding lookup with its bounds check) run at many row counts (1, odd, a partial last tile,
+large) on every CPU of the cross-target matrix against the numpy reference of the kernel at that
+size; code that follows the row count is refused."""
 from __future__ import annotations
 
 import dataclasses
@@ -60,6 +60,14 @@ def matmul_residual(b, x, w, residual):
     return b.op("lz.add", b.op("lz.matmul", x, w), residual)
 
 
+VOCAB = 50
+
+
+def embedding_layer_norm(b, table, ids, gamma):
+    """BERT's first kernel: rows of a table looked up by int64 ids (bounds-checked), layer-normed."""
+    return layer_norm(b, b.op("lz.gather", table, ids, axis=0), gamma)
+
+
 BATCH, SEQ = 3, 5
 # name: (body, argument types at [BATCH, SEQ, ...], kind, how many leading dims are the rows)
 KERNELS = {
@@ -74,6 +82,8 @@ KERNELS = {
     # K = 700: several K blocks, the partial sums wait in the result
     "matmul_residual": (matmul_residual, [((BATCH, SEQ, 700), "f32"), ((700, HIDDEN), "f32"),
                                           ((BATCH, SEQ, HIDDEN), "f32")], "matmul", 2),
+    "embedding": (embedding_layer_norm, [((VOCAB, HIDDEN), "f32"), ((BATCH, SEQ), "i64"), ((HIDDEN,), "f32")],
+                  "reduction", 2),
 }
 ROWS = (1, 2, 7, 64, 255)  # a partial register tile, several M blocks
 CASES = {f"{name}_r{rows}": (name, rows) for name in KERNELS for rows in ROWS}
@@ -140,11 +150,12 @@ def test_row_generic_code_matches_the_reference_at_every_row_count(cpu, case):
     # the same code at `rows` rows: [1, rows, ...] (the rows of b x s), or a batch of `rows`
     lead = (1, rows) if dims == 2 else (rows, SEQ)
     prefix = lead[:dims]
-    sized = [(lead + s[2:] if len(s) == 3 else s, dtype) for s, dtype in types]
+    sized = [(lead + s[2:] if s[:2] == (BATCH, SEQ) else s, dtype) for s, dtype in types]
     module, real = kernel_named(name, sized)
     assert widest_rows_form(real)[0] == prefix
     rng = np.random.default_rng(rows)
-    inputs = [rng.standard_normal(s).astype(np.float32) for s, _ in sized]
+    inputs = [rng.integers(-VOCAB, VOCAB, s) if dtype == "i64" else rng.standard_normal(s).astype(np.float32)
+              for s, dtype in sized]
     here = dataclasses.replace(lowered, work_items=shape.items_per_row * rows,
                                operand_types=tuple(v.type for v in real.operands),
                                result_types=tuple(r.type for r in real.results))
@@ -152,3 +163,7 @@ def test_row_generic_code_matches_the_reference_at_every_row_count(cpu, case):
     (want,) = reference(module, inputs)
     # (sums of 700 products in another order than numpy's: error relative to the output's scale)
     assert_matches(got[0], want, rtol=2e-5, atol=1e-6 * max(1.0, float(np.abs(want).max())))
+    if name == "embedding":  # the bounds check of the code probed at other row counts
+        inputs[1].flat[-1] = VOCAB
+        with pytest.raises(IndexError, match=f"index {VOCAB} is out of range for axis 0 of size {VOCAB}"):
+            run_kernel(real, inputs, 3, lowered=here, cpu=cpu)
