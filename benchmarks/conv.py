@@ -34,7 +34,10 @@ stem, 3x3 and 1x1 at strides 1 and 2, Conv + bias + ReLU or nothing); both print
 which on this shared machine move least.  ``--prepacking`` (with either) also runs each layer
 compiled with its constant weights packed on every call, as before issue 11 packed them once when
 the plan is built (``lezero.codegen.schedule.PACKED_CONSTANT_KINDS`` emptied), in the same
-alternation: its median and pre-packed / per-call.
+alternation: its median and pre-packed / per-call.  ``--host-tile`` (with either) also runs each
+layer compiled with the target's GEMM register tile (6 x 4 vectors of 16 on AVX-512), as before
+convs chose their own (``contraction_gemm.conv_register_tile``), in the same alternation: its
+median and conv tile / host tile.
 """
 from __future__ import annotations
 
@@ -54,6 +57,8 @@ parser.add_argument("--resnet", action="store_true", help="resnet18/50's and den
 parser.add_argument("--reps", type=int, default=100, help="--mobile/--resnet: alternating calls per layer")
 parser.add_argument("--prepacking", action="store_true",
                     help="--mobile/--resnet: also time each layer with its weights packed per call")
+parser.add_argument("--host-tile", action="store_true",
+                    help="--mobile/--resnet: also time each layer with the target's GEMM tile, not the conv's")
 args = parser.parse_args()
 os.environ["LEZERO_NUM_THREADS"] = str(args.threads)  # before the runtime's pool is made
 
@@ -254,7 +259,8 @@ def compare_layers(title: str, layers) -> None:
           f"onnxruntime {ort.__version__}; medians and minimums of {args.reps} alternating calls (on a shared "
           "machine the minimums are the least disturbed)")
     print(f"{'layer':<40}{'lezero ms':>10}{'ORT ms':>9}{'lezero/ORT':>12}{'min ratio':>10}{'lezero GFLOP/s':>16}"
-          f"{'ORT GFLOP/s':>13}" + (f"{'per-call ms':>13}{'pre/per-call':>14}" if args.prepacking else ""))
+          f"{'ORT GFLOP/s':>13}" + (f"{'per-call ms':>13}{'pre/per-call':>14}" if args.prepacking else "")
+          + (f"{'host-tile ms':>14}{'conv/host tile':>16}" if args.host_tile else ""))
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -272,6 +278,10 @@ def compare_layers(title: str, layers) -> None:
             per_call = per_call_packing(proto, feeds)
             np.testing.assert_allclose(per_call.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
             runs.append(lambda: per_call.run(feeds))
+        if args.host_tile:
+            host_tile = with_host_tile(proto, feeds)
+            np.testing.assert_allclose(host_tile.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
+            runs.append(lambda: host_tile.run(feeds))
         times = tuple([] for _ in runs)
         for _ in range(args.reps):
             for run, spent in zip(runs, times):
@@ -285,7 +295,8 @@ def compare_layers(title: str, layers) -> None:
         label = f"{name} {c}->{o} {size}x{size} {activation}"
         print(f"{label:<40}{a * 1e3:>10.3f}{b * 1e3:>9.3f}{a / b:>12.2f}{fastest_ours / fastest_theirs:>10.2f}"
               f"{flops / fastest_ours / 1e9:>16.1f}{flops / fastest_theirs / 1e9:>13.1f}"
-              + (f"{np.median(times[2]) * 1e3:>13.3f}{a / np.median(times[2]):>14.3f}" if args.prepacking else ""),
+              + (f"{np.median(times[2]) * 1e3:>13.3f}{a / np.median(times[2]):>14.3f}" if args.prepacking else "")
+              + (f"{np.median(times[-1]) * 1e3:>14.3f}{a / np.median(times[-1]):>16.3f}" if args.host_tile else ""),
               flush=True)
     print(f"geometric mean lezero/ORT {float(np.exp(np.mean(np.log(ratios)))):.2f} (medians), "
           f"{float(np.exp(np.mean(np.log(min_ratios)))):.2f} (minimums)")
@@ -303,6 +314,25 @@ def per_call_packing(proto, feeds):
         compiled.run(feeds)  # the plan (and its kernels) is built on the first run
     finally:
         schedule.PACKED_CONSTANT_KINDS = kinds
+    return compiled
+
+
+def with_host_tile(proto, feeds):
+    """``proto`` compiled with the target's GEMM register tile for its convs, lowered now.  The
+    kernel's text is the same either way, so the lowering sources' fingerprint (part of the cache
+    key) is changed while it is lowered."""
+    import lezero.onnx
+    from lezero.codegen.llvm import contraction_gemm
+    from lezero.runtime import kernel_cache
+
+    conv_tile, fingerprint = contraction_gemm.ConvGemm.register_tile, kernel_cache.source_fingerprint
+    contraction_gemm.ConvGemm.register_tile = lambda self, host, cpu, narrower_vectors: (host.vector_width, host.mr, host.nr_vectors)
+    kernel_cache.source_fingerprint = lambda: fingerprint() + "-host-tile"
+    try:
+        compiled = lezero.onnx.compile(proto)
+        compiled.run(feeds)
+    finally:
+        contraction_gemm.ConvGemm.register_tile, kernel_cache.source_fingerprint = conv_tile, fingerprint
     return compiled
 
 

@@ -106,6 +106,47 @@ FLOAT32_STORAGE = (F32, BF16)
 TILE_LOOP = {"vectorize_enable": 1, "vectorize_predicate_enable": 1}
 
 
+# A convolution's register tile on a target whose tile is at least this many vectors wide: one
+# vector narrower, as many accumulators, more rows (6x4 -> 8x3 on AVX-512).  Output channels
+# come in multiples of 8 (no rows padded: 32, 64, 128 channels pad to 36, 66, 132 for 6 rows), and
+# a step loads one B vector fewer (B is the slab read in place, unaligned).  Measured, every conv
+# layer of resnet18/50, densenet121 and the mobile nets' pointwise convs (benchmarks/conv.py's
+# layers, each alone, min of 30-40, against ORT in the same alternation): 1 thread, geomean
+# 1.03x -> 0.97x ORT, d121 3x3 128->32 1.16x -> 1.00x, r18 3x3 64->64 1.05x -> 1.00x; 2 threads
+# 1.05x -> 0.97x.  12x2 (two vectors narrower) was between them (0.995x, 1 thread).
+CONV_NARROWER_TILE_MIN_VECTORS = 4
+# CPUs whose 512-bit FMA is two 256-bit halves (Zen 4 double-pumps AVX-512): a 256-bit vector
+# computes as many floats a cycle, and small images waste fewer of its lanes (a 7x7 output is 49
+# pixels: 56 lanes of 8-float vectors, 64 of 16-float ones).  There a conv takes a tile of
+# 8-float vectors, 3 rows x 7 vectors (21 accumulators, 7 B vectors, a broadcast: 29 registers),
+# when that pads fewer rows x lanes than the 16-float tile.  Measured (1 thread, min of 40, load
+# ~7): 1x1 512->2048 at 7x7 1.19x -> 1.00x ORT, 2048->512 1.20x -> 0.99x, r18 3x3 s2 256->512 at
+# 14x14 (55 q-space columns) 1.11x -> 0.94x, pointwise 320->1280 at 7x7 1.07x -> 0.87x; but
+# 3x3 at 7x7 (61 q-space columns, 64 lanes either way) 1.17x -> 1.41x: hence the lane count.
+HALF_RATE_512_BIT_CPUS = ("znver4",)
+NARROW_VECTOR_TILE = (3, 7)
+
+
+def conv_register_tile(host: gemm.GemmConfig, cpu, m: int, n: int,
+                       narrower_vectors: bool = True) -> tuple[int, int, int]:
+    """(vector_width, mr, nr_vectors) of the GEMM of a convolution of ``m`` output channels (per
+    group) over ``n`` q-space columns, on target ``cpu`` whose GEMM tile is ``host``'s;
+    ``narrower_vectors=False`` keeps the target's vector width."""
+    if host.nr_vectors < CONV_NARROWER_TILE_MIN_VECTORS:
+        return host.vector_width, host.mr, host.nr_vectors
+    nv = host.nr_vectors - 1
+    wide = host.vector_width, host.mr * host.nr_vectors // nv, nv
+    if not narrower_vectors or cpu.cpu not in HALF_RATE_512_BIT_CPUS or host.vector_width != 16:
+        return wide
+    narrow = (8,) + NARROW_VECTOR_TILE
+
+    def padded_work(tile):
+        width, mr, _ = tile
+        return _align_up(m, mr) * _align_up(n, width)
+
+    return narrow if padded_work(narrow) < padded_work(wide) else wide
+
+
 def _align_up(x: int, to: int) -> int:
     return -(-x // to) * to
 
@@ -181,6 +222,10 @@ class MatmulGemm:
         self.pack_b = self.transpose_b or self.b_col_stride != 1 or self.m >= PACK_B_MIN_ROWS
         self.mask_b = not self.pack_b
         self.slab_floats = 0
+
+    @staticmethod
+    def register_tile(host: gemm.GemmConfig, cpu, narrower_vectors: bool) -> tuple[int, int, int]:
+        return host.vector_width, host.mr, host.nr_vectors
 
     def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
         return matmul_config(host, self.m, self.n, self.k, direct=not self.pack_b)
@@ -270,7 +315,11 @@ class ConvGemm:
             # slack: the overrun, and a row up to qw[-1] past its end
             self.slab_floats = planes * self.rows_per_plane * self.wq + 2 * (overrun + self.wq)
 
+    def register_tile(self, host: gemm.GemmConfig, cpu, narrower_vectors: bool) -> tuple[int, int, int]:
+        return conv_register_tile(host, cpu, self.m, self.n, narrower_vectors)
+
     def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
+        """The GEMM's blocking; ``host`` is the target's for this conv's ``register_tile``."""
         self.lay_out_slab(host.nr)
         if not self.direct:
             config = _shrink(host, self.m, self.n, self.k)
@@ -318,36 +367,60 @@ class ConvGemm:
 
     def _emit_slab(self, b, x, first_row, rows_used, slab) -> None:
         """slab[ci][phase][r][c] = xpad[ci, (first_row + r) * sh + a, c * sw + bb] (zero outside
-        x), for r < rows_used, for each of ``phases``' (a, bb)."""
+        x), for r < rows_used, for each of ``phases``' (a, bb).  Up to UNROLLED_SLAB_PHASES phases
+        each has its copy loops in the code (their bounds constants); more, as a patchify conv's
+        (stride = kernel = 16: 256 phases), run as one loop over a constant table of the phases'
+        (a, bb, c_lo, c_hi): ViT-B/16's patch conv was 14k lines of LLVM IR and 28 s of LLVM."""
         s = self.shape
         sh, sw = s.strides
         pt, pl = s.pads[0], s.pads[1]
         rows, wq = self.rows_per_plane, self.wq
         zero = ir.Constant(FLOAT, 0.0)
+
+        def column_range(bb):
+            """columns c whose input column c * sw + bb - pl is inside x"""
+            c_lo = min(wq, max(0, -(-(pl - bb) // sw)))
+            return c_lo, max(c_lo, min(wq, (s.w - 1 + pl - bb) // sw + 1))
+
+        phases = [(a, bb) + column_range(bb) for a, bb in self.phases]
+
+        def copy_phase(x_plane, ci, phase, a, bb, c_lo, c_hi):  # ints, or i64 values from the table
+            plane = b.mul(b.add(b.mul(ci, i64(len(phases))), i64(phase)), i64(rows * wq))
+            with for_range(b, 0, min_i64(b, rows_used, rows), "slab_r") as r:
+                out = b.gep(slab, [b.add(plane, b.mul(r, i64(wq)))], source_etype=FLOAT)
+                xi = b.sub(b.add(b.mul(b.add(first_row, r), i64(sh)), i64(a)), i64(pt))
+                inside = b.icmp_unsigned("<", xi, i64(s.h))  # 0 <= xi < h
+                with b.if_else(inside) as (then, otherwise):
+                    with then:
+                        source = b.gep(x_plane, [b.mul(xi, i64(s.w))], source_etype=FLOAT)
+                        _fill(b, out, 0, c_lo, zero)
+                        c_vectors = _copy_every_second(b, source, bb - pl, out, c_lo, c_hi, s.w) \
+                            if sw == 2 and isinstance(bb, int) else c_lo
+                        with for_range(b, c_vectors, c_hi, "slab_c") as c:
+                            column = b.add(b.mul(c, i64(sw)), b.sub(i64(bb), i64(pl)))
+                            value = b.load(b.gep(source, [column], source_etype=FLOAT), typ=FLOAT, align=4)
+                            b.store(value, b.gep(out, [c], source_etype=FLOAT), align=4)
+                        _fill(b, out, c_hi, wq, zero)
+                    with otherwise:
+                        _fill(b, out, 0, wq, zero)
+
+        table = None
+        if len(phases) > UNROLLED_SLAB_PHASES:
+            table_type = ir.ArrayType(I64, 4 * len(phases))
+            table = ir.GlobalVariable(b.module, table_type, b.module.get_unique_name("slab_phases"))
+            table.global_constant = True
+            table.linkage = "internal"
+            table.initializer = ir.Constant(table_type, [v for phase in phases for v in phase])
         with for_range(b, 0, s.in_per_group, "slab_ci") as ci:
             x_plane = b.gep(x, [b.mul(ci, i64(s.h * s.w))], source_etype=FLOAT)
-            for phase, (a, bb) in enumerate(self.phases):
-                # columns c whose input column c * sw + bb - pl is inside x
-                c_lo = min(wq, max(0, -(-(pl - bb) // sw)))
-                c_hi = max(c_lo, min(wq, (s.w - 1 + pl - bb) // sw + 1))
-                plane = b.mul(b.add(b.mul(ci, i64(len(self.phases))), i64(phase)), i64(rows * wq))
-                with for_range(b, 0, min_i64(b, rows_used, rows), "slab_r") as r:
-                    out = b.gep(slab, [b.add(plane, b.mul(r, i64(wq)))], source_etype=FLOAT)
-                    xi = b.sub(b.add(b.mul(b.add(first_row, r), i64(sh)), i64(a)), i64(pt))
-                    inside = b.icmp_unsigned("<", xi, i64(s.h))  # 0 <= xi < h
-                    with b.if_else(inside) as (then, otherwise):
-                        with then:
-                            source = b.gep(x_plane, [b.mul(xi, i64(s.w))], source_etype=FLOAT)
-                            _fill(b, out, 0, c_lo, zero)
-                            c_vectors = _copy_every_second(b, source, bb - pl, out, c_lo, c_hi, s.w) if sw == 2 \
-                                else c_lo
-                            with for_range(b, c_vectors, c_hi, "slab_c") as c:
-                                column = b.add(b.mul(c, i64(sw)), i64(bb - pl))
-                                value = b.load(b.gep(source, [column], source_etype=FLOAT), typ=FLOAT, align=4)
-                                b.store(value, b.gep(out, [c], source_etype=FLOAT), align=4)
-                            _fill(b, out, c_hi, wq, zero)
-                        with otherwise:
-                            _fill(b, out, 0, wq, zero)
+            if table is None:
+                for phase, bounds in enumerate(phases):
+                    copy_phase(x_plane, ci, phase, *bounds)
+            else:
+                with for_range(b, 0, len(phases), "slab_phase") as phase:
+                    bounds = [b.load(b.gep(table, [i64(0), b.add(b.mul(phase, i64(4)), i64(j))],
+                                           source_etype=table.value_type), typ=I64) for j in range(4)]
+                    copy_phase(x_plane, ci, phase, *bounds)
 
     def output_layout(self):
         """A result buffer is the C matrix only when q-space has no extra columns."""
@@ -388,6 +461,9 @@ class ConvGemm:
                     store(i, j, [n_index, channel, oh_index, affine_value(ow, s.ow, "ow")])
 
 
+# A slab of more phases than this copies them in a loop over a table (ConvGemm._emit_slab): a
+# stride-2 conv has at most 4, stride 3 9, a patchify conv sh * sw (256 for ViT-B/16's).
+UNROLLED_SLAB_PHASES = 16
 # Floats per step of the stride-2 slab copy (two loads, one shuffle, one store): wide steps, then
 # narrower ones for the rest of a row (a row of 28 floats takes one step of 8, one of 56 16 + 8).
 SLAB_COPY_LANES = (16, 8)
@@ -415,8 +491,9 @@ def _copy_every_second(b, source, shift: int, out, c_lo: int, c_hi: int, width: 
     return c_lo
 
 
-def _fill(b, pointer, start: int, stop: int, value) -> None:
-    if stop > start:
+def _fill(b, pointer, start, stop, value) -> None:
+    """pointer[start:stop] = value (ints, or i64 values)."""
+    if not (isinstance(start, int) and isinstance(stop, int)) or stop > start:
         with for_range(b, start, stop, "fill") as c:
             b.store(value, b.gep(pointer, [c], source_etype=FLOAT), align=4)
 
@@ -444,7 +521,12 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     slices along one dim); a call computes, for each batch its range touches, the slices of the
     range as one rectangle, so that each thread packs its operands once whatever the number of
     threads (the runtime gives each thread one contiguous range)."""
-    config = plan.config(gemm.GemmConfig.for_target(ctx.cpu))
+    host = gemm.GemmConfig.for_target(ctx.cpu)
+    # vdpbf16ps (gemm_bf16.py) works on the target's 16-float vectors
+    bf16_pairs = anchor.result.type.element_type == BF16 and gemm_bf16.pairs_available(ctx.cpu, host)
+    tile = plan.register_tile(host, ctx.cpu, narrower_vectors=not bf16_pairs)
+    retiled = tile != (host.vector_width, host.mr, host.nr_vectors)
+    config = plan.config(gemm.GemmConfig.for_target(ctx.cpu, tile) if retiled else host)
     # The rows form of a one-batch matmul (lezero/codegen/row_generic.py): a work item per row
     # of C, the call's range its rows, so that the code names no row count and serves every one.
     per_row = any_rows(ctx.kernel) and isinstance(plan, MatmulGemm) and plan.batches == 1 and not plan.swapped

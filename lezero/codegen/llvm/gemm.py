@@ -116,12 +116,15 @@ class GemmConfig:
         return self.packed_a_floats + self.packed_b_floats
 
     @classmethod
-    def for_target(cls, cpu: CpuTarget | str | None = None) -> "GemmConfig":
+    def for_target(cls, cpu: CpuTarget | str | None = None, tile: tuple[int, int, int] | None = None) -> "GemmConfig":
         """Tiles for ``cpu`` (default: ``$LEZERO_CPU`` or the host): the register tile from its
-        vector registers, the cache blocks from its caches (``cache_model``)."""
+        vector registers (or ``tile``, (vector_width, mr, nr_vectors), a caller's choice for its
+        shape), the cache blocks for that tile from its caches (``cache_model``)."""
         target = cpu_target(cpu)
         width = target.vector_bytes // FLOAT_BYTES
-        if "neon" in target.features:
+        if tile is not None:
+            width, mr, nr_vectors = tile
+        elif "neon" in target.features:
             # AArch64: 8x12, 24 of the 32 128-bit NEON registers accumulate, 3 hold B and 2 A's
             # values (fmla by lane: no broadcasts). Chosen from the register file, not
             # measured (no AArch64 machine here; qemu's speed says nothing).

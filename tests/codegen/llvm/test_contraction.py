@@ -446,6 +446,28 @@ def test_conv_slab_holds_the_phases_its_taps_read(x_shape, w_shape, attrs, phase
     check_kernel(module, kernel, inputs, splits=3, **F32_TOL)
 
 
+PATCHIFY_CASES = {
+    # name: (x shape, w shape, attrs): more slab phases than UNROLLED_SLAB_PHASES (a table loop),
+    # pads on every side (each phase's columns inside x differ)
+    "5x5_s5_pads": ((1, 3, 21, 22), (8, 3, 5, 5), attrs_of(strides=(5, 5), pads=(1, 2, 0, 1))),
+}
+
+
+@pytest.mark.cross_target(cases=PATCHIFY_CASES, group=lambda case: 0)
+def test_patchify_conv_copies_its_phases_in_one_loop(cpu, case):
+    """A patchify conv (stride = kernel: 20-25 phases here, ViT-B/16's 256) copies the slab's
+    phases in a loop over a table of their bounds, not one copy of the loops per phase (one
+    row loop: its body and the if/else/endif of a row inside the image or not)."""
+    x_shape, w_shape, attrs = case
+    module, kernel = conv_kernel(x_shape, w_shape, attrs)
+    lowered = lower_kernel(kernel, cpu=cpu)
+    assert "slab_phases" in lowered.llvm_ir and len(re.findall(r"^slab_r\.body\S*:", lowered.llvm_ir, re.M)) == 4
+    rng = np.random.default_rng(sum(x_shape))
+    inputs = [data(rng, x_shape, "f32"), data(rng, w_shape, "f32")]
+    want = reference(module, inputs)[0]
+    assert_matches(run_kernel(kernel, inputs, 3, lowered, cpu=cpu)[0], want, **F32_TOL)
+
+
 PRE_PACKED_CASES = {
     # name: (x shape, w shape, attrs, reading): issue 11, a constant weight packed once by the plan
     "3x3_pad1_odd_channels": ((2, 5, 9, 11), (13, 5, 3, 3), attrs_of(pads=(1, 1, 1, 1)), "direct"),
@@ -482,13 +504,40 @@ def test_conv_reads_constant_weights_pre_packed(cpu, case, monkeypatch):
         assert_matches(got, want, **F32_TOL)
 
 
+@pytest.mark.parametrize("cpu, image, tile", [
+    ("x86-64-v4", 9, (16, 8, 3)),   # 6 x 4 vectors of 16 -> 8 x 3: 32 channels are 4 tiles, not 6
+    ("x86-64-v3", 9, (8, 6, 2)),    # AVX2's 6 x 2 stays
+    ("znver4", 8, (16, 8, 3)),      # 64 pixels: 64 lanes either way, 8 rows pad none
+    ("znver4", 7, (8, 3, 7)),       # 7 x 7: 49 pixels, 56 lanes of 8 (64 of 16); 512-bit FMA is 2 x 256
+    ("skylake-avx512", 7, (16, 8, 3)),  # a full-rate 512-bit FMA
+])
+def test_conv_register_tile_fits_the_channels_and_pixels(cpu, image, tile):
+    """A conv's register tile (vector width, rows, vectors) pads few rows and lanes; the weights
+    pre-packed for it follow it, and the kernel matches the reference."""
+    module, kernel = conv_kernel((1, 8, image, image), (32, 8, 1, 1), attrs_of())
+    kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
+    lowered = lower_kernel(kernel, cpu=cpu)
+    (spec,) = lowered.packed_operands
+    width, rows, vectors = tile
+    assert (spec.row_tile, spec.padded_rows) == (rows, -(-32 // rows) * rows)
+    assert f"<{width} x float>" in lowered.llvm_ir
+    assert ("<16 x float>" in lowered.llvm_ir) == (width == 16)
+    if width == 16 or cpu_target(cpu).missing_here():
+        return  # every other conv test runs the 16-float tiles
+    rng = np.random.default_rng(image)
+    x, w = data(rng, (1, 8, image, image), "f32"), data(rng, (32, 8, 1, 1), "f32")
+    want = reference(module, [x, w])[0]
+    assert_matches(run_kernel(kernel, [x, spec.pack(w)], 2, lowered, cpu=cpu)[0], want, **F32_TOL)
+
+
 def test_conv_work_items_in_any_pieces():
     x_shape, w_shape = (3, 8, 20, 20), (16, 4, 3, 3)
     module, kernel = conv_kernel(x_shape, w_shape, attrs_of(pads=(1, 1, 1, 1), groups=2))
     lowered = lower_kernel(kernel)
-    # (image, group) GEMMs of 19 * 22 + 20 q-space columns, sliced by the register tile's width
-    # (7 slices of 64 on AVX-512), MAX_SLICES at most
-    column_tiles = -(-(19 * 22 + 20) // gemm.GemmConfig.for_target().nr)
+    # (image, group) GEMMs of 19 * 22 + 20 q-space columns, sliced by the conv's register tile's
+    # width (10 slices of 48 on AVX-512), MAX_SLICES at most
+    width, _, vectors = contraction_gemm.conv_register_tile(gemm.GemmConfig.for_target(), cpu_target(), 8, 19 * 22 + 20)
+    column_tiles = -(-(19 * 22 + 20) // (width * vectors))
     assert lowered.work_items == 3 * 2 * min(column_tiles, contraction_gemm.MAX_SLICES)
     rng = np.random.default_rng(13)
     inputs = [data(rng, x_shape, "f32"), data(rng, w_shape, "f32")]
