@@ -3,13 +3,17 @@ bucket's buffer from its start to its wait, the compiled step equal to the inter
 runtime's host steps going through the installed communicator (a stand-in for a process group)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import lezero as lz
 from lezero.ir import parse_module
+from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect import collective
 from lezero.ir.interpreter import interpret
+from lezero.ir.verifier import verify
 from lezero.passes import run_pipeline
 from lezero.passes.autodiff import differentiate
 from lezero.passes.memory_plan import OFFSETS_ATTR
@@ -141,3 +145,24 @@ def test_the_gradient_of_an_all_reduce_is_an_all_reduce():
     }''')
     grad = differentiate(module, "f")
     assert [op.attributes["op"].value for op in grad.walk() if op.name == "lz.all_reduce"] == ["avg", "avg"]
+
+
+@pytest.mark.parametrize("body, message", [
+    ('%t = "lz.all_reduce_start"(%x) : (tensor<4xf32>) -> tensor<i64>',
+     "its request is never waited for"),
+    (('%t = "lz.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64>\n'
+      '%r = "lz.all_reduce_wait"(%t, %x) : (tensor<i64>, tensor<4xf32>) -> tensor<4xf32>'),
+     "the request must come from lz.all_reduce_start, not 'lz.constant'"),
+    (('%t = "lz.all_reduce_start"(%x) : (tensor<4xf32>) -> tensor<i64>\n'
+      '%y = "lz.exp"(%x) : (tensor<4xf32>) -> tensor<4xf32>\n'
+      '%r = "lz.all_reduce_wait"(%t, %y) : (tensor<i64>, tensor<4xf32>) -> tensor<4xf32>'),
+     "x must be the value its lz.all_reduce_start reduces"),
+    (('%t = "lz.all_reduce_start"(%x) : (tensor<4xf32>) -> tensor<i64>\n'
+      '%r = "lz.all_reduce_wait"(%t, %x, %x) : (tensor<i64>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>'),
+     "an ordering operand must be a request token tensor<i64>, got tensor<4xf32>"),
+    ('%r = "lz.all_reduce"(%x) {op = "mean"} : (tensor<4xf32>) -> tensor<4xf32>', "mean"),
+])
+def test_a_misused_collective_is_a_verifier_error_naming_it(body, message):
+    text = f'func.func @f(%x: tensor<4xf32>) {{\n{body}\nfunc.return\n}}'
+    with pytest.raises(IRError, match=re.escape(message)):
+        verify(parse_module(text))
