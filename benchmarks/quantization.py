@@ -62,6 +62,40 @@ def gemm(budget: float) -> None:
               f"int8 / fp32 {t['fp32'] / t['int8']:5.2f}x")
 
 
+def gemm_peers(budget: float) -> None:
+    """The int8 GEMM against ONNX Runtime's MatMulInteger (u8 x s8 -> i32, B an initializer: packed
+    once at session start) and PyTorch's static quantized Linear (fbgemm/onednn u8 x s8, requantized
+    to u8), at the GEMM shapes, alternating."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    print(f"int8 GEMM peers (M x K x N): lezero lz.matmul_integer, ORT MatMulInteger, torch quantized.linear "
+          f"(engine {torch.backends.quantized.engine}), GOP/s")
+    rng = np.random.default_rng(2)
+    for m, k, n in GEMM_SHAPES:
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+        za, zb = np.asarray(128, np.uint8), np.asarray(0, np.int8)
+        int8 = lezero.compile(_function([tensor((m, k), "ui8"), tensor((k, n), "i8"), tensor((), "ui8"),
+                                         tensor((), "i8")], lambda b, *x: b.op("lz.matmul_integer", *x)), "f")
+        graph = helper.make_graph(
+            [helper.make_node("MatMulInteger", ["a", "w", "za", "zb"], ["y"])], "mmi",
+            [helper.make_tensor_value_info("a", TensorProto.UINT8, [m, k])],
+            [helper.make_tensor_value_info("y", TensorProto.INT32, [m, n])],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(za, "za"), numpy_helper.from_array(zb, "zb")])
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "mmi.onnx")
+            onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+            session = _session(path)
+        qa = torch.quantize_per_tensor(torch.from_numpy(a.astype(np.float32) - 128), 1.0, 128, torch.quint8)
+        qw = torch.quantize_per_tensor(torch.from_numpy(w.astype(np.float32).T.copy()), 1.0, 0, torch.qint8)
+        packed = torch.ops.quantized.linear_prepack(qw, None)
+        t = alternating_medians({"lezero": lambda: int8(a, w, za, zb), "ort": lambda: session.run(None, {"a": a}),
+                                 "torch": lambda: torch.ops.quantized.linear(qa, packed, 64.0, 0)}, budget)
+        ops = 2 * m * k * n / 1e9
+        print(f"  {m}x{k}x{n}: lezero {ops / t['lezero']:7.1f}  ORT {ops / t['ort']:7.1f}  torch {ops / t['torch']:7.1f}"
+              f"   lezero / ORT {t['ort'] / t['lezero']:5.2f}x  lezero / torch {t['torch'] / t['lezero']:5.2f}x")
+
+
 def linear(budget: float) -> None:
     print("Dynamically quantized Linear (tokens x in -> out): lezero int8 against PyTorch's int8 "
           f"(engine {torch.backends.quantized.engine}) and lezero float32, ms")
@@ -137,13 +171,15 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--only", choices=["gemm", "linear", "encoder"])
+    parser.add_argument("--only", choices=["gemm", "gemm-peers", "linear", "encoder"])
     args = parser.parse_args()
     torch.set_num_threads(2)
     torch.backends.mha.set_fastpath_enabled(False)  # its checks read .weight, a method of quantized Linears
     print(f"CPU: {cpu_model()}; LEZERO_NUM_THREADS={os.environ.get('LEZERO_NUM_THREADS', 'unset')}")
     if args.only in (None, "gemm"):
         gemm(args.budget)
+    if args.only in (None, "gemm-peers"):
+        gemm_peers(args.budget)
     if args.only in (None, "linear"):
         linear(args.budget)
     if args.only in (None, "encoder"):
