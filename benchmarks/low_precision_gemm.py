@@ -2,8 +2,11 @@
 
     LEZERO_NUM_THREADS=2 .venv/bin/python benchmarks/low_precision_gemm.py [--threads 2] [--sizes 256,1024,128x768x3072]
 
-A bf16 lz.matmul runs the float32 GEMM on its float32 storage and rounds each sum once to bf16; an
-f16 one runs it on float32 copies of its half operands (a conversion pass per call).  torch's
+A bf16 lz.matmul runs vdpbf16ps on bf16 pairs packed from its float32 storage where the CPU has
+AVX-512 BF16 (gemm_bf16.py), else the float32 GEMM, and rounds each sum once to bf16; an f16 one
+runs the float32 GEMM on float32 copies of its half operands (a conversion pass per call).  The
+casts from float32 are kernels of their own and are timed too (at 128x768x3072, B's cast reads and
+writes 2.4M values per call).  torch's
 tensors are in the dtype already (no casts timed).  Per size
 (n: n x n times n x n; M x K x N), lezero's lz.matmul through ``lezero.compile`` in each dtype
 (float32 arguments cast to it inside the function, as autocast does) and torch.matmul in each (torch.set_num_threads(--threads)) are called in turn, alternating, and the

@@ -26,7 +26,9 @@ of one GEMM (``MatmulShape.batches_as_rows``); ``contraction_shapes.matmul_kerne
 
 **bf16 and f16** (issue 13): bf16 is float32 storage holding bf16 values, exact float32s, so a
 bf16 matmul or conv runs every float32 kernel here on its buffers and the epilogue rounds each
-float32 sum once to bf16, as the reference does.  f16 (half storage) runs the GEMM on float32
+float32 sum once to bf16, as the reference does; where the target has AVX-512 BF16 its GEMM is
+``gemm_bf16.py``'s, vdpbf16ps on bf16 pairs packed from that storage (the same exact products,
+float32 sums, two per instruction).  f16 (half storage) runs the GEMM on float32
 copies of its operands (``contraction_gemm._widen_halves``; its epilogue rounds to f16), the loops
 for the dot-product and thin-conv shapes, and for a rows form (its operands' sizes vary).
 
