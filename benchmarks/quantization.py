@@ -56,7 +56,8 @@ def gemm(budget: float) -> None:
         fp32 = lezero.compile(_function([tensor((m, k), "f32"), tensor((k, n), "f32")],
                                         lambda b, x, y: b.op("lz.matmul", x, y)), "f")
         af, wf = a.astype(np.float32), w.astype(np.float32)
-        t = alternating_medians({"int8": lambda: int8(a, w, za, zb), "fp32": lambda: fp32(af, wf)}, budget)
+        t = alternating_medians({"int8": lambda f=int8, x=(a, w, za, zb): f(*x),
+                                 "fp32": lambda f=fp32, x=(af, wf): f(*x)}, budget)
         ops = 2 * m * k * n / 1e9
         print(f"  {m}x{k}x{n}: int8 {ops / t['int8']:7.1f}  fp32 {ops / t['fp32']:7.1f}  "
               f"int8 / fp32 {t['fp32'] / t['int8']:5.2f}x")
@@ -89,8 +90,9 @@ def gemm_peers(budget: float) -> None:
         qa = torch.quantize_per_tensor(torch.from_numpy(a.astype(np.float32) - 128), 1.0, 128, torch.quint8)
         qw = torch.quantize_per_tensor(torch.from_numpy(w.astype(np.float32).T.copy()), 1.0, 0, torch.qint8)
         packed = torch.ops.quantized.linear_prepack(qw, None)
-        t = alternating_medians({"lezero": lambda: int8(a, w, za, zb), "ort": lambda: session.run(None, {"a": a}),
-                                 "torch": lambda: torch.ops.quantized.linear(qa, packed, 64.0, 0)}, budget)
+        t = alternating_medians({"lezero": lambda f=int8, x=(a, w, za, zb): f(*x),
+                                 "ort": lambda run=session.run, feeds={"a": a}: run(None, feeds),
+                                 "torch": lambda x=qa, p=packed: torch.ops.quantized.linear(x, p, 64.0, 0)}, budget)
         ops = 2 * m * k * n / 1e9
         print(f"  {m}x{k}x{n}: lezero {ops / t['lezero']:7.1f}  ORT {ops / t['ort']:7.1f}  torch {ops / t['torch']:7.1f}"
               f"   lezero / ORT {t['ort'] / t['lezero']:5.2f}x  lezero / torch {t['torch'] / t['lezero']:5.2f}x")
