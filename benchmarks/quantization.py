@@ -44,15 +44,20 @@ def _function(types, body) -> ModuleOp:
     return ModuleOp([func])
 
 
+def _int8_gemm(rng, m: int, k: int, n: int):
+    """A compiled ``lz.matmul_integer`` (u8 x s8, zero points 128 and 0) and random arguments."""
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    int8 = lezero.compile(_function([tensor((m, k), "ui8"), tensor((k, n), "i8"), tensor((), "ui8"),
+                                     tensor((), "i8")], lambda b, *x: b.op("lz.matmul_integer", *x)), "f")
+    return int8, (a, w, np.asarray(128, np.uint8), np.asarray(0, np.int8))
+
+
 def gemm(budget: float) -> None:
     print("GEMM (M x K x N): lezero int8 (u8 x s8 -> i32) against lezero float32, GOP/s")
     rng = np.random.default_rng(0)
     for m, k, n in GEMM_SHAPES:
-        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
-        w = rng.integers(-128, 128, (k, n)).astype(np.int8)
-        za, zb = np.asarray(128, np.uint8), np.asarray(0, np.int8)
-        int8 = lezero.compile(_function([tensor((m, k), "ui8"), tensor((k, n), "i8"), tensor((), "ui8"),
-                                         tensor((), "i8")], lambda b, *x: b.op("lz.matmul_integer", *x)), "f")
+        int8, (a, w, za, zb) = _int8_gemm(rng, m, k, n)
         fp32 = lezero.compile(_function([tensor((m, k), "f32"), tensor((k, n), "f32")],
                                         lambda b, x, y: b.op("lz.matmul", x, y)), "f")
         af, wf = a.astype(np.float32), w.astype(np.float32)
@@ -73,11 +78,7 @@ def gemm_peers(budget: float) -> None:
           f"(engine {torch.backends.quantized.engine}), GOP/s")
     rng = np.random.default_rng(2)
     for m, k, n in GEMM_SHAPES:
-        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
-        w = rng.integers(-128, 128, (k, n)).astype(np.int8)
-        za, zb = np.asarray(128, np.uint8), np.asarray(0, np.int8)
-        int8 = lezero.compile(_function([tensor((m, k), "ui8"), tensor((k, n), "i8"), tensor((), "ui8"),
-                                         tensor((), "i8")], lambda b, *x: b.op("lz.matmul_integer", *x)), "f")
+        int8, (a, w, za, zb) = _int8_gemm(rng, m, k, n)
         graph = helper.make_graph(
             [helper.make_node("MatMulInteger", ["a", "w", "za", "zb"], ["y"])], "mmi",
             [helper.make_tensor_value_info("a", TensorProto.UINT8, [m, k])],
