@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from lezero.ir.attributes import IntegerAttr, UnitAttr, i64_array
-from lezero.ir.core import Block, Operation
+from lezero.ir.core import Block, FuncOp, Operation
 from lezero.ir.dialect.axes import normalize_axes
 from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
@@ -40,6 +40,11 @@ PROBE_ROWS = (4099, 4096)
 # A rows form's mark (a discardable attribute of its lz.kernel): its lowerings make a work item of
 # each row where they would otherwise cut the rows by their count (a GEMM's slices).
 ANY_ROWS_ATTR = "lz.any_rows"
+# A function's mark (a discardable attribute of its func.func): it is compiled for many input
+# shapes (a function over `?` dims, an ONNX model imported per shape), so its kernels' rows forms
+# are probed at the first row count, not when a second one shows up: the second shape then
+# compiles nothing, and a new sequence length compiles each of its kernels once, not twice.
+MANY_SHAPES_ATTR = "lz.many_shapes"
 # Ops whose types alone decide whether they are independent per row (checked against their
 # shape rule after the rewrite): matmul and attention keep leading dims as batches or rows.
 _BATCHED_OPS = frozenset({"lz.matmul", "lz.attention"})
@@ -179,6 +184,13 @@ def rows_form(kernel_op: Operation, prefix: tuple, rows: int) -> Operation | Non
 def any_rows(kernel_op: Operation) -> bool:
     """Whether ``kernel_op`` is a rows form: code for it must serve every row count."""
     return ANY_ROWS_ATTR in kernel_op.attributes
+
+
+def serves_many_shapes(op: Operation) -> bool:
+    """Whether the function holding ``op`` carries ``MANY_SHAPES_ATTR``."""
+    while op is not None and not isinstance(op, FuncOp):
+        op = op.parent_op
+    return op is not None and MANY_SHAPES_ATTR in op.attributes
 
 
 def _inferred(op: Operation) -> list | None:

@@ -17,7 +17,8 @@ import threading
 import numpy as np
 import onnx
 
-from lezero.ir.attributes import ArrayAttr
+from lezero.codegen.row_generic import MANY_SHAPES_ATTR
+from lezero.ir.attributes import ArrayAttr, UnitAttr
 from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, ModuleOp
 import lezero.onnx.element_types as element_types
 from lezero.onnx.errors import DynamicShapeError, OnnxError, ValueDependentError
@@ -142,7 +143,10 @@ class CompiledModel:
             try:
                 with self._lock:
                     model = self._with_static_dims(feeds) if self.shape_specialized else self.model
-                    program = _Program(Importer(model, {n: feeds[n] for n in bound}).run())
+                    module = Importer(model, {n: feeds[n] for n in bound}).run()
+                    if self.shape_specialized:  # one import per shape: its kernels' code serves them all
+                        module.lookup("main").attributes[MANY_SHAPES_ATTR] = UnitAttr()
+                    program = _Program(module)
                     self._programs[key] = program
                 return program
             except ValueDependentError as e:

@@ -48,7 +48,7 @@ from lezero.codegen.llvm.cache_model import caches_for
 from lezero.codegen.llvm.object_compiler import OPT_LEVEL
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.codegen.packed_operands import PackedGemmA
-from lezero.codegen.row_generic import RowGeneric, lower_row_generic, widest_rows_form
+from lezero.codegen.row_generic import RowGeneric, lower_row_generic, serves_many_shapes, widest_rows_form
 from lezero.ir.core import Operation
 from lezero.ir.printer import print_op
 from lezero.passes.memory_plan import OFFSETS_ATTR
@@ -245,7 +245,8 @@ class KernelCache:
         """``kernel_op`` served by the code of its rows form when that code serves every row count
         (``lezero/codegen/row_generic.py``: compiled once for all batch and sequence sizes), else
         None.  The probe runs when a second row count of the same rows form shows up (a model of
-        static shapes never pays for it); its verdict is kept per rows form, in memory and on disk
+        static shapes never pays for it), or at once in a function that serves many shapes
+        (``row_generic.MANY_SHAPES_ATTR``); its verdict is kept per rows form, in memory and on disk
         (``<key>.g``; the code's facts in ``<key>.k``)."""
         widest = widest_rows_form(kernel_op)
         if widest is None:
@@ -258,7 +259,7 @@ class KernelCache:
             first_rows = self._rows_seen.setdefault(generic_key, rows)
         if verdict is None:
             verdict = self._read_row_generic(generic_key)
-        if verdict is None and first_rows == rows:
+        if verdict is None and first_rows == rows and not serves_many_shapes(kernel_op):
             return None  # one row count so far: lowered for it
         if verdict is None:
             found = lower_row_generic(kernel_op, prefix, lambda op: self._lower(op, cpu))

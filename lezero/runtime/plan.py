@@ -41,8 +41,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lezero.codegen.row_generic import MANY_SHAPES_ATTR
 from lezero.codegen.schedule import REGION_ARENAS_ATTR, schedule
 from lezero.codegen.targets import backend
+from lezero.ir.attributes import UnitAttr
 from lezero.ir.core import FuncOp, ModuleOp, Operation
 from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.collective import COLLECTIVE_OPS
@@ -69,9 +71,12 @@ PARALLEL_MIN_READ_BYTES = 1 << 18
 
 def specialize(module: ModuleOp, entry: str, shapes: list[tuple], target: str = "cpu") -> ModuleOp:
     """A copy of ``module`` whose ``@entry`` has static argument types, optimized, partitioned
-    for ``target``, fused and memory-planned (``lezero.codegen.schedule.schedule``)."""
+    for ``target``, fused and memory-planned (``lezero.codegen.schedule.schedule``).  A function
+    over ``?`` dims is marked as serving many shapes (``row_generic.MANY_SHAPES_ATTR``)."""
     module = module.clone()
     func = module.lookup(entry)
+    if not all(arg.type.is_static for arg in func.arguments if isinstance(arg.type, TensorType)):
+        func.attributes[MANY_SHAPES_ATTR] = UnitAttr()
     for arg, shape in zip(func.arguments, shapes):
         arg.type = TensorType(shape, arg.type.element_type)
     func.function_type = FunctionType([a.type for a in func.arguments], func.function_type.results)
