@@ -20,7 +20,7 @@ import numpy as np
 
 from lezero.ir.dialect.axes import normalize_axis
 from lezero.ir.dialect.constraints import FLOAT, Domain, check_element_type, check_rank
-from lezero.ir.dialect.contraction import conv2d_output_shape
+from lezero.ir.dialect.contraction import Conv2dOp, conv2d_output_shape
 from lezero.ir.dialect.windows import check_window_attrs
 from lezero.ir.opdef import COMPOSITE, PURE, AttrSpec, OpDef, OpError, lookup, register
 from lezero.ir.types import F32, I32, UI8, TensorType, format_shape
@@ -201,6 +201,18 @@ def _whole_range(b, reduce: str, x):
     return b.op(reduce, rows, axes=list(range(x.type.rank - 1)))
 
 
+def _check_integer_operands(first, second):
+    """Both ``(what, operand, zero_point)`` are 8-bit with a zero point of their type; the first's
+    zero point is per tensor."""
+    for what, t, z in (first, second):
+        et = _check_eight_bit(t, what)
+        if z.element_type != et:
+            raise OpError(f"{what}_zero_point must have the {what}'s element type {et}, got {z.element_type}")
+    what, _, zero = first
+    if zero.rank != 0:
+        raise OpError(f"{what}_zero_point must be rank 0 (per tensor), got {zero}")
+
+
 def _centered_i32(b, v, zero, rank: int, axis: int):
     return b.op("lz.sub", b.op("lz.cast", v, to=I32), _along_axis_ir(b, b.op("lz.cast", zero, to=I32), rank, axis))
 
@@ -219,12 +231,7 @@ class MatmulIntegerOp(OpDef):
 
     def infer(self, operand_types, attrs):
         a, w, a_zero, w_zero = operand_types
-        for what, t, z in (("lhs", a, a_zero), ("rhs", w, w_zero)):
-            et = _check_eight_bit(t, what)
-            if z.element_type != et:
-                raise OpError(f"{what}_zero_point must have the {what}'s element type {et}, got {z.element_type}")
-        if a_zero.rank != 0:
-            raise OpError(f"lhs_zero_point must be rank 0 (per tensor), got {a_zero}")
+        _check_integer_operands(("lhs", a, a_zero), ("rhs", w, w_zero))
         if w_zero.rank > 1 or (w_zero.rank == 1 and w.rank < 2):
             raise OpError(f"rhs_zero_point must be rank 0, or rank 1 (per column) for a rhs of rank 2 or more, "
                           f"got {w_zero} for {w}")
@@ -260,24 +267,14 @@ class ConvIntegerOp(OpDef):
     name = "lz.conv_integer"
     operands = ("input", "weight", "input_zero_point", "weight_zero_point")
     traits = _COMPOSITE
-    attributes = {
-        "strides": AttrSpec("i64_array", (1, 1)),
-        "pads": AttrSpec("i64_array", (0, 0, 0, 0)),
-        "dilations": AttrSpec("i64_array", (1, 1)),
-        "groups": AttrSpec("i64", 1),
-    }
+    attributes = Conv2dOp.attributes  # strides, pads, dilations, groups
     summary = "8-bit integer 2-D convolution accumulating in i32"
 
     def infer(self, operand_types, attrs):
         x, w, x_zero, w_zero = operand_types
         check_rank(x, 4, "input", "N x C x H x W")
         check_rank(w, 4, "weight", "O x C/groups x KH x KW")
-        for what, t, z in (("input", x, x_zero), ("weight", w, w_zero)):
-            et = _check_eight_bit(t, what)
-            if z.element_type != et:
-                raise OpError(f"{what}_zero_point must have the {what}'s element type {et}, got {z.element_type}")
-        if x_zero.rank != 0:
-            raise OpError(f"input_zero_point must be rank 0 (per tensor), got {x_zero}")
+        _check_integer_operands(("input", x, x_zero), ("weight", w, w_zero))
         if w_zero.rank > 1:
             raise OpError(f"weight_zero_point must be rank 0, or rank 1 (per output channel), got {w_zero}")
         if w_zero.rank == 1 and None not in (w_zero.shape[0], w.shape[0]) and w_zero.shape[0] != w.shape[0]:
