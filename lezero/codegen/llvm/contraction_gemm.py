@@ -42,6 +42,12 @@ workspace argument, the stack is too small (megabytes), and a thread-local buffe
 in JIT-loaded objects.  A call does a thread's whole share, so this is once per thread per launch,
 and glibc serves the repeated size warm from its heap (a handful of page faults per launch on the
 benchmark).  A failed malloc traps.
+
+Why this file is long: the two plans (``MatmulGemm``, ``ConvGemm``: register tile, blocking,
+operands, slab, how a tile's elements map to the result) and the ABI function that drives either
+(``lower_gemm``: slices, workspace, partial sums) share one interface that neither states alone;
+``TileEpilogue`` is what both plans' ``emit_tile`` feed.  ``ConvGemm``'s slab code is the part that
+could move out, with ``depthwise.py``, its other reader.
 """
 from __future__ import annotations
 
@@ -203,8 +209,10 @@ class MatmulGemm:
     b_row_offsets = None
     packed_a = None
 
-    def __init__(self, shape: MatmulShape):
+    def __init__(self, shape: MatmulShape, operand_element: ir.Type = FLOAT):
+        """``operand_element``: how A and B are stored, FLOAT or HALF (f16: widened as packed)."""
         self.shape = shape
+        self.operand_element = operand_element
         self.batches = shape.batches
         a_transposed, lda, a_k_stride = gemm_layout(shape.m, shape.k, *shape.a_matrix_strides)
         b_transposed, ldb, b_col_stride = gemm_layout(shape.k, shape.n, *shape.b_matrix_strides)
@@ -242,8 +250,8 @@ class MatmulGemm:
                     total = b.add(total, b.mul(coord, i64(stride)))
             return total
 
-        a = b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=FLOAT)
-        bm = b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=FLOAT)
+        a = b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=self.operand_element)
+        bm = b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=self.operand_element)
         return (bm, a) if self.swapped else (a, bm)
 
     def output_layout(self):
@@ -276,6 +284,7 @@ class ConvGemm:
 
     transpose_a = transpose_b = mask_b = False
     a_k_stride = b_col_stride = 1
+    operand_element = FLOAT  # an f16 conv's operands are widened to float32 copies first (_widen_halves)
 
     def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int, constant_weights: int | None = None):
         """``constant_weights``: the kernel operand of the weights when it is a constant (read
@@ -564,7 +573,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                                 b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
                                 transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
                                 a_k_stride=plan.a_k_stride, b_col_stride=plan.b_col_stride,
-                                prepacked_a=plan.packed_a is not None,
+                                prepacked_a=plan.packed_a is not None, operand_element=plan.operand_element,
                                 edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
     rectangle_function = generator.build_into(ctx.module)
     if plan.packed_a is not None:
@@ -616,7 +625,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
         slab = b.gep(workspace, [i64(gemm_floats)], source_etype=FLOAT)
         partials = b.gep(slab, [i64(slab_floats)], source_etype=FLOAT)
         widened = None
-        if anchor.result.type.element_type == F16:
+        if anchor.result.type.element_type == F16 and plan.operand_element == FLOAT:
             widened, (first, second) = _widen_halves(b, module, [first, second], operand_args)
 
         with for_range(b, first_batch, b.add(last_batch, i64(1)), "batch") as batch:
@@ -650,7 +659,8 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
 
 
 def _widen_halves(b: ir.IRBuilder, module: ir.Module, pointers, args):
-    """f16 operands (``half`` storage) as float32 copies in one ``malloc``ed block (returned, to be
+    """A conv's f16 operands (``half`` storage; a matmul's are widened as they are packed) as
+    float32 copies in one ``malloc``ed block (returned, to be
     freed, with the copies' pointers): every value converts exactly, so the float32 GEMM's products
     and sums are the reference's and only the epilogue rounds (once, to f16).  The copy keeps each
     operand's layout, so the plan's strides hold; its loop vectorizes to vcvtph2ps where the CPU
