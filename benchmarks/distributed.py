@@ -31,7 +31,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import cpu_model
 
-HOOKS = ("allreduce", "fp16", "powersgd", "topk")
+# "compiled": lz.jit.compile_train_step of the DDP model (the all-reduce buckets are IR ops inside the
+# step, overlapping its backward kernels), against torch's eager DDP
+HOOKS = ("allreduce", "compiled", "fp16", "powersgd", "topk")
 
 
 def lz_step(ddp, optimizer, x, y) -> None:
@@ -90,12 +92,16 @@ def worker(steps: int) -> None:
         lz_opt = lz.optim.SGD(ddp.parameters(), lr=0.01)
         torch_opt = torch.optim.SGD(tddp.parameters(), lr=0.01)
         lz_x, lz_y, t_x, t_y = lz.from_numpy(x), lz.from_numpy(y), torch.from_numpy(x), torch.from_numpy(y)
+        run_lz = lz_step
+        if hook == "compiled":
+            compiled = lz.jit.compile_train_step(ddp, nn.CrossEntropyLoss(), lz_opt, lz_x, lz_y)
+            run_lz = lambda _ddp, _opt, data, target, step=compiled: step(data, target)
         lz_times, torch_times, sent = [], [], []
 
         for i in range(steps + 5):  # 5 warm-up steps (compiles; PowerSGD starts compressing at step 3)
             dist.barrier()
             before, start = dist.bytes_sent(), time.perf_counter()
-            lz_step(ddp, lz_opt, lz_x, lz_y)
+            run_lz(ddp, lz_opt, lz_x, lz_y)
             lz_time = time.perf_counter() - start
             step_bytes = dist.bytes_sent() - before
             tdist.barrier()
@@ -107,7 +113,7 @@ def worker(steps: int) -> None:
                 sent.append(step_bytes)
         if rank == 0:
             lz_ms, torch_ms = 1e3 * float(np.median(lz_times)), 1e3 * float(np.median(torch_times))
-            peer = f"{torch_ms:8.2f} ms  {lz_ms / torch_ms:5.2f}x" if torch_hook is not None or hook == "allreduce" \
+            peer = f"{torch_ms:8.2f} ms  {lz_ms / torch_ms:5.2f}x" if torch_hook is not None or hook in ("allreduce", "compiled") \
                 else "       (torch has no top-k hook)"
             print(f"ROW {world} {hook:9s} {lz_ms:8.2f} ms {int(np.median(sent)):10d} B/step   torch DDP {peer}",
                   flush=True)
@@ -218,7 +224,7 @@ def main() -> None:
           f"{args.gbit:g} Gbit/s, {args.latency_us:g} us latency, {args.gpu_step_ms:g} ms per GPU step (assumed)")
     world = max(r for r, _ in rows) if rows else 2
     for hook in HOOKS:
-        if (world, hook) not in rows or world == 1:
+        if (world, hook) not in rows or world == 1 or hook == "compiled":  # compiled: allreduce's bytes
             continue
         ratio = rows[(world, hook)] / rows[(world, "allreduce")]
         bandwidth, latency = args.gbit * 1e9 / 8, args.latency_us * 1e-6
