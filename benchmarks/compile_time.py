@@ -14,7 +14,10 @@ first with an empty ``LEZERO_CACHE_DIR`` (cold), then with the same directory (w
   the CPU seconds of the process and of its compiler processes (this machine is shared: CPU time
   says what wall time cannot).
 
-    .venv/bin/python benchmarks/compile_time.py [model ...]
+    .venv/bin/python benchmarks/compile_time.py [model or suite ...]
+
+A suite name (``light``: the nine ONNX light models, ``torchvision``, ``transformers``, ``all``)
+stands for its models (issue 11's must-show: cold and warm for all of them).
 """
 from __future__ import annotations
 
@@ -146,11 +149,21 @@ def models(names) -> None:
                   f"{r['compiler_cpu_s']:10.1f}", flush=True)
 
 
-def main(names) -> None:
+def model_names(args) -> list:
+    """``args`` with each suite name (or ``all``) replaced by its models."""
+    names = []
+    for arg in args:
+        suites = model_zoo.SUITES if arg == "all" else (arg,) if arg in model_zoo.SUITES else ()
+        names += [m.name for m in model_zoo.MODELS.values() if m.suite in suites] if suites else [arg]
+    return names
+
+
+def main(args) -> None:
     print(f"compile time on {cpu_model()}")
     programs()
     print()
-    models(names or DEFAULT_MODELS)
+    models(model_names(args) or DEFAULT_MODELS)
+    print(f"\nafter: {cpu_model()}")  # its load average: the machine is shared
 
 
 if __name__ == "__main__":
