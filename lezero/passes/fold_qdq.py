@@ -26,6 +26,10 @@ Gemm's ``transB``, torch's ``x @ w.T``: per row of the stored weight, its output
 transposed weight is an ``lz.transpose`` of the 8-bit tensor (constant-fold makes a constant
 weight's transpose a constant).  Run before ``decompose`` (the CPU kernel pipeline does), while
 the dequantizes are still whole ops.
+
+Convolutions the same way (``fold_conv``): ``conv2d(dequantize(x), dequantize(w))`` with ``x`` per
+tensor and ``w`` per tensor or per output channel becomes ``cast(conv_integer(...)) * (sx * sw)``
+(``lz.conv_integer``: 8-bit im2col and the same GEMM), so ORT's QDQ CNNs compute in integers too.
 """
 from __future__ import annotations
 
@@ -97,6 +101,32 @@ def fold_matmul(op: Operation) -> bool:
     return True
 
 
+# --- issue 12, qconv: convolutions (ORT's QDQ CNNs) --------------------------------------------------
+def fold_conv(op: Operation) -> bool:
+    """Rewrite ``op`` (an ``lz.conv2d``) of a dequantized 8-bit input (per tensor) and weight (per
+    tensor, or per output channel: ``axis`` 0) as ``cast(conv_integer) * (sx * sw)``, ``sw`` one
+    per output channel.  The float convolution pads with 0.0, the dequantized zero point, and
+    ``lz.conv_integer`` pads with ``zx``: the same."""
+    x, w = op.operands
+    lhs, dq = _lhs(x), _dequantized(w)
+    if op.result.type.element_type != F32 or lhs is None or dq is None:
+        return False
+    qw, sw, zw = dq.operands
+    if sw.type.rank == 1 and normalize_axis(dq.definition.attrs(dq).axis, 4) != 0:
+        return False
+    qx, zx, sx = lhs
+    builder = Builder.before(op)
+    window = {key: op.attributes[key] for key in ("strides", "pads", "dilations", "groups") if key in op.attributes}
+    sums = builder.create("lz.conv_integer", [qx, qw, zx, zw], window).result
+    scale = builder.op("lz.mul", sx, sw)
+    if sw.type.rank == 1:
+        scale = builder.op("lz.reshape", scale, shape=[1, sw.type.shape[0], 1, 1])
+    scaled = builder.op("lz.mul", builder.op("lz.cast", sums, to=F32), scale)
+    op.result.replace_all_uses_with(scaled)
+    op.erase()
+    return True
+
+
 @dataclass
 class FoldQdq(Pass):
     name = "fold-qdq"
@@ -106,3 +136,5 @@ class FoldQdq(Pass):
         for func in module.functions:
             for op in [op for op in func.walk() if op.name == "lz.matmul"]:
                 fold_matmul(op)
+            for op in [op for op in func.walk() if op.name == "lz.conv2d"]:  # issue 12, qconv
+                fold_conv(op)

@@ -2,7 +2,8 @@
 weights, uint8 activations) in both formats, imported and run by lezero within one quantization
 step of ONNX Runtime (issue 12): the QOperator form's QLinearConv is ``lz.conv_integer`` (8-bit
 im2col and the int8 GEMM) and its com.microsoft QGemm ``lz.matmul_integer``; the QDQ form's
-QuantizeLinear / DequantizeLinear pairs around float Convs and the Gemm."""
+float Convs and Gemm between QuantizeLinear / DequantizeLinear pairs become the same integer ops
+(the fold-qdq pass)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,6 +19,7 @@ from onnxruntime.quantization import (
 )
 
 import lezero.onnx
+from lezero.codegen.schedule import schedule
 from lezero.ir.printer import print_module
 
 
@@ -61,6 +63,11 @@ def test_statically_quantized_cnn_matches_onnxruntime(float_cnn, quant_format, l
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     want = ort.InferenceSession(str(quantized), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    # both formats compute in integers: fold-qdq makes the QDQ form's convs and Gemm lz.conv_integer and
+    # lz.matmul_integer; no float convolution or matmul is left to run
+    kernels = schedule(lezero.onnx.import_model(str(quantized))).functions[0].walk()
+    computed = {op.name for kernel in kernels if kernel.name == "lz.kernel" for op in kernel.regions[0].blocks[0].ops}
+    assert "lz.matmul_integer" in computed and not computed & {"lz.conv2d", "lz.matmul"}, computed
     got = lezero.onnx.compile(str(quantized)).run({"x": x})["y"]
     step = (want.max() - want.min()) / 255
     assert np.abs(got - want).max() <= step, (np.abs(got - want).max(), step)
