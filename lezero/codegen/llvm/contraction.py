@@ -28,8 +28,9 @@ of one GEMM (``MatmulShape.batches_as_rows``); ``contraction_shapes.matmul_kerne
 bf16 matmul or conv runs every float32 kernel here on its buffers and the epilogue rounds each
 float32 sum once to bf16, as the reference does; where the target has AVX-512 BF16 its GEMM is
 ``gemm_bf16.py``'s, vdpbf16ps on bf16 pairs packed from that storage (the same exact products,
-float32 sums, two per instruction).  f16 (half storage) runs the GEMM on float32
-copies of its operands (``contraction_gemm._widen_halves``; its epilogue rounds to f16), the loops
+float32 sums, two per instruction).  f16 (half storage) runs the GEMM too, a matmul's operands
+widened to float32 as they are packed (vcvtph2ps where the target has F16C), a conv's on float32
+copies (``contraction_gemm._widen_halves``); its epilogue rounds to f16; the loops
 for the dot-product and thin-conv shapes, and for a rows form (its operands' sizes vary).
 
 **Other dtypes** (f64, integers wrapping) and float32 matmuls with K = 0: loops.  float32 convs the GEMM tiles waste (fewer than
@@ -64,7 +65,7 @@ from lezero.codegen.llvm.contraction_gemm import (
     row_index,
 )
 from lezero.codegen.llvm.depthwise import lower_depthwise
-from lezero.codegen.llvm.ir_types import FLOAT, I64, PTR, VOID
+from lezero.codegen.llvm.ir_types import FLOAT, HALF, I64, PTR, VOID
 from lezero.codegen.llvm.loops import (
     affine_value,
     declare,
@@ -123,7 +124,7 @@ def lower_contraction(ctx: KernelContext) -> int:
         if float32_kernels and kernel == "dots":
             return lower_matmul_dots(ctx, anchor, shape)
         if gemm_kernel and kernel == "gemm":
-            return lower_gemm(ctx, anchor, MatmulGemm(shape))
+            return lower_gemm(ctx, anchor, MatmulGemm(shape, HALF if dtype == F16 else FLOAT))
         return lower_matmul_loops(ctx, anchor, shape)
     shape = ConvShape.of(anchor)
     dots = conv_as_dots(shape) if float32_kernels else None

@@ -54,11 +54,12 @@ from lezero.codegen.llvm.gemm_epilogue import (
     OutputVector,
     TileStore,
 )
-from lezero.codegen.llvm.ir_types import FLOAT, I1, I32, I64, PTR, VOID
+from lezero.codegen.llvm.ir_types import FLOAT, HALF, I1, I32, I64, PTR, VOID
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.codegen.llvm.vectors import FLOAT_BYTES
 
 WORKSPACE_ALIGNMENT = 64  # bytes; one cache line and one AVX-512 register
+HALF_BYTES = 2  # an f16 operand's values (operand_element HALF)
 
 
 def _i64(value: int) -> ir.Constant:
@@ -214,7 +215,8 @@ class SgemmGenerator:
     def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
                  b_row_offsets: Sequence[int] | None = None, pack_b: bool = True, mask_b: bool = False,
                  transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None,
-                 a_k_stride: int = 1, b_col_stride: int = 1, prepacked_a: bool = False):
+                 a_k_stride: int = 1, b_col_stride: int = 1, prepacked_a: bool = False,
+                 operand_element: ir.Type = FLOAT):
         if transpose_b and (not pack_b or b_row_offsets is not None):
             raise ValueError("a transposed B is packed, and has no row offsets")
         if mask_b and pack_b:
@@ -234,6 +236,7 @@ class SgemmGenerator:
         self.a_k_stride = a_k_stride
         self.prepacked_a = prepacked_a
         self.b_col_stride = b_col_stride
+        self.operand_element = operand_element
         every_edge = range(1, config.nr_vectors)
         self.edge_vectors = tuple(sorted(set(every_edge if edge_vectors is None else edge_vectors)))
         if not set(self.edge_vectors) <= set(every_edge):
@@ -294,9 +297,26 @@ class SgemmGenerator:
         """Address of B[k, 0] relative to ``base`` (B plus a column offset): base + k * ldb, or
         base + b_row_offsets[k]."""
         if self._b_rows_table is None:
-            return b.gep(base, [b.mul(k, ldb)], source_etype=FLOAT)
+            return self._operand_at(b, base, [b.mul(k, ldb)])
         entry = b.gep(self._b_rows_table, [_i64(0), k], source_etype=self._b_rows_table.value_type)
-        return b.gep(base, [b.load(entry, typ=I64)], source_etype=FLOAT)
+        return self._operand_at(b, base, [b.load(entry, typ=I64)])
+
+    def _operand_at(self, b: ir.IRBuilder, base: ir.Value, offsets: list[ir.Value]) -> ir.Value:
+        """Address of an element of A or B (``operand_element`` values) ``offsets`` from ``base``."""
+        return b.gep(base, offsets, source_etype=self.operand_element)
+
+    def _load_operand(self, b: ir.IRBuilder, address: ir.Value, width: int | None = None,
+                      mask: ir.Value | None = None) -> ir.Value:
+        """One value (``width`` None) or ``width`` values of A or B at ``address``, as float32: an f16
+        operand widens as it is read (vcvtph2ps where the target has F16C), exactly."""
+        element = self.operand_element
+        if width is None:
+            value = b.load(address, typ=element)
+        else:
+            value = vectors.load_vector(b, address, width, mask, HALF_BYTES if element == HALF else FLOAT_BYTES, element)
+        if element == FLOAT:
+            return value
+        return b.fpext(value, FLOAT if width is None else ir.VectorType(FLOAT, width))
 
     # -- packing -------------------------------------------------------------------------------
 
@@ -323,22 +343,21 @@ class SgemmGenerator:
                 row = b.add(row0, _i64(i))
                 row_valid.append(b.icmp_signed("<=", row, last_row))
                 clamped = vectors.select_min(b, row, last_row)
-                row_pointers.append(b.gep(p["a"], [b.mul(clamped, p["lda"])], source_etype=FLOAT))
+                row_pointers.append(self._operand_at(b, p["a"], [b.mul(clamped, p["lda"])]))
             kc_vectors = _i64(0)
             if self.a_k_stride == 1:
                 zeros = ir.Constant(self.vector_type, [0.0] * w)
                 kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
                 with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                    rows = [b.select(row_valid[i], b.load(b.gep(row_pointers[i], [k0], source_etype=FLOAT),
-                                                          typ=self.vector_type, align=FLOAT_BYTES), zeros)
-                            for i in range(mr)]
+                    rows = [b.select(row_valid[i], self._load_operand(b, self._operand_at(b, row_pointers[i], [k0]), w),
+                                     zeros) for i in range(mr)]
                     columns = vectors.interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
                     b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=FLOAT), align=FLOAT_BYTES)
             with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                 destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                 offset = b.mul(k, _i64(self.a_k_stride))
                 for i in range(mr):
-                    value = b.load(b.gep(row_pointers[i], [offset], source_etype=FLOAT), typ=FLOAT)
+                    value = self._load_operand(b, self._operand_at(b, row_pointers[i], [offset]))
                     value = b.select(row_valid[i], value, zero)
                     b.store(value, b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
@@ -354,7 +373,7 @@ class SgemmGenerator:
             argument.add_attribute("noalias")
         with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
             sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=FLOAT)
-            source = b.gep(p["b"], [col0], source_etype=FLOAT)
+            source = self._operand_at(b, p["b"], [col0])
             cols_left = b.sub(p["cols"], col0)
             full = b.icmp_signed(">=", cols_left, _i64(nr))
             with b.if_else(full) as (then, otherwise):
@@ -366,7 +385,7 @@ class SgemmGenerator:
                             row = self._b_row(b, source, p["ldb"], b.add(p["pc"], k))
                             destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=FLOAT)
                             for v in range(self.config.nr_vectors):
-                                value = vectors.load_vector(b, b.gep(row, [_i64(v * w)], source_etype=FLOAT), w, masks[v])
+                                value = self._load_operand(b, self._operand_at(b, row, [_i64(v * w)]), w, masks[v])
                                 b.store(value, b.gep(destination, [_i64(v * w)], source_etype=FLOAT),
                                         align=self.vector_bytes)
         b.ret_void()
@@ -390,8 +409,8 @@ class SgemmGenerator:
                 inside = vectors.lane_mask(b, 0, vectors.select_min(b, _i64(mr), b.sub(p["rows"], row0)), w)
                 sliver_lanes = ir.Constant(ir.VectorType(I1, w), [lane < mr for lane in range(w)])
                 with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                    source = b.gep(p["a"], [b.add(b.mul(k, p["lda"]), row0)], source_etype=FLOAT)
-                    values = vectors.load_vector(b, source, w, inside)
+                    source = self._operand_at(b, p["a"], [b.add(b.mul(k, p["lda"]), row0)])
+                    values = self._load_operand(b, source, w, inside)
                     vectors.store_vector(b, values, b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT), sliver_lanes)
             else:
                 columns, valid = [], []
@@ -400,10 +419,10 @@ class SgemmGenerator:
                     valid.append(b.icmp_signed("<=", row, last_row))
                     columns.append(vectors.select_min(b, row, last_row))
                 with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                    source = b.gep(p["a"], [b.mul(k, p["lda"])], source_etype=FLOAT)
+                    source = self._operand_at(b, p["a"], [b.mul(k, p["lda"])])
                     destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                     for i in range(mr):
-                        value = b.load(b.gep(source, [columns[i]], source_etype=FLOAT), typ=FLOAT)
+                        value = self._load_operand(b, self._operand_at(b, source, [columns[i]]))
                         b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
         return function
@@ -437,11 +456,10 @@ class SgemmGenerator:
                     col = b.add(col0, _i64(v * w + i))
                     valid.append(b.icmp_signed("<=", col, last_col))
                     offset = b.add(b.mul(vectors.select_min(b, col, last_col), column_step), b.mul(p["pc"], k_step))
-                    rows.append(b.gep(p["b"], [offset], source_etype=FLOAT))
+                    rows.append(self._operand_at(b, p["b"], [offset]))
                 if not strided:
                     with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                        block = [b.select(valid[i], b.load(b.gep(rows[i], [k0], source_etype=FLOAT),
-                                                           typ=self.vector_type, align=FLOAT_BYTES), zeros)
+                        block = [b.select(valid[i], self._load_operand(b, self._operand_at(b, rows[i], [k0]), w), zeros)
                                  for i in range(w)]
                         for kk, column in enumerate(vectors.transpose_square(b, block)):
                             at = b.add(b.mul(b.add(k0, _i64(kk)), _i64(nr)), _i64(v * w))
@@ -449,7 +467,7 @@ class SgemmGenerator:
                 with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                     vector = zeros
                     for i in range(w):
-                        value = b.load(b.gep(rows[i], [b.mul(k, k_step)], source_etype=FLOAT), typ=FLOAT)
+                        value = self._load_operand(b, self._operand_at(b, rows[i], [b.mul(k, k_step)]))
                         vector = b.insert_element(vector, b.select(valid[i], value, zero), ir.Constant(I32, i))
                     at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
                     b.store(vector, b.gep(sliver, [at], source_etype=FLOAT), align=self.vector_bytes)
@@ -539,11 +557,13 @@ class SgemmGenerator:
         cfg = self.config
         w, mr = cfg.vector_width, cfg.mr
         if self.pack_b:
-            b_row, b_align = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=FLOAT), self.vector_bytes
+            b_row = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=FLOAT)
+            b_vectors = [vectors.load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=FLOAT), w, b_masks[v],
+                                             self.vector_bytes) for v in range(nv)]
         else:
-            b_row, b_align = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k)), FLOAT_BYTES
-        b_vectors = [vectors.load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=FLOAT), w, b_masks[v], b_align)
-                     for v in range(nv)]
+            b_row = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k))
+            b_vectors = [self._load_operand(b, self._operand_at(b, b_row, [_i64(v * w)]), w, b_masks[v])
+                         for v in range(nv)]
         a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=FLOAT)
         updated = []
         for i in range(mr):
@@ -651,7 +671,7 @@ class SgemmGenerator:
             first_k_block = b.icmp_signed("==", pc, _i64(0))
             last_k_block = b.icmp_signed(">=", pc_next, p["K"])
             b_column_step = p["ldb"] if self.transpose_b else _i64(self.b_col_stride)
-            b_columns = b.gep(p["B"], [b.mul(jc, b_column_step)], source_etype=FLOAT)
+            b_columns = self._operand_at(b, p["B"], [b.mul(jc, b_column_step)])
             if pack_b is not None:
                 b.call(pack_b, [b_columns, p["ldb"], pc, kc, nc, packed_b])
                 self._after_pack_b(b, packed_b, nc, kc)
@@ -666,13 +686,13 @@ class SgemmGenerator:
                     else:
                         a_offset = b.add(b.mul(ic, p["lda"]), b.mul(pc, _i64(self.a_k_stride)))
                     a_slivers = packed_a
-                    b.call(pack_a, [b.gep(p["A"], [a_offset], source_etype=FLOAT), p["lda"], mc, kc, packed_a])
+                    b.call(pack_a, [self._operand_at(b, p["A"], [a_offset]), p["lda"], mc, kc, packed_a])
                 a_slivers = self._after_pack_a(b, a_slivers, packed_a, mc, kc)
                 with vectors.counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
                     if pack_b is not None:
                         b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=FLOAT)
                     else:
-                        b_sliver = b.gep(b_columns, [jr], source_etype=FLOAT)
+                        b_sliver = self._operand_at(b, b_columns, [jr])
                     cols = vectors.select_min(b, _i64(cfg.nr), b.sub(nc, jr))
                     col = b.add(jc, jr)
 

@@ -24,6 +24,8 @@ def intrinsic(module: ir.Module, name: str, return_type: ir.Type, arg_types: Seq
             return "p0"
         if isinstance(t, ir.FloatType):
             return "f32"
+        if isinstance(t, ir.HalfType):
+            return "f16"
         if isinstance(t, ir.IntType):
             return f"i{t.width}"
         raise TypeError(t)
@@ -101,9 +103,10 @@ def lane_mask(builder: ir.IRBuilder, first_lane: int, lanes_valid: ir.Value, wid
 
 
 def load_vector(builder: ir.IRBuilder, address: ir.Value, width: int, mask: ir.Value | None,
-                 align: int = FLOAT_BYTES) -> ir.Value:
-    """Load W floats from an unaligned address; with a mask, off lanes read nothing and give 0."""
-    vector_type = ir.VectorType(FLOAT, width)
+                 align: int = FLOAT_BYTES, element: ir.Type = FLOAT) -> ir.Value:
+    """Load W floats (or W ``element`` values) from an unaligned address; with a mask, off lanes
+    read nothing and give 0."""
+    vector_type = ir.VectorType(element, width)
     if mask is None:
         return builder.load(address, typ=vector_type, align=align)
     zeros = ir.Constant(vector_type, [0.0] * width)

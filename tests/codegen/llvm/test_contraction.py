@@ -730,3 +730,35 @@ def test_bf16_gemm_on_8_float_vectors_takes_the_256_bit_vdpbf16ps(monkeypatch):
     assert gemm_bf16.DPBF16PS[16] not in lowered.llvm_ir
     got = run_kernel(kernel, [a, b], 2, lowered)[0]
     assert_matches(got, reference(module, [a, b])[0], rtol=LOW_PRECISION_STEP["bf16"], atol=1e-5)
+
+
+F16_LAYOUT_CASES = {
+    # name: (A's stored shape, its transpose perm or None, B's, its perm or None): the GEMM packs
+    # each layout from half storage
+    "both_transposed": ((30, 40), (1, 0), (50, 30), (1, 0)),
+    "few_rows_swapped": ((5, 30), None, (70, 30), (1, 0)),  # C^T = B^T A^T
+    "batch_innermost": ((13, 7, 3), (2, 0, 1), (3, 17, 7), (0, 2, 1)),  # A gathered a value at a time
+    "b_batch_innermost": ((3, 13, 7), None, (7, 17, 3), (2, 0, 1)),
+}
+
+
+@pytest.mark.cross_target(cases=F16_LAYOUT_CASES, group=lambda case: 0)
+def test_f16_matmul_widens_its_operands_while_packing(cpu, case):
+    """An f16 matmul's GEMM reads A and B in half storage, converting as it packs (no float32
+    copies of the operands): transposed, swapped for few rows, and with a batch dim innermost."""
+    a_shape, a_perm, b_shape, b_perm = case
+
+    def body(b, x, y):
+        x = b.op("lz.transpose", x, perm=list(a_perm)) if a_perm else x
+        y = b.op("lz.transpose", y, perm=list(b_perm)) if b_perm else y
+        return b.op("lz.matmul", x, y)
+
+    module, kernel = make_kernel([(a_shape, "f16"), (b_shape, "f16")], body, kind="matmul")
+    lowered = lower_kernel(kernel, cpu=cpu)
+    assert f"{kernel.attributes['name'].value}.gemm" in lowered.llvm_ir and "widen" not in lowered.llvm_ir
+    rng = np.random.default_rng(sum(a_shape) + sum(b_shape))
+    inputs = [data(rng, a_shape, "f16"), data(rng, b_shape, "f16")]
+    want = reference(module, inputs)[0]
+    got = run_kernel(kernel, inputs, 3, lowered, cpu=cpu)[0]
+    assert_matches(got, want, rtol=LOW_PRECISION_STEP["f16"], atol=1e-3)
+    assert np.mean(got == want) > 0.98
