@@ -2,7 +2,7 @@
 against its float32 GEMM at transformer shapes; a dynamically quantized Linear against PyTorch's
 (``torch.ao.quantization.quantize_dynamic``: fbgemm / onednn); and a transformer encoder exported
 from PyTorch, quantized with ONNX Runtime's ``quantize_dynamic``, run by lezero and by ONNX Runtime,
-int8 and float32.
+int8 and float32; a CNN quantized with ONNX Runtime's ``quantize_static`` the same way.
 
     LEZERO_NUM_THREADS=2 .venv/bin/python benchmarks/quantization.py [--budget 3] [--d-model 768]
 
@@ -20,7 +20,7 @@ import tempfile
 import numpy as np
 import onnxruntime as ort
 import torch
-from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -168,13 +168,58 @@ def encoder(budget: float, d_model: int, layers: int, tokens: int) -> None:
           f"   max |lezero - ORT| (int8) {error:.2e}, output step {(want.max() - want.min()) / 255:.2e}")
 
 
+# --- issue 12, qconv: a statically quantized CNN ---------------------------------------------------
+class _Calibration(CalibrationDataReader):
+    def __init__(self, batches):
+        self.batches = iter(batches)
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def cnn(budget: float, batch: int, size: int) -> None:
+    """A CNN exported from PyTorch, quantized by ORT's ``quantize_static`` (QOperator: QLinearConv,
+    QGemm; per-channel int8 weights, uint8 activations), run by lezero (``lz.conv_integer``: 8-bit
+    im2col and the int8 GEMM) and by ORT, int8 and float32."""
+    print(f"CNN (3 convs 32-64-64 channels, {batch} x 3 x {size} x {size}) exported from PyTorch, quantized by "
+          "ONNX Runtime's quantize_static (QOperator, per channel), ms")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 64, 3, stride=2, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(64 * (size // 2) ** 2, 10)).eval()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, 3, size, size)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as folder:
+        float_path, int8_path = os.path.join(folder, "cnn.onnx"), os.path.join(folder, "cnn_int8.onnx")
+        torch.onnx.export(model, (torch.from_numpy(x),), float_path, dynamo=False, opset_version=17,
+                          input_names=["x"], output_names=["y"])
+        calibration = [{"x": rng.standard_normal(x.shape).astype(np.float32)} for _ in range(4)]
+        quantize_static(float_path, int8_path, _Calibration(calibration), quant_format=QuantFormat.QOperator,
+                        per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        feeds = {"x": x}
+        lz_int8, lz_fp32 = lezero.onnx.compile(int8_path), lezero.onnx.compile(float_path)
+        ort_int8, ort_fp32 = _session(int8_path), _session(float_path)
+        want = ort_int8.run(None, feeds)[0]
+        error = np.abs(lz_int8.run(feeds)["y"] - want).max()
+        t = alternating_medians({"lz_int8": lambda: lz_int8.run(feeds), "ort_int8": lambda: ort_int8.run(None, feeds),
+                                 "lz_fp32": lambda: lz_fp32.run(feeds), "ort_fp32": lambda: ort_fp32.run(None, feeds)},
+                                budget, warm_each=True)
+    print("  " + "  ".join(f"{name} {seconds * 1e3:7.2f}" for name, seconds in t.items()))
+    print(f"  lezero int8 vs ORT int8: {t['ort_int8'] / t['lz_int8']:5.2f}x   vs lezero fp32: "
+          f"{t['lz_fp32'] / t['lz_int8']:5.2f}x   ORT int8 vs ORT fp32: {t['ort_fp32'] / t['ort_int8']:5.2f}x"
+          f"   max |lezero - ORT| (int8) {error:.2e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per group of alternating runs")
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--only", choices=["gemm", "gemm-peers", "linear", "encoder"])
+    parser.add_argument("--only", choices=["gemm", "gemm-peers", "linear", "encoder", "cnn"])
+    parser.add_argument("--cnn-batch", type=int, default=16)  # issue 12, qconv: the CNN row
+    parser.add_argument("--cnn-size", type=int, default=32)
     args = parser.parse_args()
     torch.set_num_threads(2)
     torch.backends.mha.set_fastpath_enabled(False)  # its checks read .weight, a method of quantized Linears
@@ -187,6 +232,8 @@ def main() -> None:
         linear(args.budget)
     if args.only in (None, "encoder"):
         encoder(args.budget, args.d_model, args.layers, args.tokens)
+    if args.only in (None, "cnn"):
+        cnn(args.budget, args.cnn_batch, args.cnn_size)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from lezero.ir.builder import Builder
 from lezero.ir.core import ModuleOp, Operation, Value
 from lezero.ir.dialect.axes import normalize_axis
@@ -116,6 +118,10 @@ def fold_conv(op: Operation) -> bool:
         return False
     qx, zx, sx = lhs
     builder = Builder.before(op)
+    if isinstance(zw.owner, Operation) and zw.owner.name == "lz.constant" and zw.type.rank == 1:
+        values = zw.owner.attributes["value"].array
+        if (values == values.flat[0]).all():  # one zero point (symmetric: 0): the weights can be the GEMM's lhs
+            zw = builder.constant(np.asarray(values.flat[0], values.dtype))
     window = {key: op.attributes[key] for key in ("strides", "pads", "dilations", "groups") if key in op.attributes}
     sums = builder.create("lz.conv_integer", [qx, qw, zx, zw], window).result
     scale = builder.op("lz.mul", sx, sw)

@@ -210,6 +210,8 @@ class QuantizedConv2d(Module):
         config = observed.qconfig
         q, scale, zero = quantize_per_output_channel(observed.weight.detach().numpy(), config.weight_dtype,
                                                      config.symmetric)
+        if config.symmetric:  # one zero point, 0: the integer convolution then multiplies channels first
+            zero = zero[:1].reshape(())
         input_scale, input_zero = observed.activation_post_process.calculate_qparams()
         return cls(observed, q, scale, zero, input_scale, input_zero)
 

@@ -301,6 +301,9 @@ class ConvIntegerOp(OpDef):
         indices, padding = _im2col_indices((c, h, wd), (kh, kw), (oh, ow), attrs)
         weights = b.op("lz.transpose", b.op("lz.reshape", w, shape=[o, taps]), perm=[1, 0])  # taps x out
         per_group = o // attrs.groups
+        if w_zero.type.rank == 0:
+            return [_conv_integer_channels_first(b, flat, x_zero, w, w_zero, indices, padding, taps, (oh, ow),
+                                                 attrs.groups)]
         products = []
         for g in range(attrs.groups):
             window = slice(g * taps, (g + 1) * taps)
@@ -315,6 +318,25 @@ class ConvIntegerOp(OpDef):
             products.append(b.op("lz.matmul_integer", lhs, rhs, x_zero, zero))
         y = products[0] if len(products) == 1 else b.op("lz.concat", *products, axis=2)  # N x (OH OW) x out
         return [b.op("lz.transpose", b.op("lz.reshape", y, shape=[-1, oh, ow, o]), perm=[0, 3, 1, 2])]
+
+
+def _conv_integer_channels_first(b, flat, x_zero, w, w_zero, indices, padding, taps, out_size, groups):
+    """With one weight zero point the weights can be the lhs: per group ``W (O/g x taps) @
+    columns (N x taps x (OH OW))``, the product already ``N x O x (OH OW)`` (no transpose after)."""
+    o = w.type.shape[0]
+    per_group = o // groups
+    weights = b.op("lz.reshape", w, shape=[o, taps])
+    products = []
+    for g in range(groups):
+        window = slice(g * taps, (g + 1) * taps)
+        columns = b.op("lz.gather", flat, b.constant(indices[:, window].T.copy()), axis=1, negative_indices=False)
+        if padding.any():
+            columns = b.op("lz.select", b.constant(padding[:, window].T.copy()), x_zero, columns)
+        lhs = weights if groups == 1 else b.op("lz.slice", weights, starts=[g * per_group],
+                                                ends=[(g + 1) * per_group], axes=[0])
+        products.append(b.op("lz.matmul_integer", lhs, columns, w_zero, x_zero))
+    y = products[0] if groups == 1 else b.op("lz.concat", *products, axis=1)  # N x O x (OH OW)
+    return b.op("lz.reshape", y, shape=[-1, o, *out_size])
 
 
 def _im2col_indices(input_size, kernel, out_size, attrs) -> tuple[np.ndarray, np.ndarray]:

@@ -237,6 +237,9 @@ def _one_or_per_channel(ctx, zero, channels, what):
     if ctx.rank(zero) == 1 and shape[0] == 1:
         return ctx.reshape(zero, [])
     if ctx.rank(zero) == 1 and shape[0] == channels and channels != 1:
+        values = ctx.constant_of(zero)
+        if values is not None and (values == values.flat[0]).all():  # one value (symmetric: 0) for all channels:
+            return ctx.constant(np.asarray(values.flat[0]), ctx.dtype(zero))  # the weights can be the GEMM's lhs
         return zero
     raise ctx.error(f"{what} must be a scalar{'' if channels == 1 else f' or hold {channels} values'}, got "
                     f"{zero.type}")
