@@ -5,6 +5,7 @@ mismatched collective fails fast naming both ranks' tensors.  One launch per bac
 scenario (``support/ddp_worker.py``); the single-process references are computed here."""
 from __future__ import annotations
 
+import functools
 import pathlib
 
 import numpy as np
@@ -77,14 +78,20 @@ def test_compiled_step_trains_as_one_process(ranks):
     assert_trained_like(ranks, "compiled", reference)
 
 
-def test_compiled_step_clips_and_accumulates_as_one_process(ranks):
-    """Clipping and accumulation act on the averaged gradients inside the compiled DDP step."""
+@functools.cache
+def clipped_accumulating_reference() -> nn.Module:
+    """One process's compiled step with the same clipping and accumulation (computed once for both backends)."""
     reference = worker.mlp(dtype=np.float64)
     step, data = worker.clipped_accumulating_step(
         reference, worker.batches(WORLD, 2 * worker.ACCUMULATED_UPDATES, dtype=np.float64), None)
     for batch in data:
         step(*batch)
-    assert_trained_like(ranks, "compiled_clip_accumulate", reference)
+    return reference
+
+
+def test_compiled_step_clips_and_accumulates_as_one_process(ranks):
+    """Clipping and accumulation act on the averaged gradients inside the compiled DDP step."""
+    assert_trained_like(ranks, "compiled_clip_accumulate", clipped_accumulating_reference())
 
 
 def test_compiled_step_all_reduces_while_later_backward_kernels_run(ranks):
