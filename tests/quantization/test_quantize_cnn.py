@@ -2,7 +2,8 @@
 relu fused (``fuse_modules``), then static quantization (min/max calibration) and QAT (fake
 quantization, straight-through gradient) each lose under 1 point of accuracy and save tensors at
 least 3.5x smaller; the quantized conv against a numpy model of its integer arithmetic; the quantized
-CNN traces, and saves and loads with the same outputs."""
+CNN traces, saves and loads, and exports to ONNX (ConvInteger) that ONNX Runtime runs with the
+same outputs."""
 from __future__ import annotations
 
 import io
@@ -10,9 +11,12 @@ import pathlib
 import sys
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
 import lezero as lz
+import lezero.onnx
 from lezero import nn
 from lezero import quantization as Q
 
@@ -66,7 +70,7 @@ def _check_smaller(model, quantized):
 
 
 @pytest.mark.slow
-def test_static_quantization_of_a_cnn_keeps_accuracy_and_is_smaller(trained):
+def test_static_quantization_of_a_cnn_keeps_accuracy_and_is_smaller(trained, tmp_path):
     """(Every model runs the test images as one batch: one compiled function per model.)"""
     model, x_train, _, x_test, y_test = trained
     images = lz.from_numpy(x_test)
@@ -91,6 +95,13 @@ def test_static_quantization_of_a_cnn_keeps_accuracy_and_is_smaller(trained):
     # traces, and saves / loads
     traced = lz.jit.trace(static, example_inputs=images)
     np.testing.assert_allclose(traced(images).numpy(), eager, rtol=1e-5, atol=1e-5)
+    # exports as ONNX's integer ops (QuantizeLinear, ConvInteger, MatMulInteger); ONNX Runtime computes the same
+    lezero.onnx.export(traced, str(tmp_path / "cnn_int8.onnx"))
+    assert {"QuantizeLinear", "ConvInteger", "MatMulInteger"} <= {n.op_type for n in
+                                                                   onnx.load(tmp_path / "cnn_int8.onnx").graph.node}
+    session = ort.InferenceSession(str(tmp_path / "cnn_int8.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x_test})[0], eager, rtol=1e-5,
+                               atol=1e-5)
     buffer = io.BytesIO()
     lz.save(static.state_dict(), buffer)
     fresh = Q.prepare(Q.fuse_modules(DigitsCNN().eval(), FUSIONS))
