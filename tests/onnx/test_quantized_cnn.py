@@ -71,3 +71,32 @@ def test_statically_quantized_cnn_matches_onnxruntime(float_cnn, quant_format, l
     got = lezero.onnx.compile(str(quantized)).run({"x": x})["y"]
     step = (want.max() - want.min()) / 255
     assert np.abs(got - want).max() <= step, (np.abs(got - want).max(), step)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((2, 4, 7, 6), (6, 2, 3, 3), {"group": 2, "strides": [2, 1], "pads": [1, 0, 1, 2]}),
+    ((2, 3, 11), (5, 3, 3), {"dilations": [2], "pads": [2, 1]}),
+], ids=["grouped-2d", "dilated-1d"])
+def test_qlinear_conv_node_equals_onnxruntime(x_shape, w_shape, attrs):
+    """One QLinearConv (uint8 input, int8 weights per output channel, int32 bias): lezero's integer
+    convolution and float32 requantization give ONNX Runtime's bytes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(len(x_shape))
+    x = rng.integers(0, 256, x_shape).astype(np.uint8)
+    w = rng.integers(-127, 128, w_shape).astype(np.int8)
+    initializers = {"x_scale": np.float32(0.02), "x_zero": np.uint8(120), "w": w,
+                    "w_scale": rng.uniform(0.001, 0.01, w_shape[0]).astype(np.float32),
+                    "w_zero": np.zeros(w_shape[0], np.int8), "y_scale": np.float32(0.05), "y_zero": np.uint8(100),
+                    "bias": rng.integers(-2000, 2000, w_shape[0]).astype(np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "x_scale", "x_zero", "w", "w_scale", "w_zero", "y_scale", "y_zero",
+                                            "bias"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert "lz.conv_integer" in print_module(lezero.onnx.import_model(model))
+    got = lezero.onnx.compile(model).run({"x": x})["y"]
+    assert got.dtype == np.uint8 and 0 < want.std()
+    np.testing.assert_array_equal(got, want)
