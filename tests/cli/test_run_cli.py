@@ -84,9 +84,15 @@ def test_max_restarts_restarts_every_rank_with_its_count(tmp_path):
 
 # issue 15: a rank that beats a few times and then hangs on its first start, and finishes on the restart
 HANGING_SCRIPT = """
-    import os, pathlib, sys, time
-    os.utime(os.environ["LEZERO_HEARTBEAT_FILE"])  # alive while importing lezero (seconds on a busy machine)
+    import os, pathlib, sys, threading, time
+    importing = threading.Event()
+
+    def alive_while_importing():  # importing lezero takes seconds on a busy machine: no hang, keep beating
+        while not importing.wait(0.5):
+            os.utime(os.environ["LEZERO_HEARTBEAT_FILE"])
+    threading.Thread(target=alive_while_importing, daemon=True).start()
     from lezero.runtime import heartbeat
+    importing.set()
     rank, restart = os.environ["RANK"], os.environ["LEZERO_RESTART_COUNT"]
     pathlib.Path(sys.argv[1], f"start{rank}_{restart}").write_text(str(os.getpid()))
     for _ in range(3):
