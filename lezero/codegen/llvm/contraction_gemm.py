@@ -125,10 +125,14 @@ CONV_NARROWER_TILE_MIN_VECTORS = 4
 # computes as many floats a cycle, and small images waste fewer of its lanes (a 7x7 output is 49
 # pixels: 56 lanes of 8-float vectors, 64 of 16-float ones).  There a conv takes a tile of
 # 8-float vectors, 3 rows x 7 vectors (21 accumulators, 7 B vectors, a broadcast: 29 registers),
-# when that pads fewer rows x lanes than the 16-float tile.  Measured (1 thread, min of 40, load
-# ~7): 1x1 512->2048 at 7x7 1.19x -> 1.00x ORT, 2048->512 1.20x -> 0.99x, r18 3x3 s2 256->512 at
-# 14x14 (55 q-space columns) 1.11x -> 0.94x, pointwise 320->1280 at 7x7 1.07x -> 0.87x; but
-# 3x3 at 7x7 (61 q-space columns, 64 lanes either way) 1.17x -> 1.41x: hence the lane count.
+# when all of q-space is one such tile and it pads fewer rows x lanes than the 16-float tile.
+# Measured (1 thread, min of 40, load ~7): 1x1 512->2048 at 7x7 1.19x -> 1.00x ORT, 2048->512
+# 1.20x -> 0.99x, r18 3x3 s2 256->512 at 14x14 (55 q-space columns) 1.11x -> 0.94x, pointwise
+# 320->1280 at 7x7 1.07x -> 0.87x; but 3x3 at 7x7 (61 q-space columns, 64 lanes either way)
+# 1.17x -> 1.41x (hence the lane count), and in whole models (kernel profiles, resnet50 and
+# densenet121) every conv of more columns ran 5-45% slower (1x1 s2 512->1024 at 14x14: 196
+# columns in 200 lanes, not 208): three rows a tile reuse each B load three times, not eight, and
+# B's slivers come from L2 (hence one tile).
 HALF_RATE_512_BIT_CPUS = ("znver4",)
 NARROW_VECTOR_TILE = (3, 7)
 
@@ -145,6 +149,8 @@ def conv_register_tile(host: gemm.GemmConfig, cpu, m: int, n: int,
     if not narrower_vectors or cpu.cpu not in HALF_RATE_512_BIT_CPUS or host.vector_width != 16:
         return wide
     narrow = (8,) + NARROW_VECTOR_TILE
+    if n > 8 * NARROW_VECTOR_TILE[1]:
+        return wide
 
     def padded_work(tile):
         width, mr, _ = tile
