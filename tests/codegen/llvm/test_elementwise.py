@@ -339,3 +339,44 @@ def test_errors_name_the_op_the_type_and_the_target():
     _, kernel = make_kernel([((None, 3), "f32")], lambda b, x: b.op("lz.exp", x))
     with pytest.raises(LoweringError, match=r"not a static tensor type"):
         lower_kernel(kernel)
+
+
+# Concat kernels: a loop nest per piece (odd sizes, a size-1 and a size-0 piece, pieces along a
+# middle and the last axis, a piece long enough to be cut into CHUNK blocks, reshapes inside).
+CONCAT_CASES = {
+    "flat_bucket": (((3,), (1,), (0,), (2 * elementwise.CHUNK + 7,), (37,)), 0, "f32", False),
+    "reshaped_bucket": (((5, 7), (13,), (3, 1, 11)), 0, "f32", True),
+    "middle_axis": (((4, 3, 5), (4, 1, 5), (4, 0, 5), (4, 6, 5)), 1, "f16", False),
+    "last_axis": (((6, 17), (6, 1), (6, 33)), -1, "i1", False),
+    "outer_axis_ints": (((2, 9), (5, 9)), 0, "i64", False),
+}
+
+
+@pytest.mark.cross_target(cases=CONCAT_CASES, group=lambda case: 0)
+def test_concat_copies_each_piece_in_its_own_loops(cpu, case):
+    """Each piece of a kernel yielding a concat is copied by its own loops (the index range picks
+    it, no compare or select per element): the pieces' work items follow one another, and ranges
+    that cut through pieces (splits) give the reference's result."""
+    arg_shapes, axis, dtype, reshape = case
+
+    def body(b, *xs):
+        if reshape:
+            xs = [b.op("lz.reshape", x, shape=[-1]) for x in xs]
+        return b.op("lz.concat", *xs, axis=axis)
+
+    module, kernel = make_kernel([(s, dtype) for s in arg_shapes], body)
+    rng = np.random.default_rng(len(arg_shapes))
+    inputs = [data(rng, s, dtype, special=False) for s in arg_shapes]
+    lowered = lower_kernel(kernel, cpu=cpu)
+    (want,) = reference(module, inputs)
+    for splits in (1, 5):
+        (got,) = run_kernel(kernel, inputs, splits, lowered, cpu=cpu)
+        np.testing.assert_array_equal(got, want)
+    assert lowered.work_items >= len([s for s in arg_shapes if 0 not in s])  # each piece its own items
+    assert "select" not in lowered.llvm_ir.split("t.body:", 1)[1].split("t.exit", 1)[0], "a select in the copy loop"
+
+
+def test_flat_concat_copies_with_vectors():
+    """The DDP bucket's concat (1-d pieces) is vector loads and stores on the host's widest vectors."""
+    _, kernel = make_kernel([((1000,), "f32"), ((77,), "f32")], lambda b, x, y: b.op("lz.concat", x, y, axis=0))
+    assert re.search(r"vmovups\s+.*%[yz]mm", jit.emit_assembly(lower_kernel(kernel).llvm_ir))
