@@ -365,7 +365,9 @@ class BoundCollectiveStep(BoundHostStep):
     token; ``lz.all_reduce_wait`` blocks on the token's request and copies the reduced buffer into
     its result; ``lz.all_reduce`` does both at once, in its result buffer.  The start reduces an
     arena slot in place when only it and its waits read the value (a bucket's flat array: the
-    memory plan keeps it until the wait, which reads it), else a copy of the step's own."""
+    memory plan keeps it until the wait, which reads it), else a fresh copy per run: an eager
+    one-op start (a function argument) is one cached runner that several buckets' requests may be
+    in flight through at once, so a buffer of the step's own would be shared between them."""
 
     def __init__(self, step: HostStep, regions: list, constants: list, arena: np.ndarray):
         self.step, self.name, self.checks = step, step.name, None
@@ -375,23 +377,19 @@ class BoundCollectiveStep(BoundHostStep):
         op = collective_in(kernel)
         attrs = op.definition.attrs(op)
         self.reduce_op, self.tag = attrs.get("op"), attrs.get("tag")
-        self.private = None
+        self.copies = False  # whether a start reduces a copy of its operand (see the docstring)
         if self.name == START:
             x = kernel.operands[0]
             exclusive = step.operands[0].kind == "arena" and all(
                 u.op is kernel or (u.op.name == "lz.kernel" and getattr(collective_in(u.op), "name", "") == WAIT)
                 for u in x.uses)
-            if not exclusive:
-                self.private = np.empty(x.type.shape, x.type.element_type.numpy_dtype)
+            self.copies = not exclusive
 
     def run(self, inputs: list, results: list, pool: ThreadPool) -> None:
         operands = self._arrays(self.operands, inputs, results)
         (out,) = self._arrays(self.results, inputs, results)
         if self.name == START:
-            x = operands[0]
-            if self.private is not None:
-                np.copyto(self.private, x)
-                x = self.private
+            x = np.array(operands[0], copy=True) if self.copies else operands[0]
             out[()] = start_all_reduce(x, self.reduce_op, self.tag)
             return
         if self.name == ALL_REDUCE:

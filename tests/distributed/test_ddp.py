@@ -71,6 +71,10 @@ def assert_trained_like(results: list[dict], prefix: str, reference: nn.Module) 
 def test_mlp_trains_as_one_process_on_the_whole_batch(ranks):
     reference = single_process(worker.mlp(dtype=np.float64), worker.batches(WORLD, worker.STEPS, dtype=np.float64))
     assert_trained_like(ranks, "mlp", reference)
+    for res in ranks:  # the eager backward reduced each bucket through lz.all_reduce_start / lz.all_reduce_wait
+        assert list(res["mlp/eager_collectives"]) == [
+            "all_reduce_start bucket 0 [fc2.bias, fc2.weight, fc1.bias]", "all_reduce_start bucket 1 [fc1.weight]",
+            "all_reduce_wait", "all_reduce_wait"], res["mlp/eager_collectives"]
 
 
 def test_compiled_step_trains_as_one_process(ranks):

@@ -129,8 +129,10 @@ class AllReduceStartOp(OpDef):
         return np.int64(start_all_reduce(np.array(x, copy=True), attrs.op, attrs.tag))
 
     def verify_extra(self, op, attrs) -> None:
+        # a token leaving its region (lz.yield) or its function (func.return: the eager engine's
+        # one-op start, whose caller runs the wait) is waited for outside
         waits = [u.op for u in op.result.uses if u.op.name == WAIT and u.index == 0]
-        if not waits and not any(u.op.name == "lz.yield" for u in op.result.uses):
+        if not waits and not any(u.op.name in ("lz.yield", "func.return") for u in op.result.uses):
             raise OpError("its request is never waited for (no lz.all_reduce_wait takes it)")
 
 

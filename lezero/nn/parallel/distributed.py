@@ -18,8 +18,17 @@
   and the parameters it does not reach count as ready (zeros in their slice).  Without it, a
   backward that leaves some parameter without a gradient leaves its bucket unreduced, and the next
   forward raises PyTorch's "Expected to have finished reduction" error naming those parameters.
+- **The collective is the IR op** (issue 14: one definition of its semantics for eager and compiled
+  training): the default hook launches a bucket as the eager engine's one-op ``lz.all_reduce_start
+  {op = "avg"}`` on its flat array (compiled once per bucket, cached like any eager op; the runtime
+  runs it as a host step that queues the all-reduce on the communication thread and gives a request
+  token), and the last hook's wait for it is the one-op ``lz.all_reduce_wait`` -- the same ops, runtime
+  steps and process-group calls as ``compile_train_step``'s ``bucket-all-reduce``.  The start reduces
+  a copy of the bucket (an eager op's argument is not its own to write), which the wait copies back.
 - **Comm hooks** (``register_comm_hook(state, hook)``): ``hook(state, bucket) -> Future`` of the
-  bucket's averaged flat gradient (``comm_hooks.py``: fp16/bf16 compression, PowerSGD, top-k).
+  bucket's averaged flat gradient (``comm_hooks.py``: fp16/bf16 compression, PowerSGD, top-k).  They
+  keep their Python path through ``lz.distributed``'s collectives: they change what is sent (a
+  compressed array, low-rank factors, an all-gather of indices), which the IR op does not express.
 """
 from __future__ import annotations
 
@@ -31,6 +40,8 @@ import lezero.distributed as dist
 from lezero.eager.autograd import walk
 from lezero.eager.core import Mode, Tensor, wrap
 from lezero.eager.device_arrays import contiguous
+from lezero.eager.dispatch import lz_op, run_op
+from lezero.ir.dialect.collective import START, WAIT
 from lezero.nn.module import Module
 
 DEFAULT_BUCKET_CAP_MB = 25
@@ -75,8 +86,10 @@ class GradBucket:
 
 
 def _allreduce_hook(_state, bucket: GradBucket) -> dist.Future:
-    return dist.all_reduce(bucket.buffer(), dist.ReduceOp.AVG, async_op=True,
-                           name=bucket.describe()).get_future().then(lambda f: f.value()[0])
+    """torch's default: the bucket's average, through the collective IR ops run eagerly (the module
+    docstring).  The tag names the bucket for the ranks' mismatch check (``all_reduce bucket 0 [...]``)."""
+    (request,) = run_op(lz_op(START), (("op", dist.ReduceOp.AVG), ("tag", bucket.describe())), [bucket.array])
+    return dist.Future(lambda: wrap(run_op(lz_op(WAIT), (), [request, bucket.array])[0]))
 
 
 class DistributedDataParallel(Module):
