@@ -29,8 +29,11 @@ estimates behind it), is logged on the ``lezero.fusion`` logger (``lezero-opt --
 What a group of each kind may hold (the contract in docs/architecture.md):
 
 - **Data movement** (``MOVEMENT_OPS``) is index arithmetic on a load, in any kind of group: it
-  reads its inputs from memory (kernel operands), never from an op of the same group, so it folds
-  into the kernel that reads it, not into the one that produces its input.  A moved value that
+  reads its inputs from memory (kernel operands), never from a computed op of the same group, so
+  it folds into the kernel that reads it, not into the one that produces its input.  In an
+  elementwise kernel it may read other movement of memory that only the kernel reads (a chain,
+  one composed index: a DDP bucket's ``concat`` of ``reshape``s of gradients, the ``reshape`` of
+  its ``slice`` back) rather than a copy of it.  A moved value that
   only its group reads (a *moved operand*) is computed at the index of each op reading it and
   stored nowhere, so it may have any shape those ops broadcast from (BatchNorm's per-channel
   vector reshaped to C x 1 x 1 and read by a conv's epilogue); one that something outside the
@@ -167,10 +170,10 @@ def classify(ops: list[Operation]) -> str:
         raise Refusal(f"a kernel holds one contraction: '{anchors[0].name}' and '{anchors[1].name}'")
     if anchors and reductions:
         raise Refusal(f"a {CONTRACTION_OPS[anchors[0].name]} kernel holds no reduction ('{reductions[0].name}')")
+    members = {id(op) for op in ops}
     for op, role in roles:
         if role == "movement":
-            _check_movement(op, producer)
-    members = {id(op) for op in ops}
+            _check_movement(op, producer, members, chained=not anchors and not reductions)
     if anchors:
         _check_contraction(anchors[0], ops, producer, members)
         return CONTRACTION_OPS[anchors[0].name]
@@ -193,10 +196,12 @@ def is_moved_operand(op: Operation, members) -> bool:
     return op.name in MOVEMENT_OPS and not read_outside(op, members)
 
 
-def _check_movement(op, producer) -> None:
-    """Data movement is index arithmetic on a load: it reads its inputs from memory."""
+def _check_movement(op, producer, members, chained: bool) -> None:
+    """Data movement is index arithmetic on a load: it reads its inputs from memory, or (``chained``:
+    in an elementwise kernel) from data movement of memory that only the kernel reads."""
     for v in op.operands:
-        if id(v) in producer:
+        source = producer.get(id(v))
+        if source is not None and not (chained and is_moved_operand(source, members)):
             raise Refusal(f"'{op.name}' must read its input from memory, not from '{producer[id(v)].name}' in the "
                           "same kernel")
 
