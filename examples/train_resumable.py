@@ -74,6 +74,8 @@ def train(checkpoints: str, steps: int, model_name: str = "cnn", every: int = 5,
     manager.close()
     if out is not None and manager.rank == 0:
         lz.save(model.state_dict(), out)
+    if ddp:
+        lz.distributed.destroy_process_group()
     return step
 
 

@@ -1,7 +1,7 @@
 """The "light" CNNs shipped inside the onnx package (opset 9, so upgraded to 11 first) compiled by
 lezero and compared with ONNX Runtime.  Their weights are ``ConstantOfShape(0.02)`` generators,
 which make every class score equal, so each model also runs with those replaced by random
-weights: then the comparison sees every layer.  The four fastest run here; all nine are timed by
+weights: then the comparison sees every layer.  The four fastest run here (three with random weights); all nine are timed by
 ``benchmarks/onnx_models.py``."""
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ import lezero.onnx
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 FASTEST = ["zfnet512", "bvlc_alexnet", "vgg19", "squeezenet"]
+# vgg19 with random weights took 37 s of the suite (548 MB of weights that cannot fold): its layers
+# (3x3 convs, the big fully connected ones) are alexnet's and zfnet's kinds, checked with random weights
+RANDOM_WEIGHTS = [name for name in FASTEST if name != "vgg19"]
 RTOL = 1e-3
 
 
@@ -82,7 +85,7 @@ def test_light_model_matches_onnxruntime(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", FASTEST)
+@pytest.mark.parametrize("name", RANDOM_WEIGHTS)
 def test_light_model_with_random_weights_matches_onnxruntime(name):
     m = with_random_weights(load(name))
     outputs = onnxruntime_outputs(m, feeds_for(m))
