@@ -67,17 +67,19 @@ def _row_dims(shape: tuple, prefix: tuple) -> int:
     return 1 if k > 1 and len(shape) > 1 and shape[:1] == (math.prod(prefix),) else 0
 
 
-def _collapse(t, prefix: tuple, rows: int, rest_rank: int, read_whole: bool = False):
+def _collapse(t, prefix: tuple, rows: int, rest_rank: int, read_whole: bool = False, constant: bool = False):
     """``t`` in the rows form, or None when it neither has the rows in front nor broadcasts along
     them (``read_whole``: a value every row reads all of, a matmul's right operand or a gather's
-    table, which keeps its type)."""
+    table, which keeps its type).  A ``constant`` operand over a prefix with a dim of 1 (batch 1)
+    broadcasts along it: a weight of ``[1, s, h]`` (BERT's position rows) is the rows at batch 1
+    only by chance, and the form of every other batch broadcasts it."""
     if not isinstance(t, TensorType):
         return None
     k = len(prefix)
     shape = t.shape
     if read_whole:
         return t
-    row_dims = _row_dims(shape, prefix)
+    row_dims = 0 if constant and 1 in prefix else _row_dims(shape, prefix)
     if row_dims:
         return TensorType((rows,) + shape[row_dims:], t.element_type)
     if len(shape) > k and all(d == 1 for d in shape[:k]):
@@ -139,6 +141,11 @@ def _rewrite_attributes(op: Operation, prefix: tuple, rows: int) -> dict | None:
     return attrs if definition is not None and definition.has_trait(ELEMENTWISE) else None
 
 
+def _is_constant(v) -> bool:
+    """Whether ``v`` (a kernel's operand) is an ``lz.constant`` of its function: a weight."""
+    return isinstance(v.owner, Operation) and v.owner.name == "lz.constant"
+
+
 def rows_form(kernel_op: Operation, prefix: tuple, rows: int) -> Operation | None:
     """A copy of ``kernel_op`` whose leading dims ``prefix`` (or a first dim of their product)
     are one dim of ``rows`` (module docstring), or None when it is not independent per row."""
@@ -146,14 +153,15 @@ def rows_form(kernel_op: Operation, prefix: tuple, rows: int) -> Operation | Non
     values = list(body.args) + [r for op in body.ops for r in op.results]
     # the rank of a row, for what broadcasts along the rows; a value that is all rows (an
     # embedding's ids) has none and does not count (what broadcasts aligns with the others' rows)
+    constants = {a for a, v in zip(body.args, kernel_op.operands) if _is_constant(v)} if 1 in prefix else set()
     rests = [v.type.rank - _row_dims(v.type.shape, prefix) for v in values
-             if isinstance(v.type, TensorType) and _row_dims(v.type.shape, prefix)]
+             if isinstance(v.type, TensorType) and v not in constants and _row_dims(v.type.shape, prefix)]
     rest_rank = min((r for r in rests if r), default=0)
     result_types = [_collapse(r.type, prefix, rows, rest_rank) for r in kernel_op.results]
     if any(t is None or t.shape[:1] != (rows,) for t in result_types):
         return None
     whole = _read_whole(body)
-    operand_types = [_collapse(a.type, prefix, rows, rest_rank, a in whole) for a in body.args]
+    operand_types = [_collapse(a.type, prefix, rows, rest_rank, a in whole, a in constants) for a in body.args]
     if any(t is None for t in operand_types):
         return None
     # The operands are stand-ins (a block's arguments of the collapsed types): the rows form is

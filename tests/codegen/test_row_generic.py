@@ -12,7 +12,7 @@ import functools
 import numpy as np
 import pytest
 
-from codegen.kernel_testing import assert_matches, make_kernel, reference, run_kernel
+from codegen.kernel_testing import assert_matches, lz_attrs, make_kernel, reference, run_kernel
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.row_generic import (
     PROBE_ROWS,
@@ -20,6 +20,9 @@ from lezero.codegen.row_generic import (
     rows_form,
     widest_rows_form,
 )
+from lezero.ir import Block, Builder, FuncOp, FunctionType, Operation, Region
+from lezero.ir.types import tensor
+from lezero.runtime.kernel_cache import kernel_text
 
 HIDDEN = 48  # not a multiple of any vector width
 
@@ -167,3 +170,25 @@ def test_row_generic_code_matches_the_reference_at_every_row_count(cpu, case):
         inputs[1].flat[-1] = VOCAB
         with pytest.raises(IndexError, match=f"index {VOCAB} is out of range for axis 0 of size {VOCAB}"):
             run_kernel(real, inputs, 3, lowered=here, cpu=cpu)
+
+
+def test_a_weight_is_not_rows_at_batch_one():
+    """At batch 1 a constant [1, s, h] (BERT's position rows) could be read as the rows or as
+    broadcast along them: it is a weight, so it broadcasts, and batch 1 probes the rows form every
+    other batch has (not one no other batch shares)."""
+    def kernel_at(batch):
+        func = FuncOp("f", FunctionType([tensor((batch, SEQ, HIDDEN), "f32")], []))
+        fb = Builder.at_end(func.entry_block)
+        position = fb.constant(np.ones((1, SEQ, HIDDEN), np.float32))
+        block = Block([tensor((batch, SEQ, HIDDEN), "f32"), tensor((1, SEQ, HIDDEN), "f32")])
+        b = Builder.at_end(block)
+        b.create("lz.yield", [b.op("lz.add", *block.args)], result_types=[])
+        kernel = Operation("lz.kernel", [func.arguments[0], position], [tensor((batch, SEQ, HIDDEN), "f32")],
+                           lz_attrs(kind="elementwise", name="k"), [Region([block])])
+        fb.insert(kernel)
+        return kernel
+
+    forms = {batch: widest_rows_form(kernel_at(batch)) for batch in (1, 2, 3)}
+    assert [prefix for prefix, _ in forms.values()] == [(1,), (2,), (3,)]
+    assert len({kernel_text(form) for _, form in forms.values()}) == 1
+    assert [tuple(a.type.shape) for a in forms[1][1].operands] == [(PROBE_ROWS[0], SEQ, HIDDEN), (1, SEQ, HIDDEN)]
