@@ -1,7 +1,8 @@
 """``lz.matmul_integer`` as one CPU kernel: an 8-bit GEMM accumulating in i32, exactly.
 
-The product is computed as ``u8 x s8`` dot products of 4 (AVX-512 VNNI's ``vpdpbusd``: 16 lanes,
-each the sum of 4 byte products added to an i32, never saturating), as MLAS does:
+The product is computed as ``u8 x s8`` dot products of 4 per i32 lane (``_DotProduct``: AVX-512
+VNNI's or AVX-VNNI's ``vpdpbusd``; else ``vpmaddwd`` on the bytes widened to i16, exact; never
+``vpmaddubsw``, whose i16 sums saturate), as MLAS does:
 
 - a signed lhs is made unsigned by flipping its top bit (``a + 128``), an unsigned rhs signed
   (``b - 128``); the zero points move with them (``za + 128``, ``zb - 128``), so
@@ -12,16 +13,14 @@ each the sum of 4 byte products added to an i32, never saturating), as MLAS does
 Work items are panels of ``NB = 64`` columns (times each batch of a batched rhs).  An item takes
 K in blocks of ``KC = 256``: it packs the block's sliver of its panel (rows of 4 consecutive k
 interleaved per column: ``packed[k/4][col][k%4]``, the layout ``vpdpbusd`` reads, zero past K and
-N; 16 KiB, so it stays in L1) into a ``malloc``ed buffer, then walks every row in blocks of ``MR``
-rows (6 with 512-bit vectors: 24 accumulators; 2 otherwise), an ``MR x 64`` register tile, the lhs
-read in place (4 bytes broadcast per row and k step); the tiles' sums wait in an i32 buffer of the
-panel's rows between K blocks.  (Packing the whole panel, 48-192 KiB at K = 768-3072, made every
-row tile read it from L2: 1 thread, best of interleaved runs, 128x768x768 310 -> 369 GOP/s,
-128x3072x768 328 -> 393, 128x768x3072 349 -> 376, 512x1024x1024 392 -> 382, noise.)  Without VNNI (``avx512vnni``) the
-same dot product of 4 is plain widening multiplies and adds, which LLVM lowers for any CPU: right
-everywhere, fast where VNNI is.  (Without it each byte position is a 16-lane i32 multiply-add:
-AVX2's ``vpmaddubsw`` would saturate its int16 sums of two u8 x s8 products, and a 7-bit
-reduction as ORT and PyTorch use there would change the results; exactness comes first.)
+N; 16 KiB, so it stays in L1) into a ``malloc``ed buffer, then walks every row in blocks of ``mr``
+rows, ``mr x nv`` vectors of i32 at a time (the register tile of the target: 6 x 4 x 16 lanes
+with VNNI, the whole panel; 4 x 2 x 8 on AVX2: 8 accumulators, the rhs's even and odd bytes and
+the lhs's in the other 8 of 16 registers), the lhs read in place (4 bytes broadcast per row and
+k step); the tiles' sums wait in an i32 buffer of the panel's rows between K blocks.  (Packing the
+whole panel, 48-192 KiB at K = 768-3072, made every row tile read it from L2: 1 thread, best of
+interleaved runs, 128x768x768 310 -> 369 GOP/s, 128x3072x768 328 -> 393, 128x768x3072 349 -> 376,
+512x1024x1024 392 -> 382, noise.)
 
 The kernel is partition's ``matmul`` kind: ``lz.matmul_integer`` and its elementwise epilogue
 (the cast, the scales, a bias, an activation, a ``lz.quantize``'s divide, round, clamp and cast).
@@ -42,12 +41,9 @@ from lezero.codegen.llvm.gemm_epilogue import OutputTile
 from lezero.codegen.llvm.ir_types import PTR
 from lezero.codegen.llvm.loops import declare, for_range, i64
 
-NB = 64  # columns of a panel: 4 vectors of 16 i32
+NB = 64  # columns of a panel
 KC = 256  # rows of K per packed sliver: 16 KiB, half of L1, so every row tile reads it from L1
-LANES = 16
-I8, I32, INT64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-V16 = ir.VectorType(I32, LANES)
-BYTES = ir.VectorType(I8, 4 * LANES)
+I8, I16, I32, INT64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
 
 def _splat(b, value, vector_type):
@@ -56,29 +52,78 @@ def _splat(b, value, vector_type):
     return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, vector_type.count), [0] * vector_type.count))
 
 
-def _splat_constant(value: int):
-    return ir.Constant(V16, [value] * LANES)
-
-
 def _mask(values):
     return ir.Constant(ir.VectorType(I32, len(values)), list(values))
 
 
-class _Dot4:
-    """``acc + sum of 4 (u8 x s8) products`` per i32 lane: ``vpdpbusd`` or its plain form."""
+class _DotProduct:
+    """``acc + sum of 4 (u8 x s8) products`` per i32 lane, and the register tile it is fastest in:
+    ``mr`` rows x ``nv`` vectors of ``lanes`` i32.  Chosen by the target's features:
+
+    - ``avx512vnni`` / ``avxvnni``: ``vpdpbusd`` (512 / 256 bits), one instruction;
+    - else x86 (``avx512bw``, ``avx2``, SSE2): ``vpmaddwd`` on the bytes widened to i16, the even
+      bytes and the odd bytes of each lane apart (``a & 0xff`` / ``a >> 8`` per i16 of the lhs,
+      ``(b << 8) >>s 8`` / ``b >>s 8`` of the rhs): two i32 sums of two u8 x s8 products each, exact
+      (|255 x -128 x 2| < 2^31).  Not ``vpmaddubsw``: its i16 sum of two u8 x s8 products saturates
+      (255 x 127 x 2 > 32767), which ORT's MLAS accepts on AVX2 (its U8S8 results are wrong there
+      unless the weights were quantized to 7 bits, ``reduce_range``) and PyTorch's fbgemm avoids by
+      7-bit activations (``reduce_range=True``); here no operand is reduced.  On Zen 3 it costs
+      nothing: ``vpmaddubsw`` + the ``vpmaddwd`` by ones that widens its sums to i32 take the two
+      multiply pipes for 32 products, as two ``vpmaddwd`` do;
+    - elsewhere (AArch64: no ``sdot`` path yet): widening multiplies and adds, one byte position at
+      a time.
+    """
 
     def __init__(self, ctx: KernelContext):
-        self.vnni = "avx512vnni" in ctx.cpu.features
-        if self.vnni:
-            self.intrinsic = declare(ctx.module, "llvm.x86.avx512.vpdpbusd.512", V16, [V16, V16, V16])
+        f = ctx.cpu.features
+        if "avx512vnni" in f:
+            self.kind, self.lanes, self.mr, self.nv, name = "vnni", 16, 6, 4, "llvm.x86.avx512.vpdpbusd.512"
+        elif "avxvnni" in f:
+            self.kind, self.lanes, self.mr, self.nv, name = "vnni", 8, 6, 2, "llvm.x86.avx512.vpdpbusd.256"
+        elif "avx512bw" in f:
+            self.kind, self.lanes, self.mr, self.nv, name = "madd", 16, 4, 4, "llvm.x86.avx512.pmaddw.d.512"
+        elif "avx2" in f:
+            self.kind, self.lanes, self.mr, self.nv, name = "madd", 8, 4, 2, "llvm.x86.avx2.pmadd.wd"
+        elif "sse2" in f:
+            self.kind, self.lanes, self.mr, self.nv, name = "madd", 4, 4, 2, "llvm.x86.sse2.pmadd.wd"
+        else:
+            self.kind, self.lanes, self.mr, self.nv, name = "plain", 4, 4, 2, None
+        self.vector = ir.VectorType(I32, self.lanes)
+        self.halves = ir.VectorType(I16, 2 * self.lanes)
+        if self.kind == "vnni":
+            self.intrinsic = declare(ctx.module, name, self.vector, [self.vector] * 3)
+        elif self.kind == "madd":
+            self.intrinsic = declare(ctx.module, name, self.vector, [self.halves] * 2)
 
-    def __call__(self, b, acc, a_u8, b_s8):
-        """``a_u8`` and ``b_s8``: 64 bytes each, as ``<16 x i32>``."""
-        if self.vnni:
-            return b.call(self.intrinsic, [acc, a_u8, b_s8])
+    def constant(self, value: int):
+        return ir.Constant(self.vector, [value] * self.lanes)
+
+    def _halves(self, value: int):
+        return ir.Constant(self.halves, [value] * (2 * self.lanes))
+
+    def lhs(self, b, quads):
+        """The form of a vector of unsigned lhs quads the products read (once per row and k step)."""
+        if self.kind != "madd":
+            return quads
+        h = b.bitcast(quads, self.halves)
+        return b.and_(h, self._halves(0xFF)), b.lshr(h, self._halves(8))
+
+    def rhs(self, b, quads):
+        """The same for a vector of signed rhs quads (once per vector and k step)."""
+        if self.kind != "madd":
+            return quads
+        h = b.bitcast(quads, self.halves)
+        return b.ashr(b.shl(h, self._halves(8)), self._halves(8)), b.ashr(h, self._halves(8))
+
+    def __call__(self, b, acc, a, w):
+        """``a``, ``w``: what ``lhs`` and ``rhs`` made of 4 bytes per lane."""
+        if self.kind == "vnni":
+            return b.call(self.intrinsic, [acc, a, w])
+        if self.kind == "madd":
+            return b.add(acc, b.add(b.call(self.intrinsic, [a[0], w[0]]), b.call(self.intrinsic, [a[1], w[1]])))
         for t in range(4):  # byte t of each lane: a's unsigned, b's signed (shifted to the top and back)
-            a_t = b.and_(b.lshr(a_u8, _splat_constant(8 * t)), _splat_constant(0xFF))
-            b_t = b.ashr(b.shl(b_s8, _splat_constant(24 - 8 * t)), _splat_constant(24))
+            a_t = b.and_(b.lshr(a, self.constant(8 * t)), self.constant(0xFF))
+            b_t = b.ashr(b.shl(w, self.constant(24 - 8 * t)), self.constant(24))
             acc = b.add(acc, b.mul(a_t, b_t))
         return acc
 
@@ -111,37 +156,39 @@ class _Output:
     kernel's epilogue (``contraction_gemm.TileEpilogue``: a stack tile of i32, then every yielded
     value at each of its elements: dequantize, bias, activation, requantize)."""
 
-    def __init__(self, ctx: KernelContext, anchor, shape: MatmulShape, mr: int):
-        self.ctx = ctx
+    def __init__(self, ctx: KernelContext, anchor, shape: MatmulShape, dot: _DotProduct):
+        self.ctx, self.lanes = ctx, dot.lanes
         self.plain = list(ctx.yields) == [anchor.result]
         if self.plain:
             self.result = ctx.result_buffers[0]
             return
         self.epilogue = TileEpilogue(ctx, anchor, MatmulGemm(shape))
-        self.sums = vectors.opaque_alloca(ir.IRBuilder(ctx.fn.entry), I32, i64(mr * NB), "tile")
-        self.mr = mr
+        self.mr, self.width = dot.mr, dot.nv * dot.lanes
+        self.sums = vectors.opaque_alloca(ir.IRBuilder(ctx.fn.entry), I32, i64(self.mr * self.width), "tile")
 
-    def store(self, b, batch, c_base, n, row0, j0, rows: int, cols: int, values) -> None:
-        """``values[r][v]``: the i32 vectors of rows ``row0 + r``, columns ``j0 + 16 v ...``."""
+    def store(self, b, batch, c_base, n, row0, col0, rows: int, cols: int, values) -> None:
+        """``values[r][v]``: the i32 vectors of rows ``row0 + r``, columns ``col0 + lanes v ...``;
+        ``cols`` of the tile's columns are in the result."""
+        lanes = self.lanes
         if self.plain:
             for r, row_values in enumerate(values):
-                out_row = b.add(c_base, b.add(b.mul(b.add(row0, i64(r)), i64(n)), j0))
+                out_row = b.add(c_base, b.add(b.mul(b.add(row0, i64(r)), i64(n)), col0))
                 for v, value in enumerate(row_values):
-                    at = b.add(out_row, i64(16 * v))
-                    if 16 * (v + 1) <= cols:
+                    at = b.add(out_row, i64(lanes * v))
+                    if lanes * (v + 1) <= cols:
                         b.store(value, b.gep(self.result.pointer, [at], source_etype=I32), align=4)
                     else:
-                        for lane in range(cols - 16 * v):
+                        for lane in range(cols - lanes * v):
                             b.store(b.extract_element(value, ir.Constant(I32, lane)),
                                     b.gep(self.result.pointer, [b.add(at, i64(lane))], source_etype=I32), align=4)
             return
         for r, row_values in enumerate(values):
             for v, value in enumerate(row_values):
-                b.store(value, b.gep(self.sums, [i64(r * NB + 16 * v)], source_etype=I32), align=4)
+                b.store(value, b.gep(self.sums, [i64(r * self.width + lanes * v)], source_etype=I32), align=4)
         args = {f"buffer{i}": (p,) for i, p in enumerate(self.ctx.fn.buffers)}
         args["batch"] = (batch,)
-        tile = OutputTile(b, row0, j0, i64(rows), i64(cols), self.sums, self.mr, NB, rows == self.mr and cols == NB,
-                          args)
+        tile = OutputTile(b, row0, col0, i64(rows), i64(cols), self.sums, self.mr, self.width,
+                          rows == self.mr and cols == self.width, args)
         self.epilogue.emit(tile)
         self.ctx.s.external_symbols |= self.epilogue.external_symbols
 
@@ -165,10 +212,8 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     if items == 0 or m == 0:
         ctx.fn.finish()
         return 1
-    mr = 6 if "avx512f" in ctx.cpu.features else 2
-    dot4 = _Dot4(ctx)
-    zero16 = ir.Constant(V16, [0] * LANES)
-    output = _Output(ctx, anchor, shape, mr)
+    dot = _DotProduct(ctx)
+    output = _Output(ctx, anchor, shape, dot)
 
     # the packed sliver (KC rows of K), then the partial sums of a panel's rows between K blocks
     packed = b.call(declare(ctx.module, "malloc", PTR, [INT64]), [i64(KC * NB + 64 + (m * NB * 4 if k > KC else 0))])
@@ -177,7 +222,7 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
         b.unreachable()
     partial = b.gep(packed, [i64(KC * NB + 64)], source_etype=I8)
     rowsum = ctx.fn.alloca(I32, max(m, 1), "rowsum")
-    colsum = [ctx.fn.alloca(V16, 1, f"colsum{v}") for v in range(4)]
+    colsum = [ctx.fn.alloca(dot.vector, 1, f"colsum{v}") for v in range(NB // dot.lanes)]
     a_table, b_table = _table(ctx, "a_offsets", a_offsets), _table(ctx, "b_offsets", b_offsets)
 
     # the rhs zero point of each column, widened (and moved by -128 for an unsigned rhs)
@@ -201,8 +246,8 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
         full_cols = n - (panels - 1) * NB
 
         def panel_of(cols):
-            _panel(ctx, dot4, cols, packed, partial, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k,
-                   n, mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16)
+            _panel(ctx, dot, cols, packed, partial, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k,
+                   n, a_signed, b_unsigned, za, zb_of, rowsum, colsum)
         if full_cols == NB:
             panel_of(NB)
         else:
@@ -249,8 +294,8 @@ def _pack_sliver(ctx, cols, packed, b_buf, b_base, j0, k, n, g0, whole, last, b_
         rows = []
         for t in range(4):
             at = b.add(b_base, b.add(b.mul(b.add(b.mul(g, i64(4)), i64(t)), i64(n)), j0))
-            row = b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=BYTES, align=1)
-            rows.append(b.xor(row, ir.Constant(BYTES, [0x80] * 64)) if b_unsigned else row)
+            row = b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=ir.VectorType(I8, 64), align=1)
+            rows.append(b.xor(row, ir.Constant(ir.VectorType(I8, 64), [0x80] * 64)) if b_unsigned else row)
         pairs = [b.bitcast(_interleave(b, rows[0], rows[1], 64), ir.VectorType(ir.IntType(16), 64)),
                  b.bitcast(_interleave(b, rows[2], rows[3], 64), ir.VectorType(ir.IntType(16), 64))]
         quads = b.bitcast(_interleave(b, pairs[0], pairs[1], 64), ir.VectorType(I8, 256))
@@ -260,9 +305,10 @@ def _pack_sliver(ctx, cols, packed, b_buf, b_base, j0, k, n, g0, whole, last, b_
             bytewise(i64(k - k % 4), i64(k), i64(k // 4))
 
 
-def _packed_vector(b, packed, g, v):
-    at = b.add(b.mul(g, i64(NB * 4)), i64(v * 64)) if isinstance(g, ir.Value) else i64(g * NB * 4 + v * 64)
-    return b.load(b.gep(packed, [at], source_etype=I8), typ=V16, align=1)
+def _packed_vector(b, packed, g, col: int, vector_type):
+    """The packed rhs quads of group ``g`` from the panel's column ``col``."""
+    at = b.add(b.mul(g, i64(NB * 4)), i64(4 * col)) if isinstance(g, ir.Value) else i64(g * NB * 4 + 4 * col)
+    return b.load(b.gep(packed, [at], source_etype=I8), typ=vector_type, align=1)
 
 
 def _lhs_quad(ctx, a_buf, a_base, row, g, k, a_signed):
@@ -280,17 +326,19 @@ def _lhs_quad(ctx, a_buf, a_base, row, g, k, a_signed):
     return b.xor(quad, flip)
 
 
-def _panel(ctx, dot4, cols, packed, partial, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k, n,
-           mr, a_signed, b_unsigned, za, zb_of, rowsum, colsum, zero16):
+def _panel(ctx, dot, cols, packed, partial, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k, n,
+           a_signed, b_unsigned, za, zb_of, rowsum, colsum):
     """One panel of ``cols`` (static) columns: per block of KC rows of K, pack that sliver of it
-    (summing its columns), then every row block over it."""
+    (summing its columns), then every row block over it, a register tile of ``dot.nv`` vectors
+    at a time."""
     b = ctx.b
-    vectors = -(-cols // LANES)
-    zb = [[zb_of(b.add(j0, i64(min(16 * v + lane, cols - 1)))) for lane in range(LANES)] for v in range(vectors)]
+    lanes, mr = dot.lanes, dot.mr
+    vectors = -(-cols // lanes)
+    zb = [[zb_of(b.add(j0, i64(min(lanes * v + lane, cols - 1)))) for lane in range(lanes)] for v in range(vectors)]
     zb_vec = []
     any_zb = ir.Constant(I32, 0)
     for v in range(vectors):
-        vec = ir.Constant(V16, ir.Undefined)
+        vec = ir.Constant(dot.vector, ir.Undefined)
         for lane, z in enumerate(zb[v]):
             vec = b.insert_element(vec, z, ir.Constant(I32, lane))
             any_zb = b.or_(any_zb, z)
@@ -308,10 +356,10 @@ def _panel(ctx, dot4, cols, packed, partial, a_buf, b_buf, output, batch, a_base
             b.store(b.load(acc), b.gep(rowsum, [row], source_etype=I32))
         with not_needed, for_range(b, 0, m, "rowzero") as row:
             b.store(ir.Constant(I32, 0), b.gep(rowsum, [row], source_etype=I32))
-    for v in range(4):
-        b.store(zero16, colsum[v])
-    ones = ir.Constant(V16, [0x01010101] * LANES)
-    za16 = _splat(b, za, V16)
+    for v in range(vectors):
+        b.store(dot.constant(0), colsum[v])
+    ones = dot.lhs(b, dot.constant(0x01010101))
+    za_vec = _splat(b, za, dot.vector)
     block_groups = KC // 4
     k_blocks = max(1, -(-k // KC))
     with for_range(b, 0, k_blocks, "kblock") as kb:
@@ -321,20 +369,24 @@ def _panel(ctx, dot4, cols, packed, partial, a_buf, b_buf, output, batch, a_base
         _pack_sliver(ctx, cols, packed, b_buf, b_base, j0, k, n, g0, whole, last, b_unsigned)
         in_sliver = b.select(last, i64(-(-k // 4) - (k_blocks - 1) * block_groups), i64(block_groups))
         with for_range(b, 0, in_sliver, "colsum") as g:
-            for v in range(4):
-                b.store(dot4(b, b.load(colsum[v]), ones, _packed_vector(b, packed, g, v)), colsum[v])
+            for v in range(vectors):
+                quads = dot.rhs(b, _packed_vector(b, packed, g, lanes * v, dot.vector))
+                b.store(dot(b, b.load(colsum[v]), ones, quads), colsum[v])
         # per column: -za * colsum + K * za * zb (the row's -zb * rowsum is added per row)
-        column_terms = [b.sub(b.mul(b.mul(_splat(b, ir.Constant(I32, k), V16), za16), zb_vec[v]),
-                              b.mul(za16, b.load(colsum[v]))) for v in range(vectors)]
+        column_terms = [b.sub(b.mul(b.mul(dot.constant(k), za_vec), zb_vec[v]), b.mul(za_vec, b.load(colsum[v])))
+                        for v in range(vectors)]
         sliver = _Sliver(g0, whole, kb, last, k_blocks)
+
+        def row_block(i0, rows):
+            for v0 in range(0, vectors, dot.nv):
+                _tile(ctx, dot, i0, rows, v0, min(dot.nv, vectors - v0), cols, packed, partial, sliver, a_buf, output,
+                      batch, a_base, c_base, j0, k, n, a_signed, zb_vec, column_terms, rowsum)
         blocks, tail = divmod(m, mr)
         if blocks:
             with for_range(b, 0, blocks, "rows") as block:
-                _tile(ctx, dot4, b.mul(block, i64(mr)), mr, cols, vectors, packed, partial, sliver, a_buf, output,
-                      batch, a_base, c_base, j0, k, n, a_signed, zb_vec, column_terms, rowsum)
+                row_block(b.mul(block, i64(mr)), mr)
         if tail:
-            _tile(ctx, dot4, i64(blocks * mr), tail, cols, vectors, packed, partial, sliver, a_buf, output, batch,
-                  a_base, c_base, j0, k, n, a_signed, zb_vec, column_terms, rowsum)
+            row_block(i64(blocks * mr), tail)
 
 
 class _Sliver:
@@ -345,33 +397,35 @@ class _Sliver:
         self.g0, self.whole, self.index, self.last, self.count = g0, whole, index, last, count
 
 
-def _tile(ctx, dot4, i0, rows, cols, vectors, packed, partial, sliver, a_buf, output, batch, a_base, c_base, j0,
+def _tile(ctx, dot, i0, rows, v0, count, cols, packed, partial, sliver, a_buf, output, batch, a_base, c_base, j0,
           k, n, a_signed, zb_vec, column_terms, rowsum):
-    """``rows x cols`` sums from row ``i0`` over one K block: the register tile starts from 0 (the
-    first block) or the partial sums, runs the block's k steps, then goes back to the partial
-    sums or, after the last block, gets its zero-point corrections and goes to ``output``."""
+    """``rows`` x ``count`` vectors of sums from row ``i0`` and the panel's vector ``v0`` over one
+    K block: the register tile starts from 0 (the first block) or the partial sums, runs the
+    block's k steps, then goes back to the partial sums or, after the last block, gets its
+    zero-point corrections and goes to ``output``."""
     b = ctx.b
-    accs = [[ctx.fn.alloca(V16, 1, f"acc{r}_{v}") for v in range(vectors)] for r in range(rows)]
+    lanes = dot.lanes
+    accs = [[ctx.fn.alloca(dot.vector, 1, f"acc{r}_{v}") for v in range(count)] for r in range(rows)]
 
     def partial_at(r, v):
-        return b.gep(partial, [b.add(b.mul(b.add(i0, i64(r)), i64(NB)), i64(16 * v))], source_etype=I32)
+        return b.gep(partial, [b.add(b.mul(b.add(i0, i64(r)), i64(NB)), i64(lanes * (v0 + v)))], source_etype=I32)
     first = b.icmp_unsigned("==", sliver.index, i64(0))
     with b.if_else(first) as (at_first, later):
         with at_first:
             for r in range(rows):
-                for v in range(vectors):
-                    b.store(ir.Constant(V16, [0] * LANES), accs[r][v])
+                for v in range(count):
+                    b.store(dot.constant(0), accs[r][v])
         with later:
             for r in range(rows):
-                for v in range(vectors):
-                    b.store(b.load(partial_at(r, v), typ=V16, align=4), accs[r][v])
+                for v in range(count):
+                    b.store(b.load(partial_at(r, v), typ=dot.vector, align=4), accs[r][v])
 
     def step(g, packed_g):
-        rhs = [_packed_vector(b, packed, packed_g, v) for v in range(vectors)]
+        rhs = [dot.rhs(b, _packed_vector(b, packed, packed_g, lanes * (v0 + v), dot.vector)) for v in range(count)]
         for r in range(rows):
-            quad = _splat(b, _lhs_quad(ctx, a_buf, a_base, b.add(i0, i64(r)), g, k, a_signed), V16)
-            for v in range(vectors):
-                b.store(dot4(b, b.load(accs[r][v]), quad, rhs[v]), accs[r][v])
+            quad = dot.lhs(b, _splat(b, _lhs_quad(ctx, a_buf, a_base, b.add(i0, i64(r)), g, k, a_signed), dot.vector))
+            for v in range(count):
+                b.store(dot(b, b.load(accs[r][v]), quad, rhs[v]), accs[r][v])
     with for_range(b, sliver.g0, b.add(sliver.g0, sliver.whole), "k") as g:
         step(g, b.sub(g, sliver.g0))
 
@@ -380,10 +434,11 @@ def _tile(ctx, dot4, i0, rows, cols, vectors, packed, partial, sliver, a_buf, ou
             step(k // 4, b.sub(i64(k // 4), sliver.g0))
         values = []
         for r in range(rows):
-            row_sum = _splat(b, b.load(b.gep(rowsum, [b.add(i0, i64(r))], source_etype=I32)), V16)
-            values.append([b.add(b.load(accs[r][v]), b.sub(column_terms[v], b.mul(zb_vec[v], row_sum)))
-                           for v in range(vectors)])
-        output.store(b, batch, c_base, n, i0, j0, rows, cols, values)
+            row_sum = _splat(b, b.load(b.gep(rowsum, [b.add(i0, i64(r))], source_etype=I32)), dot.vector)
+            values.append([b.add(b.load(accs[r][v]), b.sub(column_terms[v0 + v], b.mul(zb_vec[v0 + v], row_sum)))
+                           for v in range(count)])
+        output.store(b, batch, c_base, n, i0, b.add(j0, i64(lanes * v0)), rows, min(cols - lanes * v0, lanes * count),
+                     values)
     if sliver.count == 1:
         finish()
         return
@@ -392,5 +447,5 @@ def _tile(ctx, dot4, i0, rows, cols, vectors, packed, partial, sliver, a_buf, ou
             finish()
         with before_last:
             for r in range(rows):
-                for v in range(vectors):
+                for v in range(count):
                     b.store(b.load(accs[r][v]), partial_at(r, v), align=4)

@@ -3,7 +3,8 @@ integer reference on every CPU of the cross-target matrix: K not a multiple of 4
 and across several), a last panel of
 fewer than 64 columns, row blocks with a tail, batched and broadcast rhs, every pairing of i8 and ui8
 with zero points at the ends of their ranges (the largest products), per-column rhs zero points;
-and the instruction it is built on where the CPU has it (``vpdpbusd``).  Its fused epilogue: the
+and the instruction each x86 CPU gets (``vpdpbusd`` with VNNI, else ``vpmaddwd`` on i16: exact, where
+``vpmaddubsw`` would saturate).  Its fused epilogue: the
 i32 tile dequantized (per-column scale, bias, relu) or requantized to ui8/i8 (ties to even,
 saturation at both ends) before it is stored, equal to the reference interpreter's unfused chain
 on every CPU, in one kernel that stores no i32 tensor."""
@@ -60,11 +61,18 @@ def test_integer_gemm_is_exact_on_every_cpu(cpu, case):
     np.testing.assert_array_equal(got, want, err_msg=f"{case} compiled for {cpu}")
 
 
-def test_vnni_cpus_use_vpdpbusd_and_others_do_not():
+@pytest.mark.parametrize("cpu, instruction", [("znver4", "vpdpbusd"), ("alderlake", "{vex}\tvpdpbusd"),
+                                              ("skylake-avx512", "vpmaddwd\t%zmm"), ("znver3", "vpmaddwd\t%ymm"),
+                                              ("x86-64", "pmaddwd\t%xmm")])
+def test_each_x86_cpu_gets_its_exact_dot_product_instruction(cpu, instruction):
+    """VNNI's vpdpbusd (AVX-512 or AVX-VNNI), else vpmaddwd on bytes widened to i16 (exact); never
+    vpmaddubsw, whose i16 pair sums saturate."""
     kernel = next(op for op in schedule(_module((8, 64), (64, 64), "ui8", "i8", False)).functions[0].entry_block.ops
                   if op.name == "lz.kernel")
-    assert "vpdpbusd" in emit_assembly(lower_kernel(kernel, cpu="znver4").llvm_ir, "znver4")
-    assert "vpdpbusd" not in emit_assembly(lower_kernel(kernel, cpu="skylake-avx512").llvm_ir, "skylake-avx512")
+    assembly = emit_assembly(lower_kernel(kernel, cpu=cpu).llvm_ir, cpu)
+    assert instruction in assembly
+    assert "pmaddubsw" not in assembly
+    assert ("vpdpbusd" in assembly) == ("vpdpbusd" in instruction)
 
 
 def _epilogue_module(m, k, n, out_dt, a_dt, b_dt, ties):
