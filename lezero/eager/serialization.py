@@ -1,13 +1,22 @@
 """``lz.save`` / ``lz.load``: checkpoints without pickle, so loading runs no code.
 
-A file is::
+A file (format version 02) is::
 
-    b"LZCKPT01"                      magic and format version
-    u64 little-endian                 length of the JSON header
-    JSON header                       {"structure": ..., "tensors": [{dtype, shape, offset, nbytes}],
-                                       "sha256": digest of the data section}
-    padding to 64 bytes
-    data section                      each tensor's bytes, little-endian, C order, 64-byte aligned
+    b"LZCKPT02"                      magic and format version
+    u32 little-endian                 length of the header
+    header                            zlib-compressed JSON: {"structure": ..., "tensors": [[dtype, shape], ...]}
+    32 bytes                          SHA-256 of the data section
+    data section                      each tensor's bytes, little-endian, C order, to the end of the file
+
+Each tensor starts at a file offset that is a multiple of 64 when it holds at least 4 KiB (a
+large tensor that a reader maps or copies with vector loads), else a multiple of its item size;
+the offsets follow from the shapes, so the header stores none.  Why so lean: a quantized model
+is mostly small tensors (a scale, a zero point, a bias per layer beside a few kilobytes of int8
+weights), and version 01's header (a JSON entry with an offset and a byte count per tensor,
+every tensor padded to 64 bytes) cost ~140 bytes per tensor, more than many of the tensors
+themselves.  The structure's keys are module paths (``features.0.weight``, ``features.0.
+weight_scale``) that repeat their prefixes, which zlib stores once; the digest sits outside the
+compressed header, so a writer can fill it in after the data without moving anything.
 
 ``structure`` is the saved object with each tensor replaced by ``{"__tensor__": i}``; dicts with
 non-string keys, tuples, and non-finite floats get tagged forms (``__dict__``, ``__tuple__``,
@@ -17,14 +26,17 @@ numpy arrays too).  Random number generators' states need two more kinds: numpy 
 unsigned types lezero has no dtype for (MT19937's ``uint32`` key) are stored as ``{"__ndarray__": i}``
 and come back as numpy arrays, and integers of any size (PCG64's 128-bit state) are JSON integers.
 
+Files of version 01 (``b"LZCKPT01"``, u64 header length, plain JSON header with ``{dtype, shape,
+offset, nbytes}`` per tensor and the data's hex digest, data 64-byte aligned) still load.
+
 ``snapshot(obj)`` separates taking the values from writing them: it copies every array (the
 only time the caller must wait), and its ``write`` can then run in a background thread while
 training goes on changing the tensors (``lz.utils.checkpoint`` saves that way).
 
 Writes are atomic: a temporary file in the same directory, flushed and fsynced, then renamed over
 the target (and the directory fsynced), so a crash leaves the old file or the new one, never half
-of one.  Reading checks the magic, the header, every tensor's extent and the data's SHA-256: a
-truncated or corrupt file raises ``CheckpointError`` saying what is wrong.
+of one.  Reading checks the magic, the header (zlib's checksum), every tensor's extent and the
+data's SHA-256: a truncated or corrupt file raises ``CheckpointError`` saying what is wrong.
 """
 from __future__ import annotations
 
@@ -36,6 +48,7 @@ import mmap
 import os
 import struct
 import tempfile
+import zlib
 
 import numpy as np
 
@@ -44,8 +57,11 @@ from lezero.eager.core import Tensor, wrap
 from lezero.eager.device_arrays import host, storage, to_device
 from lezero.runtime.devices import device
 
-MAGIC = b"LZCKPT01"
-ALIGNMENT = 64
+MAGIC = b"LZCKPT02"
+_MAGIC_V1 = b"LZCKPT01"  # still read
+ALIGNMENT = 64  # of a tensor of LARGE bytes or more; smaller ones are aligned to their item size
+LARGE = 4096
+DIGEST = 32  # bytes of the data section's SHA-256
 # numpy dtypes without a lezero dtype that a checkpoint still holds (RNG states), as numpy arrays
 _NUMPY_ONLY = {np.dtype(t): np.dtype(t).name for t in (np.uint16, np.uint32, np.uint64)}
 
@@ -112,6 +128,18 @@ def _pad(n: int) -> int:
     return -n % ALIGNMENT
 
 
+def _offsets(base: int, sizes) -> tuple[list[int], int]:
+    """The file offsets of tensors of ``sizes`` (``(nbytes, itemsize)`` each) laid out from
+    ``base`` in version 02, and where the last one ends."""
+    offsets, cursor = [], base
+    for nbytes, itemsize in sizes:
+        align = ALIGNMENT if nbytes >= LARGE else max(itemsize, 1)
+        cursor += -cursor % align
+        offsets.append(cursor)
+        cursor += nbytes
+    return offsets, cursor
+
+
 class Snapshot:
     """An object's values, taken (``snapshot``) and ready to be written (``write``): the
     structure, and one host array per tensor."""
@@ -125,39 +153,39 @@ class Snapshot:
 
     def write(self, f, sync_directory: bool = True) -> str:
         """Write the checkpoint to the path ``f`` atomically (or to a binary file object); returns
-        the SHA-256 of its header, which holds the data's: a digest of the whole file for the
-        price of hashing the data once (``verify`` checks it).  ``sync_directory``: see
-        ``atomic_write``."""
-        entries, offset = [], 0
-        for a in self.arrays:
-            name = _NUMPY_ONLY.get(a.dtype) or _dt.from_numpy_dtype(a.dtype).name
-            entries.append({"dtype": name, "shape": list(a.shape), "offset": offset, "nbytes": a.nbytes})
-            offset += a.nbytes + _pad(a.nbytes)
+        the SHA-256 of everything before the data section (the header and the data's digest): a
+        digest of the whole file for the price of hashing the data once (``verify`` checks it).
+        ``sync_directory``: see ``atomic_write``."""
+        table = [[_NUMPY_ONLY.get(a.dtype) or _dt.from_numpy_dtype(a.dtype).name, list(a.shape)]
+                 for a in self.arrays]
+        header = zlib.compress(json.dumps({"structure": self.structure, "tensors": table}, separators=(",", ":"),
+                                          allow_nan=False).encode(), 9)
+        if len(header) >= 2 ** 32:
+            raise ValueError(f"lz.save: the header is {len(header)} bytes compressed, over the format's 4 GiB")
+        head = MAGIC + struct.pack("<I", len(header)) + header
         blobs = [_bits(a).astype(_bits(a).dtype.newbyteorder("<"), copy=False) for a in self.arrays]
-        chunks = [piece for blob in blobs for piece in (memoryview(blob).cast("B") if blob.nbytes else b"",
-                                                        b"\0" * _pad(blob.nbytes))]
-
-        def prefix_with(digest: str) -> bytes:
-            header = json.dumps({"structure": self.structure, "tensors": entries, "sha256": digest,
-                                 "data_bytes": offset}, separators=(",", ":"), allow_nan=False).encode()
-            prefix = MAGIC + struct.pack("<Q", len(header)) + header
-            return prefix + b"\0" * _pad(len(prefix))
+        offsets, _ = _offsets(len(head) + DIGEST, [(blob.nbytes, blob.itemsize) for blob in blobs])
+        chunks, cursor = [], len(head) + DIGEST
+        for blob, offset in zip(blobs, offsets):
+            if offset > cursor:
+                chunks.append(bytes(offset - cursor))
+            if blob.nbytes:
+                chunks.append(memoryview(blob).cast("B"))
+            cursor = offset + blob.nbytes
 
         def write(out) -> bytes:
             if not out.seekable():  # a stream: hash, then write
                 digest = hashlib.sha256()
                 for chunk in chunks:
                     digest.update(chunk)
-                prefix = prefix_with(digest.hexdigest())
-                out.write(prefix)
+                out.write(head + digest.digest())
                 for chunk in chunks:
                     out.write(chunk)
-                return prefix
+                return head + digest.digest()
             # A file: the data is hashed on a helper thread while it is written (hashlib and file
-            # writes release the GIL), then the header goes in again with the digest (64 hex
-            # digits, the placeholder's length).
+            # writes release the GIL), then the digest goes into its place before the data.
             start = out.tell()
-            out.write(prefix_with("0" * 64))
+            out.write(head + bytes(DIGEST))
             digest = hashlib.sha256()
             with concurrent.futures.ThreadPoolExecutor(1) as hasher:  # one thread: the updates in order
                 hashed = [hasher.submit(digest.update, chunk) for chunk in chunks]
@@ -165,12 +193,11 @@ class Snapshot:
                     out.write(chunk)
             for done in hashed:
                 done.result()
-            prefix = prefix_with(digest.hexdigest())
             end = out.tell()
-            out.seek(start)
-            out.write(prefix)
+            out.seek(start + len(head))
+            out.write(digest.digest())
             out.seek(end)
-            return prefix
+            return head + digest.digest()
 
         if hasattr(f, "write"):
             prefix = write(f)
@@ -257,19 +284,24 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(np.uint16) if a.dtype is _dt.BFLOAT16_STORAGE else a
 
 
-def _read_tensor(payload: memoryview, i: int, entry: dict, data_bytes: int, fail) -> np.ndarray:
-    """Tensor ``i`` of the data section: a writable, native-order copy."""
+def _tensor_type(i: int, entry, fail) -> tuple[np.dtype, tuple]:
+    """The numpy type and shape of tensor ``i``'s header entry ``[dtype, shape]``."""
     try:
-        name = entry["dtype"]
+        name, shape = entry
         numpy_type = np.dtype(name) if name in _NUMPY_ONLY.values() else _dt.as_dtype(name).numpy
-        shape = tuple(int(s) for s in entry["shape"])
-        offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
+        shape = tuple(int(s) for s in shape)
     except (KeyError, TypeError, ValueError) as err:
         fail(f"tensor #{i} has a corrupt entry ({err})")
-    if nbytes != math.prod(shape) * np.dtype(numpy_type).itemsize or offset < 0 or offset + nbytes > data_bytes:
-        fail(f"tensor #{i} ({entry['dtype']}, shape {list(shape)}) does not fit the data section")
+    if any(s < 0 for s in shape):
+        fail(f"tensor #{i} has a negative dimension in its shape {list(shape)}")
+    return numpy_type, shape
+
+
+def _read_tensor(payload: memoryview, numpy_type: np.dtype, shape: tuple, offset: int) -> np.ndarray:
+    """The tensor at ``offset`` of the data section: a writable, native-order copy."""
+    bits = np.uint16 if numpy_type is _dt.BFLOAT16_STORAGE else numpy_type
+    nbytes = math.prod(shape) * np.dtype(bits).itemsize
     with payload[offset:offset + nbytes] as chunk:
-        bits = np.uint16 if numpy_type is _dt.BFLOAT16_STORAGE else numpy_type
         stored = np.frombuffer(chunk, dtype=np.dtype(bits).newbyteorder("<")).reshape(shape)
         array = np.array(stored, dtype=bits, order="C").view(numpy_type)
         del stored
@@ -291,45 +323,86 @@ def verify(path) -> str:
                 view.release()
 
 
-def _parse(data: memoryview, name: str, target, decode: bool = True):
-    """The object in ``data`` (or, without ``decode``, the header's digest once the data is checked)."""
-    def fail(why: str):
-        raise CheckpointError(f"{name}: not a valid lezero checkpoint: {why}")
-
-    if len(data) < len(MAGIC) + 8:
+def _header_v2(data: memoryview, fail):
+    """(structure, [(numpy type, shape, offset in the data section)], data start, data end, digest)
+    of a version-02 file."""
+    start = len(MAGIC) + 4
+    if len(data) < start:
         fail(f"the file is {len(data)} bytes long, shorter than the header (truncated?)")
-    if bytes(data[:len(MAGIC)]) != MAGIC:
-        if bytes(data[:len(MAGIC) - 2]) == MAGIC[:-2]:
-            fail(f"format version {bytes(data[len(MAGIC) - 2:len(MAGIC)])!r} is not supported (expected {MAGIC[-2:]!r})")
-        fail("the magic bytes are missing (was it written by lz.save?)")
-    (header_len,) = struct.unpack("<Q", data[len(MAGIC):len(MAGIC) + 8])
-    start = len(MAGIC) + 8
+    (header_len,) = struct.unpack("<I", data[len(MAGIC):start])
+    base = start + header_len + DIGEST
+    if base > len(data):
+        fail(f"the header says it is {header_len} bytes but the file ends after {len(data) - start} (truncated?)")
+    try:
+        header = json.loads(zlib.decompress(data[start:start + header_len]))
+        structure, table = header["structure"], list(header["tensors"])
+    except (zlib.error, ValueError, KeyError, TypeError) as e:
+        fail(f"the header is corrupt ({e})")
+    types = [_tensor_type(i, entry, fail) for i, entry in enumerate(table)]
+    sizes = [(math.prod(shape) * t.itemsize, t.itemsize) for t, shape in types]
+    offsets, end = _offsets(base, sizes)
+    entries = [(t, shape, offset - base) for (t, shape), offset in zip(types, offsets)]
+    return structure, entries, base, end, bytes(data[base - DIGEST:base])
+
+
+def _header_v1(data: memoryview, fail):
+    """What ``_header_v2`` gives, of a version-01 file (a plain JSON header, 64-byte alignment)."""
+    start = len(_MAGIC_V1) + 8
+    if len(data) < start:
+        fail(f"the file is {len(data)} bytes long, shorter than the header (truncated?)")
+    (header_len,) = struct.unpack("<Q", data[len(_MAGIC_V1):start])
     if start + header_len > len(data):
         fail(f"the header says it is {header_len} bytes but the file ends after {len(data) - start} (truncated?)")
     try:
         header = json.loads(bytes(data[start:start + header_len]))
-        structure, entries, expected = header["structure"], header["tensors"], header["sha256"]
+        structure, table, digest = header["structure"], header["tensors"], bytes.fromhex(header["sha256"])
         data_bytes = int(header["data_bytes"])
     except (ValueError, KeyError, TypeError) as e:
         fail(f"the header is corrupt ({e})")
     base = start + header_len
     base += _pad(base)
-    if base + data_bytes > len(data):
-        fail(f"the data section should hold {data_bytes} bytes but the file has {max(len(data) - base, 0)} "
+    entries = []
+    for i, entry in enumerate(table):
+        try:
+            t, shape = _tensor_type(i, [entry["dtype"], entry["shape"]], fail)
+            offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
+        except (KeyError, TypeError, ValueError) as err:
+            fail(f"tensor #{i} has a corrupt entry ({err})")
+        if nbytes != math.prod(shape) * t.itemsize or offset < 0 or offset + nbytes > data_bytes:
+            fail(f"tensor #{i} ({entry['dtype']}, shape {list(shape)}) does not fit the data section")
+        entries.append((t, shape, offset))
+    return structure, entries, base, base + data_bytes, digest
+
+
+def _parse(data: memoryview, name: str, target, decode: bool = True):
+    """The object in ``data`` (or, without ``decode``, the SHA-256 of what precedes the data
+    section once the data is checked)."""
+    def fail(why: str):
+        raise CheckpointError(f"{name}: not a valid lezero checkpoint: {why}")
+
+    if len(data) < len(MAGIC):
+        fail(f"the file is {len(data)} bytes long, shorter than the header (truncated?)")
+    magic = bytes(data[:len(MAGIC)])
+    if magic not in (MAGIC, _MAGIC_V1):
+        if magic[:-2] == MAGIC[:-2]:
+            fail(f"format version {magic[-2:]!r} is not supported (expected {MAGIC[-2:]!r} or {_MAGIC_V1[-2:]!r})")
+        fail("the magic bytes are missing (was it written by lz.save?)")
+    structure, entries, base, end, expected = (_header_v2 if magic == MAGIC else _header_v1)(data, fail)
+    if end > len(data):
+        fail(f"the data section should hold {end - base} bytes but the file has {max(len(data) - base, 0)} "
              "(truncated?)")
-    if base + data_bytes < len(data):
-        fail(f"{len(data) - base - data_bytes} unexpected bytes after the data section")
+    if end < len(data):
+        fail(f"{len(data) - end} unexpected bytes after the data section")
     # every view of the (mapped) file is released before returning or raising
-    with data[base:base + data_bytes] as payload:
-        if hashlib.sha256(payload).hexdigest() != expected:
+    with data[base:end] as payload:
+        if hashlib.sha256(payload).digest() != expected:
             fail("the data does not match its checksum (the file is corrupt)")
         if not decode:
             with data[:base] as head:
                 return hashlib.sha256(head).hexdigest()
-        arrays = [_read_tensor(payload, i, e, data_bytes, fail) for i, e in enumerate(entries)]
+        arrays = [_read_tensor(payload, t, shape, offset) for t, shape, offset in entries]
         tensors = [a if a.dtype in _NUMPY_ONLY else wrap(to_device(a, target)) for a in arrays]
     try:
         return _decode(structure, tensors)
     except (IndexError, TypeError, ValueError) as e:
         fail(f"the structure refers to data that is not there ({e})")
-
