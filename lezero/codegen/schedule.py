@@ -35,6 +35,7 @@ from lezero.ir.diagnostics import IRError
 from lezero.ir.types import I64, FunctionType, TensorType
 from lezero.ir.verifier import verify
 from lezero.passes import run_pipeline
+from lezero.passes.licm import FIRST_INVARIANT_ARGUMENT
 from lezero.passes.memory_plan import ARENA_SIZE_ATTR
 from lezero.passes.partition import CONTROL_FLOW_OPS
 
@@ -92,6 +93,9 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
 
 # Kernel kinds whose CPU lowering reads constant operands pre-packed (issue 11: a conv's weights).
 PACKED_CONSTANT_KINDS = ("conv",)
+# ... and those that read a loop's invariants pre-packed in its body (issue 17: an RNN's recurrent
+# weight, packed once per run of the loop instead of once per iteration).
+PACKED_INVARIANT_KINDS = ("conv", "matmul")
 
 
 def mark_constant_operands(func: FuncOp) -> None:
@@ -99,12 +103,31 @@ def mark_constant_operands(func: FuncOp) -> None:
     operands that ``lz.constant`` defines (``CONSTANT_OPERANDS_ATTR``): the plan knows them when
     it is built, and the kernel's text (its cache key) says so."""
     for op in func.entry_block.ops:
-        if op.name != "lz.kernel" or op.definition.attrs(op).kind not in PACKED_CONSTANT_KINDS:
-            continue
-        constant = tuple(i for i, v in enumerate(op.operands)
-                         if isinstance(v.owner, Operation) and v.owner.name == "lz.constant")
-        if constant:
-            op.attributes[CONSTANT_OPERANDS_ATTR] = DenseArrayAttr(I64, constant)
+        if op.name == "lz.kernel" and op.definition.attrs(op).kind in PACKED_CONSTANT_KINDS:
+            _mark(op, set())
+
+
+def mark_invariant_operands(loop: Operation) -> None:
+    """Add to the constant operands of the kernels in ``loop``'s scheduled regions (an lz.for or
+    lz.while) those that are the loop's invariants: fixed in every iteration of one run of the
+    loop, so the region's plan packs them once per run (``ExecutionPlan.packed_inputs``)."""
+    first = FIRST_INVARIANT_ARGUMENT[loop.name]
+    count = loop.definition.attrs(loop).num_invariant
+    for region in loop.regions:
+        invariants = set(region.block.args[first:first + count])
+        for op in region.block.ops:
+            if op.name == "lz.kernel" and op.definition.attrs(op).kind in PACKED_INVARIANT_KINDS:
+                _mark(op, invariants)
+
+
+def _mark(kernel: Operation, invariants: set) -> None:
+    """Set ``kernel``'s constant operands: the ``lz.constant`` results (where its kind packs
+    constants) and ``invariants``."""
+    packs_constants = kernel.definition.attrs(kernel).kind in PACKED_CONSTANT_KINDS
+    constant = tuple(i for i, v in enumerate(kernel.operands) if v in invariants or (
+        packs_constants and isinstance(v.owner, Operation) and v.owner.name == "lz.constant"))
+    if constant:
+        kernel.attributes[CONSTANT_OPERANDS_ATTR] = DenseArrayAttr(I64, constant)
 
 
 def schedule_regions(func: FuncOp) -> None:
@@ -118,6 +141,8 @@ def schedule_regions(func: FuncOp) -> None:
             scheduled = schedule(ModuleOp([region_function(region.block)])).functions[0]
             _replace_body(region.block, scheduled)
             sizes.append(scheduled.attributes[ARENA_SIZE_ATTR].value)
+        if op.name in FIRST_INVARIANT_ARGUMENT:
+            mark_invariant_operands(op)
         op.attributes[REGION_ARENAS_ATTR] = DenseArrayAttr(I64, tuple(sizes))
 
 

@@ -108,6 +108,7 @@ class CpuPlan(BoundPlan):
     arena: np.ndarray
     keepalive: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    packed_inputs: list = field(default_factory=list)  # (argument index, spec, this binding's packed array)
 
 
 def _aligned_bytes(size: int) -> np.ndarray:
@@ -120,12 +121,15 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
     """``plan`` (every kernel on the CPU) with its kernels loaded and its arena allocated."""
     arena = _aligned_bytes(plan.arena_sizes[HOST])
     keepalive: list = [arena]
+    # a loop body's invariants read pre-packed (issue 17): buffers of this binding, which its loop
+    # packs into once per run (BoundRegion.pack)
+    packed = {index: np.zeros_like(plan.constants[index]) for _, _, index in plan.packed_inputs}
 
     def fixed_address(ref) -> int | None:
         if ref.kind == "arena":
             return arena.ctypes.data + ref.where
         if ref.kind == "constant":
-            return plan.constants[ref.where].ctypes.data
+            return packed.get(ref.where, plan.constants[ref.where]).ctypes.data
         return None
 
     kernels = [launch for launch in plan.launches if not isinstance(launch, HostStep)]
@@ -156,7 +160,8 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
                                 lowered.name, checks, status))
         keepalive.append(loaded)
     outputs = [(plan.written_in_place(i), ref, t) for i, (ref, t) in enumerate(zip(plan.outputs, plan.result_types))]
-    return CpuPlan(plan, launches, outputs, arena, keepalive)
+    return CpuPlan(plan, launches, outputs, arena, keepalive,
+                   packed_inputs=[(where, spec, packed[index]) for where, spec, index in plan.packed_inputs])
 
 
 def _result_arrays(plan: CpuPlan) -> list:
@@ -253,10 +258,11 @@ class BoundHostStep:
             for final, init in zip(finals, current):
                 np.copyto(final, init)
             return
+        prefix = [self.index] + invariants
+        body.pack(prefix)
         if self.native is not None:
             self._run_native_for(invariants, current, xs, finals, ys, pool)
             return
-        prefix = [self.index] + invariants
         for count, i in enumerate(range(n - 1, -1, -1) if step.reverse else range(n)):
             # the buffers alternate so that the last iteration (count n - 1) writes into finals
             written = finals if (n - 1 - count) % 2 == 0 else self.spare
@@ -306,6 +312,8 @@ class BoundHostStep:
         ni = self.step.num_invariant
         condition, body = self.regions
         invariants, current = operands[:ni], operands[ni:]
+        condition.pack(invariants)
+        body.pack(invariants)
         buffers = (outs, self.spare)
         count, bound = 0, self.max_trip_count
         while True:
@@ -335,6 +343,13 @@ class BoundRegion:
         self.plan = plan
         self.launches = lean_launches(plan)
         self.copies = [(i, ref, t) for i, (written_in_place, ref, t) in enumerate(plan.outputs) if not written_in_place]
+
+    def pack(self, arguments: list) -> None:
+        """Lay out the loop invariants its kernels read pre-packed (``CpuPlan.packed_inputs``),
+        once per run of the loop: ``arguments`` are the region's first arguments (the index, if
+        any, and the invariants)."""
+        for where, spec, packed in self.plan.packed_inputs:
+            np.copyto(packed, spec.pack(np.ascontiguousarray(arguments[where])))
 
     def fixed_array(self, ref, t) -> np.ndarray:
         """The array of an arena slot or constant of the region."""

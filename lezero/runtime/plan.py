@@ -156,6 +156,9 @@ class ExecutionPlan:
     outputs: list = field(default_factory=list)  # BufferRef per result
     folded_kernels: int = 0              # kernels of constants only, evaluated while planning
     block: object = None                 # the block planned: the function's entry block, or a region's
+    # A loop body's invariants read pre-packed (issue 17): (argument index, spec, constant index),
+    # the constant packed from the argument by the loop's host step once per run of the loop.
+    packed_inputs: list = field(default_factory=list)
 
     @property
     def result_types(self) -> list:
@@ -256,13 +259,19 @@ def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) ->
 
     def packed_constant(ref: BufferRef, spec, op: Operation) -> BufferRef:
         """The constant ``ref`` in the layout ``spec`` asks (a kernel's ``packed_operands``), packed
-        once per plan; the constant itself stays for its other readers."""
-        if ref.kind != "constant":
+        once per plan; the constant itself stays for its other readers.  In a loop's region, an
+        argument (a loop invariant: schedule's ``mark_invariant_operands``) gets a constant buffer
+        of the packed size, which the loop packs into once per run (``packed_inputs``)."""
+        if ref.kind not in ("constant", "input"):
             raise IRError(f"a kernel reads operand {spec.operand} pre-packed, but it is not a constant "
                           f"({ref.kind})", op.location)
-        key = (ref.where, spec)
+        key = (ref.kind, ref.where, spec)
         if key not in packed:
-            plan.constants.append(spec.pack(plan.constants[ref.where]))
+            if ref.kind == "constant":
+                plan.constants.append(spec.pack(plan.constants[ref.where]))
+            else:
+                plan.constants.append(np.zeros(spec.groups * spec.group_floats, np.float32))
+                plan.packed_inputs.append((ref.where, spec, len(plan.constants) - 1))
             packed[key] = BufferRef("constant", len(plan.constants) - 1)
         return packed[key]
 

@@ -90,3 +90,35 @@ def test_a_body_with_a_loop_of_its_own_runs_in_python_and_says_why():
     assert inner.native is not None  # the inner loop runs natively, called from the outer's Python loop
     for g, r in zip(compiled(*args), interpret(module, entry, *args)):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+
+
+
+@pytest.mark.parametrize("loop", ["for", "while"])
+@pytest.mark.parametrize("product", ["conv"])
+def test_a_loop_invariant_weight_is_packed_once_per_run(product, loop):
+    # The body's GEMM reads the invariant weight pre-packed, laid out by the loop once per run
+    # (an RNN's h @ w.T at batch 5, a conv RNN's 3x3 conv), so a second run must see a new weight;
+    # lz.for natively and in the Python loop (lz.while's always runs in Python)
+    if product == "matmul":
+        h, w = RNG.standard_normal((5, 20)).astype(np.float32), RNG.standard_normal((20, 20)).astype(np.float32) * 0.3
+        body = lambda h, x, w: lz.tanh(h @ w.T + x)
+    else:
+        h, w = RNG.standard_normal((2, 6, 5, 5)).astype(np.float32), RNG.standard_normal((6, 6, 3, 3)).astype(np.float32) * 0.2
+        body = lambda h, x, w: lz.tanh(lz.nn.functional.conv2d(h, w, padding=1) + x)
+    xs = RNG.standard_normal((3,) + h.shape).astype(np.float32)
+    if loop == "for":
+        fn = lambda h, xs, w: lz.scan(lambda c, x: (body(c, x, w),) * 2, h, xs)
+    else:
+        fn = lambda h, xs, w: lz.while_loop(lambda c: c[1] < 4, lambda c: (body(c[0], xs[0], w), c[1] + 1),
+                                            (h, lz.tensor(0)))
+    compiled, module, entry, args = _compiled(fn, h, xs, w)
+    (step,) = _steps(compiled, args)
+    region = step.regions[-1].plan  # the body
+    (packed,) = region.packed_inputs
+    assert region.plan.block.args[packed[0]].type.shape == w.shape  # the argument packed is w
+    assert (step.native is not None) == (loop == "for")
+    for scale, native in ((1.0, step.native), (-0.5, step.native), (2.0, None)):  # each run repacks w
+        step.native = native
+        args[2] = w * scale  # the inputs come first: h, xs, w
+        for g, r in zip(compiled(*args), interpret(module, entry, *args)):
+            np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
