@@ -159,7 +159,7 @@ class Snapshot:
         table = [[_NUMPY_ONLY.get(a.dtype) or _dt.from_numpy_dtype(a.dtype).name, list(a.shape)]
                  for a in self.arrays]
         header = zlib.compress(json.dumps({"structure": self.structure, "tensors": table}, separators=(",", ":"),
-                                          allow_nan=False).encode(), 9)
+                                          allow_nan=False).encode())
         if len(header) >= 2 ** 32:
             raise ValueError(f"lz.save: the header is {len(header)} bytes compressed, over the format's 4 GiB")
         head = MAGIC + struct.pack("<I", len(header)) + header

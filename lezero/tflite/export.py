@@ -14,13 +14,29 @@ input (one TRANSPOSE, made once per value) and its result has an NHWC form from 
 copy is made only when something needs it.  Elementwise ops, batch norm and per-channel
 constants follow the layout their input has, so a conv -> bias -> batch norm -> relu -> pool chain
 transposes once at each end.  Weights are converted at export: CONV_2D's filter OIHW -> OHWI,
-DEPTHWISE_CONV_2D's (C, 1, H, W) -> (1, H, W, C); explicit convolution padding is a PAD op.
+DEPTHWISE_CONV_2D's (C, 1, H, W) -> (1, H, W, C).  A convolution's padding is SAME where it is
+TFLite's SAME (as the converter writes a padded conv), else a PAD op before a VALID one.
 
-int8: ``lz.quantization.quantize_dynamic``'s pattern (``dynamic_quantize`` -> ``matmul_integer``
-with int8 weights, symmetric per-channel -> ``cast`` -> a product with the scales) becomes
-TFLite's dynamic-range ("hybrid") FULLY_CONNECTED: float input, int8 weight with per-output-channel
-scales in the tensor's quantization parameters, float output (TFLite quantizes the input per row
-itself, asymmetrically, as lezero does per tensor).
+int8, dynamic: ``lz.quantization.quantize_dynamic``'s pattern (``dynamic_quantize`` ->
+``matmul_integer`` with int8 weights, symmetric per-channel -> ``cast`` -> a product with the
+scales) becomes TFLite's dynamic-range ("hybrid") FULLY_CONNECTED: float input, int8 weight with
+per-output-channel scales in the tensor's quantization parameters, float output (TFLite quantizes
+the input per row itself, asymmetrically, as lezero does per tensor).
+
+int8, static (full integer, as TFLite's converter writes it): a quantized layer
+(``QuantizedConv2d``/``QuantizedLinear``: ``[relu](cast(conv_integer | matmul_integer of
+lz.quantize(x, s, z)) * (s * sw) [+ bias])``) whose float result reaches the next layer's
+``lz.quantize(., s2, z2)`` through max pools and reshapes (which commute with a quantization) is
+CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED with int8 input, per-channel int8 filter (zero
+points 0; quantized dimension 0 of OHWI, 3 of the depthwise 1HWO), int32 bias
+``round(bias / (s * sw))`` of scale ``s * sw``, the relu fused, and int8 output of scale ``s2``
+and zero point ``z2``; the pools, reshapes, PADs (which pad with the zero point) and transposes
+between run on int8 with the same parameters.  uint8 activations are the same values in int8
+with the zero point minus 128 (TFLite's int8 kernels take int8 activations).  A float input is
+QUANTIZEd; a quantized layer whose result lezero gives in float (the classifier: no output scale
+exists) DEQUANTIZEs its int8 input and weight and computes in float32, so its weights stay 8-bit
+in the file.  TFLite requantizes in fixed point and lezero in float32, so an int8 activation may
+differ by one step.
 
 An op with no TFLite form here is an ``ExportError`` naming it and the user's source line (its
 IR location).  Dynamic dims (``?``) are 1 in the tensor's shape and -1 in its ``shape_signature``:
@@ -46,10 +62,10 @@ def _schema(name: str):
     return importlib.import_module(f"tflite.{name}")
 
 
-(Buffer, BuiltinOperator, BuiltinOptions, Model, Operator, OperatorCode, Padding, QuantizationParameters, SubGraph,
- Tensor, TensorType) = map(_schema, ("Buffer", "BuiltinOperator", "BuiltinOptions", "Model", "Operator",
-                                     "OperatorCode", "Padding", "QuantizationParameters", "SubGraph", "Tensor",
-                                     "TensorType"))
+(ActivationFunctionType, Buffer, BuiltinOperator, BuiltinOptions, Model, Operator, OperatorCode, Padding,
+ QuantizationParameters, SubGraph, Tensor, TensorType) = map(_schema, (
+    "ActivationFunctionType", "Buffer", "BuiltinOperator", "BuiltinOptions", "Model", "Operator", "OperatorCode",
+    "Padding", "QuantizationParameters", "SubGraph", "Tensor", "TensorType"))
 
 SCHEMA_VERSION = 3
 NCHW, NHWC = "nchw", "nhwc"
@@ -60,7 +76,9 @@ _TYPES = {np.dtype(np.float32): TensorType.TensorType.FLOAT32, np.dtype(np.int32
           np.dtype(np.uint8): TensorType.TensorType.UINT8, np.dtype(np.bool_): TensorType.TensorType.BOOL}
 _OPS = BuiltinOperator.BuiltinOperator
 _OPTIONS = BuiltinOptions.BuiltinOptions
-_VALID = Padding.Padding.VALID  # explicit padding is a PAD op before the convolution
+_VALID, _SAME = Padding.Padding.VALID, Padding.Padding.SAME  # other padding is a PAD op before the convolution
+_RELU = ActivationFunctionType.ActivationFunctionType.RELU
+_NO_ACTIVATION = ActivationFunctionType.ActivationFunctionType.NONE
 _BINARY = {"add": _OPS.ADD, "sub": _OPS.SUB, "mul": _OPS.MUL, "div": _OPS.DIV, "max": _OPS.MAXIMUM,
            "min": _OPS.MINIMUM}
 _UNARY = {"relu": _OPS.RELU, "tanh": _OPS.TANH, "sigmoid": _OPS.LOGISTIC, "exp": _OPS.EXP, "neg": _OPS.NEG,
@@ -98,8 +116,9 @@ class _Subgraph:
         array = np.ascontiguousarray(array)
         return self.tensor(name, array.shape, array.dtype, array, quantization)
 
-    def op(self, code: int, inputs: list[int], shape, dtype=np.float32, options=None, name="t") -> int:
-        out = self.tensor(name, shape, dtype)
+    def op(self, code: int, inputs: list[int], shape, dtype=np.float32, options=None, name="t",
+           quantization=None) -> int:
+        out = self.tensor(name, shape, dtype, quantization=quantization)
         self.operators.append((code, inputs, [out], *(options or (0, None))))
         return out
 
@@ -107,6 +126,20 @@ class _Subgraph:
 def _defining_op(value) -> Operation | None:
     """The op whose result ``value`` is; None for a block argument (an input or a weight)."""
     return value.owner if isinstance(value.owner, Operation) else None
+
+
+def _is_same_padding(spatial, kernel, attrs) -> bool:
+    """Whether a convolution's explicit pads are TFLite's SAME padding (output ``ceil(n / stride)``,
+    the padding split with the odd one after), as TFLite's converter writes padded convs."""
+    if not any(attrs.pads) or None in spatial:
+        return False
+    top, left, bottom, right = attrs.pads
+    for n, k, stride, dilation, before, after in zip(spatial, kernel, attrs.strides, attrs.dilations, (top, left),
+                                                     (bottom, right)):
+        total = (-(-n // stride) - 1) * stride + (k - 1) * dilation + 1 - n
+        if total < 0 or (before, after) != (total // 2, total - total // 2):
+            return False
+    return True
 
 
 def _static_shape(t) -> tuple:
@@ -122,6 +155,7 @@ class _Exporter:
         self.func = func
         constants = {id(arg): np.asarray(array) for arg, (_, array) in zip(func.arguments[n_inputs:], weights)}
         self.g = _Subgraph(constants)
+        self.quantized_forms: dict[tuple, dict[str, int]] = {}  # (id(value), scale, zero) -> {layout: int8 tensor}
         self.users: dict[int, int] = {}
         for op in func.entry_block.ops:
             for v in op.operands:
@@ -172,6 +206,143 @@ class _Exporter:
             return NCHW
         return NHWC if NHWC in self.available(value) else NCHW
 
+    # --- int8 activations (static quantization) -------------------------------------------------
+    def activation_params(self, scale_value, zero_value, op) -> tuple[float, int]:
+        """(scale, int8 zero point) of a per-tensor activation quantization with constant
+        parameters; a uint8 one is the same values shifted by -128 (TFLite's int8 kernels take
+        int8 activations with per-channel int8 weights)."""
+        scale, zero = self.constant_of(scale_value), self.constant_of(zero_value)
+        if scale is None or zero is None or scale.size != 1 or zero.size != 1:
+            raise ExportError(f"'{op.name}' op with computed or per-channel activation quantization parameters has "
+                              "no TFLite form (TFLite's int8 activations have one constant scale and zero point)",
+                              op.location)
+        return float(scale.reshape(())), int(zero.reshape(())) - (128 if zero.dtype == np.uint8 else 0)
+
+    def quantized(self, value, scale: float, zero: int, layout=NCHW) -> int:
+        """The int8 tensor of ``quantize(value, scale, zero)`` (``zero`` already int8) in ``layout``:
+        the integer form of the layers that computed ``value`` when they are quantized layers
+        (``_integer_parts``: a CONV_2D/DEPTHWISE_CONV_2D/FULLY_CONNECTED with int8 output of this
+        scale), through max pools and reshapes (which commute with quantization), else a QUANTIZE
+        of the float value."""
+        params = (np.array([scale], np.float32), np.array([zero], np.int64), 0)
+        forms = self.quantized_forms.setdefault((id(value), scale, zero), {})
+        if not forms:
+            op, shape = _defining_op(value), _static_shape(value.type)
+            parts = self._integer_parts(value)
+            if op is not None and op.name == "lz.max_pool2d":
+                inner = self.quantized(op.operands[0], scale, zero, NHWC)
+                forms[NHWC] = self._pool(op, op.definition.attrs(op), _in_layout(shape, NHWC), _OPS.MAX_POOL_2D,
+                                         inner, params)
+            elif op is not None and op.name == "lz.reshape":
+                inner = self.quantized(op.operands[0], scale, zero, NCHW)
+                new_shape = np.array([-1 if d is None else d for d in value.type.shape], np.int32)
+                forms[NCHW] = self.g.op(_OPS.RESHAPE, [inner, self.g.constant(new_shape)], shape, np.int8,
+                                        _options("ReshapeOptions", NewShape=new_shape), "reshape", params)
+            elif parts is not None and parts[0].name == "lz.conv_integer":
+                forms[NHWC] = self._conv2d(parts[0], parts[0].definition.attrs(parts[0]), _in_layout(shape, NHWC),
+                                           parts[2], integer=(parts[1], parts[3], params))
+            elif parts is not None:
+                forms[NCHW] = self._integer_fully_connected(parts, shape, params)
+            else:
+                layout_now = self.preferred_layout(value) if len(shape) == 4 else NCHW
+                forms[layout_now] = self.g.op(_OPS.QUANTIZE, [self.get(value, layout_now)],
+                                              _in_layout(shape, layout_now) if len(shape) == 4 else shape, np.int8,
+                                              name="quantize", quantization=params)
+        if layout not in forms:
+            (other, index), = forms.items()
+            perm = TO_NHWC if layout == NHWC else TO_NCHW
+            forms[layout] = self.g.op(_OPS.TRANSPOSE, [index, self.g.constant(np.array(perm, np.int32))],
+                                      _in_layout(_static_shape(value.type), layout), np.int8, name="transpose",
+                                      quantization=params)
+        return forms[layout]
+
+    def _integer_parts(self, value):
+        """(integer op, its combined scale per output channel (sx * sw), bias or None, relu) when
+        ``value`` is a quantized layer's float result: ``[relu](cast(conv_integer | matmul_integer
+        of lz.quantize(x)) * scale [+ bias])`` (``QuantizedConv2d``, ``QuantizedLinear``), else None."""
+        op, relu, bias = _defining_op(value), False, None
+        if op is not None and (op.name == "lz.relu" or (op.name == "lz.select" and self._is_relu(op)) or (
+                op.name == "lz.max" and any(self._is_scalar(v, 0.0) for v in op.operands))):
+            relu = True
+            value = op.operands[2] if op.name == "lz.select" else next(
+                v for v in op.operands if not (op.name == "lz.max" and self._is_scalar(v, 0.0)))
+            op = _defining_op(value)
+        if op is not None and op.name == "lz.add":
+            for product, b in (op.operands, op.operands[::-1]):
+                constant = self.constant_of(b)
+                if constant is not None and self.constant_of(product) is None:
+                    bias, value, op = constant, product, _defining_op(product)
+                    break
+        if op is None or op.name != "lz.mul":
+            return None
+        for product, s in (op.operands, op.operands[::-1]):
+            cast, scale = _defining_op(product), self.constant_of(s)
+            integer = _defining_op(cast.operands[0]) if cast is not None and cast.name == "lz.cast" else None
+            if scale is None or integer is None or integer.name not in ("lz.conv_integer", "lz.matmul_integer"):
+                continue
+            quantize = _defining_op(integer.operands[0])
+            if quantize is None or quantize.name != "lz.quantize":
+                return None
+            channels = integer.results[0].type.shape[1 if integer.name == "lz.conv_integer" else -1]
+            if scale.size not in (1, channels) or (bias is not None and bias.size != channels):
+                return None
+            scale = np.broadcast_to(scale.reshape(-1), (channels,)).astype(np.float32)
+            return integer, scale, None if bias is None else bias.reshape(-1).astype(np.float32), relu
+        return None
+
+    def _is_scalar(self, value, number: float) -> bool:
+        array = self.constant_of(value)
+        return array is not None and array.size == 1 and float(array.reshape(())) == number
+
+    def _integer_operands(self, integer):
+        """(int8 input tensor in the layout the op reads, its scale and int8 zero point, the int8
+        weight) of a conv_integer/matmul_integer whose input is ``lz.quantize``, with TFLite's int8
+        rules checked: constant int8 symmetric weights, the quantize's zero point."""
+        quantized_input, weight_value, input_zero, weight_zero = integer.operands
+        quantize = _defining_op(quantized_input)
+        scale, zero = self.activation_params(quantize.operands[1], quantize.operands[2], quantize)
+        if self.activation_params(quantize.operands[1], input_zero, integer)[1] != zero:
+            raise ExportError(f"'{integer.name}' op whose input zero point is not its lz.quantize's has no TFLite "
+                              "form", integer.location)
+        weight, weight_zeros = self.constant_of(weight_value), self.constant_of(weight_zero)
+        if weight is None or weight.dtype != np.int8 or weight_zeros is None or np.any(weight_zeros != 0):
+            raise ExportError(f"'{integer.name}' op without constant symmetric int8 weights (zero point 0) has no "
+                              "TFLite form: TFLite's int8 weights are symmetric (quantize with scheme='symmetric')",
+                              integer.location)
+        layout = NHWC if integer.name == "lz.conv_integer" else NCHW
+        return self.quantized(quantize.operands[0], scale, zero, layout), scale, zero, weight
+
+    def _integer_fully_connected(self, parts, shape, params) -> int:
+        """FULLY_CONNECTED with int8 input, per-channel int8 weight (N, K), int32 bias of scale
+        sx * sw and int8 output of ``params`` (TFLite's full-integer form, as its converter writes
+        it); without ``params`` (a layer whose result lezero gives as float: the classifier) the
+        int8 input and weight are DEQUANTIZEd and the layer computes in float32."""
+        integer, combined, bias, relu = parts
+        x, input_scale, _, weight = self._integer_operands(integer)
+        w = self._int8_weight(np.ascontiguousarray(weight.T), combined / np.float32(input_scale), 0)
+        options = _options("FullyConnectedOptions", FusedActivationFunction=_RELU if relu else _NO_ACTIVATION)
+        if params is None:
+            ins = [self._dequantized(x), self._dequantized(w),
+                   -1 if bias is None else self.g.constant(bias, "bias")]
+            return self.g.op(_OPS.FULLY_CONNECTED, ins, shape, np.float32, options, "fc")
+        return self.g.op(_OPS.FULLY_CONNECTED, [x, w, self._int32_bias(bias, combined)], shape, np.int8, options,
+                         "fc", params)
+
+    def _dequantized(self, index: int) -> int:
+        """A float32 DEQUANTIZE of the int8 tensor ``index``."""
+        return self.g.op(_OPS.DEQUANTIZE, [index], self.g.tensors[index].shape, np.float32, name="dequantize")
+
+    def _int8_weight(self, weight, scale, dimension: int) -> int:
+        """An int8 weight constant quantized per channel along ``dimension``, zero points 0."""
+        return self.g.constant(weight, "weight_int8", (np.asarray(scale, np.float32),
+                                                       np.zeros(len(scale), np.int64), dimension))
+
+    def _int32_bias(self, bias, combined) -> int:
+        """The int32 bias of an int8 kernel: ``round(bias / (sx * sw))`` with that scale per channel."""
+        values = np.zeros(len(combined), np.int32) if bias is None else np.round(
+            bias.astype(np.float64) / combined.astype(np.float64)).astype(np.int32)
+        return self.g.constant(values, "bias_int32", (combined, np.zeros(len(combined), np.int64), 0))
+
     # --- ops ------------------------------------------------------------------------------------
     def emit(self, op) -> dict[str, int]:
         """The TFLite form of ``op``'s result, in the layout(s) it is made in."""
@@ -183,6 +354,12 @@ class _Exporter:
                               "write", op.location)
         if short in ("conv2d", "max_pool2d", "avg_pool2d"):
             return {NHWC: getattr(self, "_" + short)(op, op.definition.attrs(op), _in_layout(shape, NHWC))}
+        integer = self._integer_parts(result) if short in ("add", "mul", "relu", "max", "select") else None
+        if integer is not None and integer[0].name == "lz.conv_integer":
+            return {NHWC: self._conv2d(integer[0], integer[0].definition.attrs(integer[0]), _in_layout(shape, NHWC),
+                                       integer[2], integer=(integer[1], integer[3], None))}
+        if integer is not None:
+            return {NCHW: self._integer_fully_connected(integer, shape, None)}
         if short == "add" and self._biased_conv_parts(op):
             conv, bias = self._biased_conv_parts(op)
             return {NHWC: self._conv2d(conv, conv.definition.attrs(conv), _in_layout(shape, NHWC), bias)}
@@ -335,15 +512,17 @@ class _Exporter:
         return {layout: self.g.op(_OPS.ADD, [scaled, self.g.constant(per_channel(shift))], _in_layout(shape, layout),
                                   name="bn_shift")}
 
-    def _padded_nhwc(self, op, pads, value=0.0) -> int:
-        x = self.get(op.operands[0], NHWC)
+    def _padded_nhwc(self, x: int, value, pads) -> int:
+        """The NHWC tensor ``x`` (of the image ``value``) padded with zeros: PAD (which pads an int8
+        tensor with its zero point, the quantized 0)."""
         top, left, bottom, right = pads
         if not any(pads):
             return x
-        n, h, w, c = _in_layout(_static_shape(op.operands[0].type), NHWC)
+        n, h, w, c = _in_layout(_static_shape(value.type), NHWC)
         paddings = np.array([[0, 0], [top, bottom], [left, right], [0, 0]], np.int32)
+        t = self.g.tensors[x]
         return self.g.op(_OPS.PAD, [x, self.g.constant(paddings)], (n, h + top + bottom, w + left + right, c),
-                         name="pad")
+                         t.dtype, name="pad", quantization=t.quantization)
 
     def _biased_conv_parts(self, op):
         """(conv op, bias (C,)) of ``conv2d(x, w) + constant (1, C, 1, 1)`` when nothing else reads the
@@ -355,37 +534,68 @@ class _Exporter:
                 return conv, bias.reshape(-1).astype(np.float32)
         return None
 
-    def _conv2d(self, op, attrs, shape, bias=None) -> int:
+    def _conv2d(self, op, attrs, shape, bias=None, integer=None) -> int:
+        """CONV_2D or DEPTHWISE_CONV_2D of an ``lz.conv2d`` (float), or of an ``lz.conv_integer``
+        with ``integer`` = (combined scale sx * sw per output channel, relu, int8 output params):
+        int8 input, per-channel int8 filter (quantized dimension 0 for CONV_2D's OHWI, 3 for
+        DEPTHWISE's 1HWO), int32 bias of scale sx * sw, fused relu, int8 output (TFLite's
+        full-integer conv, as its converter writes it); with no output params (lezero's result is
+        float) the int8 input and filter are DEQUANTIZEd and the conv computes in float32."""
         weight = self.constant_of(op.operands[1])
         if weight is None:
             raise ExportError(f"'{op.name}' op with a computed (not constant) filter has no TFLite form",
                               op.location)
         out_channels, in_per_group = weight.shape[:2]
         in_channels = op.operands[0].type.shape[1]
-        x = self._padded_nhwc(op, attrs.pads)
-        bias = self.g.constant(np.zeros(out_channels, np.float32) if bias is None else bias, "bias")
         (sh, sw), (dh, dw) = attrs.strides, attrs.dilations
+        dtype, params, activation = np.float32, None, _NO_ACTIVATION
+        padding = _SAME if _is_same_padding(op.operands[0].type.shape[2:], weight.shape[2:], attrs) else _VALID
+        pads = (0, 0, 0, 0) if padding == _SAME else attrs.pads
+        if integer is None:
+            x = self._padded_nhwc(self.get(op.operands[0], NHWC), op.operands[0], pads)
+            bias = self.g.constant(np.zeros(out_channels, np.float32) if bias is None else bias, "bias")
+
+            def filter_of(array, dimension):
+                return self.g.constant(array, "filter")
+        else:
+            combined, relu, params = integer
+            x, input_scale, _, weight = self._integer_operands(op)
+            x = self._padded_nhwc(x, op.operands[0], pads)
+            activation = _RELU if relu else _NO_ACTIVATION
+            if params is None:  # a float result: DEQUANTIZE in, float conv
+                x = self._dequantized(x)
+                bias = self.g.constant(np.zeros(out_channels, np.float32) if bias is None else bias, "bias")
+            else:
+                dtype, bias = np.int8, self._int32_bias(bias, combined)
+
+            def filter_of(array, dimension):
+                filt = self._int8_weight(array, combined / np.float32(input_scale), dimension)
+                return filt if params is not None else self._dequantized(filt)
         if attrs.groups == 1:
-            filt = self.g.constant(np.transpose(weight, (0, 2, 3, 1)), "filter")  # OIHW -> OHWI
-            options = _options("Conv2DOptions", Padding=_VALID, StrideH=sh, StrideW=sw, DilationHFactor=dh,
-                               DilationWFactor=dw)
-            return self.g.op(_OPS.CONV_2D, [x, filt, bias], shape, options=options, name="conv")
+            filt = filter_of(np.transpose(weight, (0, 2, 3, 1)), 0)  # OIHW -> OHWI
+            options = _options("Conv2DOptions", Padding=padding, StrideH=sh, StrideW=sw, DilationHFactor=dh,
+                               DilationWFactor=dw, FusedActivationFunction=activation)
+            return self.g.op(_OPS.CONV_2D, [x, filt, bias], shape, dtype, options, "conv", params)
         if attrs.groups == in_channels and in_per_group == 1:
-            filt = self.g.constant(np.transpose(weight, (1, 2, 3, 0)), "filter")  # (C*M, 1, H, W) -> (1, H, W, C*M)
-            options = _options("DepthwiseConv2DOptions", Padding=_VALID, StrideH=sh, StrideW=sw, DilationHFactor=dh,
-                               DilationWFactor=dw, DepthMultiplier=out_channels // in_channels)
-            return self.g.op(_OPS.DEPTHWISE_CONV_2D, [x, filt, bias], shape, options=options, name="depthwise")
+            filt = filter_of(np.transpose(weight, (1, 2, 3, 0)), 3)  # (C*M, 1, H, W) -> (1, H, W, C*M)
+            options = _options("DepthwiseConv2DOptions", Padding=padding, StrideH=sh, StrideW=sw, DilationHFactor=dh,
+                               DilationWFactor=dw, DepthMultiplier=out_channels // in_channels,
+                               FusedActivationFunction=activation)
+            return self.g.op(_OPS.DEPTHWISE_CONV_2D, [x, filt, bias], shape, dtype, options, "depthwise", params)
         raise ExportError(f"'{op.name}' op with {attrs.groups} groups of {in_per_group} channels (neither 1 group nor "
                           "depthwise) has no TFLite form", op.location)
 
-    def _pool(self, op, attrs, shape, code) -> int:
+    def _pool(self, op, attrs, shape, code, x=None, quantization=None) -> int:
+        """MAX_POOL_2D / AVERAGE_POOL_2D of the NHWC input (``x``: an int8 one, of ``quantization``,
+        which the output keeps)."""
         if attrs.ceil_mode or any(attrs.pads) or tuple(getattr(attrs, "dilations", (1, 1))) != (1, 1):
             raise ExportError(f"'{op.name}' op with padding, ceil_mode or dilation has no TFLite form (TFLite pools "
                               "have VALID or SAME padding only)", op.location)
         (kh, kw), (sh, sw) = attrs.kernel, attrs.strides
-        return self.g.op(code, [self.get(op.operands[0], NHWC)], shape,
-                         options=_options("Pool2DOptions", Padding=_VALID, StrideH=sh, StrideW=sw, FilterHeight=kh,
-                                          FilterWidth=kw), name="pool")
+        x = self.get(op.operands[0], NHWC) if x is None else x
+        return self.g.op(code, [x], shape, np.float32 if quantization is None else np.int8,
+                         _options("Pool2DOptions", Padding=_VALID, StrideH=sh, StrideW=sw, FilterHeight=kh,
+                                  FilterWidth=kw), "pool", quantization)
 
     def _max_pool2d(self, op, attrs, shape) -> int:
         return self._pool(op, attrs, shape, _OPS.MAX_POOL_2D)
@@ -440,11 +650,6 @@ class _Exporter:
                 continue
             quantized, weight, _, weight_zero = mm.operands
             dq = _defining_op(quantized)
-            if dq is not None and dq.name == "lz.quantize":
-                raise ExportError(f"'{mm.name}' op of a statically quantized input (lz.quantize with calibrated "
-                                  "scales) has no TFLite form in lezero's TFLite exporter yet: TFLite's int8 "
-                                  "FULLY_CONNECTED gives int8 with an output scale, which lezero's float-output "
-                                  "quantized linear does not have (quantize_dynamic exports)", mm.location)
             if dq is None or dq.name != "lz.dynamic_quantize" or quantized is not dq.results[0]:
                 continue
             w, zero = self.constant_of(weight), self.constant_of(weight_zero)
@@ -462,6 +667,7 @@ class _Exporter:
 
 
 SUPPORTED = ("FULLY_CONNECTED (matmul by a constant, + bias; int8 dynamic-range from quantize_dynamic)",
+             "int8 CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED (static quantization), QUANTIZE, DEQUANTIZE",
              "ADD", "SUB", "MUL", "DIV", "MAXIMUM/MINIMUM (clamps)", "RELU", "RELU6", "TANH", "LOGISTIC", "EXP",
              "RESHAPE", "TRANSPOSE", "SOFTMAX, LOG_SOFTMAX (last axis)", "GELU", "CONV_2D", "DEPTHWISE_CONV_2D",
              "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "CONCATENATION", "batch norm (as MUL, ADD)")
