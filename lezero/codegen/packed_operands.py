@@ -11,6 +11,10 @@ wants one of them in a layout of its own says so in its lowered kernel (``packed
 tuple of ``PackedGemmA``), and the plan replaces that operand's buffer by ``spec.pack(array)``,
 a constant of its own (the original stays for any other reader).  The layout is data, so the
 kernel cache's facts carry it and a native executable ships the packed weights.
+
+A matmul's constant B (a transformer's projection weights) is the other case, ``PackedGemmB``:
+at a few rows (decode and short sequences: 32 x 256 x 1024) packing B per call moves as many
+bytes as the products read, and read in place its rows are far apart.
 """
 from __future__ import annotations
 
@@ -65,3 +69,56 @@ class PackedGemmA:
                 block[:, whole, :, left:] = 0
         return packed.reshape(-1)
 
+
+
+@dataclass(frozen=True)
+class PackedGemmB:
+    """Operand ``operand``, a ``depth x cols`` matrix (B of a matmul: k by n) stored with element
+    strides ``strides`` (per step of k and of n: row-major, transposed or any other view of the
+    buffer), as the GEMM's packed B: slivers of ``col_tile`` columns, each all ``depth`` deep and
+    k-major, ``col_tile`` floats per k; element (k, j) is at ``(j // col_tile) * col_tile * depth +
+    k * col_tile + j % col_tile``; columns past ``cols`` are zeros.  The layout does not depend on
+    the GEMM's K or N blocks (a block's sliver is at ``j * depth + k0 * col_tile``)."""
+
+    operand: int
+    depth: int
+    cols: int
+    col_tile: int
+    strides: tuple
+
+    groups = 1  # one matrix (the plan sizes a packed buffer as groups x group_floats)
+
+    @property
+    def padded_cols(self) -> int:
+        return -(-self.cols // self.col_tile) * self.col_tile
+
+    @property
+    def group_floats(self) -> int:
+        return self.padded_cols * self.depth
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        k_stride, n_stride = self.strides
+        last = (self.depth - 1) * k_stride + (self.cols - 1) * n_stride
+        if array.dtype != np.float32 or array.size <= last:
+            raise ValueError(f"packing {array.dtype} {array.shape} as {self}: expected float32 values "
+                             f"reaching element {last}")
+        flat = np.ascontiguousarray(array).reshape(-1)
+        matrix = np.lib.stride_tricks.as_strided(flat, (self.depth, self.cols),
+                                                 (k_stride * flat.itemsize, n_stride * flat.itemsize), writeable=False)
+        slivers = self.padded_cols // self.col_tile
+        packed = np.empty((slivers, self.depth, self.col_tile), np.float32)
+        whole = self.cols // self.col_tile
+        packed[:whole] = matrix[:, :whole * self.col_tile].reshape(self.depth, whole, self.col_tile).transpose(1, 0, 2)
+        if whole < slivers:  # the last sliver: its columns past ``cols`` are zeros
+            left = self.cols - whole * self.col_tile
+            packed[whole, :, :left] = matrix[:, whole * self.col_tile:]
+            packed[whole, :, left:] = 0
+        return packed.reshape(-1)
+
+
+def packed_operand_from_fields(fields: dict):
+    """The spec a kernel cache entry's facts hold (``dataclasses.asdict`` of one): which class is
+    told by its fields."""
+    if "col_tile" in fields:
+        return PackedGemmB(**{**fields, "strides": tuple(fields["strides"])})
+    return PackedGemmA(**fields)

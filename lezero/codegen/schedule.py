@@ -91,8 +91,9 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
     return module
 
 
-# Kernel kinds whose CPU lowering reads constant operands pre-packed (issue 11: a conv's weights).
-PACKED_CONSTANT_KINDS = ("conv",)
+# Kernel kinds whose CPU lowering reads constant operands pre-packed (issue 11: a conv's weights,
+# a matmul's constant B).
+PACKED_CONSTANT_KINDS = ("conv", "matmul")
 # ... and those that read a loop's invariants pre-packed in its body (issue 17: an RNN's recurrent
 # weight, packed once per run of the loop instead of once per iteration).
 PACKED_INVARIANT_KINDS = ("conv", "matmul")

@@ -47,7 +47,7 @@ from lezero.codegen.llvm.backend import LoweredKernel, lower_kernel
 from lezero.codegen.llvm.cache_model import caches_for
 from lezero.codegen.llvm.object_compiler import OPT_LEVEL
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
-from lezero.codegen.packed_operands import PackedGemmA
+from lezero.codegen.packed_operands import packed_operand_from_fields
 from lezero.codegen.row_generic import RowGeneric, lower_row_generic, serves_many_shapes, widest_rows_form
 from lezero.ir.core import Operation
 from lezero.ir.printer import print_op
@@ -109,7 +109,7 @@ class KernelFacts:
     flops: int
     bytes_accessed: int
     external_symbols: tuple
-    packed_operands: tuple = ()  # a PackedGemmA per constant operand read pre-packed (issue 11)
+    packed_operands: tuple = ()  # a PackedGemmA/B per constant operand read pre-packed (issue 11)
     index_checks: tuple = ()     # the bounds checks in slot order, IndexCheck.portable() each
 
 
@@ -418,7 +418,7 @@ class KernelCache:
             return KernelFacts(fields["symbol"], fields["object_key"], int(fields["work_items"]),
                                int(fields["flops"]), int(fields["bytes_accessed"]),
                                tuple(fields["external_symbols"]),
-                               tuple(PackedGemmA(**packed) for packed in fields["packed_operands"]),
+                               tuple(packed_operand_from_fields(packed) for packed in fields["packed_operands"]),
                                tuple(tuple(check) for check in fields["index_checks"]))
         except (ValueError, KeyError, TypeError):
             self._reject(self.path(key, ".k"))

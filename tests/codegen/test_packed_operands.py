@@ -1,11 +1,12 @@
-"""``PackedGemmA``: a constant A laid out as the GEMM's packed slivers, checked element by element
-against the layout its docstring states (odd row counts, a shallower last K block, groups)."""
+"""``PackedGemmA``/``PackedGemmB``: a constant A (B) laid out as the GEMM's packed slivers, checked
+element by element against the layout its docstring states (odd row counts, a shallower last K
+block, groups; B stored row-major, transposed or strided, a partial last sliver)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lezero.codegen.packed_operands import PackedGemmA
+from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB, packed_operand_from_fields
 
 
 @pytest.mark.parametrize("groups,rows,depth,row_tile,depth_block", [
@@ -38,3 +39,38 @@ def test_packing_the_wrong_array_names_the_layout():
         spec.pack(np.zeros((4, 4), np.float32))
     with pytest.raises(ValueError, match="expected 12 float32 values"):
         spec.pack(np.zeros((4, 3), np.float64))
+
+
+@pytest.mark.parametrize("depth,cols,col_tile,layout", [
+    (5, 24, 24, "rows"),       # one whole sliver
+    (7, 29, 24, "rows"),       # a sliver of 5 columns and 19 zeros
+    (3, 10, 16, "transposed"),  # x @ w.T: w stored cols x depth
+    (4, 9, 8, "strided"),      # neither: every second float of a wider buffer
+])
+def test_packed_gemm_b_puts_each_element_where_the_micro_kernel_reads_it(depth, cols, col_tile, layout):
+    stored = np.arange(1, 2 * depth * cols + 1, dtype=np.float32)
+    if layout == "rows":
+        strides, matrix = (cols, 1), stored[:depth * cols].reshape(depth, cols)
+    elif layout == "transposed":
+        strides, matrix = (1, depth), stored[:depth * cols].reshape(cols, depth).T
+    else:
+        strides, matrix = (2 * cols, 2), stored.reshape(depth, 2 * cols)[:, ::2]
+    spec = PackedGemmB(1, depth, cols, col_tile, strides)
+    packed = spec.pack(stored[:depth * cols] if layout != "strided" else stored)
+    assert packed.shape == (spec.group_floats,) and spec.groups == 1
+    expected = np.zeros(spec.padded_cols * depth, np.float32)
+    for k in range(depth):
+        for j in range(spec.padded_cols):
+            at = (j // col_tile) * col_tile * depth + k * col_tile + j % col_tile
+            expected[at] = matrix[k, j] if j < cols else 0.0
+    np.testing.assert_array_equal(packed, expected)
+    # a kernel cache entry's facts name the spec by its fields (asdict), lists for tuples
+    fields = {"operand": 1, "depth": depth, "cols": cols, "col_tile": col_tile, "strides": list(strides)}
+    assert packed_operand_from_fields(fields) == spec
+    assert packed_operand_from_fields({"operand": 1, "groups": 1, "rows": 4, "depth": 3, "row_tile": 6,
+                                       "depth_block": 3}) == PackedGemmA(1, 1, 4, 3, 6, 3)
+
+
+def test_packing_b_from_too_small_an_array_names_the_layout():
+    with pytest.raises(ValueError, match="reaching element 11"):
+        PackedGemmB(0, 3, 4, 8, (4, 1)).pack(np.zeros(11, np.float32))

@@ -1,10 +1,12 @@
-"""The execution plan's constants: a conv's constant weights packed once for its kernel (issue 11)."""
+"""The execution plan's constants: a conv's constant weights, a matmul's constant B, packed once for their kernels
+(issue 11)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import lezero
-from lezero.codegen.packed_operands import PackedGemmA
+from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB
 from lezero.ir import interpret
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
@@ -45,3 +47,39 @@ def test_constant_conv_weights_are_packed_once_and_kept_for_other_readers():
     assert len(packed_refs) == 1  # packed once for both kernels
     (packed_ref,) = packed_refs
     np.testing.assert_array_equal(plan.constants[packed_ref.where], spec.pack(w))
+
+
+@pytest.mark.parametrize("m,k,n,transposed", [
+    (32, 600, 50, False),  # whole 4-row tiles (AVX2), two K blocks, a partial last column sliver
+    (3, 9, 130, True),    # x @ w.T: w stored n x k, packed from its columns
+])
+def test_constant_matmul_weights_are_packed_once_as_b(m, k, n, transposed):
+    """Matmuls read a constant B pre-packed: y = x @ w + 1 and z = relu(x) @ w share w's packed
+    copy, and w itself is returned untouched."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+    x = rng.standard_normal((2, m, k)).astype(np.float32)
+    func = FuncOp("f", FunctionType([TensorType(x.shape, F32)], []))
+    b = Builder.at_end(func.entry_block)
+    weights = b.constant(w)
+    rhs = b.op("lz.transpose", weights, perm=[1, 0]) if transposed else weights
+    y = b.op("lz.add", b.op("lz.matmul", func.arguments[0], rhs), b.constant(np.float32(1.0)))
+    z = b.op("lz.matmul", b.op("lz.relu", func.arguments[0]), rhs)
+    b.create("func.return", [y, z, weights], result_types=[])
+    func.update_function_type()
+    module = ModuleOp([func])
+    compiled = lezero.compile(module)
+    got = compiled(x)
+    for g, want in zip(got, interpret(module, "f", x)):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got[2], w)
+    plan = compiled.plan_for([x.shape]).plan
+    matmuls = [launch for launch in plan.launches if launch.kind == "matmul"]
+    assert len(matmuls) == 2
+    (spec,) = {spec for launch in matmuls for spec in launch.kernel.packed_operands}
+    assert isinstance(spec, PackedGemmB) and (spec.depth, spec.cols) == (k, n)
+    (packed_ref,) = {launch.operands[spec.operand] for launch in matmuls}  # packed once for both
+    # B's values in the layout, whichever way the constant it was packed from is stored
+    b_matrix = np.ascontiguousarray(w.T if transposed else w)
+    layout = PackedGemmB(spec.operand, k, n, spec.col_tile, (n, 1))
+    np.testing.assert_array_equal(plan.constants[packed_ref.where], layout.pack(b_matrix))

@@ -42,12 +42,14 @@ class Contraction:
     kind: str  # which list of cases below (edges, known, blocks, dtypes, batches, conv)
     transposed: bool = False
     attrs: dict = field(default_factory=dict, hash=False)
+    constant_rhs: bool = False  # the rhs a constant of the function (read pre-packed), not an argument
 
     @property
     def id(self) -> str:
         attrs = ",".join(f"{k}={v}" for k, v in self.attrs.items())
         return (f"{self.op}[{','.join('x'.join(map(str, s)) for s in self.shapes)}:{self.dtype}"
-                f"{':w.T' if self.transposed else ''}{':' + attrs if attrs else ''}]")
+                f"{':w.T' if self.transposed else ''}{':constant' if self.constant_rhs else ''}"
+                f"{':' + attrs if attrs else ''}]")
 
     @property
     def group(self) -> tuple:
@@ -55,8 +57,12 @@ class Contraction:
         every dtype and layout, and of the edge shapes some of each K."""
         return self.kind, self.dtype, self.transposed, self.shapes[0][-1] if self.kind == "edges" else None
 
-    def module(self):
-        def body(b, a, w):
+    def module(self, absolute: bool = False):
+        """``absolute``: a constant rhs holds its values' magnitudes (for the error bound)."""
+        def body(b, a, w=None):
+            if self.constant_rhs:
+                values = self.rhs_values()
+                w = b.constant(np.abs(values) if absolute else values)
             if self.op == "lz.conv2d":
                 return b.create(self.op, [a, w], self.attrs).result
             if self.transposed:
@@ -65,9 +71,15 @@ class Contraction:
                 w = b.op("lz.transpose", w, perm=perm)
             return b.op(self.op, a, w)
 
-        return build([TensorType(s, ELEMENT_TYPES[self.dtype]) for s in self.shapes], body)
+        shapes = self.shapes[:1] if self.constant_rhs else self.shapes
+        return build([TensorType(s, ELEMENT_TYPES[self.dtype]) for s in shapes], body)
+
+    def rhs_values(self) -> np.ndarray:
+        return np.random.default_rng(1).standard_normal(self.shapes[1]).astype(ELEMENT_TYPES[self.dtype].numpy_dtype)
 
     def arrays(self, rng) -> list[np.ndarray]:
+        if self.constant_rhs:
+            return [rng.standard_normal(self.shapes[0]).astype(ELEMENT_TYPES[self.dtype].numpy_dtype)]
         numpy_dtype = ELEMENT_TYPES[self.dtype].numpy_dtype
         if self.dtype[0] in "iu":  # small integers: products and sums exact (or wrapping alike)
             return [rng.integers(0 if self.dtype[0] == "u" else -5, 6, s).astype(numpy_dtype) for s in self.shapes]
@@ -82,12 +94,12 @@ class Contraction:
         return int(np.prod(self.shapes[1][1:]))
 
 
-def matmul(kind, m, n, k, dtype, transposed=False, batch=(), rhs_batch=None) -> Contraction:
+def matmul(kind, m, n, k, dtype, transposed=False, batch=(), rhs_batch=None, constant_rhs=False) -> Contraction:
     """(batch..., m, k) @ (rhs_batch..., k, n); m = 0: the lhs is 1-D (k,), n = 0: the rhs."""
     rhs_batch = batch if rhs_batch is None else rhs_batch
     lhs = (*batch, m, k) if m else (k,)
     rhs = ((*rhs_batch, n, k) if transposed else (*rhs_batch, k, n)) if n else (k,)
-    return Contraction("lz.matmul", (lhs, rhs), dtype, kind, transposed)
+    return Contraction("lz.matmul", (lhs, rhs), dtype, kind, transposed, constant_rhs=constant_rhs)
 
 
 def conv(x, w, dtype="f32", **attrs) -> Contraction:
@@ -110,6 +122,11 @@ CASES += [c for dtype in ("f32", "f64") for c in (
     matmul("batches", 7, 16, 9, dtype, batch=(4,), rhs_batch=()),
     matmul("batches", 4, 5, 6, dtype, True, batch=(2, 1), rhs_batch=(3,)),
     matmul("batches", 0, 33, 6, dtype), matmul("batches", 17, 0, 6, dtype))]
+# a constant rhs (a model's weights: read as the GEMM's B pre-packed in slivers of the tile's
+# columns): tile rows and columns, partial slivers, K blocks, rows folded from batches
+CASES += [matmul("constant", m, n, k, "f32", transposed, batch=batch, rhs_batch=(), constant_rhs=True)
+          for transposed in (False, True)
+          for m, n, k, batch in ((32, 50, 40, ()), (5, 24, 7, ()), (4, 65, 513, ()), (7, 17, 9, (3,)), (33, 130, 3, ()))]
 CASES += [
     conv((2, 3, 9, 9), (4, 3, 3, 3)),
     conv((1, 4, 10, 11), (8, 4, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1]),
@@ -169,5 +186,5 @@ def check(case: Contraction, cpu: str) -> None:
     if got.dtype.kind != "f":
         np.testing.assert_array_equal(got, want, err_msg=f"{case.id} compiled for cpu {cpu}")
         return
-    magnitude = interpret(module, "f", *[np.abs(a) for a in arrays]).astype(np.float64)
+    magnitude = interpret(case.module(absolute=True), "f", *[np.abs(a) for a in arrays]).astype(np.float64)
     assert_within_rounding(case, got, want, magnitude, cpu)

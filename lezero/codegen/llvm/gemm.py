@@ -210,19 +210,27 @@ class SgemmGenerator:
         ``lezero/codegen/packed_operands.py``'s ``PackedGemmA``, whose ``depth_block`` is this
         config's kc and ``row_tile`` its mr): ``lda`` is its padded row count, the sliver of rows
         ``ic`` of the K block at ``pc`` is at ``A + pc * lda + ic * kc``, and nothing is copied.
+    prepacked_b: B is already in the packed layout (a constant weight packed once when the plan
+        was built, ``PackedGemmB``, whose ``col_tile`` is this config's nr): slivers of NR columns,
+        each all of K deep and k-major (NR floats per k), ``ldb`` is the packed depth (K); the
+        sliver of columns ``j`` (a multiple of NR) in the K block at ``pc`` is at ``B + j * ldb + pc *
+        NR``, whatever kc and nc, and nothing is copied.  Not vector aligned: loads are unaligned.
     """
 
     def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
                  b_row_offsets: Sequence[int] | None = None, pack_b: bool = True, mask_b: bool = False,
                  transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None,
                  a_k_stride: int = 1, b_col_stride: int = 1, prepacked_a: bool = False,
-                 operand_element: ir.Type = FLOAT):
+                 prepacked_b: bool = False, operand_element: ir.Type = FLOAT):
         if transpose_b and (not pack_b or b_row_offsets is not None):
             raise ValueError("a transposed B is packed, and has no row offsets")
         if mask_b and pack_b:
             raise ValueError("mask_b is for a B read in place (pack_b=False)")
         if prepacked_a and (transpose_a or a_k_stride != 1):
             raise ValueError("a pre-packed A has the packed layout, neither transposed nor strided")
+        if prepacked_b and (transpose_b or b_col_stride != 1 or b_row_offsets is not None or not pack_b
+                            or operand_element != FLOAT):
+            raise ValueError("a pre-packed B has the packed float32 layout, neither transposed, strided nor offset")
         if (a_k_stride != 1 and transpose_a) or (b_col_stride != 1 and (transpose_b or not pack_b or b_row_offsets)):
             raise ValueError("a strided operand is neither transposed nor read in place, nor has row offsets")
         self.config = config
@@ -235,6 +243,7 @@ class SgemmGenerator:
         self.transpose_b = transpose_b
         self.a_k_stride = a_k_stride
         self.prepacked_a = prepacked_a
+        self.prepacked_b = prepacked_b
         self.b_col_stride = b_col_stride
         self.operand_element = operand_element
         every_edge = range(1, config.nr_vectors)
@@ -244,6 +253,8 @@ class SgemmGenerator:
         self.vector_type = ir.VectorType(FLOAT, config.vector_width)
         # Every vector in packed B starts a multiple of the vector size into an aligned workspace.
         self.vector_bytes = config.vector_width * FLOAT_BYTES
+        # ... except B packed by numpy (prepacked_b), whose buffers are aligned to floats only
+        self.b_vector_align = FLOAT_BYTES if prepacked_b else self.vector_bytes
         self.epilogue_param_types = [t for arg in self.epilogue_args for t in ARG_KIND_PARAMS[arg.kind]]
         self._b_rows_table = None
 
@@ -272,7 +283,7 @@ class SgemmGenerator:
         pack_a = None if self.prepacked_a else \
             self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
         pack_b = None
-        if self.pack_b:
+        if self.pack_b and not self.prepacked_b:
             strided_or_transposed = self.transpose_b or self.b_col_stride != 1
             pack_b = self._build_pack_b_transposed(module) if strided_or_transposed else self._build_pack_b(module)
         widths = self.edge_vectors + (self.config.nr_vectors,)
@@ -559,7 +570,7 @@ class SgemmGenerator:
         if self.pack_b:
             b_row = b.gep(p["b"], [b.mul(k, _i64(cfg.nr))], source_etype=FLOAT)
             b_vectors = [vectors.load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=FLOAT), w, b_masks[v],
-                                             self.vector_bytes) for v in range(nv)]
+                                             self.b_vector_align) for v in range(nv)]
         else:
             b_row = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k))
             b_vectors = [self._load_operand(b, self._operand_at(b, b_row, [_i64(v * w)]), w, b_masks[v])
@@ -689,7 +700,10 @@ class SgemmGenerator:
                     b.call(pack_a, [self._operand_at(b, p["A"], [a_offset]), p["lda"], mc, kc, packed_a])
                 a_slivers = self._after_pack_a(b, a_slivers, packed_a, mc, kc)
                 with vectors.counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
-                    if pack_b is not None:
+                    if self.prepacked_b:
+                        b_sliver = b.gep(p["B"], [b.add(b.mul(b.add(jc, jr), p["ldb"]), b.mul(pc, _i64(cfg.nr)))],
+                                         source_etype=FLOAT)
+                    elif pack_b is not None:
                         b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=FLOAT)
                     else:
                         b_sliver = self._operand_at(b, b_columns, [jr])
