@@ -19,6 +19,12 @@ from lezero.ir.types import ELEMENT_TYPES, ElementType
 BFLOAT16_STORAGE = np.dtype(ml_dtypes.bfloat16)
 
 
+def finfo(d: "dtype"):
+    """The machine limits of a float dtype's storage (``eps``, ``max`` ...): ml_dtypes' ``finfo``,
+    which knows bfloat16 as well as numpy's types (numpy's own ``finfo`` refuses bfloat16)."""
+    return ml_dtypes.finfo(d.numpy)
+
+
 def as_bfloat16(data) -> np.ndarray:
     """``data`` as a new C-contiguous bfloat16 array, through float32 as torch converts (beyond
     float32's range is inf, as there)."""

@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 
+from lezero.eager import dtypes as _dt
 from lezero.eager.autograd import no_grad
 from lezero.eager.core import Tensor
 from lezero.eager.creation import eye, tensor
@@ -293,7 +294,7 @@ def _jacobi(a: Tensor) -> tuple:
     unit = np.eye(n)
     v = eye(n, dtype=a.dtype, device=a.device).expand(*a.shape).clone()
     scale = (a * a).sum((-2, -1)).amax().item() or 1.0
-    tolerance = (np.finfo(a.dtype.numpy).eps * n) ** 2 * scale
+    tolerance = (_dt.finfo(a.dtype).eps * n) ** 2 * scale
     for _ in range(JACOBI_SWEEPS):
         if (a * a).sum((-2, -1)).amax().item() - \
                 (_diagonal(a) ** 2).sum(-1).amin().item() <= tolerance:

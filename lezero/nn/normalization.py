@@ -129,7 +129,7 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
         raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape [*, "
                            f"{', '.join(map(str, shape))}], but got input of size{list(x.shape)}")
     if eps is None:
-        eps = float(np.finfo(x.dtype.numpy).eps)
+        eps = float(_dt.finfo(x.dtype).eps)
     attrs = (("dims", len(shape)), ("eps", float(eps)))
     return apply(_RMS_NORM, attrs, x) if weight is None else apply(_RMS_NORM, attrs, x, weight)
 
