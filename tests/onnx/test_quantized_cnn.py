@@ -52,8 +52,11 @@ def test_statically_quantized_cnn_matches_onnxruntime(float_cnn, quant_format, l
     rng = np.random.default_rng(0)
     calibration = [{"x": rng.standard_normal((5, 1, 8, 8)).astype(np.float32)} for _ in range(3)]
     quantized = float_cnn.with_name(f"cnn_{quant_format.name}.onnx")
+    # 7-bit weights (reduce_range): ORT's U8S8 kernel on AVX2 without VNNI sums pairs of products in
+    # saturating i16 (vpmaddubsw), so with 8-bit weights its results are not the exact integer ones there;
+    # lezero's are exact on every CPU (tests/ir/test_dialect_quantization.py, full 8-bit ranges)
     quantize_static(str(float_cnn), str(quantized), _Batches(calibration), quant_format=quant_format,
-                    per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                    per_channel=True, reduce_range=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     node_types = {n.op_type for n in onnx.load(quantized).graph.node}
     assert ({"QLinearConv", "QGemm"} if quant_format == QuantFormat.QOperator else {"QuantizeLinear", "Conv"}) \
         <= node_types, node_types
@@ -84,7 +87,7 @@ def test_qlinear_conv_node_equals_onnxruntime(x_shape, w_shape, attrs):
 
     rng = np.random.default_rng(len(x_shape))
     x = rng.integers(0, 256, x_shape).astype(np.uint8)
-    w = rng.integers(-127, 128, w_shape).astype(np.int8)
+    w = rng.integers(-64, 64, w_shape).astype(np.int8)  # 7 bits: ORT's AVX2 U8S8 kernel saturates past them
     initializers = {"x_scale": np.float32(0.02), "x_zero": np.uint8(120), "w": w,
                     "w_scale": rng.uniform(0.001, 0.01, w_shape[0]).astype(np.float32),
                     "w_zero": np.zeros(w_shape[0], np.int8), "y_scale": np.float32(0.05), "y_zero": np.uint8(100),
