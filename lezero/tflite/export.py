@@ -41,6 +41,10 @@ differ by one step.
 An op with no TFLite form here is an ``ExportError`` naming it and the user's source line (its
 IR location).  Dynamic dims (``?``) are 1 in the tensor's shape and -1 in its ``shape_signature``:
 the interpreter's ``resize_tensor_input`` sets the batch.
+
+Why this file is long: one TFLite writer is one module: the demand-driven emitter, the float and the
+int8 (dynamic-range and full-integer) op patterns and the layout bookkeeping share its state;
+splitting them would pass that state across modules.
 """
 from __future__ import annotations
 

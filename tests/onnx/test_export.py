@@ -12,6 +12,7 @@ from lezero.ir import interpret
 from lezero.onnx.export import ExportError, export, to_onnx
 
 from support.op_samples import ALL_SAMPLES, Sample
+from support.quantization_testing import ort_u8s8_exact
 
 # Samples ONNX Runtime cannot run, each with the reason; everything else must match.
 ORT_LACKS = {
@@ -56,6 +57,8 @@ def test_the_exclusions_are_what_they_say():
 
 @pytest.mark.parametrize("sample", [s for s in ALL_SAMPLES if _runnable(s)], ids=lambda s: s.id)
 def test_every_op_exports_and_runs_in_onnxruntime(sample):
+    if "integer" in sample.id and "uint8" in sample.id and not ort_u8s8_exact():
+        pytest.xfail("ONNX Runtime's u8 x s8 kernels saturate on x86 without VNNI (vpmaddubsw): ORT is not an oracle here")
     rng = np.random.default_rng(0)
     arrays = sample.arrays(rng)
     if sample.op == "lz.div" and arrays[1].dtype.kind == "i":

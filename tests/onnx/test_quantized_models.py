@@ -12,7 +12,10 @@ import onnxruntime as ort
 import torch
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
+import pytest
+
 import lezero.onnx
+from support.quantization_testing import ort_u8s8_exact
 from lezero.codegen.schedule import schedule
 from lezero.ir.printer import print_module
 
@@ -28,6 +31,8 @@ def _export(model, x, path):
     torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17, input_names=["x"], output_names=["y"])
 
 
+@pytest.mark.xfail(not ort_u8s8_exact(), strict=False,
+                   reason="ONNX Runtime's u8 x s8 kernels saturate on x86 without VNNI (vpmaddubsw): ORT is not an oracle here")
 def test_dynamically_quantized_encoder_matches_onnxruntime(tmp_path):
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
@@ -53,6 +58,8 @@ class _Batches(CalibrationDataReader):
         return next(self.batches, None)
 
 
+@pytest.mark.xfail(not ort_u8s8_exact(), strict=False,
+                   reason="ONNX Runtime's u8 x s8 kernels saturate on x86 without VNNI (vpmaddubsw): ORT is not an oracle here")
 def test_statically_quantized_qdq_mlp_matches_onnxruntime(tmp_path):
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5)).eval()
