@@ -260,11 +260,17 @@ def transposed_copy(ctx: KernelContext):
         return None
     (y,) = ctx.yields
     op = y.owner
-    if not isinstance(op, Operation) or op.name != "lz.transpose" or op.operands[0] not in ctx.body.args:
+    if not isinstance(op, Operation) or op.name != "lz.transpose":
         return None
-    x = op.operands[0]
-    perm = TransposeOp.permutation(op.definition.attrs(op), x.type.rank)
-    x_strides = Buffer(None, x.type).strides
+    x = viewed = op.operands[0]
+    # a reshape of an operand is that operand's buffer, row-major in the reshaped shape (the
+    # gradient of a weight read by every step of an RNN: [T, N, 4H] -> [T N, 4H], transposed)
+    if isinstance(x.owner, Operation) and x.owner.name == "lz.reshape":
+        x = x.owner.operands[0]
+    if x not in ctx.body.args:
+        return None
+    perm = TransposeOp.permutation(op.definition.attrs(op), viewed.type.rank)
+    x_strides = Buffer(None, viewed.type).strides
     dims: list[tuple[int, int]] = []
     for d, extent in enumerate(y.type.shape):
         stride = x_strides[perm[d]]

@@ -170,6 +170,18 @@ def test_transposed_copy_is_taken_for_a_transpose_only():
     assert "shufflevector" not in lower_kernel(kernel).llvm_ir
 
 
+@pytest.mark.parametrize("shape, new_shape, perm", [((8, 5, 40), (40, 40), (1, 0)), ((6, 3, 17), (18, 17), (1, 0)),
+                                                    ((32, 48), (32, 3, 16), (2, 1, 0)), ((2, 40, 3), (80, 3), (1, 0))])
+def test_transpose_of_a_reshaped_operand_copies_blocks(shape, new_shape, perm):
+    """A transpose of a reshaped operand (an RNN weight gradient's [T, N, 4H] stack flattened to
+    [T N, 4H], transposed) is a transpose of the operand's buffer: the register path too."""
+    module, kernel = make_kernel([(shape, "f32")], lambda b, x: b.op("lz.transpose", b.op("lz.reshape", x, shape=list(new_shape)),
+                                                                    perm=list(perm)))
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    lowered = check_kernel(module, kernel, [x], splits=3)
+    assert "shufflevector" in lowered.llvm_ir
+
+
 @pytest.mark.parametrize("shape", [(40, 70), (33, 17), (16, 100)])
 def test_strided_reads_are_tiled(shape):
     """transpose(x) + y reads x with a stride along the innermost loop: the loops run in tiles
