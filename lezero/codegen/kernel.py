@@ -41,8 +41,9 @@ from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
 from lezero.ir.types import TensorType, format_shape
 
 SCATTER_OPS = frozenset({"lz.scatter_nd"})
-# The int8 GEMM's op: a backend that keeps it whole (the CPU) lowers its matmul kernels itself.
-INTEGER_MATMUL = "lz.matmul_integer"
+# The int8 GEMM's ops: a backend that keeps them whole (the CPU) lowers their matmul and conv
+# kernels itself.
+INTEGER_CONTRACTIONS = ("lz.matmul_integer", "lz.conv_integer")
 
 
 def symbol_name(name: str) -> str:
@@ -97,7 +98,7 @@ class KindLowerings:
     topk: Callable
     scatter_nd: Callable
     attention: Callable | None = None  # kind "attention" (the CPU's; other targets never get one)
-    matmul_integer: Callable | None = None  # a matmul kernel of lz.matmul_integer and its epilogue (the CPU's, issue 12)
+    matmul_integer: Callable | None = None  # a kernel of lz.matmul_integer / lz.conv_integer and its epilogue (the CPU's, issue 12)
 
 
 def lower_kernel(kernel_op: Operation, target: str, make_context: Callable, lowerings: KindLowerings,
@@ -124,8 +125,8 @@ def lower_kernel(kernel_op: Operation, target: str, make_context: Callable, lowe
         return ctx, lowerings.reduction(ctx)
     if kind == "single":
         return ctx, _lower_single(ctx, lowerings)
-    if kind == "matmul" and lowerings.matmul_integer is not None and any(op.name == INTEGER_MATMUL
-                                                                         for op in ctx.body.ops):
+    if kind in ("matmul", "conv") and lowerings.matmul_integer is not None and \
+            any(op.name in INTEGER_CONTRACTIONS for op in ctx.body.ops):
         return ctx, lowerings.matmul_integer(ctx)
     if kind in ("matmul", "conv"):
         return ctx, lowerings.contraction(ctx)
@@ -171,7 +172,7 @@ def estimate_flops(body) -> int:
     for op in body.ops:
         if op.name in MOVEMENT or op.name in ("lz.constant", "lz.yield"):
             continue
-        if op.name in CONTRACTION_OPS or op.name == INTEGER_MATMUL:
+        if op.name in CONTRACTION_OPS or op.name in INTEGER_CONTRACTIONS:
             total += contraction_flops(op)
         elif op.name == "lz.attention":  # the two products, and exp per score
             q, k, v = (x.type.shape for x in op.operands[:3])

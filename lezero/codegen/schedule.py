@@ -42,7 +42,7 @@ from lezero.passes.partition import CONTROL_FLOW_OPS
 # On a scheduled control-flow op: the bytes of each region's arena.
 REGION_ARENAS_ATTR = "lz.region_arena_sizes"
 
-KERNEL_PIPELINE = ("shape-infer,fuse-attention,fold-qdq,decompose{keep=lz.attention,lz.matmul_integer},canonicalize,loop-sums,licm,cse,constant-fold,dce,shape-infer,"
+KERNEL_PIPELINE = ("shape-infer,fuse-attention,fold-qdq,decompose{keep=lz.attention,lz.matmul_integer,lz.conv_integer},canonicalize,loop-sums,licm,cse,constant-fold,dce,shape-infer,"
                    "partition,fuse,memory-plan")
 
 
@@ -55,7 +55,7 @@ def kernel_pipeline(target: str = "cpu") -> str:
     # fuse-attention makes CPU kernels (kind "attention", lezero/codegen/llvm/attention.py); other
     # targets run lz.attention's (and lz.matmul_integer's, issue 12) decomposition, so fold-qdq
     # (which makes the CPU's int8 GEMM) does not run for them either
-    return KERNEL_PIPELINE.replace("fuse-attention,", "").replace("fold-qdq,", "").replace("decompose{keep=lz.attention,lz.matmul_integer},",
+    return KERNEL_PIPELINE.replace("fuse-attention,", "").replace("fold-qdq,", "").replace("decompose{keep=lz.attention,lz.matmul_integer,lz.conv_integer},",
                                                                   "decompose,") \
         .replace("partition,", f"partition{{target={target}}},")
 

@@ -100,7 +100,7 @@ class Estimate:
 
 
 # The ops a contraction kernel is built around (issue 12: the int8 GEMM is one too).
-CONTRACTIONS = ("lz.matmul", "lz.conv2d", "lz.matmul_integer")
+CONTRACTIONS = ("lz.matmul", "lz.conv2d", "lz.matmul_integer", "lz.conv_integer")
 
 
 # --- what the model asks a backend -----------------------------------------------------------------
@@ -271,7 +271,7 @@ def _reduction_work(c: Candidate, computed, members) -> tuple[int, int, list]:
 def _contraction_work(c: Candidate, anchor: Operation, members) -> tuple[int, int, float, list]:
     """A contraction's flops, the bytes of B read again by each GEMM of a batch, the rate of its
     kernel and what the code generator said."""
-    if anchor.name == "lz.conv2d":
+    if anchor.name in ("lz.conv2d", "lz.conv_integer"):
         from_shape = 2 * _elements(anchor.result) * math.prod(anchor.operands[1].type.shape[1:])
         return from_shape, 0, CONV_RATE, []
     a, b = anchor.operands[:2]  # lz.matmul_integer's zero points follow

@@ -100,7 +100,7 @@ MOVEMENT_OPS = frozenset({"lz.reshape", "lz.transpose", "lz.broadcast_to", "lz.s
 CONTRACTION_OPS = {"lz.matmul": "matmul", "lz.conv2d": "conv",
                    # issue 12: the int8 GEMM (the CPU keeps it whole) takes its dequantize or
                    # requantize epilogue like any matmul, so no i32 tensor is stored
-                   "lz.matmul_integer": "matmul"}
+                   "lz.matmul_integer": "matmul", "lz.conv_integer": "conv"}
 
 # Longest kernel name: this many distinct op names, then "etc".
 MAX_NAME_PARTS = 5

@@ -195,15 +195,16 @@ def test_conv_integer_is_exact_on_every_cpu(cpu, case):
 
 
 def test_conv_integer_runs_on_the_int8_gemm():
-    """The CPU keeps the decomposition's lz.matmul_integer whole: a kernel of it, no i32 conv."""
+    """The CPU keeps lz.conv_integer whole: one conv kernel (the int8 GEMM over an implicit
+    im2col, integer_conv.py), no gather im2col, no i32 conv or matmul."""
     from lezero.codegen.schedule import schedule
 
     arrays = _conv_arrays(CONV_CASES["u8s8-odd-pad-stride"], np.random.default_rng(0))
     ops = [op for op in schedule(_module("lz.conv_integer", arrays, pads=[1, 1, 1, 1])).walk()]
-    kernels = [op for op in ops if op.name == "lz.kernel" and any(inner.name == "lz.matmul_integer"
-                                                                   for inner in op.regions[0].blocks[0].ops)]
-    assert len(kernels) == 1
-    assert not any(op.name in ("lz.conv2d", "lz.matmul") for op in ops)
+    kernels = [op for op in ops if op.name == "lz.kernel"]
+    assert [k.attributes["kind"].value for k in kernels] == ["conv"]
+    assert [op.name for op in kernels[0].regions[0].blocks[0].ops] == ["lz.conv_integer", "lz.yield"]
+    assert not any(op.name in ("lz.conv2d", "lz.matmul", "lz.gather") for op in ops)
 
 
 @pytest.mark.parametrize("op, types, attrs, message", [

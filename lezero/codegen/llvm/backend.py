@@ -16,6 +16,8 @@ the same names as the Triton backend's:
   ``reduction.py`` (``lz.cumulative``), ``selection.py`` (``lz.topk``, ``lz.scatter_nd``); a lone
   elementwise, data movement or reduction op goes through the matching lowering;
 - ``attention``: ``attention.py`` (``lz.attention``, from the fuse-attention pass);
+- ``lz.conv_integer`` and its epilogue (a ``conv`` kernel): ``integer_conv.py``, the same GEMM over an
+  implicit im2col.
 - ``lz.matmul_integer`` and its epilogue (a ``matmul`` kernel): ``integer_gemm.py`` (u8 x s8 dot
   products, VNNI; the dequantize or requantize epilogue on each tile before it is stored);
 - ``matmul``/``conv``: ``contraction.py`` (float32 through ``gemm.py``'s GEMM with the epilogue
@@ -37,7 +39,7 @@ from lezero.codegen.llvm.attention import lower_attention
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction import lower_contraction
 from lezero.codegen.llvm.elementwise import lower_elementwise
-from lezero.codegen.llvm.integer_gemm import lower_matmul_integer
+from lezero.codegen.llvm.integer_conv import lower_integer_contraction
 from lezero.codegen.llvm.fusion_facts import FUSION_FACTS as fusion_facts  # noqa: F401  (the backend contract)
 from lezero.codegen.llvm.jit import emit_assembly
 from lezero.codegen.llvm.pooling import lower_max_pool2d_grad, lower_pooling
@@ -50,7 +52,7 @@ from lezero.ir.core import ModuleOp, Operation
 LOWERINGS = kernel.KindLowerings(
     backend="CPU", elementwise=lower_elementwise, reduction=lower_reduction, contraction=lower_contraction,
     pooling=lower_pooling, max_pool2d_grad=lower_max_pool2d_grad, cumulative=lower_cumulative, topk=lower_topk,
-    scatter_nd=lower_scatter_nd, attention=lower_attention, matmul_integer=lower_matmul_integer)
+    scatter_nd=lower_scatter_nd, attention=lower_attention, matmul_integer=lower_integer_contraction)
 
 
 @dataclass(frozen=True)

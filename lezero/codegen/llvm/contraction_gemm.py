@@ -410,9 +410,10 @@ class ConvGemm:
         # B[k, q] = slab[off[k] + q - first_row * WQ]
         return a, b.gep(slab, [b.mul(first_row, i64(-self.wq))], source_etype=FLOAT)
 
-    def _emit_slab(self, b, x, first_row, rows_used, slab) -> None:
-        """slab[ci][phase][r][c] = xpad[ci, (first_row + r) * sh + a, c * sw + bb] (zero outside
-        x), for r < rows_used, for each of ``phases``' (a, bb).  Up to UNROLLED_SLAB_PHASES phases
+    def _emit_slab(self, b, x, first_row, rows_used, slab, fill=None) -> None:
+        """slab[ci][phase][r][c] = xpad[ci, (first_row + r) * sh + a, c * sw + bb] (``fill``
+        outside x: 0.0, or an int8 conv's input zero point, whose type is then the slab's element,
+        integer_conv.py), for r < rows_used, for each of ``phases``' (a, bb).  Up to UNROLLED_SLAB_PHASES phases
         each has its copy loops in the code (their bounds constants); more, as a patchify conv's
         (stride = kernel = 16: 256 phases), run as one loop over a constant table of the phases'
         (a, bb, c_lo, c_hi): ViT-B/16's patch conv was 14k lines of LLVM IR and 28 s of LLVM."""
@@ -420,7 +421,8 @@ class ConvGemm:
         sh, sw = s.strides
         pt, pl = s.pads[0], s.pads[1]
         rows, wq = self.rows_per_plane, self.wq
-        zero = ir.Constant(FLOAT, 0.0)
+        zero = ir.Constant(FLOAT, 0.0) if fill is None else fill
+        element, align = zero.type, zero.type.width // 8 if isinstance(zero.type, ir.IntType) else 4
 
         def column_range(bb):
             """columns c whose input column c * sw + bb - pl is inside x"""
@@ -432,19 +434,19 @@ class ConvGemm:
         def copy_phase(x_plane, ci, phase, a, bb, c_lo, c_hi):  # ints, or i64 values from the table
             plane = b.mul(b.add(b.mul(ci, i64(len(phases))), i64(phase)), i64(rows * wq))
             with for_range(b, 0, min_i64(b, rows_used, rows), "slab_r") as r:
-                out = b.gep(slab, [b.add(plane, b.mul(r, i64(wq)))], source_etype=FLOAT)
+                out = b.gep(slab, [b.add(plane, b.mul(r, i64(wq)))], source_etype=element)
                 xi = b.sub(b.add(b.mul(b.add(first_row, r), i64(sh)), i64(a)), i64(pt))
                 inside = b.icmp_unsigned("<", xi, i64(s.h))  # 0 <= xi < h
                 with b.if_else(inside) as (then, otherwise):
                     with then:
-                        source = b.gep(x_plane, [b.mul(xi, i64(s.w))], source_etype=FLOAT)
+                        source = b.gep(x_plane, [b.mul(xi, i64(s.w))], source_etype=element)
                         _fill(b, out, 0, c_lo, zero)
-                        c_vectors = _copy_every_second(b, source, bb - pl, out, c_lo, c_hi, s.w) \
+                        c_vectors = _copy_every_second(b, source, bb - pl, out, c_lo, c_hi, s.w, element) \
                             if sw == 2 and isinstance(bb, int) else c_lo
                         with for_range(b, c_vectors, c_hi, "slab_c") as c:
                             column = b.add(b.mul(c, i64(sw)), b.sub(i64(bb), i64(pl)))
-                            value = b.load(b.gep(source, [column], source_etype=FLOAT), typ=FLOAT, align=4)
-                            b.store(value, b.gep(out, [c], source_etype=FLOAT), align=4)
+                            value = b.load(b.gep(source, [column], source_etype=element), typ=element, align=align)
+                            b.store(value, b.gep(out, [c], source_etype=element), align=align)
                         _fill(b, out, c_hi, wq, zero)
                     with otherwise:
                         _fill(b, out, 0, wq, zero)
@@ -457,7 +459,7 @@ class ConvGemm:
             table.linkage = "internal"
             table.initializer = ir.Constant(table_type, [v for phase in phases for v in phase])
         with for_range(b, 0, s.in_per_group, "slab_ci") as ci:
-            x_plane = b.gep(x, [b.mul(ci, i64(s.h * s.w))], source_etype=FLOAT)
+            x_plane = b.gep(x, [b.mul(ci, i64(s.h * s.w))], source_etype=element)
             if table is None:
                 for phase, bounds in enumerate(phases):
                     copy_phase(x_plane, ci, phase, *bounds)
@@ -514,7 +516,7 @@ UNROLLED_SLAB_PHASES = 16
 SLAB_COPY_LANES = (16, 8)
 
 
-def _copy_every_second(b, source, shift: int, out, c_lo: int, c_hi: int, width: int) -> int:
+def _copy_every_second(b, source, shift: int, out, c_lo: int, c_hi: int, width: int, element=FLOAT) -> int:
     """out[c] = source[2 * c + shift] for c from c_lo, a vector at a time (two vector loads of a
     row, their even lanes), as far as both loads stay inside the row of ``width`` floats.
     Returns the first c left to copy (a scalar loop does the rest): LLVM vectorizes a stride-2
@@ -524,23 +526,24 @@ def _copy_every_second(b, source, shift: int, out, c_lo: int, c_hi: int, width: 
         steps = max(0, (c_end - c_lo) // lanes)
         if not steps:
             continue
-        vector = ir.VectorType(FLOAT, lanes)
+        vector = ir.VectorType(element, lanes)
+        align = 1 if element != FLOAT else 4
         evens = ir.Constant(ir.VectorType(ir.IntType(32), lanes), list(range(0, 2 * lanes, 2)))
         with for_range(b, 0, steps, f"slab_v{lanes}") as step:
             c = b.add(i64(c_lo), b.mul(step, i64(lanes)))
-            start = b.gep(source, [b.add(b.mul(c, i64(2)), i64(shift))], source_etype=FLOAT)
-            low = b.load(start, typ=vector, align=4)
-            high = b.load(b.gep(start, [i64(lanes)], source_etype=FLOAT), typ=vector, align=4)
-            b.store(b.shuffle_vector(low, high, evens), b.gep(out, [c], source_etype=FLOAT), align=4)
+            start = b.gep(source, [b.add(b.mul(c, i64(2)), i64(shift))], source_etype=element)
+            low = b.load(start, typ=vector, align=align)
+            high = b.load(b.gep(start, [i64(lanes)], source_etype=element), typ=vector, align=align)
+            b.store(b.shuffle_vector(low, high, evens), b.gep(out, [c], source_etype=element), align=align)
         c_lo += steps * lanes
     return c_lo
 
 
 def _fill(b, pointer, start, stop, value) -> None:
-    """pointer[start:stop] = value (ints, or i64 values)."""
+    """pointer[start:stop] = value (ints, or i64 values), of ``value``'s type."""
     if not (isinstance(start, int) and isinstance(stop, int)) or stop > start:
         with for_range(b, start, stop, "fill") as c:
-            b.store(value, b.gep(pointer, [c], source_etype=FLOAT), align=4)
+            b.store(value, b.gep(pointer, [c], source_etype=value.type))
 
 
 def _shrink(host: gemm.GemmConfig, m: int, n: int, k: int) -> gemm.GemmConfig:

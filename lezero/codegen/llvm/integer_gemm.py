@@ -1,6 +1,6 @@
 """``lz.matmul_integer`` as one CPU kernel: an 8-bit GEMM accumulating in i32, exactly.
 
-The product is computed as ``u8 x s8`` dot products of 4 per i32 lane (``_DotProduct``: AVX-512
+The product is computed as ``u8 x s8`` dot products of 4 per i32 lane (``DotProduct``: AVX-512
 VNNI's or AVX-VNNI's ``vpdpbusd``; else ``vpmaddwd`` on the bytes widened to i16, exact; never
 ``vpmaddubsw``, whose i16 sums saturate), as MLAS does:
 
@@ -56,7 +56,7 @@ def _mask(values):
     return ir.Constant(ir.VectorType(I32, len(values)), list(values))
 
 
-class _DotProduct:
+class DotProduct:
     """``acc + sum of 4 (u8 x s8) products`` per i32 lane, and the register tile it is fastest in:
     ``mr`` rows x ``nv`` vectors of ``lanes`` i32.  Chosen by the target's features:
 
@@ -142,7 +142,7 @@ def _batch_offsets(shape: MatmulShape) -> tuple[list, list]:
     return a_offsets, b_offsets
 
 
-def _table(ctx, name, values):
+def table(ctx, name, values):
     array = ir.ArrayType(INT64, len(values))
     table = ir.GlobalVariable(ctx.module, array, f"{ctx.name}.{name}")
     table.global_constant = True
@@ -151,28 +151,31 @@ def _table(ctx, name, values):
     return table
 
 
-class _Output:
+class Output:
     """Where a tile's i32 values go: straight into the result (a bare product), or through the
     kernel's epilogue (``contraction_gemm.TileEpilogue``: a stack tile of i32, then every yielded
     value at each of its elements: dequantize, bias, activation, requantize)."""
 
-    def __init__(self, ctx: KernelContext, anchor, shape: MatmulShape, dot: _DotProduct):
+    def __init__(self, ctx: KernelContext, anchor, plan, dot: "DotProduct"):
         self.ctx, self.lanes = ctx, dot.lanes
-        self.plain = list(ctx.yields) == [anchor.result]
+        self.plain = isinstance(plan, MatmulGemm) and list(ctx.yields) == [anchor.result]
         if self.plain:
             self.result = ctx.result_buffers[0]
+            self.m, self.n = plan.shape.m, plan.shape.n
             return
-        self.epilogue = TileEpilogue(ctx, anchor, MatmulGemm(shape))
+        self.epilogue = TileEpilogue(ctx, anchor, plan)
         self.mr, self.width = dot.mr, dot.nv * dot.lanes
         self.sums = vectors.opaque_alloca(ir.IRBuilder(ctx.fn.entry), I32, i64(self.mr * self.width), "tile")
 
-    def store(self, b, batch, c_base, n, row0, col0, rows: int, cols: int, values) -> None:
-        """``values[r][v]``: the i32 vectors of rows ``row0 + r``, columns ``col0 + lanes v ...``;
-        ``cols`` of the tile's columns are in the result."""
+    def store(self, b, batch, row0, col0, rows: int, cols: int, values) -> None:
+        """``values[r][v]``: the i32 vectors of rows ``row0 + r``, columns ``col0 + lanes v ...``
+        of GEMM ``batch`` (the plan's: a matmul's batch, a conv's image x group); ``cols`` of the
+        tile's columns are in the result."""
         lanes = self.lanes
         if self.plain:
+            c_base = b.mul(batch, i64(self.m * self.n))
             for r, row_values in enumerate(values):
-                out_row = b.add(c_base, b.add(b.mul(b.add(row0, i64(r)), i64(n)), col0))
+                out_row = b.add(c_base, b.add(b.mul(b.add(row0, i64(r)), i64(self.n)), col0))
                 for v, value in enumerate(row_values):
                     at = b.add(out_row, i64(lanes * v))
                     if lanes * (v + 1) <= cols:
@@ -212,8 +215,8 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     if items == 0 or m == 0:
         ctx.fn.finish()
         return 1
-    dot = _DotProduct(ctx)
-    output = _Output(ctx, anchor, shape, dot)
+    dot = DotProduct(ctx)
+    output = Output(ctx, anchor, MatmulGemm(shape), dot)
 
     # the packed sliver (KC rows of K), then the partial sums of a panel's rows between K blocks
     packed = b.call(declare(ctx.module, "malloc", PTR, [INT64]), [i64(KC * NB + 64 + (m * NB * 4 if k > KC else 0))])
@@ -223,7 +226,7 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     partial = b.gep(packed, [i64(KC * NB + 64)], source_etype=I8)
     rowsum = ctx.fn.alloca(I32, max(m, 1), "rowsum")
     colsum = [ctx.fn.alloca(dot.vector, 1, f"colsum{v}") for v in range(NB // dot.lanes)]
-    a_table, b_table = _table(ctx, "a_offsets", a_offsets), _table(ctx, "b_offsets", b_offsets)
+    a_table, b_table = table(ctx, "a_offsets", a_offsets), table(ctx, "b_offsets", b_offsets)
 
     # the rhs zero point of each column, widened (and moved by -128 for an unsigned rhs)
     def zb_of(col):
@@ -240,14 +243,15 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
         batch, panel = b.udiv(item, i64(panels)), b.urem(item, i64(panels))
         a_base = b.load(b.gep(a_table, [i64(0), batch]), typ=INT64)
         b_base = b.load(b.gep(b_table, [i64(0), batch]), typ=INT64)
-        c_base = b.mul(batch, i64(m * n))
         j0 = b.mul(panel, i64(NB))
         last = b.icmp_unsigned("==", panel, i64(panels - 1))
         full_cols = n - (panels - 1) * NB
 
         def panel_of(cols):
-            _panel(ctx, dot, cols, packed, partial, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k,
-                   n, a_signed, b_unsigned, za, zb_of, rowsum, colsum)
+            rhs = Rhs(b_buf.pointer, lambda kk: b.add(b_base, b.mul(kk, i64(n))), whole_vectors=False)
+            row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
+            gemm_panel(ctx, dot, cols, packed, partial, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed, b_unsigned,
+                   lambda row: za, zb_of, rowsum, colsum)
         if full_cols == NB:
             panel_of(NB)
         else:
@@ -266,35 +270,45 @@ def _interleave(b, x, y, count):
     return b.shuffle_vector(x, y, _mask([i // 2 + (count if i % 2 else 0) for i in range(2 * count)]))
 
 
-def _pack_sliver(ctx, cols, packed, b_buf, b_base, j0, k, n, g0, whole, last, b_unsigned):
+class Rhs:
+    """Where a GEMM's rhs rows are: row ``kk`` (an i64 value) of the batch's B starts at element
+    ``row(kk)`` of ``pointer`` (a matmul's B: ``b_base + kk * n``; a convolution's: its tap's offset
+    in the slab, integer_conv.py).  ``whole_vectors``: a row can be read a whole panel wide past
+    the panel's last column (a slab's slack), so a partial panel packs like a whole one."""
+
+    def __init__(self, pointer, row, whole_vectors: bool):
+        self.pointer, self.row, self.whole_vectors = pointer, row, whole_vectors
+
+
+def _pack_sliver(ctx, cols, packed, rhs, j0, k, g0, whole, last, b_unsigned):
     """Rows ``4 g0 ..`` of the panel's rhs (signed) as ``packed[g - g0][col][k%4]``: ``whole``
     (runtime) groups of 4 rows, and in the ``last`` block the rest of K, zero past K and ``cols``."""
     b = ctx.b
     flip = ir.Constant(I8, 0x80 if b_unsigned else 0)
     memset = declare(ctx.module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, INT64, ir.IntType(1)])
 
-    def bytewise(k_start, k_end, slots_from):
+    def bytewise(k_start, k_end, slots_from, cols=cols):
         """Rows [k_start, k_end) byte by byte, their slots zeroed first from group ``slots_from``."""
         zeroed = b.sub(b.add(b.lshr(b.add(k_end, i64(3)), i64(2)), i64(0)), slots_from)
         b.call(memset, [b.gep(packed, [b.mul(b.sub(slots_from, g0), i64(NB * 4))], source_etype=I8),
                         ir.Constant(I8, 0), b.mul(zeroed, i64(NB * 4)), ir.Constant(ir.IntType(1), 0)])
         with for_range(b, k_start, k_end, "packk") as kk, for_range(b, 0, cols, "packc") as c:
-            at = b.add(b_base, b.add(b.mul(kk, i64(n)), b.add(j0, c)))
-            value = b.xor(b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=I8), flip)
+            at = b.add(rhs.row(kk), b.add(j0, c))
+            value = b.xor(b.load(b.gep(rhs.pointer, [at], source_etype=I8), typ=I8), flip)
             slot = b.add(b.add(b.mul(b.sub(b.lshr(kk, i64(2)), g0), i64(NB * 4)), b.mul(c, i64(4))),
                          b.and_(kk, i64(3)))
             b.store(value, b.gep(packed, [slot], source_etype=I8))
 
     k0 = b.mul(g0, i64(4))
     k1 = b.select(last, i64(k), b.add(k0, b.mul(whole, i64(4))))
-    if cols < NB:  # a partial panel: every row byte by byte
+    if cols < NB and not rhs.whole_vectors:  # a partial panel: every row byte by byte
         bytewise(k0, k1, g0)
         return
     with for_range(b, g0, b.add(g0, whole), "pack") as g:
         rows = []
         for t in range(4):
-            at = b.add(b_base, b.add(b.mul(b.add(b.mul(g, i64(4)), i64(t)), i64(n)), j0))
-            row = b.load(b.gep(b_buf.pointer, [at], source_etype=I8), typ=ir.VectorType(I8, 64), align=1)
+            at = b.add(rhs.row(b.add(b.mul(g, i64(4)), i64(t))), j0)
+            row = b.load(b.gep(rhs.pointer, [at], source_etype=I8), typ=ir.VectorType(I8, 64), align=1)
             rows.append(b.xor(row, ir.Constant(ir.VectorType(I8, 64), [0x80] * 64)) if b_unsigned else row)
         pairs = [b.bitcast(_interleave(b, rows[0], rows[1], 64), ir.VectorType(ir.IntType(16), 64)),
                  b.bitcast(_interleave(b, rows[2], rows[3], 64), ir.VectorType(ir.IntType(16), 64))]
@@ -302,7 +316,7 @@ def _pack_sliver(ctx, cols, packed, b_buf, b_base, j0, k, n, g0, whole, last, b_
         b.store(quads, b.gep(packed, [b.mul(b.sub(g, g0), i64(NB * 4))], source_etype=I8), align=1)
     if k % 4:  # K's last rows, in the last block
         with b.if_then(last):
-            bytewise(i64(k - k % 4), i64(k), i64(k // 4))
+            bytewise(i64(k - k % 4), i64(k), i64(k // 4), NB if rhs.whole_vectors else cols)
 
 
 def _packed_vector(b, packed, g, col: int, vector_type):
@@ -326,61 +340,67 @@ def _lhs_quad(ctx, a_buf, a_base, row, g, k, a_signed):
     return b.xor(quad, flip)
 
 
-def _panel(ctx, dot, cols, packed, partial, a_buf, b_buf, output, batch, a_base, b_base, c_base, j0, m, k, n,
-           a_signed, b_unsigned, za, zb_of, rowsum, colsum):
+def row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb):
+    """``rowsum[row]``: the sum of the (unsigned) lhs row's K bytes, which the rhs zero points
+    multiply: 0 when ``zb`` (one rhs zero point, an i32) is 0."""
+    b = ctx.b
+    acc = ctx.fn.alloca(I32, 1, "rowacc")
+    if zb is not None:
+        with b.if_else(b.icmp_unsigned("==", zb, ir.Constant(I32, 0))) as (zero, other):
+            with zero, for_range(b, 0, m, "rowzero") as row:
+                b.store(ir.Constant(I32, 0), b.gep(rowsum, [row], source_etype=I32))
+            with other:
+                row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, None)
+        return
+    with for_range(b, 0, m, "rowsum") as row:
+        b.store(ir.Constant(I32, 0), acc)
+        with for_range(b, 0, k, "rowk") as kk:
+            byte = b.load(b.gep(a_buf.pointer, [b.add(a_base, b.add(b.mul(row, i64(k)), kk))], source_etype=I8),
+                          typ=I8)
+            byte = b.add(b.sext(byte, I32), ir.Constant(I32, 128)) if a_signed else b.zext(byte, I32)
+            b.store(b.add(b.load(acc), byte), acc)
+        b.store(b.load(acc), b.gep(rowsum, [row], source_etype=I32))
+
+
+def gemm_panel(ctx, dot, cols, packed, partial, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed, b_unsigned,
+           za_of, zb_of, rowsum, colsum):
     """One panel of ``cols`` (static) columns: per block of KC rows of K, pack that sliver of it
     (summing its columns), then every row block over it, a register tile of ``dot.nv`` vectors
-    at a time."""
+    at a time.  ``za_of(row)``: the lhs zero point of a row (i32, moved to the unsigned lhs);
+    ``zb_of(col)`` the rhs's of a column; ``rowsum``: the lhs rows' sums (``row_sums``)."""
     b = ctx.b
     lanes, mr = dot.lanes, dot.mr
     vectors = -(-cols // lanes)
     zb = [[zb_of(b.add(j0, i64(min(lanes * v + lane, cols - 1)))) for lane in range(lanes)] for v in range(vectors)]
     zb_vec = []
-    any_zb = ir.Constant(I32, 0)
     for v in range(vectors):
         vec = ir.Constant(dot.vector, ir.Undefined)
         for lane, z in enumerate(zb[v]):
             vec = b.insert_element(vec, z, ir.Constant(I32, lane))
-            any_zb = b.or_(any_zb, z)
         zb_vec.append(vec)
-    # row sums of the (unsigned) lhs, needed when a column's zero point is not 0
-    acc = ctx.fn.alloca(I32, 1, "rowacc")
-    with b.if_else(b.icmp_unsigned("!=", any_zb, ir.Constant(I32, 0))) as (needed, not_needed):
-        with needed, for_range(b, 0, m, "rowsum") as row:
-            b.store(ir.Constant(I32, 0), acc)
-            with for_range(b, 0, k, "rowk") as kk:
-                byte = b.load(b.gep(a_buf.pointer, [b.add(a_base, b.add(b.mul(row, i64(k)), kk))], source_etype=I8),
-                              typ=I8)
-                byte = b.add(b.sext(byte, I32), ir.Constant(I32, 128)) if a_signed else b.zext(byte, I32)
-                b.store(b.add(b.load(acc), byte), acc)
-            b.store(b.load(acc), b.gep(rowsum, [row], source_etype=I32))
-        with not_needed, for_range(b, 0, m, "rowzero") as row:
-            b.store(ir.Constant(I32, 0), b.gep(rowsum, [row], source_etype=I32))
     for v in range(vectors):
         b.store(dot.constant(0), colsum[v])
     ones = dot.lhs(b, dot.constant(0x01010101))
-    za_vec = _splat(b, za, dot.vector)
     block_groups = KC // 4
     k_blocks = max(1, -(-k // KC))
     with for_range(b, 0, k_blocks, "kblock") as kb:
         g0 = b.mul(kb, i64(block_groups))
         last = b.icmp_unsigned("==", kb, i64(k_blocks - 1))
         whole = b.select(last, i64(k // 4 - (k_blocks - 1) * block_groups), i64(block_groups))  # full groups
-        _pack_sliver(ctx, cols, packed, b_buf, b_base, j0, k, n, g0, whole, last, b_unsigned)
+        _pack_sliver(ctx, cols, packed, rhs, j0, k, g0, whole, last, b_unsigned)
         in_sliver = b.select(last, i64(-(-k // 4) - (k_blocks - 1) * block_groups), i64(block_groups))
         with for_range(b, 0, in_sliver, "colsum") as g:
             for v in range(vectors):
                 quads = dot.rhs(b, _packed_vector(b, packed, g, lanes * v, dot.vector))
                 b.store(dot(b, b.load(colsum[v]), ones, quads), colsum[v])
-        # per column: -za * colsum + K * za * zb (the row's -zb * rowsum is added per row)
-        column_terms = [b.sub(b.mul(b.mul(dot.constant(k), za_vec), zb_vec[v]), b.mul(za_vec, b.load(colsum[v])))
-                        for v in range(vectors)]
+        # per column: colsum - K * zb (times the row's -za; the row's -zb * rowsum is added per row)
+        column_terms = [b.sub(b.load(colsum[v]), b.mul(dot.constant(k), zb_vec[v])) for v in range(vectors)]
         sliver = _Sliver(g0, whole, kb, last, k_blocks)
 
         def row_block(i0, rows):
             for v0 in range(0, vectors, dot.nv):
                 _tile(ctx, dot, i0, rows, v0, min(dot.nv, vectors - v0), cols, packed, partial, sliver, a_buf, output,
-                      batch, a_base, c_base, j0, k, n, a_signed, zb_vec, column_terms, rowsum)
+                      batch, a_base, j0, k, a_signed, za_of, zb_vec, column_terms, rowsum)
         blocks, tail = divmod(m, mr)
         if blocks:
             with for_range(b, 0, blocks, "rows") as block:
@@ -397,8 +417,8 @@ class _Sliver:
         self.g0, self.whole, self.index, self.last, self.count = g0, whole, index, last, count
 
 
-def _tile(ctx, dot, i0, rows, v0, count, cols, packed, partial, sliver, a_buf, output, batch, a_base, c_base, j0,
-          k, n, a_signed, zb_vec, column_terms, rowsum):
+def _tile(ctx, dot, i0, rows, v0, count, cols, packed, partial, sliver, a_buf, output, batch, a_base, j0, k,
+          a_signed, za_of, zb_vec, column_terms, rowsum):
     """``rows`` x ``count`` vectors of sums from row ``i0`` and the panel's vector ``v0`` over one
     K block: the register tile starts from 0 (the first block) or the partial sums, runs the
     block's k steps, then goes back to the partial sums or, after the last block, gets its
@@ -433,12 +453,13 @@ def _tile(ctx, dot, i0, rows, v0, count, cols, packed, partial, sliver, a_buf, o
         if k % 4:
             step(k // 4, b.sub(i64(k // 4), sliver.g0))
         values = []
-        for r in range(rows):
+        for r in range(rows):  # P - za (colsum - K zb) - zb rowsum
             row_sum = _splat(b, b.load(b.gep(rowsum, [b.add(i0, i64(r))], source_etype=I32)), dot.vector)
-            values.append([b.add(b.load(accs[r][v]), b.sub(column_terms[v0 + v], b.mul(zb_vec[v0 + v], row_sum)))
+            za = _splat(b, za_of(b.add(i0, i64(r))), dot.vector)
+            values.append([b.sub(b.load(accs[r][v]), b.add(b.mul(za, column_terms[v0 + v]),
+                                                           b.mul(zb_vec[v0 + v], row_sum)))
                            for v in range(count)])
-        output.store(b, batch, c_base, n, i0, b.add(j0, i64(lanes * v0)), rows, min(cols - lanes * v0, lanes * count),
-                     values)
+        output.store(b, batch, i0, b.add(j0, i64(lanes * v0)), rows, min(cols - lanes * v0, lanes * count), values)
     if sliver.count == 1:
         finish()
         return
