@@ -59,8 +59,8 @@ from lezero.codegen.llvm import cache_model, gemm
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction_gemm import (
     FLOAT32_STORAGE,
-    ConvGemm,
     MatmulGemm,
+    conv_gemm_plan,
     lower_gemm,
     row_index,
 )
@@ -143,7 +143,7 @@ def lower_contraction(ctx: KernelContext) -> int:
         # a constant weight is packed by the plan from float32 storage (packed_operands), not f16's
         constant = (weights if weights in ctx.kernel.definition.attrs(ctx.kernel).constant_operands
                     and float32_kernels else None)
-        return lower_gemm(ctx, anchor, ConvGemm(shape, direct, a_block_floats, constant))
+        return lower_gemm(ctx, anchor, conv_gemm_plan(ctx.cpu, shape, direct, a_block_floats, constant, dtype))
     return lower_conv_loops(ctx, anchor, shape)
 
 

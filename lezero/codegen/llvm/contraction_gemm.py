@@ -62,7 +62,7 @@ from lezero.codegen.contraction_shapes import (
     gemm_layout,
     stored_operand,
 )
-from lezero.codegen.llvm import gemm, gemm_bf16, gemm_epilogue
+from lezero.codegen.llvm import gemm, gemm_bf16, gemm_epilogue, vectors
 from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.ir_types import FLOAT, HALF, I8, I64, PTR, VOID
@@ -232,6 +232,7 @@ class MatmulGemm:
     b_row_offsets = None
     packed_a = None
     packed_b = None  # PackedGemmB of a constant B: read_constant_b, then config()
+    packs_a = False  # operands() returns A in the packed layout (PixelRowsConvGemm)
 
     def __init__(self, shape: MatmulShape, operand_element: ir.Type = FLOAT):
         """``operand_element``: how A and B are stored, FLOAT or HALF (f16: widened as packed)."""
@@ -273,7 +274,7 @@ class MatmulGemm:
     def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
         return matmul_config(host, self.m, self.n, self.k, direct=not self.pack_b)
 
-    def operands(self, b, ctx, a_ptr, b_ptr, batch, n_begin, n_end, slab):
+    def operands(self, b, ctx, a_ptr, b_ptr, batch, n_begin, n_end, slab, rows=None):
         """(A, B) of one task: the operands at the batch index's (broadcast) offsets."""
         s = self.shape
         coords = unravel_values(b, batch, s.batch_shape) if s.batch_shape else []
@@ -319,7 +320,8 @@ class ConvGemm:
 
     transpose_a = transpose_b = mask_b = False
     a_k_stride = b_col_stride = 1
-    packed_b = None  # the input is never constant
+    packed_b = None  # the input is never constant (PixelRowsConvGemm's B is the weights)
+    packs_a = False
     operand_element = FLOAT  # an f16 conv's operands are widened to float32 copies first (_widen_halves)
 
     def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int, constant_weights: int | None = None):
@@ -393,7 +395,7 @@ class ConvGemm:
                     offsets.append(phase * plane + self.qh[kh] * self.wq + self.qw[kw])
         self.b_row_offsets = tuple(offsets)
 
-    def operands(self, b, ctx, x_ptr, w_ptr, batch, n_begin, n_end, slab):
+    def operands(self, b, ctx, x_ptr, w_ptr, batch, n_begin, n_end, slab, rows=None):
         """(A, B) of one task: the group's weights, and its input (in place or through the slab)."""
         s = self.shape
         groups = i64(s.groups)
@@ -508,6 +510,139 @@ class ConvGemm:
                     store(i, j, [n_index, channel, oh_index, affine_value(ow, s.ow, "ow")])
 
 
+# Convolutions with the output's pixels as the GEMM's rows and its channels along the vector lanes,
+# C^T[pixel, co] = col^T[pixel, k] . W^T[k, co] (``PixelRowsConvGemm``), where a 512-bit FMA runs at
+# full rate (Zen 5): ConvGemm's q-space computes the WQ - OW columns past each output row and rounds
+# the pixels up to whole 48-column tiles, a 7x7 output's 49 pixels as 61 q-space columns in 64
+# lanes (77% useful).  Here a register tile is a run of pixels of one output row x vectors of
+# channels, so output widths that are multiples of 7 (every torchvision model's 112/56/28/14/7)
+# compute no pixel for nothing, and channel counts fill the lanes: 14 pixels x 2 vectors where the
+# width is a multiple of 14 (28 accumulators), else 7 x 3 (21; 7 x 4 spilled).  Measured as a GEMM
+# first (2048 x 49 x 512, 1 thread, Zen 5): 6x4 146 GFLOP/s, 7x4 81 (spills), 7x3 167; then the
+# layers (1 thread, min of 20, load ~8, lezero / ORT): at 14x14 outputs 14x2 0.89-0.98x, 7x3
+# 0.92-1.18x (256 channels: 5 tiles of 48 and one of 16), 7x2 0.91-1.08x; at 7x7 7x3 and 7x2 within
+# noise of each other (0.92-1.13x).
+PIXEL_ROWS_TILES = ((16, 14, 2), (16, 7, 3))
+# Outputs of at most this many pixels (14x14): A, packed for all of K at once, stays in L2.  Larger
+# ones ran slower than q-space (1 thread, min of 20, load ~8): 3x3 128->128 at 28x28 1.50x ORT
+# against 1.20x, 1x1 64->256 at 56x56 1.40x against 1.03x.
+PIXEL_ROWS_MAX_PIXELS = 196
+
+
+def pixel_rows_tile(s: ConvShape) -> tuple[int, int, int] | None:
+    """The first of PIXEL_ROWS_TILES whose rows divide the output's width (None: none does)."""
+    return next((tile for tile in PIXEL_ROWS_TILES if s.ow % tile[1] == 0), None)
+
+
+def conv_gemm_plan(cpu, shape: ConvShape, direct: bool, a_block_floats: int, constant_weights: int | None,
+                   dtype) -> "ConvGemm":
+    """The GEMM plan of a float32 convolution: pixels as rows (``PixelRowsConvGemm``) where they fit
+    (``pixel_rows_fit``), else ``ConvGemm``'s output channels as rows."""
+    if pixel_rows_fit(cpu, shape, constant_weights, dtype):
+        return PixelRowsConvGemm(shape, constant_weights)
+    return ConvGemm(shape, direct, a_block_floats, constant_weights)
+
+
+def pixel_rows_fit(cpu, s: ConvShape, constant_weights: int | None, dtype) -> bool:
+    """A float32 conv of one group with constant weights (pre-packed as B, ``PackedGemmB``), an
+    output width that is a multiple of a tile's rows (7 or 14) and at most PIXEL_ROWS_MAX_PIXELS
+    pixels, on an AVX-512 target whose 512-bit FMA is full rate (not ``HALF_RATE_512_BIT_CPUS``,
+    where the 8-float tiles were measured instead)."""
+    host = gemm.GemmConfig.for_target(cpu)
+    return (dtype == F32 and constant_weights is not None and s.groups == 1 and pixel_rows_tile(s) is not None
+            and s.oh * s.ow <= PIXEL_ROWS_MAX_PIXELS
+            and host.vector_width == 16 and host.nr_vectors >= CONV_NARROWER_TILE_MIN_VECTORS
+            and cpu.cpu not in HALF_RATE_512_BIT_CPUS)
+
+
+class PixelRowsConvGemm(ConvGemm):
+    """conv2d (one group) as one GEMM per image whose rows are the output's pixels and whose columns
+    are its channels: A = col^T (pixels x k), B = W^T (k x channels), the weights pre-packed by the
+    plan (``PackedGemmB`` of W read with strides (1, K)).  A is gathered by the plan itself into the
+    GEMM's pre-packed layout (``prepacked_a``): slivers of MR pixels, all inside one output row, so
+    a sliver's MR values at tap k are contiguous in the slab (or in the input, read in place for a
+    stride-1 conv without pads) at ``off[k] + q0``, one masked vector load and store per k.  The
+    rows a call computes are packed once per call, for every K block (A is m x K floats of the
+    workspace); the GEMM reuses them from cache over all of its column tiles."""
+
+    packs_a = True
+
+    def __init__(self, shape: ConvShape, constant_weights: int):
+        super().__init__(shape, direct=False, a_block_floats=0, constant_weights=constant_weights)
+        s = self.shape
+        self.q_columns = self.n  # q-space (ConvGemm's n)
+        self.m, self.n = s.oh * s.ow, s.out_per_group
+        self.lda, self.ldb = self.m, self.k  # the packed A's rows (whole slivers), the packed B's depth
+        self.tap_offsets: tuple[int, ...] = ()
+        self.k_blocks: list[tuple[int, int]] = []
+        self.packed_rows_at = 0  # floats into the slab where packed A starts
+        self.tile = pixel_rows_tile(s)
+
+    def register_tile(self, host: gemm.GemmConfig, cpu, narrower_vectors: bool) -> tuple[int, int, int]:
+        return self.tile
+
+    def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
+        self.lay_out_slab(0)  # packing loads are masked
+        # the taps' offsets are A's here (packing reads them), not the GEMM's B rows
+        self.tap_offsets, self.b_row_offsets = self.b_row_offsets, None
+        config = _shrink(host, self.m, self.n, self.k)
+        self.k_blocks = [(k0, min(config.kc, self.k - k0)) for k0 in range(0, self.k, config.kc)]
+        self.packed_b = PackedGemmB(self.constant_weights, self.k, self.n, config.nr, (1, self.k))
+        self.packed_rows_at = _align_up(self.slab_floats, 16)
+        self.slab_floats = self.packed_rows_at + self.m * self.k
+        return config
+
+    def output_layout(self):
+        return None  # the GEMM computes C^T
+
+    def operands(self, b, ctx, x_ptr, w_ptr, batch, n_begin, n_end, slab, rows=None):
+        """(A, B) of one call: A packed from the slab for the call's ``rows`` (pixels), B the
+        packed weights."""
+        s = self.shape
+        mr = self.tile[1]
+        m_begin, m_end = rows
+        x = b.gep(x_ptr, [b.mul(batch, i64(s.c * s.h * s.w))], source_etype=FLOAT)
+        first_row = b.udiv(m_begin, i64(s.ow))
+        if self.in_place:
+            source = x
+        else:
+            last_row = b.udiv(b.sub(m_end, i64(1)), i64(s.ow))
+            self._emit_slab(b, x, first_row, b.add(b.sub(last_row, first_row), i64(1 + self.qh[-1])), slab)
+            source = b.gep(slab, [b.mul(first_row, i64(-self.wq))], source_etype=FLOAT)
+        packed = b.gep(slab, [i64(self.packed_rows_at)], source_etype=FLOAT)
+        table_type = ir.ArrayType(I64, len(self.tap_offsets))
+        table = ir.GlobalVariable(b.module, table_type, b.module.get_unique_name("pixel_rows_taps"))
+        table.global_constant = True
+        table.linkage = "internal"
+        table.initializer = ir.Constant(table_type, list(self.tap_offsets))
+        lanes = 8 if mr <= 8 else 16  # a sliver's mr floats per k: one masked vector load and store
+        mask = ir.Constant(ir.VectorType(ir.IntType(1), lanes), [lane < mr for lane in range(lanes)])
+        with for_range(b, b.udiv(m_begin, i64(mr)), b.udiv(b.add(m_end, i64(mr - 1)), i64(mr)), "sliver",
+                       vectorize_enable=0) as sliver:
+            p0 = b.mul(sliver, i64(mr))
+            q0 = b.add(b.mul(b.udiv(p0, i64(s.ow)), i64(self.wq)), b.urem(p0, i64(s.ow)))
+            start = b.gep(source, [q0], source_etype=FLOAT)
+            for k0, kc in self.k_blocks:
+                sliver_at = b.gep(packed, [b.add(i64(k0 * self.m), b.mul(p0, i64(kc)))], source_etype=FLOAT)
+                with for_range(b, 0, kc, "pack_k", vectorize_enable=0) as k:
+                    tap = b.load(b.gep(table, [i64(0), b.add(k, i64(k0))], source_etype=table_type), typ=I64)
+                    values = vectors.load_vector(b, b.gep(start, [tap], source_etype=FLOAT), lanes, mask)
+                    vectors.store_vector(b, values, b.gep(sliver_at, [b.mul(k, i64(mr))], source_etype=FLOAT), mask)
+        return packed, w_ptr
+
+    def emit_tile(self, b, tile: gemm_epilogue.OutputTile, batch, store) -> None:
+        """A tile is MR pixels of one output row (its rows) by channels: per channel, a run of the
+        output row."""
+        s = self.shape
+        n_index = affine_value(batch, s.n, "image")
+        oh_index = affine_value(b.udiv(tile.row, i64(s.ow)), s.oh, "oh")
+        ow0 = b.urem(tile.row, i64(s.ow))
+        with for_range(b, 0, tile.cols, "j", vectorize_enable=0) as j:
+            channel = affine_value(b.add(tile.col, j), s.o, "channel")
+            with for_range(b, 0, tile.rows, "i", **TILE_LOOP, unroll_disable=1) as i:
+                store(i, j, [n_index, channel, oh_index, affine_value(b.add(ow0, i), s.ow, "ow")])
+
+
 # A slab of more phases than this copies them in a loop over a table (ConvGemm._emit_slab): a
 # stride-2 conv has at most 4, stride 3 9, a patchify conv sh * sw (256 for ViT-B/16's).
 UNROLLED_SLAB_PHASES = 16
@@ -617,7 +752,8 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                                 b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
                                 transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
                                 a_k_stride=plan.a_k_stride, b_col_stride=plan.b_col_stride,
-                                prepacked_a=plan.packed_a is not None, prepacked_b=plan.packed_b is not None,
+                                prepacked_a=plan.packed_a is not None or plan.packs_a,
+                                prepacked_b=plan.packed_b is not None,
                                 operand_element=plan.operand_element,
                                 edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
     rectangle_function = generator.build_into(ctx.module)
@@ -681,7 +817,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                 s1 = b.sub(min_i64(b, end, b.add(base, i64(slices))), base)
                 lo, hi = cut(s0), cut(s1)
             m0, m1, n0, n1 = (lo, hi, i64(0), i64(plan.n)) if dim == "rows" else (i64(0), i64(plan.m), lo, hi)
-            a, bm = plan.operands(b, ctx, first, second, batch, n0, n1, slab)
+            a, bm = plan.operands(b, ctx, first, second, batch, n0, n1, slab, rows=(m0, m1))
             if k_blocks == 1 and not plain:
                 c, ldc = ir.Constant(PTR, None), i64(0)
             elif partial_result is not None:

@@ -18,6 +18,7 @@ from codegen.kernel_testing import (MOVED_OPERAND_SHAPES, assert_matches, batch_
 from lezero.codegen.llvm.target import cpu_target
 from lezero.codegen.llvm import contraction, contraction_gemm, gemm, gemm_bf16, jit
 from lezero.codegen.llvm.backend import lower_kernel
+from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB
 from lezero.ir.attributes import DenseArrayAttr
 from lezero.ir.types import I64
 from lezero.ir.dialect.numerics import round_to_bf16
@@ -483,9 +484,11 @@ PRE_PACKED_CASES = {
 def test_conv_reads_constant_weights_pre_packed(cpu, case, monkeypatch):
     """A conv whose weights are a constant (``constant_operands``) asks for them as the GEMM's packed
     A (``packed_operands``: one PackedGemmA of the tile and K block it was lowered with), and reads
-    that layout right: rows past a whole sliver, several K blocks, groups, the slab and in place."""
+    that layout right: rows past a whole sliver, several K blocks, groups, the slab and in place.
+    (Output channels as the GEMM's rows: pixels as rows, test_conv_pixel_rows, are off.)"""
     x_shape, w_shape, attrs, reading = case
     monkeypatch.setattr(contraction, "CONV_B", reading)
+    monkeypatch.setattr(contraction_gemm, "PIXEL_ROWS_MAX_PIXELS", 0)
     extra = [(w_shape[0], 1, 1)]
     module, kernel = conv_kernel(x_shape, w_shape, attrs, "f32", extra,
                                  lambda b, y, c: b.op("lz.relu", b.op("lz.add", y, c)))
@@ -511,9 +514,11 @@ def test_conv_reads_constant_weights_pre_packed(cpu, case, monkeypatch):
     ("znver4", 7, (8, 3, 7)),       # 7 x 7: 49 pixels, 56 lanes of 8 (64 of 16); 512-bit FMA is 2 x 256
     ("skylake-avx512", 7, (16, 8, 3)),  # a full-rate 512-bit FMA
 ])
-def test_conv_register_tile_fits_the_channels_and_pixels(cpu, image, tile):
+def test_conv_register_tile_fits_the_channels_and_pixels(cpu, image, tile, monkeypatch):
     """A conv's register tile (vector width, rows, vectors) pads few rows and lanes; the weights
-    pre-packed for it follow it, and the kernel matches the reference."""
+    pre-packed for it follow it, and the kernel matches the reference (channels as rows: pixels as
+    rows, test_conv_pixel_rows, are off)."""
+    monkeypatch.setattr(contraction_gemm, "PIXEL_ROWS_MAX_PIXELS", 0)
     module, kernel = conv_kernel((1, 8, image, image), (32, 8, 1, 1), attrs_of())
     kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
     lowered = lower_kernel(kernel, cpu=cpu)
@@ -528,6 +533,51 @@ def test_conv_register_tile_fits_the_channels_and_pixels(cpu, image, tile):
     x, w = data(rng, (1, 8, image, image), "f32"), data(rng, (32, 8, 1, 1), "f32")
     want = reference(module, [x, w])[0]
     assert_matches(run_kernel(kernel, [x, spec.pack(w)], 2, lowered, cpu=cpu)[0], want, **F32_TOL)
+
+
+PIXEL_ROWS_CASES = {
+    # name: (x shape, w shape, attrs, pixel rows on a full-rate AVX-512 CPU): issue 11
+    "3x3_7x7_edge_tile": ((1, 20, 7, 7), (50, 20, 3, 3), attrs_of(pads=(1, 1, 1, 1)), True),  # 50 = 48 + 2
+    "1x1_in_place_two_k_blocks": ((1, 600, 14, 14), (36, 600, 1, 1), attrs_of(), True),  # 14 x 2 tiles
+    "3x3_stride2_phases": ((2, 9, 14, 14), (40, 9, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1)), True),
+    "1x1_stride2": ((1, 16, 28, 28), (33, 16, 1, 1), attrs_of(strides=(2, 2)), True),
+    "no_pads_3x3_in_place": ((1, 8, 9, 16), (32, 8, 3, 3), attrs_of(), True),  # 7 x 14: rows of 14
+    "28x28_too_many_pixels": ((1, 8, 28, 28), (32, 8, 3, 3), attrs_of(pads=(1, 1, 1, 1)), False),
+    "width_not_of_7": ((1, 8, 8, 8), (32, 8, 1, 1), attrs_of(), False),
+    "groups": ((1, 8, 7, 7), (32, 4, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=2), False),
+}
+
+
+@pytest.mark.cross_target(cases=PIXEL_ROWS_CASES, group=lambda case: case[3])
+def test_conv_pixel_rows(cpu, case):
+    """On a full-rate AVX-512 CPU a small image's conv with constant weights is a GEMM of pixels
+    (rows, runs of 7 or 14 inside one output row, gathered from the slab or the input) by channels
+    (the weights pre-packed as B: a PackedGemmB of W^T); elsewhere (other CPUs, larger images,
+    widths not of 7, groups) channels stay the rows.  Either way the kernel matches the reference,
+    its work items run in any pieces, and a residual epilogue reads the output's index."""
+    x_shape, w_shape, attrs, pixel_rows = case
+    out_shape = conv_output_shape(x_shape, w_shape, attrs)
+    extra = [(w_shape[0], 1, 1), out_shape]
+    module, kernel = conv_kernel(x_shape, w_shape, attrs, "f32", extra,
+                                 lambda b, y, c, r: b.op("lz.relu", b.op("lz.add", b.op("lz.add", y, c), r)))
+    kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
+    lowered = lower_kernel(kernel, cpu=cpu)
+    (spec,) = lowered.packed_operands
+    full_rate = gemm.GemmConfig.for_target(cpu).vector_width == 16 and \
+        cpu not in contraction_gemm.HALF_RATE_512_BIT_CPUS
+    k = int(np.prod(w_shape[1:]))
+    if pixel_rows and full_rate:
+        rows = 14 if out_shape[3] % 14 == 0 else 7
+        assert spec == PackedGemmB(1, k, w_shape[0], {7: 48, 14: 32}[rows], (1, k))  # 7 x 3, 14 x 2 vectors
+        assert "pixel_rows_taps" in lowered.llvm_ir
+    else:
+        assert isinstance(spec, PackedGemmA) and "pixel_rows_taps" not in lowered.llvm_ir
+    rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
+    x, w, bias, residual = (data(rng, s, "f32") for s in [x_shape, w_shape] + extra)
+    want = reference(module, [x, w, bias, residual])[0]
+    for splits in (1, 3, lowered.work_items):
+        got = run_kernel(kernel, [x, spec.pack(w), bias, residual], splits, lowered, cpu=cpu)[0]
+        assert_matches(got, want, **F32_TOL)
 
 
 def test_conv_work_items_in_any_pieces():
