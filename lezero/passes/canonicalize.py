@@ -163,6 +163,53 @@ def _is_zero_pad(m, x):
     return x if all(p == 0 for p in m.attrs.pads) else None
 
 
+def _zero_pad_along(v):
+    """``(pad op, axis, begin, end)`` when ``v`` is an ``lz.pad`` by zeros, read once, of a static
+    tensor along one axis only (no crop); else None."""
+    op = defined_by(v, "lz.pad")
+    if op is None or len(v.uses) != 1 or not v.type.is_static:
+        return None
+    attrs = op.definition.attrs(op)
+    rank = v.type.rank
+    pads = list(attrs.pads)
+    if attrs.value != 0 or any(p < 0 for p in pads):
+        return None
+    axes = [d for d in range(rank) if pads[d] or pads[rank + d]]
+    if len(axes) != 1:
+        return None
+    return op, axes[0], pads[axes[0]], pads[rank + axes[0]]
+
+
+def _sum_of_adjacent_pads(m, x, y):
+    """pad(a) + pad(b) -> pad(concat(a, b)) when a and b are padded by zeros along one axis into
+    places that touch: each sum is one of them plus zero (an RNN step's gate gradients: a slice's
+    gradient is a pad, the four gates' sum is the gradient of the step's pre-activations)."""
+    px, py = _zero_pad_along(x), _zero_pad_along(y)
+    if px is None or py is None or px[1] != py[1] or x.type != y.type:
+        return None
+    (first, axis, begin, _), (second, _, _, end) = (px, py) if px[2] < py[2] else (py, px)
+    if begin + first.operands[0].type.shape[axis] + second.operands[0].type.shape[axis] + end != x.type.shape[axis]:
+        return None
+    joined = m.create("lz.concat", [first.operands[0], second.operands[0]], {"axis": axis}).result
+    pads = [0] * (2 * x.type.rank)
+    pads[axis], pads[x.type.rank + axis] = begin, end
+    return m.create("lz.pad", [joined], {"pads": pads}).result
+
+
+def _concat_of_concats(m, *xs):
+    """concat(a, concat(b, c), d) along one axis -> concat(a, b, c, d) (the inner one read once)."""
+    axis = m.attrs.axis % m.type.rank
+    flat, merged = [], False
+    for v in xs:
+        inner = defined_by(v, "lz.concat")
+        if inner is not None and len(v.uses) == 1 and inner.definition.attrs(inner).axis % v.type.rank == axis:
+            flat.extend(inner.operands)
+            merged = True
+        else:
+            flat.append(v)
+    return m.create("lz.concat", flat, {"axis": axis}).result if merged else None
+
+
 def _gather_in_order(m, x, indices):
     """gather(x, 0, 1, ..., n-1 along an axis of size n) -> a reshape of x (issue 11 item 4):
     transformers' masks index ``mask[batch_idx, kv_idx]`` with such a constant, which would make a
@@ -330,7 +377,9 @@ DATA_MOVEMENT = [
          "broadcast_to(broadcast_to(x)) -> broadcast_to(x)"),
     Rule("lz.slice", _is_whole_slice, "slice taking the whole tensor in order -> x"),
     Rule("lz.concat", lambda m, *xs: xs[0] if len(xs) == 1 else None, "concat of one operand -> x"),
+    Rule("lz.concat", _concat_of_concats, "concat(a, concat(b, c)) along one axis -> concat(a, b, c)"),
     Rule("lz.pad", _is_zero_pad, "pad by zero everywhere -> x"),
+    Rule("lz.add", _sum_of_adjacent_pads, "pad(a) + pad(b), zeros along one axis, touching -> pad(concat(a, b))"),
     Rule("lz.gather", _gather_in_order, "gather(x, arange(n)) along an axis of size n -> reshape(x)"),
 ]
 

@@ -326,3 +326,45 @@ def test_canonicalize_on_text():
       %4 = "lz.mul"(%x, %ones) : (tensor<2x3xf32>, tensor<4x2x3xf32>) -> tensor<4x2x3xf32>
       func.return %3, %4 : tensor<3x2xf32>, tensor<4x2x3xf32>
     }""")
+
+
+def _gates_gradient(order):
+    """pad(g_k) summed in ``order``: an LSTM step's four gate gradients ([2, 3] each) placed at
+    columns 3k of [2, 12], as the gradient of four slices is."""
+    def body(b, *gs):
+        padded = [b.op("lz.pad", g, pads=[0, 3 * k, 0, 9 - 3 * k]) for k, g in enumerate(gs)]
+        total = padded[order[0]]
+        for k in order[1:]:
+            total = b.op("lz.add", total, padded[k])
+        return total
+    return body
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 2, 1, 0), (1, 0, 3, 2)])
+def test_sum_of_touching_zero_pads_is_a_concat(order):
+    m = canonicalized([F] * 4, _gates_gradient(order))
+    if order == (1, 0, 3, 2):  # g1 + g0 folds; g3 does not touch g0..g1, and then an add is not a pad
+        assert op_names(m).count("lz.add") == 2 and op_names(m).count("lz.concat") == 1
+        return
+    (concat, _) = m.lookup("f").entry_block.ops
+    assert concat.name == "lz.concat" and list(concat.operands) == list(m.lookup("f").arguments)
+
+
+def test_pads_that_overlap_leave_a_gap_or_pad_a_nonzero_value_stay():
+    overlap = lambda b, x, y: b.op("lz.add", b.op("lz.pad", x, pads=[0, 0, 0, 3]), b.op("lz.pad", y, pads=[0, 2, 0, 1]))
+    gap = lambda b, x, y: b.op("lz.add", b.op("lz.pad", x, pads=[0, 0, 0, 4]), b.op("lz.pad", y, pads=[0, 4, 0, 0]))
+    ones = lambda b, x, y: b.op("lz.add", b.op("lz.pad", x, pads=[0, 0, 0, 3], value=1.0),
+                                b.op("lz.pad", y, pads=[0, 3, 0, 0]))
+    two_axes = lambda b, x, y: b.op("lz.add", b.op("lz.pad", x, pads=[1, 0, 0, 3]), b.op("lz.pad", y, pads=[0, 3, 1, 0]))
+    for body in (overlap, gap, ones):
+        assert "lz.concat" not in ops_after([F, F] if body is not overlap else [F, tensor((2, 3))], body)
+    assert "lz.concat" not in ops_after([F, F], two_axes)
+
+
+def test_nested_concats_along_one_axis_flatten():
+    m = canonicalized([F, F, F], lambda b, x, y, z: b.op("lz.concat", x, b.op("lz.concat", y, z, axis=-1), axis=1))
+    (concat, _) = m.lookup("f").entry_block.ops
+    assert len(concat.operands) == 3
+    # along another axis it stays nested
+    assert ops_after([tensor((4, 3)), F, F], lambda b, x, y, z: b.op("lz.concat", x, b.op("lz.concat", y, z, axis=0),
+                                                                       axis=1)).count("lz.concat") == 2
