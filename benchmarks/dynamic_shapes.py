@@ -8,7 +8,9 @@ shipped: ``lezero/codegen/row_generic.py``) and ``per-shape`` (the probe switche
 process, the way lezero compiled before), warmed up on two shapes; then new shapes in turn, each
 mode's first run at the shape timed in the same loop, alternating which goes first, and ONNX
 Runtime's first run at it (2 threads, spinning off).  A new batch at a known sequence length and a
-new sequence length are reported apart (medians), with the kernels each mode lowered and compiled.
+new sequence length are reported apart (medians), with the kernels each mode lowered and compiled,
+and the steady-state latency at those shapes (the median of ``STEADY`` more runs of each mode,
+alternating): what serving every shape from one code costs, or saves, once compiled.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from lezero.runtime import kernel_cache
 WARM_UP = [(1, 32), (2, 32)]
 # (batch, sequence): new batches at 32 and new sequence lengths, interleaved
 NEW = [(3, 32), (5, 17), (4, 32), (2, 48), (7, 32), (3, 48), (6, 32), (1, 100), (8, 32), (2, 100)]
+STEADY = 5
 
 
 def feeds(session_inputs, batch, seq, rng):
@@ -64,6 +67,11 @@ class Mode:
         finally:
             kernel_cache._DEFAULT, kernel_cache.KernelCache._row_generic_kernel = saved, saved_probe
 
+    def run(self, f) -> float:
+        start = time.perf_counter()
+        self._with_cache(lambda: self.compiled.run(f))
+        return time.perf_counter() - start
+
     def first_run(self, f) -> tuple[float, int, int]:
         stats = self.cache.stats
         before = (stats.lowerings, stats.compiles)
@@ -75,7 +83,7 @@ class Mode:
 def main(paths):
     print(cpu_model())
     print(f"{'model':8s} {'new':14s} {'row-generic ms':>15s} {'kernels':>8s} {'per-shape ms':>13s} {'kernels':>8s} "
-          f"{'ratio':>6s} {'ORT first ms':>13s}")
+          f"{'ratio':>6s} {'ORT first ms':>13s} {'steady ratio':>13s}")
     for path in paths:
         model = onnx.load(path)
         options = ort.SessionOptions()
@@ -94,11 +102,17 @@ def main(paths):
             f = feeds(inputs, batch, seq, rng)
             order = modes if n % 2 == 0 else modes[::-1]
             results = {mode.generic: mode.first_run(f) for mode in order}
+            steady = {mode.generic: [] for mode in modes}
+            for _ in range(STEADY):
+                for mode in order:
+                    steady[mode.generic].append(mode.run(f))
+            steady_ratio = statistics.median(steady[True]) / statistics.median(steady[False])
             session = ort.InferenceSession(path, options)
             start = time.perf_counter()
             session.run(None, f)
             ort_first = time.perf_counter() - start
-            rows["batch" if seq in seen else "sequence"].append((results[True], results[False], ort_first))
+            rows["batch" if seq in seen else "sequence"].append((results[True], results[False], ort_first,
+                                                                 steady_ratio))
             seen.add(seq)
         name = pathlib.Path(path).stem
         for kind, measured in rows.items():
@@ -107,9 +121,11 @@ def main(paths):
             ort_ms = statistics.median(m[2] for m in measured) * 1e3
             kernels_g = "/".join(str(round(statistics.median(m[0][i] for m in measured))) for i in (1, 2))
             kernels_p = "/".join(str(round(statistics.median(m[1][i] for m in measured))) for i in (1, 2))
+            steady_ratio = statistics.median(m[3] for m in measured)
             print(f"{name:8s} {'new ' + kind:14s} {generic:15.0f} {kernels_g:>8s} {per_shape:13.0f} {kernels_p:>8s} "
-                  f"{generic / per_shape:6.2f} {ort_ms:13.1f}")
-    print("kernels: lowered/compiled per new shape (medians); ratio: row-generic / per-shape first-run time")
+                  f"{generic / per_shape:6.2f} {ort_ms:13.1f} {steady_ratio:13.2f}")
+    print("kernels: lowered/compiled per new shape (medians); ratio: row-generic / per-shape first-run time; "
+          "steady ratio: the same for later runs (medians)")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from lezero.codegen.affine import Affine, Var
 from lezero.codegen.contraction_shapes import CONTRACTION_OPS, contraction_flops
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.index_checks import IndexChecks, checks_indices
+from lezero.codegen.row_generic import SEQUENCE_ATTR
 from lezero.codegen.value_at_index import MOVEMENT, Buffer
 from lezero.ir.core import Operation
 from lezero.ir.dialect.axes import normalize_axis
@@ -55,9 +56,11 @@ def symbol_name(name: str) -> str:
 class KernelContext:
     """One kernel being lowered, as far as every backend sees it alike: ``kernel``, its ``name``
     (a symbol), the ``target``, the ``body`` and its ``yields``, the bounds checks (``checks``,
-    None for a kernel without any) and, once the backend calls ``bind_buffers``, its
-    ``operand_buffers`` and ``result_buffers``.  The backend's context adds its scalar builder
-    (``s``), index materializer (``index``) and value-at-index walk (``emitter``)."""
+    None for a kernel without any), ``run_time_sizes`` (1 for a sequence form, which reads its
+    length from a buffer after the results: ``row_generic.SEQUENCE_ATTR``; else 0) and, once the
+    backend calls ``bind_buffers``, its ``operand_buffers`` and ``result_buffers``.  The backend's
+    context adds its scalar builder (``s``), index materializer (``index``) and value-at-index walk
+    (``emitter``)."""
 
     def __init__(self, kernel: Operation, name: str, target: str):
         self.kernel = kernel
@@ -67,12 +70,13 @@ class KernelContext:
         self.yields = list(self.body.terminator.operands)
         # kernels with bounds checks take a status buffer after the results
         self.checks = IndexChecks(self.body.ops) if checks_indices(kernel) else None
+        self.run_time_sizes = int(SEQUENCE_ATTR in kernel.attributes)
         self.operand_buffers: list[Buffer] = []
         self.result_buffers: list[Buffer] = []
 
     def bind_buffers(self, pointers) -> None:
-        """The buffers at the backend's ``pointers``: operands, then results (a status pointer,
-        if any, after them)."""
+        """The buffers at the backend's ``pointers``: operands, then results (the run-time sizes,
+        then a status pointer, if any, after them)."""
         n = len(self.kernel.operands)
         self.operand_buffers = [Buffer(p, a.type) for p, a in zip(pointers, self.body.args)]
         self.result_buffers = [Buffer(p, r.type) for p, r in zip(pointers[n:], self.kernel.results)]

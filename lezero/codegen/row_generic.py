@@ -21,12 +21,23 @@ the same proportion ``W`` to the rows.  The IR names no row count then, and its 
 is part of row ``j // W``: it serves every row count.  A lowering that fails the test (a GEMM whose
 tiles and slices follow M, an elementwise loop that packs several short rows into a work item) is
 kept per shape, as before.
+
+``sequence_form(form, length, size)`` goes one step further for an attention kernel (issue 11): every
+dim of ``length`` (the sequence length: the keys and the queries) becomes ``size``, marked
+``lz.any_sequence``, and the CPU lowering reads the length at run time from one more buffer, an
+int64 array of it after the results (``SEQUENCE_ATTR``; strides that are a power of the length
+times a constant are computed from it).  The same proof holds it: lowered at two lengths
+(``SEQUENCE_PROBES``) with the two row counts, the code must be equal; then it names neither, and
+one compile serves every (batch, sequence).  Dims that only equal the length by chance become it
+too: the form at ``length`` is still the kernel at hand, and another length whose kernel differs
+in them has another form (another key).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from lezero.codegen.errors import LoweringError
 from lezero.ir.attributes import IntegerAttr, UnitAttr, i64_array
 from lezero.ir.core import Block, FuncOp, Operation
 from lezero.ir.dialect.axes import normalize_axes
@@ -45,6 +56,12 @@ ANY_ROWS_ATTR = "lz.any_rows"
 # are probed at the first row count, not when a second one shows up: the second shape then
 # compiles nothing, and a new sequence length compiles each of its kernels once, not twice.
 MANY_SHAPES_ATTR = "lz.many_shapes"
+# Two sequence lengths a sequence form is lowered at (primes, none of PROBE_ROWS), and its mark
+# (an i64 attribute of its lz.kernel: the size that stands for the run-time length).
+SEQUENCE_PROBES = (4111, 4127)
+SEQUENCE_ATTR = "lz.any_sequence"
+# Attributes that hold sizes, per op: a sequence form resizes the entries equal to the length.
+_SIZE_ATTRS = {"lz.reshape": ("shape",), "lz.slice": ("starts", "ends")}
 # Ops whose types alone decide whether they are independent per row (checked against their
 # shape rule after the rewrite): matmul and attention keep leading dims as batches or rows.
 _BATCHED_OPS = frozenset({"lz.matmul", "lz.attention"})
@@ -98,10 +115,13 @@ def _read_whole(body) -> set:
     return whole
 
 
-def _rewrite_attributes(op: Operation, prefix: tuple, rows: int) -> dict | None:
-    """The attributes of ``op`` in the rows form (its row dims collapsed), or None when it mixes rows."""
+def _rewrite_attributes(op: Operation, prefix: tuple, rows: int, split=frozenset()) -> dict | None:
+    """The attributes of ``op`` in the rows form (its row dims collapsed), or None when it mixes rows
+    (``split``: the arguments ``_split_rows`` found, whose one reshape makes rows of them)."""
     attrs = dict(op.attributes)
     row_dims = _row_dims(op.operands[0].type.shape, prefix) if op.operands else 0
+    if op.name == "lz.reshape" and op.operands[0] in split:
+        row_dims = 1
     if op.name in REDUCTION_OPS:
         axes = reduced_axes(op)
         if row_dims and min(axes, default=0) < row_dims:
@@ -141,6 +161,22 @@ def _rewrite_attributes(op: Operation, prefix: tuple, rows: int) -> dict | None:
     return attrs if definition is not None and definition.has_trait(ELEMENTWISE) else None
 
 
+def _split_rows(body, operands, prefix: tuple) -> dict:
+    """The arguments of ``body`` that hold each row's ``m`` lines in a row of their first dim, ``m``
+    times the rows (GPT-2's fused projection ``[b x s, 3h]``, which its attention kernel reshapes to
+    ``[b, s, 3h]``): not a weight, with one use, a reshape whose result starts with the rows -> ``m``."""
+    count = math.prod(prefix)
+    split = {}
+    for a, v in zip(body.args, operands):
+        shape = a.type.shape if isinstance(a.type, TensorType) else ()
+        if not shape or _row_dims(shape, prefix) or _is_constant(v) or shape[0] % count or shape[0] == count:
+            continue
+        uses = [op for op in body.ops if a in op.operands]
+        if len(uses) == 1 and uses[0].name == "lz.reshape" and _row_dims(uses[0].results[0].type.shape, prefix):
+            split[a] = shape[0] // count
+    return split
+
+
 def _is_constant(v) -> bool:
     """Whether ``v`` (a kernel's operand) is an ``lz.constant`` of its function: a weight."""
     return isinstance(v.owner, Operation) and v.owner.name == "lz.constant"
@@ -161,7 +197,9 @@ def rows_form(kernel_op: Operation, prefix: tuple, rows: int) -> Operation | Non
     if any(t is None or t.shape[:1] != (rows,) for t in result_types):
         return None
     whole = _read_whole(body)
-    operand_types = [_collapse(a.type, prefix, rows, rest_rank, a in whole, a in constants) for a in body.args]
+    split = _split_rows(body, kernel_op.operands, prefix)
+    operand_types = [TensorType((rows * split[a],) + a.type.shape[1:], a.type.element_type) if a in split else
+                     _collapse(a.type, prefix, rows, rest_rank, a in whole, a in constants) for a in body.args]
     if any(t is None for t in operand_types):
         return None
     # The operands are stand-ins (a block's arguments of the collapsed types): the rows form is
@@ -174,7 +212,7 @@ def rows_form(kernel_op: Operation, prefix: tuple, rows: int) -> Operation | Non
         arg.type = t
     originals = list(body.ops)
     for original, op in zip(originals, list(block.ops)):
-        attributes = _rewrite_attributes(original, prefix, rows)
+        attributes = _rewrite_attributes(original, prefix, rows, split)
         if attributes is None:
             return None
         op.attributes = attributes
@@ -222,14 +260,77 @@ def widest_rows_form(kernel_op: Operation) -> tuple[tuple, Operation] | None:
     return None
 
 
-def lower_row_generic(kernel_op: Operation, prefix: tuple, lower) -> tuple[RowGeneric, object] | None:
+def sequence_length(kernel_op: Operation) -> int | None:
+    """The sequence length of an attention kernel (its one ``lz.attention``'s queries and keys,
+    equal: self-attention), or None for any other kernel."""
+    if kernel_op.definition.attrs(kernel_op).kind != "attention":
+        return None
+    found = [op for op in kernel_op.regions[0].blocks[0].ops if op.name == "lz.attention"]
+    if len(found) != 1:
+        return None
+    q, k = (v.type.shape for v in found[0].operands[:2])
+    return q[-2] if q[-2] == k[-2] else None
+
+
+def sequence_form(kernel_op: Operation, length: int, size: int) -> Operation | None:
+    """A copy of ``kernel_op`` whose dims of ``length`` are ``size`` (its types, reshape targets and
+    slice bounds; module docstring), marked ``SEQUENCE_ATTR``; None when a dim is ``size`` already
+    or a resized type disagrees with its op's shape rule."""
+    # a rows form's [rows x length, h] (``_split_rows``) is [rows x size, h]
+    rows = kernel_op.results[0].type.shape[0] if any_rows(kernel_op) and length > 1 else None
+
+    def resized_dim(d):
+        return size if d == length else rows * size if rows is not None and d == rows * length else d
+
+    def resized(t):
+        if not isinstance(t, TensorType):
+            return t
+        return TensorType(tuple(resized_dim(d) for d in t.shape), t.element_type)
+
+    body = kernel_op.regions[0].blocks[0]
+    values = list(body.args) + [r for op in body.ops for r in op.results] + list(kernel_op.results)
+    if any(isinstance(v.type, TensorType) and size in v.type.shape for v in values):
+        return None
+    operand_types = [resized(a.type) for a in body.args]
+    result_types = [resized(r.type) for r in kernel_op.results]
+    alone = Operation(kernel_op.name, Block(operand_types).args, result_types,
+                      {**kernel_op.attributes, SEQUENCE_ATTR: IntegerAttr(size, I64)},
+                      [region.clone({}) for region in kernel_op.regions], kernel_op.location)
+    block = alone.regions[0].blocks[0]
+    for arg, t in zip(block.args, operand_types):
+        arg.type = t
+    for op in block.ops:
+        for name in _SIZE_ATTRS.get(op.name, ()):
+            if name in op.attributes:
+                op.attributes[name] = i64_array(resized_dim(d) for d in op.attributes[name].values)
+        for r in op.results:
+            r.type = resized(r.type)
+        if op.name != "lz.yield" and [r.type for r in op.results] != _inferred(op):
+            return None
+    if [v.type for v in block.terminator.operands] != result_types:
+        return None
+    return alone
+
+
+def lower_row_generic(kernel_op: Operation, prefix: tuple, lower,
+                      length: int | None = None) -> tuple[RowGeneric, object] | None:
     """``(RowGeneric, the lowering at PROBE_ROWS[0] rows)`` when ``lower`` (an ``lz.kernel`` ->
     ``LoweredKernel`` function) gives code for the rows form over ``prefix`` that serves every row
-    count, else None."""
+    count, else None; given the sequence ``length``, the rows form's sequence form, whose code must
+    serve every length as well (lowered at ``SEQUENCE_PROBES[0]`` then)."""
     forms = [rows_form(kernel_op, prefix, rows) for rows in PROBE_ROWS]
     if forms[1] is None:  # a dim of the kernel is PROBE_ROWS[0] by chance
         return None
-    first, second = (lower(form) for form in forms)
+    if length is not None:
+        forms = [sequence_form(form, length, size) for form, size in zip(forms, SEQUENCE_PROBES)]
+        if None in forms:
+            return None
+    try:
+        first, second = (lower(form) for form in forms)
+    except LoweringError:
+        if length is None:
+            raise
+        return None  # a lowering that takes no run-time length
     per_row = first.work_items // PROBE_ROWS[0]
     if (first.llvm_ir == second.llvm_ir and per_row >= 1 and first.work_items == per_row * PROBE_ROWS[0]
             and second.work_items == per_row * PROBE_ROWS[1]):

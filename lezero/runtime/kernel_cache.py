@@ -48,7 +48,8 @@ from lezero.codegen.llvm.cache_model import caches_for
 from lezero.codegen.llvm.object_compiler import OPT_LEVEL
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.codegen.packed_operands import packed_operand_from_fields
-from lezero.codegen.row_generic import RowGeneric, lower_row_generic, serves_many_shapes, widest_rows_form
+from lezero.codegen.row_generic import (SEQUENCE_PROBES, RowGeneric, lower_row_generic, sequence_form,
+                                        sequence_length, serves_many_shapes, widest_rows_form)
 from lezero.ir.core import Operation
 from lezero.ir.printer import print_op
 from lezero.passes.memory_plan import OFFSETS_ATTR
@@ -116,12 +117,17 @@ class KernelFacts:
 class CachedKernel:
     """A CPU kernel of a plan keyed by its content: ``LoweredKernel``'s fields, read from the cache
     (or from lowering it now), its LLVM IR lowered only when something asks for it (a native
-    build, ``--emit=llvm``)."""
+    build, ``--emit=llvm``).  A row-generic kernel runs the code of its ``generic_form`` (a rows
+    form, or its sequence form: then ``sizes`` holds the sequence length, which the plan hands it in
+    a buffer after its results)."""
 
     def __init__(self, op: Operation, cpu: CpuTarget, content_key: str, facts: KernelFacts,
-                 lowered: LoweredKernel | None = None, row_generic: RowGeneric | None = None):
+                 lowered: LoweredKernel | None = None, row_generic: RowGeneric | None = None,
+                 generic_form: Operation | None = None, sizes: tuple = ()):
         self.op = op
         self.row_generic = row_generic  # its code is its rows form's, serving every row count
+        self.generic_form = generic_form
+        self.sizes = sizes
         self.cpu = cpu
         self.content_key = content_key
         self.facts = facts
@@ -247,13 +253,28 @@ class KernelCache:
         None.  The probe runs when a second row count of the same rows form shows up (a model of
         static shapes never pays for it), or at once in a function that serves many shapes
         (``row_generic.MANY_SHAPES_ATTR``); its verdict is kept per rows form, in memory and on disk
-        (``<key>.g``; the code's facts in ``<key>.k``)."""
+        (``<key>.g``; the code's facts in ``<key>.k``).  In such a function an attention kernel
+        tries its sequence form first: code that takes the sequence length at run time as well."""
         widest = widest_rows_form(kernel_op)
         if widest is None:
             return None
         prefix, form = widest
-        generic_key = self.kernel_key(form, cpu)
         rows = math.prod(prefix)
+        length = sequence_length(form) if serves_many_shapes(kernel_op) else None
+        sequence = None if length is None else sequence_form(form, length, SEQUENCE_PROBES[0])
+        if sequence is not None:
+            verdict = self._generic_verdict(kernel_op, prefix, sequence, rows, cpu, length)
+            if verdict:
+                return self._generic_kernel(kernel_op, cpu, key, verdict, rows, sequence, (length,))
+        verdict = self._generic_verdict(kernel_op, prefix, form, rows, cpu)
+        return self._generic_kernel(kernel_op, cpu, key, verdict, rows, form, ()) if verdict else None
+
+    def _generic_verdict(self, kernel_op: Operation, prefix: tuple, form: Operation, rows: int, cpu: CpuTarget,
+                         length: int | None = None):
+        """Whether the code of ``form`` (``kernel_op``'s rows form, or its sequence form given the
+        sequence ``length``) serves every row count: ``(RowGeneric, KernelFacts)``, False, or None
+        when it is not probed yet (one row count so far)."""
+        generic_key = self.kernel_key(form, cpu)
         with self._lock:
             verdict = self._row_generic.get(generic_key)
             first_rows = self._rows_seen.setdefault(generic_key, rows)
@@ -262,19 +283,21 @@ class KernelCache:
         if verdict is None and first_rows == rows and not serves_many_shapes(kernel_op):
             return None  # one row count so far: lowered for it
         if verdict is None:
-            found = lower_row_generic(kernel_op, prefix, lambda op: self._lower(op, cpu))
+            found = lower_row_generic(kernel_op, prefix, lambda op: self._lower(op, cpu), length)
             verdict = False if found is None else (found[0], self._keep_lowered(generic_key, found[1], cpu))
             record = {"items_per_row": verdict[0].items_per_row} if verdict else {}
             self._write(self.path(generic_key, ".g"), json.dumps(record).encode())
         with self._lock:
             self._row_generic[generic_key] = verdict
-        if not verdict:
-            return None
+        return verdict
+
+    def _generic_kernel(self, kernel_op: Operation, cpu: CpuTarget, key: str, verdict, rows: int,
+                        form: Operation, sizes: tuple) -> CachedKernel:
         shape, facts = verdict
         self.stats.row_generic_hits += 1
         here = replace(facts, work_items=shape.items_per_row * rows,
                        flops=estimate_flops(kernel_op.regions[0].blocks[0]), bytes_accessed=bytes_accessed(kernel_op))
-        return CachedKernel(kernel_op, cpu, key, here, row_generic=shape)
+        return CachedKernel(kernel_op, cpu, key, here, row_generic=shape, generic_form=form, sizes=sizes)
 
     def _read_row_generic(self, generic_key: str):
         """A row-generic verdict from disk: False, ``(RowGeneric, KernelFacts)``, or None (none there)."""
@@ -380,7 +403,7 @@ class KernelCache:
         # Its facts are here but its object is gone (removed, or rejected as corrupt): lower it
         # again and key it by this kernel's own symbol (a row-generic one: its rows form again).
         shape = kernel.row_generic
-        lowered = self._lower(kernel.op if shape is None else widest_rows_form(kernel.op)[1], cpu)
+        lowered = self._lower(kernel.op if shape is None else kernel.generic_form, cpu)
         facts = replace(kernel.facts, symbol=lowered.name, object_key=self.object_key(lowered.llvm_ir, cpu))
         if shape is None:
             with self._lock:

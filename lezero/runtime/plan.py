@@ -98,7 +98,9 @@ class BufferRef:
 @dataclass
 class Launch:
     """One kernel of the schedule.  ``kernel``: what the device's backend lowered it to (a
-    ``LoweredKernel`` on the CPU, a ``TritonKernel`` on cuda; None for a transfer)."""
+    ``LoweredKernel`` on the CPU, a ``TritonKernel`` on cuda; None for a transfer).  ``sizes``: the
+    constant of the sizes a kernel whose code serves every sequence length reads (its length,
+    ``CachedKernel.sizes``), None for every other."""
 
     op: Operation
     name: str
@@ -108,11 +110,12 @@ class Launch:
     results: list
     kernel: object = None
     split_over_threads: bool = False
+    sizes: BufferRef | None = None
 
     @property
     def buffers(self) -> list:
-        """The kernel's buffers in ABI order: operands, then results."""
-        return self.operands + self.results
+        """The kernel's buffers in ABI order: operands, results, then its sizes if it reads any."""
+        return self.operands + self.results + ([self.sizes] if self.sizes is not None else [])
 
     @property
     def index_checks(self):
@@ -309,6 +312,9 @@ def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) ->
                 launch.kernel = lower_for_device(op, device, cpu, cache)
                 advance()
                 launch.split_over_threads = device == HOST and splits_over_threads(launch.kernel, op)
+                if getattr(launch.kernel, "sizes", ()):  # code serving every sequence length (issue 11)
+                    plan.constants.append(np.array(launch.kernel.sizes, np.int64))
+                    launch.sizes = BufferRef("constant", len(plan.constants) - 1)
                 for spec in launch.kernel.packed_operands if device == HOST else ():  # issue 11
                     launch.operands[spec.operand] = packed_constant(operands[spec.operand], spec, op)
             plan.launches.append(launch)

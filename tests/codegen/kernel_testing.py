@@ -60,18 +60,21 @@ def storage_dtype(t: TensorType) -> np.dtype:
     return t.element_type.numpy_dtype
 
 
-def run_kernel(kernel: Operation, inputs, splits: int = 1, lowered: LoweredKernel | None = None, cpu=None):
+def run_kernel(kernel: Operation, inputs, splits: int = 1, lowered: LoweredKernel | None = None, cpu=None,
+               sizes=()):
     """Lower, compile and run ``kernel`` on ``inputs`` (for ``cpu``: a cross-target test's, default
     the host); ``[0, work_items)`` is cut into ``splits`` ranges called one after another (any
-    order must give the same answer).  A kernel with bounds checks gets its status buffer, and an
-    index out of range raises ``IndexError`` with the runtime's message."""
+    order must give the same answer).  ``sizes``: the run-time sizes a sequence form reads
+    (``row_generic.SEQUENCE_ATTR``), in a buffer after the results.  A kernel with bounds checks
+    gets its status buffer, and an index out of range raises ``IndexError`` with the runtime's
+    message."""
     lowered = lowered or lower_kernel(kernel, cpu=cpu)
     fn = compile_lowered(lowered, cpu)
     inputs = [np.ascontiguousarray(a, dtype=storage_dtype(t)) for a, t in zip(inputs, lowered.operand_types)]
     outputs = [_poisoned(t) for t in lowered.result_types]
     checks = lowered.index_checks
     status = [] if checks is None else [np.array(initial_status(checks), np.int64)]
-    buffers = inputs + outputs + status
+    buffers = inputs + outputs + ([np.array(sizes, np.int64)] if len(sizes) else []) + status
     pointers = (ctypes.c_void_p * max(1, len(buffers)))(*[a.ctypes.data for a in buffers])
     n = lowered.work_items
     bounds = sorted({0, n, *[n * k // splits for k in range(1, splits)]})

@@ -3,7 +3,9 @@
 probe accepts (layer norm, softmax, an activation, attention over batches, GEMMs with epilogues,
 an embedding lookup with its bounds check) run at many row counts (1, odd, a partial last tile,
 large) on every CPU of the cross-target matrix against the numpy reference of the kernel at that
-size; code that follows the row count is refused."""
+size; code that follows the row count is refused.  Attention's sequence form (its code reads the
+sequence length at run time, with and without a mask ``[b, 1, s, s]``) runs at many lengths (1, a
+partial score tile, several key blocks) on every CPU of the matrix too."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +18,12 @@ from codegen.kernel_testing import assert_matches, lz_attrs, make_kernel, refere
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.row_generic import (
     PROBE_ROWS,
+    SEQUENCE_ATTR,
+    SEQUENCE_PROBES,
     lower_row_generic,
     rows_form,
+    sequence_form,
+    sequence_length,
     widest_rows_form,
 )
 from lezero.ir import Block, Builder, FuncOp, FunctionType, Operation, Region
@@ -192,3 +198,76 @@ def test_a_weight_is_not_rows_at_batch_one():
     assert [prefix for prefix, _ in forms.values()] == [(1,), (2,), (3,)]
     assert len({kernel_text(form) for _, form in forms.values()}) == 1
     assert [tuple(a.type.shape) for a in forms[1][1].operands] == [(PROBE_ROWS[0], SEQ, HIDDEN), (1, SEQ, HIDDEN)]
+
+
+def masked_attention_heads(b, q, k, v, mask):
+    """``attention_heads`` with an additive mask ``[batch, 1, s, s]`` (BERT's), broadcast over the heads."""
+    batch, seq = q.type.shape[:2]
+
+    def heads(x):
+        return b.op("lz.transpose", b.op("lz.reshape", x, shape=[batch, seq, 2, 16]), perm=[0, 2, 1, 3])
+    out = b.op("lz.attention", heads(q), heads(k), heads(v), mask, scale=0.25)
+    return b.op("lz.reshape", b.op("lz.transpose", out, perm=[0, 2, 1, 3]), shape=[batch, seq, 32])
+
+
+def fused_projection_attention(b, qkv, mask):
+    """GPT-2's: one projection ``[b x s, 3 x 32]`` reshaped to ``[b, s, 96]`` and sliced into q, k
+    and v, a mask ``[b, 1, s, s]``."""
+    batch, seq = mask.type.shape[0], mask.type.shape[-1]
+    rows = b.op("lz.reshape", qkv, shape=[batch, seq, 96])
+    q, k, v = (b.op("lz.slice", rows, starts=[32 * i], ends=[32 * i + 32], axes=[2]) for i in range(3))
+    return masked_attention_heads(b, q, k, v, mask)
+
+
+SEQUENCE_KERNELS = {
+    "attention": (attention_heads, lambda batch, seq: [((batch, seq, 32), "f32")] * 3),
+    "masked_attention": (masked_attention_heads,
+                         lambda batch, seq: [((batch, seq, 32), "f32")] * 3 + [((batch, 1, seq, seq), "f32")]),
+    "fused_projection": (fused_projection_attention,
+                         lambda batch, seq: [((batch * seq, 96), "f32"), ((batch, 1, seq, seq), "f32")]),
+}
+# 1, a partial score tile, several key blocks (256 keys each) with a partial last one
+LENGTHS = (1, 6, 17, 300)
+SEQUENCE_CASES = {f"{name}_s{length}": (name, length) for name in SEQUENCE_KERNELS for length in LENGTHS}
+
+
+@functools.cache
+def probed_sequence(name, cpu):
+    """``lower_row_generic`` of sequence kernel ``name`` at [BATCH, SEQ] with its sequence form."""
+    body, types = SEQUENCE_KERNELS[name]
+    _, kernel = make_kernel(types(BATCH, SEQ), body, kind="attention")
+    return lower_row_generic(kernel, (BATCH,), lambda op: lower_kernel(op, cpu=cpu), sequence_length(kernel))
+
+
+def test_the_sequence_form_resizes_every_dim_of_the_length():
+    body, types = SEQUENCE_KERNELS["masked_attention"]
+    _, kernel = make_kernel(types(BATCH, SEQ), body, kind="attention")
+    assert sequence_length(kernel) == SEQ
+    size = SEQUENCE_PROBES[0]
+    form = sequence_form(kernel, SEQ, size)
+    assert form.attributes[SEQUENCE_ATTR].value == size
+    assert [tuple(v.type.shape) for v in form.operands] == [(BATCH, size, 32)] * 3 + [(BATCH, 1, size, size)]
+    reshapes = [op for op in form.regions[0].blocks[0].ops if op.name == "lz.reshape"]
+    assert list(reshapes[0].definition.attrs(reshapes[0]).shape) == [BATCH, size, 2, 16]
+    assert sequence_form(form, size, SEQUENCE_PROBES[1]) is not None
+    assert sequence_form(kernel, SEQ, 16) is None  # a dim is 16 already (the heads' width)
+
+
+@pytest.mark.cross_target(cases=SEQUENCE_CASES, group=lambda case: case[0])
+def test_sequence_generic_attention_matches_the_reference_at_every_length(cpu, case):
+    name, length = case
+    body, types = SEQUENCE_KERNELS[name]
+    found = probed_sequence(name, cpu)
+    assert found is not None, f"{name}: its code should serve every row count and sequence length"
+    shape, lowered = found
+    rows = 2
+    sized = types(rows, length)
+    module, real = make_kernel(sized, body, kind="attention")
+    rng = np.random.default_rng(length)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s, _ in sized]
+    here = dataclasses.replace(lowered, work_items=shape.items_per_row * rows,
+                               operand_types=tuple(v.type for v in real.operands),
+                               result_types=tuple(r.type for r in real.results))
+    got = run_kernel(real, inputs, 3, lowered=here, cpu=cpu, sizes=[length])
+    (want,) = reference(module, inputs)
+    assert_matches(got[0], want, rtol=2e-5, atol=1e-5)

@@ -12,8 +12,10 @@ reads only at the index it writes; the kernel computes every result of an index 
 before it stores any.  Strictly, ``noalias`` would let LLVM move such a load below such a store;
 its passes do not (no gain in it), and ``test_in_place_result`` checks the machine code's answer.
 
-A kernel with bounds checks (``lezero/codegen/index_checks.py``) has one more buffer, its status,
-after the results; the emitter's accumulated checks go to it just before the body returns.
+A sequence form (``lezero/codegen/row_generic.py``) has one more buffer after the results, the
+int64 sizes it reads at run time (``sizes``).  A kernel with bounds checks
+(``lezero/codegen/index_checks.py``) has one more buffer, its status, after those; the emitter's
+accumulated checks go to it just before the body returns.
 """
 from __future__ import annotations
 
@@ -73,13 +75,15 @@ class KernelContext(kernel.KernelContext):
         self.module = module
         self.cpu = cpu_target(cpu)  # what vector widths and tiles are chosen for
         self.fn = KernelFunction(module, name,
-                                 len(kernel_op.operands) + len(kernel_op.results) + (self.checks is not None))
+                                 len(kernel_op.operands) + len(kernel_op.results) + self.run_time_sizes
+                                 + (self.checks is not None))
         self.b = self.fn.builder
         self.s = LLVMScalarBuilder(self.b)
         self.index = IndexMaterializer(self.b)
         pointers = self.fn.buffers
         self.bind_buffers(pointers)
         self.status = pointers[-1] if self.checks is not None else None
+        self.sizes = pointers[len(kernel_op.operands) + len(kernel_op.results)] if self.run_time_sizes else None
         self.emitter = LLVMValueAtIndex(self.s, self.index, dict(zip(self.body.args, self.operand_buffers)),
                                         target=target, checks=self.checks, status=self.status)
         self.fn.before_return.append(self.emitter.flush_index_checks)
