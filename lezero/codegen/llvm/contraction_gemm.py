@@ -527,6 +527,11 @@ PIXEL_ROWS_TILES = ((16, 14, 2), (16, 7, 3))
 # ones ran slower than q-space (1 thread, min of 20, load ~8): 3x3 128->128 at 28x28 1.50x ORT
 # against 1.20x, 1x1 64->256 at 56x56 1.40x against 1.03x.
 PIXEL_ROWS_MAX_PIXELS = 196
+# ... and of at least this depth (ci * kh * kw): the epilogue reads a tile's sums along its pixels,
+# one channel at a time (strided), which shallow products do not amortize.  1 thread, min of 30,
+# lezero / ORT, q-space -> pixel rows: pw 96->576 at 14x14 0.90x -> 1.14x, pw 192->1152 at 7x7
+# (+SiLU) 1.41x -> 1.49x; 256 deep and more gained (r50 1x1 1024->256 at 14x14 1.02x -> 0.96x).
+PIXEL_ROWS_MIN_DEPTH = 256
 
 
 def pixel_rows_tile(s: ConvShape) -> tuple[int, int, int] | None:
@@ -545,12 +550,12 @@ def conv_gemm_plan(cpu, shape: ConvShape, direct: bool, a_block_floats: int, con
 
 def pixel_rows_fit(cpu, s: ConvShape, constant_weights: int | None, dtype) -> bool:
     """A float32 conv of one group with constant weights (pre-packed as B, ``PackedGemmB``), an
-    output width that is a multiple of a tile's rows (7 or 14) and at most PIXEL_ROWS_MAX_PIXELS
-    pixels, on an AVX-512 target whose 512-bit FMA is full rate (not ``HALF_RATE_512_BIT_CPUS``,
+    output width that is a multiple of a tile's rows (7 or 14), at most PIXEL_ROWS_MAX_PIXELS
+    pixels and at least PIXEL_ROWS_MIN_DEPTH deep, on an AVX-512 target whose 512-bit FMA is full rate (not ``HALF_RATE_512_BIT_CPUS``,
     where the 8-float tiles were measured instead)."""
     host = gemm.GemmConfig.for_target(cpu)
     return (dtype == F32 and constant_weights is not None and s.groups == 1 and pixel_rows_tile(s) is not None
-            and s.oh * s.ow <= PIXEL_ROWS_MAX_PIXELS
+            and s.oh * s.ow <= PIXEL_ROWS_MAX_PIXELS and s.k >= PIXEL_ROWS_MIN_DEPTH
             and host.vector_width == 16 and host.nr_vectors >= CONV_NARROWER_TILE_MIN_VECTORS
             and cpu.cpu not in HALF_RATE_512_BIT_CPUS)
 

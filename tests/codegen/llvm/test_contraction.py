@@ -537,14 +537,15 @@ def test_conv_register_tile_fits_the_channels_and_pixels(cpu, image, tile, monke
 
 PIXEL_ROWS_CASES = {
     # name: (x shape, w shape, attrs, pixel rows on a full-rate AVX-512 CPU): issue 11
-    "3x3_7x7_edge_tile": ((1, 20, 7, 7), (50, 20, 3, 3), attrs_of(pads=(1, 1, 1, 1)), True),  # 50 = 48 + 2
+    "3x3_7x7_edge_tile": ((1, 32, 7, 7), (50, 32, 3, 3), attrs_of(pads=(1, 1, 1, 1)), True),  # 50 = 48 + 2
     "1x1_in_place_two_k_blocks": ((1, 600, 14, 14), (36, 600, 1, 1), attrs_of(), True),  # 14 x 2 tiles
-    "3x3_stride2_phases": ((2, 9, 14, 14), (40, 9, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1)), True),
-    "1x1_stride2": ((1, 16, 28, 28), (33, 16, 1, 1), attrs_of(strides=(2, 2)), True),
-    "no_pads_3x3_in_place": ((1, 8, 9, 16), (32, 8, 3, 3), attrs_of(), True),  # 7 x 14: rows of 14
-    "28x28_too_many_pixels": ((1, 8, 28, 28), (32, 8, 3, 3), attrs_of(pads=(1, 1, 1, 1)), False),
-    "width_not_of_7": ((1, 8, 8, 8), (32, 8, 1, 1), attrs_of(), False),
-    "groups": ((1, 8, 7, 7), (32, 4, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=2), False),
+    "3x3_stride2_phases": ((2, 32, 14, 14), (40, 32, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1)), True),
+    "1x1_stride2": ((1, 300, 28, 28), (33, 300, 1, 1), attrs_of(strides=(2, 2)), True),
+    "no_pads_3x3_in_place": ((1, 32, 9, 16), (32, 32, 3, 3), attrs_of(), True),  # 7 x 14: rows of 14
+    "28x28_too_many_pixels": ((1, 32, 28, 28), (32, 32, 3, 3), attrs_of(pads=(1, 1, 1, 1)), False),
+    "width_not_of_7": ((1, 300, 8, 8), (32, 300, 1, 1), attrs_of(), False),
+    "groups": ((1, 64, 7, 7), (32, 32, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=2), False),
+    "too_shallow": ((1, 28, 7, 7), (32, 28, 3, 3), attrs_of(pads=(1, 1, 1, 1)), False),  # K = 252
 }
 
 
@@ -553,7 +554,7 @@ def test_conv_pixel_rows(cpu, case):
     """On a full-rate AVX-512 CPU a small image's conv with constant weights is a GEMM of pixels
     (rows, runs of 7 or 14 inside one output row, gathered from the slab or the input) by channels
     (the weights pre-packed as B: a PackedGemmB of W^T); elsewhere (other CPUs, larger images,
-    widths not of 7, groups) channels stay the rows.  Either way the kernel matches the reference,
+    widths not of 7, groups, shallow products) channels stay the rows.  Either way the kernel matches the reference,
     its work items run in any pieces, and a residual epilogue reads the output's index."""
     x_shape, w_shape, attrs, pixel_rows = case
     out_shape = conv_output_shape(x_shape, w_shape, attrs)
