@@ -301,8 +301,13 @@ class Block:
         raise ValueError(f"{op.name} is not in this block")
 
     def remove(self, op: Operation) -> None:
-        del self.ops[self.index_of(op)]
-        op.parent = None
+        # from the end: what is removed is most often what was just built (an importer's folded op)
+        for i in range(len(self.ops) - 1, -1, -1):
+            if self.ops[i] is op:
+                del self.ops[i]
+                op.parent = None
+                return
+        raise ValueError(f"{op.name} is not in this block")
 
     @property
     def terminator(self) -> Operation | None:

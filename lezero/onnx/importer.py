@@ -517,10 +517,17 @@ def _ssa_name(name: str) -> str | None:
 
 
 def erase_dead_ops(block) -> None:
-    """Erase the ops of ``block`` whose results nothing uses (the import's ops are pure)."""
+    """Erase the ops of ``block`` whose results nothing uses (the import's ops are pure): from the
+    last, so an op only dead ops used is erased too; the list is rebuilt once at the end (erasing
+    them one by one from it is quadratic: ~40 ms of a GPT-2 import, once per input shape)."""
+    dead = set()
     for op in reversed(list(block.ops)):
         if op.name not in ("func.return", "lz.yield") and not any(r.has_uses for r in op.results):
+            dead.add(id(op))
+            op.parent = None  # out of the block: the list is rebuilt below
             op.erase()
+    if dead:
+        block.ops[:] = [op for op in block.ops if id(op) not in dead]
 
 
 def import_model(source, *, constant_inputs: dict | None = None, upgrade_opset: bool = False,

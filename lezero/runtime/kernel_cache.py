@@ -192,6 +192,8 @@ class KernelCache:
         self._pending: dict[str, Future] = {}         # object key -> object bytes being compiled
         self._row_generic: dict[str, object] = {}     # rows form's key -> False or (RowGeneric, facts)
         self._rows_seen: dict[str, int] = {}          # rows form's key -> the row count it was first lowered at
+        # kernel's content key -> (verdict, its form, sizes, rows): a model's repeated layers find their form once
+        self._generic_of: dict[str, tuple] = {}
         self._lock = threading.Lock()
         _CACHES[id(self)] = self
 
@@ -255,6 +257,10 @@ class KernelCache:
         (``row_generic.MANY_SHAPES_ATTR``); its verdict is kept per rows form, in memory and on disk
         (``<key>.g``; the code's facts in ``<key>.k``).  In such a function an attention kernel
         tries its sequence form first: code that takes the sequence length at run time as well."""
+        known = self._generic_of.get(key)
+        if known is not None:
+            verdict, form, sizes, rows = known
+            return self._generic_kernel(kernel_op, cpu, key, verdict, rows, form, sizes) if verdict else None
         widest = widest_rows_form(kernel_op)
         if widest is None:
             return None
@@ -265,8 +271,11 @@ class KernelCache:
         if sequence is not None:
             verdict = self._generic_verdict(kernel_op, prefix, sequence, rows, cpu, length)
             if verdict:
+                self._generic_of[key] = (verdict, sequence, (length,), rows)
                 return self._generic_kernel(kernel_op, cpu, key, verdict, rows, sequence, (length,))
         verdict = self._generic_verdict(kernel_op, prefix, form, rows, cpu)
+        if verdict is not None:
+            self._generic_of[key] = (verdict, form, (), rows)
         return self._generic_kernel(kernel_op, cpu, key, verdict, rows, form, ()) if verdict else None
 
     def _generic_verdict(self, kernel_op: Operation, prefix: tuple, form: Operation, rows: int, cpu: CpuTarget,
@@ -486,6 +495,7 @@ class KernelCache:
             self._loaded.clear()
             self._row_generic.clear()
             self._rows_seen.clear()
+            self._generic_of.clear()
 
 
 def _compile_object(llvm_ir: str, cpu: CpuTarget) -> bytes:
