@@ -121,6 +121,8 @@ def _fitted(x: int, y: int, size: int, other: int) -> tuple[int, int] | None:
         if r == 0 and c * other ** p == y:
             return c, p
     return None
+
+
 def _broadcast_strides(shape, target):
     strides = row_major(shape)
     lead = len(target) - len(shape)
@@ -371,7 +373,8 @@ class AttentionEmitter:
                 o_row = self.offset([self.rows[r]], self.out.strides[-2:-1], self.o_base)
                 with counted_loop(b, i64(0), i64(self.dv), 1, f"store{r}") as c:
                     x = self.load(self.acc, b.add(i64(r * t.dv_pad), c))
-                    self.store(b.fdiv(x, total), self.out.pointer, b.add(o_row, b.mul(c, self.value(self.out.strides[-1]))))
+                    column = b.mul(c, self.value(self.out.strides[-1]))
+                    self.store(b.fdiv(x, total), self.out.pointer, b.add(o_row, column))
 
     def key_block(self, kb0, keys) -> None:
         """One online-softmax step over the ``keys`` keys from ``kb0`` (an int, or a run-time value
