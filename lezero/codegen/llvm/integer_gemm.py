@@ -301,14 +301,18 @@ def _pack_sliver(ctx, cols, packed, rhs, j0, k, g0, whole, last, b_unsigned):
 
     k0 = b.mul(g0, i64(4))
     k1 = b.select(last, i64(k), b.add(k0, b.mul(whole, i64(4))))
-    if cols < NB and not rhs.whole_vectors:  # a partial panel: every row byte by byte
-        bytewise(k0, k1, g0)
-        return
+    row_type = ir.VectorType(I8, NB)
+    masked = cols < NB and not rhs.whole_vectors  # a partial panel: its rows' first cols bytes
+    if masked:  # (the lanes past them are never stored: any value serves)
+        load = declare(ctx.module, "llvm.masked.load.v64i8.p0", row_type,
+                       [PTR, ir.IntType(32), ir.VectorType(ir.IntType(1), NB), row_type])
+        mask = ir.Constant(ir.VectorType(ir.IntType(1), NB), [int(c < cols) for c in range(NB)])
     with for_range(b, g0, b.add(g0, whole), "pack") as g:
         rows = []
         for t in range(4):
-            at = b.add(rhs.row(b.add(b.mul(g, i64(4)), i64(t))), j0)
-            row = b.load(b.gep(rhs.pointer, [at], source_etype=I8), typ=ir.VectorType(I8, 64), align=1)
+            at = b.gep(rhs.pointer, [b.add(rhs.row(b.add(b.mul(g, i64(4)), i64(t))), j0)], source_etype=I8)
+            row = b.call(load, [at, ir.Constant(ir.IntType(32), 1), mask, ir.Constant(row_type, [0] * NB)]) \
+                if masked else b.load(at, typ=row_type, align=1)
             rows.append(b.xor(row, ir.Constant(ir.VectorType(I8, 64), [0x80] * 64)) if b_unsigned else row)
         pairs = [b.bitcast(_interleave(b, rows[0], rows[1], 64), ir.VectorType(ir.IntType(16), 64)),
                  b.bitcast(_interleave(b, rows[2], rows[3], 64), ir.VectorType(ir.IntType(16), 64))]
