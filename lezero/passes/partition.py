@@ -222,6 +222,14 @@ def is_transposed_operand(op: Operation, anchor: Operation) -> bool:
             and any(v is op.result for v in anchor.operands))
 
 
+def is_reshaped_integer_operand(op: Operation, anchor: Operation) -> bool:
+    """Whether ``op`` is an ``lz.reshape`` that ``anchor``, an ``lz.matmul_integer``, reads as an
+    operand: the int8 GEMM reads row-major operands, and a reshape of one is the same bytes
+    (ONNX's Flatten before a quantized Gemm was a copy kernel of its own)."""
+    return (op.name == "lz.reshape" and anchor.name == "lz.matmul_integer"
+            and any(v is op.result for v in anchor.operands))
+
+
 def _check_prologue(op, members) -> None:
     """A matmul reads an operand through a transpose of memory only when nothing outside the
     kernel reads the transpose, and the transpose keeps the operand's contiguous dim (the stored
@@ -238,7 +246,8 @@ def _check_prologue(op, members) -> None:
 def _check_contraction(anchor, ops, producer, members) -> None:
     kind = CONTRACTION_OPS[anchor.name]
     for v in anchor.operands:
-        if id(v) in producer and not is_transposed_operand(producer[id(v)], anchor):
+        if id(v) in producer and not is_transposed_operand(producer[id(v)], anchor) and \
+                not is_reshaped_integer_operand(producer[id(v)], anchor):
             but = " but a transpose of memory" if kind == "matmul" else ""
             raise Refusal(f"a {kind} kernel takes no prologue{but}: '{producer[id(v)].name}' feeds the {kind}")
     space = _shape(anchor.result)

@@ -201,10 +201,7 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     ``NB`` columns of each batch (the module docstring)."""
     b = ctx.b
     anchor = next(op for op in ctx.body.ops if op.name == "lz.matmul_integer")
-    for v in anchor.operands:
-        if v not in ctx.body.args:
-            raise ctx.failure(f"{anchor.name} reads its operands from memory (it takes no prologue)")
-    a_buf, b_buf, za_buf, zb_buf = (ctx.emitter.buffers[v] for v in anchor.operands)
+    a_buf, b_buf, za_buf, zb_buf = (ctx.emitter.buffers[_stored(ctx, anchor, v)] for v in anchor.operands)
     a_signed = anchor.operands[0].type.element_type.name == "i8"
     b_unsigned = anchor.operands[1].type.element_type.name == "ui8"
     shape = MatmulShape.of(anchor).batches_as_rows()
@@ -263,6 +260,17 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     b.call(declare(ctx.module, "free", ir.VoidType(), [PTR]), [packed])
     ctx.fn.finish()
     return items
+
+
+def _stored(ctx, anchor, v):
+    """The kernel operand ``v`` reads: itself, or the row-major source of a reshape (the same
+    bytes; partition's one prologue of an integer matmul)."""
+    if v in ctx.body.args:
+        return v
+    op = v.owner
+    if op is not None and getattr(op, "name", None) == "lz.reshape" and op.operands[0] in ctx.body.args:
+        return op.operands[0]
+    raise ctx.failure(f"{anchor.name} reads its operands from memory or through a reshape (no other prologue)")
 
 
 def _interleave(b, x, y, count):

@@ -182,3 +182,22 @@ def test_float_to_int_casts_saturate_on_every_cpu(cpu, case):
     module = build([tensor((64,), src)], lambda b, v: b.op("lz.cast", v, to=ELEMENT_TYPES[dst]))
     got = lezero.compile(module, "f", cpu=cpu)(x)
     np.testing.assert_array_equal(got, want, err_msg=f"cast {src} -> {dst} compiled for {cpu}")
+
+
+def test_a_flattened_conv_output_feeds_the_integer_gemm_without_a_copy():
+    """ONNX's Flatten between the last quantized conv and its quantized Gemm: the int8 GEMM reads
+    the conv's 8-bit output through the reshape (the same bytes), so no copy kernel runs between."""
+    def body(b, x, w, fc, zx, zw):
+        y = b.op("lz.mul", b.op("lz.cast", b.op("lz.conv_integer", x, w, zx, zw, pads=[1, 1, 1, 1]), to=F32),
+                 b.constant(np.asarray(0.01, np.float32)))
+        q = b.op("lz.cast", b.op("lz.min", b.op("lz.max", b.op("lz.round", y), b.constant(np.asarray(0, np.float32))),
+                                 b.constant(np.asarray(255, np.float32))), to=ELEMENT_TYPES["ui8"])
+        return [b.op("lz.matmul_integer", b.op("lz.reshape", q, shape=[3, 16 * 6 * 5]), fc, zx, zw)]
+    module = build([tensor((3, 4, 6, 5), "ui8"), tensor((16, 4, 3, 3), "i8"), tensor((16 * 6 * 5, 10), "i8"),
+                    tensor((), "ui8"), tensor((), "i8")], body)
+    kernels = [op for op in schedule(module).functions[0].entry_block.ops if op.name == "lz.kernel"]
+    assert [k.attributes["kind"].value for k in kernels] == ["conv", "matmul"]
+    rng = np.random.default_rng(9)
+    arrays = (_extremes(rng, (3, 4, 6, 5), "ui8"), _extremes(rng, (16, 4, 3, 3), "i8"),
+              _extremes(rng, (16 * 6 * 5, 10), "i8"), np.asarray(120, np.uint8), np.asarray(-3, np.int8))
+    np.testing.assert_array_equal(lezero.compile(module, "f")(*arrays), interpret(module, "f", *arrays))
