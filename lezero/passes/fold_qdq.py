@@ -29,7 +29,8 @@ the dequantizes are still whole ops.
 
 Convolutions the same way (``fold_conv``): ``conv2d(dequantize(x), dequantize(w))`` with ``x`` per
 tensor and ``w`` per tensor or per output channel becomes ``cast(conv_integer(...)) * (sx * sw)``
-(``lz.conv_integer``: 8-bit im2col and the same GEMM), so ORT's QDQ CNNs compute in integers too.
+(``lz.conv_integer``: on the CPU the same GEMM over an implicit im2col, its requantize fused), so
+ORT's QDQ CNNs compute in integers too.
 """
 from __future__ import annotations
 

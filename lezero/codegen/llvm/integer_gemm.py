@@ -28,6 +28,11 @@ A bare product stores its i32 vectors; otherwise each corrected tile goes to a s
 and the float GEMM's ``TileEpilogue`` (``contraction_gemm.py``) evaluates every yielded value at
 each of its elements, the i32 sum in place of the contraction, so no i32 tensor is stored and the
 values are the reference's op for op (bit-equal: the same f32 operations in the same order).
+The lhs may be read through a reshape (the same row-major bytes: ONNX's Flatten before a Gemm).
+
+``integer_conv.py`` runs ``lz.conv_integer`` on the same panels: its rhs rows come from a slab
+of the input (``Rhs``: where row k of a GEMM's B starts), its lhs (the weights) has a zero point
+per row (``za_of``), and its tiles go to the epilogue through ``ConvGemm.emit_tile``.
 """
 from __future__ import annotations
 

@@ -11,8 +11,9 @@ reference does (so a kernel that multiplies by a reciprocal instead would round 
 All five are composites: each has its own numpy reference (the oracle) and decomposes into
 primitive ops (``div``, ``round``, ``max``/``min``, ``cast``, an ``i32`` ``matmul``), which every
 backend lowers; the exact integer contraction is the i32 matmul, which wraps as int32 does.
-``conv_integer`` decomposes into 8-bit im2col and ``matmul_integer``, which the CPU keeps whole
-(its int8 GEMM).
+``conv_integer`` decomposes into 8-bit im2col and ``matmul_integer``; the CPU keeps both whole
+(its int8 GEMM, and for a conv that GEMM over an implicit im2col: codegen/llvm/integer_conv.py),
+other backends run the decomposition.
 """
 from __future__ import annotations
 
@@ -261,8 +262,9 @@ class ConvIntegerOp(OpDef):
     It decomposes into im2col in 8 bits (one ``lz.gather`` of each image's values by a constant
     table of window positions, the padding's taps selected to the zero point; rows ``(n, oh, ow)``,
     columns ``(c, kh, kw)``) and one ``lz.matmul_integer`` per group against the ``(c, kh, kw) x
-    out`` weight matrix (a per-channel weight zero point is then per column), so the CPU runs it on
-    the int8 GEMM and other backends on their i32 matmul."""
+    out`` weight matrix (a per-channel weight zero point is then per column): other backends run
+    it on their i32 matmul.  The CPU keeps the op whole and runs it as one kernel
+    (codegen/llvm/integer_conv.py: no im2col tensor, the epilogue fused, NCHW out)."""
 
     name = "lz.conv_integer"
     operands = ("input", "weight", "input_zero_point", "weight_zero_point")
