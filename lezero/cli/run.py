@@ -124,6 +124,11 @@ class Rank:
             sys.stderr.buffer.flush()
             self.tail.append(raw.decode(errors="replace").rstrip("\n"))
 
+    def read_to_end(self, timeout: float = 5.0) -> None:
+        """Wait (a bounded time) until its stderr is read to the end: a line a rank wrote just before it
+        died may still be in the pipe when its exit is seen, and the report must show it."""
+        self.reader.join(timeout)
+
     def signal(self, signum: int) -> None:
         try:
             os.killpg(self.process.pid, signum)
@@ -253,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             if outcome is None:
                 return 0
             failed, cause = outcome
+            failed.read_to_end()
             if restart < args.max_restarts:
                 restart += 1
                 print(f"{PROG}: restart {restart} of {args.max_restarts}: {failed.name} {cause} "
