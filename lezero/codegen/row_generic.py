@@ -167,6 +167,8 @@ def _split_rows(body, operands, prefix: tuple) -> dict:
     ``[b, s, 3h]``): not a weight, with one use, a reshape whose result starts with the rows -> ``m``."""
     count = math.prod(prefix)
     split = {}
+    if count == 0:  # no rows (an empty tensor): nothing to split
+        return split
     for a, v in zip(body.args, operands):
         shape = a.type.shape if isinstance(a.type, TensorType) else ()
         if not shape or _row_dims(shape, prefix) or _is_constant(v) or shape[0] % count or shape[0] == count:

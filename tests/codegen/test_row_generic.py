@@ -239,6 +239,17 @@ def probed_sequence(name, cpu):
     return lower_row_generic(kernel, (BATCH,), lambda op: lower_kernel(op, cpu=cpu), sequence_length(kernel))
 
 
+def test_an_empty_prefix_is_not_divided_by():
+    """A kernel whose result has no rows (ONNX's slice_start_out_of_bounds: [20, 10, 5] sliced to
+    [20, 0, 5]): its rows form is looked for without dividing by the row count, and there is none
+    (row i of the result is not row i of the operand)."""
+    _, kernel = make_kernel([((20, 10, 5), "f32")],
+                            lambda b, x: b.op("lz.slice", x, starts=[1000], ends=[1000], axes=[1]), kind="single")
+    assert tuple(kernel.results[0].type.shape) == (20, 0, 5)
+    found = widest_rows_form(kernel)
+    assert found is not None and found[0] == (20,)
+
+
 def test_the_sequence_form_resizes_every_dim_of_the_length():
     body, types = SEQUENCE_KERNELS["masked_attention"]
     _, kernel = make_kernel(types(BATCH, SEQ), body, kind="attention")
