@@ -225,9 +225,11 @@ def is_transposed_operand(op: Operation, anchor: Operation) -> bool:
 def is_reshaped_integer_operand(op: Operation, anchor: Operation) -> bool:
     """Whether ``op`` is an ``lz.reshape`` that ``anchor``, an ``lz.matmul_integer``, reads as an
     operand: the int8 GEMM reads row-major operands, and a reshape of one is the same bytes
-    (ONNX's Flatten before a quantized Gemm was a copy kernel of its own)."""
+    (ONNX's Flatten before a quantized Gemm was a copy kernel of its own).  Only the two matrices:
+    a zero point's shape says whether it is per tensor or per row/column, so a reshaped one
+    (ONNX's ``[1]`` to ``[]``) stays its own kernel."""
     return (op.name == "lz.reshape" and anchor.name == "lz.matmul_integer"
-            and any(v is op.result for v in anchor.operands))
+            and any(v is op.result for v in anchor.operands[:2]))
 
 
 def _check_prologue(op, members) -> None:

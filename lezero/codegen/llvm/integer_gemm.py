@@ -206,7 +206,9 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     ``NB`` columns of each batch (the module docstring)."""
     b = ctx.b
     anchor = next(op for op in ctx.body.ops if op.name == "lz.matmul_integer")
-    a_buf, b_buf, za_buf, zb_buf = (ctx.emitter.buffers[_stored(ctx, anchor, v)] for v in anchor.operands)
+    a_in, b_in, za_in, zb_in = anchor.operands
+    a_buf, b_buf = (ctx.emitter.buffers[_stored(ctx, anchor, v)] for v in (a_in, b_in))
+    za_buf, zb_buf = (ctx.emitter.buffers[_stored(ctx, anchor, v, reshaped=False)] for v in (za_in, zb_in))
     a_signed = anchor.operands[0].type.element_type.name == "i8"
     b_unsigned = anchor.operands[1].type.element_type.name == "ui8"
     shape = MatmulShape.of(anchor).batches_as_rows()
@@ -267,13 +269,14 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     return items
 
 
-def _stored(ctx, anchor, v):
-    """The kernel operand ``v`` reads: itself, or the row-major source of a reshape (the same
-    bytes; partition's one prologue of an integer matmul)."""
+def _stored(ctx, anchor, v, reshaped: bool = True):
+    """The kernel operand ``v`` reads: itself, or (for the two matrices, ``reshaped``) the row-major
+    source of a reshape (the same bytes; partition's one prologue of an integer matmul).  A zero
+    point is read as itself: its shape says per tensor or per row/column."""
     if v in ctx.body.args:
         return v
     op = v.owner
-    if op is not None and getattr(op, "name", None) == "lz.reshape" and op.operands[0] in ctx.body.args:
+    if reshaped and op is not None and getattr(op, "name", None) == "lz.reshape" and op.operands[0] in ctx.body.args:
         return op.operands[0]
     raise ctx.failure(f"{anchor.name} reads its operands from memory or through a reshape (no other prologue)")
 
