@@ -123,6 +123,17 @@ class ScalarBuilder:
     def ceil(self, x):
         raise NotImplementedError("ceil")
 
+    def round_half_even(self, x):
+        """To the nearest integer, ties to even (``np.round``): through ``floor`` here; a backend with
+        the instruction overrides it (LLVM: ``llvm.roundeven``)."""
+        f = self.floor(x)
+        d = self.sub(x, f)
+        half = self.constant(0.5, x)
+        odd = self.cmp("ne", self.sub(f, self.mul(self.constant(2, x), self.floor(self.mul(f, half)))),
+                       self.constant(0, x))
+        up = self.or_(self.cmp("gt", d, half), self.and_(self.cmp("eq", d, half), odd))
+        return self.select(up, self.add(f, self.constant(1, x)), f)
+
     def exp(self, x):
         raise NotImplementedError("exp")
 

@@ -394,6 +394,10 @@ class LLVMScalarBuilder(ScalarBuilder):
     def ceil(self, x):
         return Scalar(self.m.unary_intrinsic("ceil", self._float(x, "ceil")), x.dtype)
 
+    def round_half_even(self, x):
+        """One ``llvm.roundeven`` (x86 ``vrndscaleps $8``, AArch64 ``frintn``), not floor arithmetic."""
+        return Scalar(self.m.unary_intrinsic("roundeven", self._float(x, "round")), x.dtype)
+
     def _transcendental(self, x, name: str, approximation, libm: str | None = None):
         v = self._float(x, name)
         if v.type == FLOAT:

@@ -255,15 +255,6 @@ def _atanh(s, x):
     return s.mul(s.constant(0.5, x), _log1p(s, s.div(s.mul(s.constant(2, x), x), s.sub(one, x))))
 
 
-def _round_half_even(s, x):
-    f = s.floor(x)
-    d = s.sub(x, f)
-    half = s.constant(0.5, x)
-    odd = s.cmp("ne", s.sub(f, s.mul(s.constant(2, x), s.floor(s.mul(f, half)))), s.constant(0, x))
-    up = s.or_(s.cmp("gt", d, half), s.and_(s.cmp("eq", d, half), odd))
-    return s.select(up, s.add(f, s.constant(1, x)), f)
-
-
 unary("tan",   np.tan,     FLOAT, "tangent",                   scalar=lambda s, x: s.div(s.sin(x), s.cos(x)),
       grad=lambda b, op, attrs, dy: [b.mul(dy, b.add(1, b.mul(_y(op), _y(op))))])
 unary("atan",  np.arctan,  FLOAT, "inverse tangent",           scalar=_atan,
@@ -282,7 +273,7 @@ unary("acosh", np.arccosh, FLOAT, "inverse hyperbolic cosine", scalar=_acosh,
       grad=lambda b, op, attrs, dy: [b.mul(dy, b.op("lz.rsqrt", b.sub(b.mul(_x(op), _x(op)), 1)))])
 unary("atanh", np.arctanh, FLOAT, "inverse hyperbolic tangent", scalar=_atanh,
       grad=lambda b, op, attrs, dy: [b.div(dy, b.sub(1, b.mul(_x(op), _x(op))))])
-unary("round", np.round,   FLOAT, "round to nearest, ties to even", scalar=_round_half_even,
+unary("round", np.round,   FLOAT, "round to nearest, ties to even", scalar=lambda s, x: s.round_half_even(x),
       grad=no_gradient)
 
 
