@@ -26,3 +26,19 @@ def check_onnx_runs(path, feeds: dict, want: np.ndarray, tolerance: float) -> No
     if ort_u8s8_exact():
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         np.testing.assert_allclose(session.run(None, feeds)[0], want, rtol=tolerance, atol=tolerance)
+
+
+def assert_requantized_exactly(module, arrays, cpu: str, out_dtype, saturates: bool, what: str) -> None:
+    """``module``'s function ``f`` compiled for ``cpu`` equals the reference interpreter bit for bit
+    (integer kernels and their requantize epilogues are exact), in the reference's dtypes; where
+    ``saturates``, the case must reach both ends of ``out_dtype`` (else it tests no saturation)."""
+    import lezero
+    from lezero.ir import interpret
+
+    got = lezero.compile(module, "f", cpu=cpu)(*arrays)
+    want = interpret(module, "f", *arrays)
+    info = np.iinfo(out_dtype)
+    assert not saturates or {info.min, info.max} <= set(np.unique(want[0])), "the case saturates at both ends"
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w, err_msg=f"{what} compiled for {cpu}")

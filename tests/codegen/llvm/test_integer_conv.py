@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from support.ir_building import build
+from support.quantization_testing import assert_requantized_exactly
 
 import lezero
 from lezero.codegen.schedule import schedule
@@ -122,13 +123,7 @@ def test_fused_requantize_equals_the_unfused_chain_on_every_cpu(cpu, case):
     bias = rng.integers(-5000, 5000, (o, 1, 1)).astype(np.int32)
     scale = np.full((o, 1, 1), 0.5, np.float32) if ties else (rng.random((o, 1, 1)) * 1e-3).astype(np.float32)
     arrays = (x, w, np.asarray(131, np.uint8), np.asarray(0, np.int8), bias, scale)
-    got = lezero.compile(module, "f", cpu=cpu)(*arrays)
-    want = interpret(module, "f", *arrays)
-    info = np.iinfo(NP[out_dt])
-    assert ties or {info.min, info.max} <= set(np.unique(want[0])), "the case saturates at both ends"
-    for g, w_ in zip(got, want):
-        assert g.dtype == w_.dtype
-        np.testing.assert_array_equal(g, w_, err_msg=f"{case} compiled for {cpu}")
+    assert_requantized_exactly(module, arrays, cpu, NP[out_dt], saturates=not ties, what=str(case))
 
 
 def test_a_quantized_conv_chain_is_one_conv_kernel_per_layer():
