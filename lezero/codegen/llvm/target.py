@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 from lezero.codegen.errors import TargetError
+from lezero.codegen.llvm.amx import AMX_FEATURES, tile_data_permitted
 from lezero.codegen.llvm.object_compiler import create_target_machine
 
 # --- x86-64: the psABI micro-architecture levels, then named CPUs as level + extras ----------------
@@ -139,7 +140,12 @@ def host_triple() -> str:
 
 @functools.cache
 def host_target() -> CpuTarget:
+    """This machine: LLVM's host CPU and features, less AMX where the OS refuses the process its
+    tile state (``amx.tile_data_permitted``), so no host kernel uses tiles it cannot run."""
     features = llvm.get_host_cpu_features()
+    if features.get("amx-tile") and not tile_data_permitted():
+        for name in AMX_FEATURES:
+            features[name] = False
     return CpuTarget(host_triple(), llvm.get_host_cpu_name(),
                      frozenset(name for name, enabled in features.items() if enabled), features.flatten(), True)
 

@@ -35,6 +35,16 @@
 
 typedef void (*lz_kernel_fn)(void **buffers, int64_t begin, int64_t end);
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+/* Kernels compiled for a CPU with AMX use its tiles, and Linux gives a process the tile state only
+ * after it asks (lezero/codegen/llvm/amx.py). Asked once when the program or library is loaded;
+ * a refusal (an old kernel, no AMX) is harmless for kernels without tiles. */
+__attribute__((constructor)) static void lz_request_amx_tiles(void) {
+    syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */);
+}
+#endif
+
 /* Where a kernel's buffer (or a copied output) lives. */
 enum { LZ_FROM_INPUT, LZ_FROM_OUTPUT, LZ_FROM_ARENA, LZ_FROM_WEIGHTS, LZ_FROM_STATUS };
 
