@@ -716,7 +716,8 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     retiled = tile != (host.vector_width, host.mr, host.nr_vectors)
     constant_b = isinstance(plan, MatmulGemm) and anchor.result.type.element_type == F32 and \
         _constant_b_operand(ctx, anchor) is not None and plan.read_constant_b(_constant_b_operand(ctx, anchor))
-    config = plan.config(gemm.GemmConfig.for_target(ctx.cpu, tile) if retiled else host)
+    amx_config = _amx_config(ctx, anchor, plan)
+    config = amx_config or plan.config(gemm.GemmConfig.for_target(ctx.cpu, tile) if retiled else host)
     if constant_b:
         s = plan.shape
         plan.packed_b = PackedGemmB(plan.constant_b, plan.k, plan.n, config.nr, s.b_matrix_strides)
@@ -750,9 +751,11 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     # Slices and N blocks end on whole tiles: only C's last column tile can be narrower.
     edge_vectors = -(-(plan.n % config.nr) // config.vector_width)
     epilogue = None if plain else gemm_epilogue.TileStore(ctx.name, tile_store.emit, args)
-    # bf16 on AVX-512 BF16: vdpbf16ps on bf16 pairs (gemm_bf16.py), the same products and sums
+    # bf16 on AMX-BF16 (B packed): tdpbf16ps on tiles; on AVX-512 BF16: vdpbf16ps on bf16 pairs
+    # (gemm_bf16.py); the same products and sums
     pairs = anchor.result.type.element_type == BF16 and gemm_bf16.pairs_available(ctx.cpu, config)
-    generator_class = gemm_bf16.Bf16PairGemmGenerator if pairs else gemm.SgemmGenerator
+    generator_class = gemm_bf16.AmxBf16GemmGenerator if amx_config else \
+        gemm_bf16.Bf16PairGemmGenerator if pairs else gemm.SgemmGenerator
     generator = generator_class(config, epilogue, f"{ctx.name}.gemm",
                                 b_row_offsets=plan.b_row_offsets, pack_b=plan.pack_b, mask_b=plan.mask_b,
                                 transpose_a=plan.transpose_a, transpose_b=plan.transpose_b,
@@ -841,6 +844,17 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
             b.call(declare(module, "free", VOID, [PTR]), [widened])
     ctx.fn.finish()
     return plan.batches * slices
+
+
+def _amx_config(ctx: KernelContext, anchor: Operation, plan) -> gemm.GemmConfig | None:
+    """A bf16 GEMM's blocking on AMX tiles (gemm_bf16.AmxBf16GemmGenerator) where the target has
+    them, B is packed per call, and ``plan.config`` keeps the AMX tile with every K block deep enough
+    (``amx_fits``: not for a few rows' thin tile); else None, and plan.config runs again."""
+    if anchor.result.type.element_type != BF16 or not gemm_bf16.amx_available(ctx.cpu) or not plan.pack_b \
+            or plan.packed_b is not None or plan.packs_a:
+        return None
+    config = plan.config(gemm.GemmConfig.for_target(ctx.cpu, gemm_bf16.AMX_TILE))
+    return config if gemm_bf16.amx_fits(config, plan.k) else None
 
 
 def _constant_b_operand(ctx: KernelContext, anchor: Operation) -> int | None:

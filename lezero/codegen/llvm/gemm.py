@@ -93,9 +93,6 @@ class GemmConfig:
     def __post_init__(self):
         if self.mc % self.mr or self.nc % self.nr:
             raise ValueError(f"mc must be a multiple of mr and nc of nr: {self}")
-        accumulators = self.mr * self.nr_vectors
-        if accumulators > MAX_ACCUMULATORS:
-            raise ValueError(f"an {self.mr}x{self.nr} tile needs {accumulators} accumulator registers")
 
     @property
     def nr(self) -> int:
@@ -233,6 +230,7 @@ class SgemmGenerator:
             raise ValueError("a pre-packed B has the packed float32 layout, neither transposed, strided nor offset")
         if (a_k_stride != 1 and transpose_a) or (b_col_stride != 1 and (transpose_b or not pack_b or b_row_offsets)):
             raise ValueError("a strided operand is neither transposed nor read in place, nor has row offsets")
+        self._check_tile(config)
         self.config = config
         self.epilogue = epilogue
         self.name = name
@@ -257,6 +255,14 @@ class SgemmGenerator:
         self.b_vector_align = FLOAT_BYTES if prepacked_b else self.vector_bytes
         self.epilogue_param_types = [t for arg in self.epilogue_args for t in ARG_KIND_PARAMS[arg.kind]]
         self._b_rows_table = None
+
+    @staticmethod
+    def _check_tile(config: GemmConfig) -> None:
+        """The micro-kernel's accumulators are vector registers: at most MAX_ACCUMULATORS (a
+        subclass whose accumulators are AMX tiles, gemm_bf16.py, has its own limit)."""
+        accumulators = config.mr * config.nr_vectors
+        if accumulators > MAX_ACCUMULATORS:
+            raise ValueError(f"an {config.mr}x{config.nr} tile needs {accumulators} accumulator registers")
 
     @property
     def epilogue_args(self) -> tuple[EpilogueArg, ...]:
@@ -508,13 +514,37 @@ class SgemmGenerator:
             if arg.noalias and arg.kind == "pointer":
                 function.args[len(params) - len(self.epilogue_param_types) + position].add_attribute("noalias")
             position += len(ARG_KIND_PARAMS[arg.kind])
-        zeros = ir.Constant(self.vector_type, [0.0] * w)
         b_masks = [vectors.lane_mask(b, v * w, p["cols"], w) for v in range(nv)] if self.mask_b else [None] * nv
         sums = vectors.opaque_alloca(b, FLOAT, _i64(mr * cfg.nr), "sums") if self.stores_tiles else None
         if sums is not None:
             sums.align = WORKSPACE_ALIGNMENT
+        accumulators = self._emit_accumulation(b, p, nv, b_masks)
 
-        # The k loop: accumulators are loop-carried phis, so they live in vector registers.
+        epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
+        full_tile = b.and_(b.icmp_signed("==", p["rows"], _i64(mr)), b.icmp_signed("==", p["cols"], _i64(nv * w)))
+        with b.if_else(full_tile, likely=True) as (then, otherwise):
+            with then:
+                for i in range(mr):
+                    self._emit_row_update(b, p, accumulators[i], i, None, epilogue_values, sums)
+                if sums is not None:
+                    self._emit_tile_store(b, p, sums, nv * w, epilogue_values)
+            with otherwise:
+                masks = [vectors.lane_mask(b, v * w, p["cols"], w) for v in range(nv)]
+                for i in range(mr):
+                    with b.if_then(b.icmp_signed("<", _i64(i), p["rows"])):
+                        self._emit_row_update(b, p, accumulators[i], i, masks, epilogue_values, sums)
+                if sums is not None:
+                    self._emit_tile_store(b, p, sums, None, epilogue_values)
+        b.ret_void()
+        return function
+
+    def _emit_accumulation(self, b: ir.IRBuilder, p: dict[str, ir.Value], nv: int,
+                           b_masks: list) -> list[list[ir.Value]]:
+        """The tile's sums over the K block, MR rows of ``nv`` vectors: the k loop, whose
+        accumulators are loop-carried phis, so they live in vector registers (the AMX subclass,
+        gemm_bf16.py, sums in tiles instead)."""
+        mr = self.config.mr
+        zeros = ir.Constant(self.vector_type, [0.0] * self.config.vector_width)
         entry = b.block
         header = b.append_basic_block("k.header")
         body = b.append_basic_block("k.body")
@@ -536,25 +566,8 @@ class SgemmGenerator:
                 accumulators[i][v].add_incoming(updated[i][v], b.block)
         k.add_incoming(b.add(k, _i64(1)), b.block)
         b.branch(header)
-
         b.position_at_end(done)
-        epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
-        full_tile = b.and_(b.icmp_signed("==", p["rows"], _i64(mr)), b.icmp_signed("==", p["cols"], _i64(nv * w)))
-        with b.if_else(full_tile, likely=True) as (then, otherwise):
-            with then:
-                for i in range(mr):
-                    self._emit_row_update(b, p, accumulators[i], i, None, epilogue_values, sums)
-                if sums is not None:
-                    self._emit_tile_store(b, p, sums, nv * w, epilogue_values)
-            with otherwise:
-                masks = [vectors.lane_mask(b, v * w, p["cols"], w) for v in range(nv)]
-                for i in range(mr):
-                    with b.if_then(b.icmp_signed("<", _i64(i), p["rows"])):
-                        self._emit_row_update(b, p, accumulators[i], i, masks, epilogue_values, sums)
-                if sums is not None:
-                    self._emit_tile_store(b, p, sums, None, epilogue_values)
-        b.ret_void()
-        return function
+        return accumulators
 
     def _k_steps(self, b: ir.IRBuilder, kc: ir.Value) -> ir.Value:
         """Steps of the micro-kernel's k loop for a block of depth ``kc``: one per k here."""
@@ -663,6 +676,7 @@ class SgemmGenerator:
         cfg = self.config
         params = list(GEMM_PARAMS) + [(f"epilogue{i}", t) for i, t in enumerate(self.epilogue_param_types)]
         function, b, p = self._define(module, self.name, params, exported=True)
+        self._enter_rectangle(b)
         epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
         packed_a = p["workspace"]
         packed_b = b.gep(p["workspace"], [_i64(cfg.packed_a_floats)], source_etype=FLOAT)
@@ -722,8 +736,17 @@ class SgemmGenerator:
             pc.add_incoming(pc_next, b.block)
             b.cbranch(b.icmp_signed("<", pc_next, p["K"]), pc_body, pc_exit)
             b.position_at_end(pc_exit)
+        self._leave_rectangle(b)
         b.ret_void()
         return function
+
+    def _enter_rectangle(self, b: ir.IRBuilder) -> None:
+        """Emitted where the rectangle function starts: nothing here (the AMX subclass configures
+        its tiles)."""
+
+    def _leave_rectangle(self, b: ir.IRBuilder) -> None:
+        """Emitted before the rectangle function returns: nothing here (the AMX subclass releases
+        its tiles)."""
 
     def _after_pack_b(self, b: ir.IRBuilder, packed_b: ir.Value, nc: ir.Value, kc: ir.Value) -> None:
         """Called after B's block of ``nc`` columns and depth ``kc`` is packed: nothing here (a

@@ -31,12 +31,16 @@ below 2^-126 in magnitude, by less than 2^-126 in each product and sum: oneDNN's
 Only targets with ``avx512bf16`` take it, for tiles of 16-float vectors or (with AVX-512VL) 8-float
 ones (``pairs_available``); the others run
 the float32 GEMM on the bf16 values (contraction_gemm.py), whose products and sums are the same.
+
+``AmxBf16GemmGenerator`` is the same GEMM on AMX tiles (``amx-bf16``: Sapphire Rapids), where B is
+packed (contraction_gemm's ``_amx_config``): ``tdpbf16ps`` on a micro-tile of 2 x 2 tiles of 16 x 16
+float32 sums, B's slivers paired as above, A's rewritten as tile rows (its docstring).
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
-from lezero.codegen.llvm import gemm, vectors
+from lezero.codegen.llvm import amx, gemm, vectors
 from lezero.codegen.llvm.ir_types import FLOAT, I32, I64, PTR
 from lezero.codegen.llvm.loops import declare
 from lezero.codegen.llvm.target import CpuTarget
@@ -166,3 +170,174 @@ class Bf16PairGemmGenerator(gemm.SgemmGenerator):
             a_pairs = b.bitcast(vectors.splat(b, a_word, w), self.bf16_pairs)
             updated.append([b.call(dot, [accumulators[i][v], a_pairs, b_pairs[v]]) for v in range(nv)])
         return updated
+
+
+# AMX (amx.py): tdpbf16ps on tiles of AMX_ROWS rows; a C tile holds 16 x 16 float32 sums, an A tile
+# 16 rows of 16 pair words (32 k), a B tile 16 pair rows of 16 columns (the pair layout above).  The
+# micro-tile is 2 x 2 C tiles (32 x 32) with two A and two B tiles: all eight, 4 loads per 4 dots.
+AMX_ROWS = 16
+AMX_CHUNK = 2 * AMX_ROWS  # k of one tile dot
+AMX_TILE = (16, 2 * AMX_ROWS, 2)  # (vector_width, mr, nr_vectors) of the GEMM on AMX
+AMX_ROW_BYTES = 64
+# A K block this deep or deeper holds its pair rows padded to whole tiles inside its own slivers:
+# 16 * ceil(kc / 32) <= kc
+AMX_MIN_DEPTH = AMX_ROWS
+
+
+def _c_tile(i: int, j: int) -> int:
+    return 2 * i + j  # tiles 0-3; A tiles 4, 5 (rows i), B tiles 6, 7 (columns j)
+
+
+def _chunks(b: ir.IRBuilder, kc: ir.Value) -> ir.Value:
+    """Tile dots over a K block of depth ``kc``: ceil(kc / AMX_CHUNK)."""
+    return b.udiv(b.add(kc, _i64(AMX_CHUNK - 1)), _i64(AMX_CHUNK))
+
+
+def amx_available(cpu: CpuTarget) -> bool:
+    """Whether a bf16 GEMM for ``cpu`` may run on AMX tiles (``amx-bf16``)."""
+    return amx.has_amx(cpu, "bf16")
+
+
+def amx_fits(config: gemm.GemmConfig, k: int) -> bool:
+    """Whether a GEMM of depth ``k`` blocked by ``config`` runs on AMX tiles: the blocking has the
+    AMX tile, and every K block is at least AMX_MIN_DEPTH deep."""
+    if (config.vector_width, config.mr, config.nr_vectors) != AMX_TILE or k < AMX_MIN_DEPTH:
+        return False
+    last = k - (-(-k // config.kc) - 1) * config.kc
+    return min(config.kc, last) >= AMX_MIN_DEPTH
+
+
+class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
+    """The bf16 GEMM on AMX: ``tdpbf16ps`` on 2 x 2 tiles of 16 x 16 float32 sums per micro-tile
+    (config ``AMX_TILE``: 32 x 32), the blocking, edges and epilogue of ``SgemmGenerator``.
+
+    - B is packed and paired as for vdpbf16ps (``<name>_pairs_b``: pair row p of a sliver holds
+      its 32 columns' words, NR words apart: B tile j of chunk c is 16 rows at ``16 c NR + 16 j``,
+      a row stride of 128 bytes); the pair rows past the block's depth, up to whole chunks of 16,
+      are zeros, written in the sliver's unused room (every K block is at least AMX_MIN_DEPTH deep:
+      ``amx_fits``).
+    - A is packed by gemm.py (every layout; or pre-packed) as k-major slivers, then rewritten
+      (``<name>_amx_a``) as tile rows: chunk c of a sliver is its 32 rows of 16 pair words, row i's
+      word p = (A[i, 32c + 2p], A[i, 32c + 2p + 1]), zero past the depth; an A tile is 16 of those
+      rows, 64 bytes apart.  A pre-packed A is converted into the workspace's packed A.
+    - the micro-kernel zeroes its C tiles, runs ceil(kc / 32) chunks of 2 A and ``nv`` B tile
+      loads and 2 ``nv`` dots, stores the tiles to a stack tile and hands its rows to gemm.py's
+      update (partial sums from C, the epilogue, masked edges) as the vector kernel's accumulators.
+    - the rectangle function configures the tiles (all 16 rows x 64 bytes) on entry and releases
+      them before it returns: each work item's thread has its own tile state.
+
+    Numerics: tdpbf16ps adds each pair's two exact products to the float32 sum, rounded to nearest
+    even, k in order within a chunk; denormal inputs read as zero and denormal sums flush to zero
+    (whatever MXCSR says), as vdpbf16ps does (the module docstring)."""
+
+    def __init__(self, config: gemm.GemmConfig, *args, **kwargs):
+        if (config.vector_width, config.mr, config.nr_vectors) != AMX_TILE:
+            raise ValueError(f"the AMX bf16 GEMM's tile is {AMX_TILE}, not {config}")
+        super().__init__(config, *args, **kwargs)
+        if not self.pack_b or self.prepacked_b:
+            raise ValueError("the AMX bf16 GEMM reads B packed (and paired) per call")
+        self._amx_a = None
+
+    @staticmethod
+    def _check_tile(config: gemm.GemmConfig) -> None:
+        """The accumulators are AMX tiles, not vector registers (the tile is checked in __init__)."""
+
+    def build_into(self, module: ir.Module, threaded: bool = False) -> ir.Function:
+        self._pairs_b = self._build_pairs(module, "b", self.config.nr)
+        self._amx_a = self._build_amx_a(module)
+        return gemm.SgemmGenerator.build_into(self, module, threaded)
+
+    def _build_amx_a(self, module: ir.Module) -> ir.Function:
+        """``<name>_amx_a(source, packed, count, kc)``: the k-major float32 slivers of A (``count``
+        rows, depth ``kc``) at ``source`` as AMX A tile rows at ``packed`` (class docstring), sliver
+        for sliver at the same offsets; ``packed`` may be ``source``: a chunk's words are built in
+        a stack buffer, then copied where this chunk's and earlier chunks' floats were."""
+        mr, w = self.config.mr, self.config.vector_width
+        function, b, p = self._define(module, f"{self.name}_amx_a", [
+            ("source", PTR), ("packed", PTR), ("count", I64), ("kc", I64)])
+        chunk_words = mr * AMX_ROWS
+        word_vector = ir.VectorType(I32, w)
+        staged = vectors.opaque_alloca(b, I32, _i64(chunk_words), "staged")
+        staged.align = gemm.WORKSPACE_ALIGNMENT
+        chunks = _chunks(b, p["kc"])
+        zeros = ir.Constant(self.vector_type, [0.0] * w)
+        with vectors.counted_loop(b, _i64(0), p["count"], mr, "first") as first:
+            offset = b.mul(first, p["kc"])
+            source = b.gep(p["source"], [offset], source_etype=FLOAT)
+            packed = b.gep(p["packed"], [offset], source_etype=FLOAT)
+            with vectors.counted_loop(b, _i64(0), chunks, 1, "chunk") as chunk:
+                k0 = b.mul(chunk, _i64(AMX_CHUNK))
+                for rows0 in range(0, mr, w):
+                    words = []  # words[p]: pair p of rows rows0 .. rows0 + w - 1, one per lane
+                    for pair in range(AMX_ROWS):
+                        halves = []
+                        for dk in (2 * pair, 2 * pair + 1):
+                            k = b.add(k0, _i64(dk))
+                            inside = b.icmp_signed("<", k, p["kc"])  # past the depth: zeros (row 0 read)
+                            at = b.add(b.mul(b.select(inside, k, _i64(0)), _i64(mr)), _i64(rows0))
+                            value = b.load(b.gep(source, [at], source_etype=FLOAT), typ=self.vector_type, align=4)
+                            halves.append(b.select(inside, value, zeros))
+                        words.append(pair_words(b, *halves))
+                    for i, row in enumerate(vectors.transpose_square(b, words)):  # row i: its 16 pairs
+                        b.store(row, b.gep(staged, [_i64((rows0 + i) * AMX_ROWS)], source_etype=I32),
+                                align=gemm.WORKSPACE_ALIGNMENT)
+                destination = b.gep(packed, [b.mul(chunk, _i64(chunk_words))], source_etype=I32)
+                for row in range(mr):
+                    words = b.load(b.gep(staged, [_i64(row * AMX_ROWS)], source_etype=I32), typ=word_vector,
+                                   align=gemm.WORKSPACE_ALIGNMENT)
+                    b.store(words, b.gep(destination, [_i64(row * AMX_ROWS)], source_etype=I32), align=4)
+        b.ret_void()
+        return function
+
+    def _after_pack_b(self, b, packed_b, nc, kc) -> None:
+        """B's slivers as pair rows, then zero pair rows up to whole chunks of AMX_ROWS."""
+        super()._after_pack_b(b, packed_b, nc, kc)
+        nr = self.config.nr
+        pairs = b.lshr(b.add(kc, _i64(1)), _i64(1))
+        padded = b.mul(_chunks(b, kc), _i64(AMX_ROWS))
+        zeros = ir.Constant(self.words, [0] * self.config.vector_width)
+        with vectors.counted_loop(b, _i64(0), nc, nr, "pad_first") as first:
+            sliver = b.gep(packed_b, [b.mul(first, kc)], source_etype=I32)
+            with vectors.counted_loop(b, pairs, padded, 1, "pad_pair") as pair:
+                row = b.gep(sliver, [b.mul(pair, _i64(nr))], source_etype=I32)
+                for v in range(self.config.nr_vectors):
+                    b.store(zeros, b.gep(row, [_i64(v * self.config.vector_width)], source_etype=I32), align=4)
+
+    def _after_pack_a(self, b, a_slivers, packed_a, mc, kc):
+        b.call(self._amx_a, [a_slivers, packed_a, mc, kc])
+        return packed_a
+
+    def _enter_rectangle(self, b: ir.IRBuilder) -> None:
+        amx.configure(b, {tile: (AMX_ROWS, AMX_ROW_BYTES) for tile in range(amx.TILES)})
+
+    def _leave_rectangle(self, b: ir.IRBuilder) -> None:
+        amx.release(b)
+
+    def _emit_accumulation(self, b, p, nv, b_masks):
+        """The 32 x ``nv`` x 16 sums in C tiles over ceil(kc / 32) chunks, then as MR rows of
+        ``nv`` vectors (through a stack tile) for gemm.py's row updates."""
+        cfg = self.config
+        mr, nr, w = cfg.mr, cfg.nr, cfg.vector_width
+        tile_rows = range(mr // AMX_ROWS)
+        tile_sums = vectors.opaque_alloca(b, FLOAT, _i64(mr * nr), "tile_sums")
+        tile_sums.align = gemm.WORKSPACE_ALIGNMENT
+        for i in tile_rows:
+            for j in range(nv):
+                amx.zero(b, _c_tile(i, j))
+        chunks = _chunks(b, p["kc"])
+        with vectors.counted_loop(b, _i64(0), chunks, 1, "chunk") as chunk:
+            a_chunk = b.gep(p["packed_a"], [b.mul(chunk, _i64(mr * AMX_ROWS))], source_etype=I32)
+            b_chunk = b.gep(p["b"], [b.mul(chunk, _i64(AMX_ROWS * nr))], source_etype=I32)
+            for i in tile_rows:
+                amx.load(b, 4 + i, b.gep(a_chunk, [_i64(i * AMX_ROWS * AMX_ROWS)], source_etype=I32), AMX_ROW_BYTES)
+            for j in range(nv):
+                amx.load(b, 6 + j, b.gep(b_chunk, [_i64(j * AMX_ROWS)], source_etype=I32), nr * 4)
+            for i in tile_rows:
+                for j in range(nv):
+                    amx.dot(b, ("bf16", "bf16"), _c_tile(i, j), 4 + i, 6 + j)
+        for i in tile_rows:
+            for j in range(nv):
+                amx.store(b, _c_tile(i, j), b.gep(tile_sums, [_i64(i * AMX_ROWS * nr + j * w)], source_etype=FLOAT),
+                          nr * 4)
+        return [[b.load(b.gep(tile_sums, [_i64(r * nr + v * w)], source_etype=FLOAT), typ=self.vector_type,
+                        align=gemm.WORKSPACE_ALIGNMENT) for v in range(nv)] for r in range(mr)]

@@ -664,15 +664,17 @@ def test_float64_epilogue_reports_its_libm_calls():
 
 LOW_PRECISION_CASES = {
     # name: (matmul (a, b) or conv (x, w, attrs), the float32 kernel a bf16 one runs: "gemm" names its
-    # GEMM; an f16 one runs the GEMM on float32 copies of its operands, and loops for the others)
-    "gemm_tails": (((37, 50), (50, 70)), "gemm"),
+    # GEMM, "tiles" a GEMM whose B is packed, which a bf16 one runs on AMX tiles where the CPU has
+    # them; an f16 one runs the GEMM on float32 copies of its operands, and loops for the others)
+    "gemm_tails": (((37, 50), (50, 70)), "tiles"),  # AMX: 32 x 32 tiles, one of 5 rows, 6 columns, 25 pairs
+    "tiles_k_blocks": (((40, 1100), (1100, 45)), "tiles"),  # AMX: partial sums in the result, odd K blocks
     "gemm_k_blocks": (((13, 700), (700, 21)), "gemm"),  # partial sums across K blocks, in the workspace
     "batched_broadcast": (((2, 1, 9, 20), (3, 20, 33)), "gemm"),
     "thin_rows": (((2, 50), (50, 70)), "gemm"),
     "dots": (((37, 50), (50, 3)), "dots"),
     "conv_groups_strides": (((2, 6, 10, 9), (8, 3, 3, 2),
                              attrs_of(strides=(1, 2), pads=(2, 0, 1, 3), dilations=(2, 1), groups=2)), "gemm"),
-    "conv_1x1_in_place": (((1, 24, 7, 9), (20, 24, 1, 1), attrs_of()), "gemm"),
+    "conv_1x1_in_place": (((1, 24, 7, 9), (20, 24, 1, 1), attrs_of()), "tiles"),
     "depthwise": (((2, 8, 9, 9), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=8)), "depthwise"),
 }
 # One step of the type, relative: a sum whose float32 value differs from the reference's in the
@@ -701,9 +703,13 @@ def test_low_precision_contractions_round_each_float32_sum_once(cpu, case, dtype
         bias = (shapes[1][0], 1, 1)
         module, kernel = conv_kernel(*shapes, dtype, [bias], epilogue)
     lowered = lower_kernel(kernel, cpu=cpu)
-    assert (f"{kernel.attributes['name'].value}.gemm" in lowered.llvm_ir) == (kernel_kind == "gemm")
-    # a bf16 GEMM runs vdpbf16ps on bf16 pairs where the target has AVX-512 BF16 (znver4 here)
-    assert (PAIRS in lowered.llvm_ir) == (dtype == "bf16" and kernel_kind == "gemm" and takes_pairs(cpu))
+    assert (f"{kernel.attributes['name'].value}.gemm" in lowered.llvm_ir) == (kernel_kind in ("gemm", "tiles"))
+    # a bf16 GEMM runs tdpbf16ps on AMX tiles where the target has AMX-BF16 (sapphirerapids) and B
+    # is packed, else vdpbf16ps on bf16 pairs where it has AVX-512 BF16 (znver4, sapphirerapids)
+    tiles = dtype == "bf16" and kernel_kind == "tiles" and takes_tiles(cpu)
+    assert (TILE_DOT in lowered.llvm_ir) == tiles
+    assert (PAIRS in lowered.llvm_ir) == (dtype == "bf16" and kernel_kind in ("gemm", "tiles") and takes_pairs(cpu)
+                                          and not tiles)
     inputs = [data(rng, s, dtype) for s in shapes[:2] + (bias,)]
     want = reference(module, inputs)
     for splits in (1, 3):
@@ -718,18 +724,28 @@ def test_low_precision_contractions_round_each_float32_sum_once(cpu, case, dtype
 PAIRS = "llvm.x86.avx512bf16.dpbf16ps"  # either width
 
 
+TILE_DOT = "llvm.x86.tdpbf16ps"
+
+
 def takes_pairs(cpu: str) -> bool:
     return gemm_bf16.pairs_available(cpu_target(cpu), gemm.GemmConfig.for_target(cpu))
 
 
+def takes_tiles(cpu: str) -> bool:
+    return gemm_bf16.amx_available(cpu_target(cpu))
+
+
+@pytest.mark.parametrize("rows, depth", [(8, 6), (40, 20)])  # B read in place; B packed (AMX tiles)
 @pytest.mark.cross_target
-def test_bf16_gemm_denormals_flush_only_on_vdpbf16ps(cpu):
-    """vdpbf16ps reads a denormal input as zero and flushes a denormal sum to zero; the float32
-    GEMM, like the reference, keeps them.  Row 0: a denormal bf16 (2^-130) times 1; row 1: a
-    product of normals below 2^-126 (2^-64 * 2^-64); row 2: the smallest normal sum, which both
-    keep; the other rows are ordinary values, bit-equal on both paths."""
+def test_bf16_gemm_denormals_flush_only_on_vdpbf16ps_and_amx(cpu, rows, depth):
+    """vdpbf16ps and AMX's tdpbf16ps read a denormal input as zero and flush a denormal sum to
+    zero; the float32 GEMM, like the reference, keeps them.  Which CPUs take which: AVX-512 BF16
+    (znver4, sapphirerapids) vdpbf16ps, AMX-BF16 (sapphirerapids) tdpbf16ps where B is packed (32
+    rows or more), the others the float32 GEMM.  Row 0: a denormal bf16 (2^-130) times 1; row 1: a
+    product of normals below 2^-126 (2^-64 * 2^-64); row 2: the smallest normal sum, which all
+    keep; the other rows are ordinary values, bit-equal on every path."""
     rng = np.random.default_rng(21)
-    a, b = data(rng, (8, 6), "bf16"), data(rng, (6, 40), "bf16")
+    a, b = data(rng, (rows, depth), "bf16"), data(rng, (depth, 40), "bf16")
     a[:3] = 0.0
     a[0, 0], a[1, 1], a[2, 2] = 2.0 ** -130, 2.0 ** -64, 2.0 ** -63
     b[:3] = 0.0
@@ -738,8 +754,10 @@ def test_bf16_gemm_denormals_flush_only_on_vdpbf16ps(cpu):
     lowered = lower_kernel(kernel, cpu=cpu)
     want = reference(module, [a, b])[0]
     got = run_kernel(kernel, [a, b], 1, lowered, cpu=cpu)[0]
-    flushed = takes_pairs(cpu)
-    assert (PAIRS in lowered.llvm_ir) == flushed
+    tiles = rows >= contraction_gemm.PACK_B_MIN_ROWS and takes_tiles(cpu)
+    flushed = takes_pairs(cpu) or tiles
+    assert (TILE_DOT in lowered.llvm_ir) == tiles
+    assert (PAIRS in lowered.llvm_ir) == (flushed and not tiles)
     assert want[0, 0] == np.float32(2.0 ** -130) and want[1, 0] == np.float32(2.0 ** -128)
     np.testing.assert_array_equal(got[:2], 0.0 if flushed else want[:2])
     np.testing.assert_array_equal(got[2:], want[2:])
@@ -747,17 +765,20 @@ def test_bf16_gemm_denormals_flush_only_on_vdpbf16ps(cpu):
 
 
 @pytest.mark.parametrize("case", ["two_k_blocks", "groups_stride2", "1x1_in_place"])
-def test_bf16_conv_converts_pre_packed_weights_to_pairs(case, monkeypatch):
+def test_bf16_conv_converts_pre_packed_weights_to_pairs_or_tiles(case, monkeypatch):
     """A bf16 conv with constant weights on the host: the plan's float32 packed A is turned into
-    bf16 pairs per call where the host has AVX-512 BF16 (an odd K block too: K = 2313), and the
-    result is the reference's."""
+    bf16 pairs per call where the host has AVX-512 BF16 (an odd K block too: K = 2313), into AMX
+    tile rows where it has AMX-BF16 and B is packed (two K blocks of 300), and the result is the
+    reference's."""
     x_shape, w_shape, attrs, reading = PRE_PACKED_CASES[case]
     monkeypatch.setattr(contraction, "CONV_B", reading)
     module, kernel = conv_kernel(x_shape, w_shape, attrs, "bf16")
     kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
     lowered = lower_kernel(kernel)
     (spec,) = lowered.packed_operands
-    assert (PAIRS in lowered.llvm_ir) == takes_pairs("host")
+    tiles = reading == "packed" and takes_tiles("host")
+    assert (TILE_DOT in lowered.llvm_ir) == tiles
+    assert (PAIRS in lowered.llvm_ir) == (takes_pairs("host") and not tiles)
     rng = np.random.default_rng(sum(x_shape))
     x, w = data(rng, x_shape, "bf16"), data(rng, w_shape, "bf16")
     want = reference(module, [x, w])[0]
@@ -765,6 +786,49 @@ def test_bf16_conv_converts_pre_packed_weights_to_pairs(case, monkeypatch):
     np.testing.assert_array_equal(round_to_bf16(got), got)
     assert_matches(got, want, rtol=LOW_PRECISION_STEP["bf16"], atol=1e-5)
     assert np.mean(got == want) > 0.98
+
+
+AMX_CASES = {
+    # name: (A's stored shape, transposed?, B's stored shape, transposed?, runs on AMX tiles where the CPU
+    # has them): a bf16 GEMM's tails, depths and layouts on 32 x 32 tiles of 16-pair chunks
+    "edges": ((70, 33), False, (33, 37), False, True),  # 6 rows and 5 columns past whole tiles (one C tile)
+    "one_chunk": ((32, 16), False, (16, 48), False, True),  # the shallowest K block: 8 pairs padded to 16
+    "k_blocks_short_last": ((33, 1025), False, (1025, 40), False, True),  # 3 blocks: 342, 342, 341 deep
+    "transposed": ((47, 64), True, (80, 47), True, True),  # x.T @ w.T: both packed from their transposes
+    "batched": ((3, 40, 50), False, (3, 50, 20), False, True),
+    "too_shallow": ((40, 15), False, (15, 50), False, False),  # K < 16: vdpbf16ps
+}
+
+
+@pytest.mark.cross_target(cases=AMX_CASES, group=lambda case: 0)
+def test_bf16_gemm_on_amx_tiles(cpu, case):
+    """A bf16 matmul whose B is packed runs tdpbf16ps on AMX tiles where the CPU has AMX-BF16
+    (sapphirerapids; the assembly has the tile configuration, the dots and the release), vdpbf16ps
+    or the float32 GEMM elsewhere; each float32 sum rounds once to bf16 as the reference's does:
+    nearly all bit-equal, the rest one step of bf16 away (another summation order)."""
+    a_shape, a_transposed, b_shape, b_transposed, on_tiles = case
+
+    def body(b, x, y):
+        x = b.op("lz.transpose", x, perm=[0, 2, 1] if len(a_shape) == 3 else [1, 0]) if a_transposed else x
+        y = b.op("lz.transpose", y, perm=[1, 0]) if b_transposed else y
+        return b.op("lz.matmul", x, y)
+
+    module, kernel = make_kernel([(a_shape, "bf16"), (b_shape, "bf16")], body, kind="matmul")
+    lowered = lower_kernel(kernel, cpu=cpu)
+    tiles = on_tiles and takes_tiles(cpu)
+    assert (TILE_DOT in lowered.llvm_ir) == tiles
+    if tiles:
+        asm = jit.emit_assembly(lowered.llvm_ir, cpu)
+        for instruction in ("ldtilecfg", "tilezero", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease"):
+            assert instruction in asm, instruction
+    rng = np.random.default_rng(sum(a_shape) + sum(b_shape))
+    inputs = [data(rng, a_shape, "bf16"), data(rng, b_shape, "bf16")]
+    want = reference(module, inputs)[0]
+    for splits in (1, 3):
+        got = run_kernel(kernel, inputs, splits, lowered, cpu=cpu)[0]
+        np.testing.assert_array_equal(round_to_bf16(got), got)
+        assert_matches(got, want, rtol=LOW_PRECISION_STEP["bf16"], atol=1e-5)
+        assert np.mean(got == want) > 0.98, np.mean(got == want)
 
 
 def test_bf16_gemm_on_8_float_vectors_takes_the_256_bit_vdpbf16ps(monkeypatch):
