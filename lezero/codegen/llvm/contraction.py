@@ -55,7 +55,7 @@ from lezero.codegen.contraction_shapes import (
     stored_operand,
 )
 from lezero.codegen.errors import LoweringError
-from lezero.codegen.llvm import cache_model, gemm
+from lezero.codegen.llvm import cache_model, gemm, gemm_bf16
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction_gemm import (
     FLOAT32_STORAGE,
@@ -77,7 +77,7 @@ from lezero.codegen.llvm.loops import (
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
 from lezero.codegen.row_generic import any_rows
 from lezero.ir.core import Operation
-from lezero.ir.types import F16, F32
+from lezero.ir.types import BF16, F16, F32
 
 # A tile of C of the dot-product kernel (contraction_shapes.matmul_kernel says when it runs)
 # holds this many vector accumulators, by vector width (the A and B vectors of a step stay in
@@ -137,7 +137,9 @@ def lower_contraction(ctx: KernelContext) -> int:
         return lower_depthwise(ctx, anchor, shape)
     if gemm_kernel and shape.k > 0 and not thin:
         in_place = shape.strides == (1, 1) and shape.pads == (0, 0, 0, 0)
-        direct = CONV_B == "direct" or (CONV_B == "auto" and not in_place)
+        # a bf16 conv on AMX tiles reads B packed (gemm_bf16.AmxBf16GemmGenerator pairs it in chunks)
+        tiles = dtype == BF16 and gemm_bf16.amx_available(ctx.cpu) and shape.k >= gemm_bf16.AMX_MIN_DEPTH
+        direct = CONV_B == "direct" or (CONV_B == "auto" and not in_place and not tiles)
         a_block_floats = cache_model.direct_a_block_floats(cache_model.caches_for(ctx.cpu))
         weights = ctx.body.args.index(stored[1][0])
         # a constant weight is packed by the plan from float32 storage (packed_operands), not f16's

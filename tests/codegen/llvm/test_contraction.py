@@ -664,7 +664,7 @@ def test_float64_epilogue_reports_its_libm_calls():
 
 LOW_PRECISION_CASES = {
     # name: (matmul (a, b) or conv (x, w, attrs), the float32 kernel a bf16 one runs: "gemm" names its
-    # GEMM, "tiles" a GEMM whose B is packed, which a bf16 one runs on AMX tiles where the CPU has
+    # GEMM, "tiles" a GEMM that a bf16 one runs on AMX tiles (B packed) where the CPU has
     # them; an f16 one runs the GEMM on float32 copies of its operands, and loops for the others)
     "gemm_tails": (((37, 50), (50, 70)), "tiles"),  # AMX: 32 x 32 tiles, one of 5 rows, 6 columns, 25 pairs
     "tiles_k_blocks": (((40, 1100), (1100, 45)), "tiles"),  # AMX: partial sums in the result, odd K blocks
@@ -673,7 +673,7 @@ LOW_PRECISION_CASES = {
     "thin_rows": (((2, 50), (50, 70)), "gemm"),
     "dots": (((37, 50), (50, 3)), "dots"),
     "conv_groups_strides": (((2, 6, 10, 9), (8, 3, 3, 2),
-                             attrs_of(strides=(1, 2), pads=(2, 0, 1, 3), dilations=(2, 1), groups=2)), "gemm"),
+                             attrs_of(strides=(1, 2), pads=(2, 0, 1, 3), dilations=(2, 1), groups=2)), "tiles"),
     "conv_1x1_in_place": (((1, 24, 7, 9), (20, 24, 1, 1), attrs_of()), "tiles"),
     "depthwise": (((2, 8, 9, 9), (8, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=8)), "depthwise"),
 }
