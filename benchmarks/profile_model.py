@@ -2,6 +2,7 @@
 achieved GFLOP/s and GB/s against this host's measured peak (issue 16's closing numbers).
 
     LEZERO_NUM_THREADS=2 .venv/bin/python benchmarks/profile_model.py [MODEL.onnx] [--top 10] [--runs 5]
+        [--dynamic-dims 4,64]
 
 Default model: ``build/bench-models/resnet50.onnx`` (``make bench-models`` exports it).  The model
 is compiled and run twice first (plans built, arena touched); then ``--runs`` runs are profiled and
@@ -40,6 +41,8 @@ def main() -> None:
     parser.add_argument("model", nargs="?", default=os.path.join(ROOT, "build", "bench-models", "resnet50.onnx"))
     parser.add_argument("--top", type=int, default=10)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--dynamic-dims", type=lambda text: [int(d) for d in text.split(",")], default=[],
+                        help="sizes of the inputs' dynamic dims in order, e.g. 4,64 (batch, sequence); default 1")
     args = parser.parse_args()
     if not os.path.exists(args.model):
         sys.exit(f"{args.model} does not exist: `make bench-models` exports the benchmark models")
@@ -52,8 +55,15 @@ def main() -> None:
     for i in graph.input:
         if i.name in initializers:
             continue
-        dims = [d.dim_value if d.dim_value > 0 else 1 for d in i.type.tensor_type.shape.dim]
-        feeds[i.name] = rng.standard_normal(dims, dtype=np.float32)
+        dynamic = iter(args.dynamic_dims)
+        dims = [d.dim_value if d.dim_value > 0 else next(dynamic, 1) for d in i.type.tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+        if np.issubdtype(dtype, np.floating):
+            feeds[i.name] = rng.standard_normal(dims).astype(dtype)
+        elif "mask" in i.name:  # transformers' attention_mask: attend everywhere
+            feeds[i.name] = np.ones(dims, dtype)
+        else:  # token ids and other indices: small ones are valid for every vocabulary
+            feeds[i.name] = rng.integers(0, 100, dims).astype(dtype)
     start = time.perf_counter()
     model = lezero.onnx.compile(args.model)
     model.run(feeds)
