@@ -11,7 +11,8 @@ q-columns for ``vpdpbusd``: the gather im2col of the composite's decomposition (
 gone.  The weights are the lhs, read in place (``O/g x K`` row-major is a conv weight as stored);
 a per-channel weight zero point is a per-row lhs zero point.  The slab has a panel of slack past
 its rows, so every panel packs whole 64-byte rows (the columns past q-space are computed and never
-stored).
+stored).  On AMX the panels run in tiles as the int8 GEMM's (``gemm_panel``), the weights' last
+``K % 64`` columns copied once per panel.
 
 The result is N x O x OH x OW, written by the tile epilogue (``TileEpilogue`` with ``ConvGemm``'s
 ``emit_tile``): bias, requantize, activation fuse as in the matmul kernel, and the 8-bit output is
@@ -32,15 +33,17 @@ from lezero.codegen.llvm.integer_gemm import (
     I8,
     I32,
     INT64,
-    KC,
     NB,
     DotProduct,
     Output,
     Rhs,
     gemm_panel,
+    lhs_tail_bytes,
     lower_matmul_integer,
     row_sums,
+    sliver_bytes,
     table,
+    work_buffer,
 )
 from lezero.codegen.llvm.ir_types import PTR
 from lezero.codegen.llvm.loops import declare, for_range, i64
@@ -83,13 +86,12 @@ def lower_conv_integer(ctx: KernelContext, anchor: Operation) -> int:
     output = Output(ctx, anchor, plan, dot)
 
     slab_bytes = -(-plan.slab_floats // 64) * 64
-    partial_bytes = m * NB * 4 if k > KC else 0
-    packed = b.call(declare(ctx.module, "malloc", PTR, [INT64]), [i64(KC * NB + 64 + partial_bytes + slab_bytes)])
-    with b.if_then(b.icmp_unsigned("==", packed, ir.Constant(PTR, None)), likely=False):
-        b.call(declare(ctx.module, "llvm.trap", ir.VoidType(), []), [])
-        b.unreachable()
-    partial = b.gep(packed, [i64(KC * NB + 64)], source_etype=I8)
-    slab = b.gep(partial, [i64(partial_bytes)], source_etype=I8)
+    partial_bytes = m * NB * 4 if k > dot.kc else 0
+    tail_bytes = lhs_tail_bytes(dot, m, k)  # AMX: the weights' last K columns
+    raw, packed = work_buffer(ctx, dot, sliver_bytes(dot, k) + 64 + partial_bytes + tail_bytes + slab_bytes)
+    partial = b.gep(packed, [i64(sliver_bytes(dot, k) + 64)], source_etype=I8)
+    lhs_tail = b.gep(partial, [i64(partial_bytes)], source_etype=I8) if tail_bytes else None
+    slab = b.gep(partial, [i64(partial_bytes + tail_bytes)], source_etype=I8)
     rowsum = ctx.fn.alloca(I32, m, "rowsum")
     colsum = [ctx.fn.alloca(dot.vector, 1, f"colsum{v}") for v in range(NB // dot.lanes)]
     offsets, cut_table = table(ctx, "tap_offsets", plan.b_row_offsets), table(ctx, "cuts", cuts)
@@ -126,8 +128,8 @@ def lower_conv_integer(ctx: KernelContext, anchor: Operation) -> int:
             j0 = b.mul(p, i64(NB))
 
             def panel_of(cols):
-                gemm_panel(ctx, dot, cols, packed, partial, w_buf, rhs, output, batch, a_base, j0, m, k, w_signed,
-                      x_unsigned, za_of, lambda col: zb, rowsum, colsum)
+                gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, w_buf, rhs, output, batch, a_base, j0, m, k,
+                           w_signed, x_unsigned, za_of, lambda col: zb, rowsum, colsum)
             if n % NB == 0:
                 panel_of(NB)
             else:
@@ -136,6 +138,6 @@ def lower_conv_integer(ctx: KernelContext, anchor: Operation) -> int:
                         panel_of(n % NB)
                     with wide:
                         panel_of(NB)
-    b.call(declare(ctx.module, "free", ir.VoidType(), [PTR]), [packed])
+    b.call(declare(ctx.module, "free", ir.VoidType(), [PTR]), [raw])
     ctx.fn.finish()
     return items

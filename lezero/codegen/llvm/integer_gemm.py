@@ -30,6 +30,22 @@ each of its elements, the i32 sum in place of the contraction, so no i32 tensor 
 values are the reference's op for op (bit-equal: the same f32 operations in the same order).
 The lhs may be read through a reshape (the same row-major bytes: ONNX's Flatten before a Gemm).
 
+**AMX** (``amx-int8``: Sapphire Rapids and later; ``DotProduct.amx``): the same panels, packing
+and zero-point terms, but the rows go through tiles (``_amx_rows``): 2 x 2 accumulators of 16 x 16
+i32 (tiles 0-3) per 32 rows x 32 columns, the lhs's two row tiles (4-5: 16 rows x 64 bytes of K,
+read in place with stride K) and two tiles of the packed sliver (6-7: 16 groups of 4 k x 16
+columns, stride ``NB * 4``: the layout is AMX's B layout already).  A signed lhs is read as it is
+(``tdpbssd``, an unsigned one ``tdpbusd``; the rhs is packed signed) and its sums get ``128 *
+colsum`` (``P`` of the lhs moved to unsigned).  Tails: a last row block of fewer than 32 rows
+configures its tiles with fewer rows; K's last ``K % 64`` bytes of every lhs row are copied, zero
+padded to 64, to a buffer the last tile step reads (``lhs_tail``; the sliver's groups past K are
+zero or multiply those zeros), so no tile reads past a row.  K blocks are ``KC_AMX = 4096`` rows
+(the sliver up to 256 KiB, in L2): a tile's store and reload between K blocks cost about as much
+as its dots, so a transformer's K (768-3072) is one block.  The work buffer is 64-byte aligned (a
+tile row across two cache lines loads at a sixth of the rate: 6 -> 37 cycles per tile here).
+Each panel configures its tiles per K block and row-block shape and releases them at its end; the
+corrected tile goes to the output as above (``_amx_finish``).
+
 ``integer_conv.py`` runs ``lz.conv_integer`` on the same panels: its rhs rows come from a slab
 of the input (``Rhs``: where row k of a GEMM's B starts), its lhs (the weights) has a zero point
 per row (``za_of``), and its tiles go to the epilogue through ``ConvGemm.emit_tile``.
@@ -39,7 +55,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from lezero.codegen.contraction_shapes import MatmulShape
-from lezero.codegen.llvm import vectors
+from lezero.codegen.llvm import amx, vectors
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction_gemm import MatmulGemm, TileEpilogue
 from lezero.codegen.llvm.gemm_epilogue import OutputTile
@@ -48,6 +64,7 @@ from lezero.codegen.llvm.loops import declare, for_range, i64
 
 NB = 64  # columns of a panel
 KC = 256  # rows of K per packed sliver: 16 KiB, half of L1, so every row tile reads it from L1
+KC_AMX = 4096  # on AMX: up to 256 KiB, so the accumulators stay in their tiles over a transformer's K
 I8, I16, I32, INT64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
 
@@ -81,7 +98,11 @@ class DotProduct:
 
     def __init__(self, ctx: KernelContext):
         f = ctx.cpu.features
-        if "avx512vnni" in f:
+        self.amx = "avx512vnni" in f and amx.has_amx(ctx.cpu, "int8")
+        self.kc = KC_AMX if self.amx else KC  # rows of K per packed sliver
+        if self.amx:  # the tile of 2 x 2 AMX accumulators (gemm_panel); vpdpbusd sums the columns
+            self.kind, self.lanes, self.mr, self.nv, name = "vnni", 16, 32, 2, "llvm.x86.avx512.vpdpbusd.512"
+        elif "avx512vnni" in f:
             self.kind, self.lanes, self.mr, self.nv, name = "vnni", 16, 6, 4, "llvm.x86.avx512.vpdpbusd.512"
         elif "avxvnni" in f:
             self.kind, self.lanes, self.mr, self.nv, name = "vnni", 8, 6, 2, "llvm.x86.avx512.vpdpbusd.256"
@@ -167,6 +188,9 @@ class Output:
         if self.plain:
             self.result = ctx.result_buffers[0]
             self.m, self.n = plan.shape.m, plan.shape.n
+            if dot.amx:  # where the AMX accumulators are stored before their corrections
+                self.amx_sums = vectors.opaque_alloca(ir.IRBuilder(ctx.fn.entry), I32, i64(dot.mr * dot.nv * dot.lanes),
+                                                      "amx_sums")
             return
         self.epilogue = TileEpilogue(ctx, anchor, plan)
         self.mr, self.width = dot.mr, dot.nv * dot.lanes
@@ -193,6 +217,10 @@ class Output:
         for r, row_values in enumerate(values):
             for v, value in enumerate(row_values):
                 b.store(value, b.gep(self.sums, [i64(r * self.width + lanes * v)], source_etype=I32), align=4)
+        self.emit_sums(b, batch, row0, col0, rows, cols)
+
+    def emit_sums(self, b, batch, row0, col0, rows: int, cols: int) -> None:
+        """The epilogue of the tile whose i32 sums are in ``sums`` (``mr`` x ``width``, row-major)."""
         args = {f"buffer{i}": (p,) for i, p in enumerate(self.ctx.fn.buffers)}
         args["batch"] = (batch,)
         tile = OutputTile(b, row0, col0, i64(rows), i64(cols), self.sums, self.mr, self.width,
@@ -223,11 +251,10 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     output = Output(ctx, anchor, MatmulGemm(shape), dot)
 
     # the packed sliver (KC rows of K), then the partial sums of a panel's rows between K blocks
-    packed = b.call(declare(ctx.module, "malloc", PTR, [INT64]), [i64(KC * NB + 64 + (m * NB * 4 if k > KC else 0))])
-    with b.if_then(b.icmp_unsigned("==", packed, ir.Constant(PTR, None)), likely=False):
-        b.call(declare(ctx.module, "llvm.trap", ir.VoidType(), []), [])
-        b.unreachable()
-    partial = b.gep(packed, [i64(KC * NB + 64)], source_etype=I8)
+    partial_bytes = m * NB * 4 if k > dot.kc else 0
+    raw, packed = work_buffer(ctx, dot, sliver_bytes(dot, k) + 64 + partial_bytes + lhs_tail_bytes(dot, m, k))
+    partial = b.gep(packed, [i64(sliver_bytes(dot, k) + 64)], source_etype=I8)
+    lhs_tail = b.gep(partial, [i64(partial_bytes)], source_etype=I8) if lhs_tail_bytes(dot, m, k) else None
     rowsum = ctx.fn.alloca(I32, max(m, 1), "rowsum")
     colsum = [ctx.fn.alloca(dot.vector, 1, f"colsum{v}") for v in range(NB // dot.lanes)]
     a_table, b_table = table(ctx, "a_offsets", a_offsets), table(ctx, "b_offsets", b_offsets)
@@ -254,8 +281,8 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
         def panel_of(cols):
             rhs = Rhs(b_buf.pointer, lambda kk: b.add(b_base, b.mul(kk, i64(n))), whole_vectors=False)
             row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
-            gemm_panel(ctx, dot, cols, packed, partial, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed, b_unsigned,
-                   lambda row: za, zb_of, rowsum, colsum)
+            gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
+                       b_unsigned, lambda row: za, zb_of, rowsum, colsum)
         if full_cols == NB:
             panel_of(NB)
         else:
@@ -264,9 +291,23 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
                     panel_of(full_cols)
                 with wide:
                     panel_of(NB)
-    b.call(declare(ctx.module, "free", ir.VoidType(), [PTR]), [packed])
+    b.call(declare(ctx.module, "free", ir.VoidType(), [PTR]), [raw])
     ctx.fn.finish()
     return items
+
+
+def work_buffer(ctx, dot, size: int):
+    """``malloc(size)`` (a null result traps): the raw pointer (to free) and where the buffers start,
+    on AMX 64-byte aligned (a tile row that straddles two cache lines loads at half the rate)."""
+    b = ctx.b
+    raw = b.call(declare(ctx.module, "malloc", PTR, [INT64]), [i64(size + 64 if dot.amx else size)])
+    with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
+        b.call(declare(ctx.module, "llvm.trap", ir.VoidType(), []), [])
+        b.unreachable()
+    if not dot.amx:
+        return raw, raw
+    address = b.ptrtoint(raw, INT64)
+    return raw, b.gep(raw, [b.sub(b.and_(b.add(address, i64(63)), i64(-64)), address)], source_etype=I8)
 
 
 def _stored(ctx, anchor, v, reshaped: bool = True):
@@ -382,14 +423,30 @@ def row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb):
         b.store(b.load(acc), b.gep(rowsum, [row], source_etype=I32))
 
 
-def gemm_panel(ctx, dot, cols, packed, partial, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed, b_unsigned,
-           za_of, zb_of, rowsum, colsum):
+def sliver_bytes(dot, k) -> int:
+    """The bytes of the packed sliver: ``dot.kc`` rows of the panel; on AMX no more than K's, in whole
+    tile steps (the last step's tile reads that far)."""
+    return NB * (min(dot.kc, -(-k // 64) * 64) if dot.amx else dot.kc)
+
+
+def lhs_tail_bytes(dot, m, k) -> int:
+    """The bytes of the AMX kernel's copy of the lhs's last K columns (``gemm_panel``'s ``lhs_tail``):
+    64 per row when K is not a multiple of 64 (a tile's depth), else none."""
+    return m * 64 if dot.amx and k % 64 else 0
+
+
+def gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
+               b_unsigned, za_of, zb_of, rowsum, colsum):
     """One panel of ``cols`` (static) columns: per block of KC rows of K, pack that sliver of it
     (summing its columns), then every row block over it, a register tile of ``dot.nv`` vectors
-    at a time.  ``za_of(row)``: the lhs zero point of a row (i32, moved to the unsigned lhs);
-    ``zb_of(col)`` the rhs's of a column; ``rowsum``: the lhs rows' sums (``row_sums``)."""
+    at a time (on AMX, ``_amx_rows``: tiles).  ``za_of(row)``: the lhs zero point of a row (i32, moved
+    to the unsigned lhs); ``zb_of(col)`` the rhs's of a column; ``rowsum``: the lhs rows' sums
+    (``row_sums``); ``lhs_tail``: where the AMX kernel copies the lhs's last K columns
+    (``lhs_tail_bytes``), or None."""
     b = ctx.b
-    lanes, mr = dot.lanes, dot.mr
+    if lhs_tail is not None:
+        _copy_lhs_tail(ctx, a_buf, a_base, m, k, lhs_tail)
+    lanes = dot.lanes
     vectors = -(-cols // lanes)
     zb = [[zb_of(b.add(j0, i64(min(lanes * v + lane, cols - 1)))) for lane in range(lanes)] for v in range(vectors)]
     zb_vec = []
@@ -401,8 +458,8 @@ def gemm_panel(ctx, dot, cols, packed, partial, a_buf, rhs, output, batch, a_bas
     for v in range(vectors):
         b.store(dot.constant(0), colsum[v])
     ones = dot.lhs(b, dot.constant(0x01010101))
-    block_groups = KC // 4
-    k_blocks = max(1, -(-k // KC))
+    block_groups = dot.kc // 4
+    k_blocks = max(1, -(-k // dot.kc))
     with for_range(b, 0, k_blocks, "kblock") as kb:
         g0 = b.mul(kb, i64(block_groups))
         last = b.icmp_unsigned("==", kb, i64(k_blocks - 1))
@@ -416,17 +473,168 @@ def gemm_panel(ctx, dot, cols, packed, partial, a_buf, rhs, output, batch, a_bas
         # per column: colsum - K * zb (times the row's -za; the row's -zb * rowsum is added per row)
         column_terms = [b.sub(b.load(colsum[v]), b.mul(dot.constant(k), zb_vec[v])) for v in range(vectors)]
         sliver = _Sliver(g0, whole, kb, last, k_blocks)
+        if dot.amx:
+            _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a_base, j0, m, k, a_signed,
+                      za_of, zb_vec, column_terms, colsum, rowsum, sliver)
+        else:
+            _vector_rows(ctx, dot, cols, packed, partial, sliver, a_buf, output, batch, a_base, j0, m, k, a_signed,
+                         za_of, zb_vec, column_terms, rowsum)
+    if dot.amx:
+        amx.release(b)
 
-        def row_block(i0, rows):
-            for v0 in range(0, vectors, dot.nv):
-                _tile(ctx, dot, i0, rows, v0, min(dot.nv, vectors - v0), cols, packed, partial, sliver, a_buf, output,
-                      batch, a_base, j0, k, a_signed, za_of, zb_vec, column_terms, rowsum)
-        blocks, tail = divmod(m, mr)
-        if blocks:
-            with for_range(b, 0, blocks, "rows") as block:
-                row_block(b.mul(block, i64(mr)), mr)
-        if tail:
-            row_block(i64(blocks * mr), tail)
+
+def _vector_rows(ctx, dot, cols, packed, partial, sliver, a_buf, output, batch, a_base, j0, m, k, a_signed, za_of,
+                 zb_vec, column_terms, rowsum):
+    """Every row block of the panel over one K block, ``dot.mr`` rows x ``dot.nv`` vectors at a time."""
+    b, mr, vectors = ctx.b, dot.mr, -(-cols // dot.lanes)
+
+    def row_block(i0, rows):
+        for v0 in range(0, vectors, dot.nv):
+            _tile(ctx, dot, i0, rows, v0, min(dot.nv, vectors - v0), cols, packed, partial, sliver, a_buf, output,
+                  batch, a_base, j0, k, a_signed, za_of, zb_vec, column_terms, rowsum)
+    blocks, tail = divmod(m, mr)
+    if blocks:
+        with for_range(b, 0, blocks, "rows") as block:
+            row_block(b.mul(block, i64(mr)), mr)
+    if tail:
+        row_block(i64(blocks * mr), tail)
+
+
+# --- AMX (amx-int8): the panel's rows in tiles -----------------------------------------------------
+# Tiles 0-3 hold the 2 x 2 accumulators of 16 rows x 16 columns of i32 (tile 2r + c), 4-5 the lhs's two
+# row tiles (16 rows x 64 bytes of K, read in place: stride K), 6-7 two rhs tiles (16 groups of 4 k x
+# 16 columns from the packed sliver, whose row stride is NB * 4 bytes).
+_ACC, _LHS, _RHS = 0, 4, 6
+_ROWS = 2 * amx.MAX_ROWS  # rows of an AMX row block
+_DEPTH = amx.MAX_ROW_BYTES  # K per tile step
+
+
+def _copy_lhs_tail(ctx, a_buf, a_base, m, k, lhs_tail):
+    """``lhs_tail[row]``: the lhs row's last ``k % 64`` bytes (from K - K % 64), zero to 64 bytes: the
+    last tile step reads it (stride 64), so no tile reads past a row or past the lhs."""
+    b = ctx.b
+    memset = declare(ctx.module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, INT64, ir.IntType(1)])
+    memcpy = declare(ctx.module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, INT64, ir.IntType(1)])
+    no = ir.Constant(ir.IntType(1), 0)
+    b.call(memset, [lhs_tail, ir.Constant(I8, 0), i64(m * _DEPTH), no])
+    start = k - k % _DEPTH
+    with for_range(b, 0, m, "lhstail") as row:
+        source = b.gep(a_buf.pointer, [b.add(a_base, b.add(b.mul(row, i64(k)), i64(start)))], source_etype=I8)
+        b.call(memcpy, [b.gep(lhs_tail, [b.mul(row, i64(_DEPTH))], source_etype=I8), source, i64(k % _DEPTH), no])
+
+
+def _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a_base, j0, m, k, a_signed, za_of,
+              zb_vec, column_terms, colsum, rowsum, sliver):
+    """Every row block of the panel over one K block in AMX tiles: ``_ROWS`` rows at a time (the
+    tiles configured for them; a last block of fewer rows has its own configuration), two column
+    tiles of 16 at a time.  The packed rhs is signed (``_pack_sliver``); a signed lhs is read as it
+    is (``tdpbssd``, else ``tdpbusd``) and its sums get ``128 * colsum`` after the last block: the
+    sums of the lhs moved to unsigned, which the zero-point terms are of (the module docstring)."""
+    b = ctx.b
+    operands = ("s8" if a_signed else "u8", "s8")
+    k_last = k - (sliver.count - 1) * dot.kc  # K of the last block
+    steps = b.select(sliver.last, i64(k_last // _DEPTH), i64(dot.kc // _DEPTH))  # whole tile steps
+    groups_per_step = _DEPTH // 4
+    signed_terms = [b.mul(b.load(colsum[v]), ir.Constant(column_terms[v].type, [128] * 16)) if a_signed else None
+                    for v in range(len(column_terms))]
+
+    def configure(rows):
+        shapes = {_RHS: (16, _DEPTH), _RHS + 1: (16, _DEPTH)}
+        for r in range(-(-rows // 16)):
+            tile_rows = min(16, rows - 16 * r)
+            shapes.update({_LHS + r: (tile_rows, _DEPTH), _ACC + 2 * r: (tile_rows, 64),
+                           _ACC + 2 * r + 1: (tile_rows, 64)})
+        amx.configure(b, shapes)
+
+    def partial_at(i0, r, col):  # the partial sums of row tile r from the panel's column col
+        return b.gep(partial, [b.add(b.mul(b.add(i0, i64(16 * r)), i64(NB * 4)), i64(4 * col))], source_etype=I8)
+
+    def row_block(i0, rows):
+        tiles = -(-rows // 16)
+        for pair in range(-(-cols // 32)):
+            count = min(2, -(-(cols - 32 * pair) // 16))  # column tiles
+            accs = [(r, c) for r in range(tiles) for c in range(count)]
+            with b.if_else(b.icmp_unsigned("==", sliver.index, i64(0))) as (at_first, later):
+                with at_first:
+                    for r, c in accs:
+                        amx.zero(b, _ACC + 2 * r + c)
+                with later:
+                    for r, c in accs:
+                        amx.load(b, _ACC + 2 * r + c, partial_at(i0, r, 32 * pair + 16 * c), NB * 4)
+
+            def step(lhs_at, lhs_stride, s):
+                for r in range(tiles):
+                    amx.load(b, _LHS + r, lhs_at(r), lhs_stride)
+                for c in range(count):
+                    at = b.add(b.mul(s, i64(groups_per_step * NB * 4)), i64(4 * (32 * pair + 16 * c)))
+                    amx.load(b, _RHS + c, b.gep(packed, [at], source_etype=I8), NB * 4)
+                for r, c in accs:
+                    amx.dot(b, operands, _ACC + 2 * r + c, _LHS + r, _RHS + c)
+            with for_range(b, 0, steps, "tilek") as s:
+                def in_place(r, s=s):
+                    at = b.add(a_base, b.add(b.mul(b.add(i0, i64(16 * r)), i64(k)),
+                                             b.add(b.mul(sliver.g0, i64(4)), b.mul(s, i64(_DEPTH)))))
+                    return b.gep(a_buf.pointer, [at], source_etype=I8)
+                step(in_place, k, s)
+
+            def finish():
+                if k % _DEPTH:  # the last step: the lhs's copied tail, zero past K (the sliver's rows there too)
+                    step(lambda r: b.gep(lhs_tail, [b.mul(b.add(i0, i64(16 * r)), i64(_DEPTH))], source_etype=I8),
+                         _DEPTH, i64(k_last // _DEPTH))
+                _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec, column_terms,
+                            signed_terms, rowsum)
+            if sliver.count == 1:
+                finish()
+                continue
+            with b.if_else(sliver.last) as (at_last, before_last):
+                with at_last:
+                    finish()
+                with before_last:
+                    for r, c in accs:
+                        amx.store(b, _ACC + 2 * r + c, partial_at(i0, r, 32 * pair + 16 * c), NB * 4)
+
+    blocks, tail = divmod(m, _ROWS)
+    if blocks:
+        configure(_ROWS)
+        with for_range(b, 0, blocks, "amxrows") as block:
+            row_block(b.mul(block, i64(_ROWS)), _ROWS)
+    if tail:
+        configure(tail)
+        row_block(i64(blocks * _ROWS), tail)
+
+
+def _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec, column_terms, signed_terms,
+                rowsum):
+    """The accumulators of rows ``i0 ..`` and column pair ``pair`` to the output: stored to the
+    output's i32 tile (a bare product: a stack tile of its own), corrected row by row
+    (``P - za (colsum - K zb) - zb rowsum``, and ``+ 128 colsum`` for a signed lhs), then stored or
+    through the epilogue."""
+    b = ctx.b
+    width = 32
+    sums = output.sums if not output.plain else output.amx_sums
+    for r, c in accs:
+        amx.store(b, _ACC + 2 * r + c, b.gep(sums, [i64((16 * r * width + 16 * c) * 4)], source_etype=I8), width * 4)
+    col0 = b.add(j0, i64(32 * pair))
+    live_cols = min(cols - 32 * pair, 32)
+    with for_range(b, 0, rows, "amxfix") as r:
+        row = b.add(i0, r)
+        row_sum = _splat(b, b.load(b.gep(rowsum, [row], source_etype=I32)), zb_vec[0].type)
+        za = _splat(b, za_of(row), zb_vec[0].type)
+        values = []
+        for c in range(count):
+            v = 2 * pair + c
+            at = b.gep(sums, [b.add(b.mul(r, i64(width)), i64(16 * c))], source_etype=I32)
+            value = b.load(at, typ=zb_vec[0].type, align=4)
+            if signed_terms[v] is not None:
+                value = b.add(value, signed_terms[v])
+            value = b.sub(value, b.add(b.mul(za, column_terms[v]), b.mul(zb_vec[v], row_sum)))
+            if not output.plain:
+                b.store(value, at, align=4)
+            values.append(value)
+        if output.plain:
+            output.store(b, batch, row, col0, 1, live_cols, [values])
+    if not output.plain:
+        output.emit_sums(b, batch, i0, col0, rows, live_cols)
 
 
 class _Sliver:

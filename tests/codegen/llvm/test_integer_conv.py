@@ -14,6 +14,8 @@ from support.ir_building import build
 from support.quantization_testing import assert_requantized_exactly
 
 import lezero
+from lezero.codegen.llvm.backend import lower_kernel
+from lezero.codegen.llvm.jit import emit_assembly
 from lezero.codegen.schedule import schedule
 from lezero.ir import interpret
 from lezero.ir.types import ELEMENT_TYPES, F32, tensor
@@ -58,6 +60,8 @@ CASES = {
     "u8u8-groups-per-channel": ((3, 8, 10, 11), (12, 4, 3, 1), "ui8", "ui8", 0, None,
                                 {"groups": 2, "pads": [0, 2, 1, 0]}),
     "s8s8-pointwise": ((2, 33, 9, 8), (70, 33, 1, 1), "i8", "i8", 127, 127, {}),
+    # K = 4140: two AMX K blocks (partial sums), the last 44 deep (a K tail only)
+    "u8s8-amx-k-blocks": ((1, 460, 5, 6), (8, 460, 3, 3), "ui8", "i8", 3, None, {"pads": [1, 1, 1, 1]}),
 }
 
 
@@ -85,6 +89,14 @@ def test_integer_conv_is_exact_on_every_cpu(cpu, case):
     got = lezero.compile(_conv_module(case), "f", cpu=cpu)(*arrays)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want, err_msg=f"lz.conv_integer {case} compiled for {cpu}")
+
+
+def test_amx_cpus_convolve_in_tiles():
+    """sapphirerapids (amx-int8): the conv's products are tile dots, as the int8 GEMM's (the same panels)."""
+    kernel = next(op for op in schedule(_conv_module(CASES["u8s8-k-blocks-panels-slices"])).functions[0]
+                  .entry_block.ops if op.name == "lz.kernel")
+    assembly = emit_assembly(lower_kernel(kernel, cpu="sapphirerapids").llvm_ir, "sapphirerapids")
+    assert "tdpbssd" in assembly and "ldtilecfg" in assembly and "tilerelease" in assembly
 
 
 def _requantize_module(x_shape, w_shape, out_dt, ties, window):

@@ -3,8 +3,9 @@ integer reference on every CPU of the cross-target matrix: K not a multiple of 4
 and across several), a last panel of
 fewer than 64 columns, row blocks with a tail, batched and broadcast rhs, every pairing of i8 and ui8
 with zero points at the ends of their ranges (the largest products), per-column rhs zero points;
-and the instruction each x86 CPU gets (``vpdpbusd`` with VNNI, else ``vpmaddwd`` on i16: exact, where
-``vpmaddubsw`` would saturate).  Its fused epilogue: the
+and the instruction each x86 CPU gets (AMX tile dots with amx-int8, ``vpdpbusd`` with VNNI, else
+``vpmaddwd`` on i16: exact, where ``vpmaddubsw`` would saturate); the AMX kernel's row, column and K
+tails and its K blocks.  Its fused epilogue: the
 i32 tile dequantized (per-column scale, bias, relu) or requantized to ui8/i8 (ties to even,
 saturation at both ends) before it is stored, equal to the reference interpreter's unfused chain
 on every CPU, in one kernel that stores no i32 tensor."""
@@ -45,6 +46,15 @@ CASES.update({f"ui8xi8-{name}": (shapes, "ui8", "i8", per_column)
               for name, shapes, per_column in (("transformer", ((32, 768), (768, 192)), False),
                                                ("rows-of-3d-lhs", ((2, 7, 64), (64, 64)), False),
                                                ("k-blocks-tail-partial-panel", ((9, 263), (263, 70)), True))})
+# the AMX kernel's edges (and the vector kernels' on other CPUs): row blocks of 32 with a tail of 15 and
+# K of whole tile steps; two AMX K blocks (K > 4096: partial sums in memory) whose last has one tile
+# step and 3 bytes, 17 rows (a tile of 16 and one of 1), a second column pair of one tile; K = 1
+CASES.update({
+    "ui8xi8-row-tail-whole-k-steps": (((47, 128), (128, 96)), "ui8", "i8", True),
+    "i8xui8-amx-k-blocks-tails": (((17, 4163), (4163, 40)), "i8", "ui8", True),
+    "i8xi8-k-one": (((33, 1), (1, 17)), "i8", "i8", False),
+    "ui8xui8-batched-row-tails": (((2, 3, 19, 70), (2, 3, 70, 33)), "ui8", "ui8", True),
+})
 
 
 @pytest.mark.cross_target(cases=CASES, group=lambda case: "integer-gemm")
@@ -73,6 +83,18 @@ def test_each_x86_cpu_gets_its_exact_dot_product_instruction(cpu, instruction):
     assert instruction in assembly
     assert "pmaddubsw" not in assembly
     assert ("vpdpbusd" in assembly) == ("vpdpbusd" in instruction)
+
+
+@pytest.mark.parametrize("a_dt, instruction", [("ui8", "tdpbusd"), ("i8", "tdpbssd")])
+def test_amx_cpus_multiply_in_tiles(a_dt, instruction):
+    """sapphirerapids (amx-int8): the products are tile dots (the signed lhs read as it is), the tiles
+    configured and released; not on icelake-server (VNNI, no AMX).  A silent fallback to vpdpbusd fails."""
+    kernel = next(op for op in schedule(_module((40, 100), (100, 80), a_dt, "i8", True)).functions[0].entry_block.ops
+                  if op.name == "lz.kernel")
+    assembly = emit_assembly(lower_kernel(kernel, cpu="sapphirerapids").llvm_ir, "sapphirerapids")
+    for expected in (instruction, "tileloadd", "ldtilecfg", "tilerelease"):
+        assert expected in assembly, expected
+    assert "tdpb" not in emit_assembly(lower_kernel(kernel, cpu="icelake-server").llvm_ir, "icelake-server")
 
 
 def _epilogue_module(m, k, n, out_dt, a_dt, b_dt, ties):
