@@ -149,6 +149,9 @@ def encoder(budget: float, d_model: int, layers: int, tokens: int) -> None:
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(d_model, d_model // 64, 4 * d_model, dropout=0.0, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+    with torch.no_grad():  # the layers are copies of one: made distinct, else the export shares their
+        for p in model.parameters():  # weights (Identity nodes) and quantize_dynamic leaves all but the
+            p.add_(torch.randn_like(p) * 0.01)  # first layer's MatMuls in float
     x = torch.randn(1, tokens, d_model)
     with tempfile.TemporaryDirectory() as folder:
         float_path, int8_path = os.path.join(folder, "encoder.onnx"), os.path.join(folder, "encoder_int8.onnx")
