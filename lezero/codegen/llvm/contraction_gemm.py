@@ -853,7 +853,7 @@ def _amx_config(ctx: KernelContext, anchor: Operation, plan) -> gemm.GemmConfig 
     if anchor.result.type.element_type != BF16 or not gemm_bf16.amx_available(ctx.cpu) or not plan.pack_b \
             or plan.packed_b is not None or plan.packs_a:
         return None
-    config = plan.config(gemm.GemmConfig.for_target(ctx.cpu, gemm_bf16.AMX_TILE))
+    config = plan.config(gemm_bf16.amx_host_config(ctx.cpu, plan.k))
     return config if gemm_bf16.amx_fits(config, plan.k) else None
 
 

@@ -38,6 +38,8 @@ float32 sums, B's slivers paired as above, A's rewritten as tile rows (its docst
 """
 from __future__ import annotations
 
+import dataclasses
+
 from llvmlite import ir
 
 from lezero.codegen.llvm import amx, gemm, vectors
@@ -182,6 +184,19 @@ AMX_ROW_BYTES = 64
 # A K block this deep or deeper holds its pair rows padded to whole tiles inside its own slivers:
 # 16 * ceil(kc / 32) <= kc
 AMX_MIN_DEPTH = AMX_ROWS
+
+
+# All of K in one block up to this depth (no partial sums between blocks, and a micro-tile's fixed
+# costs, the tile stores and the row updates, over more dots); deeper, the target's K blocks.
+# Measured (SPR, 1 thread, kernel alone, load ~2): 1024^3 423 -> 546 GF/s (one block of 1024, not
+# two of 512), 128x768x3072 266 -> 309; 512x3072x768 480 GF/s in blocks of 512, 406 in blocks of 1024.
+AMX_ONE_BLOCK_DEPTH = 1024
+
+
+def amx_host_config(cpu: CpuTarget, k: int) -> gemm.GemmConfig:
+    """The blocking of ``cpu`` for AMX_TILE, for a GEMM of depth ``k`` (AMX_ONE_BLOCK_DEPTH)."""
+    config = gemm.GemmConfig.for_target(cpu, AMX_TILE)
+    return dataclasses.replace(config, kc=k) if config.kc < k <= AMX_ONE_BLOCK_DEPTH else config
 
 
 def _c_tile(i: int, j: int) -> int:
