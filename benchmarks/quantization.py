@@ -51,24 +51,27 @@ def _function(types, body) -> ModuleOp:
 
 
 def _int8_gemm(rng, m: int, k: int, n: int):
-    """A compiled ``lz.matmul_integer`` (u8 x s8, zero points 128 and 0) and random arguments."""
+    """A compiled ``lz.matmul_integer`` (u8 x s8, zero points 128 and 0) of an argument and a
+    constant (a model's weights, as ORT's initializer: each may pack it once), its arguments and
+    the weights."""
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
     w = rng.integers(-128, 128, (k, n)).astype(np.int8)
-    int8 = lezero.compile(_function([tensor((m, k), "ui8"), tensor((k, n), "i8"), tensor((), "ui8"),
-                                     tensor((), "i8")], lambda b, *x: b.op("lz.matmul_integer", *x)), "f")
-    return int8, (a, w, np.asarray(128, np.uint8), np.asarray(0, np.int8))
+    def body(b, x, za, zb):
+        return b.op("lz.matmul_integer", x, b.constant(w, tensor((k, n), "i8")), za, zb)
+    int8 = lezero.compile(_function([tensor((m, k), "ui8"), tensor((), "ui8"), tensor((), "i8")], body), "f")
+    return int8, (a, np.asarray(128, np.uint8), np.asarray(0, np.int8)), w
 
 
 def gemm(budget: float) -> None:
-    print("GEMM (M x K x N): lezero int8 (u8 x s8 -> i32) against lezero float32, GOP/s")
+    print("GEMM (M x K x N, B a constant): lezero int8 (u8 x s8 -> i32) against lezero float32, GOP/s")
     rng = np.random.default_rng(0)
     for m, k, n in GEMM_SHAPES:
-        int8, (a, w, za, zb) = _int8_gemm(rng, m, k, n)
-        fp32 = lezero.compile(_function([tensor((m, k), "f32"), tensor((k, n), "f32")],
-                                        lambda b, x, y: b.op("lz.matmul", x, y)), "f")
-        af, wf = a.astype(np.float32), w.astype(np.float32)
-        t = alternating_medians({"int8": lambda f=int8, x=(a, w, za, zb): f(*x),
-                                 "fp32": lambda f=fp32, x=(af, wf): f(*x)}, budget)
+        int8, args, w = _int8_gemm(rng, m, k, n)
+        wf = w.astype(np.float32)
+        fp32 = lezero.compile(_function([tensor((m, k), "f32")],
+                                        lambda b, x: b.op("lz.matmul", x, b.constant(wf, tensor((k, n), "f32")))), "f")
+        af = args[0].astype(np.float32)
+        t = alternating_medians({"int8": lambda f=int8, x=args: f(*x), "fp32": lambda f=fp32, x=af: f(x)}, budget)
         ops = 2 * m * k * n / 1e9
         print(f"  {m}x{k}x{n}: int8 {ops / t['int8']:7.1f}  fp32 {ops / t['fp32']:7.1f}  "
               f"int8 / fp32 {t['fp32'] / t['int8']:5.2f}x")
@@ -84,7 +87,8 @@ def gemm_peers(budget: float) -> None:
           f"(engine {torch.backends.quantized.engine}), GOP/s")
     rng = np.random.default_rng(2)
     for m, k, n in GEMM_SHAPES:
-        int8, (a, w, za, zb) = _int8_gemm(rng, m, k, n)
+        int8, args, w = _int8_gemm(rng, m, k, n)
+        a, za, zb = args
         graph = helper.make_graph(
             [helper.make_node("MatMulInteger", ["a", "w", "za", "zb"], ["y"])], "mmi",
             [helper.make_tensor_value_info("a", TensorProto.UINT8, [m, k])],
@@ -97,7 +101,7 @@ def gemm_peers(budget: float) -> None:
         qa = torch.quantize_per_tensor(torch.from_numpy(a.astype(np.float32) - 128), 1.0, 128, torch.quint8)
         qw = torch.quantize_per_tensor(torch.from_numpy(w.astype(np.float32).T.copy()), 1.0, 0, torch.qint8)
         packed = torch.ops.quantized.linear_prepack(qw, None)
-        t = alternating_medians({"lezero": lambda f=int8, x=(a, w, za, zb): f(*x),
+        t = alternating_medians({"lezero": lambda f=int8, x=args: f(*x),
                                  "ort": lambda run=session.run, feeds={"a": a}: run(None, feeds),
                                  "torch": lambda x=qa, p=packed: torch.ops.quantized.linear(x, p, 64.0, 0)}, budget)
         ops = 2 * m * k * n / 1e9

@@ -14,7 +14,8 @@ kernel cache's facts carry it and a native executable ships the packed weights.
 
 A matmul's constant B (a transformer's projection weights) is the other case, ``PackedGemmB``:
 at a few rows (decode and short sequences: 32 x 256 x 1024) packing B per call moves as many
-bytes as the products read, and read in place its rows are far apart.
+bytes as the products read, and read in place its rows are far apart.  ``PackedIntegerGemmB`` is
+an int8 matmul's constant B in the AMX int8 GEMM's panels (the packing it does per call otherwise).
 """
 from __future__ import annotations
 
@@ -116,9 +117,59 @@ class PackedGemmB:
         return packed.reshape(-1)
 
 
+@dataclass(frozen=True)
+class PackedIntegerGemmB:
+    """Operand ``operand``, a row-major ``depth x cols`` matrix of 8-bit integers (B of
+    ``lz.matmul_integer``; ``unsigned``: ui8), as the AMX int8 GEMM's packed panels
+    (``codegen/llvm/integer_gemm.py``): per panel of ``panel`` columns, ``padded_depth`` rows (K in
+    whole tile steps of 64) in groups of 4 k per column: byte (k, j) at ``(j // panel) * padded_depth
+    * panel + (k // 4) * panel * 4 + (j % panel) * 4 + k % 4``; signed (an unsigned B's bytes with
+    their top bit flipped: ``b - 128``, its zero points moved alike by the kernel); zero past
+    ``depth`` and ``cols``."""
+
+    operand: int
+    depth: int
+    cols: int
+    unsigned: bool
+    panel: int = 64
+
+    groups = 1  # one matrix
+
+    @property
+    def padded_depth(self) -> int:
+        return -(-self.depth // 64) * 64
+
+    @property
+    def panels(self) -> int:
+        return -(-self.cols // self.panel)
+
+    @property
+    def group_floats(self) -> int:
+        """The packed bytes in float32 words (the plan's packed buffers are float32 arrays)."""
+        return self.panels * self.padded_depth * self.panel // 4
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        if array.dtype not in (np.int8, np.uint8) or array.size != self.depth * self.cols \
+                or (array.dtype == np.uint8) != self.unsigned:
+            raise ValueError(f"packing {array.dtype} {array.shape} as {self}: expected {self.depth * self.cols} "
+                             f"{'u' if self.unsigned else ''}int8 values")
+        matrix = np.ascontiguousarray(array).reshape(self.depth, self.cols).view(np.uint8)
+        padded = np.zeros((self.padded_depth, self.panels * self.panel), np.uint8)
+        padded[:self.depth, :self.cols] = matrix ^ np.uint8(0x80) if self.unsigned else matrix
+        # 64-byte aligned: a tile row across two cache lines loads at a sixth of the rate
+        storage = np.empty(self.group_floats * 4 + 64, np.uint8)
+        start = -storage.ctypes.data % 64
+        packed = storage[start:start + self.group_floats * 4]
+        packed.reshape(self.panels, self.padded_depth // 4, self.panel, 4)[...] = \
+            padded.reshape(self.padded_depth // 4, 4, self.panels, self.panel).transpose(2, 0, 3, 1)
+        return packed.view(np.float32)  # the bytes, as group_floats words
+
+
 def packed_operand_from_fields(fields: dict):
     """The spec a kernel cache entry's facts hold (``dataclasses.asdict`` of one): which class is
     told by its fields."""
+    if "unsigned" in fields:
+        return PackedIntegerGemmB(**fields)
     if "col_tile" in fields:
         return PackedGemmB(**{**fields, "strides": tuple(fields["strides"])})
     return PackedGemmA(**fields)

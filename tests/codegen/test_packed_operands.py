@@ -1,12 +1,13 @@
 """``PackedGemmA``/``PackedGemmB``: a constant A (B) laid out as the GEMM's packed slivers, checked
 element by element against the layout its docstring states (odd row counts, a shallower last K
-block, groups; B stored row-major, transposed or strided, a partial last sliver)."""
+block, groups; B stored row-major, transposed or strided, a partial last sliver); an int8 B as the
+AMX int8 GEMM's panels (``PackedIntegerGemmB``)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB, packed_operand_from_fields
+from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB, PackedIntegerGemmB, packed_operand_from_fields
 
 
 @pytest.mark.parametrize("groups,rows,depth,row_tile,depth_block", [
@@ -74,3 +75,25 @@ def test_packed_gemm_b_puts_each_element_where_the_micro_kernel_reads_it(depth, 
 def test_packing_b_from_too_small_an_array_names_the_layout():
     with pytest.raises(ValueError, match="reaching element 11"):
         PackedGemmB(0, 3, 4, 8, (4, 1)).pack(np.zeros(11, np.float32))
+
+
+@pytest.mark.parametrize("depth,cols,unsigned", [(7, 70, True), (64, 64, False), (130, 5, False)])
+def test_packed_integer_gemm_b_puts_each_byte_where_the_amx_kernel_reads_it(depth, cols, unsigned):
+    """Panels of 64 columns, K padded to whole tile steps of 64 in groups of 4 k per column, an
+    unsigned B made signed (top bit flipped), zeros past depth and cols; the bytes as float32 words."""
+    rng = np.random.default_rng(depth + cols)
+    matrix = rng.integers(0, 256, (depth, cols)).astype(np.uint8 if unsigned else np.int8)
+    spec = PackedIntegerGemmB(2, depth, cols, unsigned)
+    packed = spec.pack(matrix)
+    assert packed.dtype == np.float32 and packed.shape == (spec.group_floats,)
+    packed = packed.view(np.int8)
+    expected = np.zeros(spec.panels * spec.padded_depth * 64, np.int8)
+    signed = (matrix.view(np.uint8) ^ (0x80 if unsigned else 0)).view(np.int8)
+    for k in range(depth):
+        for j in range(cols):
+            expected[(j // 64) * spec.padded_depth * 64 + (k // 4) * 256 + (j % 64) * 4 + k % 4] = signed[k, j]
+    np.testing.assert_array_equal(packed, expected)
+    assert packed_operand_from_fields({"operand": 2, "depth": depth, "cols": cols, "unsigned": unsigned,
+                                       "panel": 64}) == spec
+    with pytest.raises(ValueError, match=f"expected {depth * cols} {'u' if unsigned else ''}int8 values"):
+        spec.pack(matrix.view(np.int8 if unsigned else np.uint8))

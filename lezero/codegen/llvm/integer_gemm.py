@@ -61,6 +61,7 @@ from lezero.codegen.llvm.contraction_gemm import MatmulGemm, TileEpilogue
 from lezero.codegen.llvm.gemm_epilogue import OutputTile
 from lezero.codegen.llvm.ir_types import PTR
 from lezero.codegen.llvm.loops import declare, for_range, i64
+from lezero.codegen.packed_operands import PackedIntegerGemmB
 
 NB = 64  # columns of a panel
 KC = 256  # rows of K per packed sliver: 16 KiB, half of L1, so every row tile reads it from L1
@@ -249,6 +250,7 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
         return 1
     dot = DotProduct(ctx)
     output = Output(ctx, anchor, MatmulGemm(shape), dot)
+    prepacked = _prepacked_b(ctx, anchor, dot, b_in, b_offsets, k, n, b_unsigned)
 
     # the packed sliver (KC rows of K), then the partial sums of a panel's rows between K blocks
     partial_bytes = m * NB * 4 if k > dot.kc else 0
@@ -279,7 +281,8 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
         full_cols = n - (panels - 1) * NB
 
         def panel_of(cols):
-            rhs = Rhs(b_buf.pointer, lambda kk: b.add(b_base, b.mul(kk, i64(n))), whole_vectors=False)
+            rhs = Rhs(b_buf.pointer, lambda kk: b.add(b_base, b.mul(kk, i64(n))), whole_vectors=False,
+                      prepacked_depth=prepacked.padded_depth if prepacked else None)
             row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
             gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
                        b_unsigned, lambda row: za, zb_of, rowsum, colsum)
@@ -294,6 +297,17 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     b.call(declare(ctx.module, "free", ir.VoidType(), [PTR]), [raw])
     ctx.fn.finish()
     return items
+
+
+def _prepacked_b(ctx, anchor, dot, b_in, b_offsets, k, n, b_unsigned) -> PackedIntegerGemmB | None:
+    """On AMX, a constant B (a model's weights: ``constant_operands``), one matrix for every batch, is
+    packed once by the plan (``PackedIntegerGemmB``, the panels' layout) and read in place."""
+    operand = ctx.body.args.index(_stored(ctx, anchor, b_in))
+    if not dot.amx or any(b_offsets) or operand not in ctx.kernel.definition.attrs(ctx.kernel).constant_operands:
+        return None
+    spec = PackedIntegerGemmB(operand, k, n, b_unsigned, NB)
+    ctx.packed_operands = (spec,)
+    return spec
 
 
 def work_buffer(ctx, dot, size: int):
@@ -331,10 +345,13 @@ class Rhs:
     """Where a GEMM's rhs rows are: row ``kk`` (an i64 value) of the batch's B starts at element
     ``row(kk)`` of ``pointer`` (a matmul's B: ``b_base + kk * n``; a convolution's: its tap's offset
     in the slab, integer_conv.py).  ``whole_vectors``: a row can be read a whole panel wide past
-    the panel's last column (a slab's slack), so a partial panel packs like a whole one."""
+    the panel's last column (a slab's slack), so a partial panel packs like a whole one.
+    ``prepacked_depth``: B is a constant the plan packed (``PackedIntegerGemmB``: panels of that
+    many rows at ``pointer``), so nothing is packed per call."""
 
-    def __init__(self, pointer, row, whole_vectors: bool):
+    def __init__(self, pointer, row, whole_vectors: bool, prepacked_depth: int | None = None):
         self.pointer, self.row, self.whole_vectors = pointer, row, whole_vectors
+        self.prepacked_depth = prepacked_depth
 
 
 def _pack_sliver(ctx, cols, packed, rhs, j0, k, g0, whole, last, b_unsigned):
@@ -464,20 +481,25 @@ def gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, ba
         g0 = b.mul(kb, i64(block_groups))
         last = b.icmp_unsigned("==", kb, i64(k_blocks - 1))
         whole = b.select(last, i64(k // 4 - (k_blocks - 1) * block_groups), i64(block_groups))  # full groups
-        _pack_sliver(ctx, cols, packed, rhs, j0, k, g0, whole, last, b_unsigned)
+        if rhs.prepacked_depth is None:
+            _pack_sliver(ctx, cols, packed, rhs, j0, k, g0, whole, last, b_unsigned)
+            sliver_at = packed
+        else:  # the block's rows of the panel, packed by the plan
+            panel_at = b.mul(b.udiv(j0, i64(NB)), i64(rhs.prepacked_depth * NB))
+            sliver_at = b.gep(rhs.pointer, [b.add(panel_at, b.mul(g0, i64(NB * 4)))], source_etype=I8)
         in_sliver = b.select(last, i64(-(-k // 4) - (k_blocks - 1) * block_groups), i64(block_groups))
         with for_range(b, 0, in_sliver, "colsum") as g:
             for v in range(vectors):
-                quads = dot.rhs(b, _packed_vector(b, packed, g, lanes * v, dot.vector))
+                quads = dot.rhs(b, _packed_vector(b, sliver_at, g, lanes * v, dot.vector))
                 b.store(dot(b, b.load(colsum[v]), ones, quads), colsum[v])
         # per column: colsum - K * zb (times the row's -za; the row's -zb * rowsum is added per row)
         column_terms = [b.sub(b.load(colsum[v]), b.mul(dot.constant(k), zb_vec[v])) for v in range(vectors)]
         sliver = _Sliver(g0, whole, kb, last, k_blocks)
         if dot.amx:
-            _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a_base, j0, m, k, a_signed,
+            _amx_rows(ctx, dot, cols, sliver_at, partial, lhs_tail, a_buf, output, batch, a_base, j0, m, k, a_signed,
                       za_of, zb_vec, column_terms, colsum, rowsum, sliver)
         else:
-            _vector_rows(ctx, dot, cols, packed, partial, sliver, a_buf, output, batch, a_base, j0, m, k, a_signed,
+            _vector_rows(ctx, dot, cols, sliver_at, partial, sliver, a_buf, output, batch, a_base, j0, m, k, a_signed,
                          za_of, zb_vec, column_terms, rowsum)
     if dot.amx:
         amx.release(b)

@@ -85,6 +85,38 @@ def test_each_x86_cpu_gets_its_exact_dot_product_instruction(cpu, instruction):
     assert ("vpdpbusd" in assembly) == ("vpdpbusd" in instruction)
 
 
+# a constant B (a model's weights), which the AMX kernel reads packed by the plan (PackedIntegerGemmB)
+CONSTANT_B_CASES = {"ui8xi8-tails": ((37, 71), (71, 150), "ui8", "i8"),
+                    "i8xui8-k-blocks": ((5, 4163), (4163, 20), "i8", "ui8"),
+                    "ui8xui8-broadcast-rhs": ((2, 3, 33, 64), (64, 64), "ui8", "ui8")}
+
+
+@pytest.mark.cross_target(cases=CONSTANT_B_CASES, group=lambda case: "integer-gemm-constant-b")
+def test_integer_gemm_with_a_constant_rhs_is_exact_on_every_cpu(cpu, case):
+    a_shape, b_shape, a_dt, b_dt = case
+    rng = np.random.default_rng(sum(a_shape) + 5 * sum(b_shape))
+    a, w = _extremes(rng, a_shape, a_dt), _extremes(rng, b_shape, b_dt)
+    za, zb = np.asarray(np.iinfo(NP[a_dt]).max, NP[a_dt]), _extremes(rng, (b_shape[-1],), b_dt)
+    module = build([tensor(a_shape, a_dt), tensor((), a_dt), tensor(zb.shape, b_dt)],
+                   lambda b, x, zx, zw: b.op("lz.matmul_integer", x, b.constant(w, tensor(b_shape, b_dt)), zx, zw))
+    want = np.matmul(a.astype(np.int64) - za, w.astype(np.int64) - zb.astype(np.int64))
+    got = lezero.compile(module, "f", cpu=cpu)(a, za, zb)
+    np.testing.assert_array_equal(got, want, err_msg=f"{case} compiled for {cpu}")
+
+
+def test_amx_reads_a_constant_rhs_packed_by_the_plan():
+    """sapphirerapids: a constant B is packed once (the kernel asks for PackedIntegerGemmB), so the
+    kernel has no packing shuffles; icelake-server packs per call as before."""
+    w = np.ones((100, 80), np.int8)
+    module = build([tensor((40, 100), "ui8"), tensor((), "ui8"), tensor((), "i8")],
+                   lambda b, x, zx, zw: b.op("lz.matmul_integer", x, b.constant(w, tensor((100, 80), "i8")), zx, zw))
+    kernel = next(op for op in schedule(module).functions[0].entry_block.ops if op.name == "lz.kernel")
+    amx_kernel = lower_kernel(kernel, cpu="sapphirerapids")
+    assert [type(p).__name__ for p in amx_kernel.packed_operands] == ["PackedIntegerGemmB"]
+    assert "vpermt2b" not in emit_assembly(amx_kernel.llvm_ir, "sapphirerapids")
+    assert lower_kernel(kernel, cpu="icelake-server").packed_operands == ()
+
+
 @pytest.mark.parametrize("a_dt, instruction", [("ui8", "tdpbusd"), ("i8", "tdpbssd")])
 def test_amx_cpus_multiply_in_tiles(a_dt, instruction):
     """sapphirerapids (amx-int8): the products are tile dots (the signed lhs read as it is), the tiles
