@@ -398,15 +398,22 @@ class SgemmGenerator:
                     with (otherwise if masked else then):
                         masks = [vectors.lane_mask(b, v * w, cols_left, w) if masked else None
                                  for v in range(self.config.nr_vectors)]
-                        with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                            row = self._b_row(b, source, p["ldb"], b.add(p["pc"], k))
-                            destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=FLOAT)
-                            for v in range(self.config.nr_vectors):
-                                value = self._load_operand(b, self._operand_at(b, row, [_i64(v * w)]), w, masks[v])
-                                b.store(value, b.gep(destination, [_i64(v * w)], source_etype=FLOAT),
-                                        align=self.vector_bytes)
+                        self._emit_pack_b_rows(b, p, source, sliver, masks)
         b.ret_void()
         return function
+
+    def _emit_pack_b_rows(self, b: ir.IRBuilder, p: dict[str, ir.Value], source: ir.Value, sliver: ir.Value,
+                          masks: list) -> None:
+        """The rows of one sliver of ``_build_pack_b``: row k holds B[pc + k, the sliver's columns]
+        (``masks``: the columns inside the block); a subclass packs another layout (gemm_bf16.py's
+        AMX GEMM: bf16 pair rows)."""
+        w, nr = self.config.vector_width, self.config.nr
+        with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
+            row = self._b_row(b, source, p["ldb"], b.add(p["pc"], k))
+            destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=FLOAT)
+            for v in range(self.config.nr_vectors):
+                value = self._load_operand(b, self._operand_at(b, row, [_i64(v * w)]), w, masks[v])
+                b.store(value, b.gep(destination, [_i64(v * w)], source_etype=FLOAT), align=self.vector_bytes)
 
     def _build_pack_a_transposed(self, module: ir.Module) -> ir.Function:
         """packed[s][k][i] = A[s*MR + i, k] for i < rows, else 0, from A stored transposed (``a``

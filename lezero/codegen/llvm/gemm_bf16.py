@@ -258,7 +258,7 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
         """The accumulators are AMX tiles, not vector registers (the tile is checked in __init__)."""
 
     def build_into(self, module: ir.Module, threaded: bool = False) -> ir.Function:
-        self._pairs_b = self._build_pairs(module, "b", self.config.nr)
+        self._pairs_b = None if self._packs_pairs else self._build_pairs(module, "b", self.config.nr)
         self._amx_a = self._build_amx_a(module)
         return gemm.SgemmGenerator.build_into(self, module, threaded)
 
@@ -304,8 +304,38 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
         b.ret_void()
         return function
 
+    @property
+    def _packs_pairs(self) -> bool:
+        """Whether ``<name>_pack_b`` writes B's pair rows itself (B's rows contiguous: not
+        transposed, not strided), else its float32 slivers are paired after it."""
+        return not self.transpose_b and self.b_col_stride == 1
+
+    def _emit_pack_b_rows(self, b, p, source, sliver, masks) -> None:
+        """Pair row q of the sliver from B's rows pc + 2q and pc + 2q + 1 (zeros past the block's
+        depth, up to whole chunks of AMX_ROWS pair rows): one pass over B, no float32 slivers."""
+        if not self._packs_pairs:
+            super()._emit_pack_b_rows(b, p, source, sliver, masks)
+            return
+        w, nr = self.config.vector_width, self.config.nr
+        zeros = ir.Constant(self.vector_type, [0.0] * w)
+        with vectors.counted_loop(b, _i64(0), b.mul(_chunks(b, p["kc"]), _i64(AMX_ROWS)), 1, "pair") as pair:
+            halves = []
+            for dk in (0, 1):
+                k = b.add(b.mul(pair, _i64(2)), _i64(dk))
+                inside = b.icmp_signed("<", k, p["kc"])  # past the depth: zeros (row pc read)
+                row = self._b_row(b, source, p["ldb"], b.add(p["pc"], b.select(inside, k, _i64(0))))
+                halves.append([b.select(inside, self._load_operand(
+                    b, self._operand_at(b, row, [_i64(v * w)]), w, masks[v]), zeros) for v in range(self.config.nr_vectors)])
+            destination = b.gep(sliver, [b.mul(pair, _i64(nr))], source_etype=FLOAT)
+            for v, (low, high) in enumerate(zip(*halves)):
+                b.store(pair_words(b, low, high), b.gep(destination, [_i64(v * w)], source_etype=FLOAT),
+                        align=self.vector_bytes)
+
     def _after_pack_b(self, b, packed_b, nc, kc) -> None:
-        """B's slivers as pair rows, then zero pair rows up to whole chunks of AMX_ROWS."""
+        """B's float32 slivers (packed transposed or strided) as pair rows, then zero pair rows up
+        to whole chunks of AMX_ROWS (``_emit_pack_b_rows`` wrote pairs already otherwise)."""
+        if self._packs_pairs:
+            return
         super()._after_pack_b(b, packed_b, nc, kc)
         nr = self.config.nr
         pairs = b.lshr(b.add(kc, _i64(1)), _i64(1))
