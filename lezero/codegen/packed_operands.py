@@ -25,6 +25,22 @@ import numpy as np
 
 from lezero.ir.dialect.kernel import CONSTANT_OPERANDS_ATTR  # noqa: F401  (set by schedule, read by backends)
 
+# Packed operands start on a cache line: numpy puts a large array 16 bytes into its pages, so each
+# 64-byte vector of a packed B sliver would straddle two lines (two loads' worth of L1 bandwidth);
+# an AMX tile row across two lines loads at a sixth of the rate.  Float32 GEMMs with B pre-packed,
+# 1 thread, lezero / ORT medians, Xeon (AMX class), load ~2: conv 2048->512 1x1 at 7x7 1.23-1.29x
+# -> 1.15-1.18x, 3x3 256->256 at 14x14 1.12-1.20x -> 1.11-1.13x, 3x3 512->512 at 7x7 1.18-1.20x
+# -> 1.15-1.18x.
+PACKED_ALIGNMENT = 64
+
+
+def aligned_empty(count: int, dtype) -> np.ndarray:
+    """An uninitialized 1-D array of ``count`` elements whose data starts PACKED_ALIGNMENT-aligned."""
+    itemsize = np.dtype(dtype).itemsize
+    storage = np.empty(count * itemsize + PACKED_ALIGNMENT, np.uint8)
+    start = -storage.ctypes.data % PACKED_ALIGNMENT
+    return storage[start:start + count * itemsize].view(dtype)
+
 
 @dataclass(frozen=True)
 class PackedGemmA:
@@ -60,7 +76,7 @@ class PackedGemmA:
         source = array.reshape(g, self.rows, depth)
         whole, left = divmod(self.rows, tile)
         slivers = source[:, :whole * tile].reshape(g, whole, tile, depth).transpose(0, 1, 3, 2)  # a view
-        packed = np.empty((g, rows * depth), np.float32)
+        packed = aligned_empty(g * rows * depth, np.float32).reshape(g, rows * depth)
         for k0 in range(0, depth, self.depth_block):
             kc = min(self.depth_block, depth - k0)
             block = packed[:, k0 * rows:(k0 + kc) * rows].reshape(g, rows // tile, kc, tile)
@@ -107,7 +123,8 @@ class PackedGemmB:
         matrix = np.lib.stride_tricks.as_strided(flat, (self.depth, self.cols),
                                                  (k_stride * flat.itemsize, n_stride * flat.itemsize), writeable=False)
         slivers = self.padded_cols // self.col_tile
-        packed = np.empty((slivers, self.depth, self.col_tile), np.float32)
+        packed = aligned_empty(slivers * self.depth * self.col_tile, np.float32).reshape(
+            slivers, self.depth, self.col_tile)
         whole = self.cols // self.col_tile
         packed[:whole] = matrix[:, :whole * self.col_tile].reshape(self.depth, whole, self.col_tile).transpose(1, 0, 2)
         if whole < slivers:  # the last sliver: its columns past ``cols`` are zeros
@@ -156,10 +173,7 @@ class PackedIntegerGemmB:
         matrix = np.ascontiguousarray(array).reshape(self.depth, self.cols).view(np.uint8)
         padded = np.zeros((self.padded_depth, self.panels * self.panel), np.uint8)
         padded[:self.depth, :self.cols] = matrix ^ np.uint8(0x80) if self.unsigned else matrix
-        # 64-byte aligned: a tile row across two cache lines loads at a sixth of the rate
-        storage = np.empty(self.group_floats * 4 + 64, np.uint8)
-        start = -storage.ctypes.data % 64
-        packed = storage[start:start + self.group_floats * 4]
+        packed = aligned_empty(self.group_floats * 4, np.uint8)
         packed.reshape(self.panels, self.padded_depth // 4, self.panel, 4)[...] = \
             padded.reshape(self.padded_depth // 4, 4, self.panels, self.panel).transpose(2, 0, 3, 1)
         return packed.view(np.float32)  # the bytes, as group_floats words

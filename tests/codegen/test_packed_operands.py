@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB, PackedIntegerGemmB, packed_operand_from_fields
+from lezero.codegen.packed_operands import (PACKED_ALIGNMENT, PackedGemmA, PackedGemmB, PackedIntegerGemmB,
+                                         packed_operand_from_fields)
 
 
 @pytest.mark.parametrize("groups,rows,depth,row_tile,depth_block", [
@@ -97,3 +98,13 @@ def test_packed_integer_gemm_b_puts_each_byte_where_the_amx_kernel_reads_it(dept
                                        "panel": 64}) == spec
     with pytest.raises(ValueError, match=f"expected {depth * cols} {'u' if unsigned else ''}int8 values"):
         spec.pack(matrix.view(np.int8 if unsigned else np.uint8))
+
+
+def test_packed_operands_start_on_a_cache_line():
+    """Large enough that numpy would put the array 16 bytes into its pages: each packed layout
+    still starts PACKED_ALIGNMENT-aligned (a B vector never straddles two lines)."""
+    weights = np.arange(512 * 576, dtype=np.float32)
+    for packed in (PackedGemmA(0, 1, 512, 576, 8, 256).pack(weights),
+                   PackedGemmB(0, 576, 512, 48, (1, 576)).pack(weights),
+                   PackedIntegerGemmB(0, 576, 512, False).pack(weights.astype(np.int8))):
+        assert packed.ctypes.data % PACKED_ALIGNMENT == 0
