@@ -192,10 +192,17 @@ class Output:
             if dot.amx:  # where the AMX accumulators are stored before their corrections
                 self.amx_sums = vectors.opaque_alloca(ir.IRBuilder(ctx.fn.entry), I32, i64(dot.mr * dot.nv * dot.lanes),
                                                       "amx_sums")
+                self._amx_start_row(ctx)
             return
         self.epilogue = TileEpilogue(ctx, anchor, plan)
         self.mr, self.width = dot.mr, dot.nv * dot.lanes
         self.sums = vectors.opaque_alloca(ir.IRBuilder(ctx.fn.entry), I32, i64(self.mr * self.width), "tile")
+        if dot.amx:
+            self._amx_start_row(ctx)
+
+    def _amx_start_row(self, ctx):
+        """``amx_start_row``: the panel's row of corrections the AMX accumulators start from (``_amx_rows``)."""
+        self.amx_start_row = vectors.opaque_alloca(ir.IRBuilder(ctx.fn.entry), I32, i64(NB), "amx_start_row")
 
     def store(self, b, batch, row0, col0, rows: int, cols: int, values) -> None:
         """``values[r][v]``: the i32 vectors of rows ``row0 + r``, columns ``col0 + lanes v ...``
@@ -285,7 +292,8 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
                       prepacked_depth=prepacked.padded_depth if prepacked else None)
             row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
             gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
-                       b_unsigned, lambda row: za, zb_of, rowsum, colsum)
+                       b_unsigned, lambda row: za, zb_of, rowsum, colsum,
+                       zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
         if full_cols == NB:
             panel_of(NB)
         else:
@@ -453,13 +461,14 @@ def lhs_tail_bytes(dot, m, k) -> int:
 
 
 def gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
-               b_unsigned, za_of, zb_of, rowsum, colsum):
+               b_unsigned, za_of, zb_of, rowsum, colsum, zb_tensor=None):
     """One panel of ``cols`` (static) columns: per block of KC rows of K, pack that sliver of it
     (summing its columns), then every row block over it, a register tile of ``dot.nv`` vectors
     at a time (on AMX, ``_amx_rows``: tiles).  ``za_of(row)``: the lhs zero point of a row (i32, moved
     to the unsigned lhs); ``zb_of(col)`` the rhs's of a column; ``rowsum``: the lhs rows' sums
     (``row_sums``); ``lhs_tail``: where the AMX kernel copies the lhs's last K columns
-    (``lhs_tail_bytes``), or None."""
+    (``lhs_tail_bytes``), or None; ``zb_tensor``: the one rhs zero point (i32) where there is one and
+    the lhs has one too, else None (``_amx_rows`` folds the corrections when it is 0)."""
     b = ctx.b
     if lhs_tail is not None:
         _copy_lhs_tail(ctx, a_buf, a_base, m, k, lhs_tail)
@@ -497,7 +506,7 @@ def gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, ba
         sliver = _Sliver(g0, whole, kb, last, k_blocks)
         if dot.amx:
             _amx_rows(ctx, dot, cols, sliver_at, partial, lhs_tail, a_buf, output, batch, a_base, j0, m, k, a_signed,
-                      za_of, zb_vec, column_terms, colsum, rowsum, sliver)
+                      za_of, zb_vec, column_terms, colsum, rowsum, sliver, zb_tensor)
         else:
             _vector_rows(ctx, dot, cols, sliver_at, partial, sliver, a_buf, output, batch, a_base, j0, m, k, a_signed,
                          za_of, zb_vec, column_terms, rowsum)
@@ -546,12 +555,17 @@ def _copy_lhs_tail(ctx, a_buf, a_base, m, k, lhs_tail):
 
 
 def _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a_base, j0, m, k, a_signed, za_of,
-              zb_vec, column_terms, colsum, rowsum, sliver):
+              zb_vec, column_terms, colsum, rowsum, sliver, zb_tensor):
     """Every row block of the panel over one K block in AMX tiles: ``_ROWS`` rows at a time (the
     tiles configured for them; a last block of fewer rows has its own configuration), two column
     tiles of 16 at a time.  The packed rhs is signed (``_pack_sliver``); a signed lhs is read as it
     is (``tdpbssd``, else ``tdpbusd``) and its sums get ``128 * colsum`` after the last block: the
-    sums of the lhs moved to unsigned, which the zero-point terms are of (the module docstring)."""
+    sums of the lhs moved to unsigned, which the zero-point terms are of (the module docstring).
+
+    With one K block and one zero point each, the rhs's 0 (a symmetric weight: ONNX Runtime's
+    dynamic quantization), the corrections are a row of the panel, the same for every row: the
+    accumulators start from it (a tile load of stride 0) and go to the output as they are, with no
+    pass over the tile (``_amx_store``)."""
     b = ctx.b
     operands = ("s8" if a_signed else "u8", "s8")
     k_last = k - (sliver.count - 1) * dot.kc  # K of the last block
@@ -559,6 +573,14 @@ def _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a
     groups_per_step = _DEPTH // 4
     signed_terms = [b.mul(b.load(colsum[v]), ir.Constant(column_terms[v].type, [128] * 16)) if a_signed else None
                     for v in range(len(column_terms))]
+    folds = None
+    if sliver.count == 1 and zb_tensor is not None:  # the runtime condition, and the row the sums start from
+        folds = b.icmp_unsigned("==", zb_tensor, ir.Constant(I32, 0))
+        start_row = output.amx_start_row
+        za = _splat(b, za_of(i64(0)), zb_vec[0].type)
+        for v, term in enumerate(column_terms):
+            value = b.sub(signed_terms[v], b.mul(za, term)) if a_signed else b.neg(b.mul(za, term))
+            b.store(value, b.gep(start_row, [i64(16 * v)], source_etype=I32), align=4)
 
     def configure(rows):
         shapes = {_RHS: (16, _DEPTH), _RHS + 1: (16, _DEPTH)}
@@ -576,13 +598,26 @@ def _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a
         for pair in range(-(-cols // 32)):
             count = min(2, -(-(cols - 32 * pair) // 16))  # column tiles
             accs = [(r, c) for r in range(tiles) for c in range(count)]
-            with b.if_else(b.icmp_unsigned("==", sliver.index, i64(0))) as (at_first, later):
-                with at_first:
-                    for r, c in accs:
-                        amx.zero(b, _ACC + 2 * r + c)
-                with later:
-                    for r, c in accs:
-                        amx.load(b, _ACC + 2 * r + c, partial_at(i0, r, 32 * pair + 16 * c), NB * 4)
+            if folds is not None:  # (one K block)
+                with b.if_else(folds) as (folded, general):
+                    with folded:
+                        for r, c in accs:
+                            at = b.gep(output.amx_start_row, [i64(32 * pair + 16 * c)], source_etype=I32)
+                            amx.load(b, _ACC + 2 * r + c, at, 0)
+                    with general:
+                        for r, c in accs:
+                            amx.zero(b, _ACC + 2 * r + c)
+            elif sliver.count == 1:
+                for r, c in accs:
+                    amx.zero(b, _ACC + 2 * r + c)
+            else:
+                with b.if_else(b.icmp_unsigned("==", sliver.index, i64(0))) as (at_first, later):
+                    with at_first:
+                        for r, c in accs:
+                            amx.zero(b, _ACC + 2 * r + c)
+                    with later:
+                        for r, c in accs:
+                            amx.load(b, _ACC + 2 * r + c, partial_at(i0, r, 32 * pair + 16 * c), NB * 4)
 
             def step(lhs_at, lhs_stride, s):
                 for r in range(tiles):
@@ -603,8 +638,16 @@ def _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a
                 if k % _DEPTH:  # the last step: the lhs's copied tail, zero past K (the sliver's rows there too)
                     step(lambda r: b.gep(lhs_tail, [b.mul(b.add(i0, i64(16 * r)), i64(_DEPTH))], source_etype=I8),
                          _DEPTH, i64(k_last // _DEPTH))
-                _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec, column_terms,
-                            signed_terms, rowsum)
+                if folds is None:
+                    _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec, column_terms,
+                                signed_terms, rowsum)
+                    return
+                with b.if_else(folds) as (folded, general):
+                    with folded:
+                        _amx_store(ctx, output, i0, rows, pair, count, accs, cols, batch, j0)
+                    with general:
+                        _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec,
+                                    column_terms, signed_terms, rowsum)
             if sliver.count == 1:
                 finish()
                 continue
@@ -623,6 +666,31 @@ def _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a
     if tail:
         configure(tail)
         row_block(i64(blocks * _ROWS), tail)
+
+
+def _amx_store(ctx, output, i0, rows, pair, count, accs, cols, batch, j0):
+    """The accumulators of rows ``i0 ..`` and column pair ``pair``, already the results (their
+    corrections folded in), to the output: a bare product's whole columns straight into the
+    result (row stride N), else through the output's i32 tile."""
+    b = ctx.b
+    col0 = b.add(j0, i64(32 * pair))
+    live_cols = min(cols - 32 * pair, 32)
+    if output.plain and live_cols == 16 * count:
+        corner = b.add(b.mul(batch, i64(output.m * output.n)), b.add(b.mul(i0, i64(output.n)), col0))
+        for r, c in accs:
+            at = b.add(corner, i64(16 * r * output.n + 16 * c))
+            amx.store(b, _ACC + 2 * r + c, b.gep(output.result.pointer, [at], source_etype=I32), output.n * 4)
+        return
+    sums = output.sums if not output.plain else output.amx_sums
+    for r, c in accs:
+        amx.store(b, _ACC + 2 * r + c, b.gep(sums, [i64((16 * r * 32 + 16 * c) * 4)], source_etype=I8), 32 * 4)
+    if not output.plain:
+        output.emit_sums(b, batch, i0, col0, rows, live_cols)
+        return
+    with for_range(b, 0, rows, "amxrow") as r:
+        values = [b.load(b.gep(sums, [b.add(b.mul(r, i64(32)), i64(16 * c))], source_etype=I32),
+                         typ=ir.VectorType(I32, 16), align=4) for c in range(count)]
+        output.store(b, batch, b.add(i0, r), col0, 1, live_cols, [values])
 
 
 def _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec, column_terms, signed_terms,

@@ -104,6 +104,37 @@ def test_integer_gemm_with_a_constant_rhs_is_exact_on_every_cpu(cpu, case):
     np.testing.assert_array_equal(got, want, err_msg=f"{case} compiled for {cpu}")
 
 
+# one rhs zero point of 0 (128 for ui8: 0 once the rhs is made signed): the AMX kernel's sums start
+# from the corrections (one K block); a bare product's whole column tiles go straight to the result,
+# partial ones (N = 150: 22 columns) through a tile; the fused epilogue reads them as they are
+ZERO_RHS_POINT_CASES = {f"{a}x{b}-{name}": (shapes, a, b, epilogue) for a in ("ui8", "i8") for b in ("i8", "ui8")
+                        for name, shapes, epilogue in (("row-tail-whole-tiles", ((47, 128), (128, 96)), False),
+                                                       ("k-tail-partial-tiles", ((13, 71), (71, 150)), False),
+                                                       ("requantized", ((37, 100), (100, 70)), True))}
+
+
+@pytest.mark.cross_target(cases=ZERO_RHS_POINT_CASES, group=lambda case: "integer-gemm-zero-rhs-point")
+def test_a_zero_rhs_zero_point_is_exact_on_every_cpu(cpu, case):
+    (a_shape, b_shape), a_dt, b_dt, epilogue = case
+    rng = np.random.default_rng(sum(a_shape) + 3 * sum(b_shape))
+    a, w = _extremes(rng, a_shape, a_dt), _extremes(rng, b_shape, b_dt)
+    za, zb = np.asarray(np.iinfo(NP[a_dt]).min + 3, NP[a_dt]), np.asarray(128 if b_dt == "ui8" else 0, NP[b_dt])
+    if not epilogue:
+        want = np.matmul(a.astype(np.int64) - za, w.astype(np.int64) - zb.astype(np.int64))
+        got = lezero.compile(_module(a_shape, b_shape, a_dt, b_dt, False), "f", cpu=cpu)(a, w, za, zb)
+        np.testing.assert_array_equal(got, want, err_msg=f"{case} compiled for {cpu}")
+        return
+
+    def body(b, x, y, zx, zy, scale):
+        product = b.op("lz.mul", b.op("lz.cast", b.op("lz.matmul_integer", x, y, zx, zy), to=F32), scale)
+        return [b.op("lz.quantize", product, b.constant(np.asarray(0.01, np.float32), tensor((), "f32")),
+                     b.constant(np.asarray(3, np.uint8), tensor((), "ui8")))]
+    module = build([tensor(a_shape, a_dt), tensor(b_shape, b_dt), tensor((), a_dt), tensor((), b_dt),
+                    tensor((b_shape[-1],), "f32")], body)
+    scale = (rng.random(b_shape[-1]) * 1e-3).astype(np.float32)
+    assert_requantized_exactly(module, (a, w, za, zb, scale), cpu, np.uint8, saturates=True, what=str(case))
+
+
 def test_amx_reads_a_constant_rhs_packed_by_the_plan():
     """sapphirerapids: a constant B is packed once (the kernel asks for PackedIntegerGemmB), so the
     kernel has no packing shuffles; icelake-server packs per call as before."""
