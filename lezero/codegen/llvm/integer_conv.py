@@ -11,8 +11,10 @@ q-columns for ``vpdpbusd``: the gather im2col of the composite's decomposition (
 gone.  The weights are the lhs, read in place (``O/g x K`` row-major is a conv weight as stored);
 a per-channel weight zero point is a per-row lhs zero point.  The slab has a panel of slack past
 its rows, so every panel packs whole 64-byte rows (the columns past q-space are computed and never
-stored).  On AMX the panels run in tiles as the int8 GEMM's (``gemm_panel``), the weights' last
-``K % 64`` columns copied once per panel.
+stored).  On AMX the panels run in tiles as the int8 GEMM's (``gemm_panel``), from a copy of the
+group's weights that each work item makes, in rows of K rounded up to 64 (64-byte aligned, zero
+past K): a conv's K (27, 288) is rarely whole tile steps, and a tile row across two cache lines
+loads at a sixth of the rate.
 
 The result is N x O x OH x OW, written by the tile epilogue (``TileEpilogue`` with ``ConvGemm``'s
 ``emit_tile``): bias, requantize, activation fuse as in the matmul kernel, and the 8-bit output is
@@ -34,11 +36,12 @@ from lezero.codegen.llvm.integer_gemm import (
     I32,
     INT64,
     NB,
+    AmxLhs,
     DotProduct,
     Output,
     Rhs,
+    copy_lhs_columns,
     gemm_panel,
-    lhs_tail_bytes,
     lower_matmul_integer,
     row_sums,
     sliver_bytes,
@@ -87,11 +90,12 @@ def lower_conv_integer(ctx: KernelContext, anchor: Operation) -> int:
 
     slab_bytes = -(-plan.slab_floats // 64) * 64
     partial_bytes = m * NB * 4 if k > dot.kc else 0
-    tail_bytes = lhs_tail_bytes(dot, m, k)  # AMX: the weights' last K columns
-    raw, packed = work_buffer(ctx, dot, sliver_bytes(dot, k) + 64 + partial_bytes + tail_bytes + slab_bytes)
+    padded_k = -(-k // 64) * 64
+    copy_bytes = m * padded_k if dot.amx else 0  # AMX: the weights in rows 64-byte aligned, zero past K
+    raw, packed = work_buffer(ctx, dot, sliver_bytes(dot, k) + 64 + partial_bytes + copy_bytes + slab_bytes)
     partial = b.gep(packed, [i64(sliver_bytes(dot, k) + 64)], source_etype=I8)
-    lhs_tail = b.gep(partial, [i64(partial_bytes)], source_etype=I8) if tail_bytes else None
-    slab = b.gep(partial, [i64(partial_bytes + tail_bytes)], source_etype=I8)
+    weights = b.gep(partial, [i64(partial_bytes)], source_etype=I8) if dot.amx else None
+    slab = b.gep(partial, [i64(partial_bytes + copy_bytes)], source_etype=I8)
     rowsum = ctx.fn.alloca(I32, m, "rowsum")
     colsum = [ctx.fn.alloca(dot.vector, 1, f"colsum{v}") for v in range(NB // dot.lanes)]
     offsets, cut_table = table(ctx, "tap_offsets", plan.b_row_offsets), table(ctx, "cuts", cuts)
@@ -117,6 +121,11 @@ def lower_conv_integer(ctx: KernelContext, anchor: Operation) -> int:
         rhs = Rhs(slab, lambda kk: b.add(b.load(b.gep(offsets, [i64(0), kk]), typ=INT64), shift), whole_vectors=True)
         a_base = b.mul(group, i64(m * k))
         row_sums(ctx, w_buf, a_base, m, k, w_signed, rowsum, zb)
+        amx_lhs = None
+        if dot.amx:  # the group's weights copied once per item: every tile row aligned, K's tail zero padded
+            copy_lhs_columns(ctx, w_buf, a_base, m, k, 0, weights, padded_k)
+            tail = b.gep(weights, [i64(k - k % 64)], source_etype=I8)
+            amx_lhs = AmxLhs(weights, i64(0), padded_k, tail, padded_k, copy_tail=False)
 
         def za_of(row):
             """The row's weight zero point, moved with the lhs to unsigned (+128 for i8)."""
@@ -128,7 +137,7 @@ def lower_conv_integer(ctx: KernelContext, anchor: Operation) -> int:
             j0 = b.mul(p, i64(NB))
 
             def panel_of(cols):
-                gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, w_buf, rhs, output, batch, a_base, j0, m, k,
+                gemm_panel(ctx, dot, cols, packed, partial, amx_lhs, w_buf, rhs, output, batch, a_base, j0, m, k,
                            w_signed, x_unsigned, za_of, lambda col: zb, rowsum, colsum)
             if n % NB == 0:
                 panel_of(NB)

@@ -38,7 +38,7 @@ columns, stride ``NB * 4``: the layout is AMX's B layout already).  A signed lhs
 (``tdpbssd``, an unsigned one ``tdpbusd``; the rhs is packed signed) and its sums get ``128 *
 colsum`` (``P`` of the lhs moved to unsigned).  Tails: a last row block of fewer than 32 rows
 configures its tiles with fewer rows; K's last ``K % 64`` bytes of every lhs row are copied, zero
-padded to 64, to a buffer the last tile step reads (``lhs_tail``; the sliver's groups past K are
+padded to 64, to a buffer the last tile step reads (``AmxLhs``; the sliver's groups past K are
 zero or multiply those zeros), so no tile reads past a row.  K blocks are ``KC_AMX = 4096`` rows
 (the sliver up to 256 KiB, in L2): a tile's store and reload between K blocks cost about as much
 as its dots, so a transformer's K (768-3072) is one block.  The work buffer is 64-byte aligned (a
@@ -263,7 +263,7 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     partial_bytes = m * NB * 4 if k > dot.kc else 0
     raw, packed = work_buffer(ctx, dot, sliver_bytes(dot, k) + 64 + partial_bytes + lhs_tail_bytes(dot, m, k))
     partial = b.gep(packed, [i64(sliver_bytes(dot, k) + 64)], source_etype=I8)
-    lhs_tail = b.gep(partial, [i64(partial_bytes)], source_etype=I8) if lhs_tail_bytes(dot, m, k) else None
+    lhs_tail = b.gep(partial, [i64(partial_bytes)], source_etype=I8) if dot.amx else None
     rowsum = ctx.fn.alloca(I32, max(m, 1), "rowsum")
     colsum = [ctx.fn.alloca(dot.vector, 1, f"colsum{v}") for v in range(NB // dot.lanes)]
     a_table, b_table = table(ctx, "a_offsets", a_offsets), table(ctx, "b_offsets", b_offsets)
@@ -291,7 +291,8 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
             rhs = Rhs(b_buf.pointer, lambda kk: b.add(b_base, b.mul(kk, i64(n))), whole_vectors=False,
                       prepacked_depth=prepacked.padded_depth if prepacked else None)
             row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
-            gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
+            amx_lhs = AmxLhs(a_buf.pointer, a_base, k, lhs_tail, _DEPTH, copy_tail=True) if dot.amx else None
+            gemm_panel(ctx, dot, cols, packed, partial, amx_lhs, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
                        b_unsigned, lambda row: za, zb_of, rowsum, colsum,
                        zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
         if full_cols == NB:
@@ -460,18 +461,29 @@ def lhs_tail_bytes(dot, m, k) -> int:
     return m * 64 if dot.amx and k % 64 else 0
 
 
-def gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
+class AmxLhs:
+    """Where the AMX kernel reads its lhs tiles: row ``r`` from byte ``base + r * stride`` of
+    ``pointer`` for K's whole tile steps, K's last ``K % 64`` columns (zero to 64 bytes) from ``tail +
+    r * tail_stride`` (never in place: the bytes past them are the next row's, or past the lhs).
+    ``copy_tail``: ``gemm_panel`` copies those columns there first (stride 64), else they are there."""
+
+    def __init__(self, pointer, base, stride: int, tail, tail_stride: int, copy_tail: bool):
+        self.pointer, self.base, self.stride = pointer, base, stride
+        self.tail, self.tail_stride, self.copy_tail = tail, tail_stride, copy_tail
+
+
+def gemm_panel(ctx, dot, cols, packed, partial, amx_lhs, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
                b_unsigned, za_of, zb_of, rowsum, colsum, zb_tensor=None):
     """One panel of ``cols`` (static) columns: per block of KC rows of K, pack that sliver of it
     (summing its columns), then every row block over it, a register tile of ``dot.nv`` vectors
     at a time (on AMX, ``_amx_rows``: tiles).  ``za_of(row)``: the lhs zero point of a row (i32, moved
     to the unsigned lhs); ``zb_of(col)`` the rhs's of a column; ``rowsum``: the lhs rows' sums
-    (``row_sums``); ``lhs_tail``: where the AMX kernel copies the lhs's last K columns
-    (``lhs_tail_bytes``), or None; ``zb_tensor``: the one rhs zero point (i32) where there is one and
+    (``row_sums``); ``amx_lhs``: where the AMX kernel reads the lhs (``AmxLhs``; None elsewhere);
+    ``zb_tensor``: the one rhs zero point (i32) where there is one and
     the lhs has one too, else None (``_amx_rows`` folds the corrections when it is 0)."""
     b = ctx.b
-    if lhs_tail is not None:
-        _copy_lhs_tail(ctx, a_buf, a_base, m, k, lhs_tail)
+    if amx_lhs is not None and amx_lhs.copy_tail and k % _DEPTH:
+        copy_lhs_columns(ctx, a_buf, a_base, m, k, k - k % _DEPTH, amx_lhs.tail, _DEPTH)
     lanes = dot.lanes
     vectors = -(-cols // lanes)
     zb = [[zb_of(b.add(j0, i64(min(lanes * v + lane, cols - 1)))) for lane in range(lanes)] for v in range(vectors)]
@@ -505,7 +517,7 @@ def gemm_panel(ctx, dot, cols, packed, partial, lhs_tail, a_buf, rhs, output, ba
         column_terms = [b.sub(b.load(colsum[v]), b.mul(dot.constant(k), zb_vec[v])) for v in range(vectors)]
         sliver = _Sliver(g0, whole, kb, last, k_blocks)
         if dot.amx:
-            _amx_rows(ctx, dot, cols, sliver_at, partial, lhs_tail, a_buf, output, batch, a_base, j0, m, k, a_signed,
+            _amx_rows(ctx, dot, cols, sliver_at, partial, amx_lhs, output, batch, j0, m, k, a_signed,
                       za_of, zb_vec, column_terms, colsum, rowsum, sliver, zb_tensor)
         else:
             _vector_rows(ctx, dot, cols, sliver_at, partial, sliver, a_buf, output, batch, a_base, j0, m, k, a_signed,
@@ -540,21 +552,21 @@ _ROWS = 2 * amx.MAX_ROWS  # rows of an AMX row block
 _DEPTH = amx.MAX_ROW_BYTES  # K per tile step
 
 
-def _copy_lhs_tail(ctx, a_buf, a_base, m, k, lhs_tail):
-    """``lhs_tail[row]``: the lhs row's last ``k % 64`` bytes (from K - K % 64), zero to 64 bytes: the
-    last tile step reads it (stride 64), so no tile reads past a row or past the lhs."""
+def copy_lhs_columns(ctx, a_buf, a_base, m, k, start, to, row_bytes: int):
+    """The lhs's columns ``start ..`` of its ``m`` rows (``k`` bytes each, from ``a_base``) to rows of
+    ``row_bytes`` at ``to``, zero past K: the AMX kernel's copy of K's last columns (``AmxLhs``), or
+    of a whole small lhs in rows 64-byte aligned (a conv's weights)."""
     b = ctx.b
     memset = declare(ctx.module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, INT64, ir.IntType(1)])
     memcpy = declare(ctx.module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, INT64, ir.IntType(1)])
     no = ir.Constant(ir.IntType(1), 0)
-    b.call(memset, [lhs_tail, ir.Constant(I8, 0), i64(m * _DEPTH), no])
-    start = k - k % _DEPTH
-    with for_range(b, 0, m, "lhstail") as row:
+    b.call(memset, [to, ir.Constant(I8, 0), i64(m * row_bytes), no])
+    with for_range(b, 0, m, "lhscopy") as row:
         source = b.gep(a_buf.pointer, [b.add(a_base, b.add(b.mul(row, i64(k)), i64(start)))], source_etype=I8)
-        b.call(memcpy, [b.gep(lhs_tail, [b.mul(row, i64(_DEPTH))], source_etype=I8), source, i64(k % _DEPTH), no])
+        b.call(memcpy, [b.gep(to, [b.mul(row, i64(row_bytes))], source_etype=I8), source, i64(k - start), no])
 
 
-def _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a_base, j0, m, k, a_signed, za_of,
+def _amx_rows(ctx, dot, cols, packed, partial, lhs, output, batch, j0, m, k, a_signed, za_of,
               zb_vec, column_terms, colsum, rowsum, sliver, zb_tensor):
     """Every row block of the panel over one K block in AMX tiles: ``_ROWS`` rows at a time (the
     tiles configured for them; a last block of fewer rows has its own configuration), two column
@@ -629,15 +641,15 @@ def _amx_rows(ctx, dot, cols, packed, partial, lhs_tail, a_buf, output, batch, a
                     amx.dot(b, operands, _ACC + 2 * r + c, _LHS + r, _RHS + c)
             with for_range(b, 0, steps, "tilek") as s:
                 def in_place(r, s=s):
-                    at = b.add(a_base, b.add(b.mul(b.add(i0, i64(16 * r)), i64(k)),
-                                             b.add(b.mul(sliver.g0, i64(4)), b.mul(s, i64(_DEPTH)))))
-                    return b.gep(a_buf.pointer, [at], source_etype=I8)
-                step(in_place, k, s)
+                    at = b.add(lhs.base, b.add(b.mul(b.add(i0, i64(16 * r)), i64(lhs.stride)),
+                                               b.add(b.mul(sliver.g0, i64(4)), b.mul(s, i64(_DEPTH)))))
+                    return b.gep(lhs.pointer, [at], source_etype=I8)
+                step(in_place, lhs.stride, s)
 
             def finish():
                 if k % _DEPTH:  # the last step: the lhs's copied tail, zero past K (the sliver's rows there too)
-                    step(lambda r: b.gep(lhs_tail, [b.mul(b.add(i0, i64(16 * r)), i64(_DEPTH))], source_etype=I8),
-                         _DEPTH, i64(k_last // _DEPTH))
+                    step(lambda r: b.gep(lhs.tail, [b.mul(b.add(i0, i64(16 * r)), i64(lhs.tail_stride))],
+                                         source_etype=I8), lhs.tail_stride, i64(k_last // _DEPTH))
                 if folds is None:
                     _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec, column_terms,
                                 signed_terms, rowsum)
