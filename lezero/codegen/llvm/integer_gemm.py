@@ -456,8 +456,8 @@ def sliver_bytes(dot, k) -> int:
 
 
 def lhs_tail_bytes(dot, m, k) -> int:
-    """The bytes of the AMX kernel's copy of the lhs's last K columns (``gemm_panel``'s ``lhs_tail``):
-    64 per row when K is not a multiple of 64 (a tile's depth), else none."""
+    """The bytes of the AMX matmul's copy of the lhs's last K columns (``AmxLhs.tail``): 64 per row
+    when K is not a multiple of 64 (a tile's depth), else none."""
     return m * 64 if dot.amx and k % 64 else 0
 
 

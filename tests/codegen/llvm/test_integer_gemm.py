@@ -110,6 +110,7 @@ def test_integer_gemm_with_a_constant_rhs_is_exact_on_every_cpu(cpu, case):
 ZERO_RHS_POINT_CASES = {f"{a}x{b}-{name}": (shapes, a, b, epilogue) for a in ("ui8", "i8") for b in ("i8", "ui8")
                         for name, shapes, epilogue in (("row-tail-whole-tiles", ((47, 128), (128, 96)), False),
                                                        ("k-tail-partial-tiles", ((13, 71), (71, 150)), False),
+                                                       ("batched", ((2, 3, 19, 70), (2, 3, 70, 48)), False),
                                                        ("requantized", ((37, 100), (100, 70)), True))}
 
 
