@@ -323,6 +323,7 @@ class ConvGemm:
     packed_b = None  # the input is never constant (PixelRowsConvGemm's B is the weights)
     packs_a = False
     operand_element = FLOAT  # an f16 conv's operands are widened to float32 copies first (_widen_halves)
+    pixel_columns = False  # a tile's columns are output pixels, not q-space (depthwise.py's compacted sums)
 
     def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int, constant_weights: int | None = None):
         """``constant_weights``: the kernel operand of the weights when it is a constant (read
@@ -486,7 +487,7 @@ class ConvGemm:
         first = b.udiv(tile.col, wq)
         last = b.udiv(b.sub(col_end, i64(1)), wq)
         n_index = affine_value(image, s.n, "image")
-        if self.wq == s.ow:  # no extra columns: a row of the tile is a contiguous run of pixels
+        if self.wq == s.ow or self.pixel_columns:  # a row of the tile is a contiguous run of pixels
             with for_range(b, 0, tile.rows, "i", vectorize_enable=0) as i:
                 channel = affine_value(b.add(channel0, i), s.o, "channel")
                 with for_range(b, 0, tile.cols, "j", **TILE_LOOP, unroll_disable=1) as j:
@@ -853,7 +854,7 @@ def _amx_config(ctx: KernelContext, anchor: Operation, plan) -> gemm.GemmConfig 
     if anchor.result.type.element_type != BF16 or not gemm_bf16.amx_available(ctx.cpu) or not plan.pack_b \
             or plan.packed_b is not None or plan.packs_a:
         return None
-    config = plan.config(gemm_bf16.amx_host_config(ctx.cpu, plan.k))
+    config = plan.config(gemm_bf16.amx_host_config(ctx.cpu))
     return config if gemm_bf16.amx_fits(config, plan.k) else None
 
 

@@ -528,22 +528,37 @@ class SgemmGenerator:
         accumulators = self._emit_accumulation(b, p, nv, b_masks)
 
         epilogue_values = [p[f"epilogue{i}"] for i in range(len(self.epilogue_param_types))]
-        full_tile = b.and_(b.icmp_signed("==", p["rows"], _i64(mr)), b.icmp_signed("==", p["cols"], _i64(nv * w)))
-        with b.if_else(full_tile, likely=True) as (then, otherwise):
+        with b.if_else(self._is_full_tile(b, p, nv), likely=True) as (then, otherwise):
             with then:
-                for i in range(mr):
-                    self._emit_row_update(b, p, accumulators[i], i, None, epilogue_values, sums)
-                if sums is not None:
-                    self._emit_tile_store(b, p, sums, nv * w, epilogue_values)
+                self._emit_full_tile(b, p, nv, accumulators, epilogue_values, sums)
             with otherwise:
-                masks = [vectors.lane_mask(b, v * w, p["cols"], w) for v in range(nv)]
-                for i in range(mr):
-                    with b.if_then(b.icmp_signed("<", _i64(i), p["rows"])):
-                        self._emit_row_update(b, p, accumulators[i], i, masks, epilogue_values, sums)
-                if sums is not None:
-                    self._emit_tile_store(b, p, sums, None, epilogue_values)
+                self._emit_edge_tile(b, p, nv, accumulators, epilogue_values, sums)
         b.ret_void()
         return function
+
+    def _is_full_tile(self, b: ir.IRBuilder, p: dict[str, ir.Value], nv: int) -> ir.Value:
+        """Whether the micro-kernel's tile is whole: MR rows and ``nv`` vectors of columns."""
+        return b.and_(b.icmp_signed("==", p["rows"], _i64(self.config.mr)),
+                      b.icmp_signed("==", p["cols"], _i64(nv * self.config.vector_width)))
+
+    def _emit_full_tile(self, b: ir.IRBuilder, p: dict[str, ir.Value], nv: int, accumulators, epilogue_values,
+                        sums) -> None:
+        """A whole tile's sums (``accumulators``) to C or the epilogue."""
+        for i in range(self.config.mr):
+            self._emit_row_update(b, p, accumulators[i], i, None, epilogue_values, sums)
+        if sums is not None:
+            self._emit_tile_store(b, p, sums, nv * self.config.vector_width, epilogue_values)
+
+    def _emit_edge_tile(self, b: ir.IRBuilder, p: dict[str, ir.Value], nv: int, accumulators, epilogue_values,
+                        sums) -> None:
+        """An edge tile's sums: its ``rows`` rows and ``cols`` columns, masked."""
+        w = self.config.vector_width
+        masks = [vectors.lane_mask(b, v * w, p["cols"], w) for v in range(nv)]
+        for i in range(self.config.mr):
+            with b.if_then(b.icmp_signed("<", _i64(i), p["rows"])):
+                self._emit_row_update(b, p, accumulators[i], i, masks, epilogue_values, sums)
+        if sums is not None:
+            self._emit_tile_store(b, p, sums, None, epilogue_values)
 
     def _emit_accumulation(self, b: ir.IRBuilder, p: dict[str, ir.Value], nv: int,
                            b_masks: list) -> list[list[ir.Value]]:

@@ -38,8 +38,6 @@ float32 sums, B's slivers paired as above, A's rewritten as tile rows (its docst
 """
 from __future__ import annotations
 
-import dataclasses
-
 from llvmlite import ir
 
 from lezero.codegen.llvm import amx, gemm, vectors
@@ -186,17 +184,22 @@ AMX_ROW_BYTES = 64
 AMX_MIN_DEPTH = AMX_ROWS
 
 
-# All of K in one block up to this depth (no partial sums between blocks, and a micro-tile's fixed
-# costs, the tile stores and the row updates, over more dots); deeper, the target's K blocks.
-# Measured (SPR, 1 thread, kernel alone, load ~2): 1024^3 423 -> 546 GF/s (one block of 1024, not
-# two of 512), 128x768x3072 266 -> 309; 512x3072x768 480 GF/s in blocks of 512, 406 in blocks of 1024.
-AMX_ONE_BLOCK_DEPTH = 1024
+# The AMX GEMM's K and M blocks: one A sliver (32 rows x 256 k: 16 KiB of pairs) stays in L1 while
+# every B sliver of the N block (256 k x 32 columns each, from L2) passes it: the tile loads, not
+# the dots, bound the micro-kernel (a dot takes 16 cycles and needs 1 KiB of tiles).  Partial sums
+# between K blocks stay tiles (loaded from and stored to C).  Measured (SPR, 1 thread, kernel alone,
+# alternating, load ~2), GF/s with the target's blocks (kc 512, mc 256) -> these: 1024^3 547 -> 748,
+# 128x768x3072 321 -> 358, 512x3072x768 507 -> 626, 64x784x256 307 -> 348; kc 128 498, 192 621,
+# 320 752 (1024^3); mc 64 703.
+AMX_KC, AMX_MC = 256, 2 * AMX_ROWS
 
 
-def amx_host_config(cpu: CpuTarget, k: int) -> gemm.GemmConfig:
-    """The blocking of ``cpu`` for AMX_TILE, for a GEMM of depth ``k`` (AMX_ONE_BLOCK_DEPTH)."""
-    config = gemm.GemmConfig.for_target(cpu, AMX_TILE)
-    return dataclasses.replace(config, kc=k) if config.kc < k <= AMX_ONE_BLOCK_DEPTH else config
+def amx_host_config(cpu: CpuTarget) -> gemm.GemmConfig:
+    """The blocking for AMX_TILE on ``cpu``: AMX_KC, AMX_MC, the N block of its caches."""
+    width, mr, nr_vectors = AMX_TILE
+    nr = width * nr_vectors
+    nc = max(nr, gemm.GemmConfig.for_target(cpu, AMX_TILE).nc // nr * nr)
+    return gemm.GemmConfig(width, mr, nr_vectors, AMX_KC, AMX_MC, nc)
 
 
 def _c_tile(i: int, j: int) -> int:
@@ -235,9 +238,11 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
       (``<name>_amx_a``) as tile rows: chunk c of a sliver is its 32 rows of 16 pair words, row i's
       word p = (A[i, 32c + 2p], A[i, 32c + 2p + 1]), zero past the depth; an A tile is 16 of those
       rows, 64 bytes apart.  A pre-packed A is converted into the workspace's packed A.
-    - the micro-kernel zeroes its C tiles, runs ceil(kc / 32) chunks of 2 A and ``nv`` B tile
-      loads and 2 ``nv`` dots, stores the tiles to a stack tile and hands its rows to gemm.py's
-      update (partial sums from C, the epilogue, masked edges) as the vector kernel's accumulators.
+    - the micro-kernel starts its C tiles from zero (or, a whole tile after the first K block,
+      from C's partial sums, loaded as tiles), runs ceil(kc / 32) chunks of 2 A and ``nv`` B tile
+      loads and 2 ``nv`` dots, and stores the tiles to C (partial sums) or to the TileStore's tile
+      for the epilogue; an edge tile goes through a stack tile into gemm.py's masked row updates.
+    - blocks of AMX_KC x AMX_MC: one A sliver stays in L1 while B's slivers pass (AMX_KC).
     - the rectangle function configures the tiles (all 16 rows x 64 bytes) on entry and releases
       them before it returns: each work item's thread has its own tile state.
 
@@ -251,7 +256,9 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
         super().__init__(config, *args, **kwargs)
         if not self.pack_b or self.prepacked_b:
             raise ValueError("the AMX bf16 GEMM reads B packed (and paired) per call")
-        self._amx_a = None
+        if not self.stores_tiles:
+            raise ValueError("the AMX bf16 GEMM hands its tiles to a TileStore epilogue")
+        self._amx_a = self._tile_sums = None
 
     @staticmethod
     def _check_tile(config: gemm.GemmConfig) -> None:
@@ -358,31 +365,64 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
     def _leave_rectangle(self, b: ir.IRBuilder) -> None:
         amx.release(b)
 
+    def _c_tiles(self, nv: int):
+        """(tile, float offset in a tile of NR-float rows) of each C tile of an ``nv``-vector micro-tile."""
+        nr, w = self.config.nr, self.config.vector_width
+        return [(_c_tile(i, j), i * AMX_ROWS * nr + j * w) for i in range(self.config.mr // AMX_ROWS) for j in range(nv)]
+
+    def _c_at(self, b, p, offset_rows: int, offset_cols: int) -> ir.Value:
+        """Address of C[row + offset_rows, col + offset_cols] (partial sums between K blocks)."""
+        row = b.add(p["row"], _i64(offset_rows))
+        return b.gep(p["c"], [b.add(b.mul(row, p["ldc"]), b.add(p["col"], _i64(offset_cols)))], source_etype=FLOAT)
+
     def _emit_accumulation(self, b, p, nv, b_masks):
-        """The 32 x ``nv`` x 16 sums in C tiles over ceil(kc / 32) chunks, then as MR rows of
-        ``nv`` vectors (through a stack tile) for gemm.py's row updates."""
+        """The sums in C tiles over ceil(kc / 32) chunks, from zero or, for a whole tile after the
+        first K block, from the partial sums in C (loaded as tiles); None: the tiles hold them
+        (``_emit_full_tile`` stores them as tiles, ``_emit_edge_tile`` as vector rows)."""
         cfg = self.config
-        mr, nr, w = cfg.mr, cfg.nr, cfg.vector_width
-        tile_rows = range(mr // AMX_ROWS)
-        tile_sums = vectors.opaque_alloca(b, FLOAT, _i64(mr * nr), "tile_sums")
-        tile_sums.align = gemm.WORKSPACE_ALIGNMENT
-        for i in tile_rows:
-            for j in range(nv):
-                amx.zero(b, _c_tile(i, j))
-        chunks = _chunks(b, p["kc"])
-        with vectors.counted_loop(b, _i64(0), chunks, 1, "chunk") as chunk:
+        mr, nr = cfg.mr, cfg.nr
+        self._tile_sums = vectors.opaque_alloca(b, FLOAT, _i64(mr * nr), "tile_sums")  # an edge tile's rows
+        self._tile_sums.align = gemm.WORKSPACE_ALIGNMENT
+        c_stride = b.mul(p["ldc"], _i64(4))
+        with b.if_else(b.and_(self._is_full_tile(b, p, nv), b.not_(p["first_k_block"]))) as (partial, fresh):
+            with partial:
+                for tile, offset in self._c_tiles(nv):
+                    amx.load(b, tile, self._c_at(b, p, offset // nr, offset % nr), c_stride)
+            with fresh:
+                for tile, _ in self._c_tiles(nv):
+                    amx.zero(b, tile)
+        with vectors.counted_loop(b, _i64(0), _chunks(b, p["kc"]), 1, "chunk") as chunk:
             a_chunk = b.gep(p["packed_a"], [b.mul(chunk, _i64(mr * AMX_ROWS))], source_etype=I32)
             b_chunk = b.gep(p["b"], [b.mul(chunk, _i64(AMX_ROWS * nr))], source_etype=I32)
-            for i in tile_rows:
+            for i in range(mr // AMX_ROWS):
                 amx.load(b, 4 + i, b.gep(a_chunk, [_i64(i * AMX_ROWS * AMX_ROWS)], source_etype=I32), AMX_ROW_BYTES)
             for j in range(nv):
                 amx.load(b, 6 + j, b.gep(b_chunk, [_i64(j * AMX_ROWS)], source_etype=I32), nr * 4)
-            for i in tile_rows:
+            for i in range(mr // AMX_ROWS):
                 for j in range(nv):
                     amx.dot(b, ("bf16", "bf16"), _c_tile(i, j), 4 + i, 6 + j)
-        for i in tile_rows:
-            for j in range(nv):
-                amx.store(b, _c_tile(i, j), b.gep(tile_sums, [_i64(i * AMX_ROWS * nr + j * w)], source_etype=FLOAT),
-                          nr * 4)
-        return [[b.load(b.gep(tile_sums, [_i64(r * nr + v * w)], source_etype=FLOAT), typ=self.vector_type,
-                        align=gemm.WORKSPACE_ALIGNMENT) for v in range(nv)] for r in range(mr)]
+        return None
+
+    def _emit_full_tile(self, b, p, nv, accumulators, epilogue_values, sums) -> None:
+        """The C tiles to C (partial sums: a K block follows) or to the epilogue's tile."""
+        nr = self.config.nr
+        with b.if_else(p["last_k_block"]) as (last, partial):
+            with last:
+                for tile, offset in self._c_tiles(nv):
+                    amx.store(b, tile, b.gep(sums, [_i64(offset)], source_etype=FLOAT), nr * 4)
+                self._emit_tile_store(b, p, sums, nv * self.config.vector_width, epilogue_values)
+            with partial:
+                c_stride = b.mul(p["ldc"], _i64(4))
+                for tile, offset in self._c_tiles(nv):
+                    amx.store(b, tile, self._c_at(b, p, offset // nr, offset % nr), c_stride)
+
+    def _emit_edge_tile(self, b, p, nv, accumulators, epilogue_values, sums) -> None:
+        """The C tiles as MR rows of ``nv`` vectors (through a stack tile) for gemm.py's masked row
+        updates (their tiles started from zero: the row updates add C's partial sums)."""
+        cfg = self.config
+        nr, w = cfg.nr, cfg.vector_width
+        for tile, offset in self._c_tiles(nv):
+            amx.store(b, tile, b.gep(self._tile_sums, [_i64(offset)], source_etype=FLOAT), nr * 4)
+        rows = [[b.load(b.gep(self._tile_sums, [_i64(r * nr + v * w)], source_etype=FLOAT), typ=self.vector_type,
+                        align=gemm.WORKSPACE_ALIGNMENT) for v in range(nv)] for r in range(cfg.mr)]
+        super()._emit_edge_tile(b, p, nv, rows, epilogue_values, sums)

@@ -793,7 +793,7 @@ AMX_CASES = {
     # has them): a bf16 GEMM's tails, depths and layouts on 32 x 32 tiles of 16-pair chunks
     "edges": ((70, 33), False, (33, 37), False, True),  # 6 rows and 5 columns past whole tiles (one C tile)
     "one_chunk": ((32, 16), False, (16, 48), False, True),  # the shallowest K block: 8 pairs padded to 16
-    "k_blocks_short_last": ((33, 1025), False, (1025, 40), False, True),  # 3 blocks: 342, 342, 341 deep
+    "k_blocks": ((33, 1025), False, (1025, 40), False, True),  # 5 blocks of 205: partial sums as tiles, odd depths
     "transposed": ((47, 64), True, (80, 47), True, True),  # x.T @ w.T: both packed from their transposes
     "batched": ((3, 40, 50), False, (3, 50, 20), False, True),
     "too_shallow": ((40, 15), False, (15, 50), False, False),  # K < 16: vdpbf16ps
@@ -834,9 +834,11 @@ def test_bf16_gemm_on_amx_tiles(cpu, case):
 def test_bf16_gemm_on_8_float_vectors_takes_the_256_bit_vdpbf16ps(monkeypatch):
     """A GEMM tile of 8-float vectors (a narrow conv tile on Zen 4) on an AVX-512 BF16 target takes
     the 256-bit vdpbf16ps (AVX-512VL), with the reference's result: AVX2's tile on the host stands
-    in for it (a host without AVX-512 BF16 runs the float32 GEMM on it)."""
+    in for it (a host without AVX-512 BF16 runs the float32 GEMM on it; AMX tiles are off, which
+    the GEMM would take on an AMX host)."""
     narrow = gemm.GemmConfig.for_target("x86-64-v3")
     monkeypatch.setattr(gemm.GemmConfig, "for_target", classmethod(lambda cls, cpu=None, *rest: narrow))
+    monkeypatch.setattr(gemm_bf16, "amx_available", lambda cpu: False)
     rng = np.random.default_rng(22)
     a, b = data(rng, (37, 50), "bf16"), data(rng, (50, 70), "bf16")
     module, kernel = matmul_kernel(a.shape, b.shape, "bf16")
