@@ -2,9 +2,10 @@
 its operands lie, and its problem as GEMMs (``MatmulShape``) or a convolution (``ConvShape``).
 
 A matmul or conv kernel (partition's ``matmul``/``conv`` kinds) holds one ``lz.matmul`` or
-``lz.conv2d`` (its *anchor*), an elementwise epilogue, and no prologue but a matmul operand read
-through ``lz.transpose`` (``x @ w.T``): that operand is its kernel operand with permuted strides
-(``stored_operand``).  Both backends tile the shapes described here (``llvm/contraction.py``,
+``lz.conv2d`` (or their 8-bit forms ``lz.matmul_integer``/``lz.conv_integer``: its *anchor*), an
+elementwise epilogue, and no prologue but a matmul operand read through ``lz.transpose`` (``x @
+w.T``), which is its kernel operand with permuted strides, or one of an integer matmul's two
+matrices read through ``lz.reshape`` (the same row-major bytes) (``stored_operand``).  Both backends tile the shapes described here (``llvm/contraction.py``,
 ``triton/contraction.py``), and ``estimate_flops`` counts their multiply-adds.
 """
 from __future__ import annotations
@@ -17,6 +18,9 @@ from lezero.ir.core import Operation
 from lezero.ir.dialect.data_movement import TransposeOp
 
 CONTRACTION_OPS = ("lz.matmul", "lz.conv2d")
+# The int8 contractions (i32 sums of 8-bit operands less their zero points): a backend that keeps
+# them whole (the CPU, the GPU) lowers their matmul and conv kernels.
+INTEGER_CONTRACTIONS = ("lz.matmul_integer", "lz.conv_integer")
 # The CPU's float32 matmul kernels (``matmul_kernel``): a matmul with A's rows contiguous along k
 # and fewer columns than this, or fewer than THIN_ROWS rows and B's columns contiguous too, is dot
 # products; the GEMM gives fewer than THIN_ROWS rows a register tile of their own height.
@@ -26,7 +30,7 @@ THIN_ROWS = 4
 
 def anchor_op(ctx) -> Operation:
     """The one contraction of a matmul or conv kernel (``ctx``: a backend's ``KernelContext``)."""
-    ops = [op for op in ctx.body.ops if op.name in CONTRACTION_OPS]
+    ops = [op for op in ctx.body.ops if op.name in CONTRACTION_OPS or op.name in INTEGER_CONTRACTIONS]
     if len(ops) != 1:
         raise LoweringError(f"failed to lower {ctx.kernel.definition.attrs(ctx.kernel).kind} kernel {ctx.name} for "
                             f"{ctx.target}: it holds {len(ops)} contractions, not one", ctx.kernel.location)
@@ -36,7 +40,8 @@ def anchor_op(ctx) -> Operation:
 def stored_operand(ctx, v, anchor: Operation):
     """The kernel operand (block argument) that contraction operand ``v`` reads, and ``v``'s strides
     in it (elements per step along each of ``v``'s dims): ``v`` itself, or a matmul operand
-    read through ``lz.transpose`` (the only prologue a contraction kernel takes)."""
+    read through ``lz.transpose``, or one of an integer matmul's matrices read through ``lz.reshape``
+    (row-major in its source: the only prologues a contraction kernel takes)."""
     if v in ctx.body.args:
         return v, row_major(v.type.shape)
     op = v.owner
@@ -44,8 +49,12 @@ def stored_operand(ctx, v, anchor: Operation):
         source, strides = stored_operand(ctx, op.operands[0], anchor)
         perm = TransposeOp.permutation(op.definition.attrs(op), len(strides))
         return source, tuple(strides[p] for p in perm)
+    if anchor.name == "lz.matmul_integer" and isinstance(op, Operation) and op.name == "lz.reshape" \
+            and op.operands[0] in ctx.body.args and any(v is x for x in anchor.operands[:2]):
+        return op.operands[0], row_major(v.type.shape)
     raise LoweringError(f"failed to lower {anchor.name} for {ctx.target}: its operands must be kernel operands "
-                        "(a contraction kernel takes no prologue but a matmul operand's transpose)", anchor.location)
+                        "(a contraction kernel takes no prologue but a matmul operand's transpose or an integer "
+                        "matmul matrix's reshape)", anchor.location)
 
 
 def row_major(shape) -> tuple:

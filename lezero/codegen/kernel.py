@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lezero.codegen.affine import Affine, Var
-from lezero.codegen.contraction_shapes import CONTRACTION_OPS, contraction_flops
+from lezero.codegen.contraction_shapes import CONTRACTION_OPS, INTEGER_CONTRACTIONS, contraction_flops
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.index_checks import IndexChecks, checks_indices
 from lezero.codegen.row_generic import SEQUENCE_ATTR
@@ -42,9 +42,6 @@ from lezero.ir.opdef import COMPOSITE, ELEMENTWISE
 from lezero.ir.types import TensorType, format_shape
 
 SCATTER_OPS = frozenset({"lz.scatter_nd"})
-# The int8 GEMM's ops: a backend that keeps them whole (the CPU) lowers their matmul and conv
-# kernels itself.
-INTEGER_CONTRACTIONS = ("lz.matmul_integer", "lz.conv_integer")
 
 
 def symbol_name(name: str) -> str:

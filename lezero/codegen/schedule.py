@@ -53,10 +53,9 @@ def kernel_pipeline(target: str = "cpu") -> str:
     if target == "cpu":
         return KERNEL_PIPELINE
     # fuse-attention makes CPU kernels (kind "attention", lezero/codegen/llvm/attention.py); other
-    # targets run lz.attention's (and lz.matmul_integer's, issue 12) decomposition, so fold-qdq
-    # (which makes the CPU's int8 GEMM) does not run for them either
-    return KERNEL_PIPELINE.replace("fuse-attention,", "").replace("fold-qdq,", "").replace("decompose{keep=lz.attention,lz.matmul_integer,lz.conv_integer},",
-                                                                  "decompose,") \
+    # targets run lz.attention's decomposition.  The GPU keeps the int8 contractions whole too
+    # (tl.dot on int8 tiles: triton/contraction.py), so fold-qdq makes them of QDQ models as for the CPU
+    return KERNEL_PIPELINE.replace("fuse-attention,", "").replace("keep=lz.attention,", "keep=") \
         .replace("partition,", f"partition{{target={target}}},")
 
 

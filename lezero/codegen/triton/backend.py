@@ -16,7 +16,8 @@ the same names as the LLVM backend's (the partitioner decides the kind;
 - ``single``: pooling and max pooling's gradient (``pooling.py``), ``lz.cumulative``
   (``reduction.py``), ``lz.topk`` and ``lz.scatter_nd`` (``selection.py``), a lone elementwise,
   data movement or reduction op;
-- ``matmul``/``conv``: ``contraction.py`` (``tl.dot`` with the epilogue through the same emitter).
+- ``matmul``/``conv``: ``contraction.py`` (``tl.dot`` with the epilogue through the same emitter;
+  ``lz.matmul_integer``/``lz.conv_integer`` as int8 ``tl.dot``s summing in int32).
 
 ``unsupported_reason(op)`` says which ops the Triton lowerings cannot run (a cumulative or topk
 over a longer axis than one block holds, a scatter_nd whose gather would cost too many compares,
@@ -27,7 +28,7 @@ target ``"cuda"`` with ``lezero.passes.placement`` when it loads this backend, s
 from __future__ import annotations
 
 from lezero.codegen import kernel
-from lezero.codegen.contraction_shapes import CONTRACTION_OPS
+from lezero.codegen.contraction_shapes import CONTRACTION_OPS, INTEGER_CONTRACTIONS
 from lezero.codegen.schedule import schedule
 from lezero.codegen.triton.context import TritonContext
 from lezero.codegen.triton.contraction import contraction_unsupported_reason, lower_contraction
@@ -60,7 +61,7 @@ def unsupported_reason(op: Operation) -> str | None:
     """Why the Triton code generator cannot run ``op`` (None: it can)."""
     if op.name in LIMITED:
         return LIMITED[op.name](op)
-    if op.name in CONTRACTION_OPS:
+    if op.name in CONTRACTION_OPS or op.name in INTEGER_CONTRACTIONS:
         return contraction_unsupported_reason(op)
     if op.name in SCAN_OPS:
         x = op.operands[0].type

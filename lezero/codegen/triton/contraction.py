@@ -1,5 +1,6 @@
-"""Matmul and conv kernels as Triton: one ``lz.matmul`` or ``lz.conv2d`` through ``tl.dot``, its
-elementwise epilogue applied to the accumulator tile before the one store.
+"""Matmul and conv kernels as Triton: one ``lz.matmul`` or ``lz.conv2d`` (or their int8 forms
+``lz.matmul_integer``, ``lz.conv_integer``) through ``tl.dot``, its elementwise epilogue applied to
+the accumulator tile before the one store.
 
 Every program computes one BLOCK_M x BLOCK_N tile of a GEMM, looping over K in BLOCK_K steps:
 
@@ -30,6 +31,19 @@ GPU, but triton 3.9's interpreter multiplies bf16 tiles as their integer bit pat
 accumulates in f64 (DMMA).  Integers have no dot here: a broadcast product summed over BLOCK_K,
 in 32 (or 64) bits, wrapping; truncated to the element type that is the reference's wrapping sum.
 
+**int8** (``lz.matmul_integer``, ``lz.conv_integer``: ``(a - za)(b - zb)`` summed in i32, ``za``
+per tensor, ``zb`` per tensor or per column, i.e. per output channel of a conv): the 8-bit tiles
+go to ``tl.dot`` with an int32 accumulator (``out_dtype=tl.int32``: the tensor cores' integer MMA,
+``mma``/``wgmma`` ``.s8``), the zero points applied after the loop, exactly, as the CPU's int8 GEMM
+does (``ZeroPoints``).  ``tl.dot`` multiplies signed bytes only, so a ui8 tile is made signed by
+subtracting 128 (its zero point moves with it); then ``C = P - zb * rowsum(a) - za * colsum(b) + K
+* za * zb``, the sums of the signed tiles summed in the same K loop.  Every load that is masked
+(K's tail, a conv's padding) reads the operand's zero point, whose centred value is 0, so a padded
+tap adds nothing to ``C`` whatever it adds to ``P`` and the sums, provided ``K`` counts the whole
+``BLOCK_K`` steps.  i32 arithmetic wraps, so ``C`` is the reference's wrapping i32 sum.  An
+integer matmul may read its two matrices through ``lz.reshape`` (partition's
+``is_reshaped_integer_operand``: the same row-major bytes).
+
 **The epilogue** is the value-at-index walk every kernel uses (``value_at_index.py``), with the
 tile's index: ``(batch coordinates..., rows[:, None], cols[None, :])`` for a matmul, ``(image[:,
 None], channels[None, :], oh[:, None], ow[:, None])`` for a conv, and the contraction's value
@@ -48,18 +62,19 @@ import math
 from dataclasses import dataclass
 
 from lezero.codegen.affine import Affine, Var
-from lezero.codegen.contraction_shapes import ConvShape, MatmulShape, anchor_op, stored_operand
+from lezero.codegen.contraction_shapes import INTEGER_CONTRACTIONS, ConvShape, MatmulShape, anchor_op, stored_operand
 from lezero.codegen.triton.context import TritonCode, TritonContext, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
 from lezero.codegen.triton.scalar_builder import TValue, compute_dtype
 from lezero.codegen.value_at_index import is_unsigned
 from lezero.ir.core import Operation
-from lezero.ir.types import BF16, F16, F32, F64, ElementType
+from lezero.ir.types import BF16, F16, F32, F64, I32, ElementType
 
 # Program order within a batch: this many row tiles sweep the column tiles together.
 GROUP_M = 8
-# tl.dot takes blocks of at least 16 along each dim.
+# tl.dot takes blocks of at least 16 along each dim (K blocks of 32 for 8-bit operands).
 MIN_BLOCK = 16
+MIN_INT8_BLOCK_K = 32
 # How float32 tiles multiply: "ieee" gives the reference's sums (up to order); "tf32" runs on the
 # tensor cores at several times the FLOP/s (H100/H200), the operands rounded to 10 mantissa bits,
 # which is what torch's convolutions do by default, but not the reference.
@@ -71,6 +86,8 @@ INTEGER_BLOCK_K = 8
 # ones larger than the problem are dropped.  float32 tiles take twice the shared memory of 16-bit
 # ones, so they get half the K depth.
 GPU_CONFIGS = {
+    1: ((128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 3), (128, 128, 64, 4, 4),
+        (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 128, 4, 4), (64, 64, 64, 4, 4), (32, 64, 64, 4, 5)),
     2: ((128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 8, 3), (128, 128, 32, 4, 4),
         (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 4), (64, 32, 32, 4, 5), (32, 64, 32, 4, 5)),
     4: ((128, 128, 32, 8, 3), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3), (128, 64, 32, 4, 4),
@@ -81,9 +98,9 @@ INTEGER_CONFIGS = ((32, 32, INTEGER_BLOCK_K, 4, 2), (64, 32, INTEGER_BLOCK_K, 4,
 
 
 def contraction_unsupported_reason(op: Operation) -> str | None:
-    """Why the Triton backend cannot run ``op`` (an ``lz.matmul`` or ``lz.conv2d``); None when it
-    can, which is for every element type they accept: floats through ``tl.dot``, integers (matmul)
-    through the broadcast product."""
+    """Why the Triton backend cannot run ``op`` (an ``lz.matmul``, ``lz.conv2d``, or their int8
+    forms); None when it can, which is for every element type they accept: floats and int8 through
+    ``tl.dot``, other integers (matmul) through the broadcast product."""
     dtype = op.results[0].type.element_type
     if not (dtype.is_float or dtype.is_int):
         return f"{op.name} with {dtype} has no Triton lowering"
@@ -109,6 +126,12 @@ class DotKind:
     operand_bytes: int
 
     @staticmethod
+    def of_anchor(anchor: Operation) -> "DotKind":
+        """How the contraction ``anchor`` multiplies: int8 tiles for the integer ones, else by its
+        element type."""
+        return INT8_DOT if anchor.name in INTEGER_CONTRACTIONS else DotKind.of(anchor.result.type.element_type)
+
+    @staticmethod
     def of(dtype: ElementType) -> "DotKind":
         if dtype == F32:
             return DotKind("tl.float32", None, F32_PRECISION, True, 4)
@@ -125,10 +148,74 @@ class DotKind:
         if not self.dot:
             return f"{acc} + tl.sum({a}[:, :, None] * {b}[None, :, :], axis=1)"
         precision = f", input_precision=\"{self.precision}\"" if self.precision else ""
-        return f"tl.dot({a}, {b}, {acc}{precision})"
+        out = f", out_dtype={self.accumulator}" if self.accumulator == "tl.int32" else ""
+        return f"tl.dot({a}, {b}, {acc}{precision}{out})"
 
     def loaded(self, tile: str) -> str:
         return f"{tile}.to({self.operand})" if self.operand else tile
+
+
+# 8-bit tiles (signed: ``ZeroPoints`` makes a ui8 tile so) summed in int32 on the tensor cores.
+INT8_DOT = DotKind("tl.int32", None, None, True, 1)
+
+
+@dataclass(frozen=True)
+class ZeroPoints:
+    """An int8 contraction's zero points (the module docstring's **int8**): ``a`` (the GEMM's lhs:
+    a matmul's ``a``, a conv's gathered input) per tensor, ``b`` (a matmul's ``b``, a conv's
+    weights) per tensor or per column (``b_per_column``); ``*_unsigned``: the operand is ui8, made
+    signed by subtracting 128."""
+
+    a_unsigned: bool
+    b_unsigned: bool
+    b_per_column: bool
+
+    @staticmethod
+    def of(anchor: Operation) -> "ZeroPoints | None":
+        if anchor.name not in INTEGER_CONTRACTIONS:
+            return None
+        a, b, _, b_zero = anchor.operands
+        return ZeroPoints(is_unsigned(a.type.element_type), is_unsigned(b.type.element_type), b_zero.type.rank == 1)
+
+    def load(self, code: TritonCode, a_zero: str, b_zero: str, columns: str) -> None:
+        """``za`` and ``zb`` (per column: of the tile's ``columns``), as stored."""
+        code.line(f"za = tl.load({a_zero})")
+        code.line(f"zb = tl.load({b_zero} + {columns})" if self.b_per_column else f"zb = tl.load({b_zero})")
+
+    @property
+    def a_pad(self) -> str:
+        """What a masked load of ``a`` reads: its zero point."""
+        return "za"
+
+    @property
+    def b_pad(self) -> str:
+        return "zb[None, :]" if self.b_per_column else "zb"
+
+    def start(self, code: TritonCode) -> None:
+        code.line("a_sums = tl.zeros((BLOCK_M,), dtype=tl.int32)")
+        code.line("b_sums = tl.zeros((BLOCK_N,), dtype=tl.int32)")
+
+    def signed_tiles(self, code: TritonCode) -> None:
+        """``a`` and ``b`` made signed (ui8 less 128) for ``tl.dot``."""
+        for tile, unsigned in (("a", self.a_unsigned), ("b", self.b_unsigned)):
+            if unsigned:
+                code.line(f"{tile} = ({tile}.to(tl.int16) - 128).to(tl.int8)")
+
+    def sum_tiles(self, code: TritonCode) -> None:
+        code.line("a_sums += tl.sum(a.to(tl.int32), axis=1)")
+        code.line("b_sums += tl.sum(b.to(tl.int32), axis=0)")
+
+    def correct(self, code: TritonCode, k: int) -> TValue:
+        """The exact sums ``(a - za)(b - zb)`` from ``acc`` (``P`` of the signed tiles) and the
+        tiles' sums, as ``sums`` (i32)."""
+        code.line("# (a - za)(b - zb) = P - zb rowsum(a) - za colsum(b) + K za zb (tiles and zero points signed); the "
+                  "padding past K holds the zero points, so K counts whole BLOCK_K steps")
+        code.line(f"za_s = za.to(tl.int32){' - 128' if self.a_unsigned else ''}")
+        code.line(f"zb_s = zb.to(tl.int32){' - 128' if self.b_unsigned else ''}")
+        zb = "zb_s[None, :]" if self.b_per_column else "zb_s"
+        code.line(f"k_steps = tl.cdiv({k}, BLOCK_K) * BLOCK_K")
+        code.line(f"sums = acc - {zb} * a_sums[:, None] - za_s * b_sums[None, :] + k_steps * za_s * {zb}")
+        return TValue("sums", I32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,7 +248,7 @@ class Gemm:
 
     def configs(self) -> tuple:
         """The heuristic first: blocks covering the problem up to 64 x 64 (128 for a large one),
-        K blocks of 32 (64 for 16-bit operands; 8 for integers); then the GPU candidates that are
+        K blocks of 32 (64 for 8- and 16-bit operands; 8 for other integers); then the GPU candidates that are
         no larger than the problem."""
         kind = self.kind
         large = self.m >= 512 and self.n >= 512
@@ -171,8 +258,8 @@ class Gemm:
             heuristic = (min(block_m, 32), min(block_n, 32), INTEGER_BLOCK_K, 4, 2)
             candidates = INTEGER_CONFIGS
         else:
-            depth = {2: 64, 4: 32, 8: 16}[kind.operand_bytes]
-            block_k = _block(self.k, MIN_BLOCK, depth)
+            depth = {1: 64, 2: 64, 4: 32, 8: 16}[kind.operand_bytes]
+            block_k = _block(self.k, MIN_INT8_BLOCK_K if kind.operand_bytes == 1 else MIN_BLOCK, depth)
             warps = 8 if block_m * block_n >= 128 * 128 else 4
             heuristic = (block_m, block_n, block_k, warps, 3)
             candidates = GPU_CONFIGS[kind.operand_bytes]
@@ -224,13 +311,23 @@ def lower_contraction(ctx: TritonContext) -> tuple:
         ctx.code.line("pass  # an empty result")
         return (LaunchConfig({}, (1,)),)
     wide = ctx.index_type() == "tl.int64"
-    if anchor.name == "lz.matmul":
-        stored = [stored_operand(ctx, v, anchor) for v in anchor.operands]
+    # an int8 contraction's zero points are read as stored: their shapes say per tensor or per column
+    zero_pointers = [_pointer(ctx, anchor, v) for v in anchor.operands[2:]]
+    if anchor.name in ("lz.matmul", "lz.matmul_integer"):
+        stored = [stored_operand(ctx, v, anchor) for v in anchor.operands[:2]]
         shape = MatmulShape.of(anchor, stored[0][1], stored[1][1])
-        pointers = [ctx.operand_buffers[ctx.body.args.index(source)].pointer for source, _ in stored]
-        return _matmul(ctx, anchor, shape, pointers, wide)
-    pointers = [ctx.operand_buffers[ctx.body.args.index(v)].pointer for v in anchor.operands]
-    return _conv(ctx, anchor, ConvShape.of(anchor), pointers, wide)
+        pointers = [_pointer(ctx, anchor, source) for source, _ in stored]
+        return _matmul(ctx, anchor, shape, pointers + zero_pointers, wide)
+    pointers = [_pointer(ctx, anchor, v) for v in anchor.operands[:2]]
+    return _conv(ctx, anchor, ConvShape.of(anchor), pointers + zero_pointers, wide)
+
+
+def _pointer(ctx: TritonContext, anchor: Operation, v) -> str:
+    """The buffer of kernel operand ``v``, which ``anchor`` reads."""
+    if v not in ctx.body.args:
+        raise ctx.failure(f"{anchor.name} reads an operand computed in the kernel (a contraction's operands come "
+                          "from memory)")
+    return ctx.operand_buffers[ctx.body.args.index(v)].pointer
 
 
 def _describe(ctx: TritonContext, anchor: Operation, what: str) -> None:
@@ -240,7 +337,7 @@ def _describe(ctx: TritonContext, anchor: Operation, what: str) -> None:
                 if op is not anchor and op not in prologue and op.name not in ("lz.yield", "lz.constant")]
     ctx.code.line(f"# {what}")
     if prologue:
-        ctx.code.line("# operands read through lz.transpose (strides)")
+        ctx.code.line(f"# operands read through {', '.join(sorted({op.name for op in prologue}))} (strides)")
     ctx.code.line(f"# epilogue on the accumulator: {', '.join(epilogue)}" if epilogue else "# no epilogue")
 
 
@@ -283,23 +380,32 @@ def _clamped(code: TritonCode, name: str, source: str, extent: int, whole: bool)
     return name
 
 
-def _load(pointer: str, mask: str | None, kind: DotKind) -> str:
+def _load(pointer: str, mask: str | None, kind: DotKind, pad: str | None = None) -> str:
+    """A tile's load; a masked one reads ``pad`` (an int8 operand's zero point), else 0."""
     if mask is None:
         return f"tl.load({pointer})"
-    return f"tl.load({pointer}, mask={mask}, other={'0.0' if kind.dot else '0'})"
+    return f"tl.load({pointer}, mask={mask}, other={pad or ('0.0' if kind.dot else '0')})"
 
 
-def _k_loop(code: TritonCode, gemm: Gemm, load_tiles, steps, whole_k: bool) -> None:
+def _k_loop(code: TritonCode, gemm: Gemm, load_tiles, steps, whole_k: bool, zero_points: ZeroPoints | None) -> TValue | None:
     """``acc``, summed over K: ``load_tiles(mask_b)`` writes the lines that load tiles ``a`` and
     ``b`` at step ``k`` (``mask_b``: B's rows inside K, None when K blocks are whole); ``steps``
-    advance the pointers."""
+    advance the pointers.  With ``zero_points`` (an int8 contraction), the exact sums after the
+    loop (else None: ``acc`` is the product)."""
     kind = gemm.kind
     code.line(f"acc = tl.zeros((BLOCK_M, BLOCK_N), dtype={kind.accumulator})")
+    if zero_points:
+        zero_points.start(code)
     with code.block(f"for k in range(0, {gemm.k}, BLOCK_K):"):
         load_tiles(None if whole_k else f"ks[:, None] < {gemm.k} - k")
+        if zero_points:
+            zero_points.signed_tiles(code)
         code.line(f"acc = {kind.product(kind.loaded('a'), kind.loaded('b'), 'acc')}")
+        if zero_points:
+            zero_points.sum_tiles(code)
         for step in steps:
             code.line(step)
+    return zero_points.correct(code, gemm.k) if zero_points else None
 
 
 def _tile_mask(m: int, n: int, whole_m: bool, whole_n: bool) -> str | None:
@@ -310,12 +416,13 @@ def _tile_mask(m: int, n: int, whole_m: bool, whole_n: bool) -> str | None:
 def _matmul(ctx: TritonContext, anchor: Operation, shape: MatmulShape, pointers, wide: bool) -> tuple:
     code = ctx.code
     dtype = anchor.result.type.element_type
-    gemm = Gemm(shape.batches, shape.m, shape.n, shape.k, DotKind.of(dtype))
+    gemm = Gemm(shape.batches, shape.m, shape.n, shape.k, DotKind.of_anchor(anchor))
+    zero_points = ZeroPoints.of(anchor)
     configs = gemm.configs()
     whole_m, whole_n = _every(configs, "BLOCK_M", shape.m), _every(configs, "BLOCK_N", shape.n)
     whole_k = _every(configs, "BLOCK_K", shape.k)
-    a_shape, b_shape = (v.type.shape for v in anchor.operands)
-    _describe(ctx, anchor, f"lz.matmul {_fmt_shape(a_shape)} @ {_fmt_shape(b_shape)} -> "
+    a_shape, b_shape = (v.type.shape for v in anchor.operands[:2])
+    _describe(ctx, anchor, f"{anchor.name} {_fmt_shape(a_shape)} @ {_fmt_shape(b_shape)} -> "
                            f"{_fmt_shape(anchor.result.type.shape)} {dtype}: {_count(gemm.outer, 'GEMM')} of "
                            f"{shape.m}x{shape.k} @ {shape.k}x{shape.n}")
     _program_tile(code, gemm, "batch", wide)
@@ -335,14 +442,17 @@ def _matmul(ctx: TritonContext, anchor: Operation, shape: MatmulShape, pointers,
     b_batch = [_term(c, s) for c, s in zip(coords, shape.b_batch_strides)]
     code.line(f"a_tile = {pointers[0]} + {_sum(*a_batch, _term(f'{rows}[:, None]', a_row), _term('ks[None, :]', a_k))}")
     code.line(f"b_tile = {pointers[1]} + {_sum(*b_batch, _term('ks[:, None]', b_k), _term(f'{cols}[None, :]', b_col))}")
+    if zero_points:
+        zero_points.load(code, pointers[2], pointers[3], cols)
+    a_pad, b_pad = (zero_points.a_pad, zero_points.b_pad) if zero_points else (None, None)
 
     def load_tiles(mask_b):
         mask_a = None if mask_b is None else f"ks[None, :] < {shape.k} - k"
-        code.line(f"a = {_load('a_tile', mask_a, gemm.kind)}")
-        code.line(f"b = {_load('b_tile', mask_b, gemm.kind)}")
+        code.line(f"a = {_load('a_tile', mask_a, gemm.kind, a_pad)}")
+        code.line(f"b = {_load('b_tile', mask_b, gemm.kind, b_pad)}")
 
-    _k_loop(code, gemm, load_tiles, [f"a_tile += {_term('BLOCK_K', a_k)}", f"b_tile += {_term('BLOCK_K', b_k)}"],
-            whole_k)
+    sums = _k_loop(code, gemm, load_tiles,
+                   [f"a_tile += {_term('BLOCK_K', a_k)}", f"b_tile += {_term('BLOCK_K', b_k)}"], whole_k, zero_points)
     index = [_block_var(c, d, c) for c, d in zip(coords, shape.batch_shape)] if coords else \
         [Affine()] * len(shape.batch_shape)
     if shape.has_rows:
@@ -351,7 +461,7 @@ def _matmul(ctx: TritonContext, anchor: Operation, shape: MatmulShape, pointers,
         index.append(_block_var("col", shape.n, f"{cols}[None, :]"))
     offsets = _sum(_term("batch", shape.m * shape.n) if coords else None, _term(f"{rows}[:, None]", shape.n),
                    f"{cols}[None, :]")
-    _epilogue(ctx, anchor, gemm.kind, index, offsets, _tile_mask(shape.m, shape.n, whole_m, whole_n))
+    _epilogue(ctx, anchor, gemm.kind, sums, index, offsets, _tile_mask(shape.m, shape.n, whole_m, whole_n))
     return configs
 
 
@@ -359,14 +469,15 @@ def _conv(ctx: TritonContext, anchor: Operation, s: ConvShape, pointers, wide: b
     code = ctx.code
     dtype = anchor.result.type.element_type
     pixels = s.n * s.oh * s.ow
-    gemm = Gemm(s.groups, pixels, s.out_per_group, s.k, DotKind.of(dtype))
+    gemm = Gemm(s.groups, pixels, s.out_per_group, s.k, DotKind.of_anchor(anchor))
+    zero_points = ZeroPoints.of(anchor)
     configs = gemm.configs()
     whole_m, whole_n = _every(configs, "BLOCK_M", pixels), _every(configs, "BLOCK_N", s.out_per_group)
     whole_k = _every(configs, "BLOCK_K", s.k)
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = s.strides, s.dilations, s.pads
-    x_shape, w_shape = (v.type.shape for v in anchor.operands)
+    x_shape, w_shape = (v.type.shape for v in anchor.operands[:2])
     attrs = f"strides [{sh}, {sw}], pads [{pt}, {pl}, {pb}, {pr}], dilations [{dh}, {dw}], groups {s.groups}"
-    _describe(ctx, anchor, f"lz.conv2d {_fmt_shape(x_shape)} * {_fmt_shape(w_shape)} -> "
+    _describe(ctx, anchor, f"{anchor.name} {_fmt_shape(x_shape)} * {_fmt_shape(w_shape)} -> "
                            f"{_fmt_shape(anchor.result.type.shape)} {dtype} ({attrs}): an implicit GEMM per group "
                            f"of {pixels} pixels (image, oh, ow) x {s.out_per_group} channels x {s.k} taps (ci, kh, kw)")
     _program_tile(code, gemm, "group", wide)
@@ -380,6 +491,9 @@ def _conv(ctx: TritonContext, anchor: Operation, s: ConvShape, pointers, wide: b
     code.line(f"x_image = {pointers[0]} + {_sum(_term('image', s.c * s.h * s.w), group_offset)}")
     code.line("ks = tl.arange(0, BLOCK_K)")
     code.line(f"w_tile = {pointers[1]} + {_sum(_term('channels[None, :]', s.k), 'ks[:, None]')}")
+    if zero_points:  # the padding holds the input's zero point (a real 0), as K's tail does
+        zero_points.load(code, pointers[2], pointers[3], "channels")
+    a_pad, b_pad = (zero_points.a_pad, zero_points.b_pad) if zero_points else (None, None)
     taps = s.kh * s.kw
 
     def load_tiles(mask_b):
@@ -399,15 +513,15 @@ def _conv(ctx: TritonContext, anchor: Operation, s: ConvShape, pointers, wide: b
         if inside:
             code.line(f"inside = {' & '.join(inside)}")
         x_offsets = _sum(_term("ci[None, :]", s.h * s.w), _term("ih", s.w), "iw")
-        code.line(f"a = {_load(f'x_image[:, None] + {x_offsets}', 'inside' if inside else None, gemm.kind)}")
-        code.line(f"b = {_load('w_tile', mask_b, gemm.kind)}")
+        code.line(f"a = {_load(f'x_image[:, None] + {x_offsets}', 'inside' if inside else None, gemm.kind, a_pad)}")
+        code.line(f"b = {_load('w_tile', mask_b, gemm.kind, b_pad)}")
 
-    _k_loop(code, gemm, load_tiles, ["w_tile += BLOCK_K"], whole_k)
+    sums = _k_loop(code, gemm, load_tiles, ["w_tile += BLOCK_K"], whole_k, zero_points)
     index = [_block_var("image", s.n, "image[:, None]"), _block_var("channel", s.o, "channels[None, :]"),
              _block_var("oh", s.oh, "oh[:, None]"), _block_var("ow", s.ow, "ow[:, None]")]
     offsets = _sum(_term("image[:, None]", s.o * s.oh * s.ow), _term("channels[None, :]", s.oh * s.ow),
                    _term("oh[:, None]", s.ow), "ow[:, None]")
-    _epilogue(ctx, anchor, gemm.kind, index, offsets, _tile_mask(pixels, s.out_per_group, whole_m, whole_n))
+    _epilogue(ctx, anchor, gemm.kind, sums, index, offsets, _tile_mask(pixels, s.out_per_group, whole_m, whole_n))
     return configs
 
 
@@ -416,16 +530,18 @@ def _block_var(name: str, extent: int, expr: str) -> Affine:
     return Affine.of(Var(name, extent, payload=expr))
 
 
-def _epilogue(ctx: TritonContext, anchor: Operation, kind: DotKind, index, offsets: str, mask: str | None) -> None:
+def _epilogue(ctx: TritonContext, anchor: Operation, kind: DotKind, sums: TValue | None, index, offsets: str,
+              mask: str | None) -> None:
     """Every yielded value at the tile's ``index`` (an ``Affine`` per result dim), the
-    contraction's value being the sums rounded to its element type, stored at ``offsets`` (always
-    a full BLOCK_M x BLOCK_N block, so smaller values broadcast) under ``mask``."""
+    contraction's value being ``sums`` (an int8 contraction's) or ``acc`` rounded to its element
+    type, stored at ``offsets`` (always a full BLOCK_M x BLOCK_N block, so smaller values
+    broadcast) under ``mask``."""
     code, s = ctx.code, ctx.s
     dtype = anchor.result.type.element_type
     code.line(f"# the epilogue at the tile's index, the {anchor.name} being the sums")
-    if kind.dot:
+    if sums is None and kind.dot:
         sums = s.round(TValue("acc", dtype))
-    else:  # the integer sums wrap like the element type's when truncated to it
+    elif sums is None:  # the integer sums wrap like the element type's when truncated to it
         sums = TValue(code.assign("sums", f"acc.to({compute_dtype(dtype)})"), dtype)
     emitter = ctx.emitter
     emitter.new_scope()

@@ -1,0 +1,230 @@
+"""The GPU's int8 contractions (``lezero/codegen/triton/contraction.py``: ``lz.matmul_integer`` and
+``lz.conv_integer`` as int8 ``tl.dot``s summing in int32, zero points applied after the K loop) in
+Triton's interpreter (``TRITON_INTERPRET=1``, conftest.py), equal to the exact integer reference:
+M/N/K tails, batched and broadcast, per-column zero points, every pairing of i8 and ui8 with
+values and zero points at the ends of their ranges, an operand read through a reshape; convs with
+strides, pads, dilations and groups; the fused dequantize / requantize epilogues (ties, saturation
+at both ends); a dynamically quantized seed MLP on "cuda" against the CPU; and the sm_90 PTX, whose
+products are Hopper's integer ``wgmma`` (``.s32.s8.s8``)."""
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+import numpy as np
+import pytest
+import triton  # noqa: F401  (a missing triton fails this module loudly)
+
+import lezero as lz
+from lezero import quantization as Q
+from lezero.codegen.schedule import schedule
+from lezero.codegen.triton.backend import lower_module, unsupported_reason
+from lezero.codegen.triton.jit import build_ptx
+from lezero.ir import interpret, parse_module, print_module
+from lezero.ir.types import ELEMENT_TYPES, F32, tensor
+
+from codegen.triton.triton_testing import check_triton, run_triton
+from support.ir_building import build
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "examples"))
+import train_mlp  # noqa: E402  (the seed's SimpleMLP)
+
+NP = {"i8": np.int8, "ui8": np.uint8}
+PAIRS = [(a, b) for a in ("ui8", "i8") for b in ("i8", "ui8")]
+
+
+def _extremes(rng, shape, dt):
+    """Values of ``dt``, half of them at its two ends (the largest products)."""
+    info = np.iinfo(NP[dt])
+    v = rng.integers(info.min, info.max, shape, endpoint=True)
+    return np.where(rng.random(shape) < 0.5, rng.choice([info.min, info.max], shape), v).astype(NP[dt])
+
+
+def _gpu_kernels(module):
+    return [op for op in schedule(module, target="cuda").functions[0].entry_block.ops
+            if op.name == "lz.kernel" and op.attributes["device"].value == "cuda"]
+
+
+# (a shape, b shape, per-column b zero point)
+MATMUL_CASES = {
+    "tails": ((5, 40), (40, 7), True),  # one partial tile each way, K one partial step
+    "k-steps-tail": ((19, 77), (77, 20), False),  # two K steps, the second of 13
+    "batched": ((2, 5, 33), (2, 33, 18), True),
+    "broadcast-rhs": ((2, 3, 4, 9), (9, 17), True),
+    "vector-lhs": ((40,), (40, 7), True),
+    "k-one": ((33, 1), (1, 17), False),
+}
+
+
+@pytest.mark.parametrize("a_dt, b_dt", PAIRS)
+@pytest.mark.parametrize("case", MATMUL_CASES)
+def test_matmul_integer_is_exact(case, a_dt, b_dt):
+    a_shape, b_shape, per_column = MATMUL_CASES[case]
+    rng = np.random.default_rng(sum(a_shape) + 3 * sum(b_shape))
+    a, w = _extremes(rng, a_shape, a_dt), _extremes(rng, b_shape, b_dt)
+    za = np.asarray(np.iinfo(NP[a_dt]).max, NP[a_dt])
+    zb = _extremes(rng, (b_shape[-1],), b_dt) if per_column else np.asarray(np.iinfo(NP[b_dt]).min, NP[b_dt])
+    module = build([tensor(a_shape, a_dt), tensor(b_shape, b_dt), tensor((), a_dt), tensor(zb.shape, b_dt)],
+                   lambda b, *x: b.op("lz.matmul_integer", *x))
+    want = np.matmul(a.astype(np.int64) - za, w.astype(np.int64) - zb.astype(np.int64))
+    assert np.abs(want).max() < 2 ** 31
+    kernels = []
+    (got,) = run_triton(module, [a, w, za, zb], kernels=kernels)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+    (kernel,) = kernels
+    assert "tl.dot(a, b, acc, out_dtype=tl.int32)" in kernel.source
+
+
+@pytest.mark.parametrize("a_dt, b_dt", PAIRS)
+def test_saturated_operands_and_zero_points_are_exact(a_dt, b_dt):
+    """Every operand at an end of its range, the zero points at the other ends: the largest centred
+    products, (-128 - 127) x (255 - 0) and such, all of one sign along K."""
+    lo_a, hi_a = np.iinfo(NP[a_dt]).min, np.iinfo(NP[a_dt]).max
+    lo_b, hi_b = np.iinfo(NP[b_dt]).min, np.iinfo(NP[b_dt]).max
+    a = np.full((17, 70), lo_a, NP[a_dt])
+    a[::2] = hi_a
+    w = np.full((70, 19), hi_b, NP[b_dt])
+    w[:, ::3] = lo_b
+    zb = np.where(np.arange(19) % 2, lo_b, hi_b).astype(NP[b_dt])
+    module = build([tensor(a.shape, a_dt), tensor(w.shape, b_dt), tensor((), a_dt), tensor((19,), b_dt)],
+                   lambda b, *x: b.op("lz.matmul_integer", *x))
+    for za in (lo_a, hi_a):
+        check_triton(module, [a, w, np.asarray(za, NP[a_dt]), zb])
+
+
+def test_matmul_integer_reads_a_reshaped_operand_in_place():
+    """ONNX's Flatten before a quantized Gemm: the GEMM reads the 4-D tensor's bytes as its rows."""
+    def body(b, x, w, zx, zw):
+        return b.op("lz.matmul_integer", b.op("lz.reshape", x, shape=[3, 40]), w, zx, zw)
+    module = build([tensor((3, 2, 4, 5), "ui8"), tensor((40, 10), "i8"), tensor((), "ui8"), tensor((10,), "i8")],
+                   body)
+    rng = np.random.default_rng(5)
+    (kernel,) = check_triton(module, [_extremes(rng, (3, 2, 4, 5), "ui8"), _extremes(rng, (40, 10), "i8"),
+                                      np.asarray(130, np.uint8), _extremes(rng, (10,), "i8")])
+    assert kernel.kind == "matmul" and "lz.reshape" in kernel.source
+
+
+def _requantize_module(m, k, n, a_dt, b_dt, out_dt, ties):
+    """``matmul_integer`` then ``* scale`` (per column) ``+ bias``, ``quantize`` to ``out_dt`` and a
+    relu'd float result: the chain fold-qdq and ``lz.quantization``'s Linear give.  ``ties``: scale
+    0.5 and output scale 1 (every odd sum a tie); else a small output scale (both ends saturate)."""
+    def body(b, a, w, za, zb, scale, bias):
+        y = b.op("lz.add", b.op("lz.mul", b.op("lz.cast", b.op("lz.matmul_integer", a, w, za, zb), to=F32), scale),
+                 bias)
+        q = b.op("lz.quantize", y, b.constant(np.asarray(1.0 if ties else 0.01, np.float32), tensor((), "f32")),
+                 b.constant(np.asarray(3 if out_dt == "ui8" else -5, NP[out_dt]), tensor((), out_dt)))
+        return [q, b.op("lz.max", y, b.constant(np.asarray(0, np.float32), tensor((), "f32")))]
+    return build([tensor((m, k), a_dt), tensor((k, n), b_dt), tensor((), a_dt), tensor((n,), b_dt),
+                  tensor((n,), "f32"), tensor((n,), "f32")], body)
+
+
+@pytest.mark.parametrize("a_dt, b_dt, out_dt, ties", [("ui8", "i8", "ui8", True), ("ui8", "i8", "i8", False),
+                                                      ("i8", "ui8", "i8", True), ("i8", "ui8", "ui8", False)])
+def test_fused_requantize_equals_the_unfused_chain(a_dt, b_dt, out_dt, ties):
+    m, k, n = 13, 71 if ties else 150, 40
+    module = _requantize_module(m, k, n, a_dt, b_dt, out_dt, ties)
+    (kernel,) = _gpu_kernels(module)  # one kernel: the epilogue on the i32 tile, no i32 tensor stored
+    assert kernel.attributes["kind"].value == "matmul"
+    assert all(r.type.element_type.name != "i32" for r in kernel.results)
+    rng = np.random.default_rng(m + k + n)
+    a, w = _extremes(rng, (m, k), a_dt), _extremes(rng, (k, n), b_dt)
+    za = np.asarray(7, NP[a_dt])
+    zb = (rng.integers(-3, 4, n) + (128 if b_dt == "ui8" else 0)).astype(NP[b_dt])
+    scale = np.full(n, 0.5, np.float32) if ties else (rng.random(n) * 1e-3).astype(np.float32)
+    bias = np.zeros(n, np.float32) if ties else rng.standard_normal(n).astype(np.float32)
+    arrays = [a, w, za, zb, scale, bias]
+    check_triton(module, arrays, rtol=0, atol=0)  # the reference's f32 operations, in its order
+    info = np.iinfo(NP[out_dt])
+    q = interpret(module, "f", *arrays)[0]
+    assert ties or {info.min, info.max} <= set(np.unique(q)), "the case saturates at both ends"
+
+
+# (x shape, w shape, x type, w type, w zero per channel, window)
+CONV_CASES = {
+    "u8s8-pads": ((2, 5, 7, 6), (6, 5, 3, 3), "ui8", "i8", False, {"pads": [1, 1, 1, 1]}),
+    "s8u8-stride2-per-channel": ((1, 3, 9, 10), (7, 3, 3, 2), "i8", "ui8", True,
+                                 {"strides": [2, 2], "pads": [1, 0, 2, 1]}),
+    "u8u8-groups-dilation-per-channel": ((2, 4, 8, 7), (6, 2, 2, 3), "ui8", "ui8", True,
+                                         {"groups": 2, "dilations": [2, 1], "pads": [0, 1, 1, 0]}),
+    "s8s8-pointwise": ((1, 40, 3, 5), (20, 40, 1, 1), "i8", "i8", False, {}),
+}
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_integer_is_exact(case):
+    x_shape, w_shape, x_dt, w_dt, per_channel, window = CONV_CASES[case]
+    rng = np.random.default_rng(sum(x_shape) + 7 * sum(w_shape))
+    zw = _extremes(rng, (w_shape[0],), w_dt) if per_channel else np.asarray(np.iinfo(NP[w_dt]).max, NP[w_dt])
+    arrays = [_extremes(rng, x_shape, x_dt), _extremes(rng, w_shape, w_dt),
+              np.asarray(np.iinfo(NP[x_dt]).min + 1, NP[x_dt]), zw]
+    module = build([tensor(x_shape, x_dt), tensor(w_shape, w_dt), tensor((), x_dt), tensor(zw.shape, w_dt)],
+                   lambda b, *v: b.op("lz.conv_integer", *v, **window))
+    (kernel,) = check_triton(module, arrays)  # one conv kernel: no im2col gather, no i32 matmul
+    assert kernel.kind == "conv" and "out_dtype=tl.int32" in kernel.source
+
+
+def test_conv_integer_requantized_in_its_epilogue():
+    """QLinearConv's chain (i32 bias, per-channel scale, round, zero point, clamp, cast) on the conv's
+    i32 tile: one kernel, equal to the reference with saturation at both ends."""
+    lo, hi = np.iinfo(np.uint8).min, np.iinfo(np.uint8).max
+
+    def body(b, x, w, zx, zw, bias, scale):
+        y = b.op("lz.mul", b.op("lz.cast", b.op("lz.add", b.op("lz.conv_integer", x, w, zx, zw, pads=[1, 1, 1, 1]),
+                                                bias), to=F32), scale)
+        q = b.op("lz.add", b.op("lz.round", y), b.constant(np.asarray(3, np.float32)))
+        q = b.op("lz.min", b.op("lz.max", q, b.constant(np.asarray(lo, np.float32))),
+                 b.constant(np.asarray(hi, np.float32)))
+        return [b.op("lz.cast", q, to=ELEMENT_TYPES["ui8"])]
+    module = build([tensor((2, 8, 6, 6), "ui8"), tensor((12, 8, 3, 3), "i8"), tensor((), "ui8"), tensor((), "i8"),
+                    tensor((12, 1, 1), "i32"), tensor((12, 1, 1), "f32")], body)
+    rng = np.random.default_rng(11)
+    arrays = [_extremes(rng, (2, 8, 6, 6), "ui8"), _extremes(rng, (12, 8, 3, 3), "i8"), np.asarray(131, np.uint8),
+              np.asarray(0, np.int8), rng.integers(-5000, 5000, (12, 1, 1)).astype(np.int32),
+              (rng.random((12, 1, 1)) * 2e-2).astype(np.float32)]
+    kernels = check_triton(module, arrays)
+    assert [k.kind for k in kernels] == ["conv"]
+    assert {lo, hi} <= set(np.unique(interpret(module, "f", *arrays))), "the case saturates at both ends"
+
+
+def test_int8_contractions_run_on_the_gpu():
+    """Placement keeps them on cuda (no CPU fallback, no transfer kernels)."""
+    module = build([tensor((8, 64), "ui8"), tensor((64, 32), "i8"), tensor((), "ui8"), tensor((), "i8")],
+                   lambda b, *x: b.op("lz.matmul_integer", *x))
+    assert unsupported_reason(next(op for op in module.functions[0].entry_block.ops
+                                   if op.name == "lz.matmul_integer")) is None
+    kernels = [op for op in schedule(module, target="cuda").functions[0].entry_block.ops if op.name == "lz.kernel"]
+    assert [(k.attributes["kind"].value, k.attributes["device"].value) for k in kernels] == [("matmul", "cuda")]
+
+
+def test_dynamically_quantized_mlp_on_cuda_matches_the_cpu():
+    """The seed MLP (784-256-10) quantized dynamically (``lz.quantization``): traced and run with
+    target cuda, its two integer GEMMs are Triton kernels, and its outputs equal the CPU's."""
+    quantized = Q.quantize_dynamic(train_mlp.SimpleMLP(), dtype="int8")
+    x = np.random.default_rng(0).random((4, 784), np.float32)
+    traced = lz.jit.trace(quantized, example_inputs=lz.from_numpy(x), dynamic_batch=False)
+    names = [k.name for k in lower_module(parse_module(print_module(traced.module)))]  # scheduling a copy
+    assert sum("matmul_integer" in name for name in names) == 2, names
+    with lz.no_grad():
+        cpu = traced(lz.from_numpy(x)).numpy()
+        quantized.to("cuda")
+        cuda = traced(lz.from_numpy(x).to("cuda")).cpu().numpy()
+    np.testing.assert_array_equal(cuda, cpu)  # the same f32 operations around exact integer sums
+
+
+# a transformer's projection (768 -> 192 at 64 tokens) and a conv, scheduled for cuda and built for sm_90
+PTX_CASES = {
+    "matmul": (lambda: build([tensor((64, 768), "ui8"), tensor((768, 192), "i8"), tensor((), "ui8"),
+                              tensor((192,), "i8")], lambda b, *x: b.op("lz.matmul_integer", *x))),
+    "conv": (lambda: build([tensor((2, 32, 14, 14), "i8"), tensor((64, 32, 3, 3), "ui8"), tensor((), "i8"),
+                            tensor((), "ui8")], lambda b, *x: b.op("lz.conv_integer", *x, pads=[1, 1, 1, 1]))),
+}
+
+
+@pytest.mark.parametrize("case", PTX_CASES)
+def test_int8_kernels_multiply_on_hopper_integer_tensor_cores(case):
+    (kernel,) = lower_module(PTX_CASES[case]())
+    ptx = build_ptx(kernel)
+    assert re.search(r"^\.target sm_90a?\b", ptx, re.M)
+    assert re.search(r"\bwgmma\.mma_async\.[\w.]*\.s32\.s8\.s8\b", ptx), f"{kernel.name}: no integer wgmma"
