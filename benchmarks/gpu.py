@@ -13,8 +13,13 @@ one CUDA device, measured in the same run:
    d_model 512, batch 32 x 256 tokens, AdamW; also in float32) inside ``autocast(bfloat16)``:
    lezero's compiled step made in ``lz.autocast("cuda")`` against torch eager and torch.compile in
    ``torch.autocast``.
+6. int8 GEMM (issue 12: ``lz.matmul_integer`` as int8 ``tl.dot``s summing in int32) at 4096^3, 8192^3
+   and a BERT-base feed-forward's shapes (4096 tokens, 768 <-> 3072): TOP/s against ``torch._int_mm``
+   (cuBLASLt's s8 x s8 -> s32, no zero points), bare (i32 out) and with the dequantize epilogue
+   (``cast * scale + bias``, float32 out) against ``_int_mm`` then torch's float ops, eager and
+   compiled.
 
-    .venv/bin/python benchmarks/gpu.py [--budget 285] [--sections elementwise gemm mlp resnet amp] [--no-torch-compile]
+    .venv/bin/python benchmarks/gpu.py [--budget 285] [--sections elementwise gemm mlp resnet amp int8] [--no-torch-compile]
     .venv/bin/python benchmarks/gpu.py --tiny     # a dry run on the CPU, Triton's interpreter, tiny sizes
 
 lezero runs what its compile path makes: the function through ``lezero.compile(..., target="cuda")``
@@ -54,8 +59,8 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--budget", type=float, default=None,
                     help="seconds for the whole run (default 285; --tiny: none): what would end after it is "
                          "skipped, a section still running then is stopped")
-parser.add_argument("--sections", nargs="+", default=["elementwise", "gemm", "mlp", "resnet", "amp"],
-                    choices=["elementwise", "gemm", "mlp", "resnet", "amp"])
+parser.add_argument("--sections", nargs="+", default=["elementwise", "gemm", "mlp", "resnet", "amp", "int8"],
+                    choices=["elementwise", "gemm", "mlp", "resnet", "amp", "int8"])
 parser.add_argument("--tiny", action="store_true",
                     help="tiny sizes on the CPU under TRITON_INTERPRET=1: checks the script, measures nothing")
 parser.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
@@ -94,6 +99,8 @@ GEMM_SIZES = (4096, 8192) if not TINY else (16, 32)
 MLP_BATCH = 4096 if not TINY else 8
 RESNET = (32, 224) if not TINY else (1, 32)   # batch, image side
 TRANSFORMER = (32, 256, 512, 8, 6) if not TINY else (2, 8, 16, 2, 1)  # batch, sequence, d_model, heads, layers
+INT8_GEMM_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 768, 3072), (4096, 3072, 768)) if not TINY \
+    else ((32, 64, 48),)  # m, k, n
 
 
 # --- timing -----------------------------------------------------------------------------------------------
@@ -460,6 +467,74 @@ def bench_amp() -> None:
                                note=note if low else "", low=low)
 
 
+# --- 6. int8 GEMM (issue 12) ----------------------------------------------------------------------------
+
+def matmul_integer_function(m: int, k: int, n: int, a_type: str, b_type: str, dequantize: bool) -> str:
+    """``lz.matmul_integer`` of an ``m x k`` by ``k x n`` (a per-tensor, b per-column zero point); with
+    ``dequantize`` its epilogue ``cast(f32) * scale + bias`` (per column), as lezero.quantization's Linear
+    and fold-qdq make it."""
+    a, b, y = f"tensor<{m}x{k}x{a_type}>", f"tensor<{k}x{n}x{b_type}>", f"tensor<{m}x{n}xi32>"
+    v, f = f"tensor<{n}xf32>", f"tensor<{m}x{n}xf32>"
+    zeros = f"%za: tensor<{a_type}>, %zb: tensor<{n}x{b_type}>"
+    product = f'  %0 = "lz.matmul_integer"(%a, %b, %za, %zb) : ({a}, {b}, tensor<{a_type}>, tensor<{n}x{b_type}>) -> {y}\n'
+    if not dequantize:
+        return f"func.func @f(%a: {a}, %b: {b}, {zeros}) -> {y} {{\n{product}  func.return %0 : {y}\n}}"
+    return (f"func.func @f(%a: {a}, %b: {b}, {zeros}, %s: {v}, %bias: {v}) -> {f} {{\n{product}"
+            f'  %1 = "lz.cast"(%0) {{to = f32}} : ({y}) -> {f}\n'
+            f'  %2 = "lz.mul"(%1, %s) : ({f}, {v}) -> {f}\n'
+            f'  %3 = "lz.add"(%2, %bias) : ({f}, {v}) -> {f}\n'
+            f"  func.return %3 : {f}\n}}")
+
+
+def bench_int8() -> None:
+    """lezero's int8 GEMM against torch._int_mm (cuBLASLt), which takes s8 x s8 with no zero points: the
+    bare rows time lezero s8 x s8 with zero points 0 (the same numbers; lezero still sums the tiles' rows
+    and columns for the corrections) and u8 x s8 with a per-column weight zero point (ORT's
+    quantize_dynamic contract); the dequantized rows the same GEMM with its float epilogue fused."""
+    for m, k, n in INT8_GEMM_SHAPES:
+        if over_budget(f"int8 GEMM {m}x{k}x{n}", needs=20):
+            return
+        ops = 2 * m * k * n
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device=DEVICE)
+        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, device=DEVICE)
+        za, zb = torch.zeros((), dtype=torch.int8, device=DEVICE), torch.zeros(n, dtype=torch.int8, device=DEVICE)
+        want = torch._int_mm(a, b)
+        run = lezero_runner(matmul_integer_function(m, k, n, "i8", "i8", False), [a.shape, b.shape, (), (n,)])
+        got = run([a, b, za, zb])[0]
+        if not torch.equal(got.cpu(), want.cpu()):
+            raise AssertionError(f"int8 GEMM {m}x{k}x{n}: lezero and torch._int_mm differ")
+        rates = {"lezero": ops / device_seconds(lambda: run([a, b, za, zb])) / 1e12}
+        au = (a.to(torch.int16) + 128).to(torch.uint8)  # the same values less a zero point of 128
+        zau = torch.full((), 128, dtype=torch.uint8, device=DEVICE)
+        run_u8 = lezero_runner(matmul_integer_function(m, k, n, "ui8", "i8", False), [au.shape, b.shape, (), (n,)])
+        if not torch.equal(run_u8([au, b, zau, zb])[0].cpu(), want.cpu()):
+            raise AssertionError(f"int8 GEMM {m}x{k}x{n}: lezero u8 x s8 less its zero point differs")
+        rates["lezero u8xs8 zero pts"] = ops / device_seconds(lambda: run_u8([au, b, zau, zb])) / 1e12
+        rates["torch._int_mm"] = ops / device_seconds(lambda: torch._int_mm(a, b)) / 1e12
+        report(f"int8 GEMM {m}x{k}x{n}, i32 out", "TOP/s", rates,
+               "lezero: s8 x s8, zero points 0; u8xs8: a per-tensor and a per-column zero point (Triton tl.dot "
+               "on int8 tiles, int32 accumulator, the row/column sums for the zero points in the same loop); "
+               "torch._int_mm: cuBLASLt s8 x s8 -> s32, no zero points")
+
+        scale = torch.rand(n, device=DEVICE) * 1e-3
+        bias = torch.randn(n, device=DEVICE)
+        run_f = lezero_runner(matmul_integer_function(m, k, n, "ui8", "i8", True),
+                              [au.shape, b.shape, (), (n,), (n,), (n,)])
+
+        def eager():
+            return torch._int_mm(a, b).float() * scale + bias
+
+        check_close(f"int8 GEMM {m}x{k}x{n} dequantized", run_f([au, b, zau, zb, scale, bias])[0], eager(), 1e-6)
+        rates = {"lezero": ops / device_seconds(lambda: run_f([au, b, zau, zb, scale, bias])) / 1e12,
+                 "torch eager": ops / device_seconds(eager) / 1e12}
+        if args.torch_compile and not over_budget(f"int8 GEMM {m}x{k}x{n} torch.compile", 30):
+            compiled = torch.compile(eager)
+            rates["torch.compile"] = ops / device_seconds(compiled) / 1e12
+        report(f"int8 GEMM {m}x{k}x{n} + cast * scale + bias, f32 out", "TOP/s", rates,
+               "lezero: one kernel, the epilogue on the int32 tile; torch eager: _int_mm, then three "
+               "elementwise kernels")
+
+
 # --- driver -----------------------------------------------------------------------------------------------
 
 def over_budget(what: str, needs: float = 0.0) -> bool:
@@ -473,7 +548,7 @@ def over_budget(what: str, needs: float = 0.0) -> bool:
 
 
 SECTIONS = {"elementwise": bench_elementwise, "gemm": bench_gemm, "mlp": bench_mlp, "resnet": bench_resnet,
-            "amp": bench_amp}
+            "amp": bench_amp, "int8": bench_int8}
 
 
 def run_sections(sections) -> list:
