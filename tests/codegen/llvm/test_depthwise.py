@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import lezero.onnx
 from codegen.kernel_testing import KERNEL_SIGNATURE, make_kernel, random_array, reference
 from lezero.codegen.contraction_shapes import ConvShape
-from lezero.codegen.llvm import contraction, depthwise, gemm, jit
+from lezero.codegen.llvm import contraction, contraction_gemm, depthwise, gemm, jit
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.ir.dialect.windows import window_output_size
 
@@ -55,6 +55,11 @@ CASES = {
     "two_outputs": ((1, 5, 6, 7), (2, 5, 3, 2), attrs_of(strides=(2, 1), pads=(1, 0, 1, 1))),
     "row_blocks": ((1, 1, 40, 37), (1, 1, 3, 3), attrs_of(strides=(1, 1), pads=(1, 1, 1, 1))),
     "wide_rows_stride_2": ((1, 2, 45, 130), (2, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1), groups=2)),
+    # whole images of one step along q, their sums compacted to the pixels (16-float vectors; 8 too
+    # for the 3x3 image)
+    "5x5_7x7_compacted": ((1, 16, 7, 7), (16, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=16)),
+    "3x3_image_compacted": ((1, 16, 3, 3), (16, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=16)),
+    "multiplier_2_compacted": ((1, 16, 5, 5), (32, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=16)),
     "se_reduce": ((1, 67, 1, 1), (5, 67, 1, 1), attrs_of()),
     "se_expand": ((1, 5, 1, 1), (70, 5, 1, 1), attrs_of()),
     "se_grouped_two_images": ((2, 12, 1, 1), (9, 4, 1, 1), attrs_of(groups=3)),
@@ -115,9 +120,26 @@ def test_steps_along_q_waste_few_lanes():
     assert [depthwise.step_vectors(v) for v in (1, 5, 6, 7, 8, 14, 196)] == [1, 5, 6, 4, 4, 5, 4]
 
 
+def test_small_images_compact_their_sums_where_the_rows_waste_lanes():
+    """A whole image in one step along q: compacted where walking its rows takes 1.5x the vector
+    iterations of one run over its pixels (7x7 in 16-float vectors: 7 against 4), not with 8-float
+    vectors (7 against 7), not for images cut into row blocks or of several steps."""
+    for (x_shape, w_shape, pad), width, expected in [
+            (((1, 16, 7, 7), (16, 1, 5, 5), 2), 16, True), (((1, 16, 7, 7), (16, 1, 5, 5), 2), 8, False),
+            (((1, 16, 3, 3), (16, 1, 3, 3), 1), 8, True), (((1, 5, 7, 7), (5, 1, 5, 5), 2), 16, False),
+            (((1, 16, 14, 14), (16, 1, 3, 3), 1), 16, False)]:
+        c, size, k = x_shape[1], x_shape[2], w_shape[2]
+        s = ConvShape(1, c, size, size, w_shape[0], k, k, size, size, c, (1, 1), (pad,) * 4, (1, 1))
+        plan = contraction_gemm.ConvGemm(s, direct=True, a_block_floats=0)
+        plan.lay_out_slab(width)
+        vectors = -(-((s.oh - 1) * plan.wq + s.ow) // width)
+        assert depthwise.compacts_pixels(s, plan, depthwise.row_block(s, plan), vectors, width) == expected, s
+
+
 def test_stride_2_and_small_images_use_no_gathers():
     """Stride 2 reads the slab's phases with plain loads, and the epilogue of a 7x7 image runs along
-    its rows (LLVM would otherwise unroll them and vectorize across rows, into gathers and scatters)."""
+    its rows or over its compacted pixels (LLVM would otherwise unroll the rows and vectorize across
+    them, into gathers and scatters)."""
     for x_shape, attrs in (((1, 16, 7, 7), attrs_of(pads=(2, 2, 2, 2), groups=16)),
                            ((1, 16, 28, 28), attrs_of(strides=(2, 2), pads=(2, 2, 2, 2), groups=16))):
         module, kernel = silu_kernel(x_shape, (16, 1, 5, 5), attrs)[0]
