@@ -37,7 +37,8 @@ the plan is built (``lezero.codegen.schedule.PACKED_CONSTANT_KINDS`` emptied), i
 alternation: its median and pre-packed / per-call.  ``--host-tile`` (with either) also runs each
 layer compiled with the target's GEMM register tile (6 x 4 vectors of 16 on AVX-512), as before
 convs chose their own (``contraction_gemm.conv_register_tile``), in the same alternation: its
-median and conv tile / host tile.
+median and conv tile / host tile.  ``--only "r18,dw 5x5,7x7"`` (with either) times only the layers whose
+printed name contains one of the words.
 """
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ parser.add_argument("--prepacking", action="store_true",
                     help="--mobile/--resnet: also time each layer with its weights packed per call")
 parser.add_argument("--host-tile", action="store_true",
                     help="--mobile/--resnet: also time each layer with the target's GEMM tile, not the conv's")
+parser.add_argument("--only", default="", help="--mobile/--resnet: only the layers whose names contain one of "
+                    "these comma-separated words (e.g. r18,dw 5x5)")
 args = parser.parse_args()
 os.environ["LEZERO_NUM_THREADS"] = str(args.threads)  # before the runtime's pool is made
 
@@ -266,7 +269,11 @@ def compare_layers(title: str, layers) -> None:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
     ratios, min_ratios = [], []
+    words = [word for word in args.only.split(",") if word]
     for name, c, o, size, k, stride, groups, activation in layers:
+        label = f"{name} {c}->{o} {size}x{size} {activation}"
+        if words and not any(word in label for word in words):
+            continue
         proto, flops = mobile_layer_model(c, o, size, k, stride, groups, activation)
         feeds = {"x": np.random.default_rng(size).standard_normal((1, c, size, size)).astype(np.float32)}
         ours = lezero.onnx.compile(proto)
@@ -292,7 +299,6 @@ def compare_layers(title: str, layers) -> None:
         fastest_ours, fastest_theirs = (min(t) for t in times[:2])
         ratios.append(a / b)
         min_ratios.append(fastest_ours / fastest_theirs)
-        label = f"{name} {c}->{o} {size}x{size} {activation}"
         print(f"{label:<40}{a * 1e3:>10.3f}{b * 1e3:>9.3f}{a / b:>12.2f}{fastest_ours / fastest_theirs:>10.2f}"
               f"{flops / fastest_ours / 1e9:>16.1f}{flops / fastest_theirs / 1e9:>13.1f}"
               + (f"{np.median(times[2]) * 1e3:>13.3f}{a / np.median(times[2]):>14.3f}" if args.prepacking else "")
