@@ -61,6 +61,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from lezero.codegen.affine import Affine, Var
 from lezero.codegen.contraction_shapes import INTEGER_CONTRACTIONS, ConvShape, MatmulShape, anchor_op, stored_operand
 from lezero.codegen.triton.context import TritonCode, TritonContext, next_pow2
@@ -164,36 +166,60 @@ class ZeroPoints:
     """An int8 contraction's zero points (the module docstring's **int8**): ``a`` (the GEMM's lhs:
     a matmul's ``a``, a conv's gathered input) per tensor, ``b`` (a matmul's ``b``, a conv's
     weights) per tensor or per column (``b_per_column``); ``*_unsigned``: the operand is ui8, made
-    signed by subtracting 128."""
+    signed by subtracting 128.  ``*_constant``: the zero point's value when the kernel operand is
+    an ``lz.constant`` holding one value (a model's weights' zero point, often 0): it is a literal,
+    and the sums it multiplies are not summed when its signed value is 0 (a symmetric int8 weight
+    needs no row sums of the activations)."""
 
     a_unsigned: bool
     b_unsigned: bool
     b_per_column: bool
+    a_constant: int | None = None
+    b_constant: int | None = None
 
     @staticmethod
-    def of(anchor: Operation) -> "ZeroPoints | None":
+    def of(ctx: TritonContext, anchor: Operation) -> "ZeroPoints | None":
         if anchor.name not in INTEGER_CONTRACTIONS:
             return None
-        a, b, _, b_zero = anchor.operands
-        return ZeroPoints(is_unsigned(a.type.element_type), is_unsigned(b.type.element_type), b_zero.type.rank == 1)
+        a, b, a_zero, b_zero = anchor.operands
+        return ZeroPoints(is_unsigned(a.type.element_type), is_unsigned(b.type.element_type), b_zero.type.rank == 1,
+                          _constant_value(ctx, a_zero), _constant_value(ctx, b_zero))
 
     def load(self, code: TritonCode, a_zero: str, b_zero: str, columns: str) -> None:
-        """``za`` and ``zb`` (per column: of the tile's ``columns``), as stored."""
-        code.line(f"za = tl.load({a_zero})")
-        code.line(f"zb = tl.load({b_zero} + {columns})" if self.b_per_column else f"zb = tl.load({b_zero})")
+        """``za`` and ``zb`` (per column: of the tile's ``columns``), as stored; a constant one is a literal."""
+        if self.a_constant is None:
+            code.line(f"za = tl.load({a_zero})")
+        if self.b_constant is None:
+            code.line(f"zb = tl.load({b_zero} + {columns})" if self.b_per_column else f"zb = tl.load({b_zero})")
 
     @property
     def a_pad(self) -> str:
         """What a masked load of ``a`` reads: its zero point."""
-        return "za"
+        return "za" if self.a_constant is None else str(self.a_constant)
 
     @property
     def b_pad(self) -> str:
+        if self.b_constant is not None:
+            return str(self.b_constant)
         return "zb[None, :]" if self.b_per_column else "zb"
 
+    def _signed(self, constant: int | None, unsigned: bool) -> int | None:
+        return None if constant is None else constant - 128 if unsigned else constant
+
+    @property
+    def a_rows(self) -> bool:
+        """Whether the correction needs ``a``'s row sums: ``zb`` is not known to be 0 once signed."""
+        return self._signed(self.b_constant, self.b_unsigned) != 0
+
+    @property
+    def b_columns(self) -> bool:
+        return self._signed(self.a_constant, self.a_unsigned) != 0
+
     def start(self, code: TritonCode) -> None:
-        code.line("a_sums = tl.zeros((BLOCK_M,), dtype=tl.int32)")
-        code.line("b_sums = tl.zeros((BLOCK_N,), dtype=tl.int32)")
+        if self.a_rows:
+            code.line("a_sums = tl.zeros((BLOCK_M,), dtype=tl.int32)")
+        if self.b_columns:
+            code.line("b_sums = tl.zeros((BLOCK_N,), dtype=tl.int32)")
 
     def signed_tiles(self, code: TritonCode) -> None:
         """``a`` and ``b`` made signed (ui8 less 128) for ``tl.dot``."""
@@ -202,20 +228,51 @@ class ZeroPoints:
                 code.line(f"{tile} = ({tile}.to(tl.int16) - 128).to(tl.int8)")
 
     def sum_tiles(self, code: TritonCode) -> None:
-        code.line("a_sums += tl.sum(a.to(tl.int32), axis=1)")
-        code.line("b_sums += tl.sum(b.to(tl.int32), axis=0)")
+        if self.a_rows:
+            code.line("a_sums += tl.sum(a.to(tl.int32), axis=1)")
+        if self.b_columns:
+            code.line("b_sums += tl.sum(b.to(tl.int32), axis=0)")
 
     def correct(self, code: TritonCode, k: int) -> TValue:
         """The exact sums ``(a - za)(b - zb)`` from ``acc`` (``P`` of the signed tiles) and the
         tiles' sums, as ``sums`` (i32)."""
+        if not (self.a_rows or self.b_columns):
+            return TValue("acc", I32)
         code.line("# (a - za)(b - zb) = P - zb rowsum(a) - za colsum(b) + K za zb (tiles and zero points signed); the "
                   "padding past K holds the zero points, so K counts whole BLOCK_K steps")
-        code.line(f"za_s = za.to(tl.int32){' - 128' if self.a_unsigned else ''}")
-        code.line(f"zb_s = zb.to(tl.int32){' - 128' if self.b_unsigned else ''}")
-        zb = "zb_s[None, :]" if self.b_per_column else "zb_s"
-        code.line(f"k_steps = tl.cdiv({k}, BLOCK_K) * BLOCK_K")
-        code.line(f"sums = acc - {zb} * a_sums[:, None] - za_s * b_sums[None, :] + k_steps * za_s * {zb}")
-        return TValue("sums", I32)
+        za = self._signed(self.a_constant, self.a_unsigned)
+        zb = self._signed(self.b_constant, self.b_unsigned)
+        if za is None:
+            za = code.assign("za_s", f"za.to(tl.int32){' - 128' if self.a_unsigned else ''}")
+        if zb is None:
+            zb = code.assign("zb_s", f"zb.to(tl.int32){' - 128' if self.b_unsigned else ''}")
+            zb = f"{zb}[None, :]" if self.b_per_column else zb
+        terms = ["acc"]
+        if self.a_rows:
+            terms.append(f"- {_factor(zb)} * a_sums[:, None]")
+        if self.b_columns:
+            terms.append(f"- {_factor(za)} * b_sums[None, :]")
+        if self.a_rows and self.b_columns:
+            code.line(f"k_steps = tl.cdiv({k}, BLOCK_K) * BLOCK_K")
+            terms.append(f"+ k_steps * {_factor(za)} * {_factor(zb)}")
+        return TValue(code.assign("sums", " ".join(terms)), I32)
+
+
+def _factor(value) -> str:
+    """A zero point (a name or an int) as a factor of a product."""
+    return f"({value})" if isinstance(value, int) and value < 0 else str(value)
+
+
+def _constant_value(ctx: TritonContext, v) -> int | None:
+    """The one value of kernel operand ``v`` when the kernel reads it from an ``lz.constant`` whose
+    entries are all equal; else None."""
+    if v not in ctx.body.args:
+        return None
+    outer = ctx.kernel.operands[ctx.body.args.index(v)].owner
+    if not (isinstance(outer, Operation) and outer.name == "lz.constant"):
+        return None
+    values = np.unique(np.asarray(outer.attributes["value"].array))
+    return int(values[0]) if values.size == 1 else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -417,7 +474,7 @@ def _matmul(ctx: TritonContext, anchor: Operation, shape: MatmulShape, pointers,
     code = ctx.code
     dtype = anchor.result.type.element_type
     gemm = Gemm(shape.batches, shape.m, shape.n, shape.k, DotKind.of_anchor(anchor))
-    zero_points = ZeroPoints.of(anchor)
+    zero_points = ZeroPoints.of(ctx, anchor)
     configs = gemm.configs()
     whole_m, whole_n = _every(configs, "BLOCK_M", shape.m), _every(configs, "BLOCK_N", shape.n)
     whole_k = _every(configs, "BLOCK_K", shape.k)
@@ -470,7 +527,7 @@ def _conv(ctx: TritonContext, anchor: Operation, s: ConvShape, pointers, wide: b
     dtype = anchor.result.type.element_type
     pixels = s.n * s.oh * s.ow
     gemm = Gemm(s.groups, pixels, s.out_per_group, s.k, DotKind.of_anchor(anchor))
-    zero_points = ZeroPoints.of(anchor)
+    zero_points = ZeroPoints.of(ctx, anchor)
     configs = gemm.configs()
     whole_m, whole_n = _every(configs, "BLOCK_M", pixels), _every(configs, "BLOCK_N", s.out_per_group)
     whole_k = _every(configs, "BLOCK_K", s.k)

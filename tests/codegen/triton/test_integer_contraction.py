@@ -94,6 +94,27 @@ def test_saturated_operands_and_zero_points_are_exact(a_dt, b_dt):
         check_triton(module, [a, w, np.asarray(za, NP[a_dt]), zb])
 
 
+# constant zero points (a u8 lhs's, a per-column rhs's of one value): (a zero, b zero, sums left out)
+CONSTANT_ZERO_CASES = {"symmetric-weights": (200, 0, ["a_sums"]), "both-centred": (128, 0, ["a_sums", "b_sums"]),
+                       "affine": (3, -7, [])}
+
+
+@pytest.mark.parametrize("case", CONSTANT_ZERO_CASES)
+def test_constant_zero_points_are_literals_and_zeros_drop_their_sums(case):
+    """A model's constant zero point is a literal in the kernel; one that is 0 once the operand is signed
+    (0 for i8, 128 for ui8) multiplies sums that are then not summed: a symmetric weight needs no row
+    sums of the activations.  Still exact, with K and N tails."""
+    za, zb, dropped = CONSTANT_ZERO_CASES[case]
+    module = build([tensor((9, 70), "ui8"), tensor((70, 20), "i8")],
+                   lambda b, x, w: b.op("lz.matmul_integer", x, w, b.constant(np.asarray(za, np.uint8)),
+                                        b.constant(np.full(20, zb, np.int8))))
+    rng = np.random.default_rng(za)
+    (kernel,) = check_triton(module, [_extremes(rng, (9, 70), "ui8"), _extremes(rng, (70, 20), "i8")])
+    assert "za = tl.load" not in kernel.source and "zb = tl.load" not in kernel.source
+    for sums in ("a_sums", "b_sums"):
+        assert (sums in kernel.source) == (sums not in dropped), sums
+
+
 def test_matmul_integer_reads_a_reshaped_operand_in_place():
     """ONNX's Flatten before a quantized Gemm: the GEMM reads the 4-D tensor's bytes as its rows."""
     def body(b, x, w, zx, zw):
