@@ -1,4 +1,4 @@
-"""Generated Triton source -> a launchable ``@triton.jit`` function, and PTX for sm_90.
+"""Generated Triton source -> a launchable ``@triton.jit`` function, and PTX for sm_90 (AMD GCN for gfx942).
 
 ``load(kernel)`` writes the kernel's module to ``$LEZERO_CACHE_DIR/triton/<sha256>.py`` (else
 ``~/.cache/lezero/triton``; written to a temporary file and renamed, so concurrent processes never
@@ -7,7 +7,8 @@ so it must live in a real file.  Loaded kernels are cached in memory by that has
 
 Under ``TRITON_INTERPRET=1`` (read by triton when the module is imported, so set it before the
 first load) the function runs on the CPU with torch CPU tensors as buffers.  ``build_ptx``
-compiles for ``GPUTarget("cuda", 90, 32)`` without a GPU.
+compiles for ``GPUTarget("cuda", 90, 32)`` without a GPU, ``build_amdgcn`` for ``GPUTarget("hip",
+"gfx942", 64)`` (MI300; what instructions the kernels get there, since no AMD GPU runs them yet).
 """
 from __future__ import annotations
 
@@ -108,6 +109,17 @@ def load(kernel: TritonKernel) -> LoadedTritonKernel:
 
 def build_ptx(kernel: TritonKernel, config: LaunchConfig | None = None) -> str:
     """The kernel compiled to PTX for sm_90 (no GPU needed)."""
+    return _build(kernel, config, ("cuda", 90, 32), "ptx")
+
+
+def build_amdgcn(kernel: TritonKernel, config: LaunchConfig | None = None) -> str:
+    """The kernel compiled to AMD GCN assembly for gfx942 (MI300; no GPU needed)."""
+    return _build(kernel, config, ("hip", "gfx942", 64), "amdgcn")
+
+
+def _build(kernel: TritonKernel, config: LaunchConfig | None, target: tuple, assembly: str) -> str:
+    """``triton.compile`` of the kernel with ``config`` (default: its first) for ``GPUTarget(*target)``:
+    the ``assembly`` it makes."""
     triton = _triton()
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -128,10 +140,10 @@ def build_ptx(kernel: TritonKernel, config: LaunchConfig | None = None) -> str:
     signature.update({k: "constexpr" for k in config.constexprs})
     source = ASTSource(fn=fn, signature=signature, constexprs=dict(config.constexprs))
     with _compilable_library():
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+        compiled = triton.compile(source, target=GPUTarget(*target),
                                   options={"num_warps": config.num_warps, "num_stages": config.num_stages,
                                            "enable_fp_fusion": FP_FUSION})
-    return compiled.asm["ptx"]
+    return compiled.asm[assembly]
 
 
 def _language_namespaces() -> list:

@@ -5,7 +5,8 @@ M/N/K tails, batched and broadcast, per-column zero points, every pairing of i8 
 values and zero points at the ends of their ranges, an operand read through a reshape; convs with
 strides, pads, dilations and groups; the fused dequantize / requantize epilogues (ties, saturation
 at both ends); a dynamically quantized seed MLP on "cuda" against the CPU; and the sm_90 PTX, whose
-products are Hopper's integer ``wgmma`` (``.s32.s8.s8``)."""
+products are Hopper's integer ``wgmma`` (``.s32.s8.s8``), and gfx942's GCN, whose are MFMA's
+``v_mfma_i32_*_i8``."""
 from __future__ import annotations
 
 import pathlib
@@ -20,7 +21,7 @@ import lezero as lz
 from lezero import quantization as Q
 from lezero.codegen.schedule import schedule
 from lezero.codegen.triton.backend import lower_module, unsupported_reason
-from lezero.codegen.triton.jit import build_ptx
+from lezero.codegen.triton.jit import build_amdgcn, build_ptx
 from lezero.ir import interpret, parse_module, print_module
 from lezero.ir.types import ELEMENT_TYPES, F32, tensor
 
@@ -249,3 +250,9 @@ def test_int8_kernels_multiply_on_hopper_integer_tensor_cores(case):
     ptx = build_ptx(kernel)
     assert re.search(r"^\.target sm_90a?\b", ptx, re.M)
     assert re.search(r"\bwgmma\.mma_async\.[\w.]*\.s32\.s8\.s8\b", ptx), f"{kernel.name}: no integer wgmma"
+
+
+def test_int8_gemm_multiplies_on_mi300_integer_matrix_cores():
+    """The same kernel for AMD's gfx942 (no AMD GPU runs it here): MFMA's i8 -> i32 products."""
+    (kernel,) = lower_module(PTX_CASES["matmul"]())
+    assert re.search(r"\bv_mfma_i32_\w+_i8\b", build_amdgcn(kernel)), f"{kernel.name}: no integer MFMA"
