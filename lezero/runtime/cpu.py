@@ -14,10 +14,14 @@ from them, and runs the plan for that shape signature, building it on first use:
    patched on each call (the caller's arrays).
 
 Running a plan is a loop over kernel launches: patch the input/output pointers, call the kernel
-through ctypes (across the thread pool when the plan says it splits).  One lock per plan: the
-arena is shared state.  A kernel with bounds checks also gets its status buffer (``lezero/codegen/
-index_checks.py``), read after the launch: an index out of range raises ``IndexError`` naming
-the op, its location, the index and the valid range.  ``runner`` gives callers that check their
+(across the thread pool when the plan says it splits).  A plan of kernels only runs that loop in
+machine code, in one ctypes call (``CpuPlan.native``: ``loop_driver.native_plan``, the native loop
+of ``lz.for`` run for one iteration), so no launch returns to Python; a plan with a host step
+launches from Python, one ctypes call per kernel.  One lock per plan: the arena is shared state.
+A kernel with bounds checks also gets its status buffer (``lezero/codegen/index_checks.py``), read
+after the launch (after the last launch of a native plan: a kernel that sees a bad index reads a
+clamped address, so the kernels after it are safe): an index out of range raises ``IndexError``
+naming the op, its location, the index and the valid range.  ``runner`` gives callers that check their
 inputs themselves the lean launcher (``lezero.runtime.launch``): the eager hot path.
 
 A host step (``lz.for``, ``lz.while``, ``lz.if``: ``lezero.runtime.plan.HostStep``) is bound as a
@@ -66,7 +70,7 @@ from lezero.ir.verifier import verify
 from lezero.passes.memory_plan import ALIGNMENT as ARENA_ALIGNMENT
 from lezero.passes.placement import HOST
 from lezero.runtime.kernel_cache import KernelCache, default_cache
-from lezero.runtime.loop_driver import native_for
+from lezero.runtime.loop_driver import native_for, native_plan
 from lezero.runtime.plan import (BoundPlan, ExecutionPlan, HostStep, build_plan, collective_in,
                                  specialize)
 from lezero.runtime.thread_pool import ThreadPool, default_pool
@@ -109,6 +113,7 @@ class CpuPlan(BoundPlan):
     keepalive: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     packed_inputs: list = field(default_factory=list)  # (argument index, spec, this binding's packed array)
+    native: object = None  # the launches as one native program (loop_driver.native_plan), or None
 
 
 def _aligned_bytes(size: int) -> np.ndarray:
@@ -160,8 +165,10 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
                                 lowered.name, checks, status))
         keepalive.append(loaded)
     outputs = [(plan.written_in_place(i), ref, t) for i, (ref, t) in enumerate(zip(plan.outputs, plan.result_types))]
-    return CpuPlan(plan, launches, outputs, arena, keepalive,
-                   packed_inputs=[(where, spec, packed[index]) for where, spec, index in plan.packed_inputs])
+    bound = CpuPlan(plan, launches, outputs, arena, keepalive,
+                    packed_inputs=[(where, spec, packed[index]) for where, spec, index in plan.packed_inputs])
+    bound.native = native_plan(bound)
+    return bound
 
 
 def _result_arrays(plan: CpuPlan) -> list:
@@ -367,8 +374,11 @@ class BoundRegion:
 def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> list[np.ndarray]:
     results = _result_arrays(plan)
     with plan.lock:
-        for launch in plan.launches:
-            run_launch(launch, inputs, results, pool)
+        if plan.native is not None:
+            plan.native.run_once(inputs, results, pool)
+        else:
+            for launch in plan.launches:
+                run_launch(launch, inputs, results, pool)
         _copy_results(plan, inputs, results)
     return results
 

@@ -32,6 +32,7 @@ import functools
 
 import numpy as np
 
+from lezero.codegen.index_checks import initial_status, status_error
 from lezero.codegen.llvm.jit import compile_module
 
 KERNEL, COPY = 0, 1
@@ -152,25 +153,44 @@ def _driver():
                                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p])
 
 
+def _refusal(launches, checks_allowed: bool = False) -> str | None:
+    """Why these launches cannot run as one native program (None: they can)."""
+    for launch in launches:
+        if not hasattr(launch, "pointers"):
+            return f"it holds a host step ({launch.name})"
+        if launch.checks is not None and not checks_allowed:
+            return f"{launch.name} checks its indices (its status is read after each launch)"
+    return None
+
+
 def native_for(region) -> tuple[NativeFor | None, str | None]:
     """``(NativeFor, None)`` for a ``BoundRegion`` whose iterations can run natively, else
     ``(None, why not)``."""
-    launches = region.plan.launches
-    for launch in launches:
-        if not hasattr(launch, "pointers"):
-            return None, f"its body holds a host step ({launch.name}): the loop runs in Python"
-        if launch.checks is not None:
-            return None, f"{launch.name} checks its indices: the loop runs in Python, reading its status"
-    return NativeFor(region), None
+    why = _refusal(region.plan.launches)
+    if why is not None:
+        return None, f"its body: {why}: the loop runs in Python"
+    return NativeFor(region.plan, region.copies, region.fixed_array), None
+
+
+def native_plan(plan) -> NativeFor | None:
+    """A whole ``CpuPlan`` as one native program run once per call (``NativeFor.run_once``):
+    its launches without returning to Python between kernels; None for a plan with a host step
+    (the launches then go one by one from Python).  Bounds checks are read after the last launch
+    (``run_once``): a kernel that sees a bad index reads a clamped address, so the launches after
+    it are safe, and the error raised is the same."""
+    if len(plan.launches) < 2 or _refusal(plan.launches, checks_allowed=True) is not None:
+        return None
+    return NativeFor(plan)
 
 
 class NativeFor:
-    """A body's loop program (see the module docstring): built once per bound step, its buffer
+    """A loop program (see the module docstring): built once per bound step or plan, its buffer
     records filled per call.  Buffers are numbered as the body sees them: its arguments, then its
-    results, then fixed buffers that a pass-through result copies (an arena slot, a constant)."""
+    results, then fixed buffers that a pass-through result copies (an arena slot, a constant: the
+    ``copies`` of a loop body, read through ``fixed_array``).  A plan's program has no copies
+    (``run_plan`` copies those results) and runs as one iteration (``run_once``)."""
 
-    def __init__(self, region):
-        plan = region.plan
+    def __init__(self, plan, copies=(), fixed_array=None):
         self.inputs = len(plan.plan.block.args)
         program: list[int] = []
         positions, buffers = [], []  # where each record goes, and which buffer it describes
@@ -192,7 +212,7 @@ class NativeFor:
             for slot, kind, index in launch.patches:
                 program.append(table + slot * ctypes.sizeof(ctypes.c_void_p))
                 record(index if kind == "input" else self.inputs + index)
-        for i, ref, t in region.copies:
+        for i, ref, t in copies:
             program += [COPY, t.nbytes]
             record(self.inputs + i)
             if ref.kind == "input":
@@ -201,7 +221,7 @@ class NativeFor:
                 record(self.inputs + ref.where)
             else:  # an arena slot or a constant: one address
                 record(-1 - len(fixed))
-                source = region.fixed_array(ref, t)
+                source = fixed_array(ref, t)
                 fixed.append(source.ctypes.data)
         self.program = np.array(program, np.int64)
         self.keepalive = [launch.pointers for launch in plan.launches]
@@ -212,6 +232,8 @@ class NativeFor:
             self.records[self.count + k, :3] = address
         self.order = np.array([b if b >= 0 else self.count - 1 - b for b in buffers], np.int64)
         self.threads = 0
+        self.index = np.zeros(1, np.int64)  # the iteration number run_once's program is given
+        self.checked = [launch for launch in plan.launches if launch.checks is not None]
 
     def _use_threads(self, threads: int) -> None:
         """Each launch's thread count on a pool of ``threads`` (set when that changes)."""
@@ -229,3 +251,25 @@ class NativeFor:
         self.program[self.slots] = records[self.order].reshape(-1)
         _driver()(self.program.ctypes.data, len(self.program), n, int(reverse), index.ctypes.data, pool_state,
                   pool_run)
+
+    def run_once(self, inputs: list, results: list, pool) -> None:
+        """A plan's launches in one call: ``inputs`` and ``results`` (None where no kernel writes
+        a result) are the plan's arguments and result arrays, each at one address."""
+        addresses = [a.ctypes.data for a in inputs] + [0 if r is None else r.ctypes.data for r in results]
+        self.records[:self.count, :3] = np.array(addresses, np.int64)[:, None]
+        self.run(self.records, 1, False, self.index, pool)
+        if self.checked:
+            _raise_first_failed_check(self.checked)
+
+
+def _raise_first_failed_check(launches) -> None:
+    """The ``IndexError`` of the first of ``launches`` (in launch order) whose status says a check
+    failed; every failed status is cleared for the next run."""
+    first = None
+    for launch in launches:
+        message = status_error(launch.checks, launch.status)
+        if message is not None:
+            launch.status[:] = initial_status(launch.checks)
+            first = first or message
+    if first is not None:
+        raise IndexError(first)

@@ -158,3 +158,32 @@ def test_eager_embedding_and_class_losses_raise():
     np.testing.assert_allclose(F.cross_entropy(logits, lezero.tensor(t)).numpy(),
                                torch.nn.functional.cross_entropy(torch.tensor(logits.numpy()), torch.tensor(t)).numpy(),
                                rtol=1e-6)
+
+
+TWO_GATHERS = """module {
+  func.func @f(%x: tensor<10x4xf32>, %i: tensor<5xi64>, %j: tensor<3xi64>) -> tensor<3x4xf32> {
+    %0 = "lz.gather"(%x, %i) {axis = 0 : i64} : (tensor<10x4xf32>, tensor<5xi64>) -> tensor<5x4xf32>
+    %1 = "lz.reduce_sum"(%0) {axes = array<i64: 1>} : (tensor<5x4xf32>) -> tensor<5xf32>
+    %2 = "lz.gather"(%x, %j) {axis = 0 : i64} : (tensor<10x4xf32>, tensor<3xi64>) -> tensor<3x4xf32>
+    %3 = "lz.reshape"(%1) {shape = array<i64: 5, 1>} : (tensor<5xf32>) -> tensor<5x1xf32>
+    %4 = "lz.slice"(%3) {starts = array<i64: 0, 0>, ends = array<i64: 3, 1>} : (tensor<5x1xf32>) -> tensor<3x1xf32>
+    %5 = "lz.mul"(%2, %4) : (tensor<3x4xf32>, tensor<3x1xf32>) -> tensor<3x4xf32>
+    func.return %5 : tensor<3x4xf32>
+  }
+}"""
+
+
+def test_a_plan_run_as_one_native_program_reports_its_first_failed_check():
+    """A plan of several kernels runs in one native call (loop_driver.native_plan) and reads the
+    status buffers after its last launch: the error is the first failing check's in launch order,
+    every failed status is cleared, and the next good call gives the reference's answer."""
+    f = lezero.compile(TWO_GATHERS)
+    i, j = np.array([0, -1, 3, -10, 9]), np.array([2, -3, 7])
+    expected = interpret(parse_module(TWO_GATHERS), "f", X, i, j)
+    np.testing.assert_allclose(f(X, i, j), expected, rtol=1e-6)
+    plan = next(iter(f._plans.values()))
+    assert plan.native is not None and len(plan.launches) >= 2
+    assert sum(launch.checks is not None for launch in plan.launches) == 2
+    expect_index_error(f, [X, np.array([0, 1, 2, 3, 11]), np.array([2, 3, 12])], "index 11 is out of range")
+    expect_index_error(f, [X, i, np.array([2, 3, 12])], "index 12 is out of range")
+    np.testing.assert_allclose(f(X, i, j), expected, rtol=1e-6)
