@@ -18,6 +18,7 @@ import pytest
 import triton  # noqa: F401  (a missing triton fails this module loudly)
 
 import lezero as lz
+import lezero.onnx
 from lezero import quantization as Q
 from lezero.codegen.schedule import schedule
 from lezero.codegen.triton.backend import lower_module, unsupported_reason
@@ -256,3 +257,43 @@ def test_int8_gemm_multiplies_on_mi300_integer_matrix_cores():
     """The same kernel for AMD's gfx942 (no AMD GPU runs it here): MFMA's i8 -> i32 products."""
     (kernel,) = lower_module(PTX_CASES["matmul"]())
     assert re.search(r"\bv_mfma_i32_\w+_i8\b", build_amdgcn(kernel)), f"{kernel.name}: no integer MFMA"
+
+
+def test_an_onnxruntime_quantized_qdq_cnn_on_cuda_matches_the_cpu(tmp_path):
+    """A CNN quantized by ONNX Runtime's ``quantize_static`` (QDQ: float Conv/Gemm between
+    QuantizeLinear/DequantizeLinear, per-channel int8 weights): fold-qdq makes its convs and Gemm
+    ``lz.conv_integer`` / ``lz.matmul_integer`` for cuda as for the CPU, every one a Triton kernel
+    (no float conv or matmul left), and the outputs equal the CPU's."""
+    import torch
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Batches(CalibrationDataReader):
+        def __init__(self, batches):
+            self.batches = iter(batches)
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 16, 3, stride=2, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(16 * 4 * 4, 10)).eval()
+    path, quantized = tmp_path / "cnn.onnx", tmp_path / "cnn_qdq.onnx"
+    torch.onnx.export(model, (torch.randn(2, 1, 8, 8),), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
+    rng = np.random.default_rng(0)
+    quantize_static(str(path), str(quantized), Batches([{"x": rng.standard_normal((2, 1, 8, 8)).astype(np.float32)}]),
+                    quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    module = lezero.onnx.import_model(str(quantized))
+    entry = module.functions[0].sym_name
+    kernels = [op for op in schedule(parse_module(print_module(module)), target="cuda").functions[0].entry_block.ops
+               if op.name == "lz.kernel"]  # scheduling a copy
+    assert {k.attributes["device"].value for k in kernels} == {"cuda"}  # no CPU fallback, no transfer
+    computed = [op.name for k in kernels for op in k.regions[0].blocks[0].ops]
+    assert computed.count("lz.conv_integer") == 2 and computed.count("lz.matmul_integer") == 1, computed
+    assert not {"lz.conv2d", "lz.matmul"} & set(computed), computed
+    x = rng.standard_normal((2, 1, 8, 8)).astype(np.float32)
+    cuda = lz.compile(module, entry, target="cuda")(x)
+    cpu = lz.compile(module, entry, target="cpu")(x)
+    np.testing.assert_array_equal(cuda, cpu)
