@@ -44,7 +44,10 @@ zero or multiply those zeros), so no tile reads past a row.  K blocks are ``KC_A
 as its dots, so a transformer's K (768-3072) is one block.  The work buffer is 64-byte aligned (a
 tile row across two cache lines loads at a sixth of the rate: 6 -> 37 cycles per tile here).
 Each panel configures its tiles per K block and row-block shape and releases them at its end; the
-corrected tile goes to the output as above (``_amx_finish``).
+corrected tile goes to the output as above (``_amx_finish``).  A constant B (a model's weights) is
+packed once by the plan in the panels' layout (``PackedIntegerGemmB``, ``Rhs.prepacked_depth``), and
+with one K block and a rhs zero point of 0 (symmetric weights) the corrections are one row per panel
+that the accumulators start from (``_amx_store``: no correction pass).
 
 ``integer_conv.py`` runs ``lz.conv_integer`` on the same panels: its rhs rows come from a slab
 of the input (``Rhs``: where row k of a GEMM's B starts), its lhs (the weights) has a zero point
