@@ -138,7 +138,10 @@ def _build(kernel: TritonKernel, config: LaunchConfig | None, target: tuple, ass
             os.environ["TRITON_INTERPRET"] = interpret
     signature = {k: v for k, v in kernel.signature.items() if v != "constexpr"}
     signature.update({k: "constexpr" for k in config.constexprs})
-    source = ASTSource(fn=fn, signature=signature, constexprs=dict(config.constexprs))
+    # every buffer is 16-byte aligned (torch's allocations; memory-plan's 64-byte offsets), which the
+    # launch specializes on: so do the builds, else their loads are unvectorized and unpipelined
+    aligned = {(i,): [["tt.divisibility", 16]] for i, kind in enumerate(signature.values()) if kind.startswith("*")}
+    source = ASTSource(fn=fn, signature=signature, constexprs=dict(config.constexprs), attrs=aligned)
     with _compilable_library():
         compiled = triton.compile(source, target=GPUTarget(*target),
                                   options={"num_warps": config.num_warps, "num_stages": config.num_stages,

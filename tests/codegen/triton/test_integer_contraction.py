@@ -251,6 +251,7 @@ def test_int8_kernels_multiply_on_hopper_integer_tensor_cores(case):
     ptx = build_ptx(kernel)
     assert re.search(r"^\.target sm_90a?\b", ptx, re.M)
     assert re.search(r"\bwgmma\.mma_async\.[\w.]*\.s32\.s8\.s8\b", ptx), f"{kernel.name}: no integer wgmma"
+    assert "cp.async" in ptx, "the tiles' loads are not pipelined (built for the launch's 16-byte aligned buffers)"
 
 
 def test_int8_gemm_multiplies_on_mi300_integer_matrix_cores():
