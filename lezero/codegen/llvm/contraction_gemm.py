@@ -146,8 +146,16 @@ def conv_register_tile(host: gemm.GemmConfig, cpu, m: int, n: int,
         return host.vector_width, host.mr, host.nr_vectors
     nv = host.nr_vectors - 1
     wide = host.vector_width, host.mr * host.nr_vectors // nv, nv
-    if not narrower_vectors or cpu.cpu not in HALF_RATE_512_BIT_CPUS or host.vector_width != 16:
+    if not narrower_vectors:
         return wide
+    if cpu.cpu not in HALF_RATE_512_BIT_CPUS or host.vector_width != 16:
+        # q-space of one host tile but more than one narrower one keeps the host's: 49 pixels (a
+        # 7x7 1x1 conv) would be a 48-column tile and a 1-column one (an 8 x 1-vector micro-kernel
+        # costs ~40% of a whole tile).  Xeon (AMX class), 1 thread, medians of 150 calls in random
+        # order, load ~4: pw 192->1152 at 7x7 + SiLU 0.268-0.281 -> 0.259-0.261 ms, pw 160->960
+        # at 7x7 0.180-0.181 -> 0.165-0.171 (ORT 0.17-0.26); at 14x14 8 x 3 stays (196 columns).
+        return (host.vector_width, host.mr, host.nr_vectors) if wide[2] * host.vector_width < n <= host.nr \
+            else wide
     narrow = (8,) + NARROW_VECTOR_TILE
     if n > 8 * NARROW_VECTOR_TILE[1]:
         return wide

@@ -512,7 +512,8 @@ def test_conv_reads_constant_weights_pre_packed(cpu, case, monkeypatch):
     ("x86-64-v3", 9, (8, 6, 2)),    # AVX2's 6 x 2 stays
     ("znver4", 8, (16, 8, 3)),      # 64 pixels: 64 lanes either way, 8 rows pad none
     ("znver4", 7, (8, 3, 7)),       # 7 x 7: 49 pixels, 56 lanes of 8 (64 of 16); 512-bit FMA is 2 x 256
-    ("skylake-avx512", 7, (16, 8, 3)),  # a full-rate 512-bit FMA
+    ("skylake-avx512", 7, (16, 6, 4)),  # a full-rate 512-bit FMA: 49 pixels one 4-vector tile, not 48 + 1
+    ("skylake-avx512", 6, (16, 8, 3)),  # 36 pixels: one 3-vector tile
 ])
 def test_conv_register_tile_fits_the_channels_and_pixels(cpu, image, tile, monkeypatch):
     """A conv's register tile (vector width, rows, vectors) pads few rows and lanes; the weights
