@@ -56,6 +56,8 @@ MATMUL_CASES = {
     "broadcast-rhs": ((2, 3, 4, 9), (9, 17), True),
     "vector-lhs": ((40,), (40, 7), True),
     "k-one": ((33, 1), (1, 17), False),
+    "vector-rhs": ((2, 5, 40), (40,), False),
+    "dot": ((70,), (70,), False),
 }
 
 
@@ -223,7 +225,8 @@ def test_int8_contractions_run_on_the_gpu():
 
 def test_dynamically_quantized_mlp_on_cuda_matches_the_cpu():
     """The seed MLP (784-256-10) quantized dynamically (``lz.quantization``): traced and run with
-    target cuda, its two integer GEMMs are Triton kernels, and its outputs equal the CPU's."""
+    target cuda, its two integer GEMMs are Triton kernels, and its outputs, traced and eager, equal the
+    CPU's."""
     quantized = Q.quantize_dynamic(train_mlp.SimpleMLP(), dtype="int8")
     x = np.random.default_rng(0).random((4, 784), np.float32)
     traced = lz.jit.trace(quantized, example_inputs=lz.from_numpy(x), dynamic_batch=False)
@@ -233,7 +236,9 @@ def test_dynamically_quantized_mlp_on_cuda_matches_the_cpu():
         cpu = traced(lz.from_numpy(x)).numpy()
         quantized.to("cuda")
         cuda = traced(lz.from_numpy(x).to("cuda")).cpu().numpy()
+        eager = quantized(lz.from_numpy(x).to("cuda")).cpu().numpy()  # one eager op per layer, on cuda
     np.testing.assert_array_equal(cuda, cpu)  # the same f32 operations around exact integer sums
+    np.testing.assert_array_equal(eager, cpu)
 
 
 # a transformer's projection (768 -> 192 at 64 tokens) and a conv, scheduled for cuda and built for sm_90
