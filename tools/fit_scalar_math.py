@@ -16,15 +16,19 @@ from numpy.polynomial import chebyshev, polynomial
 mp.mp.dps = 40
 
 
-def fit(target, lo: float, hi: float, degree: int, nodes: int = 2000, iterations: int = 40, relative: bool = True):
+def fit(target, lo: float, hi: float, degree: int, nodes: int = 2000, iterations: int = 40, relative: bool = True,
+        weight=None):
     """Monomial coefficients (lowest first) of a near-minimax fit of ``target`` (relative error, or
-    absolute)."""
+    absolute; ``weight(x)``: the absolute error times it)."""
     k = np.arange(nodes)
     x = (lo + hi) / 2 + (hi - lo) / 2 * np.cos(np.pi * (k + 0.5) / nodes)
     y = np.array([float(target(mp.mpf(float(v)))) for v in x])
     vander = chebyshev.chebvander((2 * x - (lo + hi)) / (hi - lo), degree)
     weights = np.ones(nodes)
-    size = np.abs(y) if relative else np.ones_like(y)
+    if weight is not None:
+        size = np.array([1 / float(weight(mp.mpf(float(v)))) for v in x])
+    else:
+        size = np.abs(y) if relative else np.ones_like(y)
     for _ in range(iterations):
         scale = np.sqrt(weights) / size
         coefs, *_ = np.linalg.lstsq(vander * scale[:, None], y * scale, rcond=None)
@@ -67,6 +71,10 @@ def main() -> None:
                      hi_t - center, 10)
     print(f"ERFC_CENTER = {center!r}")
     show("ERFC_G", coefs, err, "erfc(a) = exp(-a^2) * G(1/a - ERFC_CENTER) for 1 <= a <= 10.1")
+    # erf(a) = 1 - exp(P(a - 2.5)) for 1 <= a <= 4 (erf rounds to 1 beyond): P ~ ln erfc, its error
+    # weighted by erfc (what 1 - erfc sees)
+    coefs, err = fit(lambda u: mp.log(mp.erfc(u + 2.5)), -1.5, 1.5, 6, weight=lambda u: mp.erfc(u + 2.5))
+    show("ERF_TAIL", coefs, err, "erf(a) = 1 - exp(P(a - 2.5)) for 1 <= a <= 4 (absolute error of 1 - erf)")
     # erfc(a) = t exp(-a^2 + Q(t)), t = 1 / (1 + a/2), for 0 <= a <= 10.1: one formula over the
     # whole range (Numerical Recipes' erfcc form, refitted); normcdf uses it.  Absolute error of Q.
     coefs, err = fit(lambda t: mp.log(mp.erfc(2 / t - 2) / t) + (2 / t - 2) ** 2, 1 / (1 + 10.1 / 2), 1.0, 9,
