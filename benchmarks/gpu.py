@@ -476,7 +476,8 @@ def matmul_integer_function(m: int, k: int, n: int, a_type: str, b_type: str, de
     a, b, y = f"tensor<{m}x{k}x{a_type}>", f"tensor<{k}x{n}x{b_type}>", f"tensor<{m}x{n}xi32>"
     v, f = f"tensor<{n}xf32>", f"tensor<{m}x{n}xf32>"
     zeros = f"%za: tensor<{a_type}>, %zb: tensor<{n}x{b_type}>"
-    product = f'  %0 = "lz.matmul_integer"(%a, %b, %za, %zb) : ({a}, {b}, tensor<{a_type}>, tensor<{n}x{b_type}>) -> {y}\n'
+    product = (f'  %0 = "lz.matmul_integer"(%a, %b, %za, %zb) : ({a}, {b}, tensor<{a_type}>, '
+               f'tensor<{n}x{b_type}>) -> {y}\n')
     if not dequantize:
         return f"func.func @f(%a: {a}, %b: {b}, {zeros}) -> {y} {{\n{product}  func.return %0 : {y}\n}}"
     return (f"func.func @f(%a: {a}, %b: {b}, {zeros}, %s: {v}, %bias: {v}) -> {f} {{\n{product}"

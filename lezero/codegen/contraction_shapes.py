@@ -5,8 +5,9 @@ A matmul or conv kernel (partition's ``matmul``/``conv`` kinds) holds one ``lz.m
 ``lz.conv2d`` (or their 8-bit forms ``lz.matmul_integer``/``lz.conv_integer``: its *anchor*), an
 elementwise epilogue, and no prologue but a matmul operand read through ``lz.transpose`` (``x @
 w.T``), which is its kernel operand with permuted strides, or one of an integer matmul's two
-matrices read through ``lz.reshape`` (the same row-major bytes) (``stored_operand``).  Both backends tile the shapes described here (``llvm/contraction.py``,
-``triton/contraction.py``), and ``estimate_flops`` counts their multiply-adds.
+matrices read through ``lz.reshape`` (the same row-major bytes) (``stored_operand``).  Both
+backends tile the shapes described here (``llvm/contraction.py``, ``triton/contraction.py``), and
+``estimate_flops`` counts their multiply-adds.
 """
 from __future__ import annotations
 

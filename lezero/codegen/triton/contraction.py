@@ -40,9 +40,11 @@ subtracting 128 (its zero point moves with it); then ``C = P - zb * rowsum(a) - 
 * za * zb``, the sums of the signed tiles summed in the same K loop.  Every load that is masked
 (K's tail, a conv's padding) reads the operand's zero point, whose centred value is 0, so a padded
 tap adds nothing to ``C`` whatever it adds to ``P`` and the sums, provided ``K`` counts the whole
-``BLOCK_K`` steps.  i32 arithmetic wraps, so ``C`` is the reference's wrapping i32 sum.  An
-integer matmul may read its two matrices through ``lz.reshape`` (partition's
-``is_reshaped_integer_operand``: the same row-major bytes).
+``BLOCK_K`` steps.  i32 arithmetic wraps, so ``C`` is the reference's wrapping i32 sum.  A
+constant zero point (an ``lz.constant`` operand: a model's weights') is a literal, and the sums a
+zero one multiplies are not summed.  An integer matmul may read its two matrices through
+``lz.reshape`` (partition's ``is_reshaped_integer_operand``: the same row-major bytes).  sm_90 gets
+``wgmma ... .s32.s8.s8``, gfx942 ``v_mfma_i32_32x32x16_i8`` (tests/codegen/triton/test_integer_contraction.py).
 
 **The epilogue** is the value-at-index walk every kernel uses (``value_at_index.py``), with the
 tile's index: ``(batch coordinates..., rows[:, None], cols[None, :])`` for a matmul, ``(image[:,
@@ -444,7 +446,8 @@ def _load(pointer: str, mask: str | None, kind: DotKind, pad: str | None = None)
     return f"tl.load({pointer}, mask={mask}, other={pad or ('0.0' if kind.dot else '0')})"
 
 
-def _k_loop(code: TritonCode, gemm: Gemm, load_tiles, steps, whole_k: bool, zero_points: ZeroPoints | None) -> TValue | None:
+def _k_loop(code: TritonCode, gemm: Gemm, load_tiles, steps, whole_k: bool,
+            zero_points: ZeroPoints | None) -> TValue | None:
     """``acc``, summed over K: ``load_tiles(mask_b)`` writes the lines that load tiles ``a`` and
     ``b`` at step ``k`` (``mask_b``: B's rows inside K, None when K blocks are whole); ``steps``
     advance the pointers.  With ``zero_points`` (an int8 contraction), the exact sums after the
