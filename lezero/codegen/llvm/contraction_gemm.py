@@ -855,15 +855,32 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     return plan.batches * slices
 
 
+# A bf16 matmul on AMX tiles packs B from this many rows (B is read in place below PACK_B_MIN_ROWS
+# otherwise): the tiles outrun the in-place vdpbf16ps kernel, packing included.  SPR, 1 thread,
+# kernel alone, load ~4, us AMX packed / vdpbf16ps in place / float32: 16x768x3072 1105 / 2303 /
+# 1574, 24x1024x1024 319 / 985 / 822, 12x768x768 137 / 208 / 170, 8x1024x1024 272 / 385 / 286,
+# 8x256x1024 70 / 69 / 55; 6x768x3072 906 / 600 / 432 and 4x768x768 134 / 111 / 89 (fewer: slower).
+AMX_PACK_B_MIN_ROWS = 8
+
+
 def _amx_config(ctx: KernelContext, anchor: Operation, plan) -> gemm.GemmConfig | None:
     """A bf16 GEMM's blocking on AMX tiles (gemm_bf16.AmxBf16GemmGenerator) where the target has
-    them, B is packed per call, and ``plan.config`` keeps the AMX tile with every K block deep enough
-    (``amx_fits``: not for a few rows' thin tile); else None, and plan.config runs again."""
-    if anchor.result.type.element_type != BF16 or not gemm_bf16.amx_available(ctx.cpu) or not plan.pack_b \
+    them, B is packed per call (a matmul of AMX_PACK_B_MIN_ROWS rows or more packs it for them), and
+    ``plan.config`` keeps the AMX tile with every K block deep enough (``amx_fits``: not for a few
+    rows' thin tile); else None (the plan as it was), and plan.config runs again."""
+    if anchor.result.type.element_type != BF16 or not gemm_bf16.amx_available(ctx.cpu) \
             or plan.packed_b is not None or plan.packs_a:
         return None
+    repack = isinstance(plan, MatmulGemm) and not plan.pack_b and plan.m >= AMX_PACK_B_MIN_ROWS
+    if not (plan.pack_b or repack):
+        return None
+    plan.pack_b, plan.mask_b = True, False
     config = plan.config(gemm_bf16.amx_host_config(ctx.cpu))
-    return config if gemm_bf16.amx_fits(config, plan.k) else None
+    if gemm_bf16.amx_fits(config, plan.k):
+        return config
+    if repack:
+        plan.pack_b, plan.mask_b = False, True
+    return None
 
 
 def _constant_b_operand(ctx: KernelContext, anchor: Operation) -> int | None:

@@ -331,8 +331,9 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
                 k = b.add(b.mul(pair, _i64(2)), _i64(dk))
                 inside = b.icmp_signed("<", k, p["kc"])  # past the depth: zeros (row pc read)
                 row = self._b_row(b, source, p["ldb"], b.add(p["pc"], b.select(inside, k, _i64(0))))
-                halves.append([b.select(inside, self._load_operand(
-                    b, self._operand_at(b, row, [_i64(v * w)]), w, masks[v]), zeros) for v in range(self.config.nr_vectors)])
+                values = [self._load_operand(b, self._operand_at(b, row, [_i64(v * w)]), w, masks[v])
+                          for v in range(self.config.nr_vectors)]
+                halves.append([b.select(inside, value, zeros) for value in values])
             destination = b.gep(sliver, [b.mul(pair, _i64(nr))], source_etype=FLOAT)
             for v, (low, high) in enumerate(zip(*halves)):
                 b.store(pair_words(b, low, high), b.gep(destination, [_i64(v * w)], source_etype=FLOAT),
@@ -368,7 +369,8 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
     def _c_tiles(self, nv: int):
         """(tile, float offset in a tile of NR-float rows) of each C tile of an ``nv``-vector micro-tile."""
         nr, w = self.config.nr, self.config.vector_width
-        return [(_c_tile(i, j), i * AMX_ROWS * nr + j * w) for i in range(self.config.mr // AMX_ROWS) for j in range(nv)]
+        return [(_c_tile(i, j), i * AMX_ROWS * nr + j * w)
+                for i in range(self.config.mr // AMX_ROWS) for j in range(nv)]
 
     def _c_at(self, b, p, offset_rows: int, offset_cols: int) -> ir.Value:
         """Address of C[row + offset_rows, col + offset_cols] (partial sums between K blocks)."""

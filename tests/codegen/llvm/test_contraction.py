@@ -669,8 +669,8 @@ LOW_PRECISION_CASES = {
     # them; an f16 one runs the GEMM on float32 copies of its operands, and loops for the others)
     "gemm_tails": (((37, 50), (50, 70)), "tiles"),  # AMX: 32 x 32 tiles, one of 5 rows, 6 columns, 25 pairs
     "tiles_k_blocks": (((40, 1100), (1100, 45)), "tiles"),  # AMX: partial sums in the result, odd K blocks
-    "gemm_k_blocks": (((13, 700), (700, 21)), "gemm"),  # partial sums across K blocks, in the workspace
-    "batched_broadcast": (((2, 1, 9, 20), (3, 20, 33)), "gemm"),
+    "gemm_k_blocks": (((13, 700), (700, 21)), "tiles"),  # partial sums across K blocks, in the workspace
+    "batched_broadcast": (((2, 1, 9, 20), (3, 20, 33)), "tiles"),  # 9 rows: B packed for the tiles
     "thin_rows": (((2, 50), (50, 70)), "gemm"),
     "dots": (((37, 50), (50, 3)), "dots"),
     "conv_groups_strides": (((2, 6, 10, 9), (8, 3, 3, 2),
@@ -736,15 +736,16 @@ def takes_tiles(cpu: str) -> bool:
     return gemm_bf16.amx_available(cpu_target(cpu))
 
 
-@pytest.mark.parametrize("rows, depth", [(8, 6), (40, 20)])  # B read in place; B packed (AMX tiles)
+@pytest.mark.parametrize("rows, depth", [(8, 6), (40, 20)])  # too shallow for AMX tiles; AMX tiles
 @pytest.mark.cross_target
 def test_bf16_gemm_denormals_flush_only_on_vdpbf16ps_and_amx(cpu, rows, depth):
     """vdpbf16ps and AMX's tdpbf16ps read a denormal input as zero and flush a denormal sum to
     zero; the float32 GEMM, like the reference, keeps them.  Which CPUs take which: AVX-512 BF16
-    (znver4, sapphirerapids) vdpbf16ps, AMX-BF16 (sapphirerapids) tdpbf16ps where B is packed (32
-    rows or more), the others the float32 GEMM.  Row 0: a denormal bf16 (2^-130) times 1; row 1: a
-    product of normals below 2^-126 (2^-64 * 2^-64); row 2: the smallest normal sum, which all
-    keep; the other rows are ordinary values, bit-equal on every path."""
+    (znver4, sapphirerapids) vdpbf16ps, AMX-BF16 (sapphirerapids) tdpbf16ps where the GEMM packs B
+    for the tiles (8 rows or more, 16 deep or more), the others the float32 GEMM.  Row 0: a
+    denormal bf16 (2^-130) times 1; row 1: a product of normals below 2^-126 (2^-64 * 2^-64); row
+    2: the smallest normal sum, which all keep; the other rows are ordinary values, bit-equal on
+    every path."""
     rng = np.random.default_rng(21)
     a, b = data(rng, (rows, depth), "bf16"), data(rng, (depth, 40), "bf16")
     a[:3] = 0.0
@@ -755,7 +756,7 @@ def test_bf16_gemm_denormals_flush_only_on_vdpbf16ps_and_amx(cpu, rows, depth):
     lowered = lower_kernel(kernel, cpu=cpu)
     want = reference(module, [a, b])[0]
     got = run_kernel(kernel, [a, b], 1, lowered, cpu=cpu)[0]
-    tiles = rows >= contraction_gemm.PACK_B_MIN_ROWS and takes_tiles(cpu)
+    tiles = depth >= gemm_bf16.AMX_MIN_DEPTH and takes_tiles(cpu)
     flushed = takes_pairs(cpu) or tiles
     assert (TILE_DOT in lowered.llvm_ir) == tiles
     assert (PAIRS in lowered.llvm_ir) == (flushed and not tiles)
@@ -798,13 +799,15 @@ AMX_CASES = {
     "transposed": ((47, 64), True, (80, 47), True, True),  # x.T @ w.T: both packed from their transposes
     "batched": ((3, 40, 50), False, (3, 50, 20), False, True),
     "too_shallow": ((40, 15), False, (15, 50), False, False),  # K < 16: vdpbf16ps
+    "few_rows": ((8, 300), False, (300, 70), False, True),  # B packed for the tiles (read in place for f32)
+    "too_few_rows": ((6, 64), False, (64, 70), False, False),  # B read in place: vdpbf16ps
 }
 
 
 @pytest.mark.cross_target(cases=AMX_CASES, group=lambda case: 0)
 def test_bf16_gemm_on_amx_tiles(cpu, case):
-    """A bf16 matmul whose B is packed runs tdpbf16ps on AMX tiles where the CPU has AMX-BF16
-    (sapphirerapids; the assembly has the tile configuration, the dots and the release), vdpbf16ps
+    """A bf16 matmul of 8 rows or more and 16 deep or more runs tdpbf16ps on AMX tiles where the CPU
+    has AMX-BF16 (sapphirerapids; the assembly has the tile configuration, the dots and the release), vdpbf16ps
     or the float32 GEMM elsewhere; each float32 sum rounds once to bf16 as the reference's does:
     nearly all bit-equal, the rest one step of bf16 away (another summation order)."""
     a_shape, a_transposed, b_shape, b_transposed, on_tiles = case
