@@ -303,3 +303,28 @@ def test_an_onnxruntime_quantized_qdq_cnn_on_cuda_matches_the_cpu(tmp_path):
     cuda = lz.compile(module, entry, target="cuda")(x)
     cpu = lz.compile(module, entry, target="cpu")(x)
     np.testing.assert_array_equal(cuda, cpu)
+
+
+@pytest.mark.slow  # ~3 s: the export, ORT's quantizer and 30 interpreted kernels
+def test_an_onnxruntime_dynamically_quantized_encoder_runs_on_cuda(tmp_path):
+    """A transformer encoder layer quantized by ORT's ``quantize_dynamic`` (DynamicQuantizeLinear +
+    MatMulInteger): every kernel on cuda, its 4 MatMulIntegers Triton int8 GEMMs; outputs as the CPU's
+    (exact integer sums; softmax and layer norm sum floats in another order)."""
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 12, 64)
+    path, quantized = tmp_path / "encoder.onnx", tmp_path / "encoder_q.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17, input_names=["x"], output_names=["y"])
+    quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8)
+    module = lezero.onnx.import_model(str(quantized))
+    kernels = [op for op in schedule(parse_module(print_module(module)), target="cuda").functions[0].entry_block.ops
+               if op.name == "lz.kernel"]
+    assert {k.attributes["device"].value for k in kernels} == {"cuda"}
+    assert sum(op.name == "lz.matmul_integer" for k in kernels for op in k.regions[0].blocks[0].ops) == 4
+    entry = module.functions[0].sym_name
+    cuda = lz.compile(module, entry, target="cuda")(x.numpy())
+    np.testing.assert_allclose(cuda, lz.compile(module, entry, target="cpu")(x.numpy()), rtol=1e-5, atol=1e-5)
