@@ -25,9 +25,10 @@ disturbed).  Ratios are torch time / lezero time: above 1, lezero is faster.
 and 5x5 at strides 1 and 2, 1x1 pointwise, the squeeze-excite block's 1x1 convs on a 1x1 image),
 each a one-node ONNX model (Conv with bias, then ReLU6 or SiLU) run by ``lezero.onnx.compile``
 and by ONNX Runtime (``intra_op_num_threads`` = --threads, thread spinning off, so that neither
-steals a core from the other's next call), the two alternating call by call in this process:
-medians, and lezero / ORT (below 1, lezero is faster).  ORT's own graph optimizations run (its
-NCHWc layout too, with reorders around the one node that a whole model would not pay).
+steals a core from the other's next call), the two alternating call by call in this process (in a
+new random order each round): medians, and lezero / ORT (below 1, lezero is faster).  ORT's own
+graph optimizations run (its NCHWc layout too, with reorders around the one node that a whole model
+would not pay).
 
 ``--resnet`` times the regular convolutions of resnet18/50 and densenet121 the same way (the 7x7
 stem, 3x3 and 1x1 at strides 1 and 2, Conv + bias + ReLU or nothing); both print the minimums too,
@@ -290,11 +291,14 @@ def compare_layers(title: str, layers) -> None:
             np.testing.assert_allclose(host_tile.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
             runs.append(lambda: host_tile.run(feeds))
         times = tuple([] for _ in runs)
+        order = np.random.default_rng(0)
         for _ in range(args.reps):
-            for run, spent in zip(runs, times):
+            # in a new order each time: a fixed order biased the medians of identical kernels by 6-10%
+            # (the one right after ORT finds its input and workspace out of cache)
+            for i in order.permutation(len(runs)):
                 start = time.perf_counter()
-                run()
-                spent.append(time.perf_counter() - start)
+                runs[i]()
+                times[i].append(time.perf_counter() - start)
         a, b = (float(np.median(t)) for t in times[:2])
         fastest_ours, fastest_theirs = (min(t) for t in times[:2])
         ratios.append(a / b)
