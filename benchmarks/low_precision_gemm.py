@@ -2,8 +2,9 @@
 
     LEZERO_NUM_THREADS=2 .venv/bin/python benchmarks/low_precision_gemm.py [--threads 2] [--sizes 256,1024,128x768x3072]
 
-A bf16 lz.matmul runs vdpbf16ps on bf16 pairs packed from its float32 storage where the CPU has
-AVX-512 BF16 (gemm_bf16.py), else the float32 GEMM, and rounds each sum once to bf16; an f16 one
+A bf16 lz.matmul runs tdpbf16ps on AMX tiles where the CPU has AMX-BF16 (Sapphire Rapids), else
+vdpbf16ps on bf16 pairs packed from its float32 storage where it has AVX-512 BF16 (gemm_bf16.py),
+else the float32 GEMM, and rounds each sum once to bf16; an f16 one
 runs the float32 GEMM on float32 copies of its half operands (a conversion pass per call).  The
 casts from float32 are kernels of their own and are timed too (at 128x768x3072, B's cast reads and
 writes 2.4M values per call).  torch's

@@ -65,9 +65,15 @@ BFloatType._create_instance()
 
 
 def pairs_available(cpu: CpuTarget, config: gemm.GemmConfig) -> bool:
-    """Whether a bf16 GEMM for ``cpu`` with ``config``'s vectors runs on vdpbf16ps."""
+    """Whether a bf16 GEMM for ``cpu`` with ``config``'s vectors runs on vdpbf16ps: not where the
+    target has AMX-BF16 (Sapphire Rapids), whose vdpbf16ps issues on one port, half the rate of its
+    FMAs, so that the float32 GEMM on the same values is faster there (and the GEMMs that can take
+    tiles do).  SPR, 1 thread, kernel alone, us vdpbf16ps (code for SPR or cooperlake) / float32:
+    6x768x3072 600 / 432, 4x768x768 111 / 89, conv 3x3 1->16 28x28 batch 32 172 / 108, 1024^3 (B
+    packed) 22600 / 13850."""
     width = config.vector_width
-    return "avx512bf16" in cpu.features and (width == 16 or (width == 8 and "avx512vl" in cpu.features))
+    return ("avx512bf16" in cpu.features and not amx_available(cpu)
+            and (width == 16 or (width == 8 and "avx512vl" in cpu.features)))
 
 
 def _i64(value: int) -> ir.Constant:
