@@ -16,9 +16,10 @@ and over (nearly) every float32 (a sweep of the bit patterns, both signs, agains
 float64): exp 0.98 ulp (every 4th float of [-110, 110]), tanh 1.33 (every float of [-20, 20]),
 sigmoid 2.40 (every 16th of [-200, 200]), erf 2.29 (every 16th of [-5, 5]; 1.83 above 1).
 
-The functions whose argument is bounded (tanh's e^2|x| up to e^19, sigmoid's e^-|x|, erf's tail)
-use ``exp_scaled_f32``: no overflow or nan handling and 2^n straight from the bits of the
-rounded x / ln2, where ``exp_f32`` pays for every x (two-step scaling, a nan select).
+Every exp rounds x / ln2 by adding 1.5 * 2^23 and makes 2^n straight from that sum's bits (no
+float -> int conversion, so a nan makes no poison and stays nan).  The functions whose argument is
+bounded (tanh's e^2|x| up to e^19, sigmoid's e^-|x|, erf's tail, normcdf) use ``exp_scaled_f32``,
+which needs no clamps; ``exp_f32`` clamps x and picks the exponent bias by x's sign.
 
 sin and cos reduce their argument exactly (a table of 2/pi per exponent, Payne-Hanek style, in
 float64), so ``sin(1e30)`` is right; they evaluate in float64 and round once.
@@ -123,20 +124,18 @@ def _i32(v) -> ir.Constant:
     return ir.Constant(I32, v)
 
 
-def _pow2(m: MathBuilder, k):
-    """2^k as a float32, for an i32 ``k`` in the normal exponent range [-126, 127]."""
-    return m.b.bitcast(m.b.shl(m.b.add(k, _i32(127)), _i32(23)), FLOAT)
-
-
 # --- exp, log ---------------------------------------------------------------------------------
 
-def _exp_reduced(m: MathBuilder, x, x_lo=None):
+def _exp_reduced(m: MathBuilder, x, x_lo=None, fused: bool = True):
     """x = n ln2 + r (two-part ln2, |r| <= ln2 / 2): ``(shifted, e^r - 1)``, where shifted is
     x / ln2 + ROUND_SHIFT rounded, whose low bits hold n (no float -> int conversion: a nan makes
     no poison).  ``x_lo``: the argument is ``x + x_lo``, a float32 pair, for arguments that carry
-    more precision than one float."""
+    more precision than one float.  ``fused``: x / ln2 + ROUND_SHIFT in one fma."""
     b = m.b
-    shifted = m.fma(x, _f32(LOG2E), _f32(ROUND_SHIFT))
+    if fused:
+        shifted = m.fma(x, _f32(LOG2E), _f32(ROUND_SHIFT))
+    else:
+        shifted = b.fadd(b.fmul(x, _f32(LOG2E)), _f32(ROUND_SHIFT))
     n = b.fsub(shifted, _f32(ROUND_SHIFT))
     r = m.fma(n, _f32(-LN2_HI), x)
     r = m.fma(n, _f32(-LN2_LO), r)
@@ -145,34 +144,37 @@ def _exp_reduced(m: MathBuilder, x, x_lo=None):
     return shifted, m.fma(b.fmul(r, r), m.poly(r, EXP_P), r)
 
 
-def exp_f32(m: MathBuilder, x, x_lo=None):
-    """e^x for every x: e^r (``_exp_reduced``) times 2^n in two steps, so that results down in
-    the denormals (n >= -150) and up to the overflow threshold (n = 128) are right."""
+def _times_pow2(m: MathBuilder, shifted, p, exponent_field, fused: bool = True):
+    """2^(n + bias) e^r from ``_exp_reduced``'s pair, ``exponent_field`` = (127 + bias) << 23 (an i32
+    constant or vector): n's bits are the low bits of shifted's, and a shift by 23 keeps them alone
+    in the exponent field; one rounding (the power of two is exact), in the fma where ``fused``."""
     b = m.b
-    nan = m.is_nan(x)
+    scale = b.bitcast(b.add(b.shl(b.bitcast(shifted, I32), _i32(23)), exponent_field), FLOAT)
+    return m.fma(scale, p, scale) if fused else b.fmul(scale, b.fadd(p, _f32(1.0)))
+
+
+def exp_f32(m: MathBuilder, x, x_lo=None):
+    """e^x for every x: 2^(n + bias) e^r times 2^-bias, bias 64 below 0 (results down in the
+    denormals, n >= -150, are right: 2^-24 relative before their own rounding) and -1 above
+    (n = 128 at the overflow threshold); a nan stays nan (the arithmetic keeps it, whatever n's
+    bits make of the scale)."""
+    b = m.b
     xc = m.select(m.gt(x, EXP_MAX), _f32(EXP_MAX), x)
     xc = m.select(m.lt(xc, EXP_MIN), _f32(EXP_MIN), xc)
-    shifted, p = _exp_reduced(m, xc, x_lo)
-    k = b.sub(b.bitcast(shifted, I32), b.bitcast(_f32(ROUND_SHIFT), I32))  # n
-    k1 = b.ashr(k, _i32(1))
-    # e^r * 2^(k - k1) by adding to e^r's exponent field (e^r is in [0.7, 1.5], k - k1 in [-75, 64]:
-    # the product is normal), then times 2^k1, the one rounding (denormal results are right)
-    er = b.fadd(p, _f32(1.0))
-    scaled = b.bitcast(b.add(b.bitcast(er, I32), b.shl(b.sub(k, k1), _i32(23))), FLOAT)
-    y = b.fmul(scaled, _pow2(m, k1))
-    return m.select(nan, x, y)  # (the integer arithmetic could make a number of a nan)
+    negative = m.lt(xc, 0.0)
+    # no fmas beyond the polynomial's: on CPUs without FMA, where each is a libcall per lane, two
+    # more tip LLVM's cost model against vectorizing softmax's sum (its longer chains lose ulps)
+    field = b.select(negative, _i32((127 + 64) << 23), _i32((127 - 1) << 23))
+    y = _times_pow2(m, *_exp_reduced(m, xc, x_lo, fused=False), field, fused=False)
+    return b.fmul(y, b.select(negative, _f32(2.0 ** -64), _f32(2.0)))
 
 
 def exp_scaled_f32(m: MathBuilder, x, bias: int = 0, x_lo=None):
-    """e^x for x where e^x * 2^bias is a normal float (x in [-87.3, 88.7] + bias ln2, clamped by the
-    caller); a nan stays nan.  Cheaper than ``exp_f32``, which pays for every x:
-    (2^(n + bias) e^r) * 2^-bias, 2^(n + bias) from n's bits (one rounding: a denormal e^x is right)."""
-    b = m.b
-    shifted, p = _exp_reduced(m, x, x_lo)
-    # n's bits are the low bits of shifted's: a shift by 23 keeps them alone in the exponent field
-    scale = b.bitcast(b.add(b.shl(b.bitcast(shifted, I32), _i32(23)), _i32((127 + bias) << 23)), FLOAT)
-    y = m.fma(scale, p, scale)
-    return b.fmul(y, _f32(2.0 ** -bias)) if bias else y
+    """e^x for x where e^x * 2^bias is a normal float (x in [-87.3, 88.7] + bias ln2, which the
+    caller guarantees): (2^(n + bias) e^r) * 2^-bias, a denormal e^x right as in ``exp_f32``, a nan
+    kept; no clamps or sign-dependent bias, as ``exp_f32`` needs for every x."""
+    y = _times_pow2(m, *_exp_reduced(m, x, x_lo), _i32((127 + bias) << 23))
+    return m.b.fmul(y, _f32(2.0 ** -bias)) if bias else y
 
 
 def log_f32(m: MathBuilder, x):
