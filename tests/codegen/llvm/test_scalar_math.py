@@ -1,7 +1,7 @@
 """Accuracy of the float32 approximations of scalar_math (exp, log, tanh, sigmoid, erf, erfc via
 gelu, sin, cos), measured in ulps against float64 references, and their special values, on every
-CPU of the cross-target matrix (FMA or not, 128- to 512-bit vectors); float64 transcendentals
-(libm) and f16 against the reference interpreter."""
+CPU of the cross-target matrix (FMA or not, 128- to 512-bit vectors) and on AArch64 under qemu;
+float64 transcendentals (libm) and f16 against the reference interpreter."""
 from __future__ import annotations
 
 import math
@@ -10,6 +10,10 @@ import numpy as np
 import pytest
 
 from codegen.kernel_testing import assert_matches, make_kernel, reference, run_kernel
+from lezero.ir.types import tensor
+from lezero.runtime.native import compile_module_native
+from support.ir_building import build
+from support.native_testing import QEMU, TRIPLE, cross_tools, run_outputs  # noqa: F401 (cross_tools: a fixture)
 
 _erf64 = np.frompyfunc(math.erf, 1, 1)
 _erfc64 = np.frompyfunc(math.erfc, 1, 1)
@@ -42,19 +46,40 @@ def _ulp_error(got, want):
     return np.abs(got.astype(np.float64) - want) / ulp
 
 
-@pytest.mark.cross_target(cases={c[0]: c for c in CASES}, group=lambda case: 0)
-def test_f32_ulp_error(cpu, case):
-    name, ref, ranges, bound = case
+def _samples(name, ranges) -> np.ndarray:
     rng = np.random.default_rng(7)
     x = np.concatenate([np.concatenate([rng.uniform(lo, hi, 20000), np.linspace(lo, hi, 20000)])
                         for lo, hi in ranges]).astype(np.float32)
     if name == "log":  # every binade, denormals included
         x = np.concatenate([x, np.exp2(rng.uniform(-149, 128, 40000)).astype(np.float32)])
-    _, kernel = make_kernel([((x.size,), "f32")], lambda b, v: b.op("lz." + name, v))
-    (got,) = run_kernel(kernel, [x], cpu=cpu)
+    return x
+
+
+def _assert_within(name, ref, bound, x, got, where):
     err = _ulp_error(got, ref(x.astype(np.float64)))
     worst = int(np.argmax(err))
-    assert err[worst] <= bound, f"{name}({x[worst]!r}) = {got[worst]!r}: {err[worst]:.2f} ulp on {cpu}"
+    assert err[worst] <= bound, f"{name}({x[worst]!r}) = {got[worst]!r}: {err[worst]:.2f} ulp on {where}"
+
+
+@pytest.mark.cross_target(cases={c[0]: c for c in CASES}, group=lambda case: 0)
+def test_f32_ulp_error(cpu, case):
+    name, ref, ranges, bound = case
+    x = _samples(name, ranges)
+    _, kernel = make_kernel([((x.size,), "f32")], lambda b, v: b.op("lz." + name, v))
+    (got,) = run_kernel(kernel, [x], cpu=cpu)
+    _assert_within(name, ref, bound, x, got, cpu)
+
+
+def test_f32_ulp_error_on_aarch64(cross_tools, tmp_path):
+    """The same approximations in an AArch64 executable (NEON: 128-bit vectors, FMA), run under
+    qemu: every case within its bound."""
+    samples = [_samples(name, ranges) for name, _, ranges, _ in CASES]
+    module = build([tensor((x.size,), "f32") for x in samples],
+                   lambda b, *xs: [b.op("lz." + case[0], x) for case, x in zip(CASES, xs)], name="main")
+    result = compile_module_native(module, tmp_path / "math", triple=TRIPLE, cpu="cortex-a72")
+    outputs = run_outputs([QEMU], result, tmp_path, {t.name: x for t, x in zip(result.program.inputs, samples)})
+    for (name, ref, _, bound), x, t in zip(CASES, samples, result.program.outputs):
+        _assert_within(name, ref, bound, x, outputs[t.name], "cortex-a72 (qemu)")
 
 
 def test_erfc_ulp_error(monkeypatch):
