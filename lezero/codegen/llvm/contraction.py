@@ -26,9 +26,10 @@ of one GEMM (``MatmulShape.batches_as_rows``); ``contraction_shapes.matmul_kerne
 
 **bf16 and f16** (issue 13): bf16 is float32 storage holding bf16 values, exact float32s, so a
 bf16 matmul or conv runs every float32 kernel here on its buffers and the epilogue rounds each
-float32 sum once to bf16, as the reference does; where the target has AVX-512 BF16 its GEMM is
-``gemm_bf16.py``'s, vdpbf16ps on bf16 pairs packed from that storage (the same exact products,
-float32 sums, two per instruction).  f16 (half storage) runs the GEMM too, a matmul's operands
+float32 sum once to bf16, as the reference does; where the target has AMX-BF16 its GEMM runs
+tdpbf16ps on AMX tiles (B packed: 8 rows or more, 16 deep or more; its convs read B packed; its
+other shapes the float32 GEMM), and where it has AVX-512 BF16 only, vdpbf16ps on bf16 pairs packed
+from that storage (``gemm_bf16.py``: the same exact products, float32 sums, two per instruction).  f16 (half storage) runs the GEMM too, a matmul's operands
 widened to float32 as they are packed (vcvtph2ps where the target has F16C), a conv's on float32
 copies (``contraction_gemm._widen_halves``); its epilogue rounds to f16; the loops
 for the dot-product and thin-conv shapes, and for a rows form (its operands' sizes vary).
