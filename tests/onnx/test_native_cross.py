@@ -23,25 +23,22 @@ from lezero.onnx import to_onnx
 from lezero.onnx.native import compile_onnx_native
 from lezero.runtime.native import compile_module_native, native_target
 
-from support.native_testing import convnet_onnx, elementwise_onnx, onnxruntime_outputs
+from support.native_testing import (
+    CROSS_CC,
+    QEMU,
+    TRIPLE,
+    convnet_onnx,
+    cross_tools,  # noqa: F401 (a fixture)
+    elementwise_onnx,
+    onnxruntime_outputs,
+    run_outputs,
+)
 from test_light_models import RTOL, feeds_for, load, with_random_weights
 from test_native import C_PROGRAM, convnet, elementwise_dtypes, gather_onnx
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
-TRIPLE = "aarch64-linux-gnu"
-CROSS_CC, QEMU = "aarch64-linux-gnu-gcc", "qemu-aarch64"
 EM_AARCH64, EM_X86_64 = 183, 62
 ET_EXEC, ET_DYN = 2, 3  # a static executable, a shared object
-
-
-@pytest.fixture
-def cross_tools():
-    """Skips, saying how to install them, where the cross compiler or qemu is missing (``make
-    test`` installs them where it runs as root)."""
-    missing = [tool for tool in (CROSS_CC, QEMU) if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"needs {' and '.join(missing)}: apt-get install qemu-user gcc-aarch64-linux-gnu "
-                    "libc6-dev-arm64-cross (make test installs them when run as root)")
 
 
 def elf_header(path) -> tuple[int, int]:
@@ -49,18 +46,6 @@ def elf_header(path) -> tuple[int, int]:
     header = pathlib.Path(path).read_bytes()[:20]
     assert header[:4] == b"\x7fELF" and header[4] == 2 and header[5] == 1, header  # ELFCLASS64, little-endian
     return int.from_bytes(header[16:18], "little"), int.from_bytes(header[18:20], "little")
-
-
-def run_outputs(command: list, result, tmp_path, feeds: dict) -> dict:
-    """Run the executable of ``result`` (through ``command``, e.g. qemu) on ``feeds``; its outputs by name."""
-    args = []
-    for i, (name, array) in enumerate(feeds.items()):
-        np.save(tmp_path / f"input{i}.npy", array)
-        args += ["--input", f"{name}={tmp_path / f'input{i}.npy'}"]
-    done = subprocess.run([*command, str(result.paths[0]), *args, "--output-dir", str(tmp_path / "out"),
-                           "--threads", "2"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return {t.name: np.load(tmp_path / "out" / f"{t.file_stem}.npy") for t in result.program.outputs}
 
 
 def assert_matches_onnxruntime(got: dict, model, feeds: dict, rtol: float, atol: float) -> None:

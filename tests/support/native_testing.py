@@ -1,11 +1,13 @@
-"""ONNX models and helpers shared by the native-compilation tests (tests/onnx/test_native.py and
-tests/cli/test_compile_cli.py)."""
+"""ONNX models and helpers shared by the native-compilation tests (tests/onnx/test_native.py,
+tests/onnx/test_native_cross.py, tests/cli/test_compile_cli.py, tests/codegen/llvm/test_integer_aarch64.py)."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -71,3 +73,29 @@ def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict) -> dict:
 
 def run_executable(exe, *args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=120, **kw)
+
+
+TRIPLE = "aarch64-linux-gnu"
+CROSS_CC, QEMU = "aarch64-linux-gnu-gcc", "qemu-aarch64"
+
+
+@pytest.fixture
+def cross_tools():
+    """Skips, saying how to install them, where the cross compiler or qemu is missing (``make
+    test`` installs them where it runs as root)."""
+    missing = [tool for tool in (CROSS_CC, QEMU) if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"needs {' and '.join(missing)}: apt-get install qemu-user gcc-aarch64-linux-gnu "
+                    "libc6-dev-arm64-cross (make test installs them when run as root)")
+
+
+def run_outputs(command: list, result, tmp_path, feeds: dict) -> dict:
+    """Run the executable of ``result`` (through ``command``, e.g. qemu) on ``feeds``; its outputs by name."""
+    args = []
+    for i, (name, array) in enumerate(feeds.items()):
+        np.save(tmp_path / f"input{i}.npy", array)
+        args += ["--input", f"{name}={tmp_path / f'input{i}.npy'}"]
+    done = subprocess.run([*command, str(result.paths[0]), *args, "--output-dir", str(tmp_path / "out"),
+                           "--threads", "2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return {t.name: np.load(tmp_path / "out" / f"{t.file_stem}.npy") for t in result.program.outputs}

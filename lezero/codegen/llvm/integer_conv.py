@@ -120,7 +120,7 @@ def lower_conv_integer(ctx: KernelContext, anchor: Operation) -> int:
         shift = b.mul(first_row, i64(-plan.wq))  # B[k, q] = slab[off[k] + q - first_row * WQ]
         rhs = Rhs(slab, lambda kk: b.add(b.load(b.gep(offsets, [i64(0), kk]), typ=INT64), shift), whole_vectors=True)
         a_base = b.mul(group, i64(m * k))
-        row_sums(ctx, w_buf, a_base, m, k, w_signed, rowsum, zb)
+        row_sums(ctx, dot, w_buf, a_base, m, k, w_signed, rowsum, zb)
         amx_lhs = None
         if dot.amx:  # the group's weights copied once per item: every tile row aligned, K's tail zero padded
             copy_lhs_columns(ctx, w_buf, a_base, m, k, 0, weights, padded_k)
@@ -128,10 +128,10 @@ def lower_conv_integer(ctx: KernelContext, anchor: Operation) -> int:
             amx_lhs = AmxLhs(weights, i64(0), padded_k, tail, padded_k, copy_tail=False)
 
         def za_of(row):
-            """The row's weight zero point, moved with the lhs to unsigned (+128 for i8)."""
+            """The row's weight zero point, moved with the lhs (``DotProduct.lhs_value``)."""
             at = [] if zw_buf.type.rank == 0 else [b.add(b.mul(group, i64(m)), row)]
             z = b.load(b.gep(zw_buf.pointer, at, source_etype=I8) if at else zw_buf.pointer, typ=I8)
-            return b.add(b.sext(z, I32), ir.Constant(I32, 128)) if w_signed else b.zext(z, I32)
+            return dot.lhs_value(b, z, w_signed)
 
         with for_range(b, p0, p1, "panel") as p:
             j0 = b.mul(p, i64(NB))

@@ -2,7 +2,8 @@
 
 The product is computed as ``u8 x s8`` dot products of 4 per i32 lane (``DotProduct``: AVX-512
 VNNI's or AVX-VNNI's ``vpdpbusd``; else ``vpmaddwd`` on the bytes widened to i16, exact; never
-``vpmaddubsw``, whose i16 sums saturate), as MLAS does:
+``vpmaddubsw``, whose i16 sums saturate; AArch64's ``usdot`` with i8mm, ``sdot`` on a signed lhs with
+dotprod), as MLAS does:
 
 - a signed lhs is made unsigned by flipping its top bit (``a + 128``), an unsigned rhs signed
   (``b - 128``); the zero points move with them (``za + 128``, ``zb - 128``), so
@@ -96,8 +97,20 @@ class DotProduct:
       7-bit activations (``reduce_range=True``); here no operand is reduced.  On Zen 3 it costs
       nothing: ``vpmaddubsw`` + the ``vpmaddwd`` by ones that widens its sums to i32 take the two
       multiply pipes for 32 products, as two ``vpmaddwd`` do;
-    - elsewhere (AArch64: no ``sdot`` path yet): widening multiplies and adds, one byte position at
-      a time.
+    - AArch64 with ``i8mm`` (FEAT_I8MM: Neoverse V1/N2): ``usdot`` (``llvm.aarch64.neon.usdot``,
+      u8 x s8, 128 bits: 4 lanes of 4 products), the operands as they are;
+    - AArch64 with ``dotprod`` only (Cortex-A55/A76, Neoverse N1): ``sdot`` (s8 x s8), so the lhs is
+      read signed (``signed_lhs``): its unsigned form less 128 (``a_u ^ 0x80``: a signed lhs as it
+      is, an unsigned one flipped), and its zero point and row sums move with it (``lhs_value``):
+      ``a_s = a_u - 128``, ``za_s = za_u - 128``, so ``a_s - za_s = a_u - za_u`` and
+      ``sum_k (a_s - za_s)(b - zb) = P_s - za_s colsum(b) - zb rowsum(a_s) + K za_s zb`` with
+      ``P_s = sum_k a_s b``: the correction of the module docstring, term for term, of the signed
+      lhs (i32 arithmetic wraps, so the sums are exact wherever the result fits in i32, as on x86).
+      The register tile is 6 rows x 4 vectors of 4 i32, as VNNI's: 24 accumulators, the 4 rhs
+      vectors of a k step and the lhs (4 bytes per row, ``ld1r``) in 32 NEON registers (8 x 4
+      would be 32 accumulators alone; 8 x 3 leaves a 1-vector tile in a 16-vector panel);
+    - elsewhere (AArch64 without ``dotprod``: generic, Cortex-A53/A72): widening multiplies and
+      adds, one byte position at a time.
     """
 
     def __init__(self, ctx: KernelContext):
@@ -116,14 +129,22 @@ class DotProduct:
             self.kind, self.lanes, self.mr, self.nv, name = "madd", 8, 4, 2, "llvm.x86.avx2.pmadd.wd"
         elif "sse2" in f:
             self.kind, self.lanes, self.mr, self.nv, name = "madd", 4, 4, 2, "llvm.x86.sse2.pmadd.wd"
+        elif "i8mm" in f:
+            self.kind, self.lanes, self.mr, self.nv, name = "usdot", 4, 6, 4, "llvm.aarch64.neon.usdot.v4i32.v16i8"
+        elif "dotprod" in f:
+            self.kind, self.lanes, self.mr, self.nv, name = "sdot", 4, 6, 4, "llvm.aarch64.neon.sdot.v4i32.v16i8"
         else:
             self.kind, self.lanes, self.mr, self.nv, name = "plain", 4, 4, 2, None
+        self.signed_lhs = self.kind == "sdot"  # the products read the lhs signed: 128 less than unsigned
         self.vector = ir.VectorType(I32, self.lanes)
         self.halves = ir.VectorType(I16, 2 * self.lanes)
+        self.bytes = ir.VectorType(I8, 4 * self.lanes)
         if self.kind == "vnni":
             self.intrinsic = declare(ctx.module, name, self.vector, [self.vector] * 3)
         elif self.kind == "madd":
             self.intrinsic = declare(ctx.module, name, self.vector, [self.halves] * 2)
+        elif self.kind in ("sdot", "usdot"):
+            self.intrinsic = declare(ctx.module, name, self.vector, [self.vector, self.bytes, self.bytes])
 
     def constant(self, value: int):
         return ir.Constant(self.vector, [value] * self.lanes)
@@ -131,8 +152,21 @@ class DotProduct:
     def _halves(self, value: int):
         return ir.Constant(self.halves, [value] * (2 * self.lanes))
 
+    def lhs_value(self, b, byte, signed: bool):
+        """An lhs byte or zero point (an i8 of a ``signed`` lhs or not) as an i32 of the lhs the
+        products read: unsigned (``a + 128`` for a signed lhs), or with ``signed_lhs`` signed
+        (``a - 128`` for an unsigned lhs)."""
+        if signed:
+            value = b.sext(byte, I32)
+            return value if self.signed_lhs else b.add(value, ir.Constant(I32, 128))
+        value = b.zext(byte, I32)
+        return b.sub(value, ir.Constant(I32, 128)) if self.signed_lhs else value
+
     def lhs(self, b, quads):
-        """The form of a vector of unsigned lhs quads the products read (once per row and k step)."""
+        """The form of a vector of lhs quads (as ``lhs_value`` reads them) the products read (once
+        per row and k step)."""
+        if self.kind in ("sdot", "usdot"):
+            return b.bitcast(quads, self.bytes)
         if self.kind != "madd":
             return quads
         h = b.bitcast(quads, self.halves)
@@ -140,6 +174,8 @@ class DotProduct:
 
     def rhs(self, b, quads):
         """The same for a vector of signed rhs quads (once per vector and k step)."""
+        if self.kind in ("sdot", "usdot"):
+            return b.bitcast(quads, self.bytes)
         if self.kind != "madd":
             return quads
         h = b.bitcast(quads, self.halves)
@@ -147,7 +183,7 @@ class DotProduct:
 
     def __call__(self, b, acc, a, w):
         """``a``, ``w``: what ``lhs`` and ``rhs`` made of 4 bytes per lane."""
-        if self.kind == "vnni":
+        if self.kind in ("vnni", "sdot", "usdot"):
             return b.call(self.intrinsic, [acc, a, w])
         if self.kind == "madd":
             return b.add(acc, b.add(b.call(self.intrinsic, [a[0], w[0]]), b.call(self.intrinsic, [a[1], w[1]])))
@@ -279,8 +315,7 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
             z = b.load(b.gep(zb_buf.pointer, [col], source_etype=I8), typ=I8)
         z = b.zext(z, I32) if b_unsigned else b.sext(z, I32)
         return b.sub(z, ir.Constant(I32, 128)) if b_unsigned else z
-    za = b.load(za_buf.pointer, typ=I8)
-    za = b.add(b.sext(za, I32), ir.Constant(I32, 128)) if a_signed else b.zext(za, I32)
+    za = dot.lhs_value(b, b.load(za_buf.pointer, typ=I8), a_signed)
 
     with for_range(b, ctx.fn.begin, ctx.fn.end, "item") as item:
         batch, panel = b.udiv(item, i64(panels)), b.urem(item, i64(panels))
@@ -293,7 +328,7 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
         def panel_of(cols):
             rhs = Rhs(b_buf.pointer, lambda kk: b.add(b_base, b.mul(kk, i64(n))), whole_vectors=False,
                       prepacked_depth=prepacked.padded_depth if prepacked else None)
-            row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
+            row_sums(ctx, dot, a_buf, a_base, m, k, a_signed, rowsum, zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
             amx_lhs = AmxLhs(a_buf.pointer, a_base, k, lhs_tail, _DEPTH, copy_tail=True) if dot.amx else None
             gemm_panel(ctx, dot, cols, packed, partial, amx_lhs, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
                        b_unsigned, lambda row: za, zb_of, rowsum, colsum,
@@ -415,12 +450,14 @@ def _packed_vector(b, packed, g, col: int, vector_type):
     return b.load(b.gep(packed, [at], source_etype=I8), typ=vector_type, align=1)
 
 
-def _lhs_quad(ctx, a_buf, a_base, row, g, k, a_signed):
-    """4 lhs bytes from k = 4g as an i32 (unsigned: the top bit flipped for a signed lhs); in the
-    last step of a K not a multiple of 4 the missing bytes are 0 (the packed rhs is 0 there)."""
+def _lhs_quad(ctx, a_buf, a_base, row, g, k, flipped):
+    """4 lhs bytes from k = 4g as an i32, their top bits ``flipped`` where the products read the lhs
+    otherwise than it is stored (``DotProduct.lhs_value``: a signed lhs read unsigned, or an unsigned
+    one signed); in the last step of a K not a multiple of 4 the missing bytes are 0 before the flip
+    (the packed rhs is 0 there)."""
     b = ctx.b
     start = b.add(a_base, b.add(b.mul(row, i64(k)), b.mul(g, i64(4)) if isinstance(g, ir.Value) else i64(4 * g)))
-    flip = ir.Constant(I32, 0x80808080 if a_signed else 0)
+    flip = ir.Constant(I32, 0x80808080 if flipped else 0)
     if isinstance(g, ir.Value):
         return b.xor(b.load(b.gep(a_buf.pointer, [start], source_etype=I8), typ=I32, align=1), flip)
     quad = ir.Constant(I32, 0)
@@ -430,9 +467,10 @@ def _lhs_quad(ctx, a_buf, a_base, row, g, k, a_signed):
     return b.xor(quad, flip)
 
 
-def row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb):
-    """``rowsum[row]``: the sum of the (unsigned) lhs row's K bytes, which the rhs zero points
-    multiply: 0 when ``zb`` (one rhs zero point, an i32) is 0."""
+def row_sums(ctx, dot, a_buf, a_base, m, k, a_signed, rowsum, zb):
+    """``rowsum[row]``: the sum of the lhs row's K bytes as the products read them (unsigned, or
+    signed for ``sdot``: ``DotProduct.lhs_value``), which the rhs zero points multiply: 0 when
+    ``zb`` (one rhs zero point, an i32) is 0."""
     b = ctx.b
     acc = ctx.fn.alloca(I32, 1, "rowacc")
     if zb is not None:
@@ -440,14 +478,14 @@ def row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, zb):
             with zero, for_range(b, 0, m, "rowzero") as row:
                 b.store(ir.Constant(I32, 0), b.gep(rowsum, [row], source_etype=I32))
             with other:
-                row_sums(ctx, a_buf, a_base, m, k, a_signed, rowsum, None)
+                row_sums(ctx, dot, a_buf, a_base, m, k, a_signed, rowsum, None)
         return
     with for_range(b, 0, m, "rowsum") as row:
         b.store(ir.Constant(I32, 0), acc)
         with for_range(b, 0, k, "rowk") as kk:
             byte = b.load(b.gep(a_buf.pointer, [b.add(a_base, b.add(b.mul(row, i64(k)), kk))], source_etype=I8),
                           typ=I8)
-            byte = b.add(b.sext(byte, I32), ir.Constant(I32, 128)) if a_signed else b.zext(byte, I32)
+            byte = dot.lhs_value(b, byte, a_signed)
             b.store(b.add(b.load(acc), byte), acc)
         b.store(b.load(acc), b.gep(rowsum, [row], source_etype=I32))
 
@@ -480,7 +518,7 @@ def gemm_panel(ctx, dot, cols, packed, partial, amx_lhs, a_buf, rhs, output, bat
     """One panel of ``cols`` (static) columns: per block of KC rows of K, pack that sliver of it
     (summing its columns), then every row block over it, a register tile of ``dot.nv`` vectors
     at a time (on AMX, ``_amx_rows``: tiles).  ``za_of(row)``: the lhs zero point of a row (i32, moved
-    to the unsigned lhs); ``zb_of(col)`` the rhs's of a column; ``rowsum``: the lhs rows' sums
+    with the lhs: ``DotProduct.lhs_value``); ``zb_of(col)`` the rhs's of a column; ``rowsum``: the lhs rows' sums
     (``row_sums``); ``amx_lhs``: where the AMX kernel reads the lhs (``AmxLhs``; None elsewhere);
     ``zb_tensor``: the one rhs zero point (i32) where there is one and
     the lhs has one too, else None (``_amx_rows`` folds the corrections when it is 0)."""
@@ -776,7 +814,8 @@ def _tile(ctx, dot, i0, rows, v0, count, cols, packed, partial, sliver, a_buf, o
     def step(g, packed_g):
         rhs = [dot.rhs(b, _packed_vector(b, packed, packed_g, lanes * (v0 + v), dot.vector)) for v in range(count)]
         for r in range(rows):
-            quad = dot.lhs(b, _splat(b, _lhs_quad(ctx, a_buf, a_base, b.add(i0, i64(r)), g, k, a_signed), dot.vector))
+            quad = _lhs_quad(ctx, a_buf, a_base, b.add(i0, i64(r)), g, k, a_signed != dot.signed_lhs)
+            quad = dot.lhs(b, _splat(b, quad, dot.vector))
             for v in range(count):
                 b.store(dot(b, b.load(accs[r][v]), quad, rhs[v]), accs[r][v])
     with for_range(b, sliver.g0, b.add(sliver.g0, sliver.whole), "k") as g:
