@@ -12,9 +12,12 @@ import subprocess
 import sys
 
 import numpy as np
+import onnx
 import pytest
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
 import lezero as lz
+import lezero.onnx
 from lezero.cli.compile import run as compile_cli_run
 from lezero.codegen.llvm.gemm import GemmConfig
 from lezero.codegen.llvm.target import cpu_target
@@ -35,6 +38,7 @@ from support.native_testing import (
 )
 from test_light_models import RTOL, feeds_for, load, with_random_weights
 from test_native import C_PROGRAM, convnet, elementwise_dtypes, gather_onnx
+from test_quantized_cnn import _Batches, float_cnn  # noqa: F401 (float_cnn: a fixture)
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 EM_AARCH64, EM_X86_64 = 183, 62
@@ -143,6 +147,28 @@ def test_aarch64_demo_mlp_matches_onnxruntime(cross_tools, tmp_path):
     feeds = {"input": np.random.default_rng(4).random((37, 784), dtype=np.float32)}
     got = run_outputs([QEMU], result, tmp_path, feeds)
     assert_matches_onnxruntime(got, model, feeds, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cpu", ["neoverse-n1", "neoverse-v1"])
+def test_aarch64_statically_quantized_cnn_matches_x86(cross_tools, tmp_path, float_cnn, cpu):
+    """The CNN ONNX Runtime's quantize_static makes (QDQ, per-channel int8 weights: fold-qdq makes
+    its convs and Gemm lz.conv_integer / lz.matmul_integer) built for AArch64: on sdot (neoverse-n1,
+    the Gemm's u8 activations read signed) and usdot (neoverse-v1), under qemu with that CPU model,
+    within one quantization step of lezero on this machine and of ONNX Runtime."""
+    rng = np.random.default_rng(0)
+    quantized = tmp_path / "cnn_qdq.onnx"
+    quantize_static(str(float_cnn), str(quantized), _Batches([{"x": rng.standard_normal((5, 1, 8, 8), np.float32)}
+                                                              for _ in range(3)]),
+                    quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    x = rng.standard_normal((5, 1, 8, 8)).astype(np.float32)
+    here = lz.onnx.compile(str(quantized)).run({"x": x})["y"]
+    result = compile_onnx_native(onnx.load(quantized), tmp_path / "cnn", triple=TRIPLE, cpu=cpu)
+    got = run_outputs([QEMU, "-cpu", "max" if cpu == "neoverse-v1" else cpu], result, tmp_path, {"x": x})["y"]
+    want = onnxruntime_outputs(onnx.load(quantized), {"x": x})["y"]
+    step = (want.max() - want.min()) / 255
+    assert np.abs(got - here).max() <= step and np.abs(got - want).max() <= step, \
+        (np.abs(got - here).max(), np.abs(got - want).max(), step)
 
 
 def test_aarch64_shared_library_from_c(cross_tools, tmp_path):
