@@ -323,9 +323,54 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
         transposed, not strided), else its float32 slivers are paired after it."""
         return not self.transpose_b and self.b_col_stride == 1
 
+    def _build_pack_b(self, module: ir.Module) -> ir.Function:
+        """``<name>_pack_b`` (gemm.py's parameters) writing pair rows, row pair by row pair: rows pc +
+        2q and pc + 2q + 1 are read once across the block's columns (streamed, not a row stride
+        apart per sliver) and pair row q of every sliver written; zeros past the depth up to whole
+        chunks.  A conv's rows (``b_row_offsets``: taps a float or a row apart in the slab, lines
+        shared) are packed sliver by sliver (gemm.py, ``_emit_pack_b_rows``).  SPR, 1 thread,
+        kernel alone, alternating, sliver by sliver -> row pairs: 128x768x3072 0.84-0.88x time,
+        64x784x256 0.88-1.03x, 1024^3 0.83-0.99x; conv 3x3 64->64 56x56 1.08-1.10x (not for convs)."""
+        if self.b_row_offsets is not None:
+            return super()._build_pack_b(module)
+        w, nr, nv = self.config.vector_width, self.config.nr, self.config.nr_vectors
+        function, b, p = self._define(module, f"{self.name}_pack_b", [
+            ("b", PTR), ("ldb", I64), ("pc", I64), ("kc", I64), ("cols", I64), ("packed", PTR)])
+        for argument in (p["b"], p["packed"]):
+            argument.add_attribute("noalias")
+        zeros = ir.Constant(self.vector_type, [0.0] * w)
+        whole = b.sdiv(p["cols"], _i64(nr))
+        rest = b.sub(p["cols"], b.mul(whole, _i64(nr)))
+        rest_masks = [vectors.lane_mask(b, v * w, rest, w) for v in range(nv)]
+        with vectors.counted_loop(b, _i64(0), b.mul(_chunks(b, p["kc"]), _i64(AMX_ROWS)), 1, "pair") as pair:
+            rows, inside = [], []
+            for dk in (0, 1):
+                k = b.add(b.mul(pair, _i64(2)), _i64(dk))
+                inside.append(b.icmp_signed("<", k, p["kc"]))  # past the depth: zeros (row pc read)
+                rows.append(self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], b.select(inside[-1], k, _i64(0)))))
+
+            def sliver_row(sliver, masks):
+                col0 = b.mul(sliver, _i64(nr))
+                destination = b.gep(p["packed"], [b.add(b.mul(col0, p["kc"]), b.mul(pair, _i64(nr)))],
+                                    source_etype=FLOAT)
+                for v in range(nv):
+                    low, high = (b.select(inside[h], self._load_operand(
+                        b, self._operand_at(b, rows[h], [b.add(col0, _i64(v * w))]), w, masks[v]), zeros)
+                        for h in (0, 1))
+                    b.store(pair_words(b, low, high), b.gep(destination, [_i64(v * w)], source_etype=FLOAT),
+                            align=self.vector_bytes)
+
+            with vectors.counted_loop(b, _i64(0), whole, 1, "sliver") as sliver:
+                sliver_row(sliver, [None] * nv)
+            with b.if_then(b.icmp_signed(">", rest, _i64(0))):
+                sliver_row(whole, rest_masks)
+        b.ret_void()
+        return function
+
     def _emit_pack_b_rows(self, b, p, source, sliver, masks) -> None:
         """Pair row q of the sliver from B's rows pc + 2q and pc + 2q + 1 (zeros past the block's
-        depth, up to whole chunks of AMX_ROWS pair rows): one pass over B, no float32 slivers."""
+        depth, up to whole chunks of AMX_ROWS pair rows): one pass over B, no float32 slivers (a
+        conv's B; a matmul's is packed by row pairs, ``_build_pack_b``)."""
         if not self._packs_pairs:
             super()._emit_pack_b_rows(b, p, source, sliver, masks)
             return
