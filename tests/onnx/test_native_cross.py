@@ -153,7 +153,8 @@ def test_aarch64_demo_mlp_matches_onnxruntime(cross_tools, tmp_path):
 def test_aarch64_statically_quantized_cnn_matches_x86(cross_tools, tmp_path, float_cnn, cpu):
     """The CNN ONNX Runtime's quantize_static makes (QDQ, per-channel int8 weights: fold-qdq makes
     its convs and Gemm lz.conv_integer / lz.matmul_integer) built for AArch64: on sdot (neoverse-n1,
-    the Gemm's u8 activations read signed) and usdot (neoverse-v1), under qemu with that CPU model,
+    the Gemm's u8 activations read signed) and on neoverse-v1 (the convs' s8 weights sdot, the Gemm's
+    u8 activations usdot), under qemu with that CPU model,
     within one quantization step of lezero on this machine and of ONNX Runtime."""
     rng = np.random.default_rng(0)
     quantized = tmp_path / "cnn_qdq.onnx"

@@ -85,7 +85,7 @@ def lower_conv_integer(ctx: KernelContext, anchor: Operation) -> int:
         return 1
     w_signed = anchor.operands[1].type.element_type.name == "i8"  # the lhs
     x_unsigned = anchor.operands[0].type.element_type.name == "ui8"  # the rhs
-    dot = DotProduct(ctx)
+    dot = DotProduct(ctx, w_signed)
     output = Output(ctx, anchor, plan, dot)
 
     slab_bytes = -(-plan.slab_floats // 64) * 64

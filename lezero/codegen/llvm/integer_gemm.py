@@ -97,11 +97,12 @@ class DotProduct:
       7-bit activations (``reduce_range=True``); here no operand is reduced.  On Zen 3 it costs
       nothing: ``vpmaddubsw`` + the ``vpmaddwd`` by ones that widens its sums to i32 take the two
       multiply pipes for 32 products, as two ``vpmaddwd`` do;
-    - AArch64 with ``i8mm`` (FEAT_I8MM: Neoverse V1/N2): ``usdot`` (``llvm.aarch64.neon.usdot``,
-      u8 x s8, 128 bits: 4 lanes of 4 products), the operands as they are;
-    - AArch64 with ``dotprod`` only (Cortex-A55/A76, Neoverse N1): ``sdot`` (s8 x s8), so the lhs is
-      read signed (``signed_lhs``): its unsigned form less 128 (``a_u ^ 0x80``: a signed lhs as it
-      is, an unsigned one flipped), and its zero point and row sums move with it (``lhs_value``):
+    - AArch64 with ``dotprod`` (Cortex-A55/A76, Neoverse N1/V1/N2): ``sdot`` (s8 x s8, 128 bits:
+      4 lanes of 4 products) for a signed lhs, as it is; an unsigned lhs takes ``usdot`` (u8 x s8,
+      ``llvm.aarch64.neon.usdot``) where the CPU has ``i8mm`` (FEAT_I8MM: Neoverse V1/N2), as it
+      is too; without i8mm it is read signed as well (``signed_lhs``): its unsigned form less 128
+      (``a_u ^ 0x80``: its top bits flipped in each k step), and its zero point and row sums move
+      with it (``lhs_value``):
       ``a_s = a_u - 128``, ``za_s = za_u - 128``, so ``a_s - za_s = a_u - za_u`` and
       ``sum_k (a_s - za_s)(b - zb) = P_s - za_s colsum(b) - zb rowsum(a_s) + K za_s zb`` with
       ``P_s = sum_k a_s b``: the correction of the module docstring, term for term, of the signed
@@ -113,7 +114,8 @@ class DotProduct:
       adds, one byte position at a time.
     """
 
-    def __init__(self, ctx: KernelContext):
+    def __init__(self, ctx: KernelContext, lhs_signed: bool):
+        """``lhs_signed``: the lhs is stored signed (i8), which AArch64's choice reads."""
         f = ctx.cpu.features
         self.amx = "avx512vnni" in f and amx.has_amx(ctx.cpu, "int8")
         self.kc = KC_AMX if self.amx else KC  # rows of K per packed sliver
@@ -129,10 +131,9 @@ class DotProduct:
             self.kind, self.lanes, self.mr, self.nv, name = "madd", 8, 4, 2, "llvm.x86.avx2.pmadd.wd"
         elif "sse2" in f:
             self.kind, self.lanes, self.mr, self.nv, name = "madd", 4, 4, 2, "llvm.x86.sse2.pmadd.wd"
-        elif "i8mm" in f:
-            self.kind, self.lanes, self.mr, self.nv, name = "usdot", 4, 6, 4, "llvm.aarch64.neon.usdot.v4i32.v16i8"
         elif "dotprod" in f:
-            self.kind, self.lanes, self.mr, self.nv, name = "sdot", 4, 6, 4, "llvm.aarch64.neon.sdot.v4i32.v16i8"
+            self.kind = "usdot" if "i8mm" in f and not lhs_signed else "sdot"
+            self.lanes, self.mr, self.nv, name = 4, 6, 4, f"llvm.aarch64.neon.{self.kind}.v4i32.v16i8"
         else:
             self.kind, self.lanes, self.mr, self.nv, name = "plain", 4, 4, 2, None
         self.signed_lhs = self.kind == "sdot"  # the products read the lhs signed: 128 less than unsigned
@@ -294,7 +295,7 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
     if items == 0 or m == 0:
         ctx.fn.finish()
         return 1
-    dot = DotProduct(ctx)
+    dot = DotProduct(ctx, a_signed)
     output = Output(ctx, anchor, MatmulGemm(shape), dot)
     prepacked = _prepacked_b(ctx, anchor, dot, b_in, b_offsets, k, n, b_unsigned)
 

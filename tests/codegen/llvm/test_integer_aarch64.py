@@ -1,7 +1,7 @@
 """The int8 GEMM and conv (lezero/codegen/llvm/integer_gemm.py, integer_conv.py) on AArch64: NEON
-``sdot`` where the CPU has dotprod (neoverse-n1: the lhs read signed, its zero point and row sums
-moved by -128), ``usdot`` where it has i8mm (neoverse-v1: u8 x s8 as on x86), widening multiplies
-elsewhere (generic).  One executable per CPU holds every case (matmul_integer with M, N and K tails,
+``sdot`` where the CPU has dotprod (neoverse-n1; an unsigned lhs read signed, its zero point and
+row sums moved by -128), ``usdot`` for an unsigned lhs where it has i8mm too (neoverse-v1: u8 x s8
+as on x86; a signed lhs takes sdot there), widening multiplies elsewhere (generic).  One executable per CPU holds every case (matmul_integer with M, N and K tails,
 K blocks, a batched broadcast rhs, every i8/ui8 pairing at the ends of their ranges, per-column zero
 points, a fused requantize that saturates at both ends; conv_integer with K blocks, strides,
 per-channel zero points and a requantize), built by lezero-compile's builder and run under
@@ -24,8 +24,9 @@ from lezero.ir.types import ELEMENT_TYPES, F32, tensor
 from lezero.runtime.native import compile_module_native
 
 NP = {"i8": np.int8, "ui8": np.uint8, "i32": np.int32, "f32": np.float32}
-# the lezero CPU, qemu's CPU model that runs it, the dot product instruction its kernels use
-CPUS = {"neoverse-n1": ("neoverse-n1", "sdot"), "neoverse-v1": ("max", "usdot"), "generic": ("cortex-a53", None)}
+# the lezero CPU, qemu's CPU model that runs it, the dot product instruction its kernels use for a ui8 / i8 lhs
+CPUS = {"neoverse-n1": ("neoverse-n1", ("sdot", "sdot")), "neoverse-v1": ("max", ("usdot", "sdot")),
+        "generic": ("cortex-a53", (None, None))}
 
 # matmuls: (a shape, b shape, a type, b type, per-column rhs zero point); 6-row tiles leave row tails
 MATMULS = [((13, 71), (71, 150), "ui8", "i8", True),  # M, N (2 panels + 22 columns), K (71 = 4 * 17 + 3) tails
@@ -117,15 +118,14 @@ def _assembly(cpu, a_dt):
 
 @pytest.mark.parametrize("cpu", list(CPUS))
 def test_each_aarch64_cpu_gets_its_dot_product_instruction(cpu):
-    """neoverse-n1 (dotprod) ``sdot``, neoverse-v1 (i8mm) ``usdot``, a register tile's 24 per k step
-    at least; generic neither (widening multiply-adds), for a u8 and an s8 lhs alike.  (LLVM sums
-    the lhs rows' bytes with ``udot``/``sdot`` by ones itself where the CPU has dotprod.)"""
-    instruction = CPUS[cpu][1]
-    for a_dt in ("ui8", "i8"):
+    """neoverse-n1 (dotprod) ``sdot``; neoverse-v1 (i8mm) ``usdot`` for a u8 lhs and ``sdot`` for an
+    s8 one; a register tile's 24 per k step at least; generic neither (widening multiply-adds).
+    (LLVM sums the lhs rows' bytes with ``udot``/``sdot`` by ones itself where the CPU has dotprod.)"""
+    for a_dt, instruction in zip(("ui8", "i8"), CPUS[cpu][1]):
         words = [line.split()[0] for line in _assembly(cpu, a_dt).splitlines() if line.startswith("\t")]
         if instruction is None:
             assert not {"sdot", "udot", "usdot", "sudot"} & set(words) and "mla" in words, (cpu, a_dt)
             continue
         assert words.count(instruction) >= 24, (cpu, a_dt, words.count(instruction))
-        if instruction == "sdot":  # no i8mm instruction on a CPU without it
+        if instruction == "sdot":  # no i8mm instruction on a CPU without it, none for a signed lhs
             assert not {"usdot", "sudot"} & set(words), (cpu, a_dt)
