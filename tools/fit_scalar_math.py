@@ -50,6 +50,8 @@ def main() -> None:
     # exp(r) = 1 + r + r^2 P(r), |r| <= ln2 / 2
     coefs, err = fit(lambda r: (mp.exp(r) - 1 - r) / r ** 2 if r else mp.mpf(0.5), -ln2 / 2, ln2 / 2, 5)
     show("EXP_P", coefs, err, "exp(r) = 1 + r + r^2 * P(r) on [-ln2/2, ln2/2]")
+    coefs, err = fit(lambda r: (mp.exp(r) - 1 - r) / r ** 2 if r else mp.mpf(0.5), -ln2 / 2, ln2 / 2, 4)
+    show("EXP_SHORT_P", coefs, err, "the same with one degree less (where the result damps exp's error)")
     # log(1 + f) = f - f^2/2 + f^3 P(f), f in [sqrt(1/2) - 1, sqrt(2) - 1]
     lo, hi = float(mp.sqrt(0.5) - 1), float(mp.sqrt(2) - 1)
     coefs, err = fit(lambda f: (mp.log1p(f) - f + f ** 2 / 2) / f ** 3 if f else mp.mpf(1) / 3, lo, hi, 8)
@@ -58,6 +60,9 @@ def main() -> None:
     coefs, err = fit(lambda z: (mp.tanh(mp.sqrt(z)) - mp.sqrt(z)) / mp.sqrt(z) ** 3 if z else -mp.mpf(1) / 3,
                      0, 0.625 ** 2, 5)
     show("TANH_P", coefs, err, "tanh(x) = x + x^3 * P(x^2) for |x| < 0.625")
+    coefs, err = fit(lambda z: (mp.tanh(mp.sqrt(z)) - mp.sqrt(z)) / mp.sqrt(z) ** 3 if z else -mp.mpf(1) / 3,
+                     0, 0.6 ** 2, 4)
+    show("TANH_SHORT_P", coefs, err, "the same with one degree less for |x| < 0.6 (the CPU's)")
     # erf(x) = x P(x^2), |x| < 1
     coefs, err = fit(lambda z: mp.erf(mp.sqrt(z)) / mp.sqrt(z) if z else 2 / mp.sqrt(mp.pi), 0, 1, 5)
     show("ERF_P", coefs, err, "erf(x) = x * P(x^2) for |x| < 1")

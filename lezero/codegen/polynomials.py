@@ -1,18 +1,25 @@
 """The polynomial coefficients of the transcendentals both backends evaluate themselves
-(``llvm/scalar_math.py``: every float32 one; ``triton/scalar_builder.py``: tanh near 0 and the
-one-formula erfc), fitted by ``tools/fit_scalar_math.py``, lowest degree first.
+(``llvm/scalar_math.py``: every float32 one but TANH_P; ``triton/scalar_builder.py``: tanh near 0
+and the one-formula erfc), fitted by ``tools/fit_scalar_math.py``, lowest degree first.
 """
 
 # exp(r) = 1 + r + r^2 * P(r) on [-ln2/2, ln2/2]
 EXP_P = (0.5000000013379517, 0.16666666532322547, 0.041666465527805674, 0.008333360729382152,
          0.0013933597568815661, 0.00019857789565692327)
+# the same with one degree less (2e-8 relative): for results that damp exp's error (tanh above 0.6,
+# erf's tail)
+EXP_SHORT_P = (0.49999999552697516, 0.1666657732004655, 0.041666853454634833, 0.00836314036557505,
+               0.0013901275964537988)
 # log(1 + f) = f - f^2/2 + f^3 * P(f) on [sqrt(1/2) - 1, sqrt(2) - 1]
 LOG_P = (0.3333333117355037, -0.24999994002922865, 0.20000714775256187, -0.1666805683350558,
          0.14249321677087431, -0.12420158662217219, 0.11677028264449896, -0.11514499545535851,
          0.07037466558439513)
-# tanh(x) = x + x^3 * P(x^2) for |x| < 0.625
+# tanh(x) = x + x^3 * P(x^2) for |x| < 0.625 (Triton's)
 TANH_P = (-0.333333331722917, 0.1333330357599297, -0.053959263445850905, 0.021768946188435286,
           -0.008344025663628497, 0.0022928265566493035)
+# the same with one degree less for |x| < 0.6 (the CPU's; 2e-8 relative)
+TANH_SHORT_P = (-0.3333333033533647, 0.13332915594651654, -0.05387398015596525, 0.021111097281692207,
+                -0.006269310813361975)
 # erf(x) = x * P(x^2) for |x| < 1
 ERF_P = (1.1283791224922668, -0.3761232617896946, 0.1128018005249237, -0.0267113096814129,
          0.004917549590281337, -0.0005631414949370786)
