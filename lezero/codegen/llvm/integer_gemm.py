@@ -2,12 +2,12 @@
 
 The product is computed as ``u8 x s8`` dot products of 4 per i32 lane (``DotProduct``: AVX-512
 VNNI's or AVX-VNNI's ``vpdpbusd``; else ``vpmaddwd`` on the bytes widened to i16, exact; never
-``vpmaddubsw``, whose i16 sums saturate; AArch64's ``usdot`` with i8mm, ``sdot`` on a signed lhs with
-dotprod), as MLAS does:
+``vpmaddubsw``, whose i16 sums saturate; on AArch64 ``sdot`` with dotprod, ``usdot`` for an unsigned
+lhs with i8mm), as MLAS does:
 
-- a signed lhs is made unsigned by flipping its top bit (``a + 128``), an unsigned rhs signed
-  (``b - 128``); the zero points move with them (``za + 128``, ``zb - 128``), so
-  ``(a - za)(b - zb)`` is unchanged;
+- a signed lhs is made unsigned by flipping its top bit (``a + 128``; ``sdot`` reads the lhs
+  signed instead: ``DotProduct``), an unsigned rhs signed (``b - 128``); the zero points move with
+  them (``za + 128``, ``zb - 128``), so ``(a - za)(b - zb)`` is unchanged;
 - ``C = P - za * colsum(b) - zb * rowsum(a) + K * za * zb`` with ``P = sum_k a[i,k] b[k,j]``:
   the column sums come from the packed rhs, the row sums are summed only when some ``zb`` is not 0.
 
