@@ -38,8 +38,11 @@ the plan is built (``lezero.codegen.schedule.PACKED_CONSTANT_KINDS`` emptied), i
 alternation: its median and pre-packed / per-call.  ``--host-tile`` (with either) also runs each
 layer compiled with the target's GEMM register tile (6 x 4 vectors of 16 on AVX-512), as before
 convs chose their own (``contraction_gemm.conv_register_tile``), in the same alternation: its
-median and conv tile / host tile.  ``--only "r18,dw 5x5,7x7"`` (with either) times only the layers whose
-printed name contains one of the words.
+median and conv tile / host tile.  ``--pixel-lanes`` (with --mobile) also runs each layer compiled
+with its depthwise conv on the kernel with pixels in the vector lanes (``depthwise.LANES_MAX_PIXELS``
+and ``LANES_MAX_PIXELS_FEW_TAPS`` 0), not channels: its median and channels / pixels in lanes.
+``--only "r18,dw 5x5,7x7"`` (with either) times only the layers whose printed name contains one of
+the words.
 """
 from __future__ import annotations
 
@@ -61,6 +64,8 @@ parser.add_argument("--prepacking", action="store_true",
                     help="--mobile/--resnet: also time each layer with its weights packed per call")
 parser.add_argument("--host-tile", action="store_true",
                     help="--mobile/--resnet: also time each layer with the target's GEMM tile, not the conv's")
+parser.add_argument("--pixel-lanes", action="store_true",
+                    help="--mobile: also time each layer with its depthwise conv on the pixels-in-lanes kernel")
 parser.add_argument("--only", default="", help="--mobile/--resnet: only the layers whose names contain one of "
                     "these comma-separated words (e.g. r18,dw 5x5)")
 args = parser.parse_args()
@@ -262,9 +267,13 @@ def compare_layers(title: str, layers) -> None:
     print(f"{title} convolutions, batch 1, {args.threads} threads, {cpu}, "
           f"onnxruntime {ort.__version__}; medians and minimums of {args.reps} alternating calls (on a shared "
           "machine the minimums are the least disturbed)")
+    # (column, ratio column, the layer compiled that way) of each variant asked for
+    variants = [(name, ratio, build) for wanted, name, ratio, build in (
+        (args.prepacking, "per-call ms", "pre/per-call", per_call_packing),
+        (args.host_tile, "host-tile ms", "conv/host tile", with_host_tile),
+        (args.pixel_lanes, "pixel-lanes ms", "ch/px lanes", with_pixels_in_lanes)) if wanted]
     print(f"{'layer':<40}{'lezero ms':>10}{'ORT ms':>9}{'lezero/ORT':>12}{'min ratio':>10}{'lezero GFLOP/s':>16}"
-          f"{'ORT GFLOP/s':>13}" + (f"{'per-call ms':>13}{'pre/per-call':>14}" if args.prepacking else "")
-          + (f"{'host-tile ms':>14}{'conv/host tile':>16}" if args.host_tile else ""))
+          f"{'ORT GFLOP/s':>13}" + "".join(f"{name:>15}{ratio:>15}" for name, ratio, _ in variants))
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -282,14 +291,10 @@ def compare_layers(title: str, layers) -> None:
         expected = theirs.run(None, feeds)[0]
         np.testing.assert_allclose(ours.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
         runs = [lambda: ours.run(feeds), lambda: theirs.run(None, feeds)]
-        if args.prepacking:
-            per_call = per_call_packing(proto, feeds)
-            np.testing.assert_allclose(per_call.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
-            runs.append(lambda: per_call.run(feeds))
-        if args.host_tile:
-            host_tile = with_host_tile(proto, feeds)
-            np.testing.assert_allclose(host_tile.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
-            runs.append(lambda: host_tile.run(feeds))
+        for _, _, build in variants:
+            compiled = build(proto, feeds)
+            np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
+            runs.append(lambda compiled=compiled: compiled.run(feeds))
         times = tuple([] for _ in runs)
         order = np.random.default_rng(0)
         for _ in range(args.reps):
@@ -305,9 +310,7 @@ def compare_layers(title: str, layers) -> None:
         min_ratios.append(fastest_ours / fastest_theirs)
         print(f"{label:<40}{a * 1e3:>10.3f}{b * 1e3:>9.3f}{a / b:>12.2f}{fastest_ours / fastest_theirs:>10.2f}"
               f"{flops / fastest_ours / 1e9:>16.1f}{flops / fastest_theirs / 1e9:>13.1f}"
-              + (f"{np.median(times[2]) * 1e3:>13.3f}{a / np.median(times[2]):>14.3f}" if args.prepacking else "")
-              + (f"{np.median(times[-1]) * 1e3:>14.3f}{a / np.median(times[-1]):>16.3f}" if args.host_tile else ""),
-              flush=True)
+              + "".join(f"{np.median(t) * 1e3:>15.3f}{a / np.median(t):>15.3f}" for t in times[2:]), flush=True)
     print(f"geometric mean lezero/ORT {float(np.exp(np.mean(np.log(ratios)))):.2f} (medians), "
           f"{float(np.exp(np.mean(np.log(min_ratios)))):.2f} (minimums)")
 
@@ -327,23 +330,42 @@ def per_call_packing(proto, feeds):
     return compiled
 
 
-def with_host_tile(proto, feeds):
-    """``proto`` compiled with the target's GEMM register tile for its convs, lowered now.  The
+def compiled_with(proto, feeds, owner, values: dict, tag: str):
+    """``proto`` compiled, and lowered now, with the attributes ``values`` of ``owner`` set.  The
     kernel's text is the same either way, so the lowering sources' fingerprint (part of the cache
-    key) is changed while it is lowered."""
+    key) is changed by ``tag`` while it is lowered."""
     import lezero.onnx
-    from lezero.codegen.llvm import contraction_gemm
     from lezero.runtime import kernel_cache
 
-    conv_tile, fingerprint = contraction_gemm.ConvGemm.register_tile, kernel_cache.source_fingerprint
-    contraction_gemm.ConvGemm.register_tile = lambda self, host, cpu, narrower_vectors: (host.vector_width, host.mr, host.nr_vectors)
-    kernel_cache.source_fingerprint = lambda: fingerprint() + "-host-tile"
+    old, fingerprint = {name: getattr(owner, name) for name in values}, kernel_cache.source_fingerprint
+    for name, value in values.items():
+        setattr(owner, name, value)
+    kernel_cache.source_fingerprint = lambda: fingerprint() + tag
     try:
         compiled = lezero.onnx.compile(proto)
         compiled.run(feeds)
     finally:
-        contraction_gemm.ConvGemm.register_tile, kernel_cache.source_fingerprint = conv_tile, fingerprint
+        for name, value in old.items():
+            setattr(owner, name, value)
+        kernel_cache.source_fingerprint = fingerprint
     return compiled
+
+
+def with_host_tile(proto, feeds):
+    """``proto`` compiled with the target's GEMM register tile for its convs."""
+    from lezero.codegen.llvm import contraction_gemm
+
+    return compiled_with(proto, feeds, contraction_gemm.ConvGemm, {
+        "register_tile": lambda self, host, cpu, narrower_vectors: (host.vector_width, host.mr, host.nr_vectors)},
+        "-host-tile")
+
+
+def with_pixels_in_lanes(proto, feeds):
+    """``proto`` compiled with every depthwise conv on the kernel with pixels in the vector lanes."""
+    from lezero.codegen.llvm import depthwise
+
+    return compiled_with(proto, feeds, depthwise, {"LANES_MAX_PIXELS": 0, "LANES_MAX_PIXELS_FEW_TAPS": 0},
+                         "-pixel-lanes")
 
 
 if __name__ == "__main__":

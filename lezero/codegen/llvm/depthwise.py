@@ -20,6 +20,19 @@ channels of the group a loop), stores its sums to a row of the workspace, and th
 epilogue runs over them as ``ConvGemm``'s tile epilogue does (``TileEpilogue``: a loop per
 output row that LLVM vectorizes; for small images, one run over the output's pixels, the sums
 compacted first, ``compacts_pixels``).  The slab and the sums are ``malloc``ed once per call.
+
+Small images (``channels_in_lanes``: depthwise of multiplier 1, 5x5 up to 196 output pixels, 3x3
+and others up to 100, 8- or 16-float vectors) run ``lower_depthwise_lanes`` instead, channels in
+the lanes as ONNX Runtime's NCHWc kernels: a work item is a block of ``w`` channels of one image.
+Its weights are transposed to a vector per tap and its input to a zero-padded [row][column][channel]
+slab (``transposed``: w x w blocks in registers, log2(w) stages of two-source shuffles; a channel
+past C reads the last one and its lanes are never stored), every output pixel is then one
+accumulator summing its taps in the same order as the kernel above (full-lane FMAs; up to
+LANES_MAX_COLUMNS pixels of an output row per step, the taps unrolled), and the sums are
+transposed back to [channel][pixel] for the same epilogue over contiguous pixels (``pixel_columns``).
+The per-channel slab of the kernel above (a 7x7 5x5 image: 11 rows of per-row control for 125
+FMAs) is gone; what remains per w channels is 64 shuffles per w x w block in and out, which at 3x3
+over 14x14 costs more than the pixels-in-lanes kernel's overhead (hence the two pixel limits).
 """
 from __future__ import annotations
 
@@ -51,6 +64,20 @@ MIN_ITEMS = 16
 # 960 at 7x7 + ReLU6 80 -> 76 (55 -> 50); no epilogue the same (127 / 127).  8-float vectors (7 of
 # 8 lanes a row at 7x7) compact only smaller images.
 COMPACT_MIN_ITERATION_RATIO = 1.5
+# Depthwise convs (multiplier 1) of at most LANES_MAX_PIXELS output pixels (kernels of at least
+# LANES_MANY_TAPS taps) or LANES_MAX_PIXELS_FEW_TAPS (fewer) run with channels in the vector lanes
+# (lower_depthwise_lanes), on targets of these vector widths; LANES_MAX_COLUMNS output columns of a
+# row are summed per step (accumulators in registers).  Xeon (AMX class), 1 thread, medians of 150
+# calls in random order, load ~3, us channels / pixels in lanes: 5x5 1152 at 7x7 + SiLU 83 / 142,
+# 5x5 672 at 14x14 156 / 208, 5x5 s2 672 14 -> 7 63 / 91, 3x3 960 at 7x7 37 / 50, 3x3 100 at 10x10
+# 20 / 22, but 3x3 384 at 14x14 57 / 48 and 3x3 s2 192 28 -> 14 64 / 55 (the transposes outweigh
+# 9 taps there).  AVX2 (x86-64-v3 code on the same Xeon): 5x5 1152 at 7x7 107 / 158, 5x5 672 at
+# 14x14 264 / 314, 3x3 960 at 7x7 53 / 53.
+LANES_MAX_PIXELS = 196
+LANES_MANY_TAPS = 25
+LANES_MAX_PIXELS_FEW_TAPS = 100
+LANES_WIDTHS = (8, 16)
+LANES_MAX_COLUMNS = 14
 
 
 def row_block(s: ConvShape, plan: ConvGemm) -> int:
@@ -94,11 +121,157 @@ def compacted(b, totals: list, s: ConvShape, wq: int, w: int) -> list:
     return out
 
 
+def channels_in_lanes(s: ConvShape, w: int) -> bool:
+    """Whether a conv runs ``lower_depthwise_lanes``: depthwise of multiplier 1, a small image
+    (LANES_MAX_PIXELS), vectors of LANES_WIDTHS."""
+    most = LANES_MAX_PIXELS if s.kh * s.kw >= LANES_MANY_TAPS else LANES_MAX_PIXELS_FEW_TAPS
+    return (w in LANES_WIDTHS and s.groups == s.c == s.o and s.oh * s.ow <= most
+            and s.h * s.w <= most * s.strides[0] * s.strides[1])
+
+
+def transposed(b, rows: list, w: int) -> list:
+    """The w x w matrix of the ``w`` vectors ``rows`` transposed: vector i holds lane i of every row.
+    log2(w) stages, each swapping the off-diagonal d x d blocks of every 2d x 2d block (two-source
+    shuffles)."""
+    rows = list(rows)
+    d = w // 2
+    while d >= 1:
+        low_mask = ir.Constant(ir.VectorType(I32, w), [j if not j & d else w + j - d for j in range(w)])
+        high_mask = ir.Constant(ir.VectorType(I32, w), [j + d if not j & d else w + j for j in range(w)])
+        out = list(rows)
+        for i in range(w):
+            if not i & d:
+                out[i] = b.shuffle_vector(rows[i], rows[i + d], low_mask)
+                out[i + d] = b.shuffle_vector(rows[i], rows[i + d], high_mask)
+        rows = out
+        d //= 2
+    return rows
+
+
+def aligned_workspace(b, module, floats: int):
+    """A 64-byte aligned float array of ``floats`` from malloc (trap on failure); (the raw pointer, the array)."""
+    raw = b.call(declare(module, "malloc", PTR, [I64]), [i64(4 * floats + 64)])
+    with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
+        b.call(declare(module, "llvm.trap", VOID, []), [])
+        b.unreachable()
+    address = b.ptrtoint(raw, I64)
+    return raw, b.gep(raw, [b.sub(b.and_(b.add(address, i64(63)), i64(-64)), address)], source_etype=I8)
+
+
+def load_rows(b, module, base, row_floats: int, first: int, count: int, w: int, row_of) -> list:
+    """Vectors of floats ``first .. first + count`` (count <= w; masked past it, lanes zero) of
+    the ``w`` rows ``row_of(r)`` (i64 row indices) of a row-major array of ``row_floats`` columns."""
+    vector = ir.VectorType(FLOAT, w)
+    out = []
+    for r in range(w):
+        at = b.gep(base, [b.add(b.mul(row_of(r), i64(row_floats)), i64(first))], source_etype=FLOAT)
+        if count == w:
+            out.append(b.load(at, typ=vector, align=4))
+        else:
+            mask_type = ir.VectorType(ir.IntType(1), w)
+            masked_load = declare(module, f"llvm.masked.load.v{w}f32.p0", vector, [PTR, I32, mask_type, vector])
+            out.append(b.call(masked_load, [at, ir.Constant(I32, 4), ir.Constant(mask_type, [int(j < count) for j in
+                                                                                          range(w)]),
+                                            ir.Constant(vector, [0.0] * w)]))
+    return out
+
+
+def lower_depthwise_lanes(ctx: KernelContext, anchor: Operation, s: ConvShape, w: int) -> int:
+    """Depthwise, channels in the vector lanes: the ABI function over work items ``image * blocks +
+    block`` of ``w`` channels (see the module docstring)."""
+    b = ctx.b
+    module = ctx.module
+    vector = ir.VectorType(FLOAT, w)
+    zeros = ir.Constant(vector, [0.0] * w)
+    fma = declare(module, f"llvm.fmuladd.v{w}f32", vector, [vector] * 3)
+    sh, sw = s.strides
+    dh, dw = s.dilations
+    top, left = s.pads[0], s.pads[1]
+    slab_h = max((s.oh - 1) * sh + (s.kh - 1) * dh + 1, 1)
+    slab_w = max((s.ow - 1) * sw + (s.kw - 1) * dw + 1, 1)
+    taps = s.kh * s.kw
+    pixels = s.oh * s.ow
+    padded_pixels = -(-pixels // w) * w
+    blocks = -(-s.c // w)
+    slab_floats = slab_h * slab_w * w
+    weight_floats = taps * w
+    x_ptr, w_ptr = (ctx.fn.buffers[ctx.body.args.index(v)] for v in anchor.operands)
+    plan = ConvGemm(s, direct=True, a_block_floats=0)
+    plan.pixel_columns = True
+    tile_store = TileEpilogue(ctx, anchor, plan)
+    args = {f"buffer{i}": (p,) for i, p in enumerate(ctx.fn.buffers)}
+
+    with b.if_then(b.icmp_signed("<", ctx.fn.begin, ctx.fn.end)):
+        total = slab_floats + weight_floats + 2 * padded_pixels * w
+        raw, slab = aligned_workspace(b, module, total)
+        weights = b.gep(slab, [i64(slab_floats)], source_etype=FLOAT)
+        results = b.gep(weights, [i64(weight_floats)], source_etype=FLOAT)  # [pixel][channel]
+        sums = b.gep(results, [i64(padded_pixels * w)], source_etype=FLOAT)  # [channel][pixel]
+        with for_range(b, 0, slab_floats, "clear") as i:  # the pads: zeros, never written again
+            b.store(ir.Constant(FLOAT, 0.0), b.gep(slab, [i], source_etype=FLOAT), align=4)
+
+        with for_range(b, ctx.fn.begin, ctx.fn.end, "item", vectorize_enable=0) as item:
+            image, block = (b.udiv(item, i64(blocks)), b.urem(item, i64(blocks))) if blocks > 1 else (item, i64(0))
+            channel0 = b.mul(block, i64(w))
+            valid = min_i64(b, b.sub(i64(s.c), channel0), w)
+
+            def channel(r):  # a channel past C reads the last one (its lanes are never stored)
+                return min_i64(b, b.add(channel0, i64(r)), s.c - 1)
+
+            def channel_row(r):
+                return b.add(b.mul(image, i64(s.c)), channel(r))
+
+            for first in range(0, taps, w):  # the taps' weight vectors, [tap][channel]
+                count = min(w, taps - first)
+                by_tap = transposed(b, load_rows(b, module, w_ptr, taps, first, count, w, channel), w)
+                for t in range(count):
+                    b.store(by_tap[t], b.gep(weights, [i64((first + t) * w)], source_etype=FLOAT), align=64)
+            for first in range(0, s.h * s.w, w):  # the input, [row][column][channel] inside the pads
+                count = min(w, s.h * s.w - first)
+                by_pixel = transposed(b, load_rows(b, module, x_ptr, s.h * s.w, first, count, w, channel_row), w)
+                for p in range(count):
+                    row, col = divmod(first + p, s.w)
+                    if row + top < slab_h and col + left < slab_w:
+                        at = ((row + top) * slab_w + col + left) * w
+                        b.store(by_pixel[p], b.gep(slab, [i64(at)], source_etype=FLOAT), align=64)
+            with for_range(b, 0, s.oh, "oh", vectorize_enable=0) as oh:
+                for first_col in range(0, s.ow, LANES_MAX_COLUMNS):
+                    cols = range(first_col, min(s.ow, first_col + LANES_MAX_COLUMNS))
+                    accumulators = [zeros for _ in cols]
+                    row_base = b.gep(slab, [b.mul(oh, i64(sh * slab_w * w))], source_etype=FLOAT)
+                    for kh in range(s.kh):
+                        for kw in range(s.kw):
+                            weight = b.load(b.gep(weights, [i64((kh * s.kw + kw) * w)], source_etype=FLOAT),
+                                            typ=vector, align=64)
+                            for a, ow in enumerate(cols):
+                                at = (kh * dh * slab_w + ow * sw + kw * dw) * w
+                                loaded = b.load(b.gep(row_base, [i64(at)], source_etype=FLOAT), typ=vector, align=64)
+                                accumulators[a] = b.call(fma, [weight, loaded, accumulators[a]])
+                    pixel0 = b.mul(oh, i64(s.ow))
+                    for a, ow in enumerate(cols):
+                        at = b.mul(b.add(pixel0, i64(ow)), i64(w))
+                        b.store(accumulators[a], b.gep(results, [at], source_etype=FLOAT), align=64)
+            for first in range(0, pixels, w):  # the sums back to [channel][pixel]
+                by_pixel = [b.load(b.gep(results, [i64((first + p) * w)], source_etype=FLOAT), typ=vector, align=64)
+                            for p in range(w)]
+                for c, channel in enumerate(transposed(b, by_pixel, w)):
+                    b.store(channel, b.gep(sums, [i64(c * padded_pixels + first)], source_etype=FLOAT), align=64)
+            tile = gemm_epilogue.OutputTile(b, i64(0), i64(0), valid, i64(pixels), sums, w, padded_pixels, False,
+                                            {**args, "batch": (b.add(b.mul(image, i64(s.c)), channel0),)})
+            tile_store.emit(tile)
+        b.call(declare(module, "free", VOID, [PTR]), [raw])
+    ctx.s.external_symbols |= tile_store.external_symbols
+    ctx.fn.finish()
+    return s.n * blocks
+
+
 def lower_depthwise(ctx: KernelContext, anchor: Operation, s: ConvShape) -> int:
     """The ABI function over work items ``batch * blocks + block`` (see the module docstring)."""
     b = ctx.b
     module = ctx.module
     w = gemm.GemmConfig.for_target(ctx.cpu).vector_width
+    if channels_in_lanes(s, w):
+        return lower_depthwise_lanes(ctx, anchor, s, w)
     vector = ir.VectorType(FLOAT, w)
     zeros = ir.Constant(vector, [0.0] * w)
     fma = declare(module, f"llvm.fmuladd.v{w}f32", vector, [vector] * 3)
@@ -122,12 +295,7 @@ def lower_depthwise(ctx: KernelContext, anchor: Operation, s: ConvShape) -> int:
 
     with b.if_then(b.icmp_signed("<", ctx.fn.begin, ctx.fn.end)):
         slab_floats = -(-plan.slab_floats // 16) * 16
-        raw = b.call(declare(module, "malloc", PTR, [I64]), [i64(4 * (slab_floats + sums_floats) + 64)])
-        with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
-            b.call(declare(module, "llvm.trap", VOID, []), [])
-            b.unreachable()
-        address = b.ptrtoint(raw, I64)
-        slab = b.gep(raw, [b.sub(b.and_(b.add(address, i64(63)), i64(-64)), address)], source_etype=I8)
+        raw, slab = aligned_workspace(b, module, slab_floats + sums_floats)
         sums = b.gep(slab, [i64(slab_floats)], source_etype=FLOAT)
         with for_range(b, 0, slab_floats, "clear") as i:  # the slack past a block's rows is read, never used
             b.store(ir.Constant(FLOAT, 0.0), b.gep(slab, [i], source_etype=FLOAT), align=4)

@@ -60,6 +60,14 @@ CASES = {
     "5x5_7x7_compacted": ((1, 16, 7, 7), (16, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=16)),
     "3x3_image_compacted": ((1, 16, 3, 3), (16, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=16)),
     "multiplier_2_compacted": ((1, 16, 5, 5), (32, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=16)),
+    # channels in the vector lanes (depthwise.channels_in_lanes): a channel tail of a second block
+    # and two images, stride 2 to 7x7, the largest 5x5 image (196 pixels), rows wider than one
+    # step of columns, stride 2 with asymmetric pads and a tail
+    "lanes_tail_two_images": ((2, 20, 7, 7), (20, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=20)),
+    "lanes_5x5_s2": ((1, 18, 14, 14), (18, 1, 5, 5), attrs_of(strides=(2, 2), pads=(2, 2, 2, 2), groups=18)),
+    "lanes_5x5_14x14": ((1, 16, 14, 14), (16, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=16)),
+    "lanes_wide_rows": ((1, 16, 3, 30), (16, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=16)),
+    "lanes_3x3_s2_asymmetric": ((1, 33, 9, 8), (33, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 0, 0, 1), groups=33)),
     "se_reduce": ((1, 67, 1, 1), (5, 67, 1, 1), attrs_of()),
     "se_expand": ((1, 5, 1, 1), (70, 5, 1, 1), attrs_of()),
     "se_grouped_two_images": ((2, 12, 1, 1), (9, 4, 1, 1), attrs_of(groups=3)),
@@ -97,11 +105,42 @@ def test_depthwise_matches_the_reference_on_every_cpu(cpu, case):
         np.testing.assert_allclose(run_on(cpu, kernel, inputs, pieces), want, err_msg=f"cpu {cpu}", **TOL)
 
 
+SMALL_IMAGE_CASES = {name: CASES[name] for name in ("3x3_s2_odd", "5x5_s2", "5x5_7x7", "5x5_7x7_compacted",
+                                                    "3x3_image_compacted", "lanes_tail_two_images")}
+
+
+@pytest.mark.cross_target(cases=SMALL_IMAGE_CASES, group=kind)
+def test_small_images_with_pixels_in_the_lanes_match_the_reference(cpu, case, monkeypatch):
+    """The pixels-in-lanes kernel where channels in the lanes would run (the benchmarks' baseline)."""
+    monkeypatch.setattr(depthwise, "LANES_MAX_PIXELS", 0)
+    monkeypatch.setattr(depthwise, "LANES_MAX_PIXELS_FEW_TAPS", 0)
+    test_depthwise_matches_the_reference_on_every_cpu(cpu, case)
+
+
+def test_small_images_put_channels_in_the_lanes():
+    """Depthwise (multiplier 1) of small images, 5x5 up to 196 pixels, 3x3 up to 100, on 8- and
+    16-float vectors: a work item per block of channels."""
+    def shape(c, size, k, stride=1, o=None):
+        out = (size + 2 * (k // 2) - k) // stride + 1
+        return ConvShape(1, c, size, size, o or c, k, k, out, out, c, (stride, stride), (k // 2,) * 4, (1, 1))
+
+    for s, width, expected in [(shape(1152, 7, 5), 16, True), (shape(672, 14, 5), 8, True),
+                               (shape(672, 14, 5, 2), 16, True), (shape(960, 7, 3), 16, True),
+                               (shape(100, 10, 3), 16, True), (shape(384, 14, 3), 16, False),
+                               (shape(240, 28, 5), 16, False), (shape(1152, 7, 5), 4, False),
+                               (shape(16, 7, 3, o=32), 16, False)]:
+        assert depthwise.channels_in_lanes(s, width) == expected, (s, width)
+    module, kernel = silu_kernel((2, 40, 7, 7), (40, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=40))[0]
+    width = gemm.GemmConfig.for_target().vector_width
+    if width in depthwise.LANES_WIDTHS:
+        assert lower_kernel(kernel).work_items == 2 * -(-40 // width)
+
+
 def test_row_blocks_cut_large_images_and_keep_few_for_many_channels():
     module, kernel = silu_kernel(*CASES["row_blocks"][:3])[0]
     # one image of one channel: MIN_ITEMS blocks at most, of 3 rows here (40 = 13 * 3 + 1)
     assert lower_kernel(kernel).work_items == 14
-    module, kernel = silu_kernel((1, 64, 14, 14), (64, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=64))[0]
+    module, kernel = silu_kernel((1, 64, 28, 28), (64, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=64))[0]
     assert lower_kernel(kernel).work_items == 64
 
 
