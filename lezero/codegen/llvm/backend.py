@@ -19,7 +19,8 @@ the same names as the Triton backend's:
 - ``lz.conv_integer`` and its epilogue (a ``conv`` kernel): ``integer_conv.py``, the same GEMM over an
   implicit im2col.
 - ``lz.matmul_integer`` and its epilogue (a ``matmul`` kernel): ``integer_gemm.py`` (u8 x s8 dot
-  products, VNNI; the dequantize or requantize epilogue on each tile before it is stored);
+  products per target: ``integer_dot.py``, AMX tiles: ``integer_gemm_amx.py``; the dequantize or
+  requantize epilogue on each tile before it is stored);
 - ``matmul``/``conv``: ``contraction.py`` (float32 through ``gemm.py``'s GEMM with the epilogue
   in its micro-kernel, ``contraction_gemm.py``; other dtypes as loops).
 

@@ -31,16 +31,10 @@ from lezero.codegen.contraction_shapes import ConvShape
 from lezero.codegen.kernel import INTEGER_CONTRACTIONS
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction_gemm import ConvGemm
+from lezero.codegen.llvm.integer_dot import I8, I32, INT64, NB, DotProduct
 from lezero.codegen.llvm.integer_gemm import (
-    I8,
-    I32,
-    INT64,
-    NB,
-    AmxLhs,
-    DotProduct,
     Output,
     Rhs,
-    copy_lhs_columns,
     gemm_panel,
     lower_matmul_integer,
     row_sums,
@@ -48,6 +42,7 @@ from lezero.codegen.llvm.integer_gemm import (
     table,
     work_buffer,
 )
+from lezero.codegen.llvm.integer_gemm_amx import AmxLhs, copy_lhs_columns
 from lezero.codegen.llvm.ir_types import PTR
 from lezero.codegen.llvm.loops import declare, for_range, i64
 from lezero.ir.core import Operation

@@ -31,24 +31,9 @@ each of its elements, the i32 sum in place of the contraction, so no i32 tensor 
 values are the reference's op for op (bit-equal: the same f32 operations in the same order).
 The lhs may be read through a reshape (the same row-major bytes: ONNX's Flatten before a Gemm).
 
-**AMX** (``amx-int8``: Sapphire Rapids and later; ``DotProduct.amx``): the same panels, packing
-and zero-point terms, but the rows go through tiles (``_amx_rows``): 2 x 2 accumulators of 16 x 16
-i32 (tiles 0-3) per 32 rows x 32 columns, the lhs's two row tiles (4-5: 16 rows x 64 bytes of K,
-read in place with stride K) and two tiles of the packed sliver (6-7: 16 groups of 4 k x 16
-columns, stride ``NB * 4``: the layout is AMX's B layout already).  A signed lhs is read as it is
-(``tdpbssd``, an unsigned one ``tdpbusd``; the rhs is packed signed) and its sums get ``128 *
-colsum`` (``P`` of the lhs moved to unsigned).  Tails: a last row block of fewer than 32 rows
-configures its tiles with fewer rows; K's last ``K % 64`` bytes of every lhs row are copied, zero
-padded to 64, to a buffer the last tile step reads (``AmxLhs``; the sliver's groups past K are
-zero or multiply those zeros), so no tile reads past a row.  K blocks are ``KC_AMX = 4096`` rows
-(the sliver up to 256 KiB, in L2): a tile's store and reload between K blocks cost about as much
-as its dots, so a transformer's K (768-3072) is one block.  The work buffer is 64-byte aligned (a
-tile row across two cache lines loads at a sixth of the rate: 6 -> 37 cycles per tile here).
-Each panel configures its tiles per K block and row-block shape and releases them at its end; the
-corrected tile goes to the output as above (``_amx_finish``).  A constant B (a model's weights) is
-packed once by the plan in the panels' layout (``PackedIntegerGemmB``, ``Rhs.prepacked_depth``), and
-with one K block and a rhs zero point of 0 (symmetric weights) the corrections are one row per panel
-that the accumulators start from (``_amx_store``: no correction pass).
+**AMX** (``amx-int8``: Sapphire Rapids and later; ``DotProduct.amx``): the same panels, packing and
+zero-point terms, the rows in tiles: ``integer_gemm_amx.py``.  ``DotProduct`` (the instruction and register
+tile per target) and the panel constants are ``integer_dot.py``'s.
 
 ``integer_conv.py`` runs ``lz.conv_integer`` on the same panels: its rhs rows come from a slab
 of the input (``Rhs``: where row k of a GEMM's B starts), its lhs (the weights) has a zero point
@@ -63,137 +48,11 @@ from lezero.codegen.llvm import amx, vectors
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction_gemm import MatmulGemm, TileEpilogue
 from lezero.codegen.llvm.gemm_epilogue import OutputTile
+from lezero.codegen.llvm.integer_dot import I8, I32, INT64, NB, DotProduct, shuffle_mask, splat
+from lezero.codegen.llvm.integer_gemm_amx import AMX_DEPTH, AmxLhs, amx_rows, copy_lhs_columns, lhs_tail_bytes
 from lezero.codegen.llvm.ir_types import PTR
 from lezero.codegen.llvm.loops import declare, for_range, i64
 from lezero.codegen.packed_operands import PackedIntegerGemmB
-
-NB = 64  # columns of a panel
-KC = 256  # rows of K per packed sliver: 16 KiB, half of L1, so every row tile reads it from L1
-KC_AMX = 4096  # on AMX: up to 256 KiB, so the accumulators stay in their tiles over a transformer's K
-I8, I16, I32, INT64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-
-
-def _splat(b, value, vector_type):
-    undef = ir.Constant(vector_type, ir.Undefined)
-    one = b.insert_element(undef, value, ir.Constant(I32, 0))
-    return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, vector_type.count), [0] * vector_type.count))
-
-
-def _mask(values):
-    return ir.Constant(ir.VectorType(I32, len(values)), list(values))
-
-
-class DotProduct:
-    """``acc + sum of 4 (u8 x s8) products`` per i32 lane, and the register tile it is fastest in:
-    ``mr`` rows x ``nv`` vectors of ``lanes`` i32.  Chosen by the target's features:
-
-    - ``avx512vnni`` / ``avxvnni``: ``vpdpbusd`` (512 / 256 bits), one instruction;
-    - else x86 (``avx512bw``, ``avx2``, SSE2): ``vpmaddwd`` on the bytes widened to i16, the even
-      bytes and the odd bytes of each lane apart (``a & 0xff`` / ``a >> 8`` per i16 of the lhs,
-      ``(b << 8) >>s 8`` / ``b >>s 8`` of the rhs): two i32 sums of two u8 x s8 products each, exact
-      (|255 x -128 x 2| < 2^31).  Not ``vpmaddubsw``: its i16 sum of two u8 x s8 products saturates
-      (255 x 127 x 2 > 32767), which ORT's MLAS accepts on AVX2 (its U8S8 results are wrong there
-      unless the weights were quantized to 7 bits, ``reduce_range``) and PyTorch's fbgemm avoids by
-      7-bit activations (``reduce_range=True``); here no operand is reduced.  On Zen 3 it costs
-      nothing: ``vpmaddubsw`` + the ``vpmaddwd`` by ones that widens its sums to i32 take the two
-      multiply pipes for 32 products, as two ``vpmaddwd`` do;
-    - AArch64 with ``dotprod`` (Cortex-A55/A76, Neoverse N1/V1/N2): ``sdot`` (s8 x s8, 128 bits:
-      4 lanes of 4 products) for a signed lhs, as it is; an unsigned lhs takes ``usdot`` (u8 x s8,
-      ``llvm.aarch64.neon.usdot``) where the CPU has ``i8mm`` (FEAT_I8MM: Neoverse V1/N2), as it
-      is too; without i8mm it is read signed as well (``signed_lhs``): its unsigned form less 128
-      (``a_u ^ 0x80``: its top bits flipped in each k step), and its zero point and row sums move
-      with it (``lhs_value``):
-      ``a_s = a_u - 128``, ``za_s = za_u - 128``, so ``a_s - za_s = a_u - za_u`` and
-      ``sum_k (a_s - za_s)(b - zb) = P_s - za_s colsum(b) - zb rowsum(a_s) + K za_s zb`` with
-      ``P_s = sum_k a_s b``: the correction of the module docstring, term for term, of the signed
-      lhs (i32 arithmetic wraps, so the sums are exact wherever the result fits in i32, as on x86).
-      The register tile is 6 rows x 4 vectors of 4 i32, as VNNI's: 24 accumulators, the 4 rhs
-      vectors of a k step and the lhs (4 bytes per row, ``ld1r``) in 32 NEON registers (8 x 4
-      would be 32 accumulators alone; 8 x 3 leaves a 1-vector tile in a 16-vector panel);
-    - elsewhere (AArch64 without ``dotprod``: generic, Cortex-A53/A72): widening multiplies and
-      adds, one byte position at a time.
-    """
-
-    def __init__(self, ctx: KernelContext, lhs_signed: bool):
-        """``lhs_signed``: the lhs is stored signed (i8), which AArch64's choice reads."""
-        f = ctx.cpu.features
-        self.amx = "avx512vnni" in f and amx.has_amx(ctx.cpu, "int8")
-        self.kc = KC_AMX if self.amx else KC  # rows of K per packed sliver
-        if self.amx:  # the tile of 2 x 2 AMX accumulators (gemm_panel); vpdpbusd sums the columns
-            self.kind, self.lanes, self.mr, self.nv, name = "vnni", 16, 32, 2, "llvm.x86.avx512.vpdpbusd.512"
-        elif "avx512vnni" in f:
-            self.kind, self.lanes, self.mr, self.nv, name = "vnni", 16, 6, 4, "llvm.x86.avx512.vpdpbusd.512"
-        elif "avxvnni" in f:
-            self.kind, self.lanes, self.mr, self.nv, name = "vnni", 8, 6, 2, "llvm.x86.avx512.vpdpbusd.256"
-        elif "avx512bw" in f:
-            self.kind, self.lanes, self.mr, self.nv, name = "madd", 16, 4, 4, "llvm.x86.avx512.pmaddw.d.512"
-        elif "avx2" in f:
-            self.kind, self.lanes, self.mr, self.nv, name = "madd", 8, 4, 2, "llvm.x86.avx2.pmadd.wd"
-        elif "sse2" in f:
-            self.kind, self.lanes, self.mr, self.nv, name = "madd", 4, 4, 2, "llvm.x86.sse2.pmadd.wd"
-        elif "dotprod" in f:
-            self.kind = "usdot" if "i8mm" in f and not lhs_signed else "sdot"
-            self.lanes, self.mr, self.nv, name = 4, 6, 4, f"llvm.aarch64.neon.{self.kind}.v4i32.v16i8"
-        else:
-            self.kind, self.lanes, self.mr, self.nv, name = "plain", 4, 4, 2, None
-        self.signed_lhs = self.kind == "sdot"  # the products read the lhs signed: 128 less than unsigned
-        self.vector = ir.VectorType(I32, self.lanes)
-        self.halves = ir.VectorType(I16, 2 * self.lanes)
-        self.bytes = ir.VectorType(I8, 4 * self.lanes)
-        if self.kind == "vnni":
-            self.intrinsic = declare(ctx.module, name, self.vector, [self.vector] * 3)
-        elif self.kind == "madd":
-            self.intrinsic = declare(ctx.module, name, self.vector, [self.halves] * 2)
-        elif self.kind in ("sdot", "usdot"):
-            self.intrinsic = declare(ctx.module, name, self.vector, [self.vector, self.bytes, self.bytes])
-
-    def constant(self, value: int):
-        return ir.Constant(self.vector, [value] * self.lanes)
-
-    def _halves(self, value: int):
-        return ir.Constant(self.halves, [value] * (2 * self.lanes))
-
-    def lhs_value(self, b, byte, signed: bool):
-        """An lhs byte or zero point (an i8 of a ``signed`` lhs or not) as an i32 of the lhs the
-        products read: unsigned (``a + 128`` for a signed lhs), or with ``signed_lhs`` signed
-        (``a - 128`` for an unsigned lhs)."""
-        if signed:
-            value = b.sext(byte, I32)
-            return value if self.signed_lhs else b.add(value, ir.Constant(I32, 128))
-        value = b.zext(byte, I32)
-        return b.sub(value, ir.Constant(I32, 128)) if self.signed_lhs else value
-
-    def lhs(self, b, quads):
-        """The form of a vector of lhs quads (as ``lhs_value`` reads them) the products read (once
-        per row and k step)."""
-        if self.kind in ("sdot", "usdot"):
-            return b.bitcast(quads, self.bytes)
-        if self.kind != "madd":
-            return quads
-        h = b.bitcast(quads, self.halves)
-        return b.and_(h, self._halves(0xFF)), b.lshr(h, self._halves(8))
-
-    def rhs(self, b, quads):
-        """The same for a vector of signed rhs quads (once per vector and k step)."""
-        if self.kind in ("sdot", "usdot"):
-            return b.bitcast(quads, self.bytes)
-        if self.kind != "madd":
-            return quads
-        h = b.bitcast(quads, self.halves)
-        return b.ashr(b.shl(h, self._halves(8)), self._halves(8)), b.ashr(h, self._halves(8))
-
-    def __call__(self, b, acc, a, w):
-        """``a``, ``w``: what ``lhs`` and ``rhs`` made of 4 bytes per lane."""
-        if self.kind in ("vnni", "sdot", "usdot"):
-            return b.call(self.intrinsic, [acc, a, w])
-        if self.kind == "madd":
-            return b.add(acc, b.add(b.call(self.intrinsic, [a[0], w[0]]), b.call(self.intrinsic, [a[1], w[1]])))
-        for t in range(4):  # byte t of each lane: a's unsigned, b's signed (shifted to the top and back)
-            a_t = b.and_(b.lshr(a, self.constant(8 * t)), self.constant(0xFF))
-            b_t = b.ashr(b.shl(w, self.constant(24 - 8 * t)), self.constant(24))
-            acc = b.add(acc, b.mul(a_t, b_t))
-        return acc
-
 
 def _batch_offsets(shape: MatmulShape) -> tuple[list, list]:
     """The element offsets of A and B of each GEMM (batch) of ``shape``: its operands are
@@ -241,7 +100,7 @@ class Output:
             self._amx_start_row(ctx)
 
     def _amx_start_row(self, ctx):
-        """``amx_start_row``: the panel's row of corrections the AMX accumulators start from (``_amx_rows``)."""
+        """``amx_start_row``: the panel's row of corrections the AMX accumulators start from (``amx_rows``)."""
         self.amx_start_row = vectors.opaque_alloca(ir.IRBuilder(ctx.fn.entry), I32, i64(NB), "amx_start_row")
 
     def store(self, b, batch, row0, col0, rows: int, cols: int, values) -> None:
@@ -330,7 +189,7 @@ def lower_matmul_integer(ctx: KernelContext) -> int:
             rhs = Rhs(b_buf.pointer, lambda kk: b.add(b_base, b.mul(kk, i64(n))), whole_vectors=False,
                       prepacked_depth=prepacked.padded_depth if prepacked else None)
             row_sums(ctx, dot, a_buf, a_base, m, k, a_signed, rowsum, zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
-            amx_lhs = AmxLhs(a_buf.pointer, a_base, k, lhs_tail, _DEPTH, copy_tail=True) if dot.amx else None
+            amx_lhs = AmxLhs(a_buf.pointer, a_base, k, lhs_tail, AMX_DEPTH, copy_tail=True) if dot.amx else None
             gemm_panel(ctx, dot, cols, packed, partial, amx_lhs, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
                        b_unsigned, lambda row: za, zb_of, rowsum, colsum,
                        zb_of(i64(0)) if zb_buf.type.rank == 0 else None)
@@ -386,7 +245,7 @@ def _stored(ctx, anchor, v, reshaped: bool = True):
 
 def _interleave(b, x, y, count):
     """``x[0], y[0], x[1], y[1], ...`` of two vectors of ``count`` elements."""
-    return b.shuffle_vector(x, y, _mask([i // 2 + (count if i % 2 else 0) for i in range(2 * count)]))
+    return b.shuffle_vector(x, y, shuffle_mask([i // 2 + (count if i % 2 else 0) for i in range(2 * count)]))
 
 
 class Rhs:
@@ -497,35 +356,18 @@ def sliver_bytes(dot, k) -> int:
     return NB * (min(dot.kc, -(-k // 64) * 64) if dot.amx else dot.kc)
 
 
-def lhs_tail_bytes(dot, m, k) -> int:
-    """The bytes of the AMX matmul's copy of the lhs's last K columns (``AmxLhs.tail``): 64 per row
-    when K is not a multiple of 64 (a tile's depth), else none."""
-    return m * 64 if dot.amx and k % 64 else 0
-
-
-class AmxLhs:
-    """Where the AMX kernel reads its lhs tiles: row ``r`` from byte ``base + r * stride`` of
-    ``pointer`` for K's whole tile steps, K's last ``K % 64`` columns (zero to 64 bytes) from ``tail +
-    r * tail_stride`` (never in place: the bytes past them are the next row's, or past the lhs).
-    ``copy_tail``: ``gemm_panel`` copies those columns there first (stride 64), else they are there."""
-
-    def __init__(self, pointer, base, stride: int, tail, tail_stride: int, copy_tail: bool):
-        self.pointer, self.base, self.stride = pointer, base, stride
-        self.tail, self.tail_stride, self.copy_tail = tail, tail_stride, copy_tail
-
-
 def gemm_panel(ctx, dot, cols, packed, partial, amx_lhs, a_buf, rhs, output, batch, a_base, j0, m, k, a_signed,
                b_unsigned, za_of, zb_of, rowsum, colsum, zb_tensor=None):
     """One panel of ``cols`` (static) columns: per block of KC rows of K, pack that sliver of it
     (summing its columns), then every row block over it, a register tile of ``dot.nv`` vectors
-    at a time (on AMX, ``_amx_rows``: tiles).  ``za_of(row)``: the lhs zero point of a row (i32, moved
+    at a time (on AMX, ``amx_rows``: tiles).  ``za_of(row)``: the lhs zero point of a row (i32, moved
     with the lhs: ``DotProduct.lhs_value``); ``zb_of(col)`` the rhs's of a column; ``rowsum``: the lhs rows' sums
     (``row_sums``); ``amx_lhs``: where the AMX kernel reads the lhs (``AmxLhs``; None elsewhere);
     ``zb_tensor``: the one rhs zero point (i32) where there is one and
-    the lhs has one too, else None (``_amx_rows`` folds the corrections when it is 0)."""
+    the lhs has one too, else None (``amx_rows`` folds the corrections when it is 0)."""
     b = ctx.b
-    if amx_lhs is not None and amx_lhs.copy_tail and k % _DEPTH:
-        copy_lhs_columns(ctx, a_buf, a_base, m, k, k - k % _DEPTH, amx_lhs.tail, _DEPTH)
+    if amx_lhs is not None and amx_lhs.copy_tail and k % AMX_DEPTH:
+        copy_lhs_columns(ctx, a_buf, a_base, m, k, k - k % AMX_DEPTH, amx_lhs.tail, AMX_DEPTH)
     lanes = dot.lanes
     vectors = -(-cols // lanes)
     zb = [[zb_of(b.add(j0, i64(min(lanes * v + lane, cols - 1)))) for lane in range(lanes)] for v in range(vectors)]
@@ -559,7 +401,7 @@ def gemm_panel(ctx, dot, cols, packed, partial, amx_lhs, a_buf, rhs, output, bat
         column_terms = [b.sub(b.load(colsum[v]), b.mul(dot.constant(k), zb_vec[v])) for v in range(vectors)]
         sliver = _Sliver(g0, whole, kb, last, k_blocks)
         if dot.amx:
-            _amx_rows(ctx, dot, cols, sliver_at, partial, amx_lhs, output, batch, j0, m, k, a_signed,
+            amx_rows(ctx, dot, cols, sliver_at, partial, amx_lhs, output, batch, j0, m, k, a_signed,
                       za_of, zb_vec, column_terms, colsum, rowsum, sliver, zb_tensor)
         else:
             _vector_rows(ctx, dot, cols, sliver_at, partial, sliver, a_buf, output, batch, a_base, j0, m, k, a_signed,
@@ -583,202 +425,6 @@ def _vector_rows(ctx, dot, cols, packed, partial, sliver, a_buf, output, batch, 
             row_block(b.mul(block, i64(mr)), mr)
     if tail:
         row_block(i64(blocks * mr), tail)
-
-
-# --- AMX (amx-int8): the panel's rows in tiles -----------------------------------------------------
-# Tiles 0-3 hold the 2 x 2 accumulators of 16 rows x 16 columns of i32 (tile 2r + c), 4-5 the lhs's two
-# row tiles (16 rows x 64 bytes of K, read in place: stride K), 6-7 two rhs tiles (16 groups of 4 k x
-# 16 columns from the packed sliver, whose row stride is NB * 4 bytes).
-_ACC, _LHS, _RHS = 0, 4, 6
-_ROWS = 2 * amx.MAX_ROWS  # rows of an AMX row block
-_DEPTH = amx.MAX_ROW_BYTES  # K per tile step
-
-
-def copy_lhs_columns(ctx, a_buf, a_base, m, k, start, to, row_bytes: int):
-    """The lhs's columns ``start ..`` of its ``m`` rows (``k`` bytes each, from ``a_base``) to rows of
-    ``row_bytes`` at ``to``, zero past K: the AMX kernel's copy of K's last columns (``AmxLhs``), or
-    of a whole small lhs in rows 64-byte aligned (a conv's weights)."""
-    b = ctx.b
-    memset = declare(ctx.module, "llvm.memset.p0.i64", ir.VoidType(), [PTR, I8, INT64, ir.IntType(1)])
-    memcpy = declare(ctx.module, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [PTR, PTR, INT64, ir.IntType(1)])
-    no = ir.Constant(ir.IntType(1), 0)
-    b.call(memset, [to, ir.Constant(I8, 0), i64(m * row_bytes), no])
-    with for_range(b, 0, m, "lhscopy") as row:
-        source = b.gep(a_buf.pointer, [b.add(a_base, b.add(b.mul(row, i64(k)), i64(start)))], source_etype=I8)
-        b.call(memcpy, [b.gep(to, [b.mul(row, i64(row_bytes))], source_etype=I8), source, i64(k - start), no])
-
-
-def _amx_rows(ctx, dot, cols, packed, partial, lhs, output, batch, j0, m, k, a_signed, za_of,
-              zb_vec, column_terms, colsum, rowsum, sliver, zb_tensor):
-    """Every row block of the panel over one K block in AMX tiles: ``_ROWS`` rows at a time (the
-    tiles configured for them; a last block of fewer rows has its own configuration), two column
-    tiles of 16 at a time.  The packed rhs is signed (``_pack_sliver``); a signed lhs is read as it
-    is (``tdpbssd``, else ``tdpbusd``) and its sums get ``128 * colsum`` after the last block: the
-    sums of the lhs moved to unsigned, which the zero-point terms are of (the module docstring).
-
-    With one K block and one zero point each, the rhs's 0 (a symmetric weight: ONNX Runtime's
-    dynamic quantization), the corrections are a row of the panel, the same for every row: the
-    accumulators start from it (a tile load of stride 0) and go to the output as they are, with no
-    pass over the tile (``_amx_store``)."""
-    b = ctx.b
-    operands = ("s8" if a_signed else "u8", "s8")
-    k_last = k - (sliver.count - 1) * dot.kc  # K of the last block
-    steps = b.select(sliver.last, i64(k_last // _DEPTH), i64(dot.kc // _DEPTH))  # whole tile steps
-    groups_per_step = _DEPTH // 4
-    signed_terms = [b.mul(b.load(colsum[v]), ir.Constant(column_terms[v].type, [128] * 16)) if a_signed else None
-                    for v in range(len(column_terms))]
-    folds = None
-    if sliver.count == 1 and zb_tensor is not None:  # the runtime condition, and the row the sums start from
-        folds = b.icmp_unsigned("==", zb_tensor, ir.Constant(I32, 0))
-        start_row = output.amx_start_row
-        za = _splat(b, za_of(i64(0)), zb_vec[0].type)
-        for v, term in enumerate(column_terms):
-            value = b.sub(signed_terms[v], b.mul(za, term)) if a_signed else b.neg(b.mul(za, term))
-            b.store(value, b.gep(start_row, [i64(16 * v)], source_etype=I32), align=4)
-
-    def configure(rows):
-        shapes = {_RHS: (16, _DEPTH), _RHS + 1: (16, _DEPTH)}
-        for r in range(-(-rows // 16)):
-            tile_rows = min(16, rows - 16 * r)
-            shapes.update({_LHS + r: (tile_rows, _DEPTH), _ACC + 2 * r: (tile_rows, 64),
-                           _ACC + 2 * r + 1: (tile_rows, 64)})
-        amx.configure(b, shapes)
-
-    def partial_at(i0, r, col):  # the partial sums of row tile r from the panel's column col
-        return b.gep(partial, [b.add(b.mul(b.add(i0, i64(16 * r)), i64(NB * 4)), i64(4 * col))], source_etype=I8)
-
-    def row_block(i0, rows):
-        tiles = -(-rows // 16)
-        for pair in range(-(-cols // 32)):
-            count = min(2, -(-(cols - 32 * pair) // 16))  # column tiles
-            accs = [(r, c) for r in range(tiles) for c in range(count)]
-            if folds is not None:  # (one K block)
-                with b.if_else(folds) as (folded, general):
-                    with folded:
-                        for r, c in accs:
-                            at = b.gep(output.amx_start_row, [i64(32 * pair + 16 * c)], source_etype=I32)
-                            amx.load(b, _ACC + 2 * r + c, at, 0)
-                    with general:
-                        for r, c in accs:
-                            amx.zero(b, _ACC + 2 * r + c)
-            elif sliver.count == 1:
-                for r, c in accs:
-                    amx.zero(b, _ACC + 2 * r + c)
-            else:
-                with b.if_else(b.icmp_unsigned("==", sliver.index, i64(0))) as (at_first, later):
-                    with at_first:
-                        for r, c in accs:
-                            amx.zero(b, _ACC + 2 * r + c)
-                    with later:
-                        for r, c in accs:
-                            amx.load(b, _ACC + 2 * r + c, partial_at(i0, r, 32 * pair + 16 * c), NB * 4)
-
-            def step(lhs_at, lhs_stride, s):
-                for r in range(tiles):
-                    amx.load(b, _LHS + r, lhs_at(r), lhs_stride)
-                for c in range(count):
-                    at = b.add(b.mul(s, i64(groups_per_step * NB * 4)), i64(4 * (32 * pair + 16 * c)))
-                    amx.load(b, _RHS + c, b.gep(packed, [at], source_etype=I8), NB * 4)
-                for r, c in accs:
-                    amx.dot(b, operands, _ACC + 2 * r + c, _LHS + r, _RHS + c)
-            with for_range(b, 0, steps, "tilek") as s:
-                def in_place(r, s=s):
-                    at = b.add(lhs.base, b.add(b.mul(b.add(i0, i64(16 * r)), i64(lhs.stride)),
-                                               b.add(b.mul(sliver.g0, i64(4)), b.mul(s, i64(_DEPTH)))))
-                    return b.gep(lhs.pointer, [at], source_etype=I8)
-                step(in_place, lhs.stride, s)
-
-            def finish():
-                if k % _DEPTH:  # the last step: the lhs's copied tail, zero past K (the sliver's rows there too)
-                    step(lambda r: b.gep(lhs.tail, [b.mul(b.add(i0, i64(16 * r)), i64(lhs.tail_stride))],
-                                         source_etype=I8), lhs.tail_stride, i64(k_last // _DEPTH))
-                if folds is None:
-                    _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec, column_terms,
-                                signed_terms, rowsum)
-                    return
-                with b.if_else(folds) as (folded, general):
-                    with folded:
-                        _amx_store(ctx, output, i0, rows, pair, count, accs, cols, batch, j0)
-                    with general:
-                        _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec,
-                                    column_terms, signed_terms, rowsum)
-            if sliver.count == 1:
-                finish()
-                continue
-            with b.if_else(sliver.last) as (at_last, before_last):
-                with at_last:
-                    finish()
-                with before_last:
-                    for r, c in accs:
-                        amx.store(b, _ACC + 2 * r + c, partial_at(i0, r, 32 * pair + 16 * c), NB * 4)
-
-    blocks, tail = divmod(m, _ROWS)
-    if blocks:
-        configure(_ROWS)
-        with for_range(b, 0, blocks, "amxrows") as block:
-            row_block(b.mul(block, i64(_ROWS)), _ROWS)
-    if tail:
-        configure(tail)
-        row_block(i64(blocks * _ROWS), tail)
-
-
-def _amx_store(ctx, output, i0, rows, pair, count, accs, cols, batch, j0):
-    """The accumulators of rows ``i0 ..`` and column pair ``pair``, already the results (their
-    corrections folded in), to the output: a bare product's whole columns straight into the
-    result (row stride N), else through the output's i32 tile."""
-    b = ctx.b
-    col0 = b.add(j0, i64(32 * pair))
-    live_cols = min(cols - 32 * pair, 32)
-    if output.plain and live_cols == 16 * count:
-        corner = b.add(b.mul(batch, i64(output.m * output.n)), b.add(b.mul(i0, i64(output.n)), col0))
-        for r, c in accs:
-            at = b.add(corner, i64(16 * r * output.n + 16 * c))
-            amx.store(b, _ACC + 2 * r + c, b.gep(output.result.pointer, [at], source_etype=I32), output.n * 4)
-        return
-    sums = output.sums if not output.plain else output.amx_sums
-    for r, c in accs:
-        amx.store(b, _ACC + 2 * r + c, b.gep(sums, [i64((16 * r * 32 + 16 * c) * 4)], source_etype=I8), 32 * 4)
-    if not output.plain:
-        output.emit_sums(b, batch, i0, col0, rows, live_cols)
-        return
-    with for_range(b, 0, rows, "amxrow") as r:
-        values = [b.load(b.gep(sums, [b.add(b.mul(r, i64(32)), i64(16 * c))], source_etype=I32),
-                         typ=ir.VectorType(I32, 16), align=4) for c in range(count)]
-        output.store(b, batch, b.add(i0, r), col0, 1, live_cols, [values])
-
-
-def _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec, column_terms, signed_terms,
-                rowsum):
-    """The accumulators of rows ``i0 ..`` and column pair ``pair`` to the output: stored to the
-    output's i32 tile (a bare product: a stack tile of its own), corrected row by row
-    (``P - za (colsum - K zb) - zb rowsum``, and ``+ 128 colsum`` for a signed lhs), then stored or
-    through the epilogue."""
-    b = ctx.b
-    width = 32
-    sums = output.sums if not output.plain else output.amx_sums
-    for r, c in accs:
-        amx.store(b, _ACC + 2 * r + c, b.gep(sums, [i64((16 * r * width + 16 * c) * 4)], source_etype=I8), width * 4)
-    col0 = b.add(j0, i64(32 * pair))
-    live_cols = min(cols - 32 * pair, 32)
-    with for_range(b, 0, rows, "amxfix") as r:
-        row = b.add(i0, r)
-        row_sum = _splat(b, b.load(b.gep(rowsum, [row], source_etype=I32)), zb_vec[0].type)
-        za = _splat(b, za_of(row), zb_vec[0].type)
-        values = []
-        for c in range(count):
-            v = 2 * pair + c
-            at = b.gep(sums, [b.add(b.mul(r, i64(width)), i64(16 * c))], source_etype=I32)
-            value = b.load(at, typ=zb_vec[0].type, align=4)
-            if signed_terms[v] is not None:
-                value = b.add(value, signed_terms[v])
-            value = b.sub(value, b.add(b.mul(za, column_terms[v]), b.mul(zb_vec[v], row_sum)))
-            if not output.plain:
-                b.store(value, at, align=4)
-            values.append(value)
-        if output.plain:
-            output.store(b, batch, row, col0, 1, live_cols, [values])
-    if not output.plain:
-        output.emit_sums(b, batch, i0, col0, rows, live_cols)
 
 
 class _Sliver:
@@ -816,7 +462,7 @@ def _tile(ctx, dot, i0, rows, v0, count, cols, packed, partial, sliver, a_buf, o
         rhs = [dot.rhs(b, _packed_vector(b, packed, packed_g, lanes * (v0 + v), dot.vector)) for v in range(count)]
         for r in range(rows):
             quad = _lhs_quad(ctx, a_buf, a_base, b.add(i0, i64(r)), g, k, a_signed != dot.signed_lhs)
-            quad = dot.lhs(b, _splat(b, quad, dot.vector))
+            quad = dot.lhs(b, splat(b, quad, dot.vector))
             for v in range(count):
                 b.store(dot(b, b.load(accs[r][v]), quad, rhs[v]), accs[r][v])
     with for_range(b, sliver.g0, b.add(sliver.g0, sliver.whole), "k") as g:
@@ -827,8 +473,8 @@ def _tile(ctx, dot, i0, rows, v0, count, cols, packed, partial, sliver, a_buf, o
             step(k // 4, b.sub(i64(k // 4), sliver.g0))
         values = []
         for r in range(rows):  # P - za (colsum - K zb) - zb rowsum
-            row_sum = _splat(b, b.load(b.gep(rowsum, [b.add(i0, i64(r))], source_etype=I32)), dot.vector)
-            za = _splat(b, za_of(b.add(i0, i64(r))), dot.vector)
+            row_sum = splat(b, b.load(b.gep(rowsum, [b.add(i0, i64(r))], source_etype=I32)), dot.vector)
+            za = splat(b, za_of(b.add(i0, i64(r))), dot.vector)
             values.append([b.sub(b.load(accs[r][v]), b.add(b.mul(za, column_terms[v0 + v]),
                                                            b.mul(zb_vec[v0 + v], row_sum)))
                            for v in range(count)])
