@@ -21,7 +21,7 @@ epilogue runs over them as ``ConvGemm``'s tile epilogue does (``TileEpilogue``: 
 output row that LLVM vectorizes; for small images, one run over the output's pixels, the sums
 compacted first, ``compacts_pixels``).  The slab and the sums are ``malloc``ed once per call.
 
-Small images (``channels_in_lanes``: depthwise of multiplier 1, 5x5 up to 196 output pixels, 3x3
+Small images (``channels_in_lanes``: depthwise of multiplier 1, 5x5 up to 784 output pixels (28x28), 3x3
 and others up to 100, 8- or 16-float vectors) run ``lower_depthwise_lanes`` instead, channels in
 the lanes as ONNX Runtime's NCHWc kernels: a work item is a block of ``w`` channels of one image.
 Its weights are transposed to a vector per tap and its input to a zero-padded [row][column][channel]
@@ -70,10 +70,11 @@ COMPACT_MIN_ITERATION_RATIO = 1.5
 # row are summed per step (accumulators in registers).  Xeon (AMX class), 1 thread, medians of 150
 # calls in random order, load ~3, us channels / pixels in lanes: 5x5 1152 at 7x7 + SiLU 83 / 142,
 # 5x5 672 at 14x14 156 / 208, 5x5 s2 672 14 -> 7 63 / 91, 3x3 960 at 7x7 37 / 50, 3x3 100 at 10x10
-# 20 / 22, but 3x3 384 at 14x14 57 / 48 and 3x3 s2 192 28 -> 14 64 / 55 (the transposes outweigh
-# 9 taps there).  AVX2 (x86-64-v3 code on the same Xeon): 5x5 1152 at 7x7 107 / 158, 5x5 672 at
-# 14x14 264 / 314, 3x3 960 at 7x7 53 / 53.
-LANES_MAX_PIXELS = 196
+# 20 / 22, 5x5 240 at 28x28 194 / 242, 5x5 s2 144 56 -> 28 244 / 244, but 3x3 384 at 14x14
+# 57 / 48 and 3x3 s2 192 28 -> 14 64 / 55 (the transposes outweigh 9 taps there).  AVX2
+# (x86-64-v3 code on the same Xeon): 5x5 1152 at 7x7 107 / 158, 5x5 672 at 14x14 264 / 314, 5x5
+# 240 at 28x28 331 / 413, 5x5 s2 144 56 -> 28 294 / 325, 3x3 960 at 7x7 53 / 53.
+LANES_MAX_PIXELS = 784
 LANES_MANY_TAPS = 25
 LANES_MAX_PIXELS_FEW_TAPS = 100
 LANES_WIDTHS = (8, 16)

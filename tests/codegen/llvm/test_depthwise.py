@@ -61,11 +61,12 @@ CASES = {
     "3x3_image_compacted": ((1, 16, 3, 3), (16, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=16)),
     "multiplier_2_compacted": ((1, 16, 5, 5), (32, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=16)),
     # channels in the vector lanes (depthwise.channels_in_lanes): a channel tail of a second block
-    # and two images, stride 2 to 7x7, the largest 5x5 image (196 pixels), rows wider than one
-    # step of columns, stride 2 with asymmetric pads and a tail
+    # and two images, stride 2 to 7x7, 5x5 images of 14x14 and 28x28 (two steps of columns), 3x3
+    # rows wider than two steps, stride 2 with asymmetric pads and a tail
     "lanes_tail_two_images": ((2, 20, 7, 7), (20, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=20)),
     "lanes_5x5_s2": ((1, 18, 14, 14), (18, 1, 5, 5), attrs_of(strides=(2, 2), pads=(2, 2, 2, 2), groups=18)),
     "lanes_5x5_14x14": ((1, 16, 14, 14), (16, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=16)),
+    "lanes_5x5_28x28": ((1, 3, 28, 28), (3, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=3)),
     "lanes_wide_rows": ((1, 16, 3, 30), (16, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=16)),
     "lanes_3x3_s2_asymmetric": ((1, 33, 9, 8), (33, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 0, 0, 1), groups=33)),
     "se_reduce": ((1, 67, 1, 1), (5, 67, 1, 1), attrs_of()),
@@ -118,7 +119,7 @@ def test_small_images_with_pixels_in_the_lanes_match_the_reference(cpu, case, mo
 
 
 def test_small_images_put_channels_in_the_lanes():
-    """Depthwise (multiplier 1) of small images, 5x5 up to 196 pixels, 3x3 up to 100, on 8- and
+    """Depthwise (multiplier 1) of small images, 5x5 up to 784 pixels, 3x3 up to 100, on 8- and
     16-float vectors: a work item per block of channels."""
     def shape(c, size, k, stride=1, o=None):
         out = (size + 2 * (k // 2) - k) // stride + 1
@@ -127,7 +128,8 @@ def test_small_images_put_channels_in_the_lanes():
     for s, width, expected in [(shape(1152, 7, 5), 16, True), (shape(672, 14, 5), 8, True),
                                (shape(672, 14, 5, 2), 16, True), (shape(960, 7, 3), 16, True),
                                (shape(100, 10, 3), 16, True), (shape(384, 14, 3), 16, False),
-                               (shape(240, 28, 5), 16, False), (shape(1152, 7, 5), 4, False),
+                               (shape(240, 28, 5), 16, True), (shape(144, 56, 5, 2), 8, True),
+                               (shape(240, 56, 5), 16, False), (shape(1152, 7, 5), 4, False),
                                (shape(16, 7, 3, o=32), 16, False)]:
         assert depthwise.channels_in_lanes(s, width) == expected, (s, width)
     module, kernel = silu_kernel((2, 40, 7, 7), (40, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=40))[0]
