@@ -70,13 +70,17 @@ COMPACT_MIN_ITERATION_RATIO = 1.5
 # row are summed per step (accumulators in registers).  Xeon (AMX class), 1 thread, medians of 150
 # calls in random order, load ~3, us channels / pixels in lanes: 5x5 1152 at 7x7 + SiLU 83 / 142,
 # 5x5 672 at 14x14 156 / 208, 5x5 s2 672 14 -> 7 63 / 91, 3x3 960 at 7x7 37 / 50, 3x3 100 at 10x10
-# 20 / 22, 5x5 240 at 28x28 194 / 242, 5x5 s2 144 56 -> 28 244 / 244, but 3x3 384 at 14x14
+# 20 / 22, 5x5 240 at 28x28 194 / 242, but 3x3 384 at 14x14
 # 57 / 48 and 3x3 s2 192 28 -> 14 64 / 55 (the transposes outweigh 9 taps there).  AVX2
 # (x86-64-v3 code on the same Xeon): 5x5 1152 at 7x7 107 / 158, 5x5 672 at 14x14 264 / 314, 5x5
-# 240 at 28x28 331 / 413, 5x5 s2 144 56 -> 28 294 / 325, 3x3 960 at 7x7 53 / 53.
+# 240 at 28x28 331 / 413, 3x3 960 at 7x7 53 / 53.
 LANES_MAX_PIXELS = 784
 LANES_MANY_TAPS = 25
 LANES_MAX_PIXELS_FEW_TAPS = 100
+# ... and of a padded input slab of at most this many pixels (64 KiB of 16-float vectors: 5x5 at
+# 28x28).  In efficientnet_b0 (1 thread, profiled) the 5x5 s2 144 56 -> 28 (a 59 x 59 slab, 218 KiB)
+# ran 227 us in lanes against 190 on pixels, though alone the two were equal (244 / 244).
+LANES_MAX_SLAB_PIXELS = 1024
 LANES_WIDTHS = (8, 16)
 LANES_MAX_COLUMNS = 14
 
@@ -122,12 +126,19 @@ def compacted(b, totals: list, s: ConvShape, wq: int, w: int) -> list:
     return out
 
 
+def lanes_slab(s: ConvShape) -> tuple[int, int]:
+    """Rows and columns of ``lower_depthwise_lanes``'s padded input slab: those some tap reads."""
+    return (max((s.oh - 1) * s.strides[0] + (s.kh - 1) * s.dilations[0] + 1, 1),
+            max((s.ow - 1) * s.strides[1] + (s.kw - 1) * s.dilations[1] + 1, 1))
+
+
 def channels_in_lanes(s: ConvShape, w: int) -> bool:
     """Whether a conv runs ``lower_depthwise_lanes``: depthwise of multiplier 1, a small image
-    (LANES_MAX_PIXELS), vectors of LANES_WIDTHS."""
+    (LANES_MAX_PIXELS, LANES_MAX_SLAB_PIXELS), vectors of LANES_WIDTHS."""
     most = LANES_MAX_PIXELS if s.kh * s.kw >= LANES_MANY_TAPS else LANES_MAX_PIXELS_FEW_TAPS
+    slab_h, slab_w = lanes_slab(s)
     return (w in LANES_WIDTHS and s.groups == s.c == s.o and s.oh * s.ow <= most
-            and s.h * s.w <= most * s.strides[0] * s.strides[1])
+            and slab_h * slab_w <= LANES_MAX_SLAB_PIXELS)
 
 
 def transposed(b, rows: list, w: int) -> list:
@@ -188,8 +199,7 @@ def lower_depthwise_lanes(ctx: KernelContext, anchor: Operation, s: ConvShape, w
     sh, sw = s.strides
     dh, dw = s.dilations
     top, left = s.pads[0], s.pads[1]
-    slab_h = max((s.oh - 1) * sh + (s.kh - 1) * dh + 1, 1)
-    slab_w = max((s.ow - 1) * sw + (s.kw - 1) * dw + 1, 1)
+    slab_h, slab_w = lanes_slab(s)
     taps = s.kh * s.kw
     pixels = s.oh * s.ow
     padded_pixels = -(-pixels // w) * w
