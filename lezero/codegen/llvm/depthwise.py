@@ -22,7 +22,7 @@ output row that LLVM vectorizes; for small images, one run over the output's pix
 compacted first, ``compacts_pixels``).  The slab and the sums are ``malloc``ed once per call.
 
 Small images (``channels_in_lanes``: depthwise of multiplier 1, 5x5 up to 784 output pixels (28x28), 3x3
-and others up to 100, 8- or 16-float vectors) run ``lower_depthwise_lanes`` instead, channels in
+and others up to 100, padded input slabs up to LANES_MAX_SLAB_PIXELS, 8- or 16-float vectors) run ``lower_depthwise_lanes`` instead, channels in
 the lanes as ONNX Runtime's NCHWc kernels: a work item is a block of ``w`` channels of one image.
 Its weights are transposed to a vector per tap and its input to a zero-padded [row][column][channel]
 slab (``transposed``: w x w blocks in registers, log2(w) stages of two-source shuffles; a channel
@@ -33,6 +33,7 @@ transposed back to [channel][pixel] for the same epilogue over contiguous pixels
 The per-channel slab of the kernel above (a 7x7 5x5 image: 11 rows of per-row control for 125
 FMAs) is gone; what remains per w channels is 64 shuffles per w x w block in and out, which at 3x3
 over 14x14 costs more than the pixels-in-lanes kernel's overhead (hence the two pixel limits).
+The results are bit-identical to the kernel above's.
 """
 from __future__ import annotations
 
