@@ -21,9 +21,10 @@ epilogue runs over them as ``ConvGemm``'s tile epilogue does (``TileEpilogue``: 
 output row that LLVM vectorizes; for small images, one run over the output's pixels, the sums
 compacted first, ``compacts_pixels``).  The slab and the sums are ``malloc``ed once per call.
 
-Small images (``channels_in_lanes``: depthwise of multiplier 1, 5x5 up to 784 output pixels (28x28), 3x3
-and others up to 100, padded input slabs up to LANES_MAX_SLAB_PIXELS, 8- or 16-float vectors) run ``lower_depthwise_lanes`` instead, channels in
-the lanes as ONNX Runtime's NCHWc kernels: a work item is a block of ``w`` channels of one image.
+Small images (``channels_in_lanes``: depthwise of multiplier 1, 5x5 up to 784 output pixels
+(28x28), 3x3 and others up to 100, padded input slabs up to LANES_MAX_SLAB_PIXELS, 8- or 16-float
+vectors) run ``lower_depthwise_lanes`` instead, channels in the lanes as ONNX Runtime's NCHWc
+kernels: a work item is a block of ``w`` channels of one image.
 Its weights are transposed to a vector per tap and its input to a zero-padded [row][column][channel]
 slab (``transposed``: w x w blocks in registers, log2(w) stages of two-source shuffles; a channel
 past C reads the last one and its lanes are never stored), every output pixel is then one
