@@ -26,7 +26,7 @@ Small images (``channels_in_lanes``: depthwise of multiplier 1, 5x5 up to 784 ou
 vectors) run ``lower_depthwise_lanes`` instead, channels in the lanes as ONNX Runtime's NCHWc
 kernels: a work item is a block of ``w`` channels of one image.
 Its weights are transposed to a vector per tap and its input to a zero-padded [row][column][channel]
-slab (``transposed``: w x w blocks in registers, log2(w) stages of two-source shuffles; a channel
+slab (``vectors.transpose_square``: w x w blocks in registers, log2(w) stages of two-source shuffles; a channel
 past C reads the last one and its lanes are never stored), every output pixel is then one
 accumulator summing its taps in the same order as the kernel above (full-lane FMAs; up to
 LANES_MAX_COLUMNS pixels of an output row per step, the taps unrolled), and the sums are
@@ -46,7 +46,7 @@ from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.contraction_gemm import ConvGemm, TileEpilogue
 from lezero.codegen.llvm.ir_types import FLOAT, I8, I32, I64, PTR, VOID
 from lezero.codegen.llvm.loops import declare, for_range, i64, min_i64
-from lezero.codegen.llvm.vectors import concatenate, splat
+from lezero.codegen.llvm.vectors import concatenate, splat, transpose_square
 from lezero.ir.core import Operation
 
 # Accumulators per step along q (each a vector of the target's width), at most: with the taps'
@@ -143,25 +143,6 @@ def channels_in_lanes(s: ConvShape, w: int) -> bool:
             and slab_h * slab_w <= LANES_MAX_SLAB_PIXELS)
 
 
-def transposed(b, rows: list, w: int) -> list:
-    """The w x w matrix of the ``w`` vectors ``rows`` transposed: vector i holds lane i of every row.
-    log2(w) stages, each swapping the off-diagonal d x d blocks of every 2d x 2d block (two-source
-    shuffles)."""
-    rows = list(rows)
-    d = w // 2
-    while d >= 1:
-        low_mask = ir.Constant(ir.VectorType(I32, w), [j if not j & d else w + j - d for j in range(w)])
-        high_mask = ir.Constant(ir.VectorType(I32, w), [j + d if not j & d else w + j for j in range(w)])
-        out = list(rows)
-        for i in range(w):
-            if not i & d:
-                out[i] = b.shuffle_vector(rows[i], rows[i + d], low_mask)
-                out[i + d] = b.shuffle_vector(rows[i], rows[i + d], high_mask)
-        rows = out
-        d //= 2
-    return rows
-
-
 def aligned_workspace(b, module, floats: int):
     """A 64-byte aligned float array of ``floats`` from malloc (trap on failure); (the raw pointer, the array)."""
     raw = b.call(declare(module, "malloc", PTR, [I64]), [i64(4 * floats + 64)])
@@ -236,12 +217,12 @@ def lower_depthwise_lanes(ctx: KernelContext, anchor: Operation, s: ConvShape, w
 
             for first in range(0, taps, w):  # the taps' weight vectors, [tap][channel]
                 count = min(w, taps - first)
-                by_tap = transposed(b, load_rows(b, module, w_ptr, taps, first, count, w, channel), w)
+                by_tap = transpose_square(b, load_rows(b, module, w_ptr, taps, first, count, w, channel))
                 for t in range(count):
                     b.store(by_tap[t], b.gep(weights, [i64((first + t) * w)], source_etype=FLOAT), align=64)
             for first in range(0, s.h * s.w, w):  # the input, [row][column][channel] inside the pads
                 count = min(w, s.h * s.w - first)
-                by_pixel = transposed(b, load_rows(b, module, x_ptr, s.h * s.w, first, count, w, channel_row), w)
+                by_pixel = transpose_square(b, load_rows(b, module, x_ptr, s.h * s.w, first, count, w, channel_row))
                 for p in range(count):
                     row, col = divmod(first + p, s.w)
                     if row + top < slab_h and col + left < slab_w:
@@ -267,7 +248,7 @@ def lower_depthwise_lanes(ctx: KernelContext, anchor: Operation, s: ConvShape, w
             for first in range(0, pixels, w):  # the sums back to [channel][pixel]
                 by_pixel = [b.load(b.gep(results, [i64((first + p) * w)], source_etype=FLOAT), typ=vector, align=64)
                             for p in range(w)]
-                for c, channel in enumerate(transposed(b, by_pixel, w)):
+                for c, channel in enumerate(transpose_square(b, by_pixel)):
                     b.store(channel, b.gep(sums, [i64(c * padded_pixels + first)], source_etype=FLOAT), align=64)
             tile = gemm_epilogue.OutputTile(b, i64(0), i64(0), valid, i64(pixels), sums, w, padded_pixels, False,
                                             {**args, "batch": (b.add(b.mul(image, i64(s.c)), channel0),)})
