@@ -440,3 +440,37 @@ def test_an_index_out_of_range_fails_the_executable(tmp_path):
         assert done.returncode == 1
         assert done.stderr.strip() == (f"gather: error: embed: lz.gather: index {index} is out of range for axis 0 of "
                                        "size 10 (valid: -10 to 9)"), done.stderr
+
+
+def test_amx_and_int8_kernels_run_in_a_native_executable(tmp_path):
+    """An int8 GEMM with constant weights (packed by the plan) and a bf16 matmul in one executable for
+    the host: on an AMX host their kernels use tiles, which Linux allows a process only after it asks
+    (runtime.c's constructor), so this runs the tiles without Python. Exact for int8; bf16 within
+    one bf16 step of the reference (f32 sums, one rounding)."""
+    from lezero.codegen.llvm import amx
+    from lezero.codegen.llvm.target import host_target
+    from lezero.ir.types import BF16, I8
+
+    rng = np.random.default_rng(5)
+    w8 = rng.integers(-128, 128, (96, 80)).astype(np.int8)
+    w16 = rng.standard_normal((64, 48)).astype(np.float32)
+
+    def body(b, x8, xf):
+        product = b.op("lz.matmul_integer", x8, b.constant(w8), b.constant(np.array(3, np.uint8)),
+                       b.constant(np.array(0, np.int8)))
+        low = b.op("lz.matmul", b.op("lz.cast", xf, to=BF16), b.op("lz.cast", b.constant(w16), to=BF16))
+        return product, b.op("lz.cast", low, to=F32)
+
+    module = named_module([tensor((40, 96), UI8), tensor((36, 64), F32)], body, ["x8", "xf"], ["p", "q"])
+    result = compile_module_native(module, tmp_path / "lowp")
+    x8 = rng.integers(0, 256, (40, 96)).astype(np.uint8)
+    xf = rng.standard_normal((36, 64)).astype(np.float32)
+    done = run_exe(result.paths[0], "--input", f"x8={save(tmp_path, 'x8', x8)}", "--input",
+                   f"xf={save(tmp_path, 'xf', xf)}", "--output-dir", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    want_p, want_q = interpret(module, "main", x8, xf)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "p.npy"), want_p)
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "q.npy"), want_q, rtol=2 ** -7, atol=1e-6)
+    if amx.has_amx(host_target(), "int8") and amx.has_amx(host_target(), "bf16"):
+        code = subprocess.run(["objdump", "-d", str(result.paths[0])], capture_output=True, text=True).stdout
+        assert "tdpbusd" in code and "tdpbf16ps" in code and "ldtilecfg" in code
