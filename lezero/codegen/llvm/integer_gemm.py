@@ -434,6 +434,18 @@ class _Sliver:
     def __init__(self, g0, whole, index, last, count):
         self.g0, self.whole, self.index, self.last, self.count = g0, whole, index, last, count
 
+    def end(self, b, finish, keep_partial_sums) -> None:
+        """The end of a tile's K block: ``finish()`` (the corrected sums to the output) at the last
+        block, else ``keep_partial_sums()`` for the next; with one block, only ``finish``."""
+        if self.count == 1:
+            finish()
+            return
+        with b.if_else(self.last) as (at_last, before_last):
+            with at_last:
+                finish()
+            with before_last:
+                keep_partial_sums()
+
 
 def _tile(ctx, dot, i0, rows, v0, count, cols, packed, partial, sliver, a_buf, output, batch, a_base, j0, k,
           a_signed, za_of, zb_vec, column_terms, rowsum):
@@ -479,13 +491,8 @@ def _tile(ctx, dot, i0, rows, v0, count, cols, packed, partial, sliver, a_buf, o
                                                            b.mul(zb_vec[v0 + v], row_sum)))
                            for v in range(count)])
         output.store(b, batch, i0, b.add(j0, i64(lanes * v0)), rows, min(cols - lanes * v0, lanes * count), values)
-    if sliver.count == 1:
-        finish()
-        return
-    with b.if_else(sliver.last) as (at_last, before_last):
-        with at_last:
-            finish()
-        with before_last:
-            for r in range(rows):
-                for v in range(count):
-                    b.store(b.load(accs[r][v]), partial_at(r, v), align=4)
+    def keep_partial_sums():
+        for r in range(rows):
+            for v in range(count):
+                b.store(b.load(accs[r][v]), partial_at(r, v), align=4)
+    sliver.end(b, finish, keep_partial_sums)

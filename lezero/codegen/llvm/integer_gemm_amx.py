@@ -161,15 +161,10 @@ def amx_rows(ctx, dot, cols, packed, partial, lhs, output, batch, j0, m, k, a_si
                     with general:
                         _amx_finish(ctx, output, i0, rows, pair, count, accs, cols, batch, j0, za_of, zb_vec,
                                     column_terms, signed_terms, rowsum)
-            if sliver.count == 1:
-                finish()
-                continue
-            with b.if_else(sliver.last) as (at_last, before_last):
-                with at_last:
-                    finish()
-                with before_last:
-                    for r, c in accs:
-                        amx.store(b, _ACC + 2 * r + c, partial_at(i0, r, 32 * pair + 16 * c), NB * 4)
+            def keep_partial_sums():
+                for r, c in accs:
+                    amx.store(b, _ACC + 2 * r + c, partial_at(i0, r, 32 * pair + 16 * c), NB * 4)
+            sliver.end(b, finish, keep_partial_sums)
 
     blocks, tail = divmod(m, AMX_ROWS)
     if blocks:
