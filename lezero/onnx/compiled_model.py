@@ -9,6 +9,14 @@ names them; the rest of the inputs stay arguments).  Dynamic dims are bound per 
 compiled function itself (one plan per input shape); when the graph computes with a dynamic dim
 (``Shape`` of it: ``DynamicShapeError``), the model is imported per input shape instead, with the
 inputs' dims set from the feeds.
+
+Such a model serves a new size of one dynamic dim without importing it again when two shapes it
+ran before differ from the new one in that dim alone (a new batch at a known sequence length):
+the schedule of one of them, with the sizes that follow the dim substituted
+(``lezero.runtime.shape_substitution``: fitted against the other, each op checked against its
+shape rule, memory planned again), is planned at once; its kernels are the cache's.  When no such
+pair fits (a constant follows the dim, as the position rows follow the sequence length) the new
+shape takes the full path, and its schedule is one more to fit against.
 """
 from __future__ import annotations
 
@@ -20,11 +28,13 @@ import onnx
 from lezero.codegen.row_generic import MANY_SHAPES_ATTR
 from lezero.ir.attributes import ArrayAttr, UnitAttr
 from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, ModuleOp
+from lezero.ir.diagnostics import IRError
 import lezero.onnx.element_types as element_types
 from lezero.onnx.errors import DynamicShapeError, OnnxError, ValueDependentError
 from lezero.onnx.importer import Importer, tensor_type_of, upgrade
 from lezero.onnx.loading import load_model
 from lezero.runtime.cpu import CompiledFunction
+from lezero.runtime.shape_substitution import SHAPES_LOG, SizeFit
 
 
 class FeedError(OnnxError, ValueError):
@@ -39,8 +49,9 @@ def _names(func, key: str) -> list[str]:
 class _Program:
     """One import + compilation: the module, its argument names, the compiled function."""
 
-    def __init__(self, module: ModuleOp):
+    def __init__(self, module: ModuleOp, substituted: bool = False):
         self.module = module
+        self.substituted = substituted  # a schedule made by substitution (module docstring)
         self.func = module.lookup("main")
         self.argument_names = _names(self.func, INPUT_NAMES_ATTR)
         self.output_names = _names(self.func, OUTPUT_NAMES_ATTR)
@@ -77,6 +88,8 @@ class CompiledModel:
         self._programs: dict[tuple, _Program] = {}
         self.value_inputs: tuple[str, ...] = ()  # inputs whose values the program is specialized on
         self.shape_specialized = False  # whether programs are imported per input shape
+        self._schedules: dict[tuple, ModuleOp] = {}  # input shapes -> the full path's schedule there
+        self._fits: dict[tuple, SizeFit | None] = {}  # (source shapes, partner shapes, positions) -> fit
         try:
             self._programs[()] = _Program(Importer(model).run())
         except ValueDependentError as e:
@@ -129,6 +142,16 @@ class CompiledModel:
                     d.dim_value = int(size)
         return model
 
+    def _imported(self, feeds: dict, bound: tuple = ()) -> ModuleOp:
+        """The model imported for ``feeds``: at their shapes when it is imported per shape (then
+        marked as serving many shapes: its kernels' code serves them all), at the values of the
+        ``bound`` inputs."""
+        model = self._with_static_dims(feeds) if self.shape_specialized else self.model
+        module = Importer(model, {n: feeds[n] for n in bound}).run()
+        if self.shape_specialized:
+            module.lookup("main").attributes[MANY_SHAPES_ATTR] = UnitAttr()
+        return module
+
     def _program(self, feeds: dict) -> _Program:
         program = self._programs.get(())
         if program is not None:
@@ -142,11 +165,15 @@ class CompiledModel:
                 return program
             try:
                 with self._lock:
-                    model = self._with_static_dims(feeds) if self.shape_specialized else self.model
-                    module = Importer(model, {n: feeds[n] for n in bound}).run()
-                    if self.shape_specialized:  # one import per shape: its kernels' code serves them all
-                        module.lookup("main").attributes[MANY_SHAPES_ATTR] = UnitAttr()
-                    program = _Program(module)
+                    program = self._programs.get(key)
+                    if program is None and self.shape_specialized and not bound:
+                        program = self._substituted(shapes)
+                    if program is not None:
+                        self._programs[key] = program
+                        return program
+                    program = _Program(self._imported(feeds, bound))
+                    if self.shape_specialized and not bound:
+                        self._schedules[shapes] = program.compiled.plan_for(list(shapes)).module
                     self._programs[key] = program
                 return program
             except ValueDependentError as e:
@@ -159,6 +186,40 @@ class CompiledModel:
                 if self.shape_specialized:
                     raise
                 self.shape_specialized = True
+
+    def _substituted(self, shapes: tuple) -> _Program | None:
+        """The program at input ``shapes`` made from known schedules by substitution (module
+        docstring), or None.  The source and its partner: two schedules of the full path that
+        differ from ``shapes``, and from each other, in the same dims only, each of one size."""
+        candidates = []
+        for known in self._schedules:
+            positions, size = _one_size_apart(known, shapes)
+            if positions:
+                candidates.append((positions, size, known))
+        for positions, at, source in sorted(candidates, key=lambda c: c[1]):
+            for partner_positions, partner_at, partner in sorted(candidates, key=lambda c: c[1]):
+                if partner_positions != positions or partner_at <= at or at < 2:
+                    continue
+                fit_key = (source, partner, positions)
+                if fit_key not in self._fits:
+                    self._fits[fit_key] = SizeFit.between(self._schedules[source], self._schedules[partner],
+                                                          at, partner_at)
+                fit = self._fits[fit_key]
+                if fit is None:
+                    continue
+                size = _size_at(shapes, positions)
+                module = fit.substitute(size)
+                if module is None:
+                    return None
+                try:
+                    program = _Program(module, substituted=True)  # verified: every op against its shape rule
+                except IRError as e:
+                    SHAPES_LOG.debug("no substitution to input shapes %s: %s", shapes, e.message)
+                    return None
+                SHAPES_LOG.debug("input shapes %s: the schedule at %s with %d substituted for %d", shapes, source,
+                                 size, at)
+                return program
+        return None
 
     def run(self, feeds: dict) -> dict:
         """``{input name: array}`` -> ``{output name: array}`` (in the graph's output order)."""
@@ -176,6 +237,22 @@ class CompiledModel:
 
     def __repr__(self) -> str:
         return f"<CompiledModel inputs={self.input_names} outputs={self.output_names}>"
+
+
+def _one_size_apart(known: tuple, shapes: tuple) -> tuple[tuple, int]:
+    """``(positions, size)``: the (input, dim) positions where input shapes ``known`` and ``shapes``
+    differ, when ``known`` has one size at all of them and ``shapes`` one too; ``((), 0)`` else."""
+    positions = tuple((i, d) for i, (a, b) in enumerate(zip(known, shapes)) for d, (x, y) in enumerate(zip(a, b))
+                      if x != y)
+    if not positions or len(known) != len(shapes) or any(len(a) != len(b) for a, b in zip(known, shapes)):
+        return (), 0
+    if len({known[i][d] for i, d in positions}) != 1 or len({shapes[i][d] for i, d in positions}) != 1:
+        return (), 0
+    return positions, known[positions[0][0]][positions[0][1]]
+
+
+def _size_at(shapes: tuple, positions: tuple) -> int:
+    return shapes[positions[0][0]][positions[0][1]]
 
 
 def compile(source, *, upgrade_opset: bool = False, base_dir=None) -> CompiledModel:  # noqa: A001

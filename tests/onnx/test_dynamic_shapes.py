@@ -4,7 +4,9 @@ residuals) runs 20 shapes, each against ONNX Runtime to 1e-5.  Its kernels are r
 (``lezero/codegen/row_generic.py``), the embedding's bounds-checked gather too, probed at the first
 shape (the model is imported per shape, so it serves many): after it no shape lowers or compiles
 a kernel, a new sequence length included (the attention kernel's code takes the length at run
-time: ``row_generic.sequence_form``)."""
+time: ``row_generic.sequence_form``).  A new size of one dim is served by substitution into a
+schedule it ran (``lezero/runtime/shape_substitution.py``): the substituted schedule prints
+exactly as the full path's, for sizes equal to a static dim of the model by chance too."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +15,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lezero.onnx
+from lezero.ir.printer import print_module
 from lezero.runtime import kernel_cache
 from lezero.runtime.kernel_cache import KernelCache
+from lezero.runtime.plan import specialize
+from lezero.runtime.shape_substitution import SizeFit
 
 WIDTH, HEADS, HIDDEN, VOCAB = 32, 2, 64, 50
 # (batch, sequence): new batches at a known length, new lengths, both, and back again
@@ -22,7 +27,9 @@ SHAPES = [(2, 8), (3, 5), (1, 8), (4, 8), (7, 8), (1, 5), (5, 5), (2, 13), (6, 1
           (2, 31), (4, 31), (1, 64), (2, 64), (3, 8), (8, 5), (5, 13), (9, 1), (1, 31)]
 
 
-def transformer_block():
+def transformer_block(positions: bool = False):
+    """The block; ``positions``: with position rows added to the embedding, ``Gather(table,
+    Range(0, Shape(ids)[1]))`` as the exports build them: a constant that follows the sequence length."""
     rng = np.random.default_rng(0)
 
     def weight(name, *shape, scale=0.3):
@@ -38,8 +45,15 @@ def transformer_block():
          numpy_helper.from_array(np.array(1.0, np.float32), "one"),
          numpy_helper.from_array(np.array(0.5, np.float32), "half"), weight("table", VOCAB, WIDTH, scale=1.0)]
     node = helper.make_node
-    nodes = [node("Gather", ["table", "ids"], ["x"], axis=0),
+    nodes = [node("Gather", ["table", "ids"], ["x"] if not positions else ["tokens"], axis=0),
              node("LayerNormalization", ["x", "g1", "b1"], ["h"], axis=-1, epsilon=1e-5)]
+    if positions:
+        weights += [weight("position_table", 64, WIDTH), numpy_helper.from_array(np.array(1, np.int64), "one_i"),
+                    numpy_helper.from_array(np.array(0, np.int64), "zero_i")]
+        nodes = nodes[:1] + [node("Shape", ["ids"], ["ids_shape"]), node("Gather", ["ids_shape", "one_i"], ["length"], axis=0),
+                 node("Range", ["zero_i", "length", "one_i"], ["position_ids"]),
+                 node("Gather", ["position_table", "position_ids"], ["position_rows"], axis=0),
+                 node("Add", ["tokens", "position_rows"], ["x"])] + nodes[1:]
     for p in "qkv":
         nodes += [node("MatMul", ["h", f"w{p}"], [f"{p}0"]), node("Add", [f"{p}0", f"b{p}"], [f"{p}1"]),
                   node("Reshape", [f"{p}1", "heads_shape"], [f"{p}2"])]
@@ -84,6 +98,9 @@ def test_twenty_shapes_after_one_compile_match_onnx_runtime(tmp_path, monkeypatc
             assert generic >= 9, (batch, seq)  # the embedding, layer norms, projections, attention, MLP, residuals
             assert (lowered, compiled_now) == (0, 0), (batch, seq)
     assert len(set(SHAPES)) == 20
+    # shapes one size apart from two known ones were substituted, not imported again
+    substituted = [shape for shape in SHAPES if compiled._programs[(((shape),),)].substituted]
+    assert len(substituted) >= 8, substituted
     bad = np.zeros((3, 8), np.int64)
     bad[2, 7] = VOCAB  # the embedding's bounds check, in the row-generic code
     with pytest.raises(IndexError, match=f"index {VOCAB} is out of range for axis 0 of size {VOCAB}"):
@@ -91,3 +108,43 @@ def test_twenty_shapes_after_one_compile_match_onnx_runtime(tmp_path, monkeypatc
     # What is left: the head split (Reshape to [0, 0, heads, d]) copies two dynamic dims, which
     # lz.reshape cannot say, so the graph is imported and scheduled again per shape.
     assert compiled.shape_specialized
+
+
+def _full_schedule(compiled, shapes: tuple):
+    """The full path's schedule of ``compiled`` at input ``shapes``: imported at them, then the pipeline."""
+    feeds = {name: np.zeros(shape, np.int64) for name, shape in zip(compiled.input_names, shapes)}
+    return specialize(compiled._imported(feeds), "main", list(shapes))
+
+
+@pytest.mark.parametrize("dim", ["batch", "sequence"])
+def test_substituted_schedules_print_as_the_full_paths(dim):
+    compiled = lezero.onnx.compile(transformer_block())
+    assert compiled.shape_specialized
+
+    def shapes(n):
+        return ((n, 8),) if dim == "batch" else ((3, n),)
+
+    fit = SizeFit.between(_full_schedule(compiled, shapes(2)), _full_schedule(compiled, shapes(3)), 2, 3)
+    assert fit is not None
+    # at the source 2 is also the head count; 32 is the width, 64 the MLP's hidden size: a dim
+    # equal to the dynamic one by chance stays as it is
+    for n in (4, 5, 32, 64, 9):
+        assert print_module(fit.substitute(n)) == print_module(_full_schedule(compiled, shapes(n))), n
+    assert fit.substitute(1) is None  # a dim of 1 schedules differently: the full path
+
+
+def test_a_constant_that_follows_the_dim_is_not_substituted():
+    """The position rows follow the sequence length: no fit along it, so a new length takes the
+    full path; a new batch at a known length is still substituted.  Results equal ORT's."""
+    model = transformer_block(positions=True)
+    compiled = lezero.onnx.compile(model)
+    assert SizeFit.between(_full_schedule(compiled, ((2, 8),)), _full_schedule(compiled, ((2, 9),)), 8, 9) is None
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(2)
+    served = []
+    for batch, seq in [(2, 8), (3, 8), (2, 9), (3, 9), (5, 8), (4, 10), (6, 9)]:
+        ids = rng.integers(0, VOCAB, (batch, seq))
+        got = compiled.run({"ids": ids})["y"]
+        np.testing.assert_allclose(got, session.run(None, {"ids": ids})[0], rtol=1e-5, atol=1e-5)
+        served.append(compiled._programs[(((batch, seq),),)].substituted)
+    assert served == [False, False, False, False, True, False, True]
