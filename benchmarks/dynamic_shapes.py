@@ -1,11 +1,14 @@
-"""What a new (batch, sequence) costs a compiled transformer: row-generic kernels against
+"""What a new (batch, sequence) costs a compiled transformer: schedules by substitution
+(``lezero/runtime/shape_substitution.py``) against the full path (import, pipeline, plan) against
 per-shape kernels, ONNX Runtime's first run at the same shape beside them.
 
     .venv/bin/python benchmarks/dynamic_shapes.py [MODEL.onnx ...]   (default: build/bench-models/{bert,gpt2}.onnx)
 
-For each model: one compiled model (and a fresh kernel cache) per mode, ``row-generic`` (as
-shipped: ``lezero/codegen/row_generic.py``) and ``per-shape`` (the probe switched off in this
-process, the way lezero compiled before), warmed up on two shapes; then new shapes in turn, each
+For each model: one compiled model (and a fresh kernel cache) per mode: ``substituted`` (as
+shipped: a new size of one dim substituted into a known schedule where two known ones fit),
+``full path`` (substitution off: every new shape imported and scheduled again, row-generic
+kernels: ``lezero/codegen/row_generic.py``) and ``per-shape`` (the row-generic probe off too, the
+way lezero compiled before), warmed up on two shapes; then new shapes in turn, each
 mode's first run at the shape timed in the same loop, alternating which goes first, and ONNX
 Runtime's first run at it (2 threads, spinning off).  A new batch at a known sequence length and a
 new sequence length are reported apart (medians), with the kernels each mode lowered and compiled,
@@ -31,11 +34,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from onnx_models import cpu_model
 
 import lezero.onnx
+from lezero.onnx.compiled_model import CompiledModel
 from lezero.runtime import kernel_cache
 
 WARM_UP = [(1, 32), (2, 32)]
 # (batch, sequence): new batches at 32 and new sequence lengths, interleaved
-NEW = [(3, 32), (5, 17), (4, 32), (2, 48), (7, 32), (3, 48), (6, 32), (1, 100), (8, 32), (2, 100)]
+NEW = [(3, 32), (5, 17), (4, 32), (2, 48), (7, 32), (3, 48), (6, 32), (1, 100), (8, 32), (2, 100), (9, 32),
+       (5, 48), (10, 32)]
 STEADY = 5
 
 
@@ -50,22 +55,27 @@ def feeds(session_inputs, batch, seq, rng):
 
 
 class Mode:
-    """One compiled model with its own kernel cache; ``generic``: whether row-generic kernels are on."""
+    """One compiled model with its own kernel cache; ``generic``: whether row-generic kernels are on,
+    ``substitution``: whether new shapes are substituted into known schedules."""
 
-    def __init__(self, model, generic: bool):
-        self.generic = generic
+    def __init__(self, model, name: str, generic: bool, substitution: bool):
+        self.name, self.generic, self.substitution = name, generic, substitution
         self.cache = kernel_cache.KernelCache(pathlib.Path(tempfile.mkdtemp(prefix="lezero-dyn-")))
         self.compiled = self._with_cache(lambda: lezero.onnx.compile(model))
 
     def _with_cache(self, action):
         saved, saved_probe = kernel_cache._DEFAULT, kernel_cache.KernelCache._row_generic_kernel
+        saved_substituted = CompiledModel._substituted
         kernel_cache._DEFAULT = self.cache
         if not self.generic:
             kernel_cache.KernelCache._row_generic_kernel = lambda cache, op, cpu, key: None
+        if not self.substitution:
+            CompiledModel._substituted = lambda model, shapes: None
         try:
             return action()
         finally:
             kernel_cache._DEFAULT, kernel_cache.KernelCache._row_generic_kernel = saved, saved_probe
+            CompiledModel._substituted = saved_substituted
 
     def run(self, f) -> float:
         start = time.perf_counter()
@@ -81,15 +91,17 @@ class Mode:
 
 
 def main(paths):
-    print(cpu_model())
-    print(f"{'model':8s} {'new':14s} {'row-generic ms':>15s} {'kernels':>8s} {'per-shape ms':>13s} {'kernels':>8s} "
-          f"{'ratio':>6s} {'ORT first ms':>13s} {'steady ratio':>13s}")
+    print(f"{cpu_model()}; load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    names = ("substituted", "full path", "per-shape")
+    print(f"{'model':8s} {'new':14s} " + " ".join(f"{n + ' ms':>14s} {'kernels':>7s}" for n in names)
+          + f" {'subst/full':>10s} {'ORT first ms':>12s} {'steady ms':>10s} {'subst - steady':>14s}")
     for path in paths:
         model = onnx.load(path)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 2
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        modes = [Mode(model, True), Mode(model, False)]
+        modes = [Mode(model, "substituted", True, True), Mode(model, "full path", True, False),
+                 Mode(model, "per-shape", False, False)]
         rng = np.random.default_rng(0)
         inputs = ort.InferenceSession(path, options).get_inputs()
         for batch, seq in WARM_UP:
@@ -101,31 +113,32 @@ def main(paths):
         for n, (batch, seq) in enumerate(NEW):
             f = feeds(inputs, batch, seq, rng)
             order = modes if n % 2 == 0 else modes[::-1]
-            results = {mode.generic: mode.first_run(f) for mode in order}
-            steady = {mode.generic: [] for mode in modes}
+            results = {mode.name: mode.first_run(f) for mode in order}
+            steady = []
             for _ in range(STEADY):
-                for mode in order:
-                    steady[mode.generic].append(mode.run(f))
-            steady_ratio = statistics.median(steady[True]) / statistics.median(steady[False])
+                steady.append(modes[0].run(f))
             session = ort.InferenceSession(path, options)
             start = time.perf_counter()
             session.run(None, f)
             ort_first = time.perf_counter() - start
-            rows["batch" if seq in seen else "sequence"].append((results[True], results[False], ort_first,
-                                                                 steady_ratio))
+            rows["batch" if seq in seen else "sequence"].append((results, ort_first, statistics.median(steady)))
             seen.add(seq)
         name = pathlib.Path(path).stem
         for kind, measured in rows.items():
-            generic = statistics.median(m[0][0] for m in measured) * 1e3
-            per_shape = statistics.median(m[1][0] for m in measured) * 1e3
-            ort_ms = statistics.median(m[2] for m in measured) * 1e3
-            kernels_g = "/".join(str(round(statistics.median(m[0][i] for m in measured))) for i in (1, 2))
-            kernels_p = "/".join(str(round(statistics.median(m[1][i] for m in measured))) for i in (1, 2))
-            steady_ratio = statistics.median(m[3] for m in measured)
-            print(f"{name:8s} {'new ' + kind:14s} {generic:15.0f} {kernels_g:>8s} {per_shape:13.0f} {kernels_p:>8s} "
-                  f"{generic / per_shape:6.2f} {ort_ms:13.1f} {steady_ratio:13.2f}")
-    print("kernels: lowered/compiled per new shape (medians); ratio: row-generic / per-shape first-run time; "
-          "steady ratio: the same for later runs (medians)")
+            line = f"{name:8s} {'new ' + kind:14s} "
+            for mode in names:
+                first = statistics.median(m[0][mode][0] for m in measured) * 1e3
+                kernels = "/".join(str(round(statistics.median(m[0][mode][i] for m in measured))) for i in (1, 2))
+                line += f"{first:14.0f} {kernels:>7s} "
+            subst = statistics.median(m[0]["substituted"][0] for m in measured)
+            full = statistics.median(m[0]["full path"][0] for m in measured)
+            ort_ms = statistics.median(m[1] for m in measured) * 1e3
+            steady_ms = statistics.median(m[2] for m in measured) * 1e3
+            over = statistics.median(m[0]["substituted"][0] - m[2] for m in measured) * 1e3
+            print(line + f"{subst / full:10.2f} {ort_ms:12.1f} {steady_ms:10.1f} {over:14.1f}")
+    print("first runs at a new shape, medians; kernels: lowered/compiled per new shape; steady: later runs of the "
+          "substituted mode at those shapes; subst - steady: what a new shape costs on top of a run")
+    print(f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
