@@ -102,6 +102,10 @@ PACK_B_MIN_ROWS = 32
 # Direct mode keeps all of K in one block (no partial sums) up to this depth; the packed A block
 # then holds cache_model.direct_a_block_floats of the target's caches at most.
 DIRECT_MAX_KC = 2304
+# Direct mode's micro-kernel steps through the kh x kw taps of one input channel at a time, up to
+# this many (gemm.py's b_row_period): their B rows are constant offsets from the channel's, so the
+# k loop reads no offset table.
+DIRECT_PERIOD_MAX_TAPS = 49
 # The element types stored as float32 (bf16 holds bf16 values in float32 storage): their matmuls
 # and convs run the float32 kernels (their sums rounded once in the epilogue), and a result of
 # theirs can hold the partial sums between K blocks.
@@ -238,6 +242,7 @@ class MatmulGemm:
     contiguous rows and whose B is A's few rows."""
 
     b_row_offsets = None
+    b_row_period = None
     packed_a = None
     packed_b = None  # PackedGemmB of a constant B: read_constant_b, then config()
     packs_a = False  # operands() returns A in the packed layout (PixelRowsConvGemm)
@@ -358,6 +363,9 @@ class ConvGemm:
         self.packed_a = None  # PackedGemmA of constant weights: config()
         self.slab_floats = 0
         self.b_row_offsets = None
+        # the GEMM's k loop steps a channel's taps at a time (direct mode: B's rows in place)
+        taps = s.kh * s.kw
+        self.b_row_period = taps if direct and taps <= DIRECT_PERIOD_MAX_TAPS else None
 
     def lay_out_slab(self, overrun: int) -> None:
         """Set the tap offsets and the slab's size for a reader that loads up to ``overrun``
@@ -381,6 +389,8 @@ class ConvGemm:
             config = _shrink(host, self.m, self.n, self.k)
         else:
             kc = self.k if self.k <= DIRECT_MAX_KC else -(-self.k // -(-self.k // DIRECT_MAX_KC))
+            if self.b_row_period is not None:  # whole input channels per K block
+                kc = _align_up(kc, self.b_row_period)
             mc = max(host.mr, min(host.mc, (self.a_block_floats // kc) // host.mr * host.mr))
             config = gemm.GemmConfig(host.vector_width, host.mr, host.nr_vectors, kc,
                                      min(mc, _align_up(self.m, host.mr)), min(host.nc, _align_up(self.n, host.nr)))
@@ -772,6 +782,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                                 prepacked_a=plan.packed_a is not None or plan.packs_a,
                                 prepacked_b=plan.packed_b is not None,
                                 operand_element=plan.operand_element,
+                                b_row_period=plan.b_row_period if generator_class is gemm.SgemmGenerator else None,
                                 edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
     rectangle_function = generator.build_into(ctx.module)
     ctx.packed_operands = tuple(p for p in (plan.packed_a, plan.packed_b) if p is not None)

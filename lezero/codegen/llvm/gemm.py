@@ -139,6 +139,15 @@ MAX_ACCUMULATORS = 28  # of 32 registers: the micro-kernel also holds B vectors 
 TILE_VECTORS = (1, 2, 4, 8)
 
 
+def periodic_offsets(offsets: Sequence[int], period: int) -> bool:
+    """Whether ``period`` divides the table's length and ``offsets[k] == (k // period) * S +
+    offsets[k % period]`` for one stride S (``SgemmGenerator``'s ``b_row_period``)."""
+    if period < 1 or len(offsets) % period:
+        return False
+    stride = offsets[period] - offsets[0] if len(offsets) > period else 0
+    return all(o == (k // period) * stride + offsets[k % period] for k, o in enumerate(offsets))
+
+
 def register_tile(registers: int, fma: bool) -> tuple[int, int]:
     """(mr, nr_vectors) of the micro-tile for a register file of ``registers`` vectors, x86 style
     (A broadcast, B loaded as vectors): mr * nv accumulators, nv B vectors, one broadcast, and
@@ -188,6 +197,10 @@ class SgemmGenerator:
 
     b_row_offsets: row k of B starts ``b_row_offsets[k]`` floats after B (a constant table in the
         module) instead of ``k * ldb``; K must not exceed the table.
+    b_row_period: with ``b_row_offsets`` and ``pack_b=False``, a period T of the table
+        (``b_row_offsets[k] == (k // T) * S + b_row_offsets[k % T]``, a convolution's taps per
+        input channel): the micro-kernel's k loop then steps T rows at a time, its T loads of B
+        at constant offsets from one pointer, with no table read (every K block a multiple of T).
     pack_b: False makes the micro-kernel read B's rows where they lie (unaligned vector loads, no
         packed copy): every row must be readable, whatever it holds, up to NR - 1 floats past
         ``n_end``; columns past ``n_end`` are computed and never stored.
@@ -218,7 +231,7 @@ class SgemmGenerator:
                  b_row_offsets: Sequence[int] | None = None, pack_b: bool = True, mask_b: bool = False,
                  transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None,
                  a_k_stride: int = 1, b_col_stride: int = 1, prepacked_a: bool = False,
-                 prepacked_b: bool = False, operand_element: ir.Type = FLOAT):
+                 prepacked_b: bool = False, operand_element: ir.Type = FLOAT, b_row_period: int | None = None):
         if transpose_b and (not pack_b or b_row_offsets is not None):
             raise ValueError("a transposed B is packed, and has no row offsets")
         if mask_b and pack_b:
@@ -255,6 +268,12 @@ class SgemmGenerator:
         self.b_vector_align = FLOAT_BYTES if prepacked_b else self.vector_bytes
         self.epilogue_param_types = [t for arg in self.epilogue_args for t in ARG_KIND_PARAMS[arg.kind]]
         self._b_rows_table = None
+        self.b_row_period = b_row_period
+        if b_row_period is not None:
+            offsets = self.b_row_offsets
+            if offsets is None or pack_b or not periodic_offsets(offsets, b_row_period):
+                raise ValueError(f"b_row_period {b_row_period} is a period of the b_row_offsets of a B read in place")
+            self.b_period_stride = offsets[b_row_period] - offsets[0] if len(offsets) > b_row_period else 0
 
     @staticmethod
     def _check_tile(config: GemmConfig) -> None:
@@ -280,7 +299,7 @@ class SgemmGenerator:
     def build_into(self, module: ir.Module, threaded: bool = False) -> ir.Function:
         """Define the functions in ``module`` (``<name>_threaded`` too when ``threaded``); returns
         the rectangle function ``<name>``."""
-        if self.b_row_offsets is not None:
+        if self.b_row_offsets is not None and self.b_row_period is None:  # a period reads no table
             table_type = ir.ArrayType(I64, max(1, len(self.b_row_offsets)))
             self._b_rows_table = ir.GlobalVariable(module, table_type, f"{self.name}_b_rows")
             self._b_rows_table.global_constant = True
@@ -582,7 +601,17 @@ class SgemmGenerator:
         b.cbranch(b.icmp_signed("<", k, self._k_steps(b, p["kc"])), body, done)
 
         b.position_at_end(body)
-        updated = self._emit_k_step(b, p, k, nv, accumulators, b_masks)
+        if self.b_row_period is None:
+            updated = self._emit_k_step(b, p, k, nv, accumulators, b_masks)
+        else:  # T rows of B a step: constant offsets from the step's first row
+            period = self.b_row_period
+            first = b.mul(k, _i64(period))
+            rows = self._operand_at(b, p["b"], [b.mul(b.add(b.udiv(p["pc"], _i64(period)), k),
+                                                      _i64(self.b_period_stride))])
+            updated = accumulators
+            for t in range(period):
+                updated = self._emit_k_step(b, p, b.add(first, _i64(t)), nv, updated, b_masks,
+                                            b_row=self._operand_at(b, rows, [_i64(self.b_row_offsets[t])]))
         for i in range(mr):
             for v in range(nv):
                 accumulators[i][v].add_incoming(updated[i][v], b.block)
@@ -592,14 +621,16 @@ class SgemmGenerator:
         return accumulators
 
     def _k_steps(self, b: ir.IRBuilder, kc: ir.Value) -> ir.Value:
-        """Steps of the micro-kernel's k loop for a block of depth ``kc``: one per k here."""
-        return kc
+        """Steps of the micro-kernel's k loop for a block of depth ``kc``: one per k here (per
+        ``b_row_period`` rows with one)."""
+        return kc if self.b_row_period is None else b.udiv(kc, _i64(self.b_row_period))
 
     def _emit_k_step(self, b: ir.IRBuilder, p: dict[str, ir.Value], k: ir.Value, nv: int,
-                     accumulators: list[list[ir.Value]], b_masks: list) -> list[list[ir.Value]]:
+                     accumulators: list[list[ir.Value]], b_masks: list, b_row: ir.Value | None = None
+                     ) -> list[list[ir.Value]]:
         """Step ``k`` of the micro-kernel: the accumulators after the rank-1 update
         broadcast(A[i, k]) * B[k, j:j+W] (a subclass with another packed layout, gemm_bf16.py,
-        replaces this and ``_k_steps``)."""
+        replaces this and ``_k_steps``); ``b_row``: B[k, 0]'s address when the caller knows it."""
         cfg = self.config
         w, mr = cfg.vector_width, cfg.mr
         if self.pack_b:
@@ -607,7 +638,7 @@ class SgemmGenerator:
             b_vectors = [vectors.load_vector(b, b.gep(b_row, [_i64(v * w)], source_etype=FLOAT), w, b_masks[v],
                                              self.b_vector_align) for v in range(nv)]
         else:
-            b_row = self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k))
+            b_row = b_row or self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k))
             b_vectors = [self._load_operand(b, self._operand_at(b, b_row, [_i64(v * w)]), w, b_masks[v])
                          for v in range(nv)]
         a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=FLOAT)
