@@ -9,14 +9,18 @@ Printed per batch size: the median step time of each (alternating rounds: the ma
 and load hits all four alike), the bf16/f32 ratio of each framework, lezero's time over torch's in
 the same precision, and the bytes lezero's compiled step moves: what its kernels read and write
 (each kernel's operands and results once, by the IR's storage: bf16 buffers on the CPU are float32
-holding bf16 values, so a bf16 element moves 4 bytes, f16 2), and how many kernels it runs.  The
-first step's losses are checked against torch's before anything is timed.
+holding bf16 values, so a bf16 element moves 4 bytes, f16 2), and how many kernels it runs.
+``lezero autocast bf16 cast`` is the same step with autocast's casts as kernels of their own (no
+matmul reads its operands through a cast: as before they became the GEMM's prologue).  The first
+step's losses are checked against torch's before anything is timed.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import unittest.mock
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--threads", type=int, default=2)
@@ -30,6 +34,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lezero as lz  # noqa: E402
+from lezero.passes import partition  # noqa: E402
 from timing import alternating_medians, cpu_model  # noqa: E402
 
 torch.set_num_threads(args.threads)
@@ -40,17 +45,21 @@ def build(lib):
     return lib.nn.Sequential(lib.nn.Linear(784, 256), lib.nn.ReLU(), lib.nn.Linear(256, 10))
 
 
-def lezero_step(x, y, low):
-    """The compiled step, in float32 (``low`` None) or inside ``autocast(low)``."""
+def lezero_step(x, y, low, fused_casts=True):
+    """The compiled step, in float32 (``low`` None) or inside ``autocast(low)``, and its first loss
+    (the first call builds its plan); ``fused_casts=False``: every cast is a kernel of its own (no
+    matmul reads its operand through a cast: as before the casts became the GEMM's prologue)."""
     model = build(lz)
     model.load_state_dict({k: lz.tensor(v.detach().numpy()) for k, v in build(torch).state_dict().items()})
     optimizer = lz.optim.Adam(model.parameters(), lr=1e-3)
-    if low is None:
-        step = lz.jit.compile_train_step(model, lz.nn.functional.cross_entropy, optimizer, x, y)
-    else:
-        with lz.autocast("cpu", dtype=low):
+    unfused = unittest.mock.patch.object(partition, "is_operand_cast", lambda op, anchor: False)
+    with contextlib.nullcontext() if fused_casts else unfused:
+        if low is None:
             step = lz.jit.compile_train_step(model, lz.nn.functional.cross_entropy, optimizer, x, y)
-    return step
+        else:
+            with lz.autocast("cpu", dtype=low):
+                step = lz.jit.compile_train_step(model, lz.nn.functional.cross_entropy, optimizer, x, y)
+        return step, float(step(x, y).item())
 
 
 def torch_step(low):
@@ -79,29 +88,36 @@ def bytes_moved(step, shapes) -> tuple[int, int]:
     return total, len(plan.launches)
 
 
+def peer_of(name: str) -> str:
+    """torch's variant in the precision of lezero's ``name``."""
+    return name.replace("lezero", "torch").removesuffix(" cast")
+
+
 def main() -> int:
-    print(f"# {cpu_model()}, {args.threads} threads (lezero LEZERO_NUM_THREADS, torch set_num_threads)")
-    print(f"# {'batch':>5} {'variant':<22} {'median ms':>10} {'bf16/f32':>9} {'vs torch':>9} {'MB moved':>9} "
+    print(f"# {cpu_model()}, {args.threads} threads (lezero LEZERO_NUM_THREADS, torch set_num_threads); "
+          f"load {open('/proc/loadavg').read().split()[0]}")
+    print(f"# {'batch':>5} {'variant':<27} {'median ms':>10} {'bf16/f32':>9} {'vs torch':>9} {'MB moved':>9} "
           f"{'kernels':>8}")
     rng = np.random.default_rng(0)
     for batch in args.batches:
         x = rng.standard_normal((batch, 784)).astype(np.float32)
         y = rng.integers(0, 10, batch)
         tx, ty = torch.from_numpy(x), torch.from_numpy(y)
-        steps = {"lezero f32": lezero_step(x, y, None), "lezero autocast bf16": lezero_step(x, y, lz.bfloat16),
-                 "torch f32": torch_step(None), "torch autocast bf16": torch_step(torch.bfloat16)}
-        first = {name: float(s(x, y).item() if name.startswith("lezero") else s(tx, ty).item())
-                 for name, s in steps.items()}
-        for name in ("lezero f32", "lezero autocast bf16"):
-            peer = first[name.replace("lezero", "torch")]
-            assert abs(first[name] - peer) <= 2e-2 * abs(peer), (name, first[name], peer)
+        lezero = {"lezero f32": lezero_step(x, y, None), "lezero autocast bf16": lezero_step(x, y, lz.bfloat16),
+                  "lezero autocast bf16 cast": lezero_step(x, y, lz.bfloat16, fused_casts=False)}
+        steps = {name: step for name, (step, _) in lezero.items()}
+        steps.update({"torch f32": torch_step(None), "torch autocast bf16": torch_step(torch.bfloat16)})
+        first = {name: float(steps[name](tx, ty).item()) for name in ("torch f32", "torch autocast bf16")}
+        for name, (_, loss) in lezero.items():
+            peer = first[peer_of(name)]
+            assert abs(loss - peer) <= 2e-2 * abs(peer), (name, loss, peer)
         runs = {name: (lambda s=s: s(x, y)) if name.startswith("lezero") else (lambda s=s: s(tx, ty))
                 for name, s in steps.items()}
         medians = alternating_medians(runs, args.seconds, warm_each=True)
         for name, seconds in medians.items():
-            f32_name = name.replace("autocast bf16", "f32")
+            f32_name = name.split()[0] + " f32"
             ratio = f"{seconds / medians[f32_name]:.2f}" if name != f32_name else ""
-            peer = name.replace("lezero", "torch")
+            peer = peer_of(name)
             versus = f"{seconds / medians[peer]:.2f}" if name.startswith("lezero") else ""
             moved = ""
             if name.startswith("lezero"):
@@ -109,7 +125,7 @@ def main() -> int:
                 compiled, _ = next(iter(step._steps.values()))
                 total, kernels = bytes_moved(step, [a.type.shape for a in compiled.func.arguments])
                 moved = f"{total / 1e6:9.2f} {kernels:>8}"
-            print(f"  {batch:>5} {name:<22} {seconds * 1e3:10.3f} {ratio:>9} {versus:>9} {moved}")
+            print(f"  {batch:>5} {name:<27} {seconds * 1e3:10.3f} {ratio:>9} {versus:>9} {moved}")
     return 0
 
 

@@ -140,8 +140,11 @@ def row_major(shape) -> tuple:
 
 def read_strides(v: Value, members: set) -> tuple | None:
     """The element strides ``v`` is read with from memory: None (row-major) when it is read as it
-    is stored, the permuted strides of its source when it is a transpose inside the kernel."""
+    is stored, the permuted strides of its source when it is a transpose inside the kernel (a
+    cast inside it, a bf16 matmul's operand prologue, reads its input as it is stored)."""
     op = v.owner
+    while isinstance(op, Operation) and id(op) in members and op.name == "lz.cast":
+        op = op.operands[0].owner
     if not (isinstance(op, Operation) and id(op) in members and op.name == "lz.transpose"):
         return None
     (source,) = op.operands

@@ -50,10 +50,14 @@ What a group of each kind may hold (the contract in docs/architecture.md):
   puts it back along the reduced axes (``keepdims``, or reduced axes that lead).
 - ``matmul`` / ``conv``: one ``lz.matmul`` (or ``lz.matmul_integer``) / ``lz.conv2d`` whose operands come from memory,
   elementwise ops over its result shape (bias, activation, residual add: the epilogue), and the
-  moved operands the epilogue reads.  The one prologue: a matmul may read an operand through an
-  ``lz.transpose`` of memory (``x @ w.T``, ONNX Gemm's ``transB``), when the transpose keeps the
-  operand's contiguous dim among the two matrix dims (the GEMM packs rows or columns with other
-  strides) and nothing outside the kernel reads it.
+  moved operands the epilogue reads.  The one prologue (``operand_prologue``): a matmul may read
+  an operand through an ``lz.transpose`` of memory (``x @ w.T``, ONNX Gemm's ``transB``), when the
+  transpose keeps the operand's contiguous dim among the two matrix dims (the GEMM packs rows or
+  columns with other strides), and a bf16 matmul through an ``lz.cast`` from f32 (autocast's: the
+  kernel rounds each value to bf16 where it reads it), either under the other, when nothing
+  outside the kernel reads them.  A cast only such matmuls read is first copied for each of them
+  (``clone_operand_casts``: a layer's input feeds the forward and the weight gradient's matmul),
+  so no cast is a kernel of its own; on the CPU target only (the Triton kernels read no cast).
 - ``single``: one op of any other kind (pooling, composites, ...), never fused.
 
 Shapes must be static for ops to share a kernel (an op with a ``?`` dim stays alone): equal
@@ -83,7 +87,7 @@ from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.opdef import ELEMENTWISE
-from lezero.ir.types import I64, TensorType, format_shape
+from lezero.ir.types import BF16, F32, I64, TensorType, format_shape
 from lezero.passes.pass_base import Pass, option
 from lezero.passes.placement import CONTROL_FLOW_OPS, FUSION_LOG, HOST, TRANSFER, place_function
 
@@ -171,11 +175,12 @@ def classify(ops: list[Operation]) -> str:
     if anchors and reductions:
         raise Refusal(f"a {CONTRACTION_OPS[anchors[0].name]} kernel holds no reduction ('{reductions[0].name}')")
     members = {id(op) for op in ops}
+    prologue = operand_prologue(anchors[0], producer) if anchors else []
     for op, role in roles:
-        if role == "movement":
+        if role == "movement" and op not in prologue:  # a prologue's chain is checked with its contraction
             _check_movement(op, producer, members, chained=not anchors and not reductions)
     if anchors:
-        _check_contraction(anchors[0], ops, producer, members)
+        _check_contraction(anchors[0], ops, producer, members, prologue)
         return CONTRACTION_OPS[anchors[0].name]
     if reductions:
         _check_reduction(reductions, ops, producer, members)
@@ -216,10 +221,27 @@ def _check_elementwise(ops, members) -> None:
             raise Refusal(f"iteration space {_fmt(shape)} differs from {_fmt(space)}")
 
 
-def is_transposed_operand(op: Operation, anchor: Operation) -> bool:
-    """Whether ``op`` is an ``lz.transpose`` that ``anchor``, an ``lz.matmul``, reads as an operand."""
-    return (op.name == "lz.transpose" and anchor.name == "lz.matmul"
-            and any(v is op.result for v in anchor.operands))
+def is_operand_cast(op: Operation, anchor: Operation) -> bool:
+    """Whether ``op`` is an ``lz.cast`` from f32 to bf16 that ``anchor``, a bf16 ``lz.matmul``, may read
+    an operand through (directly or under a transpose): the GEMM rounds each value to bf16 where it
+    reads it (packing), so autocast's casts of a matmul's operands are no kernels of their own."""
+    return (op.name == "lz.cast" and anchor.name == "lz.matmul" and anchor.result.type.element_type == BF16
+            and op.result.type.element_type == BF16 and op.operands[0].type.element_type == F32)
+
+
+def operand_prologue(anchor: Operation, producer: dict) -> list[Operation]:
+    """The ops of a group (``producer``: id of a value -> the group's op making it) that contraction
+    ``anchor`` reads its operands through, from an operand towards memory: a matmul's transposes
+    and casts to bf16 (``is_operand_cast``), in any order, each at most once per operand."""
+    chain = []
+    for v in anchor.operands:
+        op, seen = producer.get(id(v)), set()
+        while op is not None and op.name not in seen and (is_operand_cast(op, anchor) or (
+                op.name == "lz.transpose" and anchor.name == "lz.matmul")):
+            chain.append(op)
+            seen.add(op.name)
+            op = producer.get(id(op.operands[0]))
+    return chain
 
 
 def is_reshaped_integer_operand(op: Operation, anchor: Operation) -> bool:
@@ -233,11 +255,13 @@ def is_reshaped_integer_operand(op: Operation, anchor: Operation) -> bool:
 
 
 def _check_prologue(op, members) -> None:
-    """A matmul reads an operand through a transpose of memory only when nothing outside the
-    kernel reads the transpose, and the transpose keeps the operand's contiguous dim (the stored
-    last one) among the two matrix dims."""
+    """A matmul reads an operand through a transpose or a cast of memory only when nothing outside
+    the kernel reads it, and a transpose keeps the operand's contiguous dim (the stored last one)
+    among the two matrix dims."""
     if read_outside(op, members):
         raise Refusal(f"'{op.name}' feeding the matmul is also read outside the kernel")
+    if op.name == "lz.cast":
+        return
     (x,) = op.operands
     rank = x.type.rank
     perm = TransposeOp.permutation(op.definition.attrs(op), rank)
@@ -245,22 +269,23 @@ def _check_prologue(op, members) -> None:
         raise Refusal(f"'{op.name}' with perm {list(perm)} makes the contiguous dim a batch dim of the matmul")
 
 
-def _check_contraction(anchor, ops, producer, members) -> None:
+def _check_contraction(anchor, ops, producer, members, prologue) -> None:
     kind = CONTRACTION_OPS[anchor.name]
-    for v in anchor.operands:
-        if id(v) in producer and not is_transposed_operand(producer[id(v)], anchor) and \
-                not is_reshaped_integer_operand(producer[id(v)], anchor):
-            but = " but a transpose of memory" if kind == "matmul" else ""
-            raise Refusal(f"a {kind} kernel takes no prologue{but}: '{producer[id(v)].name}' feeds the {kind}")
+    in_prologue = {id(op) for op in prologue}
+    for v in list(anchor.operands) + [op.operands[0] for op in prologue]:
+        owner = producer.get(id(v))
+        if owner is not None and id(owner) not in in_prologue and not is_reshaped_integer_operand(owner, anchor):
+            casts = " or a cast to bf16" if anchor.result.type.element_type == BF16 else ""
+            but = f" but a transpose{casts} of memory" if kind == "matmul" else ""
+            raise Refusal(f"a {kind} kernel takes no prologue{but}: '{owner.name}' feeds the {kind}")
     space = _shape(anchor.result)
     for op in ops:
         if op is anchor:
             continue
-        if op.name in MOVEMENT_OPS:
-            if is_transposed_operand(op, anchor):
-                _check_prologue(op, members)
-            else:
-                _check_moved_operand(op, f"the {kind} epilogue", members)
+        if id(op) in in_prologue:
+            _check_prologue(op, members)
+        elif op.name in MOVEMENT_OPS:
+            _check_moved_operand(op, f"the {kind} epilogue", members)
         elif _shape(op.result) != space:
             raise Refusal(f"{kind} epilogue must have the {kind}'s shape: '{op.name}' gives "
                           f"{_fmt(_shape(op.result))}, the {kind} {_fmt(space)}")
@@ -368,7 +393,7 @@ class PartitionOptions(Pass):
     reductions: bool = option(True, "fuse elementwise prologues and epilogues into reduction kernels")
     movement: bool = option(True, "fold data movement into the kernel that reads it (elementwise, epilogue or "
                                   "reduction)")
-    prologues: bool = option(True, "fold a transpose into the matmul kernel that reads it")
+    prologues: bool = option(True, "fold a transpose or a cast to bf16 into the matmul kernel that reads it")
     cost_model: bool = option(True, "fuse only where the cost model estimates the fused kernel no slower than "
                                     "its parts (lezero/passes/fusion_cost.py)")
     target: str = option(HOST, "where kernels run: cpu, or cuda (ops the GPU backend cannot run go to the "
@@ -474,9 +499,11 @@ class Partitioner:
         if kind in ("matmul", "conv") and not o.epilogues and any(op_role(op) == "elementwise" for op in ops):
             return f"epilogues=false: a {kind} kernel holds no epilogue"
         anchor = next((op for op in ops if op.name in CONTRACTION_OPS), None)
-        prologue = [op for op in ops if anchor is not None and is_transposed_operand(op, anchor)]
+        prologue = operand_prologue(anchor, {id(r): op for op in ops for r in op.results}) if anchor else []
         if prologue and not o.prologues:
             return "prologues=false: a matmul kernel reads its operands from memory"
+        if o.target != HOST and any(op.name == "lz.cast" for op in prologue):
+            return f"target={o.target}: its matmul kernels read no operand through a cast"
         if kind == "reduction" and not o.reductions:
             return "reductions=false: a reduction kernel holds only its reduction"
         if not o.movement and any(op.name in MOVEMENT_OPS and op not in prologue for op in ops):
@@ -601,9 +628,38 @@ class Partitioner:
             number += 1
 
 
+def clone_operand_casts(func: FuncOp) -> None:
+    """Give each matmul that reads a cast to bf16 (``is_operand_cast``; through a transpose or not)
+    a copy of its own when every reader of the cast is such a matmul, so that each can take it as
+    its prologue (the GEMM rounds as it packs) and no cast is a kernel: autocast's cast of a
+    layer's input feeds the forward matmul and the weight gradient's, a weight's the forward and
+    the input gradient's."""
+    for op in list(func.entry_block.ops):
+        if op.name != "lz.cast" or not op.result.has_uses:
+            continue
+        readers = list(dict.fromkeys(op.result.users))  # in order of use, each once
+        if len(readers) < 2:
+            continue
+
+        def reads_as_operand(user) -> bool:  # a matmul, or a transpose only matmuls read
+            matmuls = [user] if user.name == "lz.matmul" else user.result.users if user.name == "lz.transpose" else []
+            return bool(matmuls) and all(m.name == "lz.matmul" and is_operand_cast(op, m) and m.parent is op.parent
+                                         for m in matmuls)
+
+        if all(reads_as_operand(user) and user.parent is op.parent for user in readers):
+            for reader in readers[1:]:
+                copy = func.entry_block.insert_after(op, op.clone())
+                for i, v in enumerate(reader.operands):
+                    if v is op.result:
+                        reader.set_operand(i, copy.result)
+
+
 def partition_function(func: FuncOp, options: PartitionOptions) -> None:
     """Place (for a target other than the CPU) and group ``func``'s ops, and annotate them
-    (``lz.group``, ``lz.group_kind``, ``lz.stage``, and ``lz.device`` when placed)."""
+    (``lz.group``, ``lz.group_kind``, ``lz.stage``, and ``lz.device`` when placed); first, each
+    matmul gets a copy of a cast to bf16 it shares with other matmuls (``clone_operand_casts``)."""
+    if options.prologues and options.target == HOST:
+        clone_operand_casts(func)
     p = Partitioner(func, options)
     p.run()
     p.annotate()

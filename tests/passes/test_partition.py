@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lezero.cli.opt import run as opt_run
+from lezero.codegen import targets
 from lezero.ir import parse_module
 from lezero.passes import run_pipeline
 from lezero.passes.partition import FUSION_LOG, Partitioner, PartitionOptions
@@ -211,6 +212,51 @@ def test_transposes_a_matmul_cannot_read():
     assert "'lz.transpose' with perm [2, 0, 1] makes the contiguous dim a batch dim of the matmul" in log
     assert "'lz.transpose' must read its input from memory, not from 'lz.exp' in the same kernel" in log
     assert "a matmul kernel takes no prologue but a transpose of memory: 'lz.reshape' feeds the matmul" in log
+
+
+AUTOCAST_LINEAR = """
+func.func @linear(%x: tensor<64x784xf32>, %w: tensor<256x784xf32>, %dy: tensor<64x256xbf16>,
+                  %v: tensor<64x784xf32>, %du: tensor<64x256xbf16>)
+    -> (tensor<64x256xbf16>, tensor<256x784xbf16>, tensor<64x784xbf16>, tensor<64x784xbf16>, tensor<256x784xbf16>) {
+  %xb = "lz.cast"(%x) {to = bf16} : (tensor<64x784xf32>) -> tensor<64x784xbf16>
+  %wb = "lz.cast"(%w) {to = bf16} : (tensor<256x784xf32>) -> tensor<256x784xbf16>
+  %wt = "lz.transpose"(%wb) {perm = array<i64: 1, 0>} : (tensor<256x784xbf16>) -> tensor<784x256xbf16>
+  %0 = "lz.matmul"(%xb, %wt) : (tensor<64x784xbf16>, tensor<784x256xbf16>) -> tensor<64x256xbf16>
+  %dyt = "lz.transpose"(%dy) {perm = array<i64: 1, 0>} : (tensor<64x256xbf16>) -> tensor<256x64xbf16>
+  %1 = "lz.matmul"(%dyt, %xb) : (tensor<256x64xbf16>, tensor<64x784xbf16>) -> tensor<256x784xbf16>
+  %2 = "lz.matmul"(%dy, %wb) : (tensor<64x256xbf16>, tensor<256x784xbf16>) -> tensor<64x784xbf16>
+  %vb = "lz.cast"(%v) {to = bf16} : (tensor<64x784xf32>) -> tensor<64x784xbf16>
+  %dut = "lz.transpose"(%du) {perm = array<i64: 1, 0>} : (tensor<64x256xbf16>) -> tensor<256x64xbf16>
+  %3 = "lz.matmul"(%dut, %vb) : (tensor<256x64xbf16>, tensor<64x784xbf16>) -> tensor<256x784xbf16>
+  func.return %0, %1, %2, %vb, %3 : tensor<64x256xbf16>, tensor<256x784xbf16>, tensor<64x784xbf16>,
+                                   tensor<64x784xbf16>, tensor<256x784xbf16>
+}
+"""
+
+
+def test_bf16_matmuls_read_their_operands_through_casts():
+    """autocast's casts to bf16 of a layer's input (read by the forward matmul and the weight
+    gradient's) and weight (the forward, through a transpose, and the input gradient's): each
+    matmul gets a copy of the cast and takes it as its prologue (the GEMM rounds as it packs), so
+    no cast is a kernel; a cast something else reads too (returned) stays one; prologues=false and
+    target=cuda keep the casts apart."""
+    groups = groups_of(partitioned(AUTOCAST_LINEAR))
+    assert groups.count(("matmul", ["cast", "cast", "transpose", "matmul"])) == 1  # %0: x, w.T
+    assert groups.count(("matmul", ["cast", "transpose", "matmul"])) == 1  # %1: dy.T, x's copy
+    assert groups.count(("matmul", ["cast", "matmul"])) == 1  # %2: w's copy
+    assert groups.count(("elementwise", ["cast"])) == 1  # v's, returned as well
+    assert "'lz.cast' feeding the matmul is also read outside the kernel" in refusals(AUTOCAST_LINEAR)
+    targets.backend("cuda")  # registers its target
+    for pipeline in ("partition{prologues=false}", "partition{target=cuda}"):  # shared, not copied
+        groups = groups_of(partitioned(AUTOCAST_LINEAR, pipeline))
+        assert groups.count(("elementwise", ["cast"])) == 3, (pipeline, groups)
+    one = """
+    func.func @f(%x: tensor<8x16xf32>, %w: tensor<16x4xbf16>) -> tensor<8x4xbf16> {
+      %xb = "lz.cast"(%x) {to = bf16} : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+      %0 = "lz.matmul"(%xb, %w) : (tensor<8x16xbf16>, tensor<16x4xbf16>) -> tensor<8x4xbf16>
+      func.return %0 : tensor<8x4xbf16>
+    }"""
+    assert "target=cuda: its matmul kernels read no operand through a cast" in refusals(one, "partition{target=cuda}")
 
 
 def test_refusal_reasons():

@@ -53,6 +53,7 @@ from lezero.codegen.contraction_shapes import (
     MatmulShape,
     anchor_op,
     matmul_kernel,
+    rounded_operands,
     stored_operand,
 )
 from lezero.codegen.errors import LoweringError
@@ -76,6 +77,7 @@ from lezero.codegen.llvm.loops import (
     unravel_values,
 )
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
+from lezero.codegen.llvm.vectors import round_to_bf16
 from lezero.codegen.row_generic import any_rows
 from lezero.ir.core import Operation
 from lezero.ir.types import BF16, F16, F32
@@ -122,11 +124,12 @@ def lower_contraction(ctx: KernelContext) -> int:
     gemm_kernel = float32_kernels or (dtype == F16 and not any_rows(ctx.kernel))
     if anchor.name == "lz.matmul":
         kernel, shape = matmul_kernel(anchor, stored[0][1], stored[1][1])
+        rounded = rounded_operands(ctx, anchor)  # float32 operands read through a cast to bf16
         if float32_kernels and kernel == "dots":
-            return lower_matmul_dots(ctx, anchor, shape)
+            return lower_matmul_dots(ctx, anchor, shape, rounded=rounded)
         if gemm_kernel and kernel == "gemm":
-            return lower_gemm(ctx, anchor, MatmulGemm(shape, HALF if dtype == F16 else FLOAT))
-        return lower_matmul_loops(ctx, anchor, shape)
+            return lower_gemm(ctx, anchor, MatmulGemm(shape, HALF if dtype == F16 else FLOAT, rounded))
+        return lower_matmul_loops(ctx, anchor, shape, rounded)
     shape = ConvShape.of(anchor)
     dots = conv_as_dots(shape) if float32_kernels else None
     if dots is not None:
@@ -176,7 +179,8 @@ def dot_tile(m: int, n: int, accumulators: int) -> tuple[int, int]:
     return min(((r, min(n, accumulators // r)) for r in range(1, min(m, accumulators) + 1)), key=cost)
 
 
-def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape, result_index=None) -> int:
+def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape, result_index=None,
+                      rounded: tuple = (False, False)) -> int:
     """A work item per tile of R x C elements of C (``dot_tile``): R rows of A and C columns of
     B (both contiguous along k) are read a vector at a time, R x C vector FMAs per step, the last
     K % W columns by masked loads; each sum is the horizontal sum of its vector, then the
@@ -185,7 +189,8 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape,
     B's columns are not contiguous (a plain K x N matrix of few columns), a call first copies
     each batch's B transposed to a workspace (K x N floats, ``malloc``ed per call).
     ``result_index(batch, row, col)``: the result's index at an element of C (lists of index
-    forms; default their concatenation), for a conv run as dot products (``conv_as_dots``)."""
+    forms; default their concatenation), for a conv run as dot products (``conv_as_dots``).
+    ``rounded``: per operand, float32 read through a cast to bf16, each vector rounded as loaded."""
     b = ctx.b
     w = gemm.GemmConfig.for_target(ctx.cpu).vector_width
     rows, cols = dot_tile(shape.m, shape.n, DOT_ACCUMULATORS.get(w, 8))
@@ -236,13 +241,15 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape,
                                                     i64(b_col_stride)))], source_etype=FLOAT) for c in range(cols)]
 
         def step(accumulators, k, mask=None):
-            def load(pointer):
+            def load(pointer, rounds):
                 address = b.gep(pointer, [k], source_etype=FLOAT)
                 if mask is None:
-                    return b.load(address, typ=vector, align=4)
-                return b.call(masked_load, [address, ir.Constant(ir.IntType(32), 4), mask, zeros])
+                    value = b.load(address, typ=vector, align=4)
+                else:
+                    value = b.call(masked_load, [address, ir.Constant(ir.IntType(32), 4), mask, zeros])
+                return round_to_bf16(b, value) if rounds else value
 
-            a_vectors, b_vectors = [load(p) for p in a_rows], [load(p) for p in b_cols]
+            a_vectors, b_vectors = [load(p, rounded[0]) for p in a_rows], [load(p, rounded[1]) for p in b_cols]
             return [[b.call(fma, [a_vectors[r], b_vectors[c], accumulators[r][c]]) for c in range(cols)]
                     for r in range(rows)]
 
@@ -325,9 +332,11 @@ def _store_epilogue(ctx: KernelContext, anchor: Operation, index, sum_address, a
         emitter.store(buffer, index, value)
 
 
-def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape) -> int:
+def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape,
+                       rounded: tuple = (False, False)) -> int:
     """A work item per output row: for blocks of columns, sums[j] += a[i, k] * b[k, j] (i-k-j),
-    then the epilogue."""
+    then the epilogue; ``rounded``: per operand, float32 read through a cast to bf16 (rounded as
+    loaded)."""
     b = ctx.b
     dtype = anchor.result.type.element_type
     acc_dtype = accumulator_type(dtype)
@@ -342,9 +351,10 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
     # otherwise the j loop over B's rows vectorizes, the sums in the stack array
     dots = b_k_stride == 1 and b_col_stride != 1 and shape.k > 0
 
-    def load(pointer, offset):
+    def load(pointer, offset, rounds):
         value = ctx.s.load(b.gep(pointer, [offset], source_etype=storage), dtype).value
-        return value  # f16 loads extend to float: the products are exact in float32
+        # f16 loads extend to float: the products are exact in float32
+        return round_to_bf16(b, value) if rounds else value
 
     with for_range(b, ctx.fn.begin, ctx.fn.end, "item", **ITEM_LOOP) as item:
         batch, row = (b.udiv(item, i64(shape.m)), b.urem(item, i64(shape.m))) if shape.m > 1 else (item, i64(0))
@@ -365,7 +375,8 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
                 with for_range(b, 0, shape.k, "k") as k:
                     acc = b.phi(acc_type, "acc")
                     acc.add_incoming(_zero(acc_dtype), entry)
-                    total = _accumulate(b, acc, load(a_row, b.mul(k, i64(a_k_stride))), load(b_column, k), acc_dtype)
+                    total = _accumulate(b, acc, load(a_row, b.mul(k, i64(a_k_stride)), rounded[0]),
+                                        load(b_column, k, rounded[1]), acc_dtype)
                     acc.add_incoming(total, b.block)
                 b.store(total, b.gep(sums, [j], source_etype=acc_type))
 
@@ -373,12 +384,12 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
             with for_range(b, 0, width, "zero") as j:
                 b.store(_zero(acc_dtype), b.gep(sums, [j], source_etype=acc_type))
             with for_range(b, 0, shape.k, "k") as k:
-                a_value = load(a_row, b.mul(k, i64(a_k_stride)))
+                a_value = load(a_row, b.mul(k, i64(a_k_stride)), rounded[0])
                 b_row = b.gep(b_mat, [b.add(b.mul(k, i64(b_k_stride)), b.mul(j0, i64(b_col_stride)))],
                               source_etype=storage)
                 with for_range(b, 0, width, "j") as j:
                     address = b.gep(sums, [j], source_etype=acc_type)
-                    b_value = load(b_row, b.mul(j, i64(b_col_stride)))
+                    b_value = load(b_row, b.mul(j, i64(b_col_stride)), rounded[1])
                     b.store(_accumulate(b, b.load(address, typ=acc_type), a_value, b_value, acc_dtype), address)
 
         def column_block(j0, width: int):

@@ -247,8 +247,10 @@ class MatmulGemm:
     packed_b = None  # PackedGemmB of a constant B: read_constant_b, then config()
     packs_a = False  # operands() returns A in the packed layout (PixelRowsConvGemm)
 
-    def __init__(self, shape: MatmulShape, operand_element: ir.Type = FLOAT):
-        """``operand_element``: how A and B are stored, FLOAT or HALF (f16: widened as packed)."""
+    def __init__(self, shape: MatmulShape, operand_element: ir.Type = FLOAT, bf16_operands: tuple = (False, False)):
+        """``operand_element``: how A and B are stored, FLOAT or HALF (f16: widened as packed);
+        ``bf16_operands``: whether each of the matmul's operands is float32 read through a cast to
+        bf16 (rounded as packed: gemm.py's ``bf16_operands``)."""
         self.shape = shape
         self.operand_element = operand_element
         self.batches = shape.batches
@@ -265,6 +267,8 @@ class MatmulGemm:
             self.transpose_a, self.lda, self.transpose_b, self.ldb = a_transposed, lda, b_transposed, ldb
             self.a_k_stride, self.b_col_stride = a_k_stride, b_col_stride
         self.k = shape.k
+        self.bf16_operands = tuple(g for g, rounded in zip("ab", bf16_operands[::-1] if self.swapped else bf16_operands)
+                                   if rounded)
         self.pack_b = self.transpose_b or self.b_col_stride != 1 or self.m >= PACK_B_MIN_ROWS
         self.mask_b = not self.pack_b
         self.slab_floats = 0
@@ -335,6 +339,7 @@ class ConvGemm:
     a_k_stride = b_col_stride = 1
     packed_b = None  # the input is never constant (PixelRowsConvGemm's B is the weights)
     packs_a = False
+    bf16_operands = ()  # a conv's operands are never read through a cast (partition's prologue)
     operand_element = FLOAT  # an f16 conv's operands are widened to float32 copies first (_widen_halves)
     pixel_columns = False  # a tile's columns are output pixels, not q-space (depthwise.py's compacted sums)
 
@@ -781,7 +786,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                                 a_k_stride=plan.a_k_stride, b_col_stride=plan.b_col_stride,
                                 prepacked_a=plan.packed_a is not None or plan.packs_a,
                                 prepacked_b=plan.packed_b is not None,
-                                operand_element=plan.operand_element,
+                                operand_element=plan.operand_element, bf16_operands=plan.bf16_operands,
                                 b_row_period=plan.b_row_period if generator_class is gemm.SgemmGenerator else None,
                                 edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
     rectangle_function = generator.build_into(ctx.module)

@@ -225,13 +225,18 @@ class SgemmGenerator:
         each all of K deep and k-major (NR floats per k), ``ldb`` is the packed depth (K); the
         sliver of columns ``j`` (a multiple of NR) in the K block at ``pc`` is at ``B + j * ldb + pc *
         NR``, whatever kc and nc, and nothing is copied.  Not vector aligned: loads are unaligned.
+    bf16_operands: the float32 operands ("a", "b") of a bf16 GEMM read through a cast to bf16
+        (autocast's, fused: partition's operand prologue), each value rounded to bf16 where it is
+        read (packing, or B's rows in place), ties to even as ``numerics.round_to_bf16``, so the
+        GEMM computes what it would on the cast's result; rounding a bf16 value changes nothing.
     """
 
     def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
                  b_row_offsets: Sequence[int] | None = None, pack_b: bool = True, mask_b: bool = False,
                  transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None,
                  a_k_stride: int = 1, b_col_stride: int = 1, prepacked_a: bool = False,
-                 prepacked_b: bool = False, operand_element: ir.Type = FLOAT, b_row_period: int | None = None):
+                 prepacked_b: bool = False, operand_element: ir.Type = FLOAT, bf16_operands: Sequence[str] = (),
+                 b_row_period: int | None = None):
         if transpose_b and (not pack_b or b_row_offsets is not None):
             raise ValueError("a transposed B is packed, and has no row offsets")
         if mask_b and pack_b:
@@ -241,6 +246,10 @@ class SgemmGenerator:
         if prepacked_b and (transpose_b or b_col_stride != 1 or b_row_offsets is not None or not pack_b
                             or operand_element != FLOAT):
             raise ValueError("a pre-packed B has the packed float32 layout, neither transposed, strided nor offset")
+        if set(bf16_operands) - {"a", "b"} or (bf16_operands and operand_element != FLOAT) or \
+                ("a" in bf16_operands and prepacked_a) or ("b" in bf16_operands and prepacked_b):
+            raise ValueError(f"bf16_operands {tuple(bf16_operands)}: float32 operands \"a\" or \"b\", rounded as "
+                             "they are read, so not pre-packed")
         if (a_k_stride != 1 and transpose_a) or (b_col_stride != 1 and (transpose_b or not pack_b or b_row_offsets)):
             raise ValueError("a strided operand is neither transposed nor read in place, nor has row offsets")
         self._check_tile(config)
@@ -257,6 +266,7 @@ class SgemmGenerator:
         self.prepacked_b = prepacked_b
         self.b_col_stride = b_col_stride
         self.operand_element = operand_element
+        self.bf16_operands = frozenset(bf16_operands)
         every_edge = range(1, config.nr_vectors)
         self.edge_vectors = tuple(sorted(set(every_edge if edge_vectors is None else edge_vectors)))
         if not set(self.edge_vectors) <= set(every_edge):
@@ -341,18 +351,19 @@ class SgemmGenerator:
         """Address of an element of A or B (``operand_element`` values) ``offsets`` from ``base``."""
         return b.gep(base, offsets, source_etype=self.operand_element)
 
-    def _load_operand(self, b: ir.IRBuilder, address: ir.Value, width: int | None = None,
+    def _load_operand(self, b: ir.IRBuilder, operand: str, address: ir.Value, width: int | None = None,
                       mask: ir.Value | None = None) -> ir.Value:
-        """One value (``width`` None) or ``width`` values of A or B at ``address``, as float32: an f16
-        operand widens as it is read (vcvtph2ps where the target has F16C), exactly."""
+        """One value (``width`` None) or ``width`` values of ``operand`` ("a" or "b") at ``address``,
+        as float32: an f16 operand widens as it is read (vcvtph2ps where the target has F16C),
+        exactly; one of ``bf16_operands`` is rounded to bf16 (its cast from float32, fused)."""
         element = self.operand_element
         if width is None:
             value = b.load(address, typ=element)
         else:
             value = vectors.load_vector(b, address, width, mask, HALF_BYTES if element == HALF else FLOAT_BYTES, element)
-        if element == FLOAT:
-            return value
-        return b.fpext(value, FLOAT if width is None else ir.VectorType(FLOAT, width))
+        if element != FLOAT:
+            return b.fpext(value, FLOAT if width is None else ir.VectorType(FLOAT, width))
+        return vectors.round_to_bf16(b, value) if operand in self.bf16_operands else value
 
     # -- packing -------------------------------------------------------------------------------
 
@@ -385,7 +396,7 @@ class SgemmGenerator:
                 zeros = ir.Constant(self.vector_type, [0.0] * w)
                 kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
                 with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                    rows = [b.select(row_valid[i], self._load_operand(b, self._operand_at(b, row_pointers[i], [k0]), w),
+                    rows = [b.select(row_valid[i], self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [k0]), w),
                                      zeros) for i in range(mr)]
                     columns = vectors.interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
                     b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=FLOAT), align=FLOAT_BYTES)
@@ -393,7 +404,7 @@ class SgemmGenerator:
                 destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                 offset = b.mul(k, _i64(self.a_k_stride))
                 for i in range(mr):
-                    value = self._load_operand(b, self._operand_at(b, row_pointers[i], [offset]))
+                    value = self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [offset]))
                     value = b.select(row_valid[i], value, zero)
                     b.store(value, b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
@@ -431,7 +442,7 @@ class SgemmGenerator:
             row = self._b_row(b, source, p["ldb"], b.add(p["pc"], k))
             destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=FLOAT)
             for v in range(self.config.nr_vectors):
-                value = self._load_operand(b, self._operand_at(b, row, [_i64(v * w)]), w, masks[v])
+                value = self._load_operand(b, "b", self._operand_at(b, row, [_i64(v * w)]), w, masks[v])
                 b.store(value, b.gep(destination, [_i64(v * w)], source_etype=FLOAT), align=self.vector_bytes)
 
     def _build_pack_a_transposed(self, module: ir.Module) -> ir.Function:
@@ -453,7 +464,7 @@ class SgemmGenerator:
                 sliver_lanes = ir.Constant(ir.VectorType(I1, w), [lane < mr for lane in range(w)])
                 with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
                     source = self._operand_at(b, p["a"], [b.add(b.mul(k, p["lda"]), row0)])
-                    values = self._load_operand(b, source, w, inside)
+                    values = self._load_operand(b, "a", source, w, inside)
                     vectors.store_vector(b, values, b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT), sliver_lanes)
             else:
                 columns, valid = [], []
@@ -465,7 +476,7 @@ class SgemmGenerator:
                     source = self._operand_at(b, p["a"], [b.mul(k, p["lda"])])
                     destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                     for i in range(mr):
-                        value = self._load_operand(b, self._operand_at(b, source, [columns[i]]))
+                        value = self._load_operand(b, "a", self._operand_at(b, source, [columns[i]]))
                         b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
         return function
@@ -502,7 +513,7 @@ class SgemmGenerator:
                     rows.append(self._operand_at(b, p["b"], [offset]))
                 if not strided:
                     with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                        block = [b.select(valid[i], self._load_operand(b, self._operand_at(b, rows[i], [k0]), w), zeros)
+                        block = [b.select(valid[i], self._load_operand(b, "b", self._operand_at(b, rows[i], [k0]), w), zeros)
                                  for i in range(w)]
                         for kk, column in enumerate(vectors.transpose_square(b, block)):
                             at = b.add(b.mul(b.add(k0, _i64(kk)), _i64(nr)), _i64(v * w))
@@ -510,7 +521,7 @@ class SgemmGenerator:
                 with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                     vector = zeros
                     for i in range(w):
-                        value = self._load_operand(b, self._operand_at(b, rows[i], [b.mul(k, k_step)]))
+                        value = self._load_operand(b, "b", self._operand_at(b, rows[i], [b.mul(k, k_step)]))
                         vector = b.insert_element(vector, b.select(valid[i], value, zero), ir.Constant(I32, i))
                     at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
                     b.store(vector, b.gep(sliver, [at], source_etype=FLOAT), align=self.vector_bytes)
@@ -639,7 +650,7 @@ class SgemmGenerator:
                                              self.b_vector_align) for v in range(nv)]
         else:
             b_row = b_row or self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k))
-            b_vectors = [self._load_operand(b, self._operand_at(b, b_row, [_i64(v * w)]), w, b_masks[v])
+            b_vectors = [self._load_operand(b, "b", self._operand_at(b, b_row, [_i64(v * w)]), w, b_masks[v])
                          for v in range(nv)]
         a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=FLOAT)
         updated = []

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import llvmlite.ir as ir
 
-from lezero.codegen.llvm import scalar_math
+from lezero.codegen.llvm import scalar_math, vectors
 from lezero.codegen.llvm.ir_types import DOUBLE, FLOAT, HALF, I8, I32
 from lezero.codegen.llvm.scalar_math import MathBuilder
 from lezero.codegen.value_at_index import is_unsigned
@@ -119,15 +119,8 @@ class LLVMScalarBuilder(ScalarBuilder):
         if x.dtype == F16:
             return Scalar(self.b.fpext(self.b.fptrunc(x.value, HALF), FLOAT), F16)
         if x.dtype == BF16:
-            return Scalar(self._round_bf16(x.value), BF16)
+            return Scalar(vectors.round_to_bf16(self.b, x.value), BF16)
         return x
-
-    def _round_bf16(self, v):
-        b = self.b
-        bits = b.bitcast(v, I32)
-        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-        rounded = b.and_(b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb), ir.Constant(I32, -0x10000))
-        return b.select(self.m.is_nan(v), v, b.bitcast(rounded, FLOAT))
 
     def _same(self, x: Scalar, y: Scalar) -> ElementType:
         if x.dtype != y.dtype:

@@ -114,6 +114,22 @@ def load_vector(builder: ir.IRBuilder, address: ir.Value, width: int, mask: ir.V
     return builder.call(function, [address, ir.Constant(I32, align), mask, zeros])
 
 
+def round_to_bf16(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """A float32 value or vector rounded to the nearest bf16 (ties to even), kept in float32; nan
+    stays as it is (``numerics.round_to_bf16``): the scalar builder's bf16 rounding, and a bf16
+    GEMM's operand cast from float32, rounded as it is packed (gemm.py's ``bf16_operands``)."""
+    def like(constant: int) -> ir.Constant:
+        if isinstance(value.type, ir.VectorType):
+            return ir.Constant(ir.VectorType(I32, value.type.count), [constant] * value.type.count)
+        return ir.Constant(I32, constant)
+
+    bits = builder.bitcast(value, ir.VectorType(I32, value.type.count) if isinstance(value.type, ir.VectorType)
+                           else I32)
+    lsb = builder.and_(builder.lshr(bits, like(16)), like(1))
+    rounded = builder.and_(builder.add(builder.add(bits, like(0x7FFF)), lsb), like(-0x10000))
+    return builder.select(builder.fcmp_unordered("uno", value, value), value, builder.bitcast(rounded, value.type))
+
+
 def store_vector(builder: ir.IRBuilder, value: ir.Value, address: ir.Value, mask: ir.Value | None,
                   align: int = FLOAT_BYTES) -> None:
     if mask is None:

@@ -20,7 +20,7 @@ from lezero.codegen.llvm import contraction, contraction_gemm, gemm, gemm_bf16, 
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB
 from lezero.ir.attributes import DenseArrayAttr
-from lezero.ir.types import I64
+from lezero.ir.types import BF16, I64
 from lezero.ir.dialect.numerics import round_to_bf16
 from lezero.ir.dialect.windows import window_output_size
 from lezero.ir.opdef import OpError
@@ -883,3 +883,71 @@ def test_f16_matmul_widens_its_operands_while_packing(cpu, case):
     got = run_kernel(kernel, inputs, 3, lowered, cpu=cpu)[0]
     assert_matches(got, want, rtol=LOW_PRECISION_STEP["f16"], atol=1e-3)
     assert np.mean(got == want) > 0.98
+
+
+CAST_PROLOGUE_CASES = {
+    # name: (A's stored shape, B's stored shape, B stored transposed?, which operands are cast from
+    # float32, cast before the transpose?): each bf16 matmul kernel reading float32 through lz.cast
+    "tiles": ((70, 300), (300, 37), False, "ab", True),  # AMX tiles / vdpbf16ps / float32 GEMM, edges
+    "k_blocks": ((33, 1025), (1025, 40), False, "ab", True),  # K blocks: partial sums
+    "b_only": ((40, 64), (64, 70), False, "b", True),  # A already bf16 (its rounding would be a no-op)
+    "weight_transposed": ((48, 96), (70, 96), True, "ab", True),  # x @ w.T, w cast then transposed
+    "cast_of_transpose": ((48, 96), (70, 96), True, "b", False),  # cast(w.T): the same read
+    "few_rows": ((6, 64), (64, 70), False, "ab", True),  # B's rows read in place
+    "swapped": ((2, 64), (70, 64), True, "ab", True),  # C^T = B^T A^T: the flags swap
+    "dots": ((40, 64), (10, 64), True, "ab", True),  # 10 columns: dot products
+}
+
+
+@pytest.mark.cross_target(cases=CAST_PROLOGUE_CASES, group=lambda case: 0)
+def test_bf16_matmul_rounds_cast_operands_as_it_reads_them(cpu, case):
+    """A bf16 matmul kernel reading float32 operands through lz.cast to bf16 (autocast's casts,
+    partition's operand prologue) rounds each value where it reads it (packing, B in place, dot
+    products): bit-identical to the same kernel on the cast's results (the unfused path), whatever
+    kernel and instruction (AMX tiles, vdpbf16ps, float32 FMAs) the CPU takes; values include exact
+    ties, which round to even."""
+    a_shape, b_shape, b_transposed, cast, cast_first = case
+    rng = np.random.default_rng(sum(a_shape) + sum(b_shape))
+    a, b = (random_array(rng, s, np.float32) for s in (a_shape, b_shape))
+    a.flat[::7] = round_to_bf16(a.flat[::7]) + np.float32(2.0 ** -9) * np.sign(a.flat[::7])  # some ties
+    b.flat[::5] = round_to_bf16(b.flat[::5]) + np.float32(2.0 ** -9) * np.sign(b.flat[::5])
+
+    def body(builder, x, y):
+        def operand(v, name, transposed):
+            if transposed and not cast_first:
+                v = builder.op("lz.transpose", v, perm=[1, 0])
+            if name in cast:
+                v = builder.op("lz.cast", v, to=BF16)
+            return builder.op("lz.transpose", v, perm=[1, 0]) if transposed and cast_first else v
+        return builder.op("lz.matmul", operand(x, "a", False), operand(y, "b", b_transposed))
+
+    types = [(s, "f32" if name in cast else "bf16") for s, name in ((a_shape, "a"), (b_shape, "b"))]
+    module, kernel = make_kernel(types, body, kind="matmul")
+    inputs = [x if name in cast else round_to_bf16(x) for x, name in ((a, "a"), (b, "b"))]
+
+    def unfused(builder, x, y):
+        return builder.op("lz.matmul", x, builder.op("lz.transpose", y, perm=[1, 0]) if b_transposed else y)
+
+    _, plain = make_kernel([(a_shape, "bf16"), (b_shape, "bf16")], unfused, kind="matmul")
+    want = run_kernel(plain, [round_to_bf16(x) for x in (a, b)], 1, cpu=cpu)[0]
+    for splits in (1, 3):
+        np.testing.assert_array_equal(run_kernel(kernel, inputs, splits, cpu=cpu)[0], want)
+    assert_matches(want, reference(module, inputs)[0], rtol=LOW_PRECISION_STEP["bf16"], atol=1e-5)
+
+
+def test_bf16_matmul_cast_prologue_on_amx_tiles_rounds_as_it_packs():
+    """For a CPU with AMX-BF16 (sapphirerapids: compiled, not run, where the machine has no AMX) a
+    bf16 matmul reading float32 through casts runs tdpbf16ps, its pack routines rounding to bf16
+    (ties to even: the 0x7FFF bias) where the unfused kernel's only pair the bf16 values' bits."""
+    a_shape, b_shape, *_ = CAST_PROLOGUE_CASES["tiles"]
+
+    def body(builder, x, y):
+        return builder.op("lz.matmul", builder.op("lz.cast", x, to=BF16), builder.op("lz.cast", y, to=BF16))
+
+    _, fused = make_kernel([(a_shape, "f32"), (b_shape, "f32")], body, kind="matmul")
+    _, plain = matmul_kernel(a_shape, b_shape, "bf16")
+    fused_ir, plain_ir = (lower_kernel(k, cpu="sapphirerapids").llvm_ir for k in (fused, plain))
+    assert TILE_DOT in fused_ir and TILE_DOT in plain_ir
+    bias = re.compile(r'add <16 x i32> %"?[\w.]+"?, <i32 32767')  # vectors of A's and B's values
+    assert bias.search(fused_ir) and not bias.search(plain_ir)
+    jit.emit_assembly(fused_ir, "sapphirerapids")
