@@ -43,7 +43,8 @@ from llvmlite import ir
 from lezero.codegen.llvm import amx, gemm, vectors
 from lezero.codegen.llvm.ir_types import FLOAT, I32, I64, PTR
 from lezero.codegen.llvm.loops import declare
-from lezero.codegen.llvm.target import CpuTarget
+from lezero.codegen.errors import TargetError
+from lezero.codegen.llvm.target import CpuTarget, cpu_target
 
 # vdpbf16ps by float32 lanes: 512-bit (32 bf16 values in pairs), and 256-bit (AVX-512VL) for a
 # tile of 8-float vectors (contraction_gemm's narrow conv tile on Zen 4)
@@ -65,15 +66,28 @@ BFloatType._create_instance()
 
 
 def pairs_available(cpu: CpuTarget, config: gemm.GemmConfig) -> bool:
-    """Whether a bf16 GEMM for ``cpu`` with ``config``'s vectors runs on vdpbf16ps: not where the
-    target has AMX-BF16 (Sapphire Rapids), whose vdpbf16ps issues on one port, half the rate of its
-    FMAs, so that the float32 GEMM on the same values is faster there (and the GEMMs that can take
-    tiles do).  SPR, 1 thread, kernel alone, us vdpbf16ps (code for SPR or cooperlake) / float32:
-    6x768x3072 600 / 432, 4x768x768 111 / 89, conv 3x3 1->16 28x28 batch 32 172 / 108, 1024^3 (B
-    packed) 22600 / 13850."""
+    """Whether a bf16 GEMM for ``cpu`` with ``config``'s vectors runs on vdpbf16ps: not on a core
+    with AMX-BF16 (Sapphire Rapids class, ``amx_class``), whose vdpbf16ps issues on one port, half
+    the rate of its FMAs, so that the float32 GEMM on the same values is faster there (and the
+    GEMMs that can take tiles do), also where its tiles are out of reach (a VM that hides them).
+    SPR, 1 thread, kernel alone, us vdpbf16ps (code for SPR or cooperlake) / float32: 6x768x3072
+    600 / 432, 4x768x768 111 / 89, conv 3x3 1->16 28x28 batch 32 172 / 108, 1024^3 (B packed) 22600
+    / 13850; an Emerald Rapids VM without AMX, 2 threads, casts fused, bf16 / f32 GEMM time:
+    1024^3 1.85, 128x768x3072 1.70."""
     width = config.vector_width
-    return ("avx512bf16" in cpu.features and not amx_available(cpu)
+    return ("avx512bf16" in cpu.features and not amx_class(cpu)
             and (width == 16 or (width == 8 and "avx512vl" in cpu.features)))
+
+
+def amx_class(cpu: CpuTarget) -> bool:
+    """Whether ``cpu`` is a core with AMX-BF16 (its name's features; the host's own features lack
+    AMX where the OS or a VM withholds the tiles)."""
+    if amx_available(cpu):
+        return True
+    try:
+        return amx_available(cpu_target(cpu.cpu, cpu.triple))
+    except TargetError:  # a host name lezero does not list
+        return False
 
 
 def _i64(value: int) -> ir.Constant:
