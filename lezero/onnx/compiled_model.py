@@ -208,14 +208,19 @@ class CompiledModel:
                 if fit is None:
                     continue
                 size = _size_at(shapes, positions)
-                module = fit.substitute(size)
-                if module is None:
+                substitution = fit.substitute(size)
+                if substitution is None:
                     return None
                 try:
-                    program = _Program(module, substituted=True)  # verified: every op against its shape rule
+                    program = _Program(substitution.module, substituted=True)  # verified: every op's shape rule
                 except IRError as e:
                     SHAPES_LOG.debug("no substitution to input shapes %s: %s", shapes, e.message)
                     return None
+                compiled = program.compiled
+                source_kernels = [launch.kernel for launch in self._programs[(source,)].compiled.plan_for(
+                    list(source)).plan.launches if launch.op.name == "lz.kernel"]
+                compiled.plan_for(list(shapes), substitution.planned_kernels(source_kernels, compiled.cache,
+                                                                             compiled.cpu))
                 SHAPES_LOG.debug("input shapes %s: the schedule at %s with %d substituted for %d", shapes, source,
                                  size, at)
                 return program

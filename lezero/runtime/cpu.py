@@ -501,8 +501,9 @@ class CompiledFunction:
         self._plans: dict[tuple, CpuPlan] = {}
         self._plans_lock = threading.Lock()
 
-    def plan_for(self, shapes: list[tuple]):
-        """The bound plan for argument ``shapes`` (built on first use)."""
+    def plan_for(self, shapes: list[tuple], planned: list | None = None):
+        """The bound plan for argument ``shapes`` (built on first use; ``planned``: its kernels where
+        the caller has them, ``lezero.runtime.plan.build_plan``)."""
         key = tuple(shapes)
         plan = self._plans.get(key)
         if plan is None:
@@ -516,7 +517,8 @@ class CompiledFunction:
                         shown = ", ".join(format_shape(s) for s in shapes)
                         raise InputError(f"@{self.entry} cannot run on inputs of shapes ({shown}): {e.message}",
                                          e.location) from None
-                    plan = self.bind_plan(build_plan(specialized, self.entry, self.cpu, cache=self.cache))
+                    plan = self.bind_plan(build_plan(specialized, self.entry, self.cpu, cache=self.cache,
+                                                     planned=planned))
                     self._plans[key] = plan
                     if Profiling.recorder is not None:
                         Profiling.recorder.compiled(f"@{self.entry}", started, time.perf_counter(), cache_before,

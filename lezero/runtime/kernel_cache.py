@@ -145,6 +145,11 @@ class CachedKernel:
         self.operand_types = tuple(v.type for v in op.operands)
         self.result_types = tuple(r.type for r in op.results)
 
+    def for_op(self, op: Operation) -> "CachedKernel":
+        """This kernel for ``op``, a kernel of the same text (its bounds checks name ``op``'s ops)."""
+        return CachedKernel(op, self.cpu, self.content_key, self.facts, None, self.row_generic, self.generic_form,
+                            self.sizes)
+
     def lowered(self) -> LoweredKernel:
         if self._lowered is None:
             self._lowered = lower_kernel(self.op, cpu=self.cpu)

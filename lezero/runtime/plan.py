@@ -215,9 +215,12 @@ def launch_count(plan: ExecutionPlan) -> int:
 
 
 def build_plan(module: ModuleOp, entry: str, cpu=None, fold_constant_kernels: bool = False,
-               cache=None) -> ExecutionPlan:
+               cache=None, planned: list | None = None) -> ExecutionPlan:
     """The ``ExecutionPlan`` of ``@entry`` in a scheduled ``module``, CPU kernels lowered for
-    ``cpu`` (a ``CpuTarget``), through the kernel ``cache`` when given (the JIT's executors)."""
+    ``cpu`` (a ``CpuTarget``), through the kernel ``cache`` when given (the JIT's executors).
+    ``planned``: per ``lz.kernel`` of ``@entry``'s body, in order, a planned ``CachedKernel`` of the
+    same text, which the plan takes (``CachedKernel.for_op``) instead of looking it up (a schedule
+    made by substitution: ``lezero.runtime.shape_substitution``)."""
     func = module.lookup(entry)
     sizes = {}
     for device in DEVICES:
@@ -226,7 +229,7 @@ def build_plan(module: ModuleOp, entry: str, cpu=None, fold_constant_kernels: bo
     kernels = sum(op.name == "lz.kernel" for op in func.walk())
     with progress(kernels, f"lowering @{entry}"):  # a bar on a terminal when it takes a while (issue 16)
         return _plan_block(ExecutionPlan(module, func, sizes, block=func.entry_block), cpu, fold_constant_kernels,
-                           cache)
+                           cache, iter(planned) if planned is not None else None)
 
 
 def _host_step(plan: ExecutionPlan, op: Operation, operands: list, results: list, cpu, cache) -> HostStep:
@@ -246,7 +249,7 @@ def collective_in(kernel: Operation) -> Operation | None:
     return body[0] if len(body) == 2 and body[0].name in COLLECTIVE_OPS else None
 
 
-def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) -> ExecutionPlan:
+def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache, planned=None) -> ExecutionPlan:
     block = plan.block
     returned = block.terminator.operands
     output_slot: dict[int, int] = {}
@@ -287,6 +290,7 @@ def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) ->
             plan.launches.append(_host_step(plan, op, [where[id(v)] for v in op.operands],
                                             [where[id(r)] for r in op.results], cpu, cache))
         elif op.name == "lz.kernel":
+            known = next(planned) if planned is not None else None
             operands = [where[id(v)] for v in op.operands]
             collective = collective_in(op)  # issue 14: a host step on the process group's thread
             if collective is not None:
@@ -309,7 +313,7 @@ def _plan_block(plan: ExecutionPlan, cpu, fold_constant_kernels: bool, cache) ->
                     BufferRef("arena", offset, device)
             launch = Launch(op, attrs.name, attrs.kind, device, operands, [where[id(r)] for r in op.results])
             if attrs.kind != TRANSFER_KIND:
-                launch.kernel = lower_for_device(op, device, cpu, cache)
+                launch.kernel = known.for_op(op) if known is not None else lower_for_device(op, device, cpu, cache)
                 advance()
                 launch.split_over_threads = device == HOST and splits_over_threads(launch.kernel, op)
                 if getattr(launch.kernel, "sizes", ()):  # code serving every sequence length (issue 11)

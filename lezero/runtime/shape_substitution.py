@@ -82,8 +82,9 @@ class _Walk:
         self.sites: list[tuple] = []
         self._numbers: dict[int, int] = {}
         self.reason: str | None = None
+        self.kernels: list[tuple] = []  # (kernel op, its leaves' span) per lz.kernel of a function's body
         for func in module.functions:
-            self._op(func)
+            self._op(func, top=True)
 
     def _value(self, v) -> None:
         self._numbers[id(v)] = len(self._numbers)
@@ -94,7 +95,8 @@ class _Walk:
         else:
             self.skeleton.append(("type", v.type))
 
-    def _op(self, op: Operation) -> None:
+    def _op(self, op: Operation, top: bool = False, in_function: bool = False) -> None:
+        start = len(self.leaves)
         if op.name in CONTROL_FLOW_OPS:
             self.reason = f"'{op.name}' (control flow: its regions' arenas are not planned again here)"
         self.skeleton.append((op.name, tuple(self._numbers.get(id(v), -1) for v in op.operands), len(op.regions)))
@@ -122,7 +124,9 @@ class _Walk:
                 for a in block.args:
                     self._value(a)
                 for inner in block.ops:
-                    self._op(inner)
+                    self._op(inner, in_function=top)
+        if in_function and op.name == "lz.kernel":
+            self.kernels.append((op, start, len(self.leaves)))
 
 
 def _fit_leaf(u: int, v: int, at: int, partner_at: int) -> tuple[int, int] | None:
@@ -176,7 +180,7 @@ class SizeFit:
             position += count
         return cls(source, at, forms)
 
-    def substitute(self, size: int) -> ModuleOp | None:
+    def substitute(self, size: int) -> "Substitution | None":
         """The source schedule at ``size`` of the dim, memory-planned, or None (logged); verify it
         before planning it (``CompiledFunction`` does)."""
         if size < 2:
@@ -201,5 +205,34 @@ class SizeFit:
         except IRError as e:
             SHAPES_LOG.debug("no substitution to size %d (from %d): %s", size, self.at, e.message)
             return None
-        return module
+        kernels = [(op, tuple(values[start:end]), all(e == 0 or c == 0 for c, e in self.forms[start:end]))
+                   for op, start, end in walk.kernels]
+        return Substitution(module, size, kernels)
+
+
+@dataclass
+class Substitution:
+    """A schedule made by ``SizeFit.substitute``: ``module``, and per kernel of its functions' bodies
+    (in order) the kernel, its integers at ``size`` and whether they are all the source's (the
+    kernel's text is then the source kernel's)."""
+
+    module: ModuleOp
+    size: int
+    kernels: list
+
+    def planned_kernels(self, source_kernels: list, cache, cpu) -> list:
+        """Per kernel, a planned kernel of the same text (``CachedKernel``; ``source_kernels``: the
+        source plan's, in the same order): the source's where the kernel did not change, else one
+        cache lookup per distinct (source kernel, integers), shared by the kernels that have them
+        (a model's repeated layers): the same source text with the same integers is the same text."""
+        planned, looked_up = [], {}
+        for (op, ints, unchanged), source in zip(self.kernels, source_kernels):
+            if source is None or unchanged:  # no kernel to share (a transfer): the plan looks it up
+                planned.append(source)
+                continue
+            key = (source.content_key, ints)
+            if key not in looked_up:
+                looked_up[key] = cache.plan_kernel(op, cpu)
+            planned.append(looked_up[key])
+        return planned
 

@@ -18,7 +18,7 @@ import lezero.onnx
 from lezero.ir.printer import print_module
 from lezero.runtime import kernel_cache
 from lezero.runtime.kernel_cache import KernelCache
-from lezero.runtime.plan import specialize
+from lezero.runtime.plan import build_plan, specialize
 from lezero.runtime.shape_substitution import SizeFit
 
 WIDTH, HEADS, HIDDEN, VOCAB = 32, 2, 64, 50
@@ -89,12 +89,13 @@ def test_twenty_shapes_after_one_compile_match_onnx_runtime(tmp_path, monkeypatc
     rng = np.random.default_rng(1)
     for i, (batch, seq) in enumerate(SHAPES):
         ids = rng.integers(-VOCAB, VOCAB, (batch, seq))  # negative ids count from the end, as in ORT
-        before = (cache.stats.lowerings, cache.stats.compiles, cache.stats.row_generic_hits)
+        before = (cache.stats.lowerings, cache.stats.compiles)
         got = compiled.run({"ids": ids})["y"]
         np.testing.assert_allclose(got, session.run(None, {"ids": ids})[0], rtol=1e-5, atol=1e-5)
-        lowered, compiled_now, generic = (now - was for now, was in zip(
-            (cache.stats.lowerings, cache.stats.compiles, cache.stats.row_generic_hits), before))
+        lowered, compiled_now = (now - was for now, was in zip((cache.stats.lowerings, cache.stats.compiles), before))
         if i >= 1:  # the first shape lowers (and probes) every kernel
+            plan = compiled._programs[(((batch, seq),),)].compiled.plan_for([(batch, seq)]).plan
+            generic = sum(launch.kernel.row_generic is not None for launch in plan.launches)
             assert generic >= 9, (batch, seq)  # the embedding, layer norms, projections, attention, MLP, residuals
             assert (lowered, compiled_now) == (0, 0), (batch, seq)
     assert len(set(SHAPES)) == 20
@@ -117,20 +118,34 @@ def _full_schedule(compiled, shapes: tuple):
 
 
 @pytest.mark.parametrize("dim", ["batch", "sequence"])
-def test_substituted_schedules_print_as_the_full_paths(dim):
+def test_substituted_schedules_print_as_the_full_paths(dim, tmp_path):
     compiled = lezero.onnx.compile(transformer_block())
     assert compiled.shape_specialized
 
     def shapes(n):
         return ((n, 8),) if dim == "batch" else ((3, n),)
 
-    fit = SizeFit.between(_full_schedule(compiled, shapes(2)), _full_schedule(compiled, shapes(3)), 2, 3)
+    source = _full_schedule(compiled, shapes(2))
+    fit = SizeFit.between(source, _full_schedule(compiled, shapes(3)), 2, 3)
     assert fit is not None
+    cache = KernelCache(tmp_path)
+    source_kernels = [launch.kernel for launch in build_plan(source, "main", cache=cache).launches]
     # at the source 2 is also the head count; 32 is the width, 64 the MLP's hidden size: a dim
     # equal to the dynamic one by chance stays as it is
     for n in (4, 5, 32, 64, 9):
-        assert print_module(fit.substitute(n)) == print_module(_full_schedule(compiled, shapes(n))), n
+        substitution, full = fit.substitute(n), _full_schedule(compiled, shapes(n))
+        assert print_module(substitution.module) == print_module(full), n
+        if n in (5, 64):  # the plan: the same launches of the same kernels, the shared ones included
+            planned = substitution.planned_kernels(source_kernels, cache, None)
+            assert _launches(build_plan(substitution.module, "main", cache=cache, planned=planned)) == \
+                _launches(build_plan(full, "main", cache=cache)), n
     assert fit.substitute(1) is None  # a dim of 1 schedules differently: the full path
+
+
+def _launches(plan) -> list:
+    return [(launch.name, launch.kernel.content_key, launch.kernel.work_items, launch.kernel.flops,
+             launch.kernel.row_generic, launch.kernel.sizes, launch.operands, launch.results, launch.sizes,
+             launch.split_over_threads) for launch in plan.launches] + [plan.outputs, plan.arena_sizes]
 
 
 def test_a_constant_that_follows_the_dim_is_not_substituted():
