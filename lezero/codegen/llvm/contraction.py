@@ -190,7 +190,8 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape,
     each batch's B transposed to a workspace (K x N floats, ``malloc``ed per call).
     ``result_index(batch, row, col)``: the result's index at an element of C (lists of index
     forms; default their concatenation), for a conv run as dot products (``conv_as_dots``).
-    ``rounded``: per operand, float32 read through a cast to bf16, each vector rounded as loaded."""
+    ``rounded``: per operand, float32 read through a cast to bf16, each vector rounded as loaded
+    (B rounded once into the workspace copy when more than one row tile reads it)."""
     b = ctx.b
     w = gemm.GemmConfig.for_target(ctx.cpu).vector_width
     rows, cols = dot_tile(shape.m, shape.n, DOT_ACCUMULATORS.get(w, 8))
@@ -199,7 +200,8 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape,
     a_ptr, b_ptr = (ctx.fn.buffers[ctx.body.args.index(stored_operand(ctx, v, anchor)[0])] for v in anchor.operands)
     a_row_stride, (b_k_stride, b_col_stride) = shape.a_matrix_strides[0], shape.b_matrix_strides
     row_tiles, col_tiles = -(-shape.m // rows), -(-shape.n // cols)
-    copy_b = b_k_stride != 1 and shape.k > 1
+    # B read through a cast to bf16 is rounded once, as copied, when several row tiles read it
+    copy_b = (b_k_stride != 1 and shape.k > 1) or (rounded[1] and row_tiles > 1)
     if copy_b:  # B transposed into a workspace, per batch (the one copied last is remembered)
         raw = b.call(declare(ctx.module, "malloc", PTR, [I64]), [i64(4 * shape.k * shape.n)])
         with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(PTR, None)), likely=False):
@@ -230,7 +232,7 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape,
                     copy = b.gep(raw, [b.mul(j, i64(shape.k))], source_etype=FLOAT)
                     with for_range(b, 0, shape.k, "copy_k") as k:
                         value = b.load(b.gep(column, [b.mul(k, i64(b_k_stride))], source_etype=FLOAT), typ=FLOAT)
-                        b.store(value, b.gep(copy, [k], source_etype=FLOAT))
+                        b.store(round_to_bf16(b, value) if rounded[1] else value, b.gep(copy, [k], source_etype=FLOAT))
                 b.store(batch, copied_batch)
             b_source, b_base, b_col_stride = raw, i64(0), shape.k
         first_row, first_col = b.mul(row_tile, i64(rows)), b.mul(col_tile, i64(cols))
@@ -249,7 +251,8 @@ def lower_matmul_dots(ctx: KernelContext, anchor: Operation, shape: MatmulShape,
                     value = b.call(masked_load, [address, ir.Constant(ir.IntType(32), 4), mask, zeros])
                 return round_to_bf16(b, value) if rounds else value
 
-            a_vectors, b_vectors = [load(p, rounded[0]) for p in a_rows], [load(p, rounded[1]) for p in b_cols]
+            a_vectors = [load(p, rounded[0]) for p in a_rows]
+            b_vectors = [load(p, rounded[1] and not copy_b) for p in b_cols]
             return [[b.call(fma, [a_vectors[r], b_vectors[c], accumulators[r][c]]) for c in range(cols)]
                     for r in range(rows)]
 
