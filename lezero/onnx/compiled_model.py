@@ -10,13 +10,13 @@ compiled function itself (one plan per input shape); when the graph computes wit
 (``Shape`` of it: ``DynamicShapeError``), the model is imported per input shape instead, with the
 inputs' dims set from the feeds.
 
-Such a model serves a new size of one dynamic dim without importing it again when two shapes it
-ran before differ from the new one in that dim alone (a new batch at a known sequence length):
-the schedule of one of them, with the sizes that follow the dim substituted
-(``lezero.runtime.shape_substitution``: fitted against the other, each op checked against its
-shape rule, memory planned again), is planned at once; its kernels are the cache's.  When no such
-pair fits (a constant follows the dim, as the position rows follow the sequence length) the new
-shape takes the full path, and its schedule is one more to fit against.
+Such a model serves new sizes of its dynamic dims without importing it again once it has run at
+a shape and, for each dim where the new shape differs, at a shape that differs from that one in
+that dim alone (``_dims``: the inputs' dims named alike are one dim): that schedule, with the
+sizes and the constants that follow the dims substituted (``lezero.runtime.shape_substitution``:
+fitted against the others, each op checked against its shape rule, memory planned again), is
+planned at once with its source's kernels.  When nothing fits (a constant follows a dim by no
+rule, a size is 1) the new shape takes the full path, and its schedule is one more to fit from.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from lezero.codegen.row_generic import MANY_SHAPES_ATTR
 from lezero.ir.attributes import ArrayAttr, UnitAttr
@@ -31,7 +32,7 @@ from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, ModuleOp
 from lezero.ir.diagnostics import IRError
 import lezero.onnx.element_types as element_types
 from lezero.onnx.errors import DynamicShapeError, OnnxError, ValueDependentError
-from lezero.onnx.importer import Importer, tensor_type_of, upgrade
+from lezero.onnx.importer import FOLD_MAX_ELEMENTS, Importer, tensor_type_of, upgrade
 from lezero.onnx.loading import load_model
 from lezero.runtime.cpu import CompiledFunction
 from lezero.runtime.shape_substitution import SHAPES_LOG, SizeFit
@@ -90,6 +91,14 @@ class CompiledModel:
         self.shape_specialized = False  # whether programs are imported per input shape
         self._schedules: dict[tuple, ModuleOp] = {}  # input shapes -> the full path's schedule there
         self._fits: dict[tuple, SizeFit | None] = {}  # (source shapes, partner shapes, positions) -> fit
+        self._initializer_arrays: list | None = None
+        # the dynamic dims: the (input, dim) places of each (one named dim_param may be at several)
+        named: dict[str, list] = {}
+        for i, value in enumerate(self._inputs):
+            for d, dim in enumerate(value.type.tensor_type.shape.dim):
+                if not dim.HasField("dim_value"):
+                    named.setdefault(dim.dim_param or f"?{i}.{d}", []).append((i, d))
+        self._dims = list(named.values())
         try:
             self._programs[()] = _Program(Importer(model).run())
         except ValueDependentError as e:
@@ -187,43 +196,62 @@ class CompiledModel:
                     raise
                 self.shape_specialized = True
 
+    def _tables(self) -> list:
+        """The model's initializers as arrays: what a constant that follows a dim may be the first
+        rows of (``shape_substitution.ConstantRule``)."""
+        if self._initializer_arrays is None:
+            self._initializer_arrays = [numpy_helper.to_array(t) for t in self.model.graph.initializer
+                                        if t.dims and element_types.from_onnx(t.data_type) is not None]
+        return self._initializer_arrays
+
+    def _point(self, shapes: tuple) -> tuple | None:
+        """The size of each dynamic dim (``_dims``) in input ``shapes``; None when two places of one
+        named dim differ."""
+        sizes = []
+        for places in self._dims:
+            found = {shapes[i][d] for i, d in places}
+            if len(found) != 1:
+                return None
+            sizes.append(found.pop())
+        return tuple(sizes)
+
     def _substituted(self, shapes: tuple) -> _Program | None:
         """The program at input ``shapes`` made from known schedules by substitution (module
-        docstring), or None.  The source and its partner: two schedules of the full path that
-        differ from ``shapes``, and from each other, in the same dims only, each of one size."""
-        candidates = []
-        for known in self._schedules:
-            positions, size = _one_size_apart(known, shapes)
-            if positions:
-                candidates.append((positions, size, known))
-        for positions, at, source in sorted(candidates, key=lambda c: c[1]):
-            for partner_positions, partner_at, partner in sorted(candidates, key=lambda c: c[1]):
-                if partner_positions != positions or partner_at <= at or at < 2:
-                    continue
-                fit_key = (source, partner, positions)
-                if fit_key not in self._fits:
-                    self._fits[fit_key] = SizeFit.between(self._schedules[source], self._schedules[partner],
-                                                          at, partner_at)
-                fit = self._fits[fit_key]
-                if fit is None:
-                    continue
-                size = _size_at(shapes, positions)
-                substitution = fit.substitute(size)
-                if substitution is None:
-                    return None
-                try:
-                    program = _Program(substitution.module, substituted=True)  # verified: every op's shape rule
-                except IRError as e:
-                    SHAPES_LOG.debug("no substitution to input shapes %s: %s", shapes, e.message)
-                    return None
-                compiled = program.compiled
-                source_kernels = [launch.kernel for launch in self._programs[(source,)].compiled.plan_for(
-                    list(source)).plan.launches if launch.op.name == "lz.kernel"]
-                compiled.plan_for(list(shapes), substitution.planned_kernels(source_kernels, compiled.cache,
-                                                                             compiled.cpu))
-                SHAPES_LOG.debug("input shapes %s: the schedule at %s with %d substituted for %d", shapes, source,
-                                 size, at)
-                return program
+        docstring), or None.  The source: a schedule of the full path; for each dynamic dim where
+        it differs from ``shapes``, a partner: one that differs from the source in that dim alone."""
+        new = self._point(shapes)
+        if new is None:
+            return None
+        known = [(point, s) for s in self._schedules if (point := self._point(s)) is not None]
+        for at, source in known:
+            dims = [k for k, (x, y) in enumerate(zip(at, new)) if x != y]
+            partners = [next((s for p, s in known if p[k] != at[k] and p[k] >= 2 and all(p[j] == at[j] for j in range(len(at))
+                                                                               if j != k)), None) for k in dims]
+            if not dims or None in partners:
+                continue
+            fit_key = (source, tuple(partners))
+            if fit_key not in self._fits:
+                self._fits[fit_key] = SizeFit.between(
+                    self._schedules[source], tuple(at[k] for k in dims),
+                    [(self._schedules[p], self._point(p)[k]) for p, k in zip(partners, dims)],
+                    self._tables(), FOLD_MAX_ELEMENTS)
+            fit = self._fits[fit_key]
+            if fit is None:
+                continue
+            substitution = fit.substitute(tuple(new[k] for k in dims))
+            if substitution is None:
+                return None
+            try:
+                program = _Program(substitution.module, substituted=True)  # verified: every op's shape rule
+            except IRError as e:
+                SHAPES_LOG.debug("no substitution to input shapes %s: %s", shapes, e.message)
+                return None
+            compiled = program.compiled
+            source_kernels = [launch.kernel for launch in self._programs[(source,)].compiled.plan_for(
+                list(source)).plan.launches if launch.op.name == "lz.kernel"]
+            compiled.plan_for(list(shapes), substitution.planned_kernels(source_kernels, compiled.cache, compiled.cpu))
+            SHAPES_LOG.debug("input shapes %s: the schedule at %s, substituted", shapes, source)
+            return program
         return None
 
     def run(self, feeds: dict) -> dict:
@@ -242,22 +270,6 @@ class CompiledModel:
 
     def __repr__(self) -> str:
         return f"<CompiledModel inputs={self.input_names} outputs={self.output_names}>"
-
-
-def _one_size_apart(known: tuple, shapes: tuple) -> tuple[tuple, int]:
-    """``(positions, size)``: the (input, dim) positions where input shapes ``known`` and ``shapes``
-    differ, when ``known`` has one size at all of them and ``shapes`` one too; ``((), 0)`` else."""
-    positions = tuple((i, d) for i, (a, b) in enumerate(zip(known, shapes)) for d, (x, y) in enumerate(zip(a, b))
-                      if x != y)
-    if not positions or len(known) != len(shapes) or any(len(a) != len(b) for a, b in zip(known, shapes)):
-        return (), 0
-    if len({known[i][d] for i, d in positions}) != 1 or len({shapes[i][d] for i, d in positions}) != 1:
-        return (), 0
-    return positions, known[positions[0][0]][positions[0][1]]
-
-
-def _size_at(shapes: tuple, positions: tuple) -> int:
-    return shapes[positions[0][0]][positions[0][1]]
 
 
 def compile(source, *, upgrade_opset: bool = False, base_dir=None) -> CompiledModel:  # noqa: A001

@@ -117,29 +117,31 @@ def _full_schedule(compiled, shapes: tuple):
     return specialize(compiled._imported(feeds), "main", list(shapes))
 
 
-@pytest.mark.parametrize("dim", ["batch", "sequence"])
-def test_substituted_schedules_print_as_the_full_paths(dim, tmp_path):
-    compiled = lezero.onnx.compile(transformer_block())
+@pytest.mark.parametrize("positions", [False, True])
+def test_substituted_schedules_print_as_the_full_paths(positions, tmp_path):
+    """Fitted at batch x sequence 2 x 8 against 3 x 8 and 2 x 9, a schedule substituted to other
+    sizes prints exactly as the full path's there, and plans the same launches.  The position
+    rows (``positions``) follow the sequence: the first rows of their table."""
+    compiled = lezero.onnx.compile(transformer_block(positions))
     assert compiled.shape_specialized
-
-    def shapes(n):
-        return ((n, 8),) if dim == "batch" else ((3, n),)
-
-    source = _full_schedule(compiled, shapes(2))
-    fit = SizeFit.between(source, _full_schedule(compiled, shapes(3)), 2, 3)
+    source = _full_schedule(compiled, ((2, 8),))
+    fit = SizeFit.between(source, (2, 8), [(_full_schedule(compiled, ((3, 8),)), 3),
+                                           (_full_schedule(compiled, ((2, 9),)), 9)], compiled._tables())
     assert fit is not None
     cache = KernelCache(tmp_path)
     source_kernels = [launch.kernel for launch in build_plan(source, "main", cache=cache).launches]
     # at the source 2 is also the head count; 32 is the width, 64 the MLP's hidden size: a dim
-    # equal to the dynamic one by chance stays as it is
-    for n in (4, 5, 32, 64, 9):
-        substitution, full = fit.substitute(n), _full_schedule(compiled, shapes(n))
-        assert print_module(substitution.module) == print_module(full), n
-        if n in (5, 64):  # the plan: the same launches of the same kernels, the shared ones included
+    # equal to a dynamic one by chance stays as it is
+    for sizes in [(4, 5), (5, 32), (32, 13), (64, 64), (9, 2), (2, 17), (3, 8)]:
+        substitution, full = fit.substitute(sizes), _full_schedule(compiled, (sizes,))
+        assert print_module(substitution.module) == print_module(full), sizes
+        if sizes in [(5, 32), (64, 64)]:  # the plan: the same launches of the same kernels, shared ones included
             planned = substitution.planned_kernels(source_kernels, cache, None)
             assert _launches(build_plan(substitution.module, "main", cache=cache, planned=planned)) == \
-                _launches(build_plan(full, "main", cache=cache)), n
-    assert fit.substitute(1) is None  # a dim of 1 schedules differently: the full path
+                _launches(build_plan(full, "main", cache=cache)), sizes
+    assert fit.substitute((1, 8)) is None and fit.substitute((2, 1)) is None  # a dim of 1 schedules differently
+    if positions:
+        assert fit.substitute((2, 65)) is None  # past the position table's 64 rows
 
 
 def _launches(plan) -> list:
@@ -148,18 +150,24 @@ def _launches(plan) -> list:
              launch.split_over_threads) for launch in plan.launches] + [plan.outputs, plan.arena_sizes]
 
 
-def test_a_constant_that_follows_the_dim_is_not_substituted():
-    """The position rows follow the sequence length: no fit along it, so a new length takes the
-    full path; a new batch at a known length is still substituted.  Results equal ORT's."""
+def test_a_constant_that_follows_a_dim_by_no_rule_is_not_substituted():
+    """Without the model's tables the position rows follow the sequence by no rule: no fit, the
+    full path.  (A constant is rewritten only by a rule both schedules show.)"""
+    compiled = lezero.onnx.compile(transformer_block(positions=True))
+    assert SizeFit.between(_full_schedule(compiled, ((2, 8),)), (8,), [(_full_schedule(compiled, ((2, 9),)), 9)]) is None
+
+
+def test_new_shapes_served_by_substitution_match_onnx_runtime():
+    """Once the model ran at 2 x 8, 3 x 8 and 2 x 9, every new (batch, sequence) with both at least
+    2 is substituted, a new sequence length included; outputs equal ORT's."""
     model = transformer_block(positions=True)
     compiled = lezero.onnx.compile(model)
-    assert SizeFit.between(_full_schedule(compiled, ((2, 8),)), _full_schedule(compiled, ((2, 9),)), 8, 9) is None
     session = ort.InferenceSession(model.SerializeToString())
     rng = np.random.default_rng(2)
     served = []
-    for batch, seq in [(2, 8), (3, 8), (2, 9), (3, 9), (5, 8), (4, 10), (6, 9)]:
+    for batch, seq in [(2, 8), (3, 8), (2, 9), (5, 8), (4, 12), (7, 30), (3, 64), (2, 2), (1, 8)]:
         ids = rng.integers(0, VOCAB, (batch, seq))
         got = compiled.run({"ids": ids})["y"]
         np.testing.assert_allclose(got, session.run(None, {"ids": ids})[0], rtol=1e-5, atol=1e-5)
         served.append(compiled._programs[(((batch, seq),),)].substituted)
-    assert served == [False, False, False, False, True, False, True]
+    assert served == [False, False, False, True, True, True, True, True, False]
