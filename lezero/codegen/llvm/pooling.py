@@ -8,6 +8,11 @@ constants), one contiguous loop over ``ow`` folds ``x[n, c, ih, ow*sw - pl + kw*
 accumulators; that loop vectorizes (a strided load when ``sw > 1``).  Padding and the part of a
 ceil-mode window past the end are skipped, never read.
 
+float32 max pooling of column stride 1 or 2 (resnet's 3x3 stride-2 stem pool) keeps each output
+row's maxima in vector registers instead (``_max_row_in_vectors``): a vector of outputs at a time,
+each of the kh x kw taps one masked vector load (stride 2: two vectors' even lanes), so no stack
+row is read and written per tap and no loop has a scalar remainder.
+
 max: the identity is -inf (or the smallest integer), so padding never wins; nan propagates.
 avg: sums in f32 for f16, divided by the window's count, which is a product of a row count and a
 column count (tables computed here): input elements, plus padding elements when
@@ -24,11 +29,13 @@ import llvmlite.ir as ir
 
 from lezero.codegen.accumulation import accumulator_type
 from lezero.codegen.llvm.context import KernelContext
-from lezero.codegen.llvm.ir_types import I64
+from lezero.codegen.llvm import gemm, vectors
+from lezero.codegen.llvm.ir_types import FLOAT, I1, I32, I64
 from lezero.codegen.llvm.loops import for_range, i64
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
 from lezero.ir.dialect.numerics import lowest
 from lezero.ir.dialect.pooling import pool_geometry
+from lezero.ir.types import F32
 
 
 def _window_counts(size: int, out: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
@@ -65,49 +72,102 @@ def lower_pooling(ctx: KernelContext, op) -> int:
     with for_range(b, ctx.fn.begin, ctx.fn.end, "row") as row:
         plane = b.udiv(row, i64(oh_size))  # n * C + c
         oh = b.urem(row, i64(oh_size))
-        with for_range(b, 0, ow_size, "init") as ow:
-            b.store(s.constant(identity, acc_dtype).value, slot(ow))
-        with for_range(b, 0, kh_size, "kh") as kh:
-            ih = b.add(b.sub(b.mul(oh, i64(sh)), i64(pt)), b.mul(kh, i64(dh)))
-            inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, i64(h)))
-            with b.if_then(inside):
-                base = b.mul(b.add(b.mul(plane, i64(h)), ih), i64(w))
-                for kw in range(kw_size):
-                    shift = kw * dw - pl  # iw = ow * sw + shift
-                    first = max(0, -(shift // sw))  # the ow whose iw is inside [0, w)
-                    last = min(ow_size, (w - 1 - shift) // sw + 1)
-                    if first >= last:
-                        continue
-                    with for_range(b, first, last, f"ow{kw}") as ow:
-                        iw = b.add(b.mul(ow, i64(sw)), i64(shift))
-                        address = b.gep(x_buffer.pointer, [b.add(base, iw)], inbounds=True,
-                                        source_etype=storage_type(dtype))
-                        value = s.cast(s.load(address, dtype), acc_dtype)
-                        current = Scalar(b.load(slot(ow), typ=acc_type), acc_dtype)
-                        out = s.max(current, value) if is_max else s.add(current, value)
-                        b.store(out.value, slot(ow))
-        divisor_row = None
-        if not is_max:
-            rows = _window_counts(h, oh_size, kh_size, sh, pt, pb, attrs.count_include_pad)
-            cols = _window_counts(w, ow_size, kw_size, sw, pl, pr, attrs.count_include_pad)
-            row_table = _count_table(ctx, f"{ctx.name}_rows", rows, acc_dtype)
-            col_table = _count_table(ctx, f"{ctx.name}_cols", cols, acc_dtype)
-            divisor_row = b.load(b.gep(row_table, [i64(0), oh], inbounds=True, source_etype=row_table.value_type),
-                                 typ=compute_type(acc_dtype))
-        out_base = b.mul(row, i64(ow_size))
-        with for_range(b, 0, ow_size, "store") as ow:
-            value = Scalar(b.load(slot(ow), typ=acc_type), acc_dtype)
+        if is_max and dtype == F32 and sw in VECTOR_COLUMN_STRIDES:
+            _max_row_in_vectors(ctx, pool_geometry(op), x_buffer.pointer, y_buffer.pointer, row, plane, oh)
+        else:
+            with for_range(b, 0, ow_size, "init") as ow:
+                b.store(s.constant(identity, acc_dtype).value, slot(ow))
+            with for_range(b, 0, kh_size, "kh") as kh:
+                ih = b.add(b.sub(b.mul(oh, i64(sh)), i64(pt)), b.mul(kh, i64(dh)))
+                inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, i64(h)))
+                with b.if_then(inside):
+                    base = b.mul(b.add(b.mul(plane, i64(h)), ih), i64(w))
+                    for kw in range(kw_size):
+                        shift = kw * dw - pl  # iw = ow * sw + shift
+                        first = max(0, -(shift // sw))  # the ow whose iw is inside [0, w)
+                        last = min(ow_size, (w - 1 - shift) // sw + 1)
+                        if first >= last:
+                            continue
+                        with for_range(b, first, last, f"ow{kw}") as ow:
+                            iw = b.add(b.mul(ow, i64(sw)), i64(shift))
+                            address = b.gep(x_buffer.pointer, [b.add(base, iw)], inbounds=True,
+                                            source_etype=storage_type(dtype))
+                            value = s.cast(s.load(address, dtype), acc_dtype)
+                            current = Scalar(b.load(slot(ow), typ=acc_type), acc_dtype)
+                            out = s.max(current, value) if is_max else s.add(current, value)
+                            b.store(out.value, slot(ow))
+            divisor_row = None
             if not is_max:
-                divisor_col = b.load(b.gep(col_table, [i64(0), ow], inbounds=True, source_etype=col_table.value_type),
+                rows = _window_counts(h, oh_size, kh_size, sh, pt, pb, attrs.count_include_pad)
+                cols = _window_counts(w, ow_size, kw_size, sw, pl, pr, attrs.count_include_pad)
+                row_table = _count_table(ctx, f"{ctx.name}_rows", rows, acc_dtype)
+                col_table = _count_table(ctx, f"{ctx.name}_cols", cols, acc_dtype)
+                divisor_row = b.load(b.gep(row_table, [i64(0), oh], inbounds=True, source_etype=row_table.value_type),
                                      typ=compute_type(acc_dtype))
-                divisor = Scalar(b.fmul(divisor_row, divisor_col), acc_dtype)
-                value = s.div(value, divisor)
-            out = s.cast(value, y.type.element_type)
-            address = b.gep(y_buffer.pointer, [b.add(out_base, ow)], inbounds=True,
-                            source_etype=storage_type(y.type.element_type))
-            b.store(s.to_storage(out), address)
+            out_base = b.mul(row, i64(ow_size))
+            with for_range(b, 0, ow_size, "store") as ow:
+                value = Scalar(b.load(slot(ow), typ=acc_type), acc_dtype)
+                if not is_max:
+                    divisor_col = b.load(b.gep(col_table, [i64(0), ow], inbounds=True, source_etype=col_table.value_type),
+                                         typ=compute_type(acc_dtype))
+                    divisor = Scalar(b.fmul(divisor_row, divisor_col), acc_dtype)
+                    value = s.div(value, divisor)
+                out = s.cast(value, y.type.element_type)
+                address = b.gep(y_buffer.pointer, [b.add(out_base, ow)], inbounds=True,
+                                source_etype=storage_type(y.type.element_type))
+                b.store(s.to_storage(out), address)
     ctx.fn.finish()
     return n * c * oh_size
+
+
+# Column strides whose taps are one vector load (1) or two vectors' even lanes (2).
+VECTOR_COLUMN_STRIDES = (1, 2)
+
+
+def _max_row_in_vectors(ctx: KernelContext, geometry, x, y, row, plane, oh) -> None:
+    """y[row, :] = the max over each window of output row ``oh`` of ``plane`` (n * C + c), W outputs
+    at a time in a vector register: per tap (kh, kw) a masked load of the input row's columns
+    ow * sw + kw * dw - pl (off lanes: outside the image, or the row's end; -inf), folded by
+    llvm.maximum (nan propagates, as np.maximum); a tap row outside the image loads nothing."""
+    b = ctx.b
+    n, c, h, w, oh_size, ow_size, kh_size, kw_size, sh, sw, pt, pl, pb, pr, dh, dw = geometry
+    width = gemm.GemmConfig.for_target(ctx.cpu).vector_width
+    vector = ir.VectorType(FLOAT, width)
+    lowest_vector = ir.Constant(vector, [float("-inf")] * width)
+    lanes = ir.Constant(ir.VectorType(I64, width), list(range(width)))
+    evens = ir.Constant(ir.VectorType(I32, width), list(range(0, 2 * width, 2)))
+    pairs = ir.Constant(ir.VectorType(I32, 2 * width), [j // 2 for j in range(2 * width)])
+    even_lanes = ir.Constant(ir.VectorType(I1, 2 * width), [j % 2 == 0 for j in range(2 * width)])
+    with for_range(b, 0, -(-ow_size // width), "ow_vector") as chunk:
+        ow0 = b.mul(chunk, i64(width))
+        ow = b.add(vectors.splat(b, ow0, width), lanes)
+        acc = lowest_vector
+        for kh in range(kh_size):
+            ih = b.add(b.sub(b.mul(oh, i64(sh)), i64(pt)), i64(kh * dh))
+            inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, i64(h)))
+            # a row outside the image: every lane off (no access), its address made valid anyway
+            source_row = b.gep(x, [b.mul(b.add(b.mul(plane, i64(h)), b.select(inside, ih, i64(0))), i64(w))],
+                               source_etype=FLOAT)
+            for kw in range(kw_size):
+                shift = kw * dw - pl  # iw = ow * sw + shift
+                first = max(0, -(shift // sw))  # the outputs whose iw is inside [0, w)
+                last = min(ow_size, (w - 1 - shift) // sw + 1)
+                if first >= last:
+                    continue
+                on = b.and_(b.icmp_signed(">=", ow, vectors.splat(b, i64(first), width)),
+                            b.icmp_signed("<", ow, vectors.splat(b, i64(last), width)))
+                on = b.and_(on, vectors.splat(b, inside, width))
+                start = b.gep(source_row, [b.add(b.mul(ow0, i64(sw)), i64(shift))], source_etype=FLOAT)
+                if sw == 1:
+                    values = vectors.load_vector(b, start, width, on)
+                else:  # the even lanes of 2W columns: lane l is column 2 * (ow0 + l) + shift
+                    pair_on = b.and_(b.shuffle_vector(on, on, pairs), even_lanes)
+                    both = vectors.load_vector(b, start, 2 * width, pair_on)
+                    values = b.shuffle_vector(both, both, evens)
+                values = b.select(on, values, lowest_vector)
+                acc = vectors.call_intrinsic(b, f"llvm.maximum.v{width}f32", acc, values)
+        stored = b.icmp_signed("<", ow, vectors.splat(b, i64(ow_size), width))
+        vectors.store_vector(b, acc, b.gep(y, [b.add(b.mul(row, i64(ow_size)), ow0)], source_etype=FLOAT), stored)
 
 
 def _count_table(ctx: KernelContext, name: str, counts, dtype) -> ir.GlobalVariable:

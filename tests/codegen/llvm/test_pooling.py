@@ -1,13 +1,16 @@
 """Pooling as a ``single`` kernel against the reference interpreter: random kernels, strides,
 paddings, dilations, ceil mode and count_include_pad, in f32, f64, f16 and (max) integers; and
-max pooling's gradient, with ties, nan and -inf."""
+max pooling's gradient, with ties, nan and -inf; float32 max pooling's vector rows on every
+cross-target CPU."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from codegen.kernel_testing import check_kernel, make_kernel, random_array
+from codegen.kernel_testing import assert_matches, check_kernel, make_kernel, random_array, reference, run_kernel
+from lezero.codegen.llvm.backend import lower_kernel
 from lezero.ir.dialect.windows import window_output_size
 from lezero.ir.opdef import OpError, lookup
 from lezero.ir.types import ELEMENT_TYPES, tensor
@@ -67,6 +70,36 @@ def test_resnet_stem_max_pool():
     module, op = make_kernel([((1, 8, 56, 56), "f32")], lambda b, x: b.op(
         "lz.max_pool2d", x, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), kind="single")
     check_kernel(module, op, [np.random.default_rng(2).standard_normal((1, 8, 56, 56)).astype(np.float32)])
+
+
+VECTOR_ROW_CASES = {
+    # name: (x shape, kernel, strides, pads, dilations, ceil mode): float32 max pooling of column
+    # stride 1 or 2 keeps an output row in vector registers (llvm/pooling.py, _max_row_in_vectors)
+    "stem_3x3_s2_p1_two_vectors_and_a_tail": ((1, 3, 13, 75), [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], False),
+    "3x3_s1_p1_rows_past_a_vector": ((2, 2, 6, 37), [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], False),
+    "2x3_s_3x2_dilated_ceil": ((1, 2, 11, 23), [2, 3], [3, 2], [1, 1, 0, 1], [2, 2], True),
+    "4x2_s1_asymmetric_pads": ((1, 3, 7, 5), [4, 2], [1, 1], [2, 0, 1, 1], [1, 1], False),
+}
+
+
+@pytest.mark.cross_target(cases=VECTOR_ROW_CASES, group=lambda case: 0)
+def test_max_pool2d_vector_rows(cpu, case):
+    """The vector rows match the reference with nan (it propagates), -inf and zeros of both signs
+    in the input, windows partly in the padding, rows that end inside a vector, and work items in
+    any pieces."""
+    shape, kernel, strides, pads, dilations, ceil_mode = case
+    module, op = make_kernel([(shape, "f32")], lambda b, x: b.op(
+        "lz.max_pool2d", x, kernel=kernel, strides=strides, pads=pads, dilations=dilations, ceil_mode=ceil_mode),
+        kind="single")
+    x = random_array(np.random.default_rng(sum(shape)), shape, np.float32)
+    flat = x.reshape(-1)
+    flat[::17], flat[5::23], flat[3::11], flat[7::11] = np.nan, -np.inf, -0.0, 0.0
+    lowered = lower_kernel(op, cpu=cpu)
+    assert "ow_vector" in lowered.llvm_ir and "llvm.maximum.v" in lowered.llvm_ir
+    want = reference(module, [x])[0]
+    for splits in (1, 3):
+        got = run_kernel(op, [x], splits, lowered, cpu=cpu)[0]
+        assert_matches(got, want)
 
 
 @settings(max_examples=12)
