@@ -5,15 +5,16 @@ per-shape kernels, ONNX Runtime's first run at the same shape beside them.
     .venv/bin/python benchmarks/dynamic_shapes.py [MODEL.onnx ...]   (default: build/bench-models/{bert,gpt2}.onnx)
 
 For each model: one compiled model (and a fresh kernel cache) per mode: ``substituted`` (as
-shipped: a new size of one dim substituted into a known schedule where two known ones fit),
-``full path`` (substitution off: every new shape imported and scheduled again, row-generic
-kernels: ``lezero/codegen/row_generic.py``) and ``per-shape`` (the row-generic probe off too, the
-way lezero compiled before), warmed up on two shapes; then new shapes in turn, each
-mode's first run at the shape timed in the same loop, alternating which goes first, and ONNX
-Runtime's first run at it (2 threads, spinning off).  A new batch at a known sequence length and a
-new sequence length are reported apart (medians), with the kernels each mode lowered and compiled,
-and the steady-state latency at those shapes (the median of ``STEADY`` more runs of each mode,
-alternating): what serving every shape from one code costs, or saves, once compiled.
+shipped: new sizes substituted into a known schedule where known ones fit), ``full path``
+(substitution off: every new shape imported and scheduled again, row-generic kernels:
+``lezero/codegen/row_generic.py``) and ``per-shape`` (the row-generic probe off too, the way
+lezero compiled before), warmed up on two shapes; then new shapes in turn, each mode's first run
+at the shape timed in the same loop, alternating which goes first, and ONNX Runtime's first run
+at it (2 threads, spinning off).  Per shape: whether the substituted mode served it by
+substitution or by the full path (known shapes must differ from it in one dim each first), the
+kernels each mode lowered and compiled, and the steady latency there (the median of ``STEADY``
+more runs); then medians per kind (a new batch at a known sequence length, a new length) and way
+served, with what a new shape costs on top of a steady run.
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ from lezero.runtime import kernel_cache
 
 WARM_UP = [(1, 32), (2, 32)]
 # (batch, sequence): new batches at 32 and new sequence lengths, interleaved
-NEW = [(3, 32), (5, 17), (4, 32), (2, 48), (7, 32), (3, 48), (6, 32), (1, 100), (8, 32), (2, 100), (9, 32),
-       (5, 48), (10, 32)]
+NEW = [(3, 32), (5, 17), (4, 32), (2, 48), (7, 32), (3, 48), (6, 32), (1, 100), (8, 32), (2, 100), (5, 48),
+       (4, 40), (6, 24), (3, 64), (2, 120), (7, 20)]
 STEADY = 5
 
 
@@ -93,9 +94,10 @@ class Mode:
 def main(paths):
     print(f"{cpu_model()}; load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     names = ("substituted", "full path", "per-shape")
-    print(f"{'model':8s} {'new':14s} " + " ".join(f"{n + ' ms':>14s} {'kernels':>7s}" for n in names)
-          + f" {'subst/full':>10s} {'ORT first ms':>12s} {'steady ms':>10s} {'subst - steady':>14s}")
+    header = f"{'model':6s} {'shape':7s} {'new':9s} {'served':7s} " + " ".join(
+        f"{n + ' ms':>14s} {'kernels':>7s}" for n in names) + f" {'ORT first':>9s} {'steady':>7s}"
     for path in paths:
+        print(header)
         model = onnx.load(path)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 2
@@ -108,7 +110,8 @@ def main(paths):
             f = feeds(inputs, batch, seq, rng)
             for mode in modes:
                 mode.first_run(f)
-        rows = {"batch": [], "sequence": []}
+        name = pathlib.Path(path).stem
+        rows = []
         seen = {seq for _, seq in WARM_UP}
         for n, (batch, seq) in enumerate(NEW):
             f = feeds(inputs, batch, seq, rng)
@@ -121,23 +124,26 @@ def main(paths):
             start = time.perf_counter()
             session.run(None, f)
             ort_first = time.perf_counter() - start
-            rows["batch" if seq in seen else "sequence"].append((results, ort_first, statistics.median(steady)))
+            shapes = tuple(f[i.name].shape for i in inputs)
+            served = "subst" if modes[0].compiled._programs[(shapes,)].substituted else "full"
+            kind = "batch" if seq in seen else "sequence"
             seen.add(seq)
-        name = pathlib.Path(path).stem
-        for kind, measured in rows.items():
-            line = f"{name:8s} {'new ' + kind:14s} "
-            for mode in names:
-                first = statistics.median(m[0][mode][0] for m in measured) * 1e3
-                kernels = "/".join(str(round(statistics.median(m[0][mode][i] for m in measured))) for i in (1, 2))
-                line += f"{first:14.0f} {kernels:>7s} "
-            subst = statistics.median(m[0]["substituted"][0] for m in measured)
-            full = statistics.median(m[0]["full path"][0] for m in measured)
-            ort_ms = statistics.median(m[1] for m in measured) * 1e3
-            steady_ms = statistics.median(m[2] for m in measured) * 1e3
-            over = statistics.median(m[0]["substituted"][0] - m[2] for m in measured) * 1e3
-            print(line + f"{subst / full:10.2f} {ort_ms:12.1f} {steady_ms:10.1f} {over:14.1f}")
-    print("first runs at a new shape, medians; kernels: lowered/compiled per new shape; steady: later runs of the "
-          "substituted mode at those shapes; subst - steady: what a new shape costs on top of a run")
+            rows.append((kind, served, results, ort_first, statistics.median(steady)))
+            print(f"{name:6s} {batch:>3d}x{seq:<3d} {kind:9s} {served:7s} " + " ".join(
+                f"{results[m][0] * 1e3:14.1f} {results[m][1]:>3d}/{results[m][2]:<3d}" for m in names)
+                + f" {ort_first * 1e3:9.1f} {statistics.median(steady) * 1e3:7.1f}")
+        for kind in ("batch", "sequence"):
+            for served in ("subst", "full"):
+                measured = [r for r in rows if r[0] == kind and r[1] == served]
+                if not measured:
+                    continue
+                first = statistics.median(r[2]["substituted"][0] for r in measured) * 1e3
+                full = statistics.median(r[2]["full path"][0] for r in measured) * 1e3
+                over = statistics.median(r[2]["substituted"][0] - r[4] for r in measured) * 1e3
+                print(f"{name}: new {kind}, served by {served} ({len(measured)} shapes): first run {first:.1f} ms "
+                      f"(full path {full:.1f} ms), of which {over:.1f} ms on top of a steady run")
+    print("ms: first run at the new shape; kernels: lowered/compiled by it; steady: the substituted mode's later runs "
+          "(medians); served: how the substituted mode got its plan")
     print(f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

@@ -20,6 +20,7 @@ rule, a size is 1) the new shape takes the full path, and its schedule is one mo
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -223,10 +224,10 @@ class CompiledModel:
         if new is None:
             return None
         known = [(point, s) for s in self._schedules if (point := self._point(s)) is not None]
-        for at, source in known:
+        # the nearest source first: the likeliest to schedule as the new shape does
+        for at, source in sorted(known, key=lambda k: sum(abs(math.log(x / y)) for x, y in zip(k[0], new) if x * y)):
             dims = [k for k, (x, y) in enumerate(zip(at, new)) if x != y]
-            partners = [next((s for p, s in known if p[k] != at[k] and p[k] >= 2 and all(p[j] == at[j] for j in range(len(at))
-                                                                               if j != k)), None) for k in dims]
+            partners = [_partner(known, at, k) for k in dims]
             if not dims or None in partners:
                 continue
             fit_key = (source, tuple(partners))
@@ -239,8 +240,8 @@ class CompiledModel:
             if fit is None:
                 continue
             substitution = fit.substitute(tuple(new[k] for k in dims))
-            if substitution is None:
-                return None
+            if substitution is None:  # (logged) another source may fit: one whose schedule has a kernel there
+                continue
             try:
                 program = _Program(substitution.module, substituted=True)  # verified: every op's shape rule
             except IRError as e:
@@ -270,6 +271,13 @@ class CompiledModel:
 
     def __repr__(self) -> str:
         return f"<CompiledModel inputs={self.input_names} outputs={self.output_names}>"
+
+
+def _partner(known: list, at: tuple, k: int) -> tuple | None:
+    """The input shapes of a known ``(point, shapes)`` whose dims are ``at`` but dim ``k``, there at
+    least 2, or None."""
+    return next((shapes for point, shapes in known if point[k] != at[k] and point[k] >= 2
+                 and all(x == y for j, (x, y) in enumerate(zip(point, at)) if j != k)), None)
 
 
 def compile(source, *, upgrade_opset: bool = False, base_dir=None) -> CompiledModel:  # noqa: A001
