@@ -52,6 +52,7 @@ could move out, with ``depthwise.py``, its other reader.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import llvmlite.ir as ir
 
@@ -62,7 +63,7 @@ from lezero.codegen.contraction_shapes import (
     gemm_layout,
     stored_operand,
 )
-from lezero.codegen.llvm import gemm, gemm_bf16, gemm_epilogue, vectors
+from lezero.codegen.llvm import cache_model, gemm, gemm_bf16, gemm_epilogue, vectors
 from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB
 from lezero.codegen.llvm.context import KernelContext
 from lezero.codegen.llvm.ir_types import FLOAT, HALF, I8, I64, PTR, VOID
@@ -719,6 +720,15 @@ def _shrink(host: gemm.GemmConfig, m: int, n: int, k: int) -> gemm.GemmConfig:
                            min(host.nc, _align_up(n, host.nr)))
 
 
+def prepacked_b_blocks(config: gemm.GemmConfig, k: int, caches) -> gemm.GemmConfig:
+    """``config`` for a B the plan packed once: K blocks of equal depth, none deeper than
+    ``cache_model.prepacked_b_depth`` (the B sliver in L1; the packed layout does not depend on kc)."""
+    depth = cache_model.prepacked_b_depth(config.nr, caches)
+    if config.kc <= depth:
+        return config
+    return replace(config, kc=-(-k // -(-k // depth)))
+
+
 def slice_cuts(m: int, n: int, mr: int, nr: int) -> tuple[str, list[int]]:
     """Which dim the work items slice ("rows" or "cols", the one with more register tiles) and
     where: at most MAX_SLICES + 1 cuts on tile boundaries, 0 first and the extent last."""
@@ -743,6 +753,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     amx_config = _amx_config(ctx, anchor, plan)
     config = amx_config or plan.config(gemm.GemmConfig.for_target(ctx.cpu, tile) if retiled else host)
     if constant_b:
+        config = prepacked_b_blocks(config, plan.k, cache_model.caches_for(ctx.cpu))
         s = plan.shape
         plan.packed_b = PackedGemmB(plan.constant_b, plan.k, plan.n, config.nr, s.b_matrix_strides)
     # The rows form of a one-batch matmul (lezero/codegen/row_generic.py): a work item per row

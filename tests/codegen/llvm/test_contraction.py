@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from codegen.kernel_testing import (MOVED_OPERAND_SHAPES, assert_matches, batch_norm_epilogue, check_kernel, make_kernel,
                             moved_operands_epilogue, random_array, reference, run_kernel)
 from lezero.codegen.llvm.target import cpu_target
-from lezero.codegen.llvm import contraction, contraction_gemm, gemm, gemm_bf16, jit
+from lezero.codegen.llvm import cache_model, contraction, contraction_gemm, gemm, gemm_bf16, jit
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB
 from lezero.ir.attributes import DenseArrayAttr
@@ -505,6 +505,47 @@ def test_conv_reads_constant_weights_pre_packed(cpu, case, monkeypatch):
     for splits in (1, 3):
         got = run_kernel(kernel, [x, spec.pack(w), bias], splits, lowered, cpu=cpu)[0]
         assert_matches(got, want, **F32_TOL)
+
+
+PRE_PACKED_B_CASES = {
+    # name: (a shape, b shape): a constant B (an LSTM's W_hh, a model's weights), packed once by the plan
+    "lstm_step": ((64, 256), (256, 1024)),     # K blocks of the L1 depth (128 with 6 x 64 tiles)
+    "uneven_depth": ((13, 300), (300, 70)),    # equal blocks of 100, a partial column sliver
+    "one_block": ((9, 40), (40, 33)),          # shallower than the L1 depth: one block
+}
+
+
+@pytest.mark.cross_target(cases=PRE_PACKED_B_CASES, group=lambda case: 0)
+def test_matmul_reads_constant_b_pre_packed_in_l1_deep_blocks(cpu, case):
+    """A matmul whose B is a constant reads it as the GEMM's packed B (``PackedGemmB``), in K blocks
+    no deeper than the B sliver that fits L1 (``prepacked_b_blocks``), and matches the reference
+    with an epilogue whatever the blocks and work-item pieces."""
+    a_shape, b_shape = case
+    module, kernel = matmul_kernel(a_shape, b_shape, "f32", [(b_shape[1],)],
+                                   lambda b, y, c: b.op("lz.relu", b.op("lz.add", y, c)))
+    kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
+    lowered = lower_kernel(kernel, cpu=cpu)
+    (spec,) = lowered.packed_operands
+    assert isinstance(spec, PackedGemmB) and (spec.depth, spec.cols) == b_shape
+    rng = np.random.default_rng(sum(a_shape) + sum(b_shape))
+    a, w, bias = (data(rng, s, "f32") for s in (a_shape, b_shape, (b_shape[1],)))
+    want = reference(module, [a, w, bias])[0]
+    for splits in (1, 3):
+        got = run_kernel(kernel, [a, spec.pack(w), bias], splits, lowered, cpu=cpu)[0]
+        assert_matches(got, want, **F32_TOL)
+
+
+def test_prepacked_b_blocks_are_equal_and_fit_l1():
+    """K blocks for a pre-packed B: the host's kc cut to equal blocks no deeper than the L1 depth
+    (48 KiB of L1 and 64-float slivers: 128), kept when already that shallow."""
+    caches = cache_model.Caches(48 * 1024, 2 << 20, 0)
+    assert cache_model.prepacked_b_depth(64, caches) == 128
+    assert cache_model.prepacked_b_depth(24, caches) == 512
+    config = gemm.GemmConfig(16, 6, 4, 512, 66, 1024)
+    assert contraction_gemm.prepacked_b_blocks(config, 256, caches).kc == 128
+    assert contraction_gemm.prepacked_b_blocks(config, 300, caches).kc == 100
+    shallow = gemm.GemmConfig(16, 6, 4, 40, 12, 64)
+    assert contraction_gemm.prepacked_b_blocks(shallow, 40, caches) is shallow
 
 
 @pytest.mark.parametrize("cpu, image, tile", [
