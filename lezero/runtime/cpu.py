@@ -14,10 +14,11 @@ from them, and runs the plan for that shape signature, building it on first use:
    patched on each call (the caller's arrays).
 
 Running a plan is a loop over kernel launches: patch the input/output pointers, call the kernel
-(across the thread pool when the plan says it splits).  A plan of kernels only runs that loop in
-machine code, in one ctypes call (``CpuPlan.native``: ``loop_driver.native_plan``, the native loop
-of ``lz.for`` run for one iteration), so no launch returns to Python; a plan with a host step
-launches from Python, one ctypes call per kernel.  One lock per plan: the arena is shared state.
+(across the thread pool when the plan says it splits).  A plan whose host steps can be encoded too
+runs that loop in machine code, in one ctypes call (``CpuPlan.native``: ``loop_driver.native_plan``,
+a loop program run once), so no launch or iteration returns to Python; otherwise (a collective, a
+region packing an invariant) it launches from Python, one ctypes call per kernel or step.  One
+lock per plan: the arena is shared state.
 A kernel with bounds checks also gets its status buffer (``lezero/codegen/index_checks.py``), read
 after the launch (after the last launch of a native plan: a kernel that sees a bad index reads a
 clamped address, so the kernels after it are safe): an index out of range raises ``IndexError``
@@ -31,13 +32,15 @@ times with its inputs bound to the carried values' current buffers and to views 
 copies), its outputs to ``ys[k][i]`` (written in place into the stacked results) and to the
 carried values' other buffer, the two swapped each iteration and chosen so the last iteration
 writes the final carried values into the step's result buffers; the initial values are read
-where they are.  A body of kernels only runs all its iterations in one native call
-(``lezero.runtime.loop_driver``: the same buffers, addresses computed in machine code), which
-saves the ~3 us per iteration and launch that the Python loop costs.  ``lz.while`` runs its condition plan before each body run (the carried values
-copied into the results at the end when the count came out odd; one that has a max_trip_count
+where they are.  ``lz.while`` runs its condition plan before each body run (the carried values
+copied into the results at the end when the count came out even; one that has a max_trip_count
 raises when its condition still holds after that many runs); ``lz.if`` runs the plan of the
-branch the predicate picks, straight into the results.  The cuda executor runs the same
-``BoundHostStep`` (control flow is placed on the CPU, with transfers around it).
+branch the predicate picks, straight into the results.  A step whose regions (nested steps
+included) hold kernels and control flow only runs as one native call instead
+(``BoundHostStep.native``, ``lezero.runtime.loop_driver``: the same buffers, the condition read
+between iterations in machine code), which saves the ~3 us per iteration and launch that the
+Python loop costs; ``native_refusal`` says why a step runs in Python.  The cuda executor runs the
+same ``BoundHostStep`` (control flow is placed on the CPU, with transfers around it).
 
 ``CompiledFunction.profile`` (``profile_plan``) runs a plan once with ``time.perf_counter``
 around each launch and returns a ``KernelTiming`` per launch: name, kind, seconds, and the flops
@@ -70,7 +73,7 @@ from lezero.ir.verifier import verify
 from lezero.passes.memory_plan import ALIGNMENT as ARENA_ALIGNMENT
 from lezero.passes.placement import HOST
 from lezero.runtime.kernel_cache import KernelCache, default_cache
-from lezero.runtime.loop_driver import native_for, native_plan
+from lezero.runtime.loop_driver import native_plan, native_step
 from lezero.runtime.plan import (BoundPlan, ExecutionPlan, HostStep, build_plan, collective_in,
                                  specialize)
 from lezero.runtime.thread_pool import ThreadPool, default_pool
@@ -239,8 +242,8 @@ class BoundHostStep:
         self.go = np.zeros((), np.bool_)
         bound = op.get_attr("max_trip_count") if step.name == "lz.while" else None
         self.max_trip_count = None if bound is None else bound.value  # a bounded while raises past it
-        # lz.for's iterations in machine code (lezero.runtime.loop_driver), unless its body needs Python
-        self.native, self.native_refusal = native_for(self.regions[0]) if step.name == "lz.for" else (None, None)
+        # the whole step in machine code (lezero.runtime.loop_driver), unless a region needs Python
+        self.native, self.native_refusal = native_step(self)
 
     @staticmethod
     def _arrays(refs, inputs, results) -> list:
@@ -249,12 +252,24 @@ class BoundHostStep:
     def run(self, inputs: list, results: list, pool: ThreadPool) -> None:
         operands = self._arrays(self.operands, inputs, results)
         outs = self._arrays(self.results, inputs, results)
-        if self.name == "lz.if":
+        self._pack(operands)
+        if self.native is not None:
+            self.native.run([a.ctypes.data for a in operands] + [a.ctypes.data for a in outs], pool)
+        elif self.name == "lz.if":
             self.regions[0 if operands[0] else 1].run(operands[1:], outs, pool)
         elif self.name == "lz.for":
             self._run_for(operands, outs, pool)
         else:
             self._run_while(operands, outs, pool)
+
+    def _pack(self, operands: list) -> None:
+        """Lay out the invariants the regions read pre-packed (``BoundRegion.pack``), once per run."""
+        if self.name == "lz.for":
+            self.regions[0].pack([self.index] + operands[:self.step.num_invariant])
+        else:
+            arguments = operands[:self.step.num_invariant] if self.name == "lz.while" else operands[1:]
+            for region in self.regions:
+                region.pack(arguments)
 
     def _run_for(self, operands: list, outs: list, pool: ThreadPool) -> None:
         step, body = self.step, self.regions[0]
@@ -266,10 +281,6 @@ class BoundHostStep:
                 np.copyto(final, init)
             return
         prefix = [self.index] + invariants
-        body.pack(prefix)
-        if self.native is not None:
-            self._run_native_for(invariants, current, xs, finals, ys, pool)
-            return
         for count, i in enumerate(range(n - 1, -1, -1) if step.reverse else range(n)):
             # the buffers alternate so that the last iteration (count n - 1) writes into finals
             written = finals if (n - 1 - count) % 2 == 0 else self.spare
@@ -278,49 +289,10 @@ class BoundHostStep:
             body.run(prefix + current + [x[i, ...] for x in xs], written + [y[i, ...] for y in ys], pool)
             current = written
 
-    def _run_native_for(self, invariants: list, current: list, xs: list, finals: list, ys: list,
-                        pool: ThreadPool) -> None:
-        """``_run_for``'s loop as one native call: each body buffer's addresses (first iteration,
-        even, odd; the carried values' two buffers alternating as above) and its stride."""
-        n = self.step.trip_count
-        records = self.native.records
-        row = 0
-
-        def put(first: int, even: int, odd: int, stride: int = 0) -> None:
-            nonlocal row
-            records[row] = (first, even, odd, stride)
-            row += 1
-
-        def fixed(array: np.ndarray) -> None:
-            address = array.ctypes.data
-            put(address, address, address)
-
-        def stacked(array: np.ndarray) -> None:
-            address = array.ctypes.data
-            put(address, address, address, array.strides[0])
-
-        def written(parity: int, k: int) -> int:  # where iteration c (of this parity) writes value k
-            return (finals if (n - 1 - parity) % 2 == 0 else self.spare)[k].ctypes.data
-
-        fixed(self.index)
-        for array in invariants:
-            fixed(array)
-        for k, init in enumerate(current):  # iteration c reads what iteration c - 1 wrote
-            put(init.ctypes.data, written(1, k), written(0, k))
-        for array in xs:
-            stacked(array)
-        for k in range(len(finals)):
-            put(written(0, k), written(0, k), written(1, k))
-        for array in ys:
-            stacked(array)
-        self.native.run(records, n, self.step.reverse, self.index, pool)
-
     def _run_while(self, operands: list, outs: list, pool: ThreadPool) -> None:
         ni = self.step.num_invariant
         condition, body = self.regions
         invariants, current = operands[:ni], operands[ni:]
-        condition.pack(invariants)
-        body.pack(invariants)
         buffers = (outs, self.spare)
         count, bound = 0, self.max_trip_count
         while True:

@@ -11,13 +11,10 @@ import pytest
 
 import lezero as lz
 from lezero.cli import opt
-from lezero.codegen.schedule import schedule
 from lezero.eager.autograd import trace
 from lezero.ir.core import ModuleOp
-from lezero.ir.diagnostics import IRError
 from lezero.ir.interpreter import interpret
 from lezero.runtime.kernel_cache import default_cache
-from lezero.runtime.native.program import plan_program
 
 RNG = np.random.default_rng(0)
 
@@ -179,14 +176,6 @@ def test_cuda_runs_the_same_host_step_on_the_cpu(monkeypatch):
         c = np.tanh(c @ w + x)
     for g, want in zip(got, (c, np.stack(ys))):
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
-
-
-def test_a_native_executable_names_the_op():
-    w, h, xs = _arrays((3, 3), (2, 3), (2, 2, 3))
-    t = trace(_rnn(), lz.tensor(h), lz.tensor(xs), lz.tensor(w))
-    scheduled = schedule(ModuleOp([t.func]))
-    with pytest.raises(IRError, match="'lz.for' op: a native executable does not run control flow"):
-        plan_program(scheduled, scheduled.lookup(t.func.sym_name), "m", "test")
 
 
 def test_profile_times_a_host_step_as_one_row():

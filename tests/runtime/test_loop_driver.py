@@ -1,6 +1,8 @@
-"""The native loop of ``lz.for`` (``lezero.runtime.loop_driver``): which bodies it runs, and that
-it computes what the Python loop and the reference interpreter compute (forward and reverse, odd
-and even trip counts, launches split over the pool, a carried value passed through unchanged)."""
+"""Loop programs (``lezero.runtime.loop_driver``): ``lz.for``, ``lz.while`` and ``lz.if`` run in
+machine code, nested ones included, and a plan with control flow runs as one native call; each
+computes what the Python loops and the reference interpreter compute (forward and reverse, odd,
+even and zero trip counts, launches split over the pool, a carried value passed through
+unchanged, a bounded while that runs past its bound, an index out of range inside a body)."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,17 +30,43 @@ def _steps(compiled, args) -> list:
             if isinstance(launch, BoundHostStep)]
 
 
+def _results(r) -> list:
+    return list(r) if isinstance(r, (tuple, list)) else [r]
+
+
+def _programs(plan) -> list:
+    """``(owner, its native program)`` for the plan and every host step in it, nested ones too."""
+    found = [(plan, plan.native)]
+    for launch in plan.launches:
+        if isinstance(launch, BoundHostStep):
+            found.append((launch, launch.native))
+            for region in launch.regions:
+                found += _programs(region.plan)
+    return found
+
+
 def _python_loop(compiled, args) -> list:
-    """The results with every host step's native loop turned off (the Python loop), restored after."""
-    steps = _steps(compiled, args)
-    natives = [step.native for step in steps]
+    """The results with every native program turned off (the Python loops), restored after."""
+    programs = _programs(compiled.plan_for([a.shape for a in args]))
     try:
-        for step in steps:
-            step.native = None
-        return list(compiled(*args))
+        for owner, _ in programs:
+            owner.native = None
+        return _results(compiled(*args))
     finally:
-        for step, native in zip(steps, natives):
-            step.native = native
+        for owner, native in programs:
+            owner.native = native
+
+
+def _check(compiled, module, entry, args, rtol=1e-5, atol=1e-6) -> list:
+    """The native results equal the Python loops' exactly and the interpreter's within tolerance."""
+    got = _results(compiled(*args))
+    python = _python_loop(compiled, args)
+    want = _results(interpret(module, entry, *args))
+    assert len(got) == len(want) == len(python)
+    for g, p, r in zip(got, python, want):
+        np.testing.assert_array_equal(g, p)
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
+    return got
 
 
 @pytest.mark.parametrize("steps", [1, 2, 5])
@@ -75,22 +103,86 @@ def test_native_loop_equals_the_python_loop_and_the_interpreter(steps, reverse, 
         np.testing.assert_array_equal(g, a)
 
 
-def test_a_body_with_a_loop_of_its_own_runs_in_python_and_says_why():
+def test_nested_loops_and_an_if_run_as_one_program():
     w = RNG.standard_normal((3, 3)).astype(np.float32)
     h = RNG.standard_normal((2, 3)).astype(np.float32)
     xs = RNG.standard_normal((4, 2, 3)).astype(np.float32)
 
     def fn(h, xs, w):
-        return lz.scan(lambda c, x: (lz.fori_loop(0, 3, lambda i, v: lz.tanh(v @ w + x), c),) * 2, h, xs)
+        def outer(c, x):
+            inner = lz.fori_loop(0, 3, lambda i, v: lz.tanh(v @ w + x), c)
+            return (lz.cond(inner.sum() > 0, lambda a: a * 2, lambda a: -a, inner),) * 2
+        return lz.scan(outer, h, xs)
 
     compiled, module, entry, args = _compiled(fn, h, xs, w)
     (outer,) = _steps(compiled, args)
-    assert outer.native is None and "host step (lz.for)" in outer.native_refusal
-    (inner,) = [launch for launch in outer.regions[0].plan.launches if isinstance(launch, BoundHostStep)]
-    assert inner.native is not None  # the inner loop runs natively, called from the outer's Python loop
-    for g, r in zip(compiled(*args), interpret(module, entry, *args)):
-        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+    assert outer.native is not None and outer.native_refusal is None
+    assert [launch.name for launch in outer.regions[0].plan.launches
+            if isinstance(launch, BoundHostStep)] == ["lz.for", "lz.if"]
+    _check(compiled, module, entry, args)
 
+
+@pytest.mark.parametrize("start", [20.0, 3.0, 1.0, 0.4])  # 0, 1, 2 and 4 body runs
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_while_equals_the_python_loop_and_the_interpreter(start, threads):
+    # the condition's i1 is read in machine code between iterations; the body's GEMM splits on 2
+    # threads; an even count ends with the epilogue's copy into the results
+    w = np.eye(256, dtype=np.float32) * 2
+    v = np.full((1, 256), start / 256, np.float32)
+    fn = lambda v, w: lz.while_loop(lambda c: c[0].sum() < 10, lambda c: (c[0] @ w, c[1] + 1), (v, lz.tensor(0)))
+    compiled, module, entry, args = _compiled(fn, v, w, threads=threads)
+    (step,) = _steps(compiled, args)
+    assert step.name == "lz.while" and step.native is not None
+    count = _check(compiled, module, entry, args)[1]
+    assert count == {20.0: 0, 3.0: 2, 1.0: 4, 0.4: 5}[start]
+
+
+def test_a_bounded_while_that_runs_past_its_bound_raises_natively():
+    fn = lambda n: lz.while_loop(lambda c: c < n, lambda c: c + 1, lz.tensor(0), max_trip_count=3)
+    compiled, module, entry, args = _compiled(fn, np.array(3))  # the inputs first, then what it captured
+    (step,) = _steps(compiled, args)
+    assert step.native is not None
+    np.testing.assert_array_equal(_check(compiled, module, entry, args)[0], 3)  # exactly the bound
+    with pytest.raises(RuntimeError, match=r"max_trip_count \(3\)"):
+        compiled(np.array(4), *args[1:])
+    np.testing.assert_array_equal(compiled(np.array(1), *args[1:]), 1)  # and it runs again after the error
+
+
+@pytest.mark.parametrize("pred", [True, False])
+def test_native_if_picks_a_branch(pred):
+    w, h = RNG.standard_normal((2, 3, 3)).astype(np.float32)
+    fn = lambda p, h, w: lz.cond(p, lambda a: lz.tanh(a @ w), lambda a: a - 1, h)
+    compiled, module, entry, args = _compiled(fn, np.array(pred), h, w)
+    (step,) = _steps(compiled, args)
+    assert step.native is not None
+    got = _check(compiled, module, entry, args)
+    np.testing.assert_allclose(got[0], np.tanh(h @ w) if pred else h - 1, rtol=1e-5, atol=1e-6)
+
+
+def test_a_plan_with_a_loop_between_kernels_is_one_native_call():
+    w = RNG.standard_normal((3, 3)).astype(np.float32)
+    h = RNG.standard_normal((2, 3)).astype(np.float32)
+    xs = RNG.standard_normal((5, 2, 3)).astype(np.float32)
+    fn = lambda h, xs, w: lz.exp(lz.scan(lambda c, x: (lz.tanh(c @ w + x),) * 2, lz.relu(h), xs)[0])
+    compiled, module, entry, args = _compiled(fn, h, xs, w)
+    plan = compiled.plan_for([a.shape for a in args])
+    assert len(plan.launches) == 3 and plan.native is not None and plan.native.kernels == 3
+    _check(compiled, module, entry, args)
+
+
+def test_an_index_out_of_range_inside_a_native_loop_raises():
+    table = RNG.standard_normal((6, 4)).astype(np.float32)
+    row = lambda i, table: lz.nn.functional.embedding(i.reshape(1), table)[0]  # a checked lz.gather
+    fn = lambda ids, table: lz.scan(lambda c, i: (c + row(i, table), c), lz.zeros(4), ids)
+    compiled, module, entry, args = _compiled(fn, np.array([0, 5, 1]), table)
+    (step,) = _steps(compiled, args)
+    assert step.native is not None
+    _check(compiled, module, entry, args)
+    args[0] = np.array([1, 6, 2])
+    with pytest.raises(IndexError, match="index 6 is out of range"):
+        compiled(*args)
+    args[0] = np.array([2, 2, 2])
+    np.testing.assert_allclose(compiled(*args)[0], table[2] * 3, rtol=1e-6)  # the status was cleared
 
 
 @pytest.mark.parametrize("loop", ["for", "while"])
@@ -98,7 +190,7 @@ def test_a_body_with_a_loop_of_its_own_runs_in_python_and_says_why():
 def test_a_loop_invariant_weight_is_packed_once_per_run(product, loop):
     # The body's GEMM reads the invariant weight pre-packed, laid out by the loop once per run
     # (an RNN's h @ w.T at batch 5, a conv RNN's 3x3 conv), so a second run must see a new weight;
-    # lz.for natively and in the Python loop (lz.while's always runs in Python)
+    # natively and in the Python loop
     if product == "matmul":
         h, w = RNG.standard_normal((5, 20)).astype(np.float32), RNG.standard_normal((20, 20)).astype(np.float32) * 0.3
         body = lambda h, x, w: lz.tanh(h @ w.T + x)
@@ -116,7 +208,7 @@ def test_a_loop_invariant_weight_is_packed_once_per_run(product, loop):
     region = step.regions[-1].plan  # the body
     (packed,) = region.packed_inputs
     assert region.plan.block.args[packed[0]].type.shape == w.shape  # the argument packed is w
-    assert (step.native is not None) == (loop == "for")
+    assert step.native is not None
     for scale, native in ((1.0, step.native), (-0.5, step.native), (2.0, None)):  # each run repacks w
         step.native = native
         args[2] = w * scale  # the inputs come first: h, xs, w

@@ -7,7 +7,8 @@
    shapes, its ``ExecutionPlan`` and the ``NativeProgram`` of it (kernels by symbol, buffers as
    references, the weights blob);
 2. **build** (``build_native``), in a temporary directory beside the destination:
-   - ``kernels.o``: every kernel's LLVM module, each O3-optimized as the JIT does, linked into one
+   - ``kernels.o``: every kernel's LLVM module and the loop program's walker
+     (``lezero.runtime.loop_driver``), each O3-optimized as the JIT does, linked into one
      module and emitted as one PIC object (``codegen.llvm.jit.emit_linked_object``). With many
      kernels and several CPUs the kernels are split by size into one group per job, each group one
      object compiled in its own process (``kernels_<i>.o``): LLVM is most of the build time
@@ -46,6 +47,7 @@ from lezero.codegen.llvm.target import CpuTarget, cpu_target, host_target
 from lezero.ir.core import ModuleOp
 import lezero.runtime.native.driver as driver
 from lezero.runtime.native.program import NativeCompileError, NativeProgram, bind_shapes, entry_function, plan_program
+from lezero.runtime.loop_driver import WALKER, walker_ir
 from lezero.runtime.plan import specialize
 from lezero.runtime.progress import progress
 
@@ -215,7 +217,9 @@ def build_native(program: NativeProgram, output: str | os.PathLike, shared: bool
     try:
         start = time.perf_counter()
         objects = []
-        for i, code in enumerate(emit_kernel_objects(program.kernels, jobs, program.cpu)):
+        # the kernels and the loop program's walker (lezero.runtime.loop_driver)
+        modules = {**program.kernels, WALKER: walker_ir()}
+        for i, code in enumerate(emit_kernel_objects(modules, jobs, program.cpu)):
             objects.append(f"kernels_{i}.o")
             (build_dir / objects[-1]).write_bytes(code)
         seconds["kernels (LLVM)"] = time.perf_counter() - start

@@ -9,12 +9,16 @@ builds it; ``driver`` renders it as C tables around ``runtime.c``'s run loop).
    transposed) is evaluated by the reference and its results become weights.
 3. **program** (``plan_program``): the plan for C: per kernel its symbol (kernels whose LLVM IR
    differs only in their name, ResNet's repeated blocks, share one, so they are compiled once),
-   work items, whether to split it over threads, and its buffers as ``BufferRef``s (a graph input,
-   an output, an arena offset, a ``weights`` offset); where each output comes from; the
-   constants laid out in one weights blob (64-byte aligned, equal constants stored once). A
-   kernel with bounds checks also gets a slice of the model's status array (``status`` buffer,
-   ``lezero/codegen/index_checks.py``), and the program lists its checks, which the run loop
-   reads after the launch.
+   work items and whether to split it over threads; the constants laid out in one weights blob
+   (64-byte aligned, equal constants stored once); and the whole schedule, control flow included
+   (``lz.for``, ``lz.while``, ``lz.if``, nested), as one loop program
+   (``lezero.runtime.loop_driver``: the encoding and the walker the JIT runs), its addresses
+   relocations against the model's arena, weights, status array and kernels, which ``runtime.c``
+   applies when a model is created.  Region arenas and the loops' own buffers (a carried value's
+   second buffer, the index, the condition) are laid out after the plan's arena.  A kernel with
+   bounds checks gets a slice of the model's status array, and the program lists its checks,
+   which the run loop reads after the run; what the program cannot hold is an ``IRError`` naming
+   the op.
 """
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, FuncOp, ModuleOp
 from lezero.ir.diagnostics import IRError
 from lezero.ir.types import TensorType, format_shape
 from lezero.passes.placement import HOST
-from lezero.runtime.plan import BufferRef, HostStep, build_plan
+from lezero.runtime.loop_driver import ProgramEncoder
+from lezero.runtime.plan import BufferRef, build_plan
 
 WEIGHT_ALIGNMENT = 64
 
@@ -58,8 +63,9 @@ class NativeLaunch:
     symbol: str     # the function called (shared between identical kernels)
     work_items: int
     parallel: bool
-    buffers: list   # BufferRef per operand, then per result (then the status, with checks)
+    code_at: int    # its KERNEL entry in the program's code
     checks: tuple = ()  # the kernel's bounds checks (IndexCheck), in slot order
+    status: int = 0  # where its checks' slots start in the status array
     flops: int = 0  # codegen's estimate and the bytes it reads and writes: the --profile table's rates
     bytes: int = 0
 
@@ -86,6 +92,11 @@ class NativeProgram:
     folded_kernels: int = 0  # kernels of constants only, evaluated at build time
     cpu: CpuTarget = field(default_factory=cpu_target)  # what the kernels are generated for
     status_size: int = 0  # int64 slots of the bounds checks' status array
+    words: np.ndarray | None = None  # the loop program: frame words, then code (loop_driver)
+    frame_words: int = 0
+    relocations: list = field(default_factory=list)  # (word, "kernel" | "arena" | "weights" | "status")
+    symbols: list = field(default_factory=list)  # a "kernel" relocation's value indexes this
+    whiles: list = field(default_factory=list)  # (code position, max_trip_count) of each lz.while
 
     @property
     def num_kernels(self) -> int:
@@ -194,41 +205,82 @@ def plan_program(module: ModuleOp, func: FuncOp, name: str, source: str,
                                                                _file_stems(output_names))]
     program = NativeProgram(name, source, inputs, outputs, [], [], plan.arena_sizes[HOST], cpu=target,
                             folded_kernels=plan.folded_kernels)
-    weight_offsets: dict[tuple, int] = {}
-
-    def ref(buffer: BufferRef) -> BufferRef:
-        """``buffer`` as the C tables name it: a constant by its offset in the weights blob."""
-        if buffer.kind != "constant":
-            return buffer
-        array = plan.constants[buffer.where]
-        key = (array.nbytes, hashlib.sha256(array.reshape(-1).view(np.uint8)).digest())
-        if key not in weight_offsets:
-            offset = -(-program.weights_size // WEIGHT_ALIGNMENT) * WEIGHT_ALIGNMENT
-            program.weights.append((offset, array))
-            program.weights_size = offset + array.nbytes
-            weight_offsets[key] = offset
-        return BufferRef("weights", weight_offsets[key])
-
-    symbols_by_code: dict[str, str] = {}
-    for launch in plan.launches:
-        if isinstance(launch, HostStep):
-            raise IRError(f"'{launch.name}' op: a native executable does not run control flow yet "
-                          f"(lezero.compile runs it)", launch.op.location)
-        lowered = launch.kernel
-        code = lowered.llvm_ir.replace(lowered.name, "\0kernel\0")
-        symbol = symbols_by_code.setdefault(code, lowered.name)
-        if symbol == lowered.name:
-            program.kernels[symbol] = lowered.llvm_ir
-        program.external_symbols.update(lowered.external_symbols)
-        buffers = [ref(b) for b in launch.buffers]
-        if lowered.index_checks is not None:
-            buffers.append(BufferRef("status", program.status_size))
-            program.status_size += len(initial_status(lowered.index_checks))
-        program.launches.append(NativeLaunch(lowered.name, symbol, lowered.work_items, launch.split_over_threads,
-                                             buffers, lowered.index_checks or (), lowered.flops,
-                                             lowered.bytes_accessed))
-
+    binding = _Binding(program, plan)
+    encoder = ProgramEncoder(binding, len(inputs) + len(outputs))
+    encoder.plan(plan, list(range(len(encoder.frame))), copy_outputs=False)
+    program.words, program.frame_words = encoder.words(), len(encoder.frame)
+    program.relocations, program.whiles = encoder.relocations, encoder.whiles
     for i, buffer in enumerate(plan.outputs):
         in_place = plan.written_in_place(i)
-        program.output_sources.append(OutputSource(in_place, None if in_place else ref(buffer)))
+        program.output_sources.append(OutputSource(in_place, None if in_place else binding.reference(plan, buffer)))
     return program
+
+
+class _Binding:
+    """``ProgramEncoder``'s addresses in an executable: relocations (``kind``, value) against the
+    model's arena (each region plan's arena and each loop's own buffers laid out after the
+    plan's), the weights blob, the status array and the kernel symbols; it also records each
+    kernel (``NativeProgram.launches``, symbols shared by identical kernels)."""
+
+    def __init__(self, program: NativeProgram, plan):
+        self.program = program
+        self.arena_base = {id(plan): 0}
+        self.weight_offsets: dict[tuple, int] = {}
+        self.symbols_by_code: dict[str, str] = {}
+        self.status_at: dict[int, int] = {}
+
+    def _arena(self, nbytes: int) -> int:
+        offset = -(-self.program.arena_size // WEIGHT_ALIGNMENT) * WEIGHT_ALIGNMENT
+        self.program.arena_size = offset + nbytes
+        return offset
+
+    def _weight(self, array: np.ndarray) -> int:
+        key = (array.nbytes, hashlib.sha256(array.reshape(-1).view(np.uint8)).digest())
+        if key not in self.weight_offsets:
+            offset = -(-self.program.weights_size // WEIGHT_ALIGNMENT) * WEIGHT_ALIGNMENT
+            self.program.weights.append((offset, array))
+            self.program.weights_size = offset + array.nbytes
+            self.weight_offsets[key] = offset
+        return self.weight_offsets[key]
+
+    def reference(self, plan, buffer: BufferRef) -> BufferRef:
+        """``buffer`` of ``plan`` as the C tables name it: a constant by its offset in the weights
+        blob, an arena slot of a region by its offset in the model's arena."""
+        if buffer.kind == "constant":
+            return BufferRef("weights", self._weight(plan.constants[buffer.where]))
+        if buffer.kind == "arena":
+            if id(plan) not in self.arena_base:
+                self.arena_base[id(plan)] = self._arena(plan.arena_sizes[HOST])
+            return BufferRef("arena", self.arena_base[id(plan)] + buffer.where)
+        return buffer
+
+    def fixed(self, plan, ref, t):
+        ref = self.reference(plan, ref)
+        return ref.kind, ref.where
+
+    def function(self, plan, launch, at):
+        program, lowered = self.program, launch.kernel
+        code = lowered.llvm_ir.replace(lowered.name, "\0kernel\0")
+        symbol = self.symbols_by_code.setdefault(code, lowered.name)
+        if symbol == lowered.name:
+            program.kernels[symbol] = lowered.llvm_ir
+            program.symbols.append(symbol)
+        program.external_symbols.update(lowered.external_symbols)
+        status = program.status_size
+        if lowered.index_checks is not None:
+            self.status_at[id(launch)] = status
+            program.status_size += len(initial_status(lowered.index_checks))
+        program.launches.append(NativeLaunch(lowered.name, symbol, lowered.work_items, launch.split_over_threads, at,
+                                             lowered.index_checks or (), status, lowered.flops,
+                                             lowered.bytes_accessed))
+        return "kernel", program.symbols.index(symbol)
+
+    def table(self, plan, launch):
+        slots = [(None, 0) if ref.kind in ("input", "output") else self.fixed(plan, ref, None)
+                 for ref in launch.buffers]
+        if id(launch) in self.status_at:
+            slots.append(("status", 8 * self.status_at[id(launch)]))  # bytes into the int64 array
+        return slots
+
+    def step_buffer(self, step, role, k, t):
+        return "arena", self._arena(t.nbytes)

@@ -7,14 +7,19 @@
  * `void name(void **buffers, int64_t begin, int64_t end)`, buffers = operands then results) and
  * the weights (`lz_weights`, embedded by an assembly file's .incbin).
  *
- * Running the model does what lezero/runtime/cpu.py's run_plan does: for each kernel
- * in schedule order, build its buffer pointer table (a graph input, a caller's output buffer, an
- * arena slot or a weight), then call it on [0, work_items), split over a pthread pool when the
- * kernel has enough work; finally copy the outputs no kernel wrote in place.
+ * Running the model does what lezero/runtime/cpu.py's run_plan does with a native plan: the
+ * schedule is a loop program (lezero/runtime/loop_driver.py: kernel launches with inline pointer
+ * tables, lz.for / lz.while / lz.if with their regions, copies), walked by lz_run_program, the same
+ * walker the JIT runs, linked beside the kernels. lz_model_create copies the program and relocates
+ * its addresses (a kernel's symbol, the model's arena, the weights, the status array) and sets each
+ * launch's thread count; a run writes the inputs' and outputs' addresses into the program's first
+ * frame words and makes one call, which splits launches over a pthread pool when they have enough
+ * work; finally it copies the outputs no kernel wrote in place.
  *
  * A kernel with bounds checks (lezero/codegen/index_checks.py) also gets its slice of the model's
- * status array; after the launch the run loop reads each check's flag, and one that is set makes
- * the run fail with the check's message around the bad index (the status is then reset).
+ * status array; after the run each check's flag is read, and one that is set makes the run fail
+ * with the check's message around the bad index (the status is then reset). An lz.while that runs
+ * past its max_trip_count fails the run with the interpreter's message.
  *
  * With LZ_EXECUTABLE defined it also has a main(): .npy files in, .npy files out.
  */
@@ -45,27 +50,47 @@ __attribute__((constructor)) static void lz_request_amx_tiles(void) {
 }
 #endif
 
-/* Where a kernel's buffer (or a copied output) lives. */
-enum { LZ_FROM_INPUT, LZ_FROM_OUTPUT, LZ_FROM_ARENA, LZ_FROM_WEIGHTS, LZ_FROM_STATUS };
+/* Where a copied output lives. */
+enum { LZ_FROM_INPUT, LZ_FROM_OUTPUT, LZ_FROM_ARENA, LZ_FROM_WEIGHTS };
 
 typedef struct {
     int kind;      /* LZ_FROM_* */
-    int64_t where; /* input or output index, byte offset into the arena or the weights, or int64
-                    * offset into the status array */
+    int64_t where; /* input or output index, byte offset into the arena or the weights */
 } lz_buffer_ref;
 
+/* A program word holding an address: a kernel (its value indexes lz_kernel_fns) or a byte offset
+ * into the model's arena, the weights or the status array. */
+enum { LZ_RELOCATE_KERNEL, LZ_RELOCATE_ARENA, LZ_RELOCATE_WEIGHTS, LZ_RELOCATE_STATUS };
+
 typedef struct {
-    lz_kernel_fn fn;
+    int64_t word;
+    int kind; /* LZ_RELOCATE_* */
+} lz_relocation;
+
+/* A KERNEL entry of the program's code: [KERNEL, size, fn, work, threads, patches, (slot, word) *
+ * patches, table...] (lezero/runtime/loop_driver.py). */
+typedef struct {
     const char *name;
+    int64_t code_at;  /* the entry's position in the code */
     int64_t work_items;
-    int parallel;     /* worth splitting over the thread pool */
-    int first_buffer; /* into lz_buffer_refs */
-    int num_buffers;
+    int parallel;    /* worth splitting over the thread pool */
     int first_check; /* into lz_index_checks */
     int num_checks;
     int64_t flops; /* codegen's estimate, and the bytes the kernel reads and writes: --profile's rates */
     int64_t bytes;
 } lz_launch;
+
+typedef struct {
+    int64_t code_at; /* an lz.while's WHILE entry */
+    const char *message;
+} lz_while_error;
+
+typedef void (*lz_pool_entry_fn)(void *pool, void *fn, void *table, int64_t work_items, int64_t threads);
+
+/* lezero/runtime/loop_driver.py's walker: runs code[start, end) over frame; 0, or the position + 1
+ * of an lz.while that ran past its max_trip_count. always: every launch through pool_entry. */
+extern int64_t lz_run_program(int64_t *code, int64_t start, int64_t end, int64_t *frame, void *pool,
+                              lz_pool_entry_fn pool_entry, int64_t always) __attribute__((visibility("hidden")));
 
 /* A bounds check: its flag at status[slot], the largest bad index at status[slot + 1]. */
 typedef struct {
@@ -80,9 +105,10 @@ typedef struct {
 
 extern const unsigned char lz_weights[] __attribute__((visibility("hidden")));
 
-/* LZ_NUM_INPUTS, LZ_NUM_OUTPUTS, LZ_NUM_LAUNCHES, LZ_ARENA_SIZE, LZ_MAX_BUFFERS, LZ_ANY_PARALLEL,
- * LZ_STATUS_SIZE, the kernels' declarations, lz_inputs[], lz_outputs[], lz_output_files[],
- * lz_buffer_refs[], lz_launches[], lz_index_checks[], lz_status_initial[], lz_output_sources[]. */
+/* LZ_NUM_INPUTS, LZ_NUM_OUTPUTS, LZ_NUM_LAUNCHES, LZ_ARENA_SIZE, LZ_ANY_PARALLEL, LZ_STATUS_SIZE,
+ * LZ_FRAME_WORDS, LZ_PROGRAM_WORDS, LZ_NUM_RELOCATIONS, the kernels' declarations, lz_inputs[],
+ * lz_outputs[], lz_output_files[], lz_kernel_fns[], lz_program_words[], lz_relocations[],
+ * lz_launches[], lz_index_checks[], lz_status_initial[], lz_while_errors[], lz_output_sources[]. */
 #include "lz_model_tables.h"
 
 #define LZ_ALIGNMENT 64
@@ -224,6 +250,12 @@ static void lz_pool_run(lz_pool *p, lz_kernel_fn fn, void **buffers, int64_t wor
     pthread_mutex_unlock(&p->lock);
 }
 
+/* The walker's entry into the pool (ThreadPool.native_entry's signature in the JIT). */
+static void lz_pool_entry(void *pool, void *fn, void *table, int64_t work_items, int64_t threads) {
+    (void)threads; /* the launch's min(threads, work items): lz_pool_run takes the same */
+    lz_pool_run(pool, (lz_kernel_fn)fn, table, work_items);
+}
+
 static int lz_default_num_threads(void) {
     const char *env = getenv("LEZERO_NUM_THREADS");
     if (env && *env) {
@@ -244,13 +276,16 @@ static int lz_default_num_threads(void) {
  * ------------------------------------------------------------------------------------------- */
 
 struct lz_model {
-    unsigned char *arena;   /* kernel results (memory-plan's offsets) */
+    int64_t *program;       /* lz_program_words, relocated: its kernel tables are this model's */
+    unsigned char *arena;   /* kernel results (memory-plan's offsets), regions' arenas, loop buffers */
     unsigned char *scratch; /* outputs the caller did not ask for */
     int64_t status[LZ_STATUS_SIZE + 1]; /* the bounds checks' flags and bad indices */
     lz_pool pool;
     pthread_mutex_t lock; /* the arena is shared state: one run at a time */
     char error[LZ_ERROR_SIZE];
     double *launch_seconds; /* --profile: each launch's time summed over the runs (NULL: not timed) */
+    int64_t launch_calls;   /* --profile: the launches run (a loop body's once per iteration) */
+    void **tables;          /* --profile: each launch's pointer table, to find it from the walker's call */
 };
 
 static double lz_now(void) {
@@ -306,17 +341,34 @@ lz_model *lz_model_create(int num_threads) {
     for (int i = 0; i < LZ_NUM_OUTPUTS; i++) scratch += lz_round_up(lz_outputs[i].nbytes);
     m->arena = lz_aligned_alloc(LZ_ARENA_SIZE);
     m->scratch = lz_aligned_alloc(scratch);
-    if (!m->arena || !m->scratch) {
+    m->program = malloc(sizeof lz_program_words);
+    if (!m->arena || !m->scratch || !m->program) {
         lz_set_error(lz_create_error, "cannot allocate %zu bytes for the model's buffers",
-                     (size_t)LZ_ARENA_SIZE + scratch);
+                     (size_t)LZ_ARENA_SIZE + scratch + sizeof lz_program_words);
         free(m->arena);
         free(m->scratch);
+        free(m->program);
         free(m);
         return NULL;
     }
     memcpy(m->status, lz_status_initial, sizeof(int64_t) * LZ_STATUS_SIZE);
+    memcpy(m->program, lz_program_words, sizeof lz_program_words);
+    for (int r = 0; r < LZ_NUM_RELOCATIONS; r++) {
+        int64_t *word = &m->program[lz_relocations[r].word];
+        switch (lz_relocations[r].kind) {
+        case LZ_RELOCATE_KERNEL: *word = (int64_t)(intptr_t)lz_kernel_fns[*word]; break;
+        case LZ_RELOCATE_ARENA: *word += (int64_t)(intptr_t)m->arena; break;
+        case LZ_RELOCATE_WEIGHTS: *word += (int64_t)(intptr_t)lz_weights; break;
+        default: *word += (int64_t)(intptr_t)m->status; break;
+        }
+    }
     if (num_threads <= 0) num_threads = lz_default_num_threads();
     lz_pool_start(&m->pool, LZ_ANY_PARALLEL ? num_threads : 1);
+    for (int k = 0; k < LZ_NUM_LAUNCHES; k++) { /* each launch's threads word */
+        const lz_launch *l = &lz_launches[k];
+        int64_t threads = m->pool.num_threads < l->work_items ? m->pool.num_threads : l->work_items;
+        m->program[LZ_FRAME_WORDS + l->code_at + 4] = l->parallel ? threads : 1;
+    }
     pthread_mutex_init(&m->lock, NULL);
     return m;
 }
@@ -327,7 +379,9 @@ void lz_model_destroy(lz_model *model) {
     pthread_mutex_destroy(&model->lock);
     free(model->arena);
     free(model->scratch);
+    free(model->program);
     free(model->launch_seconds);
+    free(model->tables);
     free(model);
 }
 
@@ -391,9 +445,38 @@ static void *lz_resolve(lz_model *m, lz_buffer_ref ref, const void **inputs, voi
     case LZ_FROM_INPUT: return (void *)inputs[ref.where];
     case LZ_FROM_OUTPUT: return outputs[ref.where];
     case LZ_FROM_ARENA: return m->arena + ref.where;
-    case LZ_FROM_STATUS: return m->status + ref.where;
     default: return (void *)(lz_weights + ref.where);
     }
+}
+
+/* --profile's entry: every launch comes here (the walker's `always`); it finds the launch by its
+ * table (they are in code order) and times it. */
+static void lz_profile_entry(void *model, void *fn, void *table, int64_t work_items, int64_t threads) {
+    lz_model *m = model;
+    int lo = 0, hi = LZ_NUM_LAUNCHES - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if ((char *)m->tables[mid] <= (char *)table) lo = mid; else hi = mid - 1;
+    }
+    double start = lz_now();
+    if (threads > 1)
+        lz_pool_run(&m->pool, (lz_kernel_fn)fn, table, work_items);
+    else
+        ((lz_kernel_fn)fn)(table, 0, work_items);
+    m->launch_seconds[lo] += lz_now() - start;
+    m->launch_calls++;
+}
+
+/* Start timing each launch (--profile). */
+__attribute__((unused)) static int lz_model_profile(lz_model *m) {
+    m->launch_seconds = calloc(LZ_NUM_LAUNCHES + 1, sizeof(double));
+    m->tables = calloc(LZ_NUM_LAUNCHES + 1, sizeof(void *));
+    if (!m->launch_seconds || !m->tables) return -1;
+    for (int k = 0; k < LZ_NUM_LAUNCHES; k++) {
+        int64_t *entry = m->program + LZ_FRAME_WORDS + lz_launches[k].code_at;
+        m->tables[k] = entry + 6 + 2 * entry[5];
+    }
+    return 0;
 }
 
 int lz_model_run(lz_model *model, const char *const *input_names, const void *const *inputs, int n_inputs,
@@ -421,26 +504,27 @@ int lz_model_run(lz_model *model, const char *const *input_names, const void *co
     }
 
     pthread_mutex_lock(&model->lock);
-    void *table[LZ_MAX_BUFFERS + 1];
-    for (int k = 0; k < LZ_NUM_LAUNCHES; k++) {
-        const lz_launch *launch = &lz_launches[k];
-        for (int b = 0; b < launch->num_buffers; b++)
-            table[b] = lz_resolve(model, lz_buffer_refs[launch->first_buffer + b], in, out);
-        double start = model->launch_seconds ? lz_now() : 0;
-        if (launch->parallel)
-            lz_pool_run(&model->pool, launch->fn, table, launch->work_items);
-        else
-            launch->fn(table, 0, launch->work_items);
-        if (model->launch_seconds) model->launch_seconds[k] += lz_now() - start;
-        for (int c = launch->first_check; c < launch->first_check + launch->num_checks; c++) {
-            const lz_index_check *check = &lz_index_checks[c];
-            if (!model->status[check->slot]) continue;
-            lz_set_error(model->error, "%s%lld%s", check->before, (long long)model->status[check->slot + 1],
-                         check->after);
-            memcpy(model->status, lz_status_initial, sizeof(int64_t) * LZ_STATUS_SIZE);
-            pthread_mutex_unlock(&model->lock);
-            return -1;
-        }
+    for (int i = 0; i < LZ_NUM_INPUTS; i++) model->program[i] = (int64_t)(intptr_t)in[i];
+    for (int i = 0; i < LZ_NUM_OUTPUTS; i++) model->program[LZ_NUM_INPUTS + i] = (int64_t)(intptr_t)out[i];
+    int profiled = model->launch_seconds != NULL;
+    int64_t failed = lz_run_program(model->program + LZ_FRAME_WORDS, 0, LZ_PROGRAM_WORDS - LZ_FRAME_WORDS,
+                                    model->program, profiled ? (void *)model : (void *)&model->pool,
+                                    profiled ? lz_profile_entry : lz_pool_entry, profiled);
+    for (int c = 0; c < LZ_NUM_CHECKS; c++) { /* the first failed check, in launch order */
+        const lz_index_check *check = &lz_index_checks[c];
+        if (!model->status[check->slot]) continue;
+        lz_set_error(model->error, "%s%lld%s", check->before, (long long)model->status[check->slot + 1],
+                     check->after);
+        memcpy(model->status, lz_status_initial, sizeof(int64_t) * LZ_STATUS_SIZE);
+        pthread_mutex_unlock(&model->lock);
+        return -1;
+    }
+    if (failed) {
+        const lz_while_error *e = lz_while_errors;
+        while (e->message && e->code_at != failed - 1) e++;
+        lz_set_error(model->error, "%s", e->message ? e->message : "an lz.while ran past its max_trip_count");
+        pthread_mutex_unlock(&model->lock);
+        return -1;
     }
     for (int i = 0; i < LZ_NUM_OUTPUTS; i++) {
         const lz_output_source *s = &lz_output_sources[i];
@@ -708,7 +792,7 @@ static int lz_slower_first(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static void lz_print_profile(const double *seconds, int runs, double wall) {
+static void lz_print_profile(const double *seconds, int64_t calls, int runs, double wall) {
     int order[LZ_NUM_LAUNCHES + 1];
     double kernels = 0;
     for (int k = 0; k < LZ_NUM_LAUNCHES; k++) {
@@ -725,8 +809,8 @@ static void lz_print_profile(const double *seconds, int runs, double wall) {
                 wall > 0 ? 100.0 * seconds[order[j]] / wall : 0.0, t > 0 ? (double)l->flops / t * 1e-9 : 0.0,
                 t > 0 ? (double)l->bytes / t * 1e-9 : 0.0, l->parallel ? "pool" : "caller");
     }
-    fprintf(stderr, "%d launches per run, %d runs: kernels %.3f ms/run of %.3f ms/run wall (%.1f%%)\n",
-            LZ_NUM_LAUNCHES, runs, 1e3 * kernels / runs, 1e3 * wall / runs, wall > 0 ? 100.0 * kernels / wall : 0.0);
+    fprintf(stderr, "%lld launches per run (%d kernels), %d runs: kernels %.3f ms/run of %.3f ms/run wall (%.1f%%)\n",
+            (long long)(calls / runs), LZ_NUM_LAUNCHES, runs, 1e3 * kernels / runs, 1e3 * wall / runs, wall > 0 ? 100.0 * kernels / wall : 0.0);
 }
 
 static const char *lz_option_value(int argc, char **argv, int *i, const char *option) {
@@ -806,7 +890,7 @@ int main(int argc, char **argv) {
 
     lz_model *model = lz_model_create(threads);
     if (!model) lz_fail("%s", lz_model_last_error(NULL));
-    if (profile && !(model->launch_seconds = calloc(LZ_NUM_LAUNCHES + 1, sizeof(double)))) lz_fail("out of memory");
+    if (profile && lz_model_profile(model) != 0) lz_fail("out of memory");
     double best = 1e300, total = 0;
     for (int r = 0; r < repeat; r++) {
         double start = lz_now();
@@ -819,7 +903,7 @@ int main(int argc, char **argv) {
     if (repeat > 1)
         fprintf(stderr, "%s: %d runs on %d threads: mean %.3f ms, best %.3f ms\n", lz_program, repeat,
                 lz_model_num_threads(model), 1e3 * total / repeat, 1e3 * best);
-    if (profile) lz_print_profile(model->launch_seconds, repeat, total);
+    if (profile) lz_print_profile(model->launch_seconds, model->launch_calls, repeat, total);
     for (int i = 0; i < LZ_NUM_OUTPUTS; i++) lz_write_output(i, output_dir, outputs[i]);
     lz_model_destroy(model);
     return 0;
