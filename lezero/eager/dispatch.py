@@ -169,8 +169,8 @@ def bf16_storage_runner(run, signature: FunctionType):
 
     def run_bf16(arrays, outs=None):
         arrays = list(arrays)
-        for i in wide:
-            if numpy_dtype(arrays[i]) is BFLOAT16_STORAGE:
+        for i in wide:  # (a cuda function takes torch.bfloat16 itself: its device storage of bf16)
+            if arrays[i].__class__ is np.ndarray and numpy_dtype(arrays[i]) is BFLOAT16_STORAGE:
                 arrays[i] = widened(arrays[i])
         results = list(run(arrays))
         for i in narrow:

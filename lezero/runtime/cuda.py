@@ -20,7 +20,7 @@ between the two memories (``lezero.passes.placement``).  A plan bound to cuda (`
   the first run by timing each of ``kernel.configs`` on scratch results when it does at least
   ``AUTOTUNE_MIN_FLOPS``: autotuning; else, under the interpreter or with ``LEZERO_AUTOTUNE=0``,
   ``configs[0]``), a CPU kernel through the LLVM path and the kernel cache on host
-  buffers, a transfer as ``tensor.copy_``.
+  buffers, a transfer as ``tensor.copy_`` (``copy_into``).
 
 A kernel with bounds checks (either side) gets a status tensor (``lezero/codegen/index_checks.py``)
 on its device as its last buffer; after the last launch of a call the plan reads each (one
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import threading
 import time
@@ -51,7 +52,7 @@ from lezero.codegen.index_checks import initial_status, status_error
 from lezero.ir.core import ModuleOp
 from lezero.ir.diagnostics import InputError, IRError
 from lezero.ir.interpreter import check_arguments
-from lezero.ir.types import TensorType
+from lezero.ir.types import BF16, TensorType
 from lezero.passes.memory_plan import ALIGNMENT as ARENA_ALIGNMENT
 from lezero.passes.placement import HOST
 from lezero.runtime.cpu import BoundHostStep, CompiledFunction, bind_plan
@@ -78,8 +79,44 @@ def torch_dtype(numpy_dtype: np.dtype):
     return torch.from_numpy(np.empty(0, numpy_dtype)).dtype
 
 
-def _storage_dtype(t: TensorType):
+def storage_dtype(t: TensorType, on_device: bool = True):
+    """The torch dtype of a buffer of type ``t`` on the device (bf16: ``torch.bfloat16``, 2 bytes)
+    or, ``on_device=False``, in host memory (the reference's numpy storage: bf16 is float32)."""
+    if on_device and t.element_type == BF16:
+        import torch
+
+        return torch.bfloat16
     return torch_dtype(np.dtype(t.element_type.numpy_dtype))
+
+
+def to_device(array: np.ndarray, t: TensorType, device):
+    """A host array of type ``t`` (the reference's storage) as a tensor on ``device`` in its device
+    storage: bf16 (float32 holding bf16 values) becomes ``torch.bfloat16``, exactly (``narrowed``)."""
+    import torch
+
+    tensor = torch.from_numpy(array)
+    return (narrowed(tensor) if t.element_type == BF16 else tensor).to(device)
+
+
+def narrowed(tensor):
+    """A float32 tensor holding bf16 values as ``torch.bfloat16``: each value's high 16 bits, which
+    are its bf16 bits (a nan keeps its sign and payload, where torch's conversion makes every nan
+    0xFFFF); the way back, ``tensor.float()``, is exact."""
+    import torch
+
+    return (tensor.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
+
+
+def to_host(tensor, t: TensorType) -> np.ndarray:
+    """A device tensor of type ``t`` as a numpy array in the reference's storage (bf16 as float32)."""
+    return tensor.cpu().to(storage_dtype(t, on_device=False)).numpy()
+
+
+def copy_into(dst, src) -> None:
+    """``dst.copy_(src)`` across memories and storages: bf16 from the host's float32 is ``narrowed``."""
+    import torch
+
+    dst.copy_(narrowed(src) if dst.dtype == torch.bfloat16 and src.dtype == torch.float32 else src)
 
 
 def _arena(size: int, device):
@@ -91,9 +128,13 @@ def _arena(size: int, device):
     return raw[start:start + size]
 
 
-def _view(arena, offset: int, t: TensorType):
-    """The tensor of type ``t`` at byte ``offset`` of ``arena``."""
-    return arena[offset:offset + t.nbytes].view(_storage_dtype(t)).view(t.shape)
+def _view(arena, offset: int, t: TensorType, on_device: bool):
+    """The tensor of type ``t`` at byte ``offset`` of ``arena`` (the device's or the host's: the
+    storage differs for bf16; memory-plan sized the slots for float32, so a bf16 slot on the
+    device uses half of its room)."""
+    dtype = storage_dtype(t, on_device)
+    nbytes = math.prod(t.shape) * dtype.itemsize
+    return arena[offset:offset + nbytes].view(dtype).view(t.shape)
 
 
 # Where a launch finds a buffer: ("input", i), ("output", i) or ("fixed", tensor).
@@ -185,7 +226,7 @@ class _TransferLaunch:
 
     def run(self, buffers) -> None:
         src, dst = buffers
-        dst.copy_(src)
+        copy_into(dst, src)
 
 
 @dataclass
@@ -215,18 +256,19 @@ def bind_cuda_plan(plan: ExecutionPlan, cache, pool, cpu=None) -> CudaPlan:
     arenas = {"cuda": _arena(plan.arena_sizes["cuda"], device), HOST: _arena(plan.arena_sizes[HOST], host)}
     constants: dict[tuple, object] = {}  # (constant index, torch device) -> tensor
 
-    def where(ref, t: TensorType, on) -> tuple:
-        """A buffer for a kernel running on torch device ``on``: ("input", i), ("output", i) or
-        ("fixed", tensor)."""
+    def where(ref, t: TensorType, on_device: bool) -> tuple:
+        """A buffer for a kernel running on the device (``on_device``) or the host: ("input", i),
+        ("output", i) or ("fixed", tensor); each in its memory's storage (``_storage_dtype``)."""
         if ref.kind == "constant":
-            key = (ref.where, on)
+            key = (ref.where, on_device)
             if key not in constants:
-                if (ref.where, host) not in constants:  # writable: torch wants it so
-                    constants[ref.where, host] = torch.from_numpy(np.array(plan.constants[ref.where], order="C"))
-                constants[key] = constants[ref.where, host].to(on)
+                if (ref.where, False) not in constants:  # writable: torch wants it so
+                    constants[ref.where, False] = torch.from_numpy(np.array(plan.constants[ref.where], order="C"))
+                constants[key] = to_device(constants[ref.where, False].numpy(), t, device) if on_device else \
+                    constants[ref.where, False]
             return ("fixed", constants[key])
         if ref.kind == "arena":
-            return ("fixed", _view(arenas[ref.device], ref.where, t))
+            return ("fixed", _view(arenas[ref.device], ref.where, t, ref.device == "cuda"))
         return (ref.kind, ref.where)
 
     launches = []
@@ -241,14 +283,16 @@ def bind_cuda_plan(plan: ExecutionPlan, cache, pool, cpu=None) -> CudaPlan:
             launches.append(_HostStepLaunch(launch.name, step, pool))
             continue
         op = launch.op
-        on = device if launch.device == "cuda" else host
-        results = [where(ref, r.type, on) for ref, r in zip(launch.results, op.results)]
+        on_device = launch.device == "cuda"
+        on = device if on_device else host
+        results = [where(ref, r.type, on_device) for ref, r in zip(launch.results, op.results)]
         if launch.kernel is None:  # a transfer: the operand lives on the other side (or is a constant:
-            # any copy of it will do)
+            # any copy of it will do); bf16 converts between the two storages, exactly
             operand = op.operands[0]
-            launches.append(_TransferLaunch(launch.name, [where(launch.operands[0], operand.type, host), *results]))
+            launches.append(_TransferLaunch(launch.name, [where(launch.operands[0], operand.type, not on_device),
+                                                          *results]))
             continue
-        sources = [where(ref, v.type, on) for ref, v in zip(launch.operands, op.operands)] + results
+        sources = [where(ref, v.type, on_device) for ref, v in zip(launch.operands, op.operands)] + results
         kernel = launch.kernel
         _add_status(sources, kernel.index_checks, on)
         if launch.device == "cuda":
@@ -259,7 +303,7 @@ def bind_cuda_plan(plan: ExecutionPlan, cache, pool, cpu=None) -> CudaPlan:
             launches.append(_HostLaunch(launch.name, loaded.function, kernel.work_items, launch.split_over_threads,
                                         sources, pool, kernel.index_checks))
 
-    outputs = [("kernel", None) if plan.written_in_place(i) else where(ref, t, device)
+    outputs = [("kernel", None) if plan.written_in_place(i) else where(ref, t, True)
                for i, (ref, t) in enumerate(zip(plan.outputs, plan.result_types))]
     bound = CudaPlan(plan, launches, outputs, plan.result_types, device, list(arenas.values()))
     bound.checked = [launch for launch in launches if not isinstance(launch, _TransferLaunch) and launch.checks]
@@ -293,13 +337,13 @@ def run_cuda_plan(plan: CudaPlan, inputs: list, outs: "list | None" = None) -> l
     import torch
 
     if outs is None:
-        outs = [torch.empty(t.shape, dtype=_storage_dtype(t), device=plan.device) for t in plan.result_types]
+        outs = [torch.empty(t.shape, dtype=storage_dtype(t), device=plan.device) for t in plan.result_types]
     with plan.lock:
         for launch in plan.launches:
             launch.run(_resolve(launch.sources, inputs, outs))
         for i, (kind, x) in enumerate(plan.outputs):
             if kind != "kernel":
-                outs[i].copy_(_resolve([(kind, x)], inputs, outs)[0])
+                copy_into(outs[i], _resolve([(kind, x)], inputs, outs)[0])
         if plan.checked:
             _check_statuses(plan)
     return outs
@@ -340,8 +384,8 @@ class CudaFunction(CompiledFunction):
         else:
             host = [np.require(a, requirements="CW") for a in check_arguments(self.func, arrays)]
             plan = self.plan_for([a.shape for a in host])
-            inputs = [torch.from_numpy(a).to(plan.device) for a in host]
-            results = [r.cpu().numpy() for r in run_cuda_plan(plan, inputs)]
+            inputs = [to_device(a, v.type, plan.device) for a, v in zip(host, self.func.arguments)]
+            results = [to_host(r, t) for r, t in zip(run_cuda_plan(plan, inputs), plan.result_types)]
         return results[0] if len(results) == 1 else tuple(results)
 
     def _check_tensors(self, arrays) -> list:
@@ -350,14 +394,18 @@ class CudaFunction(CompiledFunction):
         import torch
 
         device = torch_device("cuda")
-        # count, dtype and dims checked as for numpy arrays, on zero-stride numpy probes
+        # count, dtype and dims checked as for numpy arrays, on zero-stride numpy probes (a bf16
+        # argument's tensor is torch.bfloat16, the device's storage, probed as the host's float32)
         probes = [_probe(i, a, self.func) if isinstance(a, torch.Tensor) else a for i, a in enumerate(arrays)]
         checked = check_arguments(self.func, probes)
         inputs = []
-        for i, (a, c) in enumerate(zip(arrays, checked)):
+        for i, (a, c, v) in enumerate(zip(arrays, checked, self.func.arguments)):
             if not isinstance(a, torch.Tensor):
-                inputs.append(torch.from_numpy(np.ascontiguousarray(c)).to(device))
+                inputs.append(to_device(np.ascontiguousarray(c), v.type, device))
                 continue
+            if a.dtype != storage_dtype(v.type):
+                raise InputError(f"argument #{i} of @{self.entry} is a tensor of dtype {a.dtype}; {v.type} is "
+                                 f"{storage_dtype(v.type)} on the device", self.func.location)
             if a.device != device:
                 raise InputError(f"argument #{i} of @{self.entry} is a tensor on {a.device}; the function runs on "
                                  f"{device} (move it with .to('{device}'))", self.func.location)
@@ -366,10 +414,15 @@ class CudaFunction(CompiledFunction):
 
 
 def _probe(index: int, tensor, func) -> np.ndarray:
-    """A zero-stride numpy array with ``tensor``'s shape and dtype (for ``check_arguments``)."""
+    """A zero-stride numpy array with ``tensor``'s shape and dtype (for ``check_arguments``; a
+    ``torch.bfloat16`` tensor as the host's storage of bf16, float32)."""
+    import torch
+
+    if tensor.dtype == torch.bfloat16:
+        return np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), tuple(tensor.shape), (0,) * tensor.dim())
     try:
         dtype = tensor.new_empty(0, device="cpu").numpy().dtype
     except TypeError:
         raise InputError(f"argument #{index} of @{func.sym_name} is a tensor of dtype {tensor.dtype}, which has no "
-                         "numpy storage (lezero stores bf16 as float32)", func.location) from None
+                         "numpy storage", func.location) from None
     return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), tuple(tensor.shape), (0,) * tensor.dim())

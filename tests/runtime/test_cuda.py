@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 
 import lezero
 from lezero.ir import InputError, interpret, parse_module, print_module
+from lezero.ir.dialect.numerics import round_to_bf16
 from lezero.runtime import devices
 from lezero.runtime.cuda import AUTOTUNE_MIN_FLOPS, CudaFunction, _TritonLaunch
 
@@ -254,3 +255,39 @@ def test_a_module_scheduled_for_the_cpu_runs_its_kernels_on_the_cpu():
     ops = f.plan_for([(6, 20)]).func.entry_block.ops
     placed = [(k.attributes["kind"].value, k.attributes.get("device")) for k in ops if k.name == "lz.kernel"]
     assert [kind for kind, _ in placed] == ["transfer", "reduction", "transfer"] and placed[1][1] is None
+
+
+BF16_FALLBACK = """
+func.func @f(%x: tensor<8x32xbf16>, %w: tensor<32x4100xbf16>) -> (tensor<8x4100xbf16>, tensor<8x2xbf16>) {
+  %0 = "lz.matmul"(%x, %w) : (tensor<8x32xbf16>, tensor<32x4100xbf16>) -> tensor<8x4100xbf16>
+  %1 = "lz.relu"(%0) : (tensor<8x4100xbf16>) -> tensor<8x4100xbf16>
+  %2:2 = "lz.topk"(%1) {k = 2 : i64} : (tensor<8x4100xbf16>) -> (tensor<8x2xbf16>, tensor<8x2xi64>)
+  %3 = "lz.neg"(%1) : (tensor<8x4100xbf16>) -> tensor<8x4100xbf16>
+  func.return %3, %2#0 : tensor<8x4100xbf16>, tensor<8x2xbf16>
+}"""
+
+
+def test_bf16_is_16_bit_storage_on_the_device():
+    """bf16 buffers on cuda are torch.bfloat16 (2 bytes: a bf16 matmul reads half the bytes of
+    float32): arguments converted from the host's float32 holding bf16 values, exactly, results
+    back; a topk over 4100 columns runs on the CPU (float32 storage), its transfers convert both
+    ways, so the values it picks are the device's exactly.  Torch arguments for bf16 are
+    torch.bfloat16 tensors (a float32 one is an InputError naming the argument)."""
+    f = lezero.compile(BF16_FALLBACK, target="cuda")
+    rng = np.random.default_rng(3)
+    x, w = (round_to_bf16(rng.standard_normal(s).astype(np.float32)) for s in ((8, 32), (32, 4100)))
+    negated, top = f(x, w)
+    assert negated.dtype == np.float32 and np.array_equal(round_to_bf16(negated), negated)
+    want = interpret(parse_module(BF16_FALLBACK), "f", x, w)
+    np.testing.assert_allclose(negated, want[0], rtol=2.0 ** -7, atol=1e-5)
+    np.testing.assert_array_equal(top, np.sort(negated, axis=1)[:, :2] * -1)  # picked on the CPU, exactly
+    plan = f.plan_for([(8, 32), (32, 4100)])
+    relu = [x for launch in plan.launches if isinstance(launch, _TritonLaunch)
+            for kind, x in launch.sources if kind == "fixed"]  # the device arena's view the transfer reads
+    assert relu and all(b.dtype == torch.bfloat16 and b.element_size() == 2 for b in relu)
+    got = f(torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(w).to(torch.bfloat16))
+    assert all(g.dtype == torch.bfloat16 for g in got)
+    np.testing.assert_array_equal(got[0].float().numpy(), negated)
+    with pytest.raises(InputError, match=r"argument #1 of @f is a tensor of dtype torch.float32; "
+                                         r"tensor<32x4100xbf16> is torch.bfloat16 on the device"):
+        f(torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(w))

@@ -24,10 +24,11 @@ Offsets are int32, int64 when a buffer has 2^31 elements or more.
 **Element types**: f32 multiplies with ``input_precision="ieee"``, so the sums are the
 reference's up to order (``F32_PRECISION``: TF32 would be several times faster on tensor cores,
 but it rounds the operands to 10 mantissa bits).  f16 tiles go to ``tl.dot`` as they are, bf16
-ones (float32 storage holding bf16 values) as float32 with ``input_precision="tf32"``: a bf16
-value is exact in tf32, so the tensor cores' products are the exact ones a bf16 dot makes, and
-both sum in f32 as the reference does.  (Converting the tiles to ``tl.bfloat16`` would work on a
-GPU, but triton 3.9's interpreter multiplies bf16 tiles as their integer bit patterns.)  f64
+ones are 16-bit (bf16 storage on the device: half the bytes of float32) and go to ``tl.dot`` as
+they are on a GPU (``wgmma`` bf16: exact products summed in f32, as the reference does); triton
+3.9's interpreter multiplies bf16 tiles as their integer bit patterns, so under it they are widened
+to float32 and multiplied with ``input_precision="tf32"``, exact for bf16 values: the same sums
+(``BF16_DOT``; one source, ``BF16_TILES`` fixed when triton imports it).  f64
 accumulates in f64 (DMMA).  Integers have no dot here: a broadcast product summed over BLOCK_K,
 in 32 (or 64) bits, wrapping; truncated to the element type that is the reference's wrapping sum.
 
@@ -128,6 +129,7 @@ class DotKind:
     precision: str | None
     dot: bool
     operand_bytes: int
+    bf16_tiles: bool = False  # bf16 tiles: tl.dot of them on a GPU, as tf32 under the interpreter (BF16_DOT)
 
     @staticmethod
     def of_anchor(anchor: Operation) -> "DotKind":
@@ -140,7 +142,7 @@ class DotKind:
         if dtype == F32:
             return DotKind("tl.float32", None, F32_PRECISION, True, 4)
         if dtype == BF16:
-            return DotKind("tl.float32", None, "tf32", True, 4)
+            return BF16_DOT
         if dtype == F16:
             return DotKind("tl.float32", None, None, True, 2)
         if dtype == F64:
@@ -151,6 +153,9 @@ class DotKind:
     def product(self, a: str, b: str, acc: str) -> str:
         if not self.dot:
             return f"{acc} + tl.sum({a}[:, :, None] * {b}[None, :, :], axis=1)"
+        if self.bf16_tiles:  # BF16_TILES: the module-level switch (BF16_TILES_SOURCE)
+            return (f"tl.dot({a}, {b}, {acc}) if BF16_TILES else tl.dot({a}.to(tl.float32), {b}.to(tl.float32), "
+                    f'{acc}, input_precision="tf32")')
         precision = f", input_precision=\"{self.precision}\"" if self.precision else ""
         out = f", out_dtype={self.accumulator}" if self.accumulator == "tl.int32" else ""
         return f"tl.dot({a}, {b}, {acc}{precision}{out})"
@@ -161,6 +166,17 @@ class DotKind:
 
 # 8-bit tiles (signed: ``ZeroPoints`` makes a ui8 tile so) summed in int32 on the tensor cores.
 INT8_DOT = DotKind("tl.int32", None, None, True, 1)
+# bf16 tiles (16-bit storage) into float32 sums: on a GPU tl.dot of the tiles as loaded (Hopper's
+# wgmma ... .bf16: exact products, float32 sums, as the reference's); triton 3.9's interpreter
+# multiplies bf16 tiles as their integer bit patterns, so there the tiles are widened to float32
+# and multiplied as tf32, exact for bf16 values: the same products and sums.  The module's source
+# is the same either way; BF16_TILES is fixed when triton imports it (jit.load, per mode).
+BF16_DOT = DotKind("tl.float32", None, None, True, 2, bf16_tiles=True)
+BF16_TILES_SOURCE = """import os
+
+# bf16 tiles go to tl.dot as they are on a GPU; under TRITON_INTERPRET=1 widened to float32 (tf32)
+BF16_TILES = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+"""
 
 
 @dataclass(frozen=True)
@@ -477,6 +493,8 @@ def _matmul(ctx: TritonContext, anchor: Operation, shape: MatmulShape, pointers,
     code = ctx.code
     dtype = anchor.result.type.element_type
     gemm = Gemm(shape.batches, shape.m, shape.n, shape.k, DotKind.of_anchor(anchor))
+    if gemm.kind.bf16_tiles:
+        ctx.extra_helpers["BF16_TILES"] = BF16_TILES_SOURCE
     zero_points = ZeroPoints.of(ctx, anchor)
     configs = gemm.configs()
     whole_m, whole_n = _every(configs, "BLOCK_M", shape.m), _every(configs, "BLOCK_N", shape.n)
@@ -530,6 +548,8 @@ def _conv(ctx: TritonContext, anchor: Operation, s: ConvShape, pointers, wide: b
     dtype = anchor.result.type.element_type
     pixels = s.n * s.oh * s.ow
     gemm = Gemm(s.groups, pixels, s.out_per_group, s.k, DotKind.of_anchor(anchor))
+    if gemm.kind.bf16_tiles:
+        ctx.extra_helpers["BF16_TILES"] = BF16_TILES_SOURCE
     zero_points = ZeroPoints.of(ctx, anchor)
     configs = gemm.configs()
     whole_m, whole_n = _every(configs, "BLOCK_M", pixels), _every(configs, "BLOCK_N", s.out_per_group)

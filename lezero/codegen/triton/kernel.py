@@ -4,8 +4,9 @@ One ``lz.kernel`` (static shapes) becomes one Triton function in a Python module
 (``source``), plus how to launch it.  The function takes one pointer per buffer, operands then
 results (``b0, b1, ...``, as the CPU ABI), then its ``tl.constexpr`` block sizes; every shape and
 stride is baked into the source as a literal (the runtime specializes per shape, as on the CPU).
-Buffers are contiguous, row-major, in the reference's storage: ``bf16`` is float32 holding bf16
-values, ``i1`` one byte (torch.bool).
+Buffers are contiguous, row-major, in the reference's storage, but for ``bf16``: 16 bits
+(torch.bfloat16: the cuda runtime converts the host's float32 holding bf16 values, exactly);
+``i1`` is one byte (torch.bool).
 
 ``configs[0]`` is the heuristic launch (what the interpreter and a first call use); on a real
 GPU the runtime may time every config once and keep the fastest (autotuning).

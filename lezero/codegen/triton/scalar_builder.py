@@ -4,8 +4,9 @@ its lz element type.  A value is a block of lanes; the arithmetic is the numpy r
 
 Element types live in three forms, as on the CPU:
 
-- storage, in buffers: ``f16`` is ``fp16``, ``bf16`` an ``fp32`` holding a bf16 value, ``i1`` a
-  bool byte (``*i1``), the ``ui*`` types Triton's unsigned types;
+- storage, in buffers: ``f16`` is ``fp16``, ``bf16`` is ``bf16`` (16 bits: the host's float32
+  holding a bf16 value is converted, exactly, where a value crosses to the device), ``i1`` a bool
+  byte (``*i1``), the ``ui*`` types Triton's unsigned types;
 - compute: ``f16`` and ``bf16`` compute in ``fp32``, ``i1`` is ``int1``;
 - each op's result is rounded to its type (``round``): f16 through ``fp16``, bf16 to nearest
   even by integer arithmetic on the bits (the same on the GPU and in the interpreter).
@@ -48,13 +49,13 @@ def compute_dtype(dtype: ElementType) -> str:
 
 def storage_dtype(dtype: ElementType) -> str:
     """The Triton type of a buffer element of ``dtype``."""
-    return "tl.float16" if dtype == F16 else compute_dtype(dtype)
+    return {F16: "tl.float16", BF16: "tl.bfloat16"}.get(dtype) or compute_dtype(dtype)
 
 
 def pointer_signature(dtype: ElementType) -> str:
-    """The ``triton.compile`` signature of a buffer of ``dtype`` (``*fp32``, ``*i1``, ``*u8``)."""
+    """The ``triton.compile`` signature of a buffer of ``dtype`` (``*fp32``, ``*bf16``, ``*i1``, ``*u8``)."""
     if dtype.is_float:
-        return {F16: "*fp16", F64: "*fp64"}.get(dtype, "*fp32")
+        return {F16: "*fp16", BF16: "*bf16", F64: "*fp64"}.get(dtype, "*fp32")
     if dtype == I1:
         return "*i1"
     return "*" + _INT_SIGNATURE[dtype.name]
@@ -151,14 +152,15 @@ class TritonScalarBuilder(ScalarBuilder):
         return TValue(f"tl.full([], {v}, {compute_dtype(dtype)})", dtype)
 
     def from_storage(self, stored: str, dtype: ElementType) -> TValue:
-        if dtype == F16:
+        if dtype in (F16, BF16):
             return self._emit(f"{stored}.to(tl.float32)", dtype)
         return TValue(stored, dtype)
 
     def to_storage(self, x: TValue) -> str:
-        """The expression a store writes (a constant gets its type)."""
-        if x.dtype == F16:
-            return f"{self._tensor(x)}.to(tl.float16)"
+        """The expression a store writes (a constant gets its type; an f16 or bf16 value, rounded
+        to its type already, converts exactly)."""
+        if x.dtype in (F16, BF16):
+            return f"{self._tensor(x)}.to({storage_dtype(x.dtype)})"
         return self._tensor(x)
 
     def round(self, x: TValue) -> TValue:
@@ -349,9 +351,9 @@ class TritonScalarBuilder(ScalarBuilder):
             return self.cast(self.bitcast(x, UI8), I1)
         if x.dtype == I1:
             return self.cast(x, to)  # a bool byte: 0 or 1
-        source = f"{self._tensor(x)}.to(tl.float16)" if x.dtype == F16 else self._tensor(x)
+        source = self.to_storage(x)
         out = self._emit(f"{source}.to({storage_dtype(to)}, bitcast=True)", to)
-        return self._emit(f"{out.value}.to(tl.float32)", to) if to == F16 else out
+        return self._emit(f"{out.value}.to(tl.float32)", to) if to in (F16, BF16) else out
 
     # --- float math -----------------------------------------------------------------------------
     def _float(self, x, what: str) -> str:

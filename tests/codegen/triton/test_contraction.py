@@ -24,7 +24,8 @@ from lezero.ir.types import ELEMENT_TYPES, F16, F32, tensor
 
 from codegen.kernel_testing import MOVED_OPERAND_SHAPES, batch_norm_epilogue, make_kernel, moved_operands_epilogue
 from support.ir_building import build, random_array
-from codegen.triton.triton_testing import assert_matches, check_triton, garbage, reference
+from codegen.triton.triton_testing import assert_matches, check_triton, device_tensor, garbage, reference
+from lezero.runtime.cuda import to_host
 
 F32_TOL = dict(rtol=1e-4, atol=1e-4)  # f32 sums in another order than numpy's
 BF16_TOL = dict(rtol=1e-2, atol=1e-2)  # one bf16 rounding of a sum may land on either side
@@ -47,11 +48,10 @@ def run_kernel(kernel, inputs, config=None) -> list:
     """Lower ``kernel`` (an ``lz.kernel`` made by hand) and launch it with ``config`` (default: its
     first) on torch CPU tensors; the results (their buffers start as garbage)."""
     lowered = lower_kernel(kernel)
-    buffers = [torch.from_numpy(np.ascontiguousarray(a, dtype=t.element_type.numpy_dtype))
-               for a, t in zip(inputs, lowered.operand_types)]
+    buffers = [device_tensor(a, t) for a, t in zip(inputs, lowered.operand_types)]
     results = [garbage(t) for t in lowered.result_types]
     jit.load(lowered).launch(buffers + results, config)
-    return [r.numpy() for r in results]
+    return [to_host(r, t) for r, t in zip(results, lowered.result_types)]
 
 
 def check(module, kernel, inputs, **tol) -> None:
@@ -188,14 +188,18 @@ def test_integer_sums_wrap():
 
 
 def test_bf16_operands_multiply_exactly():
-    """bf16 tiles go to tl.dot as float32 in tf32 precision: products of bf16 values are exact there,
-    so a product of two bf16 values is the reference's."""
+    """bf16 tiles (16-bit buffers) go to tl.dot as they are on a GPU, and as float32 in tf32
+    precision under the interpreter: products of bf16 values are exact either way, so a product of
+    two bf16 values is the reference's."""
     module, kernel = matmul_kernel((16, 16), (16, 16), "bf16")
     a = round_to_bf16(np.linspace(-3.0, 3.0, 256, dtype=np.float32).reshape(16, 16))
     b = np.eye(16, dtype=np.float32) * np.float32(1.0078125)  # 1 + 2^-7: exact in bf16
     got = run_kernel(kernel, [a, b])[0]
     np.testing.assert_array_equal(got, reference(module, [a, b])[0])
-    assert "input_precision=\"tf32\"" in lower_kernel(kernel).source
+    source = lower_kernel(kernel).source
+    assert "tl.dot(a, b, acc) if BF16_TILES else tl.dot(a.to(tl.float32), b.to(tl.float32), acc, " \
+           "input_precision=\"tf32\")" in source
+    assert lower_kernel(kernel).signature["b0"] == "*bf16"  # 16-bit buffers
 
 
 # --- conv2d ------------------------------------------------------------------------------------------
@@ -416,7 +420,9 @@ PTX_KERNELS = {
                                                    lambda b, p, c: b.op("lz.relu", b.op("lz.add", p, c))),
                              r"fma\.rn\.f32"),  # input_precision="ieee": float32 FMAs
     "matmul_bf16_batched_transposed": (lambda: matmul_kernel((2, 9, 20), (2, 17, 20), "bf16", transpose=(1, (0, 2, 1))),
-                                       r"mma[.\w]*\.tf32"),  # tensor cores, bf16 values as tf32
+                                       r"mma[.\w]*\.bf16\.bf16"),  # tensor cores on the 16-bit tiles
+    "matmul_bf16_wgmma": (lambda: matmul_kernel((128, 256), (256, 128), "bf16"),
+                          r"wgmma\.mma_async[.\w]*\.f32\.bf16\.bf16"),  # Hopper's, bf16 operands in shared memory
     "matmul_f16": (lambda: matmul_kernel((33, 64), (64, 40), "f16"), r"mma[.\w]*\.f16"),
     "matmul_f64": (lambda: matmul_kernel((20, 16), (16, 20), "f64"), r"mma[.\w]*\.f64"),
     "matmul_i32": (lambda: matmul_kernel((20, 16), (16, 20), "i32"), r"mad\.lo\.s32"),

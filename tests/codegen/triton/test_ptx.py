@@ -5,7 +5,7 @@ Each case is a function scheduled for ``target="cuda"`` (partitioned, fused, mem
 the kernels are the ones the runtime would launch; the PTX must declare the sm_90 target, hold an
 ``.entry`` named after the kernel (the name says what was fused), and, for contractions, the
 instructions ``tl.dot`` was asked for: float32 FMAs for ``input_precision="ieee"``, tensor-core
-MMAs (Hopper's ``wgmma``) for f16 and for bf16 (float32 storage, multiplied as TF32).  triton is a
+MMAs (Hopper's ``wgmma``) for f16 and for bf16 (16-bit storage on the device).  triton is a
 test dependency: without it these tests fail, they do not skip.
 """
 from __future__ import annotations
@@ -56,11 +56,13 @@ def reduce(op: str, axes: str, shape: str, out: str) -> str:
                     f"func.return %0 : {t(out)}")
 
 
-# id -> (MLIR text, its cuda kernels' names in schedule order, a regex each contraction's PTX must match)
+# id -> (MLIR text, its cuda kernels' names in schedule order, a regex each kernel's PTX must match)
 CASES = {
     "elementwise_f32": (elementwise("f32"), ["lz_fused_mul_add_tanh_exp_0"], None),
     "elementwise_f16": (elementwise("f16"), ["lz_fused_mul_add_tanh_exp_0"], None),
-    "elementwise_bf16": (elementwise("bf16"), ["lz_fused_mul_add_tanh_exp_0"], None),
+    # 16-bit buffers: each bf16 value loaded widens to float32 (cvt.f32.bf16), stores narrow two at a time
+    "elementwise_bf16": (elementwise("bf16"), ["lz_fused_mul_add_tanh_exp_0"],
+                         r"\bcvt\.f32\.bf16\b[\s\S]*\bcvt\.rn\.bf16x2\.f32\b"),
     "movement": (function(f"(%x: {t('48x32')}, %y: {t('32x96')}) -> {t('32x48')}",
                           f'%0 = "lz.transpose"(%x) {{perm = array<i64: 1, 0>}} : ({t("48x32")}) -> {t("32x48")}',
                           f'%1 = "lz.slice"(%y) {{starts = array<i64: 1>, ends = array<i64: 96>, axes = array<i64: 1>, '
@@ -117,9 +119,9 @@ CASES = {
                    ["lz_fused_scatter_nd_0"], None),
     # tl.dot with input_precision="ieee": float32 FMAs, no tensor cores.
     "matmul_f32": (matmul("f32"), ["lz_fused_matmul_add_relu_0"], r"\bfma\.rn\.f32\b"),
-    # f16 tiles on the tensor cores (Hopper's wgmma); bf16 (float32 storage) multiplied as TF32 there.
+    # f16 and bf16 tiles (16-bit storage) on the tensor cores (Hopper's wgmma).
     "matmul_f16": (matmul("f16"), ["lz_fused_matmul_add_relu_0"], r"\bwgmma\.mma_async\.[\w.]*\.f32\.f16\.f16\b"),
-    "matmul_bf16": (matmul("bf16"), ["lz_fused_matmul_add_relu_0"], r"\bwgmma\.mma_async\.[\w.]*\.f32\.tf32\.tf32\b"),
+    "matmul_bf16": (matmul("bf16"), ["lz_fused_matmul_add_relu_0"], r"\bwgmma\.mma_async\.[\w.]*\.f32\.bf16\.bf16\b"),
     "batched_matmul": (function(f"(%a: {t('4x32x64')}, %b: {t('64x48')}) -> {t('4x32x48')}",
                                 f'%0 = "lz.matmul"(%a, %b) : ({t("4x32x64")}, {t("64x48")}) -> {t("4x32x48")}',
                                 f"func.return %0 : {t('4x32x48')}"),

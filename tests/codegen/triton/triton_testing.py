@@ -17,30 +17,37 @@ from lezero.codegen.triton import jit
 from lezero.codegen.triton.backend import lower_kernel
 from lezero.ir import interpret
 from lezero.ir.interpreter import run_block
+from lezero.runtime.cuda import storage_dtype, to_device, to_host
 
 TOLERANCES = {np.dtype(np.float16): (2e-3, 2e-3), np.dtype(np.float32): (2e-5, 2e-6),
               np.dtype(np.float64): (1e-10, 1e-12)}
 
 
 def garbage(t) -> torch.Tensor:
-    dtype = t.element_type.numpy_dtype
+    """A device buffer of type ``t`` (bf16: 16 bits) filled with 0x7F bytes."""
+    dtype = storage_dtype(t)
     size = int(np.prod(t.shape))
-    raw = np.full(max(1, size) * dtype.itemsize, 0x7F, np.uint8)
-    return torch.from_numpy(raw[:size * dtype.itemsize].view(dtype).reshape(t.shape).copy())
+    raw = torch.full((max(1, size) * dtype.itemsize,), 0x7F, dtype=torch.uint8)
+    return raw[:size * dtype.itemsize].view(dtype).reshape(t.shape).clone()
+
+
+def device_tensor(array, t) -> torch.Tensor:
+    """A host array (the reference's storage) as a device buffer of type ``t`` (bf16 as torch.bfloat16)."""
+    return to_device(np.ascontiguousarray(array, dtype=t.element_type.numpy_dtype).copy(), t, "cpu")
 
 
 def run_triton(module, inputs, func_name: str = "f", kernels: list | None = None) -> list[np.ndarray]:
     """The function's results with every GPU kernel run as Triton; ``kernels`` collects the
-    ``TritonKernel``s."""
+    ``TritonKernel``s.  Values are device buffers (bf16 16 bits); the reference interpreter's
+    kernels (those placed on the CPU) read and write the host's storage."""
     scheduled = schedule(module, target="cuda")
     func = scheduled.lookup(func_name)
-    values = {a: torch.from_numpy(np.ascontiguousarray(x, dtype=a.type.element_type.numpy_dtype).copy())
-              for a, x in zip(func.arguments, inputs)}
+    values = {a: device_tensor(x, a.type) for a, x in zip(func.arguments, inputs)}
     for op in func.entry_block.ops:
         if op.name == "func.return":
-            return [values[v].numpy() for v in op.operands]
+            return [to_host(values[v], v.type) for v in op.operands]
         if op.name == "lz.constant":
-            values[op.result] = torch.from_numpy(np.array(op.attributes["value"].array))
+            values[op.result] = device_tensor(op.attributes["value"].array, op.result.type)
             continue
         attrs = op.definition.attrs(op)
         if op.name == "lz.kernel" and attrs.device == "cuda" and attrs.kind != "transfer":
@@ -55,8 +62,8 @@ def run_triton(module, inputs, func_name: str = "f", kernels: list | None = None
             if message:
                 raise IndexError(message)
         else:
-            arrays = run_block(op.regions[0].blocks[0], [values[v].numpy() for v in op.operands])
-            outputs = [torch.from_numpy(np.array(a)) for a in arrays]
+            arrays = run_block(op.regions[0].blocks[0], [to_host(values[v], v.type) for v in op.operands])
+            outputs = [device_tensor(a, r.type) for a, r in zip(arrays, op.results)]
         values.update(zip(op.results, outputs))
     raise AssertionError(f"@{func_name} has no return")
 
