@@ -94,6 +94,13 @@ CONV_GEMM_MIN_CHANNELS = 4
 # when it needs no slab (stride 1, no pads: 1x1 convolutions mostly; 10-20% faster there, as it
 # saves the slab's copy), direct otherwise (7% faster than packed on the 3x3 benchmark).
 CONV_B = "auto"
+# ... except that a conv of stride 1 without pads and at most this many output channels per group
+# reads its input's rows in place, direct (no slab, no packing; masked at the input's end): with
+# few rows of tiles over B, packing B costs more than it saves.  Xeon, 1 thread, CPU time,
+# medians of 60, packed -> direct: r50 1x1 256->64 at 56x56 1.28 -> 1.12 ms, pw 144->24 at 56x56
+# 0.45 -> 0.33; more channels lost (r50 1x1 64->256 at 56x56 1.08 -> 1.13, 512->128 at 28x28
+# 1.11 -> 1.26, pw 96->576 at 14x14 0.19 -> 0.20: each row tile reloads B's rows, a page apart).
+DIRECT_IN_PLACE_MAX_CHANNELS = 64
 # Loop kernels: columns of sums held in a stack array (matmul), output columns per block (conv).
 LOOP_COLUMNS = 256
 # Their work-item loop: its inner loops are the vector loops.  When they are short enough to be
@@ -143,7 +150,8 @@ def lower_contraction(ctx: KernelContext) -> int:
         in_place = shape.strides == (1, 1) and shape.pads == (0, 0, 0, 0)
         # a bf16 conv on AMX tiles reads B packed (gemm_bf16.AmxBf16GemmGenerator pairs it in chunks)
         tiles = dtype == BF16 and gemm_bf16.amx_available(ctx.cpu) and shape.k >= gemm_bf16.AMX_MIN_DEPTH
-        direct = CONV_B == "direct" or (CONV_B == "auto" and not in_place and not tiles)
+        few_rows = shape.out_per_group <= DIRECT_IN_PLACE_MAX_CHANNELS
+        direct = CONV_B == "direct" or (CONV_B == "auto" and (few_rows or not in_place) and not tiles)
         a_block_floats = cache_model.direct_a_block_floats(cache_model.caches_for(ctx.cpu))
         weights = ctx.body.args.index(stored[1][0])
         # a constant weight is packed by the plan from float32 storage (packed_operands), not f16's

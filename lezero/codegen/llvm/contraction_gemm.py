@@ -336,7 +336,7 @@ class MatmulGemm:
 class ConvGemm:
     """conv2d as one GEMM per (image, group) over q-space pixels (see the module docstring)."""
 
-    transpose_a = transpose_b = mask_b = False
+    transpose_a = transpose_b = False
     a_k_stride = b_col_stride = 1
     packed_b = None  # the input is never constant (PixelRowsConvGemm's B is the weights)
     packs_a = False
@@ -344,9 +344,11 @@ class ConvGemm:
     operand_element = FLOAT  # an f16 conv's operands are widened to float32 copies first (_widen_halves)
     pixel_columns = False  # a tile's columns are output pixels, not q-space (depthwise.py's compacted sums)
 
-    def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int, constant_weights: int | None = None):
+    def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int, constant_weights: int | None = None,
+                 direct_in_place: bool = False):
         """``constant_weights``: the kernel operand of the weights when it is a constant (read
-        pre-packed, ``packed_a``, laid out by config())."""
+        pre-packed, ``packed_a``, laid out by config()); ``direct_in_place``: a direct conv of
+        stride 1 without pads reads the input itself, not a slab."""
         s = self.shape = shape
         sh, sw = s.strides
         dh, dw = s.dilations
@@ -363,7 +365,10 @@ class ConvGemm:
         self.direct = direct
         self.a_block_floats = a_block_floats  # direct mode's packed A block at most
         self.pack_b = not direct
-        self.in_place = not direct and s.strides == (1, 1) and s.pads == (0, 0, 0, 0)
+        # B read in place from the input (stride 1, no pads): packed from it, or with
+        # ``direct_in_place`` its rows loaded where they lie, masked at the last column (the end)
+        self.in_place = (direct_in_place or not direct) and s.strides == (1, 1) and s.pads == (0, 0, 0, 0)
+        self.mask_b = direct and self.in_place
         self.rows_per_plane = None  # rows per phase plane of the slab (or of the input in place): config()
         self.constant_weights = constant_weights
         self.packed_a = None  # PackedGemmA of constant weights: config()
@@ -570,7 +575,7 @@ def conv_gemm_plan(cpu, shape: ConvShape, direct: bool, a_block_floats: int, con
     (``pixel_rows_fit``), else ``ConvGemm``'s output channels as rows."""
     if pixel_rows_fit(cpu, shape, constant_weights, dtype):
         return PixelRowsConvGemm(shape, constant_weights)
-    return ConvGemm(shape, direct, a_block_floats, constant_weights)
+    return ConvGemm(shape, direct, a_block_floats, constant_weights, direct_in_place=direct)
 
 
 def pixel_rows_fit(cpu, s: ConvShape, constant_weights: int | None, dtype) -> bool:

@@ -2,8 +2,8 @@
 through a channel's kh x kw taps at constant offsets (``gemm.SgemmGenerator``'s ``b_row_period``,
 ``contraction_gemm.DIRECT_PERIOD_MAX_TAPS``): against the reference on shapes that reach every
 part of it (pads, strides and their slab phases, dilation, groups, two K blocks of whole
-channels, a kernel of more taps than the limit, which keeps the offset table), on every
-cross-target CPU, and the period's own checks."""
+channels, a kernel of more taps than the limit, which keeps the offset table, the input read in
+place for stride 1 without pads), on every cross-target CPU, and the period's own checks."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,6 +49,10 @@ DIRECT_CASES = {
     "7x7_stride2_stem": ((1, 3, 30, 29), (16, 3, 7, 7), attrs_of(strides=(2, 2), pads=(3, 3, 3, 3)), None, True,
                          True),  # 49 taps, the limit
     "8x7_more_taps_keep_the_table": ((1, 2, 12, 11), (8, 2, 8, 7), attrs_of(pads=(1, 2, 3, 1)), None, True, False),
+    # stride 1, no pads: B's rows read in the input itself (no slab), masked at its end
+    "in_place_1x1_two_images": ((2, 12, 7, 9), (20, 12, 1, 1), attrs_of(), (2, 20, 7, 9), True, True),
+    "in_place_3x3_groups": ((1, 6, 9, 10), (8, 3, 3, 3), attrs_of(groups=2), None, False, True),
+    "in_place_1x1_two_k_blocks": ((1, 2400, 3, 5), (8, 2400, 1, 1), attrs_of(), None, True, True),
 }
 
 
@@ -65,6 +69,8 @@ def test_direct_conv_steps_through_the_taps(cpu, case, monkeypatch):
         kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
     lowered = lower_kernel(kernel, cpu=cpu)
     assert ("gemm_b_rows" in lowered.llvm_ir) == (not by_taps)
+    in_place = attrs["strides"] == [1, 1] and attrs["pads"] == [0, 0, 0, 0]
+    assert ("slab_r" in lowered.llvm_ir) == (not in_place)
     rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
     inputs = [random_array(rng, s, np.float32) for s in [x_shape, w_shape] + extra]
     want = reference(module, inputs)[0]
@@ -94,3 +100,18 @@ def test_a_period_must_fit_the_offsets():
         gemm.SgemmGenerator(config, b_row_offsets=offsets, pack_b=True, b_row_period=3)
     with pytest.raises(ValueError, match="b_row_period 3"):
         gemm.SgemmGenerator(config, pack_b=False, b_row_period=3)
+
+
+@pytest.mark.parametrize("out_channels, direct", [(contraction.DIRECT_IN_PLACE_MAX_CHANNELS, True),
+                                                  (contraction.DIRECT_IN_PLACE_MAX_CHANNELS + 8, False)])
+def test_few_channels_read_the_input_in_place(out_channels, direct):
+    """A 1x1 conv (stride 1, no pads) with few output channels reads B's rows in the input, direct
+    (no packing, no slab); with more it packs B from the input."""
+    x_shape, w_shape = (1, 16, 6, 7), (out_channels, 16, 1, 1)
+    module, kernel, extra = conv_bias_relu_kernel(x_shape, w_shape, attrs_of())
+    lowered = lower_kernel(kernel)
+    assert ("pack_b" in lowered.llvm_ir) == (not direct)
+    assert "slab_r" not in lowered.llvm_ir
+    rng = np.random.default_rng(out_channels)
+    inputs = [random_array(rng, s, np.float32) for s in [x_shape, w_shape] + extra]
+    assert_matches(run_kernel(kernel, inputs, 2, lowered)[0], reference(module, inputs)[0], **F32_TOL)
