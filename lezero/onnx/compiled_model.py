@@ -91,7 +91,8 @@ class CompiledModel:
         self.value_inputs: tuple[str, ...] = ()  # inputs whose values the program is specialized on
         self.shape_specialized = False  # whether programs are imported per input shape
         self._schedules: dict[tuple, ModuleOp] = {}  # input shapes -> the full path's schedule there
-        self._fits: dict[tuple, SizeFit | None] = {}  # (source shapes, partner shapes, positions) -> fit
+        # (source shapes, partners' shapes) -> (the fit or None, the dims it fits)
+        self._fits: dict[tuple, tuple] = {}
         self._initializer_arrays: list | None = None
         # the dynamic dims: the (input, dim) places of each (one named dim_param may be at several)
         named: dict[str, list] = {}
@@ -219,24 +220,30 @@ class CompiledModel:
     def _substituted(self, shapes: tuple) -> _Program | None:
         """The program at input ``shapes`` made from known schedules by substitution (module
         docstring), or None.  The source: a schedule of the full path; for each dynamic dim where
-        it differs from ``shapes``, a partner: one that differs from the source in that dim alone."""
+        it differs from ``shapes``, a partner: one that differs from the source in that dim alone.
+        A fit made before serves every shape that differs from its source in its dims only."""
         new = self._point(shapes)
         if new is None:
             return None
         known = [(point, s) for s in self._schedules if (point := self._point(s)) is not None]
-        # the nearest source first: the likeliest to schedule as the new shape does
-        for at, source in sorted(known, key=lambda k: sum(abs(math.log(x / y)) for x, y in zip(k[0], new) if x * y)):
-            dims = [k for k, (x, y) in enumerate(zip(at, new)) if x != y]
-            partners = [_partner(known, at, k) for k in dims]
-            if not dims or None in partners:
-                continue
-            fit_key = (source, tuple(partners))
+        made = [(fit_key, dims) for fit_key, (fit, dims) in self._fits.items() if fit is not None
+                and all(x == y for k, (x, y) in enumerate(zip(self._point(fit_key[0]), new)) if k not in dims)]
+        made.sort(key=lambda m: _distance(self._point(m[0][0]), new))
+        fresh = []
+        for at, source in sorted(known, key=lambda k: _distance(k[0], new)):  # the nearest first
+            dims = tuple(k for k, (x, y) in enumerate(zip(at, new)) if x != y)
+            partners = tuple(_partner(known, at, k) for k in dims)
+            if dims and None not in partners and (source, partners) not in self._fits:
+                fresh.append(((source, partners), dims))
+        for fit_key, dims in made + fresh:  # a fit walks three schedules: those made before first
+            source, partners = fit_key
             if fit_key not in self._fits:
-                self._fits[fit_key] = SizeFit.between(
+                at = self._point(source)
+                self._fits[fit_key] = (SizeFit.between(
                     self._schedules[source], tuple(at[k] for k in dims),
                     [(self._schedules[p], self._point(p)[k]) for p, k in zip(partners, dims)],
-                    self._tables(), FOLD_MAX_ELEMENTS)
-            fit = self._fits[fit_key]
+                    self._tables(), FOLD_MAX_ELEMENTS), dims)
+            fit = self._fits[fit_key][0]
             if fit is None:
                 continue
             substitution = fit.substitute(tuple(new[k] for k in dims))
@@ -271,6 +278,10 @@ class CompiledModel:
 
     def __repr__(self) -> str:
         return f"<CompiledModel inputs={self.input_names} outputs={self.output_names}>"
+
+
+def _distance(point: tuple, other: tuple) -> float:
+    return sum(abs(math.log(x / y)) for x, y in zip(point, other) if x * y)
 
 
 def _partner(known: list, at: tuple, k: int) -> tuple | None:

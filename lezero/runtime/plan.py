@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lezero.codegen.row_generic import MANY_SHAPES_ATTR
-from lezero.codegen.schedule import REGION_ARENAS_ATTR, schedule
+from lezero.codegen.schedule import REGION_ARENAS_ATTR, is_scheduled, schedule
 from lezero.codegen.targets import backend
 from lezero.ir.attributes import UnitAttr
 from lezero.ir.core import FuncOp, ModuleOp, Operation
@@ -72,7 +72,13 @@ PARALLEL_MIN_READ_BYTES = 1 << 18
 def specialize(module: ModuleOp, entry: str, shapes: list[tuple], target: str = "cpu") -> ModuleOp:
     """A copy of ``module`` whose ``@entry`` has static argument types, optimized, partitioned
     for ``target``, fused and memory-planned (``lezero.codegen.schedule.schedule``).  A function
-    over ``?`` dims is marked as serving many shapes (``row_generic.MANY_SHAPES_ATTR``)."""
+    over ``?`` dims is marked as serving many shapes (``row_generic.MANY_SHAPES_ATTR``).  A module
+    scheduled for ``target`` already, ``@entry`` at exactly ``shapes``, is returned as it is (a copy
+    would change nothing: a schedule made by ``lezero.runtime.shape_substitution``)."""
+    func = module.lookup(entry)
+    if is_scheduled(module, target) and [a.type for a in func.arguments] == \
+            [TensorType(tuple(s), a.type.element_type) for a, s in zip(func.arguments, shapes)]:
+        return module
     module = module.clone()
     func = module.lookup(entry)
     if not all(arg.type.is_static for arg in func.arguments if isinstance(arg.type, TensorType)):

@@ -51,7 +51,7 @@ from lezero.ir.core import FuncOp, ModuleOp, Operation
 from lezero.ir.diagnostics import IRError
 from lezero.ir.types import FunctionType, TensorType
 from lezero.passes.memory_plan import OFFSETS_ATTR, MemoryPlan, arena_attributes
-from lezero.passes.partition import CONTROL_FLOW_OPS
+from lezero.passes.partition import CONTROL_FLOW_OPS, STAGE_ATTR
 from lezero.passes.pass_base import debug_channel
 from lezero.ir.dialect.device import DEVICES
 
@@ -116,6 +116,9 @@ class _Walk:
         for name in sorted(op.attributes):
             attr = op.attributes[name]
             if name in _PLANNED_ATTRS or (isinstance(op, FuncOp) and name == "function_type"):
+                continue
+            if name == STAGE_ATTR:  # where a kernel sits, not what it computes (not in its cache key)
+                self.skeleton.append((name, attr))
                 continue
             ints = _int_attribute(attr)
             if ints is not None:
