@@ -36,9 +36,13 @@ change per call.  ``lz_run_program`` returns 0, or ``pc + 1`` of a ``WHILE`` tha
 ``max_trip_count``.  Bounds checks are read after the program (a kernel that sees a bad index reads
 a clamped address, so what runs after it is safe).
 
-What a program cannot hold (a collective's step, a loop body reading an invariant pre-packed,
-which Python lays out once per run of its loop) raises ``IRError`` naming the op: a plan or step
-then runs from Python (``native_refusal`` says why), a native executable fails to build.
+A loop body whose kernel reads an invariant pre-packed (an LSTM's ``W_hh``: ``packed_inputs``,
+laid out by Python once per run of the loop) is packed while encoding when the invariant is a
+constant (a model's weight, through any depth of loops); otherwise the caller must lay it out
+(``packed_outside``: a step run from Python does, before the call).  What a program cannot hold
+(a collective's step, an invariant to pack that is computed at run time) raises ``IRError``
+naming the op: a plan or step then runs from Python (``native_refusal`` says why), a native
+executable fails to build.
 """
 from __future__ import annotations
 
@@ -255,7 +259,8 @@ class ProgramEncoder:
     ``(relocation kind or None, value)``: ``function(plan, launch, code_at)`` a kernel's code,
     ``table(plan, launch)`` its pointer table's fixed slots, ``fixed(plan, ref, type)`` an arena
     slot or constant of ``plan``, ``step_buffer(step, role, k, type)`` a host step's own buffers
-    (``"spare"`` carried value ``k``, ``"index"``, ``"go"``).  ``top_words``: the frame words the
+    (``"spare"`` carried value ``k``, ``"index"``, ``"go"``); ``packed(plan, where, index, array)``
+    stores a region's pre-packed invariant (argument ``where``, constant ``index``).  ``top_words``: the frame words the
     caller fills per call (the plan's or step's arguments and results).  ``packed_outside``: ids
     of region plans whose pre-packed invariants the caller lays out (a step run from Python)."""
 
@@ -269,6 +274,7 @@ class ProgramEncoder:
         self.kernels: list[tuple[int, object]] = []  # (code position, Launch) in code order
         self.whiles: list[tuple[int, int]] = []  # (code position, max_trip_count)
         self._fixed: dict = {}
+        self._constants: dict[int, np.ndarray] = {}  # frame word -> the constant it always holds
 
     def words(self) -> np.ndarray:
         """The program: the frame, then the code (``relocations`` index it)."""
@@ -303,7 +309,10 @@ class ProgramEncoder:
             return frame[ref.where]
         if ref.kind == "output":
             return frame[len(plan.block.args) + ref.where]
-        return self._word(self.binding.fixed(plan, ref, t))
+        word = self._word(self.binding.fixed(plan, ref, t))
+        if ref.kind == "constant":
+            self._constants[word] = plan.constants[ref.where]
+        return word
 
     def plan(self, plan, frame: list[int], copy_outputs: bool) -> None:
         """``plan``'s launches; with ``copy_outputs`` (a region) also its pass-through results."""
@@ -342,16 +351,24 @@ class ProgramEncoder:
         self.code += [len(records), 0]
         for record in records:
             self.code += list(record)
+            child, first, even, odd, stride = record
+            if first == even == odd and stride == 0 and first in self._constants:  # an invariant constant
+                self._constants[child] = self._constants[first]
         start = len(self.code)
         body()
         self.code[at + 1] = len(self.code) - start
 
-    def _region(self, step, plan) -> list[int]:
-        if plan.packed_inputs and id(plan) not in self.packed_outside:
-            where = plan.packed_inputs[0][0]
-            raise IRError(f"'{step.name}' op: a region reads its argument {where} pre-packed, which the Python "
-                          "runtime lays out once per run of the loop: a loop program cannot run it",
-                          step.op.location)
+    def _region(self, step, plan, sources: list[int]) -> list[int]:
+        """A frame for region ``plan`` whose arguments come from the words ``sources`` (None where
+        one changes per iteration); its pre-packed invariants packed here when they are constants."""
+        for where, spec, index in plan.packed_inputs:
+            constant = self._constants.get(sources[where])
+            if constant is not None:
+                self.binding.packed(plan, where, index, spec.pack(np.ascontiguousarray(constant)))
+            elif id(plan) not in self.packed_outside:
+                raise IRError(f"'{step.name}' op: a region reads its argument {where} pre-packed, and it is "
+                              "computed at run time (the Python runtime lays it out once per run of the loop): "
+                              "a loop program cannot run it", step.op.location)
         return self._new_frame(plan)
 
     def step(self, step, operands: list[int], results: list[int]) -> None:
@@ -382,7 +399,7 @@ class ProgramEncoder:
                 self._copy(t.nbytes, final, init)
             return
         body = step.region_plans[0]
-        frame = self._region(step, body)
+        frame = self._region(step, body, [None] + invariants + [None] * (nc + len(xs)))
         spare = self._spare(step, carried_types)
         index = self._word(self.binding.step_buffer(step, "index", 0, body.block.args[0].type))
 
@@ -403,7 +420,8 @@ class ProgramEncoder:
         ni = step.num_invariant
         invariants, inits = operands[:ni], operands[ni:]
         condition, body = step.region_plans
-        frames = [self._region(step, condition), self._region(step, body)]
+        sources = invariants + [None] * len(inits)
+        frames = [self._region(step, condition, sources), self._region(step, body, sources)]
         spare = self._spare(step, [r.type for r in step.op.results])
         go = self._word(self.binding.step_buffer(step, "go", 0, condition.result_types[0]))
 
@@ -426,7 +444,7 @@ class ProgramEncoder:
     def _if(self, step, operands: list[int], results: list[int]) -> None:
         self.code += [IF, 0, operands[0]]
         for region in step.region_plans:
-            frame = self._region(step, region)
+            frame = self._region(step, region, operands[1:])
             self._block([(frame[k], w, w, w, 0) for k, w in enumerate(operands[1:] + results)],
                         lambda region=region, frame=frame: self.plan(region, frame, True))
 
@@ -463,6 +481,11 @@ class _ProcessBinding:
     def step_buffer(self, step, role, k, t):
         bound = self.launches[id(step)]
         return None, (bound.spare[k] if role == "spare" else getattr(bound, role)).ctypes.data
+
+    def packed(self, plan, where, index, array):
+        for argument, _, packed in self.plans[id(plan)].packed_inputs:
+            if argument == where:
+                np.copyto(packed, array)
 
 
 class LoopProgram:

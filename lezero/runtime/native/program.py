@@ -284,3 +284,6 @@ class _Binding:
 
     def step_buffer(self, step, role, k, t):
         return "arena", self._arena(t.nbytes)
+
+    def packed(self, plan, where, index, array):
+        plan.constants[index] = array  # shipped as a weight, packed at build time
