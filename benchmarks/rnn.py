@@ -14,6 +14,10 @@ training step compiled by ``lz.jit.compile_train_step`` (the forward loops, thei
 and the SGD update in one function); the eager module (a Python loop, one op per step) is shown
 beside it.  Ratios are lezero's time / the peer's (below 1: lezero is faster).  ONNX Runtime runs with ``intra_op_num_threads``
 = threads and spinning off (the machine is shared).
+
+``--native`` adds, for inference, the exported ONNX model built by ``lezero-compile`` as a shared
+library (its loops run by the C runtime's loop program walker, no Python) and called through
+ctypes (``lz_model_run``, the caller's buffers), in the same alternating rounds.
 """
 from __future__ import annotations
 
@@ -30,8 +34,13 @@ parser.add_argument("--steps", type=int, default=128, help="sequence length")
 parser.add_argument("--layers", type=int, default=2)
 parser.add_argument("--train-batch", type=int, default=16)
 parser.add_argument("--train-hidden", type=int, default=256)
+parser.add_argument("--native", action="store_true", help="also time the ONNX model as a lezero-compile library")
+parser.add_argument("--no-train", action="store_true", help="skip the training step")
 args = parser.parse_args()
 os.environ.setdefault("LEZERO_NUM_THREADS", str(args.threads))
+
+import ctypes  # noqa: E402
+import tempfile  # noqa: E402
 
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
@@ -52,18 +61,45 @@ def twins(hidden: int):
     return ours, theirs
 
 
-def ort_session(model: torch.nn.Module, x: torch.Tensor):
+def exported(model: torch.nn.Module, x: torch.Tensor) -> bytes:
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (x,), buffer, dynamo=False, input_names=["x"], output_names=["y", "h", "c"],
                           opset_version=17)
+    return buffer.getvalue()
+
+
+def native_library(onnx_bytes: bytes, x: np.ndarray, directory: str):
+    """The ONNX model built as ``lib<name>.so`` by lezero-compile, as ``run(x) -> y`` (ctypes)."""
+    import onnx
+    from lezero.onnx.native import compile_onnx_native
+
+    result = compile_onnx_native(onnx.load_from_string(onnx_bytes), directory, shared=True, name="lstm")
+    library = ctypes.CDLL(str(result.paths[0]))
+    library.lz_model_create.restype = ctypes.c_void_p
+    library.lz_model_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    model = library.lz_model_create(args.threads)
+    y = np.empty(next(t.type.shape for t in result.program.outputs if t.name == "y"), np.float32)
+    names_in, names_out = (ctypes.c_char_p * 1)(b"x"), (ctypes.c_char_p * 1)(b"y")
+    inputs, outputs = (ctypes.c_void_p * 1)(x.ctypes.data), (ctypes.c_void_p * 1)(y.ctypes.data)
+
+    def run() -> np.ndarray:
+        if library.lz_model_run(model, names_in, inputs, 1, names_out, outputs, 1) != 0:
+            raise RuntimeError("lz_model_run failed")
+        return y
+    run.keepalive = (library, x)
+    return run
+
+
+def ort_session(onnx_bytes: bytes):
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
-    return ort.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
 
 
 def inference(batch: int, hidden: int) -> dict:
@@ -71,7 +107,8 @@ def inference(batch: int, hidden: int) -> dict:
     ours.eval(), theirs.eval()
     x = np.random.default_rng(0).standard_normal((args.steps, batch, hidden)).astype(np.float32)
     lz_x, torch_x = lz.from_numpy(x), torch.from_numpy(x)
-    session = ort_session(theirs, torch_x)
+    onnx_bytes = exported(theirs, torch_x)
+    session = ort_session(onnx_bytes)
 
     traced = lz.jit.trace(ours, example_inputs=(lz_x,), dynamic_batch=False)
 
@@ -93,8 +130,12 @@ def inference(batch: int, hidden: int) -> dict:
     for run in (lezero_run, eager_run):
         np.testing.assert_allclose(run(), expected, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ort_run().reshape(expected.shape), expected, rtol=1e-4, atol=1e-5)
-    return alternating_medians({"lezero": lezero_run, "eager": eager_run, "torch": torch_run, "ort": ort_run},
-                               args.seconds, min_reps=5, warm_each=True)
+    runs = {"lezero": lezero_run, "eager": eager_run, "torch": torch_run, "ort": ort_run}
+    with tempfile.TemporaryDirectory(prefix="rnn-native-") as directory:
+        if args.native:
+            runs["native"] = native_library(onnx_bytes, x, directory)
+            np.testing.assert_allclose(runs["native"]().reshape(expected.shape), expected, rtol=1e-4, atol=1e-5)
+        return alternating_medians(runs, args.seconds, min_reps=5, warm_each=True)
 
 
 def eager_training_step(fw, model, optimizer, x, target):
@@ -140,12 +181,17 @@ def main() -> int:
           f"{torch.__version__}, onnxruntime {ort.__version__}; load average {os.getloadavg()[0]:.2f}")
     print(f"{args.layers}-layer LSTM, {args.steps} steps, input size = hidden; ms (medians of alternating rounds); "
           "lezero = traced (inference) / compiled step (training); ratio = lezero / peer")
-    print(f"{'case':>24} {'lezero':>9} {'eager':>9} {'torch':>9} {'ORT':>9} {'vs torch':>9} {'vs ORT':>7}")
+    native = f" {'native':>9} {'nat/ORT':>8} {'nat/lz':>7}" if args.native else ""
+    print(f"{'case':>24} {'lezero':>9} {'eager':>9} {'torch':>9} {'ORT':>9} {'vs torch':>9} {'vs ORT':>7}{native}")
     for batch, hidden in ((1, 256), (1, 512), (64, 256), (64, 512)):
         t = inference(batch, hidden)
+        native = f" {t['native'] * 1e3:>9.2f} {t['native'] / t['ort']:>8.2f} {t['native'] / t['lezero']:>7.2f}" \
+            if args.native else ""
         print(f"{f'inference b{batch} h{hidden}':>24} {t['lezero'] * 1e3:>9.2f} {t['eager'] * 1e3:>9.2f} "
               f"{t['torch'] * 1e3:>9.2f} {t['ort'] * 1e3:>9.2f} {t['lezero'] / t['torch']:>9.2f} "
-              f"{t['lezero'] / t['ort']:>7.2f}", flush=True)
+              f"{t['lezero'] / t['ort']:>7.2f}{native}", flush=True)
+    if args.no_train:
+        return 0
     t = training(args.train_batch, args.train_hidden)
     print(f"{f'train step b{args.train_batch} h{args.train_hidden}':>24} {t['lezero'] * 1e3:>9.2f} "
           f"{t['eager'] * 1e3:>9.2f} {t['torch'] * 1e3:>9.2f} {'':>9} {t['lezero'] / t['torch']:>9.2f}")
