@@ -57,7 +57,7 @@ What a group of each kind may hold (the contract in docs/architecture.md):
   kernel rounds each value to bf16 where it reads it), either under the other, when nothing
   outside the kernel reads them.  A cast only such matmuls read is first copied for each of them
   (``clone_operand_casts``: a layer's input feeds the forward and the weight gradient's matmul),
-  so no cast is a kernel of its own; on the CPU target only (the Triton kernels read no cast).
+  so no cast is a kernel of its own.
 - ``single``: one op of any other kind (pooling, composites, ...), never fused.
 
 Shapes must be static for ops to share a kernel (an op with a ``?`` dim stays alone): equal
@@ -502,8 +502,6 @@ class Partitioner:
         prologue = operand_prologue(anchor, {id(r): op for op in ops for r in op.results}) if anchor else []
         if prologue and not o.prologues:
             return "prologues=false: a matmul kernel reads its operands from memory"
-        if o.target != HOST and any(op.name == "lz.cast" for op in prologue):
-            return f"target={o.target}: its matmul kernels read no operand through a cast"
         if kind == "reduction" and not o.reductions:
             return "reductions=false: a reduction kernel holds only its reduction"
         if not o.movement and any(op.name in MOVEMENT_OPS and op not in prologue for op in ops):
@@ -658,7 +656,7 @@ def partition_function(func: FuncOp, options: PartitionOptions) -> None:
     """Place (for a target other than the CPU) and group ``func``'s ops, and annotate them
     (``lz.group``, ``lz.group_kind``, ``lz.stage``, and ``lz.device`` when placed); first, each
     matmul gets a copy of a cast to bf16 it shares with other matmuls (``clone_operand_casts``)."""
-    if options.prologues and options.target == HOST:
+    if options.prologues:
         clone_operand_casts(func)
     p = Partitioner(func, options)
     p.run()

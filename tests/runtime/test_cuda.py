@@ -291,3 +291,29 @@ def test_bf16_is_16_bit_storage_on_the_device():
     with pytest.raises(InputError, match=r"argument #1 of @f is a tensor of dtype torch.float32; "
                                          r"tensor<32x4100xbf16> is torch.bfloat16 on the device"):
         f(torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(w))
+
+
+def test_bf16_matmul_reads_float32_through_casts_bit_identical():
+    """autocast's casts to bf16 of a matmul's float32 operands are the Triton matmul's operand
+    prologue (each tile rounded as it is loaded, then 16 bits): one kernel, and its results are
+    the unfused kernels' bit for bit (the casts returned too: kernels of their own)."""
+    def function(also_casts: bool) -> str:
+        out = "tensor<40x24xbf16>" + (", tensor<40x64xbf16>, tensor<24x64xbf16>" if also_casts else "")
+        returned = "%0" + (", %a, %b" if also_casts else "")
+        return (f"func.func @f(%x: tensor<40x64xf32>, %w: tensor<24x64xf32>) -> ({out}) {{\n"
+                '  %a = "lz.cast"(%x) {to = bf16} : (tensor<40x64xf32>) -> tensor<40x64xbf16>\n'
+                '  %b = "lz.cast"(%w) {to = bf16} : (tensor<24x64xf32>) -> tensor<24x64xbf16>\n'
+                '  %t = "lz.transpose"(%b) {perm = array<i64: 1, 0>} : (tensor<24x64xbf16>) -> tensor<64x24xbf16>\n'
+                '  %0 = "lz.matmul"(%a, %t) : (tensor<40x64xbf16>, tensor<64x24xbf16>) -> tensor<40x24xbf16>\n'
+                f"  func.return {returned} : {out}\n}}")
+
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((24, 64)).astype(np.float32)
+    x.flat[::3] = round_to_bf16(x.flat[::3]) + np.float32(2.0 ** -9) * np.sign(x.flat[::3])  # ties: to even
+    fused, unfused = (lezero.compile(function(c), target="cuda") for c in (False, True))
+    kernels = [op.attributes["name"].value for op in fused.plan_for([(40, 64), (24, 64)]).func.entry_block.ops
+               if op.name == "lz.kernel"]
+    assert kernels == ["lz_fused_cast_transpose_matmul_0"]
+    got, want = fused(x, w), unfused(x, w)[0]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, interpret(parse_module(function(False)), "f", x, w), rtol=2.0 ** -7, atol=1e-5)

@@ -8,8 +8,9 @@ Every program computes one BLOCK_M x BLOCK_N tile of a GEMM, looping over K in B
   size-1 or missing dim has stride 0) is one GEMM of m x k by k x n; a 1-D lhs is one row, a 1-D
   rhs one column.  Programs are numbered batch-major, and within a batch in *grouped order*:
   GROUP_M row tiles sweep the column tiles together, so the B tiles they share stay in L2.  An
-  operand read through ``lz.transpose`` (partition's one prologue, ``x @ w.T``) is its buffer
-  with permuted strides; nothing else changes.
+  operand read through ``lz.transpose`` (partition's prologue, ``x @ w.T``) is its buffer with
+  permuted strides; one read through an ``lz.cast`` from f32 to a bf16 matmul's bf16 (autocast's)
+  is its float32 buffer, each tile rounded to bf16 as it is loaded (the cast's own rounding).
 - **conv2d**: an *implicit GEMM* per group: rows are output pixels ``(image, oh, ow)`` (M = N x OH
   x OW), columns the group's output channels (N = O / groups), k runs over ``(ci, kh, kw)`` (K =
   C / groups x KH x KW), which is the OIHW weight's row-major layout, so B is the weights in
@@ -67,7 +68,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lezero.codegen.affine import Affine, Var
-from lezero.codegen.contraction_shapes import INTEGER_CONTRACTIONS, ConvShape, MatmulShape, anchor_op, stored_operand
+from lezero.codegen.contraction_shapes import (INTEGER_CONTRACTIONS, ConvShape, MatmulShape, anchor_op, rounded_operands,
+                                               stored_operand)
 from lezero.codegen.triton.context import TritonCode, TritonContext, next_pow2
 from lezero.codegen.triton.kernel import LaunchConfig
 from lezero.codegen.triton.scalar_builder import TValue, compute_dtype
@@ -524,10 +526,15 @@ def _matmul(ctx: TritonContext, anchor: Operation, shape: MatmulShape, pointers,
         zero_points.load(code, pointers[2], pointers[3], cols)
     a_pad, b_pad = (zero_points.a_pad, zero_points.b_pad) if zero_points else (None, None)
 
+    rounded = rounded_operands(ctx, anchor)
+
     def load_tiles(mask_b):
         mask_a = None if mask_b is None else f"ks[None, :] < {shape.k} - k"
         code.line(f"a = {_load('a_tile', mask_a, gemm.kind, a_pad)}")
         code.line(f"b = {_load('b_tile', mask_b, gemm.kind, b_pad)}")
+        for tile, cast in zip("ab", rounded):
+            if cast:  # float32 read through a cast to bf16: rounded as the cast's kernel rounds, then 16 bits
+                code.line(f"{tile} = {ctx.s.to_storage(ctx.s.round(TValue(tile, BF16)))}")
 
     sums = _k_loop(code, gemm, load_tiles,
                    [f"a_tile += {_term('BLOCK_K', a_k)}", f"b_tile += {_term('BLOCK_K', b_k)}"], whole_k, zero_points)

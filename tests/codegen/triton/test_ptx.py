@@ -122,6 +122,14 @@ CASES = {
     # f16 and bf16 tiles (16-bit storage) on the tensor cores (Hopper's wgmma).
     "matmul_f16": (matmul("f16"), ["lz_fused_matmul_add_relu_0"], r"\bwgmma\.mma_async\.[\w.]*\.f32\.f16\.f16\b"),
     "matmul_bf16": (matmul("bf16"), ["lz_fused_matmul_add_relu_0"], r"\bwgmma\.mma_async\.[\w.]*\.f32\.bf16\.bf16\b"),
+    # autocast's casts of float32 operands read by the bf16 matmul: tiles rounded as loaded, then wgmma bf16
+    "matmul_bf16_casts": (function(f"(%x: {t('64x96')}, %w: {t('96x48')}) -> {t('64x48', 'bf16')}",
+                                   f'%a = "lz.cast"(%x) {{to = bf16}} : ({t("64x96")}) -> {t("64x96", "bf16")}',
+                                   f'%b = "lz.cast"(%w) {{to = bf16}} : ({t("96x48")}) -> {t("96x48", "bf16")}',
+                                   f'%0 = "lz.matmul"(%a, %b) : ({t("64x96", "bf16")}, {t("96x48", "bf16")}) -> '
+                                   f'{t("64x48", "bf16")}',
+                                   f"func.return %0 : {t('64x48', 'bf16')}"),
+                          ["lz_fused_cast_matmul_0"], r"\bwgmma\.mma_async\.[\w.]*\.f32\.bf16\.bf16\b"),
     "batched_matmul": (function(f"(%a: {t('4x32x64')}, %b: {t('64x48')}) -> {t('4x32x48')}",
                                 f'%0 = "lz.matmul"(%a, %b) : ({t("4x32x64")}, {t("64x48")}) -> {t("4x32x48")}',
                                 f"func.return %0 : {t('4x32x48')}"),
