@@ -100,19 +100,25 @@ class _Builder(ir.IRBuilder):
         return slot
 
     @contextlib.contextmanager
-    def counted(self, count):
-        """``for k in range(count)``: yields ``k``."""
-        counter = self.variable(self.const(0))
+    def below(self, slot, limit):
+        """``while slot < limit``: yields the slot's value; the body stores the next one."""
         head, body, after = (self.append_basic_block(name) for name in ("head", "body", "after"))
         self.branch(head)
         self.position_at_end(head)
-        k = self.load(counter)
-        self.cbranch(self.icmp_signed("<", k, count), body, after)
+        value = self.load(slot)
+        self.cbranch(self.icmp_signed("<", value, limit), body, after)
         self.position_at_end(body)
-        yield k
-        self.store(self.add(k, self.const(1)), counter)
+        yield value
         self.branch(head)
         self.position_at_end(after)
+
+    @contextlib.contextmanager
+    def counted(self, count):
+        """``for k in range(count)``: yields ``k``."""
+        counter = self.variable(self.const(0))
+        with self.below(counter, count) as k:
+            yield k
+            self.store(self.add(k, self.const(1)), counter)
 
     def return_if_failed(self, rc):
         with self.if_then(self.icmp_signed("!=", rc, self.const(0))):
@@ -158,87 +164,80 @@ def walker_ir() -> str:
     def byte_at(word):
         return b.load(b.inttoptr(b.word(frame, word), _I8P))
 
-    head, step, done = (run.append_basic_block(name) for name in ("head", "step", "done"))
-    b.branch(head)
-    b.position_at_end(head)
-    pc = b.load(pc_slot)
-    b.cbranch(b.icmp_signed("<", pc, end), step, done)
-    b.position_at_end(done)
+    with b.below(pc_slot, end) as pc:  # the entries in [start, end)
+        advance = run.append_basic_block("advance")
+        cases = {kind: run.append_basic_block(name) for kind, name in
+                 ((KERNEL, "kernel"), (COPY, "copy"), (FOR, "for"), (WHILE, "while"), (IF, "if"))}
+        switch = b.switch(b.word(code, pc), advance)
+        for kind, block in cases.items():
+            switch.add_case(ir.Constant(_I64, kind), block)
+
+        b.position_at_end(cases[KERNEL])
+        patches = b.field(code, pc, 5)
+        table_at = b.add(b.add(pc, b.const(6)), b.mul(patches, b.const(2)))
+        table = b.gep(code, [table_at])
+        with b.counted(patches) as k:
+            patch = b.add(b.add(pc, b.const(6)), b.mul(k, b.const(2)))
+            b.store(b.word(frame, b.field(code, patch, 1)), b.gep(table, [b.word(code, patch)]))
+        fn, work, threads = (b.field(code, pc, offset) for offset in (2, 3, 4))
+        split = b.or_(b.icmp_signed(">", threads, b.const(1)), b.icmp_signed("!=", always, b.const(0)))
+        with b.if_else(split) as (pooled, serial):
+            with pooled:
+                b.call(pool_run, [pool, b.inttoptr(fn, _I8P), b.bitcast(table, _I8P), work, threads])
+            with serial:
+                b.call(b.inttoptr(fn, _KERNEL_FN.as_pointer()), [b.bitcast(table, _I8P.as_pointer()), b.const(0), work])
+        b.branch(advance)
+
+        b.position_at_end(cases[COPY])
+        nbytes, dst, src = (b.field(code, pc, offset) for offset in (2, 3, 4))
+        b.call(memcpy, [b.inttoptr(b.word(frame, dst), _I8P), b.inttoptr(b.word(frame, src), _I8P), nbytes,
+                        ir.Constant(ir.IntType(1), 0)])
+        b.branch(advance)
+
+        b.position_at_end(cases[FOR])
+        n, reverse, index_word = (b.field(code, pc, offset) for offset in (2, 3, 4))
+        with b.counted(n) as c:
+            down = b.sub(b.sub(n, b.const(1)), c)
+            i = b.select(b.icmp_signed("!=", reverse, b.const(0)), down, c)
+            b.store(i, b.inttoptr(b.word(frame, index_word), _I64P))
+            bound_run(b.add(pc, b.const(5)), parity_select(c), i)
+        b.branch(advance)
+
+        b.position_at_end(cases[WHILE])
+        bound, go_word = b.field(code, pc, 2), b.field(code, pc, 3)
+        condition = b.add(pc, b.const(4))
+        body = block_code(condition)[1]
+        epilogue = block_code(body)[1]
+        count = b.variable(b.const(0))
+        test, stopped = run.append_basic_block("while_test"), run.append_basic_block("while_stopped")
+        b.branch(test)
+        b.position_at_end(test)
+        c = b.load(count)
+        select = parity_select(c)
+        bound_run(condition, select, b.const(0))
+        going = b.icmp_signed("!=", byte_at(go_word), ir.Constant(_I8, 0))
+        with b.if_then(b.not_(going)):
+            b.branch(stopped)
+        with b.if_then(b.icmp_signed("==", c, bound)):  # ran past max_trip_count
+            b.ret(b.add(pc, b.const(1)))
+        bound_run(body, select, b.const(0))
+        b.store(b.add(c, b.const(1)), count)
+        b.branch(test)
+        b.position_at_end(stopped)
+        with b.if_then(b.icmp_signed("==", b.and_(b.load(count), b.const(1)), b.const(0))):
+            bound_run(epilogue, b.const(0), b.const(0))
+        b.branch(advance)
+
+        b.position_at_end(cases[IF])
+        then = b.add(pc, b.const(3))
+        otherwise = block_code(then)[1]
+        picked = b.icmp_signed("!=", byte_at(b.field(code, pc, 2)), ir.Constant(_I8, 0))
+        bound_run(b.select(picked, then, otherwise), b.const(0), b.const(0))
+        b.branch(advance)
+
+        b.position_at_end(advance)
+        b.store(b.add(pc, b.field(code, pc, 1)), pc_slot)
     b.ret(b.const(0))
-    b.position_at_end(step)
-    advance = run.append_basic_block("advance")
-    cases = {kind: run.append_basic_block(name) for kind, name in
-             ((KERNEL, "kernel"), (COPY, "copy"), (FOR, "for"), (WHILE, "while"), (IF, "if"))}
-    switch = b.switch(b.word(code, pc), advance)
-    for kind, block in cases.items():
-        switch.add_case(ir.Constant(_I64, kind), block)
-
-    b.position_at_end(cases[KERNEL])
-    patches = b.field(code, pc, 5)
-    table_at = b.add(b.add(pc, b.const(6)), b.mul(patches, b.const(2)))
-    table = b.gep(code, [table_at])
-    with b.counted(patches) as k:
-        patch = b.add(b.add(pc, b.const(6)), b.mul(k, b.const(2)))
-        b.store(b.word(frame, b.field(code, patch, 1)), b.gep(table, [b.word(code, patch)]))
-    fn, work, threads = (b.field(code, pc, offset) for offset in (2, 3, 4))
-    split = b.or_(b.icmp_signed(">", threads, b.const(1)), b.icmp_signed("!=", always, b.const(0)))
-    with b.if_else(split) as (pooled, serial):
-        with pooled:
-            b.call(pool_run, [pool, b.inttoptr(fn, _I8P), b.bitcast(table, _I8P), work, threads])
-        with serial:
-            b.call(b.inttoptr(fn, _KERNEL_FN.as_pointer()), [b.bitcast(table, _I8P.as_pointer()), b.const(0), work])
-    b.branch(advance)
-
-    b.position_at_end(cases[COPY])
-    nbytes, dst, src = (b.field(code, pc, offset) for offset in (2, 3, 4))
-    b.call(memcpy, [b.inttoptr(b.word(frame, dst), _I8P), b.inttoptr(b.word(frame, src), _I8P), nbytes,
-                    ir.Constant(ir.IntType(1), 0)])
-    b.branch(advance)
-
-    b.position_at_end(cases[FOR])
-    n, reverse, index_word = (b.field(code, pc, offset) for offset in (2, 3, 4))
-    with b.counted(n) as c:
-        down = b.sub(b.sub(n, b.const(1)), c)
-        i = b.select(b.icmp_signed("!=", reverse, b.const(0)), down, c)
-        b.store(i, b.inttoptr(b.word(frame, index_word), _I64P))
-        bound_run(b.add(pc, b.const(5)), parity_select(c), i)
-    b.branch(advance)
-
-    b.position_at_end(cases[WHILE])
-    bound, go_word = b.field(code, pc, 2), b.field(code, pc, 3)
-    condition = b.add(pc, b.const(4))
-    body = block_code(condition)[1]
-    epilogue = block_code(body)[1]
-    count = b.variable(b.const(0))
-    test, stopped = run.append_basic_block("while_test"), run.append_basic_block("while_stopped")
-    b.branch(test)
-    b.position_at_end(test)
-    c = b.load(count)
-    select = parity_select(c)
-    bound_run(condition, select, b.const(0))
-    going = b.icmp_signed("!=", byte_at(go_word), ir.Constant(_I8, 0))
-    with b.if_then(b.not_(going)):
-        b.branch(stopped)
-    with b.if_then(b.icmp_signed("==", c, bound)):  # ran past max_trip_count
-        b.ret(b.add(pc, b.const(1)))
-    bound_run(body, select, b.const(0))
-    b.store(b.add(c, b.const(1)), count)
-    b.branch(test)
-    b.position_at_end(stopped)
-    with b.if_then(b.icmp_signed("==", b.and_(b.load(count), b.const(1)), b.const(0))):
-        bound_run(epilogue, b.const(0), b.const(0))
-    b.branch(advance)
-
-    b.position_at_end(cases[IF])
-    then = b.add(pc, b.const(3))
-    otherwise = block_code(then)[1]
-    picked = b.icmp_signed("!=", byte_at(b.field(code, pc, 2)), ir.Constant(_I8, 0))
-    bound_run(b.select(picked, then, otherwise), b.const(0), b.const(0))
-    b.branch(advance)
-
-    b.position_at_end(advance)
-    b.store(b.add(pc, b.field(code, pc, 1)), pc_slot)
-    b.branch(head)
     b.finish()
     return str(module)
 
