@@ -3,6 +3,11 @@
 per-shape kernels, ONNX Runtime's first run at the same shape beside them.
 
     .venv/bin/python benchmarks/dynamic_shapes.py [MODEL.onnx ...]   (default: build/bench-models/{bert,gpt2}.onnx)
+    .venv/bin/python benchmarks/dynamic_shapes.py --check [MODEL.onnx ...]
+
+``--check``: no timing; fits each model's schedules at 2 x 32 against 3 x 32 and 2 x 33 and prints,
+for each of ``CHECKED`` (batch, sequence), whether the substituted schedule prints exactly as the
+full path's there (``equal``), differs (``DIFFERENT``: a bug), or is refused (the full path serves it).
 
 For each model: one compiled model (and a fresh kernel cache) per mode: ``substituted`` (as
 shipped: new sizes substituted into a known schedule where known ones fit), ``full path``
@@ -43,6 +48,8 @@ WARM_UP = [(1, 32), (2, 32)]
 NEW = [(3, 32), (5, 17), (4, 32), (2, 48), (7, 32), (3, 48), (6, 32), (1, 100), (8, 32), (2, 100), (5, 48),
        (4, 40), (6, 24), (3, 64), (2, 120), (7, 20)]
 STEADY = 5
+CHECKED = [(4, 32), (5, 17), (2, 48), (8, 64), (16, 16), (7, 100), (1, 32), (2, 256), (4, 256), (2, 2), (3, 3),
+           (32, 64), (64, 32), (16, 64), (17, 64), (6, 200), (2, 300)]
 
 
 def feeds(session_inputs, batch, seq, rng):
@@ -147,6 +154,41 @@ def main(paths):
     print(f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
+def check(paths):
+    from lezero.ir.printer import print_module
+    from lezero.onnx.importer import FOLD_MAX_ELEMENTS
+    from lezero.runtime.plan import specialize
+    from lezero.runtime.shape_substitution import SizeFit
+
+    for path in paths:
+        compiled = lezero.onnx.compile(path)
+
+        def full(b, s):
+            shapes = [(b, s)] * len(compiled.input_names)
+            feeds = {n: np.ones((b, s), np.int64) for n in compiled.input_names}
+            return specialize(compiled._imported(feeds), "main", shapes)
+
+        fit = SizeFit.between(full(2, 32), (2, 32), [(full(3, 32), 3), (full(2, 33), 33)], compiled._tables(),
+                              FOLD_MAX_ELEMENTS)
+        name = pathlib.Path(path).stem
+        if fit is None:
+            print(f"{name}: no fit (--debug: the shapes channel says why)")
+            continue
+        print(f"{name}: constants by rule: {sorted(rule.kind for rule in fit.rules.values())}")
+        verdicts = []
+        for b, s in CHECKED:
+            substitution = fit.substitute((b, s))
+            verdict = "refused" if substitution is None else \
+                "equal" if print_module(substitution.module) == print_module(full(b, s)) else "DIFFERENT"
+            verdicts.append(verdict)
+            print(f"  {b}x{s}: {verdict}")
+        print(f"{name}: " + ", ".join(f"{verdicts.count(v)} {v}" for v in ("equal", "DIFFERENT", "refused")))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--check"]:
+        check(sys.argv[2:] or [p for p in ("build/bench-models/bert.onnx", "build/bench-models/gpt2.onnx")
+                               if os.path.exists(p)])
+        sys.exit()
     main(sys.argv[1:] or [p for p in ("build/bench-models/bert.onnx", "build/bench-models/gpt2.onnx")
                           if os.path.exists(p)])
