@@ -60,8 +60,9 @@ def lower_pooling(ctx: KernelContext, op) -> int:
     y_buffer = ctx.result_buffers[ctx.yields.index(y)] if y in ctx.yields else None
     if x_buffer is None or y_buffer is None:
         raise e.failure(op, "a single pooling kernel reads its operand from memory and yields its result")
-    acc = ctx.fn.alloca(compute_type(acc_dtype), ow_size, "pool")
-    acc_type = acc.allocated_type
+    vector_rows = is_max and dtype == F32 and sw in VECTOR_COLUMN_STRIDES
+    acc = None if vector_rows else ctx.fn.alloca(compute_type(acc_dtype), ow_size, "pool")
+    acc_type = compute_type(acc_dtype)
 
     def slot(ow):
         return b.gep(acc, [ow], source_etype=acc_type)
@@ -72,7 +73,7 @@ def lower_pooling(ctx: KernelContext, op) -> int:
     with for_range(b, ctx.fn.begin, ctx.fn.end, "row") as row:
         plane = b.udiv(row, i64(oh_size))  # n * C + c
         oh = b.urem(row, i64(oh_size))
-        if is_max and dtype == F32 and sw in VECTOR_COLUMN_STRIDES:
+        if vector_rows:
             _max_row_in_vectors(ctx, pool_geometry(op), x_buffer.pointer, y_buffer.pointer, row, plane, oh)
         else:
             with for_range(b, 0, ow_size, "init") as ow:
@@ -82,12 +83,7 @@ def lower_pooling(ctx: KernelContext, op) -> int:
                 inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, i64(h)))
                 with b.if_then(inside):
                     base = b.mul(b.add(b.mul(plane, i64(h)), ih), i64(w))
-                    for kw in range(kw_size):
-                        shift = kw * dw - pl  # iw = ow * sw + shift
-                        first = max(0, -(shift // sw))  # the ow whose iw is inside [0, w)
-                        last = min(ow_size, (w - 1 - shift) // sw + 1)
-                        if first >= last:
-                            continue
+                    for kw, shift, first, last in _tap_columns(kw_size, dw, pl, sw, w, ow_size):
                         with for_range(b, first, last, f"ow{kw}") as ow:
                             iw = b.add(b.mul(ow, i64(sw)), i64(shift))
                             address = b.gep(x_buffer.pointer, [b.add(base, iw)], inbounds=True,
@@ -120,6 +116,16 @@ def lower_pooling(ctx: KernelContext, op) -> int:
     return n * c * oh_size
 
 
+def _tap_columns(kw_size: int, dw: int, pl: int, sw: int, w: int, ow_size: int):
+    """Per window column kw that some output reads inside the image: (kw, shift, first, last),
+    where input column iw = ow * sw + shift and the outputs first <= ow < last read inside [0, w)."""
+    for kw in range(kw_size):
+        shift = kw * dw - pl
+        first, last = max(0, -(shift // sw)), min(ow_size, (w - 1 - shift) // sw + 1)
+        if first < last:
+            yield kw, shift, first, last
+
+
 # Column strides whose taps are one vector load (1) or two vectors' even lanes (2).
 VECTOR_COLUMN_STRIDES = (1, 2)
 
@@ -148,12 +154,7 @@ def _max_row_in_vectors(ctx: KernelContext, geometry, x, y, row, plane, oh) -> N
             # a row outside the image: every lane off (no access), its address made valid anyway
             source_row = b.gep(x, [b.mul(b.add(b.mul(plane, i64(h)), b.select(inside, ih, i64(0))), i64(w))],
                                source_etype=FLOAT)
-            for kw in range(kw_size):
-                shift = kw * dw - pl  # iw = ow * sw + shift
-                first = max(0, -(shift // sw))  # the outputs whose iw is inside [0, w)
-                last = min(ow_size, (w - 1 - shift) // sw + 1)
-                if first >= last:
-                    continue
+            for _, shift, first, last in _tap_columns(kw_size, dw, pl, sw, w, ow_size):
                 on = b.and_(b.icmp_signed(">=", ow, vectors.splat(b, i64(first), width)),
                             b.icmp_signed("<", ow, vectors.splat(b, i64(last), width)))
                 on = b.and_(on, vectors.splat(b, inside, width))
