@@ -28,7 +28,8 @@ Written to the IR::
 
 **Devices** (after ``partition{target=cuda}``): a kernel's results live where the kernel runs,
 its ``device`` attribute (``"cpu"`` when absent; a ``transfer`` kernel's device is its
-destination).  Each memory gets its own arena, planned as above over the one schedule (the
+destination), in that memory's storage (``element_bytes``: bf16 is 2 bytes on a GPU, the host's
+float32 on the CPU).  Each memory gets its own arena, planned as above over the one schedule (the
 runtime launches host and device kernels in program order, a device-to-host transfer waiting
 for the device), and in place only within one arena::
 
@@ -81,6 +82,17 @@ def kernel_device(kernel: Operation) -> str:
 
 def aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGNMENT) * ALIGNMENT
+
+
+# An element's bytes in a device's memory where they differ from the reference's storage: bf16 is
+# 16 bits on a GPU (the cuda runtime's torch.bfloat16), float32 on the host.
+DEVICE_ELEMENT_BYTES = {"bf16": 2}
+
+
+def element_bytes(t: TensorType, device: str) -> int:
+    """Bytes of one element of ``t`` in ``device``'s memory."""
+    name = t.element_type.name
+    return t.element_type.itemsize if device == HOST else DEVICE_ELEMENT_BYTES.get(name, t.element_type.itemsize)
 
 
 @dataclass
@@ -187,7 +199,8 @@ def plan_function(func: FuncOp, by_stage: bool = False, in_place: bool = True) -
                 continue
             readers = [u.op for u in r.uses]
             end = max([steps[id(u)] for u in readers if id(u) in steps], default=steps[id(k)])
-            buffers[id(r)] = Buffer(r, aligned(r.type.nbytes), steps[id(k)], end, device)
+            size = r.type.num_elements * element_bytes(r.type, device)
+            buffers[id(r)] = Buffer(r, aligned(size), steps[id(k)], end, device)
 
     slots: list[Slot] = []
     for k in kernels:
@@ -205,7 +218,7 @@ def plan_function(func: FuncOp, by_stage: bool = False, in_place: bool = True) -
                     src = buffers.get(id(v))
                     if (src is None or src.device != buf.device or id(src.slot) in taken or src.end != step
                             or v.type.shape != r.type.shape
-                            or v.type.element_type.itemsize != r.type.element_type.itemsize
+                            or element_bytes(v.type, buf.device) != element_bytes(r.type, buf.device)
                             or any(steps[id(u.op)] == step and u.op is not k for u in v.uses)
                             or not _reads_only_at_its_index(args[j])):
                         continue

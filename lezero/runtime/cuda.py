@@ -130,8 +130,8 @@ def _arena(size: int, device):
 
 def _view(arena, offset: int, t: TensorType, on_device: bool):
     """The tensor of type ``t`` at byte ``offset`` of ``arena`` (the device's or the host's: the
-    storage differs for bf16; memory-plan sized the slots for float32, so a bf16 slot on the
-    device uses half of its room)."""
+    storage differs for bf16, and memory-plan sized each arena's slots in its storage,
+    ``memory_plan.element_bytes``)."""
     dtype = storage_dtype(t, on_device)
     nbytes = math.prod(t.shape) * dtype.itemsize
     return arena[offset:offset + nbytes].view(dtype).view(t.shape)

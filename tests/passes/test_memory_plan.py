@@ -5,6 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lezero.codegen import targets
 from lezero.ir import Builder, FuncOp, FunctionType, ModuleOp, parse_module
 from lezero.ir.types import F32, TensorType
 from lezero.passes import PassError, run_pipeline
@@ -166,3 +167,26 @@ def test_random_plans_never_overlap_live_buffers(module, pipeline):
     before = outputs(module, inputs)
     planned(module, pipeline)
     assert_same_outputs(before, outputs(module, inputs))
+
+
+def test_bf16_is_two_bytes_in_the_device_arena_and_never_in_place_of_a_wider_value():
+    """On cuda a bf16 buffer is 16 bits (the runtime's torch.bfloat16): its slot is 2 bytes an
+    element, and a kernel whose result's elements are wider (f32 from bf16) or narrower never takes
+    its operand's slot in place (its element i would lie over others not read yet); on the CPU bf16
+    is float32 storage, 4 bytes, as before."""
+    targets.backend("cuda")  # registers its target
+    text = """
+    func.func @f(%x: tensor<64x64xbf16>) -> tensor<64x64xf32> {
+      %0 = "lz.exp"(%x) : (tensor<64x64xbf16>) -> tensor<64x64xbf16>
+      %1 = "lz.cast"(%0) {to = f32} : (tensor<64x64xbf16>) -> tensor<64x64xf32>
+      %2 = "lz.neg"(%1) : (tensor<64x64xf32>) -> tensor<64x64xf32>
+      func.return %2 : tensor<64x64xf32>
+    }"""
+    module = parse_module(text)
+    run_pipeline(module, "partition{target=cuda max-ops=1},fuse,memory-plan")  # (check_memory_plan: one arena)
+    func = module.functions[0]
+    (exp, cast, _) = kernel_schedule(func)
+    assert exp.attributes["lz.offsets"].values != cast.attributes["lz.offsets"].values  # not in place
+    assert func.attributes["lz.device_arena_size"].value == aligned(64 * 64 * 2) + aligned(64 * 64 * 4)
+    host = planned(parse_module(text), "partition{max-ops=1},fuse,memory-plan")
+    assert arena(host)[0] == aligned(64 * 64 * 4)  # bf16 -> f32 in place: both 4 bytes an element
