@@ -10,8 +10,9 @@ ceil-mode window past the end are skipped, never read.
 
 float32 max pooling of column stride 1 or 2 (resnet's 3x3 stride-2 stem pool) keeps each output
 row's maxima in vector registers instead (``_max_row_in_vectors``): a vector of outputs at a time,
-each of the kh x kw taps one masked vector load (stride 2: two vectors' even lanes), so no stack
-row is read and written per tap and no loop has a scalar remainder.
+each of the kh x kw taps one vector load (stride 2: two vectors' even lanes), masked only in the
+vectors at the row's ends, so no stack row is read and written per tap and no loop has a scalar
+remainder.
 
 max: the identity is -inf (or the smallest integer), so padding never wins; nan propagates.
 avg: sums in f32 for f16, divided by the window's count, which is a product of a row count and a
@@ -132,9 +133,11 @@ VECTOR_COLUMN_STRIDES = (1, 2)
 
 def _max_row_in_vectors(ctx: KernelContext, geometry, x, y, row, plane, oh) -> None:
     """y[row, :] = the max over each window of output row ``oh`` of ``plane`` (n * C + c), W outputs
-    at a time in a vector register: per tap (kh, kw) a masked load of the input row's columns
-    ow * sw + kw * dw - pl (off lanes: outside the image, or the row's end; -inf), folded by
-    llvm.maximum (nan propagates, as np.maximum); a tap row outside the image loads nothing."""
+    at a time in a vector register: per tap (kh, kw) a load of the input row's columns
+    ow * sw + kw * dw - pl, folded by llvm.maximum (nan propagates, as np.maximum).  Vectors near
+    the row's ends load masked (off lanes: outside the image or past the row; -inf); the ones
+    between, whose every tap stays inside the row, load plain; a tap row outside the image gives
+    -inf (masked: loads nothing; plain: reads a row inside)."""
     b = ctx.b
     n, c, h, w, oh_size, ow_size, kh_size, kw_size, sh, sw, pt, pl, pb, pr, dh, dw = geometry
     width = gemm.GemmConfig.for_target(ctx.cpu).vector_width
@@ -144,32 +147,47 @@ def _max_row_in_vectors(ctx: KernelContext, geometry, x, y, row, plane, oh) -> N
     evens = ir.Constant(ir.VectorType(I32, width), list(range(0, 2 * width, 2)))
     pairs = ir.Constant(ir.VectorType(I32, 2 * width), [j // 2 for j in range(2 * width)])
     even_lanes = ir.Constant(ir.VectorType(I1, 2 * width), [j % 2 == 0 for j in range(2 * width)])
-    with for_range(b, 0, -(-ow_size // width), "ow_vector") as chunk:
-        ow0 = b.mul(chunk, i64(width))
-        ow = b.add(vectors.splat(b, ow0, width), lanes)
-        acc = lowest_vector
-        for kh in range(kh_size):
-            ih = b.add(b.sub(b.mul(oh, i64(sh)), i64(pt)), i64(kh * dh))
-            inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, i64(h)))
-            # a row outside the image: every lane off (no access), its address made valid anyway
-            source_row = b.gep(x, [b.mul(b.add(b.mul(plane, i64(h)), b.select(inside, ih, i64(0))), i64(w))],
-                               source_etype=FLOAT)
-            for _, shift, first, last in _tap_columns(kw_size, dw, pl, sw, w, ow_size):
-                on = b.and_(b.icmp_signed(">=", ow, vectors.splat(b, i64(first), width)),
-                            b.icmp_signed("<", ow, vectors.splat(b, i64(last), width)))
-                on = b.and_(on, vectors.splat(b, inside, width))
-                start = b.gep(source_row, [b.add(b.mul(ow0, i64(sw)), i64(shift))], source_etype=FLOAT)
-                if sw == 1:
-                    values = vectors.load_vector(b, start, width, on)
-                else:  # the even lanes of 2W columns: lane l is column 2 * (ow0 + l) + shift
-                    pair_on = b.and_(b.shuffle_vector(on, on, pairs), even_lanes)
-                    both = vectors.load_vector(b, start, 2 * width, pair_on)
-                    values = b.shuffle_vector(both, both, evens)
-                values = b.select(on, values, lowest_vector)
-                acc = vectors.call_intrinsic(b, f"llvm.maximum.v{width}f32", acc, values)
-        stored = b.icmp_signed("<", ow, vectors.splat(b, i64(ow_size), width))
-        vectors.store_vector(b, acc, b.gep(y, [b.add(b.mul(row, i64(ow_size)), ow0)], source_etype=FLOAT), stored)
+    taps = list(_tap_columns(kw_size, dw, pl, sw, w, ow_size))
+    chunks = -(-ow_size // width)
+    # chunks whose every tap reads W outputs' columns inside the row: plain loads, no lane masks
+    interior = [q for q in range(chunks) if (q + 1) * width <= ow_size and
+                all(0 <= q * width * sw + shift and (q + 1) * width * sw + shift <= w for _, shift, _, _ in taps)]
+    inner = (interior[0], interior[-1] + 1) if interior else (chunks, chunks)
 
+    def row_vectors(begin, end, masked):
+        with for_range(b, begin, end, "ow_vector") as chunk:
+            ow0 = b.mul(chunk, i64(width))
+            ow = b.add(vectors.splat(b, ow0, width), lanes)
+            acc = lowest_vector
+            for kh in range(kh_size):
+                ih = b.add(b.sub(b.mul(oh, i64(sh)), i64(pt)), i64(kh * dh))
+                inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, i64(h)))
+                # a row outside the image: its lanes off (-inf), its address a row inside
+                source_row = b.gep(x, [b.mul(b.add(b.mul(plane, i64(h)), b.select(inside, ih, i64(0))), i64(w))],
+                                   source_etype=FLOAT)
+                for _, shift, first, last in taps:
+                    start = b.gep(source_row, [b.add(b.mul(ow0, i64(sw)), i64(shift))], source_etype=FLOAT)
+                    on = None
+                    if masked:
+                        on = b.and_(b.icmp_signed(">=", ow, vectors.splat(b, i64(first), width)),
+                                    b.icmp_signed("<", ow, vectors.splat(b, i64(last), width)))
+                        on = b.and_(on, vectors.splat(b, inside, width))
+                    if sw == 1:
+                        values = vectors.load_vector(b, start, width, on)
+                    else:  # the even lanes of 2W columns: lane l is column 2 * (ow0 + l) + shift
+                        pair_on = None if on is None else b.and_(b.shuffle_vector(on, on, pairs), even_lanes)
+                        both = vectors.load_vector(b, start, 2 * width, pair_on)
+                        values = b.shuffle_vector(both, both, evens)
+                    values = b.select(inside, values, lowest_vector) if on is None else \
+                        b.select(on, values, lowest_vector)
+                    acc = vectors.call_intrinsic(b, f"llvm.maximum.v{width}f32", acc, values)
+            stored = None if not masked else b.icmp_signed("<", ow, vectors.splat(b, i64(ow_size), width))
+            vectors.store_vector(b, acc, b.gep(y, [b.add(b.mul(row, i64(ow_size)), ow0)], source_etype=FLOAT),
+                                 stored)
+
+    row_vectors(0, inner[0], masked=True)
+    row_vectors(inner[0], inner[1], masked=False)
+    row_vectors(inner[1], chunks, masked=True)
 
 def _count_table(ctx: KernelContext, name: str, counts, dtype) -> ir.GlobalVariable:
     t = compute_type(dtype)
