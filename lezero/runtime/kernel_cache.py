@@ -119,9 +119,10 @@ class CachedKernel:
     (or from lowering it now), its LLVM IR lowered only when something asks for it (a native
     build, ``--emit=llvm``).  A row-generic kernel runs the code of its ``generic_form`` (a rows
     form, or its sequence form: then ``sizes`` holds the sequence length, which the plan hands it in
-    a buffer after its results)."""
+    a buffer after its results).  ``content_key`` may be a function that computes it: a kernel
+    planned without printing it (``plan_kernel_resized``) is keyed only when something asks."""
 
-    def __init__(self, op: Operation, cpu: CpuTarget, content_key: str, facts: KernelFacts,
+    def __init__(self, op: Operation, cpu: CpuTarget, content_key, facts: KernelFacts,
                  lowered: LoweredKernel | None = None, row_generic: RowGeneric | None = None,
                  generic_form: Operation | None = None, sizes: tuple = ()):
         self.op = op
@@ -129,7 +130,7 @@ class CachedKernel:
         self.generic_form = generic_form
         self.sizes = sizes
         self.cpu = cpu
-        self.content_key = content_key
+        self._content_key = content_key
         self.facts = facts
         self._lowered = lowered
         attrs = op.definition.attrs(op)
@@ -147,8 +148,14 @@ class CachedKernel:
 
     def for_op(self, op: Operation) -> "CachedKernel":
         """This kernel for ``op``, a kernel of the same text (its bounds checks name ``op``'s ops)."""
-        return CachedKernel(op, self.cpu, self.content_key, self.facts, None, self.row_generic, self.generic_form,
+        return CachedKernel(op, self.cpu, self._content_key, self.facts, None, self.row_generic, self.generic_form,
                             self.sizes)
+
+    @property
+    def content_key(self) -> str:
+        if callable(self._content_key):
+            self._content_key = self._content_key()
+        return self._content_key
 
     def lowered(self) -> LoweredKernel:
         if self._lowered is None:
@@ -242,6 +249,23 @@ class KernelCache:
             return generic
         lowered = self._lower(kernel_op, cpu)
         return CachedKernel(kernel_op, cpu, key, self._keep_lowered(key, lowered, cpu), lowered)
+
+    def plan_kernel_resized(self, kernel_op: Operation, cpu: CpuTarget | str | None, like: CachedKernel):
+        """``kernel_op`` for a plan, ``like`` being a planned kernel that it is at other sizes (the
+        source's, in a schedule made by ``lezero.runtime.shape_substitution``).  When ``like`` runs
+        the code of a rows form and ``kernel_op``'s rows form is that same form (compared op by op,
+        types and attributes, not printed), ``like``'s code at ``kernel_op``'s row count: what
+        ``plan_kernel`` would find, without printing either kernel (the content key is computed
+        if asked for); else ``plan_kernel``."""
+        if like.row_generic is None or like.sizes:
+            return self.plan_kernel(kernel_op, cpu)
+        widest = widest_rows_form(kernel_op)
+        if widest is None or _structure(widest[1]) != _structure(like.generic_form):
+            return self.plan_kernel(kernel_op, cpu)
+        cpu = cpu_target(cpu)
+        verdict = (like.row_generic, like.facts)
+        return self._generic_kernel(kernel_op, cpu, lambda: self.kernel_key(kernel_op, cpu), verdict,
+                                    math.prod(widest[0]), like.generic_form, ())
 
     def _keep_lowered(self, key: str, lowered: LoweredKernel, cpu: CpuTarget) -> KernelFacts:
         """The facts of ``lowered`` kept under content ``key`` (memory and disk), its compilation started."""
@@ -501,6 +525,27 @@ class KernelCache:
             self._row_generic.clear()
             self._rows_seen.clear()
             self._generic_of.clear()
+
+
+def _structure(op: Operation) -> tuple:
+    """What ``kernel_text`` prints of ``op``, as a tuple: op names, operands by value number, types
+    and attributes (placement attributes left out).  Equal tuples print equal texts."""
+    numbers: dict[int, int] = {}
+
+    def walk(op: Operation) -> tuple:
+        operands = tuple(numbers.get(id(v), -1) for v in op.operands)
+        for r in op.results:
+            numbers[id(r)] = len(numbers)
+        regions = []
+        for region in op.regions:
+            for block in region.blocks:
+                for a in block.args:
+                    numbers[id(a)] = len(numbers)
+                regions.append((tuple(a.type for a in block.args), tuple(walk(inner) for inner in block.ops)))
+        attributes = tuple(sorted((k, v) for k, v in op.attributes.items() if k not in _PLACEMENT_ATTRS))
+        return op.name, operands, tuple(r.type for r in op.results), attributes, tuple(regions)
+
+    return walk(op)
 
 
 def _compile_object(llvm_ir: str, cpu: CpuTarget) -> bytes:

@@ -346,7 +346,9 @@ class Substitution:
         """Per kernel, a planned kernel of the same text (``CachedKernel``; ``source_kernels``: the
         source plan's, in the same order): the source's where the kernel did not change, else one
         cache lookup per distinct (source kernel, integers), shared by the kernels that have them
-        (a model's repeated layers): the same source text with the same integers is the same text."""
+        (a model's repeated layers): the same source text with the same integers is the same text.
+        A row-generic source kernel whose rows form the new one shares is not printed again
+        (``KernelCache.plan_kernel_resized``)."""
         planned, looked_up = [], {}
         for (op, ints, unchanged), source in zip(self.kernels, source_kernels):
             if source is None or unchanged:  # no kernel to share (a transfer): the plan looks it up
@@ -354,7 +356,7 @@ class Substitution:
                 continue
             key = (source.content_key, ints)
             if key not in looked_up:
-                looked_up[key] = cache.plan_kernel(op, cpu)
+                looked_up[key] = cache.plan_kernel_resized(op, cpu, source)
             planned.append(looked_up[key])
         return planned
 
