@@ -176,15 +176,16 @@ def cache_blocks(mr: int, nr: int, caches: Caches) -> tuple[int, int, int]:
 
 
 def prepacked_b_depth(nr: int, caches: Caches) -> int:
-    """The deepest K block (a power of two) whose kc x nr B sliver fits in L1, for a GEMM whose B
-    the plan packed once (a constant weight, or a loop invariant such as an LSTM's W_hh): with no
-    packing per call to spread over a deep block, the sliver is best read from L1 rather than from
-    L2 (the module docstring's kc, chosen for B packed per call).  Measured (Xeon, emeraldrapids,
-    L1d 48 KiB, 6 x 64 tiles, 1 thread, the recurrent GEMM of an LSTM step, B pre-packed,
-    alternating in one process, load ~1): kc 128 instead of 256 or 512 is 6-9% faster at M = 32 to
-    256 rows, K = 256 and 512, N = 4K (64 x 256 x 1024: 231 -> 213 us), the same within 2% at
-    8 x 256 x 1024 and 128 x 768 x 3072; kc 64 was 5% slower than 128 at 128 x 768 x 3072."""
-    return _power_of_two_at_most(max(1, caches.l1d // (nr * FLOAT_BYTES)))
+    """The deepest K block (a power of two) whose kc x nr B sliver fits in two thirds of L1 (the
+    rest for A's sliver and C's tile), for a GEMM whose B the plan packed once (a constant weight,
+    or a loop invariant such as an LSTM's W_hh): with no packing per call to spread over a deep
+    block, the sliver is best read from L1 rather than from L2 (the module docstring's kc, chosen
+    for B packed per call).  Measured (Xeon, emeraldrapids, L1d 48 KiB, 6 x 64 tiles, 1 thread, the
+    recurrent GEMM of an LSTM step, B pre-packed, alternating in one process, load ~1): kc 128
+    instead of 256 or 512 is 6-9% faster at M = 32 to 256 rows, K = 256 and 512, N = 4K (64 x 256 x
+    1024: 231 -> 213 us), the same within 2% at 8 x 256 x 1024 and 128 x 768 x 3072; kc 64 was 5%
+    slower than 128 at 128 x 768 x 3072, and 8 x 3 tiles (48 columns) ran kc 128 faster than 256."""
+    return _power_of_two_at_most(max(1, caches.l1d * 2 // 3 // (nr * FLOAT_BYTES)))
 
 
 def direct_a_block_floats(caches: Caches) -> int:

@@ -537,15 +537,40 @@ def test_matmul_reads_constant_b_pre_packed_in_l1_deep_blocks(cpu, case):
 
 def test_prepacked_b_blocks_are_equal_and_fit_l1():
     """K blocks for a pre-packed B: the host's kc cut to equal blocks no deeper than the L1 depth
-    (48 KiB of L1 and 64-float slivers: 128), kept when already that shallow."""
+    (two thirds of 48 KiB of L1: 128 for 64- and 48-float slivers) when all rows are one A block,
+    kept when already that shallow."""
     caches = cache_model.Caches(48 * 1024, 2 << 20, 0)
-    assert cache_model.prepacked_b_depth(64, caches) == 128
-    assert cache_model.prepacked_b_depth(24, caches) == 512
+    assert [cache_model.prepacked_b_depth(nr, caches) for nr in (64, 48, 24)] == [128, 128, 256]
     config = gemm.GemmConfig(16, 6, 4, 512, 66, 1024)
-    assert contraction_gemm.prepacked_b_blocks(config, 256, caches).kc == 128
-    assert contraction_gemm.prepacked_b_blocks(config, 300, caches).kc == 100
+    assert contraction_gemm.prepacked_b_blocks(config, 64, 256, caches).kc == 128
+    assert contraction_gemm.prepacked_b_blocks(config, 64, 300, caches).kc == 100
+    assert contraction_gemm.prepacked_b_blocks(config, 67, 300, caches) is config  # rows past one A block
     shallow = gemm.GemmConfig(16, 6, 4, 40, 12, 64)
-    assert contraction_gemm.prepacked_b_blocks(shallow, 40, caches) is shallow
+    assert contraction_gemm.prepacked_b_blocks(shallow, 12, 40, caches) is shallow
+
+
+@pytest.mark.parametrize("cpu, m, n, tile", [
+    ("skylake-avx512", 16, 1024, (16, 8, 3)),  # 6-row tiles pad 16 rows to 18, 8 x 48 columns none
+    ("skylake-avx512", 64, 1024, (16, 6, 4)),  # the same padded work either way: the target's tile
+    ("skylake-avx512", 16, 256, (16, 6, 4)),   # 48-column tiles pad 256 columns to 288
+    ("znver4", 16, 1024, (16, 6, 4)),          # half-rate 512-bit FMA: not measured, kept
+    ("x86-64-v3", 16, 1024, (8, 4, 3)),        # AVX2's matmul tile stays
+])
+def test_prepacked_b_matmul_tile_pads_least(cpu, m, n, tile):
+    """A matmul reading a constant B pre-packed takes the tile that pads less of C (8 x 3 vectors
+    for 6 x 4 on a full-rate AVX-512 CPU); its packed B follows the tile; it matches the reference."""
+    k = 40
+    module, kernel = matmul_kernel((m, k), (k, n))
+    kernel.attributes["constant_operands"] = DenseArrayAttr(I64, (1,))
+    lowered = lower_kernel(kernel, cpu=cpu)
+    (spec,) = lowered.packed_operands
+    width, _, vectors = tile
+    assert spec.col_tile == width * vectors and f"<{width} x float>" in lowered.llvm_ir
+    if not cpu_target(cpu).missing_here():  # run where this machine can
+        rng = np.random.default_rng(m + n)
+        a, w = data(rng, (m, k), "f32"), data(rng, (k, n), "f32")
+        assert_matches(run_kernel(kernel, [a, spec.pack(w)], 2, lowered, cpu=cpu)[0], reference(module, [a, w])[0],
+                       **F32_TOL)
 
 
 @pytest.mark.parametrize("cpu, image, tile", [
