@@ -18,6 +18,9 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--threads", type=int, default=2)
 parser.add_argument("--seconds", type=float, default=3.0, help="time budget per case")
 parser.add_argument("--iterations", type=int, default=1000)
+parser.add_argument("--cond-iterations", type=int, default=100,
+                    help="the lz.cond case's steps (tracing an lz.cond inside lz.scan grows faster than linearly "
+                         "with the steps: 2 s at 100, 115 s at 300)")
 parser.add_argument("--width", type=int, default=16, help="the carried vector's length")
 args = parser.parse_args()
 os.environ.setdefault("LEZERO_NUM_THREADS", str(args.threads))
@@ -65,7 +68,7 @@ def fori_case():
 
 
 def cond_case():
-    """Over N steps: c = c + x_t where sum(c) > 0, else c - x_t (an lz.if per iteration)."""
+    """Over --cond-iterations steps: c = c + x_t where sum(c) > 0, else c - x_t / 2 (an lz.if per step)."""
     def lezero(c, xs):
         return lz.scan(lambda c, x: (lz.cond(c.sum() > 0, lambda a: a + x, lambda a: a - x * 0.5, c),) * 2, c, xs)[0]
 
@@ -75,7 +78,7 @@ def cond_case():
         return c
     rng = np.random.default_rng(1)
     return lezero, torch_loop, [rng.standard_normal((1, W)).astype(np.float32),
-                                rng.standard_normal((N, 1, W)).astype(np.float32)]
+                                rng.standard_normal((args.cond_iterations, 1, W)).astype(np.float32)]
 
 
 def turn_off_native(plan) -> None:
@@ -111,7 +114,8 @@ def measure(case):
 def main() -> int:
     print(f"CPU: {cpu_model()}, {len(os.sched_getaffinity(0))} cores available, {args.threads} threads; torch "
           f"{torch.__version__}; load average {os.getloadavg()[0]:.2f}")
-    print(f"{N} iterations, carried 1x{W} f32; us per call (medians of alternating rounds); ratio = native / other")
+    print(f"{N} iterations ({args.cond_iterations} for lz.cond), carried 1x{W} f32; us per call (medians of "
+          "alternating rounds); ratio = native / other")
     print(f"{'case':>22} {'native':>10} {'python':>10} {'torch':>10} {'vs python':>10} {'vs torch':>9}")
     for name, case in (("lz.while_loop", while_case), ("lz.fori_loop", fori_case), ("lz.cond in lz.scan", cond_case)):
         t = measure(case)
