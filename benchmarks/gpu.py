@@ -451,7 +451,7 @@ def bench_amp() -> None:
     batch, side = RESNET
     x = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
     y = rng.integers(0, 1000, batch)
-    note = "; lezero's bf16 tensors are float32 storage on the GPU: its bf16 matmuls run as TF32"
+    note = "; lezero's bf16 tensors are 16-bit storage on the GPU: its bf16 matmuls run on bf16 tensor cores"
     if not over_budget("ResNet-50 bf16 training step", needs=60):
         compare_train_step("ResNet-50 autocast(bf16) (cross-entropy, SGD with momentum, BatchNorm in eval mode)",
                            resnet50, "SGD", {"lr": 0.01, "momentum": 0.9}, x, y, 3e-2, torch_compile_seconds=150,
