@@ -4,10 +4,16 @@ per-shape kernels, ONNX Runtime's first run at the same shape beside them.
 
     .venv/bin/python benchmarks/dynamic_shapes.py [MODEL.onnx ...]   (default: build/bench-models/{bert,gpt2}.onnx)
     .venv/bin/python benchmarks/dynamic_shapes.py --check [MODEL.onnx ...]
+    .venv/bin/python benchmarks/dynamic_shapes.py --profile [MODEL.onnx ...]
 
 ``--check``: no timing; fits each model's schedules at 2 x 32 against 3 x 32 and 2 x 33 and prints,
 for each of ``CHECKED`` (batch, sequence), whether the substituted schedule prints exactly as the
 full path's there (``equal``), differs (``DIFFERENT``: a bug), or is refused (the full path serves it).
+
+``--profile``: one compiled model warmed up on ``PROFILE_WARM_UP``, then each of ``PROFILED`` (new
+batches and new lengths) run once, printing its first-run ms and every kernel it lowered: kind,
+result type and lowering ms (the row-generic probe lowers two forms of a kernel, at
+``row_generic.PROBE_ROWS`` rows).
 
 For each model: one compiled model (and a fresh kernel cache) per mode: ``substituted`` (as
 shipped: new sizes substituted into a known schedule where known ones fit), ``full path``
@@ -153,6 +159,39 @@ def main(paths):
           "(medians); served: how the substituted mode got its plan")
     print(f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
+PROFILE_WARM_UP = [(1, 32), (2, 32), (3, 32), (2, 48)]
+PROFILED = [(2, 40), (4, 32), (5, 32), (2, 56), (3, 40)]
+
+
+def profile(paths):
+    lowered = []
+    lower = kernel_cache.KernelCache._lower
+
+    def timed_lower(cache, op, cpu):
+        start = time.perf_counter()
+        result = lower(cache, op, cpu)
+        lowered.append((time.perf_counter() - start, op))
+        return result
+
+    kernel_cache.KernelCache._lower = timed_lower
+    try:
+        for path in paths:
+            mode = Mode(onnx.load(path), "substituted", True, True)
+            inputs = ort.InferenceSession(path).get_inputs()
+            rng = np.random.default_rng(0)
+            for batch, seq in PROFILE_WARM_UP:
+                mode.first_run(feeds(inputs, batch, seq, rng))
+            for batch, seq in PROFILED:
+                lowered.clear()
+                seconds, lowerings, compiles = mode.first_run(feeds(inputs, batch, seq, rng))
+                print(f"{pathlib.Path(path).stem} {batch}x{seq}: {seconds * 1e3:.1f} ms, {lowerings} lowered, "
+                      f"{compiles} compiled; load {os.getloadavg()[0]:.1f}")
+                for spent, op in lowered:
+                    print(f"  {op.definition.attrs(op).kind:11s} {str(op.results[0].type):28s} lowered in "
+                          f"{spent * 1e3:.1f} ms" + (" (rows form)" if "lz.any_rows" in op.attributes else ""))
+    finally:
+        kernel_cache.KernelCache._lower = lower
+
 
 def check(paths):
     from lezero.ir.printer import print_module
@@ -186,9 +225,10 @@ def check(paths):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--check"]:
-        check(sys.argv[2:] or [p for p in ("build/bench-models/bert.onnx", "build/bench-models/gpt2.onnx")
-                               if os.path.exists(p)])
-        sys.exit()
+    for flag, action in (("--check", check), ("--profile", profile)):
+        if sys.argv[1:2] == [flag]:
+            action(sys.argv[2:] or [p for p in ("build/bench-models/bert.onnx", "build/bench-models/gpt2.onnx")
+                                    if os.path.exists(p)])
+            sys.exit()
     main(sys.argv[1:] or [p for p in ("build/bench-models/bert.onnx", "build/bench-models/gpt2.onnx")
                           if os.path.exists(p)])
