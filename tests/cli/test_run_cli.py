@@ -56,6 +56,11 @@ FAILING_SCRIPT = """
     rank, restart = os.environ["RANK"], os.environ["LEZERO_RESTART_COUNT"]
     pathlib.Path(sys.argv[1], f"start{rank}_{restart}").write_text(str(os.getpid()))
     if rank == "1":
+        # wait (bounded) for rank 0 of this start to be up, so that its marker exists however slowly
+        # a loaded machine starts Python; then give up
+        deadline = time.monotonic() + 20
+        while not pathlib.Path(sys.argv[1], f"start0_{restart}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         print("rank 1 gives up", file=sys.stderr)
         sys.exit(3)
     time.sleep(30)  # rank 0 would run on: lezero-run must stop it
