@@ -16,6 +16,7 @@ import pytest
 
 from codegen.kernel_testing import assert_matches, lz_attrs, make_kernel, reference, run_kernel
 from lezero.codegen.llvm.backend import lower_kernel
+from lezero.codegen.schedule import mark_constant_operands
 from lezero.codegen.row_generic import (
     PROBE_ROWS,
     SEQUENCE_ATTR,
@@ -282,3 +283,25 @@ def test_sequence_generic_attention_matches_the_reference_at_every_length(cpu, c
     got = run_kernel(real, inputs, 3, lowered=here, cpu=cpu, sizes=[length])
     (want,) = reference(module, inputs)
     assert_matches(got[0], want, rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.cross_target(cases={"qkv_768": 768, "narrow_40": 40})
+def test_a_matmul_over_a_constant_weight_serves_every_row_count(cpu, case):
+    """GPT-2's fused q/k/v projection: rows x 256 @ a constant 256 x 768 that the plan packs once.
+    Its register tile for a pre-packed B (contraction_gemm.prepacked_b_tile) follows the row count
+    in a static kernel; in a rows form it must not (it made the code at 4096 and 4099 rows differ,
+    so every new batch x sequence compiled the GEMM again)."""
+    func = FuncOp("f", FunctionType([tensor((BATCH, SEQ, 256), "f32")], []))
+    fb = Builder.at_end(func.entry_block)
+    weight = fb.constant(np.random.default_rng(0).standard_normal((256, case)).astype(np.float32))
+    block = Block([tensor((BATCH, SEQ, 256), "f32"), tensor((256, case), "f32")])
+    b = Builder.at_end(block)
+    b.create("lz.yield", [b.op("lz.matmul", *block.args)], result_types=[])
+    kernel = Operation("lz.kernel", [func.arguments[0], weight], [tensor((BATCH, SEQ, case), "f32")],
+                       lz_attrs(kind="matmul", name="k"), [Region([block])])
+    fb.insert(kernel)
+    fb.create("func.return", kernel.results, result_types=[])
+    func.update_function_type()
+    mark_constant_operands(func)
+    assert kernel.attributes["constant_operands"]
+    assert lower_row_generic(kernel, (BATCH, SEQ), lambda op: lower_kernel(op, cpu=cpu)) is not None

@@ -775,7 +775,10 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
     retiled = tile != (host.vector_width, host.mr, host.nr_vectors)
     constant_b = isinstance(plan, MatmulGemm) and anchor.result.type.element_type == F32 and \
         _constant_b_operand(ctx, anchor) is not None and plan.read_constant_b(_constant_b_operand(ctx, anchor))
-    if constant_b:
+    # The rows form of a one-batch matmul (lezero/codegen/row_generic.py): a work item per row
+    # of C, the call's range its rows, so that the code names no row count and serves every one.
+    per_row = any_rows(ctx.kernel) and isinstance(plan, MatmulGemm) and plan.batches == 1 and not plan.swapped
+    if constant_b and not per_row:  # the tile of a rows form must not follow its row count
         tile = prepacked_b_tile(host, ctx.cpu, tile, plan.m, plan.n)
         retiled = tile != (host.vector_width, host.mr, host.nr_vectors)
     amx_config = _amx_config(ctx, anchor, plan)
@@ -784,9 +787,6 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
         config = prepacked_b_blocks(config, plan.m, plan.k, cache_model.caches_for(ctx.cpu))
         s = plan.shape
         plan.packed_b = PackedGemmB(plan.constant_b, plan.k, plan.n, config.nr, s.b_matrix_strides)
-    # The rows form of a one-batch matmul (lezero/codegen/row_generic.py): a work item per row
-    # of C, the call's range its rows, so that the code names no row count and serves every one.
-    per_row = any_rows(ctx.kernel) and isinstance(plan, MatmulGemm) and plan.batches == 1 and not plan.swapped
     dim, cuts = ("rows", None) if per_row else slice_cuts(plan.m, plan.n, config.mr, config.nr)
     slices = plan.m if per_row else len(cuts) - 1
 
