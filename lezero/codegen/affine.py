@@ -8,11 +8,102 @@ symbolic until a load needs an address lets the reshape of a contiguous buffer f
 plain offset (``(3*i + j) // 3 == i`` when ``0 <= j < 3``) and lets the loop builder see every
 address as coefficients on its loop variables, which is how it merges loops (``loop_coalescing``).
 
+A coefficient, constant or extent may be a ``RunTimeSize``: an int that is a polynomial of a length
+the kernel reads at run time (a sequence form's, ``lezero/codegen/row_generic.py``), valued at the
+length it was made for.  Every decision the lowering takes on it sees that value; the backend emits
+its polynomial of the loaded length where it meets one (``IndexMaterializer.size``).  An operation
+that cannot keep the polynomial (a division that does not divide it) gives a plain int, which the
+code then names as a constant: the sequence form's proof (lowered at two lengths, equal code)
+refuses such code.
+
 Backend-neutral: nothing here emits code (``lezero/codegen/llvm/value_at_index.py`` does, for LLVM).
 """
 from __future__ import annotations
 
 import itertools
+
+
+class RunTimeSize(int):
+    """An int equal to ``sum(coefs[p] x length^p)`` at the ``length`` it was made for (module
+    docstring); ``+``, ``-``, ``*`` and exact division by an int keep the polynomial, everything else
+    is the int's own arithmetic.  A polynomial of no power above 0 is a plain int."""
+
+    def __new__(cls, length: int, coefs: tuple = (0, 1)):
+        coefs = tuple(int(c) for c in coefs)
+        while len(coefs) > 1 and coefs[-1] == 0:
+            coefs = coefs[:-1]
+        value = sum(c * length ** p for p, c in enumerate(coefs))
+        if len(coefs) <= 1:
+            return value
+        self = super().__new__(cls, value)
+        self._parts = (coefs, int(length))
+        return self
+
+    @property
+    def coefs(self) -> tuple:
+        return self._parts[0]
+
+    @property
+    def length(self) -> int:
+        return self._parts[1]
+
+    @staticmethod
+    def _coefs_of(x) -> tuple:
+        return x.coefs if isinstance(x, RunTimeSize) else (int(x),)
+
+    def _length_with(self, other) -> int:
+        if isinstance(other, RunTimeSize) and other.length != self.length:
+            raise ValueError(f"sizes of two lengths ({self.length}, {other.length}) combined")
+        return self.length
+
+    def __add__(self, other):
+        if not isinstance(other, int):
+            return NotImplemented
+        a, b = self.coefs, self._coefs_of(other)
+        n = max(len(a), len(b))
+        return RunTimeSize(self._length_with(other), tuple((a[k] if k < len(a) else 0) + (b[k] if k < len(b) else 0)
+                                                           for k in range(n)))
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return RunTimeSize(self.length, tuple(-c for c in self.coefs))
+
+    def __sub__(self, other):
+        return self + (-other) if isinstance(other, int) else NotImplemented
+
+    def __rsub__(self, other):
+        return (-self) + other if isinstance(other, int) else NotImplemented
+
+    def __mul__(self, other):
+        if not isinstance(other, int):
+            return NotImplemented
+        a, b = self.coefs, self._coefs_of(other)
+        out = [0] * (len(a) + len(b) - 1)
+        for i, x in enumerate(a):
+            for j, y in enumerate(b):
+                out[i + j] += x * y
+        return RunTimeSize(self._length_with(other), tuple(out))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        if type(other) is int and other > 0 and all(c % other == 0 for c in self.coefs):
+            return RunTimeSize(self.length, tuple(c // other for c in self.coefs))
+        return int(self) // other
+
+    def __repr__(self) -> str:  # printed as its value: a type of a sequence form prints as the form's
+        return int.__repr__(self)
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return RunTimeSize, (self.length, self.coefs)
+
+
+def _integer(x) -> int:
+    """``x`` as an int, a ``RunTimeSize`` kept as it is."""
+    return x if isinstance(x, RunTimeSize) else int(x)
 
 
 class Var:
@@ -70,7 +161,7 @@ class Affine:
 
     def __init__(self, terms: dict | None = None, const: int = 0):
         self.terms = {t: c for t, c in (terms or {}).items() if c != 0}
-        self.const = int(const)
+        self.const = _integer(const)
         self._key = (frozenset(self.terms.items()), self.const)
 
     @staticmethod
@@ -113,7 +204,7 @@ class Affine:
         return Affine.of(other) - self
 
     def __mul__(self, k: int) -> "Affine":
-        k = int(k)
+        k = _integer(k)
         return Affine({t: c * k for t, c in self.terms.items()}, self.const * k)
 
     __rmul__ = __mul__

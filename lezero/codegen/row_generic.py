@@ -31,14 +31,24 @@ times a constant are computed from it).  The same proof holds it: lowered at two
 one compile serves every (batch, sequence).  Dims that only equal the length by chance become it
 too: the form at ``length`` is still the kernel at hand, and another length whose kernel differs
 in them has another form (another key).
+
+The same holds for elementwise and reduction kernels whose rows keep a dim of the length (the
+embedding plus position rows ``[b, s, h]`` over rows of b, the attention mask ``[b, s, s]``): a
+function imported at one (batch, sequence) names its dynamic sizes (``DYNAMIC_SIZES_ATTR``), and
+``sequence_lengths`` offers each that such a kernel's rows form holds.  Its sequence form's dims of
+the length are ``affine.RunTimeSize`` ints: the lowerings decide on their value and emit their
+polynomial of the loaded length as loop bounds, strides and divisors.  Its work items may follow
+the length too (one per row of the mask's ``[s, s]``): ``RowGeneric.length_power``, read off the
+two probes.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from lezero.codegen.affine import RunTimeSize
 from lezero.codegen.errors import LoweringError
-from lezero.ir.attributes import IntegerAttr, UnitAttr, i64_array
+from lezero.ir.attributes import DenseArrayAttr, DenseElementsAttr, IntegerAttr, UnitAttr, i64_array
 from lezero.ir.core import Block, FuncOp, Operation
 from lezero.ir.dialect.axes import normalize_axes
 from lezero.ir.diagnostics import IRError
@@ -60,6 +70,10 @@ MANY_SHAPES_ATTR = "lz.many_shapes"
 # (an i64 attribute of its lz.kernel: the size that stands for the run-time length).
 SEQUENCE_PROBES = (4111, 4127)
 SEQUENCE_ATTR = "lz.any_sequence"
+# A function's mark beside MANY_SHAPES_ATTR (an i64 array): the sizes of its dynamic dims in this
+# specialization (an ONNX model imported per shape: its batch and sequence length), which the
+# kernels' sequence forms may take at run time (``sequence_lengths``).
+DYNAMIC_SIZES_ATTR = "lz.dynamic_sizes"
 # Attributes that hold sizes, per op: a sequence form resizes the entries equal to the length.
 _SIZE_ATTRS = {"lz.reshape": ("shape",), "lz.slice": ("starts", "ends")}
 # Ops whose types alone decide whether they are independent per row (checked against their
@@ -69,9 +83,14 @@ _BATCHED_OPS = frozenset({"lz.matmul", "lz.attention"})
 
 @dataclass(frozen=True)
 class RowGeneric:
-    """A kernel whose code serves every row count: it runs ``items_per_row`` work items per row."""
+    """A kernel whose code serves every row count: it runs ``items_per_row`` work items per row,
+    times its run-time length to the ``length_power`` (a sequence form's rows of ``[s, s]``)."""
 
     items_per_row: int
+    length_power: int = 0
+
+    def work_items(self, rows: int, sizes: tuple = ()) -> int:
+        return self.items_per_row * rows * (sizes[0] ** self.length_power if self.length_power else 1)
 
 
 def _row_dims(shape: tuple, prefix: tuple) -> int:
@@ -234,11 +253,38 @@ def any_rows(kernel_op: Operation) -> bool:
     return ANY_ROWS_ATTR in kernel_op.attributes
 
 
-def serves_many_shapes(op: Operation) -> bool:
-    """Whether the function holding ``op`` carries ``MANY_SHAPES_ATTR``."""
+def _function_of(op: Operation) -> FuncOp | None:
     while op is not None and not isinstance(op, FuncOp):
         op = op.parent_op
-    return op is not None and MANY_SHAPES_ATTR in op.attributes
+    return op
+
+
+def serves_many_shapes(op: Operation) -> bool:
+    """Whether the function holding ``op`` carries ``MANY_SHAPES_ATTR``."""
+    func = _function_of(op)
+    return func is not None and MANY_SHAPES_ATTR in func.attributes
+
+
+def sequence_lengths(kernel_op: Operation, prefix: tuple, form: Operation) -> list:
+    """The lengths whose sequence forms ``kernel_op`` (in a function that serves many shapes), of
+    rows form ``form`` over ``prefix``, tries: an attention kernel's ``sequence_length``; for any
+    other, each of its function's ``DYNAMIC_SIZES_ATTR`` sizes past as many as the prefix has dims
+    above 1 (the rows are the leading dynamic dims: a prefix of the batch, or of the batch and a 1,
+    leaves the sequence; one of batch x sequence leaves none, and a width equal to it is not it)
+    above 1 that a dim of the form after its rows holds."""
+    if not serves_many_shapes(kernel_op):
+        return []
+    if kernel_op.definition.attrs(kernel_op).kind == "attention":
+        length = sequence_length(form)
+        return [] if length is None else [length]
+    sizes = _function_of(kernel_op).attributes.get(DYNAMIC_SIZES_ATTR)
+    if not isinstance(sizes, DenseArrayAttr):
+        return []
+    body = form.regions[0].blocks[0]
+    dims = {d for v in list(body.args) + [r for op in body.ops for r in op.results]
+            if isinstance(v.type, TensorType) for d in v.type.shape[1:]}
+    past_rows = sizes.values[sum(d != 1 for d in prefix):]
+    return [size for size in dict.fromkeys(past_rows) if size > 1 and size in dims]
 
 
 def _inferred(op: Operation) -> list | None:
@@ -281,8 +327,10 @@ def sequence_form(kernel_op: Operation, length: int, size: int) -> Operation | N
     # a rows form's [rows x length, h] (``_split_rows``) is [rows x size, h]
     rows = kernel_op.results[0].type.shape[0] if any_rows(kernel_op) and length > 1 else None
 
+    run_time = RunTimeSize(size)  # the lowerings emit it as the loaded length
+
     def resized_dim(d):
-        return size if d == length else rows * size if rows is not None and d == rows * length else d
+        return run_time if d == length else rows * run_time if rows is not None and d == rows * length else d
 
     def resized(t):
         if not isinstance(t, TensorType):
@@ -302,6 +350,11 @@ def sequence_form(kernel_op: Operation, length: int, size: int) -> Operation | N
     for arg, t in zip(block.args, operand_types):
         arg.type = t
     for op in block.ops:
+        value = op.attributes.get("value") if op.name == "lz.constant" else None
+        if isinstance(value, DenseElementsAttr) and length in value.type.shape:
+            splat = value.splat_value()  # all true, of a [1, 1, s, 1] mask: the same at any length
+            if splat is not None:
+                op.attributes["value"] = DenseElementsAttr(resized(value.type), splat)
         for name in _SIZE_ATTRS.get(op.name, ()):
             if name in op.attributes:
                 op.attributes[name] = i64_array(resized_dim(d) for d in op.attributes[name].values)
@@ -333,8 +386,19 @@ def lower_row_generic(kernel_op: Operation, prefix: tuple, lower,
         if length is None:
             raise
         return None  # a lowering that takes no run-time length
-    per_row = first.work_items // PROBE_ROWS[0]
-    if (first.llvm_ir == second.llvm_ir and per_row >= 1 and first.work_items == per_row * PROBE_ROWS[0]
-            and second.work_items == per_row * PROBE_ROWS[1]):
-        return RowGeneric(per_row), first
-    return None
+    if first.llvm_ir != second.llvm_ir:
+        return None
+    per_row = [_per_row(lowered.work_items, rows) for lowered, rows in zip((first, second), PROBE_ROWS)]
+    if per_row[0] is None or per_row[0] != per_row[1] or (per_row[0][1] and length is None):
+        return None
+    return RowGeneric(*per_row[0]), first
+
+
+def _per_row(work_items: int, rows: int) -> tuple[int, int] | None:
+    """``(c, p)`` when ``work_items`` is ``rows x c x length^p`` (c >= 1; p > 0 only for a
+    ``RunTimeSize``, a polynomial of a sequence form's length), else None."""
+    coefs = work_items.coefs if isinstance(work_items, RunTimeSize) else (int(work_items),)
+    powers = [p for p, c in enumerate(coefs) if c]
+    if len(powers) != 1 or coefs[powers[0]] % rows or coefs[powers[0]] < rows:
+        return None
+    return coefs[powers[0]] // rows, powers[0]

@@ -27,8 +27,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lezero.codegen.row_generic import MANY_SHAPES_ATTR
-from lezero.ir.attributes import ArrayAttr, UnitAttr
+from lezero.codegen.row_generic import DYNAMIC_SIZES_ATTR, MANY_SHAPES_ATTR
+from lezero.ir.attributes import ArrayAttr, UnitAttr, i64_array
 from lezero.ir.core import INPUT_NAMES_ATTR, OUTPUT_NAMES_ATTR, ModuleOp
 from lezero.ir.diagnostics import IRError
 import lezero.onnx.element_types as element_types
@@ -160,7 +160,12 @@ class CompiledModel:
         model = self._with_static_dims(feeds) if self.shape_specialized else self.model
         module = Importer(model, {n: feeds[n] for n in bound}).run()
         if self.shape_specialized:
-            module.lookup("main").attributes[MANY_SHAPES_ATTR] = UnitAttr()
+            main = module.lookup("main")
+            main.attributes[MANY_SHAPES_ATTR] = UnitAttr()
+            # its dynamic dims' sizes: what its kernels' sequence forms may read at run time
+            point = self._point(tuple(feeds[n].shape for n in self.input_names))
+            if point:
+                main.attributes[DYNAMIC_SIZES_ATTR] = i64_array(point)
         return module
 
     def _program(self, feeds: dict) -> _Program:

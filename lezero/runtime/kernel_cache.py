@@ -49,7 +49,7 @@ from lezero.codegen.llvm.object_compiler import OPT_LEVEL
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.codegen.packed_operands import packed_operand_from_fields
 from lezero.codegen.row_generic import (SEQUENCE_PROBES, RowGeneric, lower_row_generic, sequence_form,
-                                        sequence_length, serves_many_shapes, widest_rows_form)
+                                        sequence_lengths, serves_many_shapes, widest_rows_form)
 from lezero.ir.core import Operation
 from lezero.ir.printer import print_op
 from lezero.passes.memory_plan import OFFSETS_ATTR
@@ -260,7 +260,8 @@ class KernelCache:
         if like.row_generic is None or like.sizes:
             return self.plan_kernel(kernel_op, cpu)
         widest = widest_rows_form(kernel_op)
-        if widest is None or _structure(widest[1]) != _structure(like.generic_form):
+        if widest is None or _structure(widest[1]) != _structure(like.generic_form) or \
+                sequence_lengths(kernel_op, *widest):  # what plan_kernel would try first
             return self.plan_kernel(kernel_op, cpu)
         cpu = cpu_target(cpu)
         verdict = (like.row_generic, like.facts)
@@ -284,8 +285,9 @@ class KernelCache:
         None.  The probe runs when a second row count of the same rows form shows up (a model of
         static shapes never pays for it), or at once in a function that serves many shapes
         (``row_generic.MANY_SHAPES_ATTR``); its verdict is kept per rows form, in memory and on disk
-        (``<key>.g``; the code's facts in ``<key>.k``).  In such a function an attention kernel
-        tries its sequence form first: code that takes the sequence length at run time as well."""
+        (``<key>.g``; the code's facts in ``<key>.k``).  In such a function a kernel whose rows hold
+        the sequence length (attention; the embedding and mask kernels) tries its sequence forms
+        first (``row_generic.sequence_lengths``): code that takes the length at run time as well."""
         known = self._generic_of.get(key)
         if known is not None:
             verdict, form, sizes, rows = known
@@ -295,10 +297,10 @@ class KernelCache:
             return None
         prefix, form = widest
         rows = math.prod(prefix)
-        length = sequence_length(form) if serves_many_shapes(kernel_op) else None
-        sequence = None if length is None else sequence_form(form, length, SEQUENCE_PROBES[0])
-        if sequence is not None:
-            verdict = self._generic_verdict(kernel_op, prefix, sequence, rows, cpu, length)
+        for length in sequence_lengths(kernel_op, prefix, form):
+            sequence = sequence_form(form, length, SEQUENCE_PROBES[0])
+            verdict = None if sequence is None else \
+                self._generic_verdict(kernel_op, prefix, sequence, rows, cpu, length)
             if verdict:
                 self._generic_of[key] = (verdict, sequence, (length,), rows)
                 return self._generic_kernel(kernel_op, cpu, key, verdict, rows, sequence, (length,))
@@ -323,7 +325,8 @@ class KernelCache:
         if verdict is None:
             found = lower_row_generic(kernel_op, prefix, lambda op: self._lower(op, cpu), length)
             verdict = False if found is None else (found[0], self._keep_lowered(generic_key, found[1], cpu))
-            record = {"items_per_row": verdict[0].items_per_row} if verdict else {}
+            record = {"items_per_row": verdict[0].items_per_row, "length_power": verdict[0].length_power} \
+                if verdict else {}
             self._write(self.path(generic_key, ".g"), json.dumps(record).encode())
         with self._lock:
             self._row_generic[generic_key] = verdict
@@ -333,7 +336,7 @@ class KernelCache:
                         form: Operation, sizes: tuple) -> CachedKernel:
         shape, facts = verdict
         self.stats.row_generic_hits += 1
-        here = replace(facts, work_items=shape.items_per_row * rows,
+        here = replace(facts, work_items=shape.work_items(rows, sizes),
                        flops=estimate_flops(kernel_op.regions[0].blocks[0]), bytes_accessed=bytes_accessed(kernel_op))
         return CachedKernel(kernel_op, cpu, key, here, row_generic=shape, generic_form=form, sizes=sizes)
 
@@ -346,7 +349,7 @@ class KernelCache:
             record = json.loads(payload)
             if not record:
                 return False
-            shape = RowGeneric(int(record["items_per_row"]))
+            shape = RowGeneric(int(record["items_per_row"]), int(record.get("length_power", 0)))
         except (ValueError, KeyError, TypeError):
             self._reject(self.path(generic_key, ".g"))
             return None

@@ -84,6 +84,8 @@ class KernelContext(kernel.KernelContext):
         self.bind_buffers(pointers)
         self.status = pointers[-1] if self.checks is not None else None
         self.sizes = pointers[len(kernel_op.operands) + len(kernel_op.results)] if self.run_time_sizes else None
+        if self.sizes is not None:  # where the index forms' run-time sizes come from
+            self.index.run_time_length = (self.fn.entry, self.sizes)
         self.emitter = LLVMValueAtIndex(self.s, self.index, dict(zip(self.body.args, self.operand_buffers)),
                                         target=target, checks=self.checks, status=self.status)
         self.fn.before_return.append(self.emitter.flush_index_checks)

@@ -11,6 +11,9 @@ loop separate, recording each index form the materializer was asked for, and mer
 
 Work items: the innermost (merged) loop runs contiguously; a work item is a block of about
 ``CHUNK`` elements of it when it is long, else one row of it (the code names no row count).
+In a sequence form (``row_generic.SEQUENCE_ATTR``) an extent may be a ``RunTimeSize``: the loop
+bounds and the rows' coordinates are then computed from the run-time length
+(``IndexMaterializer.size``), and such a loop keeps LLVM's interleaving (its rows are short).
 
 Concats: a kernel yielding one ``lz.concat`` (a DDP bucket's flat gradients, densenet's feature
 maps) is one loop nest per piece, whose index range along the axis picks that piece statically:
@@ -36,6 +39,7 @@ import math
 
 import llvmlite.ir as ir
 
+from lezero.codegen.affine import RunTimeSize
 from lezero.codegen.kernel import index_variables, iteration_space
 from lezero.codegen.llvm import vectors
 from lezero.codegen.llvm.context import KernelContext
@@ -148,13 +152,14 @@ def _loop_nest(ctx: KernelContext, loop_vars, index, item_range) -> int:
         return _tiled_loops(ctx, groups, extents, tiled, index, item_range)
 
     def inner_loop(lo, hi):
-        hints = INTERLEAVE if extents[-1] >= INTERLEAVE_MIN_TRIP_COUNT else {}
+        hints = INTERLEAVE if extents[-1] >= INTERLEAVE_MIN_TRIP_COUNT and not isinstance(extents[-1], RunTimeSize) \
+            else {}
         with for_range(b, lo, hi, "t", **hints) as t:
             ctx.index.bind_group(groups[-1], t)
             _store_yields(ctx, index)
 
     def bind_row(row):
-        for g, value in zip(groups[:-1], unravel_values(b, row, extents[:-1])):
+        for g, value in zip(groups[:-1], unravel_values(b, row, [ctx.index.size(e) for e in extents[:-1]])):
             ctx.index.bind_group(g, value)
 
     if not groups:  # one element
@@ -176,7 +181,7 @@ def _loop_nest(ctx: KernelContext, loop_vars, index, item_range) -> int:
     # (lezero/codegen/row_generic.py: compiled once for all batch and sequence sizes).
     with for_range(b, *item_range(rows), "row") as row:
         bind_row(row)
-        inner_loop(0, length)
+        inner_loop(0, ctx.index.size(length))
     return rows
 
 

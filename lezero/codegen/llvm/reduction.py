@@ -216,7 +216,7 @@ def lower_reduction(ctx: KernelContext) -> int:
         if blocks > 1:
             position, tile_block = b.udiv(item, i64(blocks)), b.urem(item, i64(blocks))
         if outer:
-            for k, value in zip(outer, unravel_values(b, position, [full[k] for k in outer])):
+            for k, value in zip(outer, unravel_values(b, position, [ctx.index.size(full[k]) for k in outer])):
                 ctx.index.bind(variables[k], value)
         lo = i64(0) if tile_block is None else b.mul(tile_block, i64(block))
         hi = b.add(lo, i64(block)) if tile % block == 0 else min_i64(b, b.add(lo, i64(block)), tile)

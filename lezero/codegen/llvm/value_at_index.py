@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from lezero.codegen.affine import Affine, Var, linear_index
+from lezero.codegen.affine import Affine, RunTimeSize, Var, linear_index
 from lezero.codegen.errors import LoweringError
 from lezero.codegen.index_checks import NO_INDEX, SLOTS_PER_CHECK, IndexChecks
 from lezero.codegen.llvm.ir_types import I64
@@ -41,24 +41,47 @@ class IndexMaterializer(IndexBindings):
         super().__init__()
         self.b = builder
         self.recorded: list[Affine] | None = None
+        # a sequence form's (entry block, pointer to the run-time length), set by its context
+        self.run_time_length: tuple | None = None
+        self._sizes: dict = {}  # polynomial coefficients -> its value (the function's whole body)
+
+    def size(self, n) -> ir.Value:
+        """``n`` as an i64 value: a constant, or a ``RunTimeSize``'s polynomial of the run-time length."""
+        if not isinstance(n, RunTimeSize):
+            return _i64(n)
+        if self.run_time_length is None:
+            raise LoweringError(f"a size of the run-time length ({n}) in a kernel that reads none")
+        if n.coefs not in self._sizes:
+            entry, pointer = self.run_time_length
+            b = ir.IRBuilder(entry)
+            if "length" not in self._sizes:
+                self._sizes["length"] = b.load(pointer, typ=I64, align=8)
+            length, total, power = self._sizes["length"], None, None
+            for p, c in enumerate(n.coefs):
+                power = _i64(1) if p == 0 else length if p == 1 else b.mul(power, length, flags=["nsw"])
+                if c:
+                    term = power if c == 1 else b.mul(power, _i64(c), flags=["nsw"]) if p else _i64(c)
+                    total = term if total is None else b.add(total, term, flags=["nsw"])
+            self._sizes[n.coefs] = total
+        return self._sizes[n.coefs]
 
     def value(self, form) -> ir.Value:
         form = Affine.of(form)
         if form.is_const:
-            return _i64(form.const)
+            return self.size(form.const)
         key = form
         if key in self.memo:
             return self.memo[key]
         if self.recorded is not None:
             self.recorded.append(form)
         total = None
-        for part in self.parts(form) + ([_i64(form.const)] if form.const else []):
+        for part in self.parts(form) + ([self.size(form.const)] if form.const else []):
             total = part if total is None else self.b.add(total, part, flags=["nsw"])
         self.memo[key] = total
         return total
 
     def _scaled(self, value, coef: int):
-        return value if coef == 1 else self.b.mul(value, _i64(coef), flags=["nsw"])
+        return value if coef == 1 else self.b.mul(value, self.size(coef), flags=["nsw"])
 
     def _grouped_var(self, var: Var, variables, flat):
         key = ("grouped", var)
@@ -66,8 +89,8 @@ class IndexMaterializer(IndexBindings):
             inner = 1
             for v in variables[variables.index(var) + 1:]:
                 inner *= v.extent
-            q = flat if inner == 1 else self.b.udiv(flat, _i64(inner))
-            self.memo[key] = q if var is variables[0] else self.b.urem(q, _i64(var.extent))
+            q = flat if inner == 1 else self.b.udiv(flat, self.size(inner))
+            self.memo[key] = q if var is variables[0] else self.b.urem(q, self.size(var.extent))
         return self.memo[key]
 
     def _term(self, term):
@@ -81,7 +104,7 @@ class IndexMaterializer(IndexBindings):
         if key not in self.memo:
             operand = self.value(term.operand)
             bounds = term.operand.bounds()
-            divisor = _i64(term.divisor)
+            divisor = self.size(term.divisor)
             if bounds is not None and bounds[0] >= 0:
                 v = self.b.udiv(operand, divisor) if term.op == "div" else self.b.urem(operand, divisor)
             else:
@@ -107,9 +130,9 @@ class IndexMaterializer(IndexBindings):
         v = self.value(form)
         b = self.b
         if bnds is None or bnds[0] < lo:
-            v = b.select(b.icmp_signed("<", v, _i64(lo)), _i64(lo), v)
+            v = b.select(b.icmp_signed("<", v, self.size(lo)), self.size(lo), v)
         if bnds is None or bnds[1] > hi:
-            v = b.select(b.icmp_signed(">", v, _i64(hi)), _i64(hi), v)
+            v = b.select(b.icmp_signed(">", v, self.size(hi)), self.size(hi), v)
         return Affine.of(Var(name, hi + 1, payload=v)) if lo == 0 else Affine.of(Var(name, None, payload=v))
 
     def less_than(self, form: Affine, bound: int) -> Scalar | None:
@@ -119,7 +142,7 @@ class IndexMaterializer(IndexBindings):
             return None
         if bnds is not None and bnds[0] >= bound:
             return Scalar(ir.Constant(ir.IntType(1), 0), I1)
-        return Scalar(self.b.icmp_signed("<", self.value(form), _i64(bound)), I1)
+        return Scalar(self.b.icmp_signed("<", self.value(form), self.size(bound)), I1)
 
     def position(self, form: Affine) -> Scalar:
         """``form`` as an i64 value of the scalar builder."""
@@ -132,7 +155,7 @@ class IndexMaterializer(IndexBindings):
             return None
         if bnds is not None and bnds[1] < bound:
             return Scalar(ir.Constant(ir.IntType(1), 0), I1)
-        return Scalar(self.b.icmp_signed(">=", self.value(form), _i64(bound)), I1)
+        return Scalar(self.b.icmp_signed(">=", self.value(form), self.size(bound)), I1)
 
 
 class LLVMValueAtIndex(ValueAtIndex):
