@@ -9,10 +9,12 @@ accumulators; that loop vectorizes (a strided load when ``sw > 1``).  Padding an
 ceil-mode window past the end are skipped, never read.
 
 float32 max pooling of column stride 1 or 2 (resnet's 3x3 stride-2 stem pool) keeps each output
-row's maxima in vector registers instead (``_max_row_in_vectors``): a vector of outputs at a time,
-each of the kh x kw taps one vector load (stride 2: two vectors' even lanes), masked only in the
-vectors at the row's ends, so no stack row is read and written per tap and no loop has a scalar
-remainder.
+row's maxima in vector registers instead (``_max_row_in_vectors``), a vector of outputs at a time
+and separably: the max over the window's rows of the columns those outputs read (one plain vector
+load per window row and vector of columns; masked by constant lane masks only in the vectors at
+the row's ends), then one shuffle per window column (stride 2: even or odd lanes).  No stack row is
+read and written per tap, no loop has a scalar remainder, and a 3x3 stride-2 window costs 9 loads
+and 8 maxima per vector of outputs instead of 18 loads, 9 shuffles and 9 maxima tap by tap.
 
 max: the identity is -inf (or the smallest integer), so padding never wins; nan propagates.
 avg: sums in f32 for f16, divided by the window's count, which is a product of a row count and a
@@ -133,61 +135,95 @@ VECTOR_COLUMN_STRIDES = (1, 2)
 
 def _max_row_in_vectors(ctx: KernelContext, geometry, x, y, row, plane, oh) -> None:
     """y[row, :] = the max over each window of output row ``oh`` of ``plane`` (n * C + c), W outputs
-    at a time in a vector register: per tap (kh, kw) a load of the input row's columns
-    ow * sw + kw * dw - pl, folded by llvm.maximum (nan propagates, as np.maximum).  Vectors near
-    the row's ends load masked (off lanes: outside the image or past the row; -inf); the ones
-    between, whose every tap stays inside the row, load plain; a tap row outside the image gives
-    -inf (masked: loads nothing; plain: reads a row inside)."""
+    at a time in a vector register, separably: the max over the window's rows first, on the input
+    columns the W outputs' taps read (``_row_maxima``: one vector load per window row and vector of
+    columns, no shuffles), then per window column one shuffle of those maxima (stride 2: the even
+    or odd lanes) folded in.  The max is llvm.maximum without signed zeros (nan propagates; the
+    sign of a zero maximum is unspecified, as in np.maximum, which returns its second operand on
+    ties); its operands in the order that keeps the nan test off the accumulator's chain.
+
+    A window row outside the image reads a row of the same window inside it instead (max is
+    idempotent; a row whose window has none inside is -inf), so no tap is masked for rows.  The
+    vectors whose columns all lie inside the row load plain, in a loop; the ones at the row's ends
+    are emitted one by one, their loads masked by constant lane masks (off lanes: outside the image,
+    -inf), their stores masked past the row's end."""
     b = ctx.b
     n, c, h, w, oh_size, ow_size, kh_size, kw_size, sh, sw, pt, pl, pb, pr, dh, dw = geometry
     width = gemm.GemmConfig.for_target(ctx.cpu).vector_width
     vector = ir.VectorType(FLOAT, width)
     lowest_vector = ir.Constant(vector, [float("-inf")] * width)
-    lanes = ir.Constant(ir.VectorType(I64, width), list(range(width)))
-    evens = ir.Constant(ir.VectorType(I32, width), list(range(0, 2 * width, 2)))
-    pairs = ir.Constant(ir.VectorType(I32, 2 * width), [j // 2 for j in range(2 * width)])
-    even_lanes = ir.Constant(ir.VectorType(I1, 2 * width), [j % 2 == 0 for j in range(2 * width)])
-    taps = list(_tap_columns(kw_size, dw, pl, sw, w, ow_size))
+    shifts = [kw * dw - pl for kw in range(kw_size)]
+    span = sw * (width - 1) + shifts[-1] - shifts[0] + 1  # columns a vector's taps read, from sw * ow0 - pl
+    starts = [j * width for j in range(-(-span // width))]
+    starts[-1] = span - width  # the last vector ends at the last column read (overlapping the one before)
     chunks = -(-ow_size // width)
-    # chunks whose every tap reads W outputs' columns inside the row: plain loads, no lane masks
     interior = [q for q in range(chunks) if (q + 1) * width <= ow_size and
-                all(0 <= q * width * sw + shift and (q + 1) * width * sw + shift <= w for _, shift, _, _ in taps)]
+                0 <= q * width * sw + shifts[0] and q * width * sw + shifts[0] + span <= w]
     inner = (interior[0], interior[-1] + 1) if interior else (chunks, chunks)
 
-    def row_vectors(begin, end, masked):
-        with for_range(b, begin, end, "ow_vector") as chunk:
-            ow0 = b.mul(chunk, i64(width))
-            ow = b.add(vectors.splat(b, ow0, width), lanes)
-            acc = lowest_vector
-            for kh in range(kh_size):
-                ih = b.add(b.sub(b.mul(oh, i64(sh)), i64(pt)), i64(kh * dh))
-                inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, i64(h)))
-                # a row outside the image: its lanes off (-inf), its address a row inside
-                source_row = b.gep(x, [b.mul(b.add(b.mul(plane, i64(h)), b.select(inside, ih, i64(0))), i64(w))],
-                                   source_etype=FLOAT)
-                for _, shift, first, last in taps:
-                    start = b.gep(source_row, [b.add(b.mul(ow0, i64(sw)), i64(shift))], source_etype=FLOAT)
-                    on = None
-                    if masked:
-                        on = b.and_(b.icmp_signed(">=", ow, vectors.splat(b, i64(first), width)),
-                                    b.icmp_signed("<", ow, vectors.splat(b, i64(last), width)))
-                        on = b.and_(on, vectors.splat(b, inside, width))
-                    if sw == 1:
-                        values = vectors.load_vector(b, start, width, on)
-                    else:  # the even lanes of 2W columns: lane l is column 2 * (ow0 + l) + shift
-                        pair_on = None if on is None else b.and_(b.shuffle_vector(on, on, pairs), even_lanes)
-                        both = vectors.load_vector(b, start, 2 * width, pair_on)
-                        values = b.shuffle_vector(both, both, evens)
-                    values = b.select(inside, values, lowest_vector) if on is None else \
-                        b.select(on, values, lowest_vector)
-                    acc = vectors.call_intrinsic(b, f"llvm.maximum.v{width}f32", acc, values)
-            stored = None if not masked else b.icmp_signed("<", ow, vectors.splat(b, i64(ow_size), width))
-            vectors.store_vector(b, acc, b.gep(y, [b.add(b.mul(row, i64(ow_size)), ow0)], source_etype=FLOAT),
-                                 stored)
+    def maximum(value, acc):
+        # x86's max returns its second operand on a nan, so llvm.maximum tests its first for nan:
+        # the new value, not the accumulator
+        function = vectors.intrinsic(b.module, f"llvm.maximum.v{width}f32", vector, [vector, vector])
+        return b.call(function, [value, acc], fastmath=("nsz",))
 
-    row_vectors(0, inner[0], masked=True)
-    row_vectors(inner[0], inner[1], masked=False)
-    row_vectors(inner[1], chunks, masked=True)
+    # the window's rows, those outside the image replaced by the window's first row inside
+    rows = [b.add(b.sub(b.mul(oh, i64(sh)), i64(pt)), i64(kh * dh)) for kh in range(kh_size)]
+    insides = [b.and_(b.icmp_signed(">=", r, i64(0)), b.icmp_signed("<", r, i64(h))) for r in rows]
+    fallback = i64(0)
+    for r, inside in reversed(list(zip(rows, insides))):
+        fallback = b.select(inside, r, fallback)
+    row_pointers = [b.gep(x, [b.mul(b.add(b.mul(plane, i64(h)), b.select(inside, r, fallback)), i64(w))],
+                          source_etype=FLOAT) for r, inside in zip(rows, insides)]
+    # some output row's window lies wholly in the padding: its maxima are -inf
+    empty_rows = any(not any(0 <= o * sh - pt + kh * dh < h for kh in range(kh_size)) for o in range(oh_size))
+    any_inside = insides[0]
+    for inside in insides[1:]:
+        any_inside = b.or_(any_inside, inside)
+
+    def row_vector(ow0, q):
+        """Outputs ow0 .. ow0 + W - 1; q: the constant chunk index of an end vector (masked), or None."""
+        column = b.add(b.mul(ow0, i64(sw)), i64(shifts[0]))
+        maxima = []
+        for start in starts:
+            on = None
+            if q is not None:
+                lanes = [0 <= q * width * sw + shifts[0] + start + j < w for j in range(width)]
+                if not any(lanes):
+                    maxima.append(lowest_vector)
+                    continue
+                on = None if all(lanes) else ir.Constant(ir.VectorType(I1, width), lanes)
+            acc = None
+            for pointer in row_pointers:
+                values = vectors.load_vector(b, b.gep(pointer, [b.add(column, i64(start))], source_etype=FLOAT),
+                                             width, on)
+                acc = values if acc is None else maximum(values, acc)
+            maxima.append(acc if on is None else b.select(on, acc, lowest_vector))
+        everything = vectors.concatenate(b, maxima)
+
+        def lane(j):  # column j (from sw * ow0 - pl) in the concatenated maxima
+            i = min(j // width, len(starts) - 1)
+            return i * width + j - starts[i]
+
+        acc = None
+        for shift in shifts:
+            tap = b.shuffle_vector(everything, everything, ir.Constant(
+                ir.VectorType(I32, width), [lane(sw * l + shift - shifts[0]) for l in range(width)]))
+            acc = tap if acc is None else maximum(tap, acc)
+        if empty_rows:
+            acc = b.select(any_inside, acc, lowest_vector)
+        stored = None
+        if q is not None and (q + 1) * width > ow_size:
+            stored = ir.Constant(ir.VectorType(I1, width), [q * width + l < ow_size for l in range(width)])
+        vectors.store_vector(b, acc, b.gep(y, [b.add(b.mul(row, i64(ow_size)), ow0)], source_etype=FLOAT),
+                             stored)
+
+    for q in range(inner[0]):
+        row_vector(i64(q * width), q)
+    with for_range(b, inner[0], inner[1], "ow_vector") as chunk:
+        row_vector(b.mul(chunk, i64(width)), None)
+    for q in range(inner[1], chunks):
+        row_vector(i64(q * width), q)
 
 def _count_table(ctx: KernelContext, name: str, counts, dtype) -> ir.GlobalVariable:
     t = compute_type(dtype)

@@ -79,6 +79,10 @@ VECTOR_ROW_CASES = {
     "3x3_s1_p1_rows_past_a_vector": ((2, 2, 6, 37), [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], False),
     "2x3_s_3x2_dilated_ceil": ((1, 2, 11, 23), [2, 3], [3, 2], [1, 1, 0, 1], [2, 2], True),
     "4x2_s1_asymmetric_pads": ((1, 3, 7, 5), [4, 2], [1, 1], [2, 0, 1, 1], [1, 1], False),
+    # the first output row's window and the first vector's columns wholly in the padding (-inf)
+    "windows_wholly_in_the_padding": ((1, 2, 5, 40), [3, 3], [1, 2], [4, 20, 1, 3], [1, 1], False),
+    # window rows outside the image replaced by the window's first row inside (rows -2, 0, 2)
+    "dilated_rows_outside_the_image": ((1, 2, 6, 50), [3, 2], [1, 1], [2, 1, 2, 0], [2, 3], False),
 }
 
 
