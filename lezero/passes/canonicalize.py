@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lezero.ir.attributes import i64_array
-from lezero.ir.types import F64, ElementType, TensorType
+from lezero.ir.types import ElementType, TensorType
 from lezero.passes.constant_fold import constant_value
 from lezero.passes.pass_base import Pass, option
 from lezero.passes.rewriter import Rule, apply_patterns_greedily, patterns_from_rules
@@ -231,10 +231,11 @@ def _gather_in_order(m, x, indices):
 # instructions instead of a call of libm's ``pow`` per element (GPT-2's GELU: ``Pow(x, 3.0)``).
 # IEEE ``pow``'s special values are kept: ``x**0`` is 1 even for nan, ``(-0)**0.5`` is +0 and
 # ``(-inf)**0.5`` is +inf (``sqrt`` gives -0 and nan there), ``(-0)**-0.5`` is +inf.  One rounding
-# (``x*x``, ``sqrt``, ``1/x``): the correctly rounded power, in every float type.  More
-# (``x*x*x``, ``(x*x)*(x*x)``, ``1/sqrt(x)``): float32 computes them in float64 and rounds once
-# (correctly rounded but for a double rounding on about one input in 2^29), float64 is within
-# 2 ulps, both exact wherever the power is representable; half types keep ``pow``, as they would
+# (``x*x``, ``sqrt``, ``1/x``): the correctly rounded power, in every float type.  Two
+# (``x*x*x``, ``(x*x)*(x*x)``, ``1/sqrt(x)``) in the element type, as PyTorch and ONNX Runtime
+# compute them: float32 within 1 ulp of the correctly rounded power (x**4: 2), float64 within 2,
+# both exact wherever the power is representable (float32 in float64 instead cost GPT-2's GELU
+# kernel 30%: two conversions and half-width vectors); half types keep ``pow``, as they would
 # round each step to their short mantissa.  Integers (wrapping) take the multiplies, exact
 # modulo 2^n in any order.  tests/passes/test_strength_reduction.py measures the ulps.
 
@@ -246,14 +247,6 @@ def _exponent(x, y, one_rounding=True):
     if c is None or dtype.is_bool or (not one_rounding and dtype.is_float and dtype.name not in ("f32", "f64")):
         return None
     return c
-
-
-def _in_float64(m, x, compute):
-    """``compute(x)``, for a float32 ``x`` computed in float64 and rounded once."""
-    if x.type.element_type.name != "f32":
-        return compute(x)
-    wide = m.create("lz.cast", [x], {"to": F64}).result
-    return m.create("lz.cast", [compute(wide)], {"to": x.type.element_type}).result
 
 
 def _unless_minus_inf(m, x, value_there, elsewhere):
@@ -283,18 +276,14 @@ def _pow_two(m, x, y):
 def _pow_three(m, x, y):
     if _exponent(x, y, one_rounding=False) != 3:
         return None
-    return _in_float64(m, x, lambda v: _mul(m, _mul(m, v, v), v))
+    return _mul(m, _mul(m, x, x), x)
 
 
 def _pow_four(m, x, y):
     if _exponent(x, y, one_rounding=False) != 4:
         return None
-
-    def fourth(v):
-        square = _mul(m, v, v)
-        return _mul(m, square, square)
-
-    return _in_float64(m, x, fourth)
+    square = _mul(m, x, x)
+    return _mul(m, square, square)
 
 
 def _pow_half(m, x, y):
@@ -312,19 +301,18 @@ def _pow_minus_one(m, x, y):
 def _pow_minus_half(m, x, y):
     if not x.type.element_type.is_float or _exponent(x, y, one_rounding=False) != -0.5:
         return None
-    inverse_root = _in_float64(m, x, lambda v: m.create("lz.reciprocal", [_root(m, v)]).result)
-    return _unless_minus_inf(m, x, 0.0, inverse_root)
+    return _unless_minus_inf(m, x, 0.0, m.create("lz.reciprocal", [_root(m, x)]).result)
 
 
 POWERS = [
     Rule("lz.pow", lambda m, x, y: x if _exponent(x, y) == 1 else None, "x**1 -> x"),
     Rule("lz.pow", _pow_zero, "x**0 -> 1 (nan**0 too)"),
     Rule("lz.pow", _pow_two, "x**2 -> x*x"),
-    Rule("lz.pow", _pow_three, "x**3 -> x*x*x (f32 in f64; f64, integers)"),
-    Rule("lz.pow", _pow_four, "x**4 -> (x*x)*(x*x) (f32 in f64; f64, integers)"),
+    Rule("lz.pow", _pow_three, "x**3 -> x*x*x (f32, f64, integers)"),
+    Rule("lz.pow", _pow_four, "x**4 -> (x*x)*(x*x) (f32, f64, integers)"),
     Rule("lz.pow", _pow_half, "x**0.5 -> |sqrt(x)|, +inf at -inf (floats)"),
     Rule("lz.pow", _pow_minus_one, "x**-1 -> 1/x (floats)"),
-    Rule("lz.pow", _pow_minus_half, "x**-0.5 -> 1/|sqrt(x)|, 0 at -inf (f32 in f64; f64)"),
+    Rule("lz.pow", _pow_minus_half, "x**-0.5 -> 1/|sqrt(x)|, 0 at -inf (f32, f64)"),
 ]
 
 # --- the tables ----------------------------------------------------------------------------------

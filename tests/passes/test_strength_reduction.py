@@ -15,20 +15,21 @@ from pass_testing import build, op_names
 
 from lezero.ir import interpret, tensor
 from lezero.passes import run_pipeline
+from lezero.runtime.cpu import CompiledFunction
 
 # exponent -> (the ops it becomes, the most ulps from the correctly rounded power in f32 and f64);
-# float32 takes the steps of a two-step power in float64 (two lz.cast more)
+# two-step powers round twice in their own type, as PyTorch and ONNX Runtime compute them (f32,
+# measured over 4e6 inputs: x**3 and x**-0.5 1 ulp on about 26% of them, x**4 2 ulps)
 EXPONENTS = {
     0: (["lz.constant"], 0, 0),
     1: ([], 0, 0),
     2: (["lz.mul"], 0, 0),
-    3: (["lz.mul", "lz.mul"], 0, 2),
-    4: (["lz.mul", "lz.mul"], 0, 2),
+    3: (["lz.mul", "lz.mul"], 1, 2),
+    4: (["lz.mul", "lz.mul"], 2, 2),
     0.5: (["lz.sqrt", "lz.abs", "lz.constant", "lz.cmp", "lz.constant", "lz.select"], 0, 0),
     -1: (["lz.reciprocal"], 0, 0),
-    -0.5: (["lz.sqrt", "lz.abs", "lz.reciprocal", "lz.constant", "lz.cmp", "lz.constant", "lz.select"], 0, 2),
+    -0.5: (["lz.sqrt", "lz.abs", "lz.reciprocal", "lz.constant", "lz.cmp", "lz.constant", "lz.select"], 1, 2),
 }
-TWO_STEPS = (3, 4, -0.5)
 
 
 def special_and_random(dtype) -> np.ndarray:
@@ -83,7 +84,6 @@ def test_constant_exponent_matches_ieee_pow(dtype, c):
     run_pipeline(m, "canonicalize")
     ops, f32_ulps, f64_ulps = EXPONENTS[c]
     most_ulps = f32_ulps if dtype == "f32" else f64_ulps
-    ops = ops + ["lz.cast", "lz.cast"] if dtype == "f32" and c in TWO_STEPS else ops
     assert sorted(op_names(m)[:-1]) == sorted(ops)
     got = interpret(m, "f", x)
     want = correctly_rounded_power(x, c)
@@ -129,3 +129,27 @@ def test_an_exponent_that_broadcasts_x_is_kept():
     m = build([tensor((3,), "f32")], lambda b, x: b.op("lz.pow", x, b.constant(np.full((2, 3), 2, np.float32))))
     run_pipeline(m, "canonicalize")
     assert "lz.pow" in op_names(m)
+
+
+COMPILED_CASES = {f"{dtype}_{c}": (dtype, c) for dtype in ("f32", "f64") for c in [*EXPONENTS, 2.5, -2, 1.5]}
+
+
+@pytest.mark.cross_target(cases=COMPILED_CASES, group=lambda case: case[0])
+def test_compiled_powers_match_numpy_on_every_cpu(cpu, case):
+    """The kernels compute the strength-reduced powers with the interpreter's IEEE ops, bit for bit
+    (no contraction into an fma, no approximate reciprocal or square root), and the exponents kept
+    as ``lz.pow`` within 2 ulps of numpy's ``power``."""
+    dtype, c = case
+    x = special_and_random(np.dtype(np.float32 if dtype == "f32" else np.float64))
+    got = CompiledFunction(power_function(dtype, c, x.size), "f", cpu=cpu)(x)
+    with np.errstate(all="ignore"):
+        numpy_power = np.power(x, np.full(x.shape, c, x.dtype))
+    if c in EXPONENTS:
+        reduced = power_function(dtype, c, x.size)
+        run_pipeline(reduced, "canonicalize")
+        assert "lz.pow" not in op_names(reduced)
+        want = interpret(reduced, "f", x)
+        np.testing.assert_array_equal(got.view(f"i{x.itemsize}"), want.view(f"i{x.itemsize}"), err_msg=f"cpu {cpu}")
+    else:
+        assert ulp_distance(got, numpy_power).max() <= 2, f"cpu {cpu}"
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(numpy_power))
