@@ -208,11 +208,13 @@ def rows_form(kernel_op: Operation, prefix: tuple, rows: int) -> Operation | Non
     are one dim of ``rows`` (module docstring), or None when it is not independent per row."""
     body = kernel_op.regions[0].blocks[0]
     values = list(body.args) + [r for op in body.ops for r in op.results]
-    # the rank of a row, for what broadcasts along the rows; a value that is all rows (an
-    # embedding's ids) has none and does not count (what broadcasts aligns with the others' rows)
+    # the rank of a row, for what broadcasts along the rows; a gather's indices (an embedding's
+    # ids, all rows or rows of the sequence) broadcast with nothing and do not count (what
+    # broadcasts aligns with the others' rows: position rows [s, h] with [b, s, h])
     constants = {a for a, v in zip(body.args, kernel_op.operands) if _is_constant(v)} if 1 in prefix else set()
+    indices = {op.operands[1] for op in body.ops if op.name == "lz.gather"}
     rests = [v.type.rank - _row_dims(v.type.shape, prefix) for v in values
-             if isinstance(v.type, TensorType) and v not in constants and _row_dims(v.type.shape, prefix)]
+             if isinstance(v.type, TensorType) and v not in constants | indices and _row_dims(v.type.shape, prefix)]
     rest_rank = min((r for r in rests if r), default=0)
     result_types = [_collapse(r.type, prefix, rows, rest_rank) for r in kernel_op.results]
     if any(t is None or t.shape[:1] != (rows,) for t in result_types):
@@ -268,8 +270,8 @@ def serves_many_shapes(op: Operation) -> bool:
 def sequence_lengths(kernel_op: Operation, prefix: tuple, form: Operation) -> list:
     """The lengths whose sequence forms ``kernel_op`` (in a function that serves many shapes), of
     rows form ``form`` over ``prefix``, tries: an attention kernel's ``sequence_length``; for any
-    other, each of its function's ``DYNAMIC_SIZES_ATTR`` sizes past as many as the prefix has dims
-    above 1 (the rows are the leading dynamic dims: a prefix of the batch, or of the batch and a 1,
+    other, each of its function's ``DYNAMIC_SIZES_ATTR`` sizes past those the prefix's dims are in
+    order (the rows are the leading dynamic dims: a prefix of the batch, or of the batch and a 1,
     leaves the sequence; one of batch x sequence leaves none, and a width equal to it is not it)
     above 1 that a dim of the form after its rows holds."""
     if not serves_many_shapes(kernel_op):
@@ -283,8 +285,13 @@ def sequence_lengths(kernel_op: Operation, prefix: tuple, form: Operation) -> li
     body = form.regions[0].blocks[0]
     dims = {d for v in list(body.args) + [r for op in body.ops for r in op.results]
             if isinstance(v.type, TensorType) for d in v.type.shape[1:]}
-    past_rows = sizes.values[sum(d != 1 for d in prefix):]
-    return [size for size in dict.fromkeys(past_rows) if size > 1 and size in dims]
+    covered = 0  # the sizes the prefix's dims are, in order (a unit dim between them is none)
+    for d in prefix:
+        if covered < len(sizes.values) and d == sizes.values[covered]:
+            covered += 1
+        elif d != 1:
+            break
+    return [size for size in dict.fromkeys(sizes.values[covered:]) if size > 1 and size in dims]
 
 
 def _inferred(op: Operation) -> list | None:

@@ -173,3 +173,30 @@ def test_new_shapes_served_by_substitution_match_onnx_runtime():
         np.testing.assert_allclose(got, session.run(None, {"ids": ids})[0], rtol=1e-5, atol=1e-5)
         served.append(compiled._programs[(((batch, seq),),)].substituted)
     assert served == [False, False, False, True, True, True, True, True, False]
+
+
+def test_new_sequence_lengths_compile_no_kernel(tmp_path, monkeypatch):
+    """After the first shape (which probes every kernel) a new sequence length lowers and compiles
+    nothing: the embedding with its position rows, its layer norm and the attention read the length
+    at run time (``row_generic.sequence_form``; elementwise and reduction kernels through
+    ``affine.RunTimeSize``).  Each shape matches ONNX Runtime to 1e-5."""
+    cache = KernelCache(tmp_path)
+    monkeypatch.setattr(kernel_cache, "_DEFAULT", cache)
+    model = transformer_block(positions=True)
+    compiled = lezero.onnx.compile(model)
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(0)
+    # short, odd, past a vector of 16, the position table's 64 rows
+    for i, (batch, seq) in enumerate([(2, 8), (2, 5), (3, 13), (2, 21), (4, 9), (3, 64), (2, 37)]):
+        ids = rng.integers(0, VOCAB, (batch, seq))
+        before = (cache.stats.lowerings, cache.stats.compiles)
+        got = compiled.run({"ids": ids})["y"]
+        np.testing.assert_allclose(got, session.run(None, {"ids": ids})[0], rtol=1e-5, atol=1e-5)
+        now = (cache.stats.lowerings - before[0], cache.stats.compiles - before[1])
+        if i == 0:
+            assert now[1] > 0
+            continue
+        assert now == (0, 0), (batch, seq)
+        plan = compiled._programs[(((batch, seq),),)].compiled.plan_for([(batch, seq)]).plan
+        with_length = [launch.kernel.name for launch in plan.launches if launch.kernel.sizes == (seq,)]
+        assert len(with_length) >= 2, (batch, seq, with_length)  # the embedding, the attention
