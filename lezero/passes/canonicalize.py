@@ -120,6 +120,43 @@ def _transpose_of_product(m, x):
     return m.create("lz.matmul", [b_t, inner.operands[0]], dict(product.attributes)).result
 
 
+# ops that may sit between a row product and the reshape back, with an operand broadcasting along
+# its last dim only (Gemm's bias, alpha)
+_ROW_EPILOGUE_OPS = ("lz.add", "lz.sub", "lz.mul", "lz.div")
+
+
+def _product_of_rows(m, x):
+    """``reshape(matmul(reshape(x'), w) [op b], x'.shape[:-1] + (n,))`` -> ``matmul(x', w) [op b]``
+    for a matrix ``w`` and a reshape merging the dims before ``x'``'s last into rows, ``b`` of rank
+    <= 1: a Gemm between two reshapes (GPT-2's Conv1D) reads and writes the activations in place,
+    so the activation before it and the elementwise ops after it fuse with the GEMM instead of
+    making copy kernels of the reshapes (the GEMM folds the batch dims back into rows)."""
+    epilogue, product = None, defined_by(x, "lz.matmul")
+    if product is None and getattr(x, "op", None) is not None and x.op.name in _ROW_EPILOGUE_OPS:
+        epilogue = x.op
+        products = [defined_by(v, "lz.matmul") for v in epilogue.operands]
+        others = [v for v, p in zip(epilogue.operands, products) if p is None]
+        product = next((p for p in products if p is not None), None)
+        if product is None or len(others) != 1 or others[0].type.rank > 1 or len(x.uses) != 1:
+            return None
+    if product is None or len(product.result.uses) != 1:
+        return None
+    rows, w = product.operands
+    inner = defined_by(rows, "lz.reshape")
+    if inner is None or w.type.rank != 2 or rows.type.rank != 2:
+        return None
+    source = inner.operands[0]
+    if not (source.type.is_static and m.type.is_static and source.type.rank >= 3
+            and source.type.shape[-1] == rows.type.shape[-1]
+            and m.type.shape == source.type.shape[:-1] + (w.type.shape[-1],)):
+        return None
+    out = m.create("lz.matmul", [source, w], dict(product.attributes)).result
+    if epilogue is None:
+        return out
+    operands = [out if v is product.result else v for v in epilogue.operands]
+    return m.create(epilogue.name, operands, dict(epilogue.attributes)).result
+
+
 def _is_identity_reshape(m, x):
     t = x.type
     dynamic = [i for i, d in enumerate(t.shape) if d is None]
@@ -360,6 +397,7 @@ DATA_MOVEMENT = [
     Rule("lz.transpose", _transpose_of_product, "transpose(matmul(transpose(a), b)) -> matmul(transpose(b), a)"),
     Rule("lz.reshape", _is_identity_reshape, "reshape of x to its own shape -> x"),
     Rule("lz.reshape", lambda m, x: _collapse_source(m, x, "lz.reshape"), "reshape(reshape(x)) -> reshape(x)"),
+    Rule("lz.reshape", _product_of_rows, "reshape(matmul(reshape(x), w) [+ b]) back to x's rows -> matmul(x, w) [+ b]"),
     Rule("lz.broadcast_to", _is_static_same, "broadcast_to of x to its own shape -> x"),
     Rule("lz.broadcast_to", lambda m, x: _collapse_source(m, x, "lz.broadcast_to"),
          "broadcast_to(broadcast_to(x)) -> broadcast_to(x)"),
