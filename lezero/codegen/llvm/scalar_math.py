@@ -159,16 +159,18 @@ def exp_f32(m: MathBuilder, x, x_lo=None):
     """e^x for every x: 2^(n + bias) e^r times 2^-bias, bias 64 below 0 (results down in the
     denormals, n >= -150, are right: 2^-24 relative before their own rounding) and -1 above
     (n = 128 at the overflow threshold); a nan stays nan (the arithmetic keeps it, whatever n's
-    bits make of the scale)."""
+    bits make of the scale).  Below EXP_MIN the lane computes e^0 and gives 0: a product that
+    underflows is a microcode assist on Intel CPUs (exp of a masked score, -3.4e38, cost 7x)."""
     b = m.b
     xc = m.select(m.gt(x, EXP_MAX), _f32(EXP_MAX), x)
-    xc = m.select(m.lt(xc, EXP_MIN), _f32(EXP_MIN), xc)
+    zero = m.lt(xc, EXP_MIN)
+    xc = m.select(zero, _f32(0.0), xc)
     negative = m.lt(xc, 0.0)
     # no fmas beyond the polynomial's: on CPUs without FMA, where each is a libcall per lane, two
     # more tip LLVM's cost model against vectorizing softmax's sum (its longer chains lose ulps)
     field = b.select(negative, _i32((127 + 64) << 23), _i32((127 - 1) << 23))
     y = _times_pow2(m, *_exp_reduced(m, xc, x_lo, fused=False), field, fused=False)
-    return b.fmul(y, b.select(negative, _f32(2.0 ** -64), _f32(2.0)))
+    return m.select(zero, _f32(0.0), b.fmul(y, b.select(negative, _f32(2.0 ** -64), _f32(2.0))))
 
 
 def exp_scaled_f32(m: MathBuilder, x, bias: int = 0, x_lo=None, coefs=EXP_P):
