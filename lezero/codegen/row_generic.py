@@ -11,7 +11,7 @@ kernel ABI's ``begin``/``end``, ``docs/architecture.md``, "Kernel ABI").
 into one of ``rows`` (every value that starts with those dims or with their product; a value that
 broadcasts along them keeps its type, or ``1`` for their run of ones), and None when an op of the body is not independent per row
 (only ops whose row ``i`` reads row ``i`` alone pass: elementwise ops, reductions and slices over
-other dims, a gather from a table, reshapes and transposes that keep the row dims in front,
+other dims, a gather from a table, reshapes, broadcasts and transposes that keep the row dims in front,
 matmuls and attention over them) or a rewritten type disagrees with its op's shape rule.
 
 ``lower_row_generic(kernel, lower)`` proves, for one lowering, that the code does not depend on the
@@ -75,7 +75,7 @@ SEQUENCE_ATTR = "lz.any_sequence"
 # kernels' sequence forms may take at run time (``sequence_lengths``).
 DYNAMIC_SIZES_ATTR = "lz.dynamic_sizes"
 # Attributes that hold sizes, per op: a sequence form resizes the entries equal to the length.
-_SIZE_ATTRS = {"lz.reshape": ("shape",), "lz.slice": ("starts", "ends")}
+_SIZE_ATTRS = {"lz.reshape": ("shape",), "lz.broadcast_to": ("shape",), "lz.slice": ("starts", "ends")}
 # Ops whose types alone decide whether they are independent per row (checked against their
 # shape rule after the rewrite): matmul and attention keep leading dims as batches or rows.
 _BATCHED_OPS = frozenset({"lz.matmul", "lz.attention"})
@@ -150,6 +150,13 @@ def _rewrite_attributes(op: Operation, prefix: tuple, rows: int, split=frozenset
             attrs["axis"] = IntegerAttr(axes[0] - shift, I64)
         else:
             attrs["axes"] = i64_array(a - shift for a in axes)
+        return attrs
+    if op.name == "lz.broadcast_to":  # of what broadcasts along the rows (a token-type row), or of rows
+        result = op.results[0].type.shape
+        result_row_dims = _row_dims(result, prefix)
+        if not result_row_dims:
+            return None
+        attrs["shape"] = i64_array((rows,) + result[result_row_dims:])
         return attrs
     if op.name == "lz.reshape":
         result = op.results[0].type.shape  # static: the attribute's -1 resolved

@@ -315,6 +315,10 @@ class Importer:
             self.known[op.result] = op.attributes["value"].array
             return list(op.results)
         arrays = [self.known.get(v) for v in operands]
+        if op.name == "lz.gather" and all(a is not None for a in arrays):
+            broadcast = self._fold_gather_of_one_index(op, arrays, ctx)
+            if broadcast is not None:
+                return [broadcast]
         if operands and all(a is not None for a in arrays) and self._worth_folding(op, arrays):
             try:
                 outs = op.definition.evaluate(op, arrays)
@@ -332,6 +336,32 @@ class Importer:
         for r in op.results:
             self.sources[r] = deps
         return list(op.results)
+
+    def _fold_gather_of_one_index(self, op, arrays, ctx: NodeContext) -> Value | None:
+        """A gather from a constant table at constant indices that are all one index (BERT's
+        token-type rows: ``Gather(table, Expand(0, [b, s]))``) as that one slice, a constant of 1s
+        in the indices' dims, broadcast to the result: the same ops at every size of the indices
+        (a ``[b, s, h]`` constant would be folded only up to ``FOLD_MAX_ELEMENTS``, a kernel past it,
+        so a schedule's structure would change at ``b x s x h`` = 65536); None for other gathers."""
+        table, indices = arrays
+        result = op.results[0].type
+        if indices.size < 2 or not result.is_static or not np.all(indices == indices.reshape(-1)[0]):
+            return None
+        axis = op.definition.attrs(op).axis
+        one = indices.reshape(-1)[:1].reshape((1,) * indices.ndim)
+        try:
+            (row,) = op.definition.evaluate(op, [table, one])
+        except (OpError, ValueError, IndexError) as e:
+            raise ctx.error(f"'{op.name}' op {e}") from None
+        shape = table.shape[:axis] + one.shape + table.shape[axis + 1:]
+        row = to_storage(np.asarray(row), result.element_type).reshape(shape)
+        small = self.constant(np.ascontiguousarray(row), TensorType(shape, result.element_type), op.location)
+        b = Builder.at_end(self.block, op.location)
+        out = b.op("lz.broadcast_to", small, shape=list(result.shape))
+        self.sources[out] = frozenset()
+        op.results[0].replace_all_uses_with(out)
+        op.erase()
+        return out
 
     @staticmethod
     def _worth_folding(op, arrays) -> bool:

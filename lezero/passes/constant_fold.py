@@ -3,6 +3,11 @@
 The result becomes an ``lz.constant``.  Results larger than ``max-elements`` stay unfolded, so a
 ``broadcast_to`` of a scalar does not turn into a huge literal; so do results with dynamic
 dims and ops whose reference raises.  Constants that folding leaves unused are erased.
+
+A ``broadcast_to`` of a constant whose every user is elementwise stays as it is: fused into their
+kernel it is an index, where a literal of its shape costs memory, and it would be folded only up
+to ``max-elements``, so a model's schedule would change there with its sizes (BERT's token-type
+rows ``[b, s, h]``, issue 11).  Its users still fold: they read its constant broadcast.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from lezero.ir.attributes import DenseElementsAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import Block, ModuleOp, Operation
 from lezero.ir.interpreter import evaluate_op
+from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import TensorType
 from lezero.passes.pass_base import Pass, option
 from lezero.passes.rewriter import is_pure
@@ -30,11 +36,28 @@ def constant_value(value) -> DenseElementsAttr | None:
     return attr if isinstance(attr, DenseElementsAttr) else None
 
 
+def _broadcast_constant(value) -> np.ndarray | None:
+    """The array of ``value`` when it is a ``broadcast_to`` of a constant (a read-only view), else None."""
+    op = getattr(value, "op", None)
+    source = constant_value(op.operands[0]) if op is not None and op.name == "lz.broadcast_to" else None
+    if source is None or not (isinstance(value.type, TensorType) and value.type.is_static):
+        return None
+    return np.broadcast_to(source.array, value.type.shape)
+
+
+def _read_by_elementwise_ops(op: Operation) -> bool:
+    uses = [u.op for r in op.results for u in r.uses]
+    return bool(uses) and all(u.definition is not None and u.definition.has_trait(ELEMENTWISE) for u in uses)
+
+
 def fold_op(op: Operation, max_elements: int) -> list[DenseElementsAttr] | None:
     """The constant results of ``op`` if it can be folded, else None."""
     if op.name == CONSTANT or op.regions or not op.results or not is_pure(op):
         return None
+    if op.name == "lz.broadcast_to" and _read_by_elementwise_ops(op):
+        return None  # module docstring
     inputs = [constant_value(v) for v in op.operands]
+    inputs = [a.array if a is not None else _broadcast_constant(v) for a, v in zip(inputs, op.operands)]
     if any(a is None for a in inputs):
         return None
     types = op.result_types
@@ -42,7 +65,7 @@ def fold_op(op: Operation, max_elements: int) -> list[DenseElementsAttr] | None:
         return None
     try:
         with np.errstate(all="ignore"):
-            outputs = evaluate_op(op, [a.array for a in inputs])
+            outputs = evaluate_op(op, inputs)
         return [DenseElementsAttr(t, np.asarray(out)) for t, out in zip(types, outputs, strict=True)]
     except Exception:  # noqa: BLE001 - an op the reference cannot evaluate here is just left alone
         return None
@@ -63,8 +86,10 @@ def fold_block(block: Block, max_elements: int) -> int:
             result.replace_all_uses_with(b.constant(value))
         op.erase()
         folded += 1
-        for p in producers:
-            if p.parent is not None and not any(r.uses for r in p.results):
+        while producers:  # (a broadcast of a constant that was read, then its constant)
+            p = producers.pop()
+            if p is not None and p.parent is not None and not any(r.uses for r in p.results):
+                producers += [v.op for v in p.operands]
                 p.erase()
     return folded
 

@@ -27,9 +27,10 @@ SHAPES = [(2, 8), (3, 5), (1, 8), (4, 8), (7, 8), (1, 5), (5, 5), (2, 13), (6, 1
           (2, 31), (4, 31), (1, 64), (2, 64), (3, 8), (8, 5), (5, 13), (9, 1), (1, 31)]
 
 
-def transformer_block(positions: bool = False):
+def transformer_block(positions: bool = False, token_types: bool = False):
     """The block; ``positions``: with position rows added to the embedding, ``Gather(table,
-    Range(0, Shape(ids)[1]))`` as the exports build them: a constant that follows the sequence length."""
+    Range(0, Shape(ids)[1]))`` as the exports build them: a constant that follows the sequence length;
+    ``token_types``: with BERT's token-type rows, ``Gather(types, ConstantOfShape(Shape(ids), 0))``."""
     rng = np.random.default_rng(0)
 
     def weight(name, *shape, scale=0.3):
@@ -55,6 +56,16 @@ def transformer_block(positions: bool = False):
                              node("Range", ["zero_i", "length", "one_i"], ["position_ids"]),
                              node("Gather", ["position_table", "position_ids"], ["position_rows"], axis=0),
                              node("Add", ["tokens", "position_rows"], ["x"])] + nodes[1:]
+    if token_types:
+        weights.append(weight("type_table", 2, WIDTH))
+        at = next(i for i, n in enumerate(nodes) if list(n.output) == ["x"])
+        nodes[at].output[0] = "untyped"
+        nodes[at + 1:at + 1] = [
+            node("Shape", ["ids"], ["type_shape"]),
+            node("ConstantOfShape", ["type_shape"], ["type_ids"],
+                 value=numpy_helper.from_array(np.zeros(1, np.int64))),
+            node("Gather", ["type_table", "type_ids"], ["type_rows"], axis=0),
+            node("Add", ["untyped", "type_rows"], ["x"])]
     for p in "qkv":
         nodes += [node("MatMul", ["h", f"w{p}"], [f"{p}0"]), node("Add", [f"{p}0", f"b{p}"], [f"{p}1"]),
                   node("Reshape", [f"{p}1", "heads_shape"], [f"{p}2"])]
@@ -200,3 +211,31 @@ def test_new_sequence_lengths_compile_no_kernel(tmp_path, monkeypatch):
         plan = compiled._programs[(((batch, seq),),)].compiled.plan_for([(batch, seq)]).plan
         with_length = [launch.kernel.name for launch in plan.launches if launch.kernel.sizes == (seq,)]
         assert len(with_length) >= 2, (batch, seq, with_length)  # the embedding, the attention
+
+
+def test_token_type_rows_schedule_alike_at_every_size():
+    """BERT's token-type rows, a gather at ids that are all one index, import as that row broadcast
+    (``Importer._fold_gather_of_one_index``) and stay a broadcast in the kernel that adds them
+    (constant-fold keeps a broadcast its elementwise users read): no ``[b, s, h]`` constant that the
+    full path folds only up to 65536 elements.  So one fit at 2 x 8 substitutes past that size
+    (64 x 64 x 32 = 131072) exactly as the full path schedules there, and one compiled model serves
+    both sides, matching ONNX Runtime."""
+    model = transformer_block(positions=True, token_types=True)
+    compiled = lezero.onnx.compile(model)
+    assert compiled.shape_specialized
+    fit = SizeFit.between(_full_schedule(compiled, ((2, 8),)), (2, 8),
+                          [(_full_schedule(compiled, ((3, 8),)), 3), (_full_schedule(compiled, ((2, 9),)), 9)],
+                          compiled._tables())
+    assert fit is not None
+    for sizes in [(64, 64), (40, 60), (3, 5)]:
+        full = _full_schedule(compiled, (sizes,))
+        constants = [tuple(op.results[0].type.shape) for op in full.walk() if op.name == "lz.constant"]
+        assert sizes + (WIDTH,) not in constants and (1, 1, WIDTH) in constants, sizes
+        assert print_module(fit.substitute(sizes).module) == print_module(full), sizes
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(2)
+    for batch, seq in [(2, 8), (3, 8), (2, 9), (64, 64), (3, 5)]:
+        ids = rng.integers(0, VOCAB, (batch, seq))
+        np.testing.assert_allclose(compiled.run({"ids": ids})["y"], session.run(None, {"ids": ids})[0],
+                                   rtol=1e-5, atol=1e-5)
+    assert compiled._programs[(((64, 64),),)].substituted
