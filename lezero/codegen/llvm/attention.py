@@ -446,10 +446,9 @@ class AttentionEmitter:
         factor e^(m - m') the accumulated output is rescaled by (0 where m' is -inf: all keys so
         far hidden)."""
         b, s, t = self.b, self.ctx.s, self.t
-        reduce_max = declare(self.ctx.module, f"llvm.vector.reduce.fmax.v{t.w}f32", FLOAT, [self.vec])
         neg_inf, zero = ir.Constant(FLOAT, float("-inf")), ir.Constant(FLOAT, 0.0)
         for r in range(t.mr):
-            block_max = b.call(reduce_max, [b.load(self.vmax[r], typ=self.vec, align=4)])
+            block_max = self.lanes_max(b.load(self.vmax[r], typ=self.vec, align=4))
             old = self.load(self.row_max, i64(r))
             new = b.select(b.fcmp_ordered(">", block_max, old), block_max, old)
             base = b.select(b.fcmp_ordered("==", new, neg_inf), zero, new)
@@ -465,6 +464,19 @@ class AttentionEmitter:
                 b.store(b.fadd(b.load(total, typ=FLOAT, align=4), p, flags=("reassoc",)), total, align=4)
             previous = self.load(self.row_sum, i64(r))
             self.store(b.fadd(b.fmul(previous, factor), b.load(total, typ=FLOAT, align=4)), self.row_sum, i64(r))
+
+    def lanes_max(self, v) -> ir.Value:
+        """The largest lane of ``v`` (maxnum's: a nan lane only where all are), by halving: a tree of
+        log2(w) vector maxima.  (``llvm.vector.reduce.fmax`` without ``nnan`` is a serial chain of
+        scalar max, compare and blend per lane on x86: w - 1 steps of latency per row.)"""
+        b = self.b
+        width = v.type.count
+        while width > 1:
+            width //= 2
+            halves = [b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), width),
+                                                         list(range(first, first + width)))) for first in (0, width)]
+            v = call_intrinsic(b, "llvm.maxnum", *halves)
+        return b.extract_element(v, ir.Constant(ir.IntType(32), 0))
 
     def accumulate_pv(self, kb0, valid) -> None:
         """acc[r, :] = acc[r, :] e^(m - m') + sum_j p[r, j] v[j, :], nv vectors of v at a time."""
