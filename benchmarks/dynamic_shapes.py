@@ -11,9 +11,10 @@ for each of ``CHECKED`` (batch, sequence), whether the substituted schedule prin
 full path's there (``equal``), differs (``DIFFERENT``: a bug), or is refused (the full path serves it).
 
 ``--profile``: one compiled model warmed up on ``PROFILE_WARM_UP``, then each of ``PROFILED`` (new
-batches and new lengths) run once, printing its first-run ms and every kernel it lowered: kind,
-result type and lowering ms (the row-generic probe lowers two forms of a kernel, at
-``row_generic.PROBE_ROWS`` rows).
+batches and new lengths, two past b x s = 256) run once, printing its first-run ms, how it was
+served (substituted or the full path), ONNX Runtime's first run at the same shape (a session made
+before, 2 threads, spinning off) and every kernel it lowered: kind, result type and lowering ms (the
+row-generic probe lowers two forms of a kernel, at ``row_generic.PROBE_ROWS`` rows).
 
 For each model: one compiled model (and a fresh kernel cache) per mode: ``substituted`` (as
 shipped: new sizes substituted into a known schedule where known ones fit), ``full path``
@@ -160,7 +161,7 @@ def main(paths):
     print(f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 PROFILE_WARM_UP = [(1, 32), (2, 32), (3, 32), (2, 48)]
-PROFILED = [(2, 40), (4, 32), (5, 32), (2, 56), (3, 40)]
+PROFILED = [(2, 40), (4, 32), (5, 32), (2, 56), (3, 40), (8, 40), (6, 64)]
 
 
 def profile(paths):
@@ -177,15 +178,25 @@ def profile(paths):
     try:
         for path in paths:
             mode = Mode(onnx.load(path), "substituted", True, True)
-            inputs = ort.InferenceSession(path).get_inputs()
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 2
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            inputs = ort.InferenceSession(path, options).get_inputs()
             rng = np.random.default_rng(0)
             for batch, seq in PROFILE_WARM_UP:
                 mode.first_run(feeds(inputs, batch, seq, rng))
             for batch, seq in PROFILED:
                 lowered.clear()
-                seconds, lowerings, compiles = mode.first_run(feeds(inputs, batch, seq, rng))
-                print(f"{pathlib.Path(path).stem} {batch}x{seq}: {seconds * 1e3:.1f} ms, {lowerings} lowered, "
-                      f"{compiles} compiled; load {os.getloadavg()[0]:.1f}")
+                f = feeds(inputs, batch, seq, rng)
+                seconds, lowerings, compiles = mode.first_run(f)
+                served = "substituted" if mode.compiled._programs[(tuple(f[i.name].shape for i in inputs),)].substituted \
+                    else "full path"
+                session = ort.InferenceSession(path, options)
+                start = time.perf_counter()
+                session.run(None, f)
+                ort_first = time.perf_counter() - start
+                print(f"{pathlib.Path(path).stem} {batch}x{seq}: {seconds * 1e3:.1f} ms ({served}), ORT first run "
+                      f"{ort_first * 1e3:.1f} ms; {lowerings} lowered, {compiles} compiled; load {os.getloadavg()[0]:.1f}")
                 for spent, op in lowered:
                     print(f"  {op.definition.attrs(op).kind:11s} {str(op.results[0].type):28s} lowered in "
                           f"{spent * 1e3:.1f} ms" + (" (rows form)" if "lz.any_rows" in op.attributes else ""))

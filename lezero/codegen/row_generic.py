@@ -334,10 +334,12 @@ def sequence_length(kernel_op: Operation) -> int | None:
     return q[-2] if q[-2] == k[-2] else None
 
 
-def sequence_form(kernel_op: Operation, length: int, size: int) -> Operation | None:
+def sequence_form(kernel_op: Operation, length: int, size: int, instance: bool = False) -> Operation | None:
     """A copy of ``kernel_op`` whose dims of ``length`` are ``size`` (its types, reshape targets and
     slice bounds; module docstring), marked ``SEQUENCE_ATTR``; None when a dim is ``size`` already
-    or a resized type disagrees with its op's shape rule."""
+    or a resized type disagrees with its op's shape rule.  ``instance``: ``kernel_op`` is a sequence
+    form (its length a probe, a prime no other dim is) made at the length ``size`` of a kernel at
+    hand, whose other dims may be ``size`` by chance (a head width of 64 at a length of 64)."""
     # a rows form's [rows x length, h] (``_split_rows``) is [rows x size, h]
     rows = kernel_op.results[0].type.shape[0] if any_rows(kernel_op) and length > 1 else None
 
@@ -353,7 +355,7 @@ def sequence_form(kernel_op: Operation, length: int, size: int) -> Operation | N
 
     body = kernel_op.regions[0].blocks[0]
     values = list(body.args) + [r for op in body.ops for r in op.results] + list(kernel_op.results)
-    if any(isinstance(v.type, TensorType) and size in v.type.shape for v in values):
+    if not instance and any(isinstance(v.type, TensorType) and size in v.type.shape for v in values):
         return None
     operand_types = [resized(a.type) for a in body.args]
     result_types = [resized(r.type) for r in kernel_op.results]

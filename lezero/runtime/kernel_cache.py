@@ -48,9 +48,10 @@ from lezero.codegen.llvm.cache_model import caches_for
 from lezero.codegen.llvm.object_compiler import OPT_LEVEL
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 from lezero.codegen.packed_operands import packed_operand_from_fields
-from lezero.codegen.row_generic import (SEQUENCE_PROBES, RowGeneric, lower_row_generic, sequence_form,
+from lezero.codegen.row_generic import (SEQUENCE_ATTR, SEQUENCE_PROBES, RowGeneric, lower_row_generic, sequence_form,
                                         sequence_lengths, serves_many_shapes, widest_rows_form)
 from lezero.ir.core import Operation
+from lezero.ir.types import TensorType
 from lezero.ir.printer import print_op
 from lezero.passes.memory_plan import OFFSETS_ATTR
 from lezero.passes.partition import STAGE_ATTR
@@ -206,6 +207,8 @@ class KernelCache:
         self._rows_seen: dict[str, int] = {}          # rows form's key -> the row count it was first lowered at
         # kernel's content key -> (verdict, its form, sizes, rows): a model's repeated layers find their form once
         self._generic_of: dict[str, tuple] = {}
+        # the sequence forms whose code serves every length, by _signature: (form, verdict) each
+        self._sequence_codes: dict[tuple, list] = {}
         self._lock = threading.Lock()
         _CACHES[id(self)] = self
 
@@ -257,9 +260,16 @@ class KernelCache:
         types and attributes, not printed), ``like``'s code at ``kernel_op``'s row count: what
         ``plan_kernel`` would find, without printing either kernel (the content key is computed
         if asked for); else ``plan_kernel``."""
-        if like.row_generic is None or like.sizes:
+        if like.row_generic is None:
             return self.plan_kernel(kernel_op, cpu)
         widest = widest_rows_form(kernel_op)
+        if widest is not None and like.sizes:
+            cpu = cpu_target(cpu)
+            known = self._known_sequence_code(kernel_op, *widest)
+            if known is None:
+                return self.plan_kernel(kernel_op, cpu)
+            return self._generic_kernel(kernel_op, cpu, lambda: self.kernel_key(kernel_op, cpu), known[0],
+                                        math.prod(widest[0]), *known[1:])
         if widest is None or _structure(widest[1]) != _structure(like.generic_form) or \
                 sequence_lengths(kernel_op, *widest):  # what plan_kernel would try first
             return self.plan_kernel(kernel_op, cpu)
@@ -297,17 +307,43 @@ class KernelCache:
             return None
         prefix, form = widest
         rows = math.prod(prefix)
+        known = self._known_sequence_code(kernel_op, prefix, form)
+        if known is not None:
+            self._generic_of[key] = known + (rows,)
+            return self._generic_kernel(kernel_op, cpu, key, *known[:1], rows, *known[1:])
         for length in sequence_lengths(kernel_op, prefix, form):
             sequence = sequence_form(form, length, SEQUENCE_PROBES[0])
             verdict = None if sequence is None else \
                 self._generic_verdict(kernel_op, prefix, sequence, rows, cpu, length)
             if verdict:
+                with self._lock:
+                    self._sequence_codes.setdefault(_signature(sequence), []).append((sequence, verdict))
                 self._generic_of[key] = (verdict, sequence, (length,), rows)
                 return self._generic_kernel(kernel_op, cpu, key, verdict, rows, sequence, (length,))
         verdict = self._generic_verdict(kernel_op, prefix, form, rows, cpu)
         if verdict is not None:
             self._generic_of[key] = (verdict, form, (), rows)
         return self._generic_kernel(kernel_op, cpu, key, verdict, rows, form, ()) if verdict else None
+
+    def _known_sequence_code(self, kernel_op: Operation, prefix: tuple, form: Operation) -> tuple | None:
+        """``(verdict, sequence form, (length,))``: the code of a sequence form found before serves
+        ``kernel_op`` (of rows form ``form`` over ``prefix``) when that form made at one of its lengths
+        is ``form`` (op by op); else None.
+        Its own sequence form would make every dim of the length run-time, and the dims that equal
+        it by chance (GPT-2's 64-wide heads at a length of 64) can keep its lowering from taking it:
+        the form found at another length knows which dims follow it.  Asked first, on the full
+        path and for a substituted kernel alike, so both plan the same code."""
+        with self._lock:
+            known = list(self._sequence_codes.get(_signature(form), ()))
+        for length in sequence_lengths(kernel_op, prefix, form) if known else ():
+            for sequence, verdict in known:
+                at = sequence_form(sequence, SEQUENCE_PROBES[0], length, instance=True)
+                if at is None:
+                    continue
+                del at.attributes[SEQUENCE_ATTR]
+                if _structure(at) == _structure(form):
+                    return verdict, sequence, (length,)
+        return None
 
     def _generic_verdict(self, kernel_op: Operation, prefix: tuple, form: Operation, rows: int, cpu: CpuTarget,
                          length: int | None = None):
@@ -528,6 +564,7 @@ class KernelCache:
             self._row_generic.clear()
             self._rows_seen.clear()
             self._generic_of.clear()
+            self._sequence_codes.clear()
 
 
 def _structure(op: Operation) -> tuple:
@@ -549,6 +586,14 @@ def _structure(op: Operation) -> tuple:
         return op.name, operands, tuple(r.type for r in op.results), attributes, tuple(regions)
 
     return walk(op)
+
+
+def _signature(form: Operation) -> tuple:
+    """What a rows form is without its sizes: its ops' names and its arguments' element types and
+    ranks (forms of one kernel at two lengths have the same)."""
+    body = form.regions[0].blocks[0]
+    return (tuple(op.name for op in body.ops),
+            tuple((a.type.element_type, a.type.rank) if isinstance(a.type, TensorType) else a.type for a in body.args))
 
 
 def _compile_object(llvm_ir: str, cpu: CpuTarget) -> bytes:

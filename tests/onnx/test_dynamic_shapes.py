@@ -198,7 +198,8 @@ def test_new_sequence_lengths_compile_no_kernel(tmp_path, monkeypatch):
     session = ort.InferenceSession(model.SerializeToString())
     rng = np.random.default_rng(0)
     # short, odd, past a vector of 16, the position table's 64 rows
-    for i, (batch, seq) in enumerate([(2, 8), (2, 5), (3, 13), (2, 21), (4, 9), (3, 64), (2, 37)]):
+    # and the heads' width 16 and the model's 32 (dims equal to the length by chance)
+    for i, (batch, seq) in enumerate([(2, 8), (2, 5), (3, 13), (2, 21), (4, 9), (3, 64), (2, 37), (3, 16), (2, 32)]):
         ids = rng.integers(0, VOCAB, (batch, seq))
         before = (cache.stats.lowerings, cache.stats.compiles)
         got = compiled.run({"ids": ids})["y"]
