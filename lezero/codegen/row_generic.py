@@ -70,6 +70,10 @@ MANY_SHAPES_ATTR = "lz.many_shapes"
 # (an i64 attribute of its lz.kernel: the size that stands for the run-time length).
 SEQUENCE_PROBES = (4111, 4127)
 SEQUENCE_ATTR = "lz.any_sequence"
+# The longest length a sequence form's code runs at: the lowerings decide on index bounds at the
+# probe lengths (a division they drop because its operand stays below the divisor), and a bound
+# only grows with the length, so what holds at the shorter probe holds at every length up to it.
+MAX_RUN_TIME_LENGTH = min(SEQUENCE_PROBES)
 # A function's mark beside MANY_SHAPES_ATTR (an i64 array): the sizes of its dynamic dims in this
 # specialization (an ONNX model imported per shape: its batch and sequence length), which the
 # kernels' sequence forms may take at run time (``sequence_lengths``).
@@ -280,12 +284,12 @@ def sequence_lengths(kernel_op: Operation, prefix: tuple, form: Operation) -> li
     other, each of its function's ``DYNAMIC_SIZES_ATTR`` sizes past those the prefix's dims are in
     order (the rows are the leading dynamic dims: a prefix of the batch, or of the batch and a 1,
     leaves the sequence; one of batch x sequence leaves none, and a width equal to it is not it)
-    above 1 that a dim of the form after its rows holds."""
+    above 1 that a dim of the form after its rows holds.  None is above ``MAX_RUN_TIME_LENGTH``."""
     if not serves_many_shapes(kernel_op):
         return []
     if kernel_op.definition.attrs(kernel_op).kind == "attention":
         length = sequence_length(form)
-        return [] if length is None else [length]
+        return [] if length is None or length > MAX_RUN_TIME_LENGTH else [length]
     sizes = _function_of(kernel_op).attributes.get(DYNAMIC_SIZES_ATTR)
     if not isinstance(sizes, DenseArrayAttr):
         return []
@@ -298,7 +302,7 @@ def sequence_lengths(kernel_op: Operation, prefix: tuple, form: Operation) -> li
             covered += 1
         elif d != 1:
             break
-    return [size for size in dict.fromkeys(sizes.values[covered:]) if size > 1 and size in dims]
+    return [size for size in dict.fromkeys(sizes.values[covered:]) if 1 < size <= MAX_RUN_TIME_LENGTH and size in dims]
 
 
 def _inferred(op: Operation) -> list | None:

@@ -15,6 +15,7 @@ import pytest
 
 from codegen.kernel_testing import assert_matches, make_kernel, reference, run_kernel
 from lezero.codegen.affine import RunTimeSize
+from lezero.codegen import row_generic
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.row_generic import (DYNAMIC_SIZES_ATTR, MANY_SHAPES_ATTR, lower_row_generic, rows_form,
                                         sequence_lengths)
@@ -131,7 +132,7 @@ def test_code_that_names_the_length_is_refused():
     assert lower_row_generic(kernel, (BATCH,), lambda op: lower_kernel(op), SEQ) is None
 
 
-def test_the_lengths_a_kernel_tries_are_its_functions_dynamic_sizes_past_the_rows():
+def test_the_lengths_a_kernel_tries_are_its_functions_dynamic_sizes_past_the_rows(monkeypatch):
     module, kernel = make_kernel(KERNELS["embedding"][1](BATCH, SEQ), embedding, kind="reduction")
     func = module.lookup("f")
     form = rows_form(kernel, (BATCH,), 4099)
@@ -143,6 +144,8 @@ def test_the_lengths_a_kernel_tries_are_its_functions_dynamic_sizes_past_the_row
     assert sequence_lengths(kernel, (BATCH, SEQ), form) == []  # rows of batch x sequence: a dim of 5 is not it
     func.attributes[DYNAMIC_SIZES_ATTR] = i64_array([1, SEQ])
     assert sequence_lengths(kernel, (1, SEQ), form) == [] and sequence_lengths(kernel, (1, 1), form) == [SEQ]
+    monkeypatch.setattr(row_generic, "MAX_RUN_TIME_LENGTH", SEQ - 1)  # past the probes' bounds: per length
+    assert sequence_lengths(kernel, (1, 1), form) == []
 
 
 def test_a_run_time_size_keeps_its_polynomial():
