@@ -247,11 +247,12 @@ class MatmulGemm:
     packed_a = None
     packed_b = None  # PackedGemmB of a constant B: read_constant_b, then config()
     packs_a = False  # operands() returns A in the packed layout (PixelRowsConvGemm)
+    a_in_place = None  # gemm.AInPlace: A read where it lies (PixelRowsConvGemm)
 
-    def __init__(self, shape: MatmulShape, operand_element: ir.Type = FLOAT, bf16_operands: tuple = (False, False)):
+    def __init__(self, shape: MatmulShape, operand_element: ir.Type = FLOAT, rounded: tuple = (False, False)):
         """``operand_element``: how A and B are stored, FLOAT or HALF (f16: widened as packed);
-        ``bf16_operands``: whether each of the matmul's operands is float32 read through a cast to
-        bf16 (rounded as packed: gemm.py's ``bf16_operands``)."""
+        ``rounded``: whether each of the matmul's operands is float32 read through a cast to the
+        matmul's bf16 or f16 (rounded as packed: gemm.py's ``bf16_operands``, ``f16_operands``)."""
         self.shape = shape
         self.operand_element = operand_element
         self.batches = shape.batches
@@ -268,8 +269,9 @@ class MatmulGemm:
             self.transpose_a, self.lda, self.transpose_b, self.ldb = a_transposed, lda, b_transposed, ldb
             self.a_k_stride, self.b_col_stride = a_k_stride, b_col_stride
         self.k = shape.k
-        self.bf16_operands = tuple(g for g, rounded in zip("ab", bf16_operands[::-1] if self.swapped else bf16_operands)
-                                   if rounded)
+        self.rounded = tuple(rounded)  # the matmul's operands (not the GEMM's, when swapped)
+        cast = tuple(g for g, r in zip("ab", rounded[::-1] if self.swapped else rounded) if r)
+        self.bf16_operands, self.f16_operands = ((), cast) if operand_element == HALF else (cast, ())
         self.pack_b = self.transpose_b or self.b_col_stride != 1 or self.m >= PACK_B_MIN_ROWS
         self.mask_b = not self.pack_b
         self.slab_floats = 0
@@ -304,8 +306,9 @@ class MatmulGemm:
                     total = b.add(total, b.mul(coord, i64(stride)))
             return total
 
-        a = b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=self.operand_element)
-        bm = b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=self.operand_element)
+        a_element, b_element = (FLOAT if r else self.operand_element for r in self.rounded)  # read through casts
+        a = b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=a_element)
+        bm = b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=b_element)
         return (bm, a) if self.swapped else (a, bm)
 
     def output_layout(self):
@@ -340,9 +343,10 @@ class ConvGemm:
     a_k_stride = b_col_stride = 1
     packed_b = None  # the input is never constant (PixelRowsConvGemm's B is the weights)
     packs_a = False
-    bf16_operands = ()  # a conv's operands are never read through a cast (partition's prologue)
+    bf16_operands = f16_operands = ()  # a conv's operands are never read through a cast (partition's prologue)
     operand_element = FLOAT  # an f16 conv's operands are widened to float32 copies first (_widen_halves)
     pixel_columns = False  # a tile's columns are output pixels, not q-space (depthwise.py's compacted sums)
+    a_in_place = None  # the weights are A (PixelRowsConvGemm's A is the input, read in place)
 
     def __init__(self, shape: ConvShape, direct: bool, a_block_floats: int, constant_weights: int | None = None,
                  direct_in_place: bool = False):
@@ -593,14 +597,14 @@ def pixel_rows_fit(cpu, s: ConvShape, constant_weights: int | None, dtype) -> bo
 class PixelRowsConvGemm(ConvGemm):
     """conv2d (one group) as one GEMM per image whose rows are the output's pixels and whose columns
     are its channels: A = col^T (pixels x k), B = W^T (k x channels), the weights pre-packed by the
-    plan (``PackedGemmB`` of W read with strides (1, K)).  A is gathered by the plan itself into the
-    GEMM's pre-packed layout (``prepacked_a``): slivers of MR pixels, all inside one output row, so
-    a sliver's MR values at tap k are contiguous in the slab (or in the input, read in place for a
-    stride-1 conv without pads) at ``off[k] + q0``, one masked vector load and store per k.  The
-    rows a call computes are packed once per call, for every K block (A is m x K floats of the
-    workspace); the GEMM reuses them from cache over all of its column tiles."""
-
-    packs_a = True
+    plan (``PackedGemmB`` of W read with strides (1, K)).  A tile's rows are MR pixels, all inside
+    one output row, so their MR values at tap k are contiguous in the slab (or in the input, read in
+    place for a stride-1 conv without pads) at ``off[k] + q0``.  The micro-kernel broadcasts them
+    from there (``gemm.AInPlace``, the k loop stepping a channel's kh * kw taps at constant offsets,
+    K blocks of whole channels): A, kh * kw times the input, is never written.  A 1x1 conv and
+    kernels of more than DIRECT_PERIOD_MAX_TAPS taps (a patchify conv) gather A into the GEMM's
+    pre-packed layout instead (``packs_a``): per call the rows it computes, for every K block, one
+    masked vector load and store per k."""
 
     def __init__(self, shape: ConvShape, constant_weights: int):
         super().__init__(shape, direct=False, a_block_floats=0, constant_weights=constant_weights)
@@ -612,17 +616,29 @@ class PixelRowsConvGemm(ConvGemm):
         self.k_blocks: list[tuple[int, int]] = []
         self.packed_rows_at = 0  # floats into the slab where packed A starts
         self.tile = pixel_rows_tile(s)
+        self.taps = s.kh * s.kw
+        # else the GEMM reads A in place; a 1x1's A is no larger than its input, and its packed
+        # slivers were as fast or faster (1 thread, 1x1 512->2048->512 at 7x7: 2.11 packed, 2.19 ms
+        # in place; 256->1024->256 at 14x14 1.64 / 1.63)
+        self.packs_a = self.taps == 1 or self.taps > DIRECT_PERIOD_MAX_TAPS
+        self.a_in_place = None  # gemm.AInPlace: config()
 
     def register_tile(self, host: gemm.GemmConfig, cpu, narrower_vectors: bool) -> tuple[int, int, int]:
         return self.tile
 
     def config(self, host: gemm.GemmConfig) -> gemm.GemmConfig:
         self.lay_out_slab(0)  # packing loads are masked
-        # the taps' offsets are A's here (packing reads them), not the GEMM's B rows
+        # the taps' offsets are A's here (the micro-kernel or packing reads them), not the GEMM's B rows
         self.tap_offsets, self.b_row_offsets = self.b_row_offsets, None
         config = _shrink(host, self.m, self.n, self.k)
-        self.k_blocks = [(k0, min(config.kc, self.k - k0)) for k0 in range(0, self.k, config.kc)]
         self.packed_b = PackedGemmB(self.constant_weights, self.k, self.n, config.nr, (1, self.k))
+        if not self.packs_a:  # whole input channels per K block
+            config = gemm.GemmConfig(config.vector_width, config.mr, config.nr_vectors,
+                                     min(_align_up(config.kc, self.taps), self.k), config.mc, config.nc)
+            s = self.shape
+            self.a_in_place = gemm.AInPlace(self.tap_offsets, self.taps, s.ow, self.wq - s.ow)
+            return config
+        self.k_blocks = [(k0, min(config.kc, self.k - k0)) for k0 in range(0, self.k, config.kc)]
         self.packed_rows_at = _align_up(self.slab_floats, 16)
         self.slab_floats = self.packed_rows_at + self.m * self.k
         return config
@@ -644,6 +660,8 @@ class PixelRowsConvGemm(ConvGemm):
             last_row = b.udiv(b.sub(m_end, i64(1)), i64(s.ow))
             self._emit_slab(b, x, first_row, b.add(b.sub(last_row, first_row), i64(1 + self.qh[-1])), slab)
             source = b.gep(slab, [b.mul(first_row, i64(-self.wq))], source_etype=FLOAT)
+        if not self.packs_a:  # pixel p's value k at source + q(p) + off[k] (AInPlace)
+            return source, w_ptr
         packed = b.gep(slab, [i64(self.packed_rows_at)], source_etype=FLOAT)
         table_type = ir.ArrayType(I64, len(self.tap_offsets))
         table = ir.GlobalVariable(b.module, table_type, b.module.get_unique_name("pixel_rows_taps"))
@@ -826,7 +844,9 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                                 prepacked_a=plan.packed_a is not None or plan.packs_a,
                                 prepacked_b=plan.packed_b is not None,
                                 operand_element=plan.operand_element, bf16_operands=plan.bf16_operands,
+                                f16_operands=plan.f16_operands,
                                 b_row_period=plan.b_row_period if generator_class is gemm.SgemmGenerator else None,
+                                a_in_place=plan.a_in_place,
                                 edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])
     rectangle_function = generator.build_into(ctx.module)
     ctx.packed_operands = tuple(p for p in (plan.packed_a, plan.packed_b) if p is not None)

@@ -134,9 +134,34 @@ class GemmConfig:
 
 
 MAX_ACCUMULATORS = 28  # of 32 registers: the micro-kernel also holds B vectors and a broadcast
+# An A read in place steps its period unrolled (constant offsets, no table) only in tiles of at most
+# this many accumulators: unrolled, LLVM schedules a later step's broadcasts early, and a 14 x 2
+# tile's 28 accumulators then spill (3x3 256->256 at 14x14, 1 thread: 2.24 ms, 1.55 with A packed);
+# 7 x 3 (21) gains from it.
+A_PERIOD_MAX_ACCUMULATORS = 24
 # Tile widths tried, in vectors: powers of two divide the column counts of most models; on Zen 4
 # 5x80 and 4x96 tiles were slower than 6x64 though they load as little per FMA.
 TILE_VECTORS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class AInPlace:
+    """A read in place by the micro-kernel (SgemmGenerator's ``a_in_place``): row r's value k is at
+    ``A + r + (r // run) * gap + offsets[k]``, where ``offsets[k] == (k // period) * stride +
+    offsets[k % period]`` (checked)."""
+    offsets: tuple[int, ...]
+    period: int
+    run: int
+    gap: int
+
+    def __post_init__(self):
+        if self.period < 1 or self.run < 1 or self.gap < 0 or not periodic_offsets(self.offsets, self.period):
+            raise ValueError(f"an A in place needs a period ({self.period}) of its offsets, a run of rows "
+                             f"({self.run}) and a gap ({self.gap}) >= 0")
+
+    @property
+    def stride(self) -> int:
+        return self.offsets[self.period] - self.offsets[0] if len(self.offsets) > self.period else 0
 
 
 def periodic_offsets(offsets: Sequence[int], period: int) -> bool:
@@ -225,10 +250,19 @@ class SgemmGenerator:
         each all of K deep and k-major (NR floats per k), ``ldb`` is the packed depth (K); the
         sliver of columns ``j`` (a multiple of NR) in the K block at ``pc`` is at ``B + j * ldb + pc *
         NR``, whatever kc and nc, and nothing is copied.  Not vector aligned: loads are unaligned.
+    a_in_place: A read where it lies, not packed (``AInPlace``: a pixel-rows convolution's input,
+        row r's value k at ``A + r + (r // run) * gap + offsets[k]``, the offsets of period T,
+        so the k loop steps T values at constant offsets from one pointer (in tiles of at most
+        A_PERIOD_MAX_ACCUMULATORS; larger ones read the offsets from a table); rows are consecutive
+        floats within a run, every K block a multiple of T): the MR broadcasts of a k step read
+        MR consecutive floats of the input, as from a packed sliver, and no copy of A is made.
     bf16_operands: the float32 operands ("a", "b") of a bf16 GEMM read through a cast to bf16
         (autocast's, fused: partition's operand prologue), each value rounded to bf16 where it is
         read (packing, or B's rows in place), ties to even as ``numerics.round_to_bf16``, so the
         GEMM computes what it would on the cast's result; rounding a bf16 value changes nothing.
+    f16_operands: the float32 operands of an f16 GEMM (``operand_element`` HALF, the other operand's)
+        read through a cast to f16: read as float32 and rounded to f16 (``vectors.round_to``: the
+        cast's conversion), so the GEMM computes what it would on the cast's result.
     """
 
     def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
@@ -236,7 +270,12 @@ class SgemmGenerator:
                  transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None,
                  a_k_stride: int = 1, b_col_stride: int = 1, prepacked_a: bool = False,
                  prepacked_b: bool = False, operand_element: ir.Type = FLOAT, bf16_operands: Sequence[str] = (),
-                 b_row_period: int | None = None):
+                 f16_operands: Sequence[str] = (),
+                 b_row_period: int | None = None, a_in_place: "AInPlace | None" = None):
+        if a_in_place is not None and (prepacked_a or transpose_a or a_k_stride != 1 or b_row_period is not None
+                                       or operand_element != FLOAT or "a" in bf16_operands):
+            raise ValueError("an A read in place is float32 in its own layout, neither packed, transposed, "
+                             "strided nor rounded, and the k loop steps its period, not B's")
         if transpose_b and (not pack_b or b_row_offsets is not None):
             raise ValueError("a transposed B is packed, and has no row offsets")
         if mask_b and pack_b:
@@ -250,6 +289,11 @@ class SgemmGenerator:
                 ("a" in bf16_operands and prepacked_a) or ("b" in bf16_operands and prepacked_b):
             raise ValueError(f"bf16_operands {tuple(bf16_operands)}: float32 operands \"a\" or \"b\", rounded as "
                              "they are read, so not pre-packed")
+        if set(f16_operands) - {"a", "b"} or f16_operands and (operand_element != HALF or prepacked_a or prepacked_b
+                                                                or b_row_offsets is not None or b_row_period is not None
+                                                                or a_in_place is not None):
+            raise ValueError(f"f16_operands {tuple(f16_operands)}: float32 operands \"a\" or \"b\" of a half GEMM, "
+                             "rounded as they are read: not pre-packed, no row offsets, periods or A in place")
         if (a_k_stride != 1 and transpose_a) or (b_col_stride != 1 and (transpose_b or not pack_b or b_row_offsets)):
             raise ValueError("a strided operand is neither transposed nor read in place, nor has row offsets")
         self._check_tile(config)
@@ -267,6 +311,9 @@ class SgemmGenerator:
         self.b_col_stride = b_col_stride
         self.operand_element = operand_element
         self.bf16_operands = frozenset(bf16_operands)
+        self.f16_operands = frozenset(f16_operands)
+        # how each operand is stored (an f16 GEMM's operand read through its cast is float32)
+        self._elements = {g: FLOAT if g in self.f16_operands else operand_element for g in "ab"}
         every_edge = range(1, config.nr_vectors)
         self.edge_vectors = tuple(sorted(set(every_edge if edge_vectors is None else edge_vectors)))
         if not set(self.edge_vectors) <= set(every_edge):
@@ -279,6 +326,13 @@ class SgemmGenerator:
         self.epilogue_param_types = [t for arg in self.epilogue_args for t in ARG_KIND_PARAMS[arg.kind]]
         self._b_rows_table = None
         self.b_row_period = b_row_period
+        self.a_in_place = a_in_place
+        # the k loop's step: T rows of B or values of A at constant offsets (None: one k a step;
+        # an A in place then reads its offsets from a table)
+        self.k_period = b_row_period
+        if a_in_place is not None and config.mr * config.nr_vectors <= A_PERIOD_MAX_ACCUMULATORS:
+            self.k_period = a_in_place.period
+        self._a_offsets_table = None
         if b_row_period is not None:
             offsets = self.b_row_offsets
             if offsets is None or pack_b or not periodic_offsets(offsets, b_row_period):
@@ -309,13 +363,19 @@ class SgemmGenerator:
     def build_into(self, module: ir.Module, threaded: bool = False) -> ir.Function:
         """Define the functions in ``module`` (``<name>_threaded`` too when ``threaded``); returns
         the rectangle function ``<name>``."""
+        if self.a_in_place is not None and self.k_period is None:
+            table_type = ir.ArrayType(I64, max(1, len(self.a_in_place.offsets)))
+            self._a_offsets_table = ir.GlobalVariable(module, table_type, f"{self.name}_a_offsets")
+            self._a_offsets_table.global_constant = True
+            self._a_offsets_table.linkage = "internal"
+            self._a_offsets_table.initializer = ir.Constant(table_type, list(self.a_in_place.offsets) or [0])
         if self.b_row_offsets is not None and self.b_row_period is None:  # a period reads no table
             table_type = ir.ArrayType(I64, max(1, len(self.b_row_offsets)))
             self._b_rows_table = ir.GlobalVariable(module, table_type, f"{self.name}_b_rows")
             self._b_rows_table.global_constant = True
             self._b_rows_table.linkage = "internal"
             self._b_rows_table.initializer = ir.Constant(table_type, list(self.b_row_offsets) or [0])
-        pack_a = None if self.prepacked_a else \
+        pack_a = None if self.prepacked_a or self.a_in_place else \
             self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
         pack_b = None
         if self.pack_b and not self.prepacked_b:
@@ -343,26 +403,33 @@ class SgemmGenerator:
         """Address of B[k, 0] relative to ``base`` (B plus a column offset): base + k * ldb, or
         base + b_row_offsets[k]."""
         if self._b_rows_table is None:
-            return self._operand_at(b, base, [b.mul(k, ldb)])
+            return self._operand_at(b, base, [b.mul(k, ldb)], "b")
         entry = b.gep(self._b_rows_table, [_i64(0), k], source_etype=self._b_rows_table.value_type)
-        return self._operand_at(b, base, [b.load(entry, typ=I64)])
+        return self._operand_at(b, base, [b.load(entry, typ=I64)], "b")
 
-    def _operand_at(self, b: ir.IRBuilder, base: ir.Value, offsets: list[ir.Value]) -> ir.Value:
-        """Address of an element of A or B (``operand_element`` values) ``offsets`` from ``base``."""
-        return b.gep(base, offsets, source_etype=self.operand_element)
+    def _operand_at(self, b: ir.IRBuilder, base: ir.Value, offsets: list[ir.Value], operand: str | None = None
+                    ) -> ir.Value:
+        """Address of an element of ``operand`` ("a" or "b"; None where both are stored alike: the
+        float32-only paths) ``offsets`` from ``base``."""
+        if operand is None and self._elements["a"] != self._elements["b"]:
+            raise ValueError(f"{self.name}: A and B are stored differently; name the operand")
+        return b.gep(base, offsets, source_etype=self._elements[operand or "a"])
 
     def _load_operand(self, b: ir.IRBuilder, operand: str, address: ir.Value, width: int | None = None,
                       mask: ir.Value | None = None) -> ir.Value:
         """One value (``width`` None) or ``width`` values of ``operand`` ("a" or "b") at ``address``,
         as float32: an f16 operand widens as it is read (vcvtph2ps where the target has F16C),
-        exactly; one of ``bf16_operands`` is rounded to bf16 (its cast from float32, fused)."""
-        element = self.operand_element
+        exactly; one of ``bf16_operands`` or ``f16_operands`` is rounded to bf16 or f16 (its cast from
+        float32, fused)."""
+        element = self._elements[operand]
         if width is None:
             value = b.load(address, typ=element)
         else:
             value = vectors.load_vector(b, address, width, mask, HALF_BYTES if element == HALF else FLOAT_BYTES, element)
         if element != FLOAT:
             return b.fpext(value, FLOAT if width is None else ir.VectorType(FLOAT, width))
+        if operand in self.f16_operands:
+            return vectors.round_to(b, value, "f16")
         return vectors.round_to_bf16(b, value) if operand in self.bf16_operands else value
 
     # -- packing -------------------------------------------------------------------------------
@@ -390,13 +457,14 @@ class SgemmGenerator:
                 row = b.add(row0, _i64(i))
                 row_valid.append(b.icmp_signed("<=", row, last_row))
                 clamped = vectors.select_min(b, row, last_row)
-                row_pointers.append(self._operand_at(b, p["a"], [b.mul(clamped, p["lda"])]))
+                row_pointers.append(self._operand_at(b, p["a"], [b.mul(clamped, p["lda"])], "a"))
             kc_vectors = _i64(0)
             if self.a_k_stride == 1:
                 zeros = ir.Constant(self.vector_type, [0.0] * w)
                 kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
                 with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                    rows = [b.select(row_valid[i], self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [k0]), w),
+                    rows = [b.select(row_valid[i],
+                                     self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [k0], "a"), w),
                                      zeros) for i in range(mr)]
                     columns = vectors.interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
                     b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=FLOAT), align=FLOAT_BYTES)
@@ -404,7 +472,7 @@ class SgemmGenerator:
                 destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                 offset = b.mul(k, _i64(self.a_k_stride))
                 for i in range(mr):
-                    value = self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [offset]))
+                    value = self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [offset], "a"))
                     value = b.select(row_valid[i], value, zero)
                     b.store(value, b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
@@ -420,7 +488,7 @@ class SgemmGenerator:
             argument.add_attribute("noalias")
         with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
             sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=FLOAT)
-            source = self._operand_at(b, p["b"], [col0])
+            source = self._operand_at(b, p["b"], [col0], "b")
             cols_left = b.sub(p["cols"], col0)
             full = b.icmp_signed(">=", cols_left, _i64(nr))
             with b.if_else(full) as (then, otherwise):
@@ -442,7 +510,7 @@ class SgemmGenerator:
             row = self._b_row(b, source, p["ldb"], b.add(p["pc"], k))
             destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=FLOAT)
             for v in range(self.config.nr_vectors):
-                value = self._load_operand(b, "b", self._operand_at(b, row, [_i64(v * w)]), w, masks[v])
+                value = self._load_operand(b, "b", self._operand_at(b, row, [_i64(v * w)], "b"), w, masks[v])
                 b.store(value, b.gep(destination, [_i64(v * w)], source_etype=FLOAT), align=self.vector_bytes)
 
     def _build_pack_a_transposed(self, module: ir.Module) -> ir.Function:
@@ -463,7 +531,7 @@ class SgemmGenerator:
                 inside = vectors.lane_mask(b, 0, vectors.select_min(b, _i64(mr), b.sub(p["rows"], row0)), w)
                 sliver_lanes = ir.Constant(ir.VectorType(I1, w), [lane < mr for lane in range(w)])
                 with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                    source = self._operand_at(b, p["a"], [b.add(b.mul(k, p["lda"]), row0)])
+                    source = self._operand_at(b, p["a"], [b.add(b.mul(k, p["lda"]), row0)], "a")
                     values = self._load_operand(b, "a", source, w, inside)
                     vectors.store_vector(b, values, b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT), sliver_lanes)
             else:
@@ -473,10 +541,10 @@ class SgemmGenerator:
                     valid.append(b.icmp_signed("<=", row, last_row))
                     columns.append(vectors.select_min(b, row, last_row))
                 with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                    source = self._operand_at(b, p["a"], [b.mul(k, p["lda"])])
+                    source = self._operand_at(b, p["a"], [b.mul(k, p["lda"])], "a")
                     destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                     for i in range(mr):
-                        value = self._load_operand(b, "a", self._operand_at(b, source, [columns[i]]))
+                        value = self._load_operand(b, "a", self._operand_at(b, source, [columns[i]], "a"))
                         b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
         return function
@@ -510,18 +578,18 @@ class SgemmGenerator:
                     col = b.add(col0, _i64(v * w + i))
                     valid.append(b.icmp_signed("<=", col, last_col))
                     offset = b.add(b.mul(vectors.select_min(b, col, last_col), column_step), b.mul(p["pc"], k_step))
-                    rows.append(self._operand_at(b, p["b"], [offset]))
+                    rows.append(self._operand_at(b, p["b"], [offset], "b"))
                 if not strided:
                     with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                        block = [b.select(valid[i], self._load_operand(b, "b", self._operand_at(b, rows[i], [k0]), w), zeros)
-                                 for i in range(w)]
+                        block = [b.select(valid[i], self._load_operand(b, "b", self._operand_at(b, rows[i], [k0], "b"), w),
+                                          zeros) for i in range(w)]
                         for kk, column in enumerate(vectors.transpose_square(b, block)):
                             at = b.add(b.mul(b.add(k0, _i64(kk)), _i64(nr)), _i64(v * w))
                             b.store(column, b.gep(sliver, [at], source_etype=FLOAT), align=self.vector_bytes)
                 with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                     vector = zeros
                     for i in range(w):
-                        value = self._load_operand(b, "b", self._operand_at(b, rows[i], [b.mul(k, k_step)]))
+                        value = self._load_operand(b, "b", self._operand_at(b, rows[i], [b.mul(k, k_step)], "b"))
                         vector = b.insert_element(vector, b.select(valid[i], value, zero), ir.Constant(I32, i))
                     at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
                     b.store(vector, b.gep(sliver, [at], source_etype=FLOAT), align=self.vector_bytes)
@@ -612,17 +680,21 @@ class SgemmGenerator:
         b.cbranch(b.icmp_signed("<", k, self._k_steps(b, p["kc"])), body, done)
 
         b.position_at_end(body)
-        if self.b_row_period is None:
+        if self.k_period is None:
             updated = self._emit_k_step(b, p, k, nv, accumulators, b_masks)
-        else:  # T rows of B a step: constant offsets from the step's first row
-            period = self.b_row_period
+        else:  # T rows of B (or values of A) a step: constant offsets from the step's first
+            period = self.k_period
             first = b.mul(k, _i64(period))
-            rows = self._operand_at(b, p["b"], [b.mul(b.add(b.udiv(p["pc"], _i64(period)), k),
-                                                      _i64(self.b_period_stride))])
+            step = b.add(b.udiv(p["pc"], _i64(period)), k)
+            a = self.a_in_place
+            base = p["packed_a"] if a else p["b"]
+            rows = self._operand_at(b, base, [b.mul(step, _i64(a.stride if a else self.b_period_stride))])
+            offsets = a.offsets if a else self.b_row_offsets
             updated = accumulators
             for t in range(period):
+                at = self._operand_at(b, rows, [_i64(offsets[t])])
                 updated = self._emit_k_step(b, p, b.add(first, _i64(t)), nv, updated, b_masks,
-                                            b_row=self._operand_at(b, rows, [_i64(self.b_row_offsets[t])]))
+                                            **({"a_column": at} if a else {"b_row": at}))
         for i in range(mr):
             for v in range(nv):
                 accumulators[i][v].add_incoming(updated[i][v], b.block)
@@ -634,14 +706,15 @@ class SgemmGenerator:
     def _k_steps(self, b: ir.IRBuilder, kc: ir.Value) -> ir.Value:
         """Steps of the micro-kernel's k loop for a block of depth ``kc``: one per k here (per
         ``b_row_period`` rows with one)."""
-        return kc if self.b_row_period is None else b.udiv(kc, _i64(self.b_row_period))
+        return kc if self.k_period is None else b.udiv(kc, _i64(self.k_period))
 
     def _emit_k_step(self, b: ir.IRBuilder, p: dict[str, ir.Value], k: ir.Value, nv: int,
-                     accumulators: list[list[ir.Value]], b_masks: list, b_row: ir.Value | None = None
-                     ) -> list[list[ir.Value]]:
+                     accumulators: list[list[ir.Value]], b_masks: list, b_row: ir.Value | None = None,
+                     a_column: ir.Value | None = None) -> list[list[ir.Value]]:
         """Step ``k`` of the micro-kernel: the accumulators after the rank-1 update
         broadcast(A[i, k]) * B[k, j:j+W] (a subclass with another packed layout, gemm_bf16.py,
-        replaces this and ``_k_steps``); ``b_row``: B[k, 0]'s address when the caller knows it."""
+        replaces this and ``_k_steps``); ``b_row``: B[k, 0]'s address when the caller knows it;
+        ``a_column``: A's MR values of step k (an A read in place)."""
         cfg = self.config
         w, mr = cfg.vector_width, cfg.mr
         if self.pack_b:
@@ -650,9 +723,14 @@ class SgemmGenerator:
                                              self.b_vector_align) for v in range(nv)]
         else:
             b_row = b_row or self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k))
-            b_vectors = [self._load_operand(b, "b", self._operand_at(b, b_row, [_i64(v * w)]), w, b_masks[v])
+            b_vectors = [self._load_operand(b, "b", self._operand_at(b, b_row, [_i64(v * w)], "b"), w, b_masks[v])
                          for v in range(nv)]
-        a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=FLOAT)
+        if a_column is None and self._a_offsets_table is not None:  # A in place, its offsets from the table
+            table = self._a_offsets_table
+            entry = b.gep(table, [_i64(0), b.add(p["pc"], k)], source_etype=table.value_type)
+            a_column = b.gep(p["packed_a"], [b.load(entry, typ=I64)], source_etype=FLOAT)
+        elif a_column is None:
+            a_column = b.gep(p["packed_a"], [b.mul(k, _i64(mr))], source_etype=FLOAT)
         updated = []
         for i in range(mr):
             a_value = b.load(b.gep(a_column, [_i64(i)], source_etype=FLOAT), typ=FLOAT)
@@ -760,14 +838,16 @@ class SgemmGenerator:
             first_k_block = b.icmp_signed("==", pc, _i64(0))
             last_k_block = b.icmp_signed(">=", pc_next, p["K"])
             b_column_step = p["ldb"] if self.transpose_b else _i64(self.b_col_stride)
-            b_columns = self._operand_at(b, p["B"], [b.mul(jc, b_column_step)])
+            b_columns = self._operand_at(b, p["B"], [b.mul(jc, b_column_step)], "b")
             if pack_b is not None:
                 b.call(pack_b, [b_columns, p["ldb"], pc, kc, nc, packed_b])
                 self._after_pack_b(b, packed_b, nc, kc)
 
             with vectors.counted_loop(b, p["m_begin"], p["m_end"], cfg.mc, "ic") as ic:
                 mc = vectors.select_min(b, _i64(cfg.mc), b.sub(p["m_end"], ic))
-                if self.prepacked_a:  # packed when the plan was built: lda is A's padded row count
+                if self.a_in_place:  # the micro-kernel reads A where it lies
+                    a_slivers = p["A"]
+                elif self.prepacked_a:  # packed when the plan was built: lda is A's padded row count
                     a_slivers = b.gep(p["A"], [b.add(b.mul(pc, p["lda"]), b.mul(ic, kc))], source_etype=FLOAT)
                 else:
                     if self.transpose_a:
@@ -775,7 +855,7 @@ class SgemmGenerator:
                     else:
                         a_offset = b.add(b.mul(ic, p["lda"]), b.mul(pc, _i64(self.a_k_stride)))
                     a_slivers = packed_a
-                    b.call(pack_a, [self._operand_at(b, p["A"], [a_offset]), p["lda"], mc, kc, packed_a])
+                    b.call(pack_a, [self._operand_at(b, p["A"], [a_offset], "a"), p["lda"], mc, kc, packed_a])
                 a_slivers = self._after_pack_a(b, a_slivers, packed_a, mc, kc)
                 with vectors.counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
                     if self.prepacked_b:
@@ -784,13 +864,13 @@ class SgemmGenerator:
                     elif pack_b is not None:
                         b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=FLOAT)
                     else:
-                        b_sliver = self._operand_at(b, b_columns, [jr])
+                        b_sliver = self._operand_at(b, b_columns, [jr], "b")
                     cols = vectors.select_min(b, _i64(cfg.nr), b.sub(nc, jr))
                     col = b.add(jc, jr)
 
                     def row_tiles(micro_kernel):
                         with vectors.counted_loop(b, _i64(0), mc, cfg.mr, "ir") as ir_:
-                            a_sliver = b.gep(a_slivers, [b.mul(ir_, kc)], source_etype=FLOAT)
+                            a_sliver = self._a_sliver(b, a_slivers, b.add(ic, ir_), ir_, kc)
                             rows = vectors.select_min(b, _i64(cfg.mr), b.sub(mc, ir_))
                             b.call(micro_kernel, [kc, a_sliver, b_sliver, p["ldb"], pc, p["C"], p["ldc"],
                                                   b.add(ic, ir_), col, rows, cols, first_k_block, last_k_block]
@@ -815,6 +895,15 @@ class SgemmGenerator:
     def _after_pack_b(self, b: ir.IRBuilder, packed_b: ir.Value, nc: ir.Value, kc: ir.Value) -> None:
         """Called after B's block of ``nc`` columns and depth ``kc`` is packed: nothing here (a
         subclass converts it to its own layout)."""
+
+    def _a_sliver(self, b: ir.IRBuilder, a_slivers: ir.Value, row: ir.Value, row_in_block: ir.Value,
+                  kc: ir.Value) -> ir.Value:
+        """Where the micro-kernel reads the A values of rows ``row`` (``row_in_block`` in its block):
+        a packed sliver, or A in place at ``row + (row // run) * gap``."""
+        a = self.a_in_place
+        if a is None:
+            return b.gep(a_slivers, [b.mul(row_in_block, kc)], source_etype=FLOAT)
+        return b.gep(a_slivers, [b.add(row, b.mul(b.udiv(row, _i64(a.run)), _i64(a.gap)))], source_etype=FLOAT)
 
     def _after_pack_a(self, b: ir.IRBuilder, a_slivers: ir.Value, packed_a: ir.Value, mc: ir.Value,
                       kc: ir.Value) -> ir.Value:
