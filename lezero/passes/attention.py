@@ -43,11 +43,12 @@ from lezero.ir.core import Block, ModuleOp, Operation, Region, Value
 from lezero.ir.dialect.data_movement import SliceOp, TransposeOp
 from lezero.ir.types import F32, F64, TensorType
 import lezero.passes.fusion_cost as fusion_cost
-from lezero.passes.canonicalize import splat
+from lezero.passes.canonicalize import ROW_PRODUCTS, splat
 from lezero.passes.fuse import KernelNamer
 from lezero.passes.fusion_cost import row_major
 from lezero.passes.pass_base import Pass
 from lezero.passes.placement import FUSION_LOG
+from lezero.passes.rewriter import apply_patterns_greedily, patterns_from_rules
 
 VIEW_OPS = ("lz.reshape", "lz.transpose", "lz.slice")
 # A select's fill at most this is a hidden key: s + fill rounds to fill in float32 for |s| < 1e22
@@ -369,6 +370,9 @@ class FuseAttention(Pass):
     summary = "Make each matmul-scale-mask-softmax-matmul chain one attention kernel (float32)"
 
     def run(self, module: ModuleOp) -> None:
+        # a Gemm between reshapes (GPT-2's c_attn) as the matmul of its 3-D input first: the kernel
+        # then reads q, k, v from its output in place, with no copy kernel of the reshape before it
+        apply_patterns_greedily(module, patterns_from_rules(ROW_PRODUCTS))
         names = KernelNamer(module)
         for f in module.functions:
             for op in list(f.entry_block.ops):

@@ -391,13 +391,17 @@ CASTS = [
     Rule("lz.cast", _cast_cast, "cast(cast(x)) -> cast(x) when the inner cast is lossless"),
 ]
 
-DATA_MOVEMENT = [
+# also run by fuse-attention first, so that q, k and v read a projection's output in place
+ROW_PRODUCTS = [
+    Rule("lz.reshape", _product_of_rows, "reshape(matmul(reshape(x), w) [+ b]) back to x's rows -> matmul(x, w) [+ b]"),
+]
+
+DATA_MOVEMENT = ROW_PRODUCTS + [
     Rule("lz.transpose", _is_identity_transpose, "transpose with perm 0,1,... -> x"),
     Rule("lz.transpose", _transpose_transpose, "transpose(transpose(x)) -> transpose(x), perms composed"),
     Rule("lz.transpose", _transpose_of_product, "transpose(matmul(transpose(a), b)) -> matmul(transpose(b), a)"),
     Rule("lz.reshape", _is_identity_reshape, "reshape of x to its own shape -> x"),
     Rule("lz.reshape", lambda m, x: _collapse_source(m, x, "lz.reshape"), "reshape(reshape(x)) -> reshape(x)"),
-    Rule("lz.reshape", _product_of_rows, "reshape(matmul(reshape(x), w) [+ b]) back to x's rows -> matmul(x, w) [+ b]"),
     Rule("lz.broadcast_to", _is_static_same, "broadcast_to of x to its own shape -> x"),
     Rule("lz.broadcast_to", lambda m, x: _collapse_source(m, x, "lz.broadcast_to"),
          "broadcast_to(broadcast_to(x)) -> broadcast_to(x)"),
