@@ -10,9 +10,14 @@ one CUDA device, measured in the same run:
    mode (running statistics) in both frameworks: lezero's compiled step does not yet update
    BatchNorm's running statistics.
 5. mixed precision (``amp``): the ResNet-50 training step and a transformer encoder's (6 layers,
-   d_model 512, batch 32 x 256 tokens, AdamW; also in float32) inside ``autocast(bfloat16)``:
+   d_model 512, batch 32 x 256 tokens, AdamW), each in float32 and inside ``autocast(bfloat16)``:
    lezero's compiled step made in ``lz.autocast("cuda")`` against torch eager and torch.compile in
-   ``torch.autocast``.
+   ``torch.autocast``; per model a summary line: lezero's bf16 step rate over its own float32 step
+   (goal >= 2x), over torch eager's and torch.compile's autocast steps (goal >= 1x), and the MB
+   lezero's kernels move in each precision (bf16 is 2 bytes on the device).  ``--tiny``: ResNet-50's
+   layout at width 4, one bottleneck block per stage, 10 classes, batch 1 at 32x32 (the same
+   modules and kernels), and a 1-layer encoder; the section runs in ~1 minute under the interpreter
+   on 2 loaded cores, ~6.5 with torch.compile (its C++ compiles).
 6. int8 GEMM (issue 12: ``lz.matmul_integer`` as int8 ``tl.dot``s summing in int32) at 4096^3, 8192^3
    and a BERT-base feed-forward's shapes (4096 tokens, 768 <-> 3072): TOP/s against ``torch._int_mm``
    (cuBLASLt's s8 x s8 -> s32, no zero points), bare (i32 out) and with the dequantize epilogue
@@ -26,10 +31,8 @@ lezero runs what its compile path makes: the function through ``lezero.compile(.
 (partitioned, fused, each kernel rendered as Triton; its launch configuration autotuned on the
 first call), called through its lean runner on torch tensors that stay on the device.  float32
 GEMM: lezero's ``tl.dot`` multiplies in true float32 (``input_precision="ieee"``, the reference's
-numbers); torch is timed in true float32 and with TF32 allowed.  bf16: lezero stores bf16 tensors as
-float32 holding bf16 values (numpy has no bfloat16), so its bf16 GEMM reads float32 buffers and
-multiplies them as TF32 on the tensor cores (a bf16 value is exact in TF32); torch's bf16 GEMM
-reads bfloat16 buffers.  The printed table says so.
+numbers); torch is timed in true float32 and with TF32 allowed.  bf16: lezero's bf16 tensors are
+16-bit storage on the device (torch.bfloat16), its bf16 GEMM ``tl.dot`` of bf16 tiles, as torch's.
 
 Results are checked against torch before anything is timed (outputs; for a training step the
 first step's loss).  Times are the best of several rounds on CUDA events, after warm-up
@@ -98,6 +101,9 @@ ELEMENTWISE = (8192, 8192) if not TINY else (16, 32)
 GEMM_SIZES = (4096, 8192) if not TINY else (16, 32)
 MLP_BATCH = 4096 if not TINY else 8
 RESNET = (32, 224) if not TINY else (1, 32)   # batch, image side
+# ResNet-50's stem width and bottleneck blocks per stage; --tiny: a narrow net with one block per stage
+# (the same modules and code paths: stem, downsampling and identity blocks, pooling, head)
+RESNET_LAYOUT = (64, (3, 4, 6, 3), 1000) if not TINY else (4, (1, 1, 1, 1), 10)  # width, blocks, classes
 TRANSFORMER = (32, 256, 512, 8, 6) if not TINY else (2, 8, 16, 2, 1)  # batch, sequence, d_model, heads, layers
 INT8_GEMM_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 768, 3072), (4096, 3072, 768)) if not TINY \
     else ((32, 64, 48),)  # m, k, n
@@ -231,17 +237,15 @@ def bench_gemm() -> None:
                "lezero: tl.dot with input_precision=\"ieee\", true float32 products as the reference "
                "computes them (no tensor cores); torch fp32 is the same contract, tf32 the fast one")
 
-        # bf16: lezero's storage is float32 holding bf16 values; torch's is bfloat16.
+        # bf16: both read torch.bfloat16 tensors (lezero's device storage of bf16)
         a16, b16 = a32.to(torch.bfloat16), b32.to(torch.bfloat16)
         run = lezero_runner(matmul_function(n, "bf16"), [a16.shape, b16.shape])
-        stored_a, stored_b = a16.float(), b16.float()
-        check_close(f"bf16 GEMM {n}", run([stored_a, stored_b])[0], a16 @ b16, 2e-2)
-        rates = {"lezero": flops / device_seconds(lambda: run([stored_a, stored_b])) / 1e12,
+        check_close(f"bf16 GEMM {n}", run([a16, b16])[0], a16 @ b16, 2e-2)
+        rates = {"lezero": flops / device_seconds(lambda: run([a16, b16])) / 1e12,
                  "torch.matmul bf16": flops / device_seconds(lambda: torch.matmul(a16, b16)) / 1e12}
         report(f"GEMM {n}x{n}x{n} bf16", "TFLOP/s", rates,
-               "lezero's bf16 tensors are stored as float32 holding bf16 values: its kernel reads twice "
-               "the bytes torch's does and multiplies them on the tensor cores as TF32 (exact for bf16 "
-               "values), float32 sums; torch multiplies bfloat16 tiles")
+               "both read 16-bit bf16 tiles and sum in float32 (lezero: tl.dot of bf16 tiles on the tensor "
+               "cores; under the interpreter widened to float32)")
 
 
 # --- 3. SimpleMLP -----------------------------------------------------------------------------------------
@@ -315,7 +319,25 @@ def lezero_train_step(lz_model, optimizer, x_np, y_np, low: str | None = None):
     with lz.autocast("cuda", dtype=getattr(lz, low or "float16"), enabled=low is not None):
         step = lz.jit.compile_train_step(lz_model, lz.nn.CrossEntropyLoss(), optimizer, data, target)
     loss = step(data, target).item()
-    return (lambda: step(data, target)), loss, time.perf_counter() - start
+    return step, (lambda: step(data, target)), loss, time.perf_counter() - start
+
+
+def bytes_moved(step) -> tuple[float, int]:
+    """(MB the compiled ``step``'s kernels read and write, number of kernels): each launch's operands
+    and results once, in the storage of the memory it runs in (``memory_plan.element_bytes``: a bf16
+    element is 2 bytes on the GPU)."""
+    from lezero.ir.types import TensorType
+    from lezero.passes.memory_plan import element_bytes
+    compiled, _ = next(iter(step._steps.values()))
+    plan = compiled.plan_for([tuple(a.type.shape) for a in compiled.func.arguments]).plan
+    total, kernels = 0, 0
+    for launch in plan.launches:
+        if getattr(launch, "kernel", None) is None:  # transfers and host steps are not kernels
+            continue
+        kernels += 1
+        total += sum(math.prod(v.type.shape) * element_bytes(v.type, launch.device)
+                     for v in (*launch.op.operands, *launch.op.results) if isinstance(v.type, TensorType))
+    return total / 1e6, kernels
 
 
 def torch_train_step(torch_model, optimizer, x_np, y_np, low: str | None = None):
@@ -338,12 +360,14 @@ def compare_train_step(title: str, build, optimizer: str, options: dict, x_np, y
     step function, each on fresh twins (the same initial weights; no state shared between runs);
     ``optimizer`` names the class in ``lz.optim`` and ``torch.optim``, built with ``options``.  The
     first steps' losses (same weights, same batch) must agree within ``tolerance``, relatively.
-    ``low`` ("bfloat16"): every step runs inside its framework's autocast with that dtype."""
+    ``low`` ("bfloat16"): every step runs inside its framework's autocast with that dtype.  Returns
+    the rates and lezero's step's (MB moved, kernels)."""
     lz_model, _ = twins(build)
-    lz_step, lz_loss, compile_seconds = lezero_train_step(
+    compiled_step, lz_step, lz_loss, compile_seconds = lezero_train_step(
         lz_model, getattr(lz.optim, optimizer)(lz_model.parameters(), **options), x_np, y_np, low)
     rates = {"lezero": 1 / device_seconds(lz_step, rounds=3)}
-    del lz_step, lz_model
+    moved = bytes_moved(compiled_step)
+    del lz_step, compiled_step, lz_model
     for name in ("torch eager", "torch.compile"):
         if name == "torch.compile" and (not args.torch_compile or
                                         over_budget(f"{title} torch.compile", torch_compile_seconds)):
@@ -355,7 +379,9 @@ def compare_train_step(title: str, build, optimizer: str, options: dict, x_np, y
         check_close(f"{title}: the first step's loss, {name}", torch.tensor(lz_loss), step().detach(), tolerance)
         rates[name] = 1 / device_seconds(step, rounds=3)
     report(f"{title} training step, batch {x_np.shape[0]}", "steps/s", rates,
-           f"lezero compile + first step: {compile_seconds:.1f} s{note}")
+           f"lezero compile + first step: {compile_seconds:.1f} s; its kernels move {moved[0]:.1f} MB "
+           f"({moved[1]} kernels){note}")
+    return rates, moved
 
 
 def bench_mlp() -> None:
@@ -370,10 +396,12 @@ def bench_mlp() -> None:
 
 # --- 4. ResNet-50 -----------------------------------------------------------------------------------------
 
-def resnet50(nn, num_classes: int = 1000):
+def resnet50(nn):
     """ResNet-50 (torchvision's layout: bottleneck blocks 3, 4, 6, 3, the stride on the 3x3
     convolution) built from ``nn``: ``lz.nn`` or ``torch.nn``, which share these modules and their
-    parameter names.  In eval mode: BatchNorm uses its running statistics."""
+    parameter names.  In eval mode: BatchNorm uses its running statistics.  ``RESNET_LAYOUT``'s width
+    and blocks (--tiny: width 4, one block per stage, 10 classes)."""
+    width, blocks, num_classes = RESNET_LAYOUT
 
     class Bottleneck(nn.Module):
         def __init__(self, inplanes: int, planes: int, stride: int, downsample):
@@ -401,10 +429,12 @@ def resnet50(nn, num_classes: int = 1000):
         return nn.Sequential(Bottleneck(inplanes, planes, stride, downsample),
                              *[Bottleneck(planes * 4, planes, 1, None) for _ in range(blocks - 1)])
 
-    model = nn.Sequential(nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+    w = width
+    model = nn.Sequential(nn.Conv2d(3, w, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
                           nn.MaxPool2d(3, stride=2, padding=1),
-                          layer(64, 64, 3, 1), layer(256, 128, 4, 2), layer(512, 256, 6, 2), layer(1024, 512, 3, 2),
-                          nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(2048, num_classes))
+                          layer(w, w, blocks[0], 1), layer(4 * w, 2 * w, blocks[1], 2),
+                          layer(8 * w, 4 * w, blocks[2], 2), layer(16 * w, 8 * w, blocks[3], 2),
+                          nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(32 * w, num_classes))
     return model.eval()
 
 
@@ -412,7 +442,7 @@ def bench_resnet() -> None:
     batch, side = RESNET
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
-    y = rng.integers(0, 1000, batch)
+    y = rng.integers(0, RESNET_LAYOUT[2], batch)
     precision = "; torch runs its default, TF32 in cuDNN's convolutions; lezero's are float32"
     compare_forward("ResNet-50", resnet50, x, 2e-2, torch_compile_seconds=60, note=precision)
     if not over_budget("ResNet-50 training step", needs=60):
@@ -443,28 +473,54 @@ def transformer(nn):
 
 
 def bench_amp() -> None:
-    """ResNet-50 and a transformer encoder, each training step inside autocast(bfloat16): lezero's
-    compiled step (the autocast pass on its traced forward, before the gradient) against torch eager
-    and torch.compile inside torch.autocast.  Compare with the float32 steps of the sections above
-    (goal: lezero's bf16 step at least 2x its float32 step, and not slower than torch.compile's)."""
+    """ResNet-50 and a transformer encoder, each training step in float32 and inside autocast(bfloat16):
+    lezero's compiled step (the autocast pass on its traced forward, before the gradient) against torch
+    eager and torch.compile (inside torch.autocast for bf16).  Per model a summary line: lezero's bf16
+    step over its float32 step (goal: at least 2x), over torch.compile's and torch eager's in autocast
+    (goal: not slower than torch.compile), and the bytes lezero's steps move."""
     rng = np.random.default_rng(0)
     batch, side = RESNET
     x = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
-    y = rng.integers(0, 1000, batch)
-    note = "; lezero's bf16 tensors are 16-bit storage on the GPU: its bf16 matmuls run on bf16 tensor cores"
-    if not over_budget("ResNet-50 bf16 training step", needs=60):
-        compare_train_step("ResNet-50 autocast(bf16) (cross-entropy, SGD with momentum, BatchNorm in eval mode)",
-                           resnet50, "SGD", {"lr": 0.01, "momentum": 0.9}, x, y, 3e-2, torch_compile_seconds=150,
-                           note=note, low="bfloat16")
+    y = rng.integers(0, RESNET_LAYOUT[2], batch)
+    # float32: torch's cuDNN convolutions run TF32 by default, lezero's float32 (hence the tolerance)
+    amp_pair("ResNet-50 (cross-entropy, SGD with momentum, BatchNorm in eval mode)", resnet50, "SGD",
+             {"lr": 0.01, "momentum": 0.9}, x, y, tolerances=(1e-2, 3e-2), compile_seconds=(120, 150), needs=60)
     batch, sequence, d_model = TRANSFORMER[:3]
     x = rng.standard_normal((batch, sequence, d_model)).astype(np.float32)
     y = rng.integers(0, 10, batch)
-    for low in (None, "bfloat16"):
-        if not over_budget(f"transformer {low or 'float32'} training step", needs=30):
-            compare_train_step(f"transformer encoder ({TRANSFORMER[4]} layers, d_model {d_model}) "
-                               f"{'autocast(bf16)' if low else 'float32'} (cross-entropy, AdamW)", transformer,
-                               "AdamW", {"lr": 1e-4}, x, y, 3e-2 if low else 1e-3, torch_compile_seconds=90,
-                               note=note if low else "", low=low)
+    amp_pair(f"transformer encoder ({TRANSFORMER[4]} layers, d_model {d_model}, {sequence} tokens) "
+             "(cross-entropy, AdamW)", transformer, "AdamW", {"lr": 1e-4}, x, y, tolerances=(1e-3, 3e-2),
+             compile_seconds=(90, 90), needs=30)
+
+
+def amp_pair(title: str, build, optimizer: str, options: dict, x_np, y_np, tolerances, compile_seconds,
+             needs: float) -> None:
+    """``title``'s training step in float32 and in autocast(bf16) (``compare_train_step`` each, with
+    ``tolerances`` and torch.compile's expected ``compile_seconds`` per precision), then the summary."""
+    note = "; lezero's bf16 tensors are 16-bit storage on the GPU: its bf16 matmuls run on bf16 tensor cores"
+    measured = {}
+    for low, tolerance, seconds in zip((None, "bfloat16"), tolerances, compile_seconds):
+        precision = "autocast(bf16)" if low else "float32"
+        if over_budget(f"{title} {precision} training step", needs=needs):
+            continue
+        measured[precision] = compare_train_step(f"{title} {precision}", build, optimizer, options, x_np, y_np,
+                                                 tolerance, torch_compile_seconds=seconds,
+                                                 note=note if low else "", low=low)
+    if "autocast(bf16)" not in measured:
+        print(f"  summary {title}: the bf16 step was not measured")
+        return
+    rates, (mb, kernels) = measured["autocast(bf16)"]
+    mine = rates["lezero"]
+    parts = [f"{name} autocast {mine / rate:.2f}x" + (" (goal >= 1)" if name == "torch.compile" else "")
+             for name, rate in rates.items() if name != "lezero"]
+    if "float32" in measured:
+        (f32_rates, (f32_mb, f32_kernels)) = measured["float32"]
+        parts.insert(0, f"lezero float32 {mine / f32_rates['lezero']:.2f}x (goal >= 2)")
+        parts.append(f"MB moved float32 {f32_mb:.1f} ({f32_kernels} kernels) -> bf16 {mb:.1f} ({kernels} kernels)")
+    else:
+        parts.append(f"MB moved bf16 {mb:.1f} ({kernels} kernels); the float32 step was not measured")
+    print(f"  summary {title}: lezero bf16 step's rate over " + "; ".join(parts) +
+          ("" if "torch.compile" in rates else "; torch.compile not measured"))
 
 
 # --- 6. int8 GEMM (issue 12) ----------------------------------------------------------------------------
