@@ -251,7 +251,8 @@ def rows_form(kernel_op: Operation, prefix: tuple, rows: int) -> Operation | Non
             return None
         op.attributes = attributes
         for old, r in zip(original.results, op.results):
-            r.type = _collapse(r.type, prefix, rows, rest_rank, old in whole)
+            # a constant of the body is a weight: at batch 1 its leading 1s are not the rows
+            r.type = _collapse(r.type, prefix, rows, rest_rank, old in whole, original.name == "lz.constant")
             if r.type is None:
                 return None
         if op.name != "lz.yield" and [r.type for r in op.results] != _inferred(op):

@@ -18,7 +18,7 @@ from lezero.codegen.affine import RunTimeSize
 from lezero.codegen import row_generic
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.row_generic import (DYNAMIC_SIZES_ATTR, MANY_SHAPES_ATTR, lower_row_generic, rows_form,
-                                        sequence_lengths)
+                                        sequence_lengths, widest_rows_form)
 from lezero.ir.attributes import UnitAttr, i64_array
 
 HIDDEN, VOCAB = 40, 30
@@ -154,3 +154,24 @@ def test_a_run_time_size_keeps_its_polynomial():
     assert (s * s + 3 * s - 1).coefs == (-1, 3, 1) and ((s * 256) // 128).coefs == (0, 2)
     assert type(s - s) is int and type(s * 256 // 3) is int  # no polynomial: a plain int
     assert str(s * 2) == "80"
+
+
+def test_a_mask_first_seen_at_batch_one_serves_every_batch_and_length():
+    """At batch 1 the padding mask's all-true ``[1, 1, s, 1]`` constant starts with the rows' dims
+    by chance: it is a weight, broadcast along the rows, so the kernel still has a rows form over
+    the batch, and its sequence code serves (3, 17)."""
+    body, types, kind, _ = KERNELS["padding_mask"]
+    _, kernel = make_kernel(types(1, SEQ), body, kind=kind)
+    prefix, _ = widest_rows_form(kernel)
+    assert prefix == (1,)
+    found = lower_row_generic(kernel, prefix, lambda op: lower_kernel(op), SEQ)
+    assert found is not None
+    shape, lowered = found
+    sized = types(3, 17)
+    module, real = make_kernel(sized, body, kind=kind)
+    inputs = inputs_for("padding_mask", sized, np.random.default_rng(3))
+    here = dataclasses.replace(lowered, work_items=shape.work_items(3, (17,)),
+                               operand_types=tuple(v.type for v in real.operands),
+                               result_types=tuple(r.type for r in real.results))
+    (got,) = run_kernel(real, inputs, 2, lowered=here, sizes=[17])
+    assert_matches(got, reference(module, inputs)[0])
