@@ -108,7 +108,7 @@ def test_twenty_shapes_after_one_compile_match_onnx_runtime(tmp_path, monkeypatc
         if i >= 1:  # the first shape lowers (and probes) every kernel
             plan = compiled._programs[(((batch, seq),),)].compiled.plan_for([(batch, seq)]).plan
             generic = sum(launch.kernel.row_generic is not None for launch in plan.launches)
-            assert generic >= 9, (batch, seq)  # the embedding, layer norms, projections, attention, MLP, residuals
+            assert generic >= 8, (batch, seq)  # the embedding, layer norms, projections (q, k, v one), attention, MLP, residuals
             assert (lowered, compiled_now) == (0, 0), (batch, seq)
     assert len(set(SHAPES)) == 20
     # shapes one size apart from two known ones were substituted, not imported again

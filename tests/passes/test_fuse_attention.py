@@ -168,3 +168,44 @@ def test_debug_fusion_logs_both_estimates(caplog):
     (line,) = [r.getMessage() for r in caplog.records if "attention" in r.getMessage()]
     fused, unfused = (float(x) for x in re.findall(r"([0-9.]+) us", line))
     assert line.startswith("fusing attention") and fused < unfused, line
+
+
+def projected_chain(b, s, h, d, *, bias: bool, same_input: bool = True):
+    """BERT's self-attention from its input: q, k, v three Linears of ``x`` (``same_input=False``:
+    k of another activation ``y``), each reshaped to heads and transposed, then the chain."""
+    args = [TensorType((b, s, h * d), F32)] * (1 if same_input else 2)
+    func = FuncOp("f", FunctionType(args, []))
+    bb = Builder.at_end(func.entry_block)
+    rng = np.random.default_rng(1)
+    heads = []
+    for i, perm in enumerate(([0, 2, 1, 3], [0, 2, 3, 1], [0, 2, 1, 3])):
+        x = func.arguments[1 if i == 1 and not same_input else 0]
+        y = bb.op("lz.matmul", x, bb.constant((rng.standard_normal((h * d, h * d)) / 16).astype(np.float32)))
+        if bias:
+            y = bb.op("lz.add", y, bb.constant(rng.standard_normal(h * d).astype(np.float32)))
+        heads.append(bb.op("lz.transpose", bb.op("lz.reshape", y, shape=[b, s, h, d]), perm=perm))
+    scores = bb.op("lz.mul", bb.op("lz.matmul", heads[0], heads[1]),
+                   bb.constant(np.asarray(d ** -0.5, np.float32), TensorType((), F32)))
+    out = bb.op("lz.matmul", bb.op("lz.softmax", scores, axis=-1), heads[2])
+    bb.create("func.return", [bb.op("lz.reshape", bb.op("lz.transpose", out, perm=[0, 2, 1, 3]), shape=[b, s, h * d])],
+              result_types=[])
+    func.update_function_type()
+    return ModuleOp([func])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_three_projections_of_one_input_are_one_matmul(bias):
+    """q, k, v of one activation by three constant weights: one GEMM by the weights side by side
+    (its bias too), whose product the attention kernel reads through slices."""
+    kinds = kernel_kinds(projected_chain(2, 24, 2, 32, bias=bias))
+    assert kinds == ["matmul", "attention"]
+    module = projected_chain(2, 24, 2, 32, bias=bias)
+    arrays = inputs(module)
+    want = interpret(module, "f", *arrays)
+    got = lezero.compile(projected_chain(2, 24, 2, 32, bias=bias), "f")(*arrays)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6 * float(np.abs(want).max()))
+
+
+def test_projections_of_two_inputs_stay_apart():
+    kinds = kernel_kinds(projected_chain(2, 24, 2, 32, bias=True, same_input=False))
+    assert kinds.count("matmul") == 3 and kinds[-1] == "attention"
