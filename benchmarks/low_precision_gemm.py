@@ -5,11 +5,11 @@
 A bf16 lz.matmul runs tdpbf16ps on AMX tiles where the CPU has AMX-BF16 (Sapphire Rapids), else
 vdpbf16ps on bf16 pairs packed from its float32 storage where it has AVX-512 BF16 (gemm_bf16.py),
 else the float32 GEMM, and rounds each sum once to bf16; an f16 one
-runs the float32 GEMM on float32 copies of its half operands (a conversion pass per call).  The
-casts from float32 are timed too: bf16's are the GEMM's operand prologue (each value rounded where
-it is packed, no kernel of its own), and row ``bf16 cast`` is the same function with its casts as
-kernels of their own, as before that fusion (at 128x768x3072, B's cast reads and writes 2.4M values
-per call); f16's are kernels.  torch's tensors are in the dtype already (no casts timed).  Per size
+runs the float32 GEMM, widening its half operands as it packs them.  The casts from float32 are
+timed too: they are the GEMM's operand prologue (each value rounded to bf16 or f16 where it is
+packed, no kernel of its own), and rows ``bf16 cast`` / ``f16 cast`` are the same functions with
+their casts as kernels of their own, as before that fusion (at 128x768x3072, B's cast reads and
+writes 2.4M values per call; f16's cast kernels write half storage the GEMM then widens).  torch's tensors are in the dtype already (no casts timed).  Per size
 (n: n x n times n x n; M x K x N), lezero's lz.matmul through ``lezero.compile`` in each dtype
 (float32 arguments cast to it inside the function, as autocast does) and torch.matmul in each (torch.set_num_threads(--threads)) are called in turn, alternating, and the
 medians are printed as GFLOP/s with each dtype's time over its float32 time, and lezero's over
@@ -40,7 +40,7 @@ from timing import alternating_medians, cpu_model  # noqa: E402
 
 torch.set_num_threads(args.threads)
 DTYPES = {"f32": (np.float32, torch.float32), "bf16": (np.float32, torch.bfloat16), "f16": (np.float16, torch.float16),
-          "bf16 cast": (np.float32, torch.bfloat16)}
+          "bf16 cast": (np.float32, torch.bfloat16), "f16 cast": (np.float16, torch.float16)}
 
 
 def parse(size: str) -> tuple[int, int, int]:
@@ -57,9 +57,9 @@ def matmul_function(m: int, k: int, n: int, dtype: str):
     casts = "" if dtype == "f32" else (f'  %a = "lz.cast"(%fa) {{to = {dtype}}} : ({fa}) -> {ta}\n'
                                        f'  %b = "lz.cast"(%fb) {{to = {dtype}}} : ({fb}) -> {tb}\n')
     a, b = ("%fa", "%fb") if dtype == "f32" else ("%a", "%b")
-    if dtype == "bf16 cast":  # the casts as kernels of their own: no matmul reads a cast (as before)
+    if dtype.endswith(" cast"):  # the casts as kernels of their own: no matmul reads a cast (as before)
         with unittest.mock.patch.object(partition, "is_operand_cast", lambda op, anchor: False):
-            fn = matmul_function(m, k, n, "bf16")
+            fn = matmul_function(m, k, n, dtype.split()[0])
             fn.plan_for([(m, k), (k, n)])  # the plan is built (and scheduled) on first use
             return fn
     return lezero.compile(f'func.func @mm(%fa: {fa}, %fb: {fb}) -> {tc} {{\n{casts}'
@@ -83,7 +83,7 @@ def main() -> None:
                                        atol=2e-2 * np.sqrt(k), err_msg=f"{size} {dtype}")
             ta, tb = (torch.from_numpy(x.astype(np.float32)).to(torch_dtype) for x in (a, b))
             runs[("lezero", dtype)] = lambda fn=fn, a32=a32, b32=b32: fn(a32, b32)
-            if dtype != "bf16 cast":  # torch's bf16 is timed once
+            if not dtype.endswith(" cast"):  # torch's bf16 and f16 are timed once
                 runs[("torch", dtype)] = lambda ta=ta, tb=tb: torch.matmul(ta, tb)
         medians = alternating_medians(runs, args.seconds, warm_each=True)
         flop = 2.0 * m * k * n

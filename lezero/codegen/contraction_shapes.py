@@ -5,7 +5,7 @@ A matmul or conv kernel (partition's ``matmul``/``conv`` kinds) holds one ``lz.m
 ``lz.conv2d`` (or their 8-bit forms ``lz.matmul_integer``/``lz.conv_integer``: its *anchor*), an
 elementwise epilogue, and no prologue but a matmul operand read through ``lz.transpose`` (``x @
 w.T``), which is its kernel operand with permuted strides, or through an ``lz.cast`` from f32 to a
-bf16 matmul's bf16 (autocast's, rounded where the kernel reads the value: ``rounded_operands``),
+bf16 or f16 matmul's type (autocast's, rounded where the kernel reads the value: ``rounded_operands``),
 or one of an integer matmul's two matrices read through ``lz.reshape`` (the same row-major bytes)
 (``stored_operand``).  Both
 backends tile the shapes described here (``llvm/contraction.py``, ``triton/contraction.py``), and
@@ -49,7 +49,7 @@ def stored_operand(ctx, v, anchor: Operation):
     if v in ctx.body.args:
         return v, row_major(v.type.shape)
     op = v.owner
-    if isinstance(op, Operation) and is_operand_cast(op, anchor):  # read as it is stored, rounded (bf16_operands)
+    if isinstance(op, Operation) and is_operand_cast(op, anchor):  # read as it is stored, rounded (rounded_operands)
         return stored_operand(ctx, op.operands[0], anchor)
     if anchor.name == "lz.matmul" and isinstance(op, Operation) and op.name == "lz.transpose":
         source, strides = stored_operand(ctx, op.operands[0], anchor)
@@ -59,14 +59,15 @@ def stored_operand(ctx, v, anchor: Operation):
             and op.operands[0] in ctx.body.args and any(v is x for x in anchor.operands[:2]):
         return op.operands[0], row_major(v.type.shape)
     raise LoweringError(f"failed to lower {anchor.name} for {ctx.target}: its operands must be kernel operands "
-                        "(a contraction kernel takes no prologue but a matmul operand's transpose or cast to bf16, "
-                        "or an integer matmul matrix's reshape)", anchor.location)
+                        "(a contraction kernel takes no prologue but a matmul operand's transpose or cast to bf16 or "
+                        "f16, or an integer matmul matrix's reshape)", anchor.location)
 
 
 def rounded_operands(ctx, anchor: Operation) -> tuple:
-    """Per operand of ``anchor``, whether it reads a float32 kernel operand through a cast to bf16
-    (partition's ``is_operand_cast``, under a transpose or not): its values are rounded to bf16
-    where the kernel reads them."""
+    """Per operand of ``anchor``, whether it reads a float32 kernel operand through a cast to the
+    matmul's type, bf16 or f16 (partition's ``is_operand_cast``, under a transpose or not): its values
+    are rounded to that type where the kernel reads them from the float32 buffer (an f16 matmul's
+    other operands stay half storage)."""
     def through_cast(v) -> bool:
         op = v.owner
         if v in ctx.body.args or not isinstance(op, Operation):

@@ -53,8 +53,8 @@ What a group of each kind may hold (the contract in docs/architecture.md):
   moved operands the epilogue reads.  The one prologue (``operand_prologue``): a matmul may read
   an operand through an ``lz.transpose`` of memory (``x @ w.T``, ONNX Gemm's ``transB``), when the
   transpose keeps the operand's contiguous dim among the two matrix dims (the GEMM packs rows or
-  columns with other strides), and a bf16 matmul through an ``lz.cast`` from f32 (autocast's: the
-  kernel rounds each value to bf16 where it reads it), either under the other, when nothing
+  columns with other strides), and a bf16 or f16 matmul through an ``lz.cast`` from f32 (autocast's: the
+  kernel rounds each value to its type where it reads it), either under the other, when nothing
   outside the kernel reads them.  A cast only such matmuls read is first copied for each of them
   (``clone_operand_casts``: a layer's input feeds the forward and the weight gradient's matmul),
   so no cast is a kernel of its own.
@@ -87,7 +87,7 @@ from lezero.ir.diagnostics import IRError
 from lezero.ir.dialect.data_movement import TransposeOp
 from lezero.ir.dialect.reduction import REDUCTION_OPS, reduced_axes
 from lezero.ir.opdef import ELEMENTWISE
-from lezero.ir.types import BF16, F32, I64, TensorType, format_shape
+from lezero.ir.types import BF16, F16, F32, I64, TensorType, format_shape
 from lezero.passes.pass_base import Pass, option
 from lezero.passes.placement import CONTROL_FLOW_OPS, FUSION_LOG, HOST, TRANSFER, place_function
 
@@ -221,18 +221,23 @@ def _check_elementwise(ops, members) -> None:
             raise Refusal(f"iteration space {_fmt(shape)} differs from {_fmt(space)}")
 
 
+LOW_PRECISION = (BF16, F16)  # the types a matmul reads a float32 operand through a cast to (autocast's)
+
+
 def is_operand_cast(op: Operation, anchor: Operation) -> bool:
-    """Whether ``op`` is an ``lz.cast`` from f32 to bf16 that ``anchor``, a bf16 ``lz.matmul``, may read
-    an operand through (directly or under a transpose): the GEMM rounds each value to bf16 where it
-    reads it (packing), so autocast's casts of a matmul's operands are no kernels of their own."""
-    return (op.name == "lz.cast" and anchor.name == "lz.matmul" and anchor.result.type.element_type == BF16
-            and op.result.type.element_type == BF16 and op.operands[0].type.element_type == F32)
+    """Whether ``op`` is an ``lz.cast`` from f32 to bf16 or f16 that ``anchor``, an ``lz.matmul`` of that
+    type, may read an operand through (directly or under a transpose): the kernel rounds each value to
+    the type where it reads it (packing), so autocast's casts of a matmul's operands are no kernels of
+    their own."""
+    low = anchor.result.type.element_type
+    return (op.name == "lz.cast" and anchor.name == "lz.matmul" and low in LOW_PRECISION
+            and op.result.type.element_type == low and op.operands[0].type.element_type == F32)
 
 
 def operand_prologue(anchor: Operation, producer: dict) -> list[Operation]:
     """The ops of a group (``producer``: id of a value -> the group's op making it) that contraction
     ``anchor`` reads its operands through, from an operand towards memory: a matmul's transposes
-    and casts to bf16 (``is_operand_cast``), in any order, each at most once per operand."""
+    and casts to bf16 or f16 (``is_operand_cast``), in any order, each at most once per operand."""
     chain = []
     for v in anchor.operands:
         op, seen = producer.get(id(v)), set()
@@ -275,7 +280,8 @@ def _check_contraction(anchor, ops, producer, members, prologue) -> None:
     for v in list(anchor.operands) + [op.operands[0] for op in prologue]:
         owner = producer.get(id(v))
         if owner is not None and id(owner) not in in_prologue and not is_reshaped_integer_operand(owner, anchor):
-            casts = " or a cast to bf16" if anchor.result.type.element_type == BF16 else ""
+            low = anchor.result.type.element_type
+            casts = f" or a cast to {low.name}" if low in LOW_PRECISION else ""
             but = f" but a transpose{casts} of memory" if kind == "matmul" else ""
             raise Refusal(f"a {kind} kernel takes no prologue{but}: '{owner.name}' feeds the {kind}")
     space = _shape(anchor.result)
@@ -393,7 +399,7 @@ class PartitionOptions(Pass):
     reductions: bool = option(True, "fuse elementwise prologues and epilogues into reduction kernels")
     movement: bool = option(True, "fold data movement into the kernel that reads it (elementwise, epilogue or "
                                   "reduction)")
-    prologues: bool = option(True, "fold a transpose or a cast to bf16 into the matmul kernel that reads it")
+    prologues: bool = option(True, "fold a transpose or a cast to bf16/f16 into the matmul kernel that reads it")
     cost_model: bool = option(True, "fuse only where the cost model estimates the fused kernel no slower than "
                                     "its parts (lezero/passes/fusion_cost.py)")
     target: str = option(HOST, "where kernels run: cpu, or cuda (ops the GPU backend cannot run go to the "
@@ -627,7 +633,7 @@ class Partitioner:
 
 
 def clone_operand_casts(func: FuncOp) -> None:
-    """Give each matmul that reads a cast to bf16 (``is_operand_cast``; through a transpose or not)
+    """Give each matmul that reads a cast to bf16 or f16 (``is_operand_cast``; through a transpose or not)
     a copy of its own when every reader of the cast is such a matmul, so that each can take it as
     its prologue (the GEMM rounds as it packs) and no cast is a kernel: autocast's cast of a
     layer's input feeds the forward matmul and the weight gradient's, a weight's the forward and
@@ -655,7 +661,7 @@ def clone_operand_casts(func: FuncOp) -> None:
 def partition_function(func: FuncOp, options: PartitionOptions) -> None:
     """Place (for a target other than the CPU) and group ``func``'s ops, and annotate them
     (``lz.group``, ``lz.group_kind``, ``lz.stage``, and ``lz.device`` when placed); first, each
-    matmul gets a copy of a cast to bf16 it shares with other matmuls (``clone_operand_casts``)."""
+    matmul gets a copy of a cast to bf16 or f16 it shares with other matmuls (``clone_operand_casts``)."""
     if options.prologues:
         clone_operand_casts(func)
     p = Partitioner(func, options)

@@ -293,27 +293,34 @@ def test_bf16_is_16_bit_storage_on_the_device():
         f(torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(w))
 
 
-def test_bf16_matmul_reads_float32_through_casts_bit_identical():
-    """autocast's casts to bf16 of a matmul's float32 operands are the Triton matmul's operand
+@pytest.mark.parametrize("low", ["bf16", "f16"])
+def test_low_precision_matmul_reads_float32_through_casts_bit_identical(low):
+    """autocast's casts to bf16 or f16 of a matmul's float32 operands are the Triton matmul's operand
     prologue (each tile rounded as it is loaded, then 16 bits): one kernel, and its results are
     the unfused kernels' bit for bit (the casts returned too: kernels of their own)."""
     def function(also_casts: bool) -> str:
-        out = "tensor<40x24xbf16>" + (", tensor<40x64xbf16>, tensor<24x64xbf16>" if also_casts else "")
+        out = f"tensor<40x24x{low}>" + (f", tensor<40x64x{low}>, tensor<24x64x{low}>" if also_casts else "")
         returned = "%0" + (", %a, %b" if also_casts else "")
         return (f"func.func @f(%x: tensor<40x64xf32>, %w: tensor<24x64xf32>) -> ({out}) {{\n"
-                '  %a = "lz.cast"(%x) {to = bf16} : (tensor<40x64xf32>) -> tensor<40x64xbf16>\n'
-                '  %b = "lz.cast"(%w) {to = bf16} : (tensor<24x64xf32>) -> tensor<24x64xbf16>\n'
-                '  %t = "lz.transpose"(%b) {perm = array<i64: 1, 0>} : (tensor<24x64xbf16>) -> tensor<64x24xbf16>\n'
-                '  %0 = "lz.matmul"(%a, %t) : (tensor<40x64xbf16>, tensor<64x24xbf16>) -> tensor<40x24xbf16>\n'
+                f'  %a = "lz.cast"(%x) {{to = {low}}} : (tensor<40x64xf32>) -> tensor<40x64x{low}>\n'
+                f'  %b = "lz.cast"(%w) {{to = {low}}} : (tensor<24x64xf32>) -> tensor<24x64x{low}>\n'
+                f'  %t = "lz.transpose"(%b) {{perm = array<i64: 1, 0>}} : (tensor<24x64x{low}>) -> tensor<64x24x{low}>\n'
+                f'  %0 = "lz.matmul"(%a, %t) : (tensor<40x64x{low}>, tensor<64x24x{low}>) -> tensor<40x24x{low}>\n'
                 f"  func.return {returned} : {out}\n}}")
 
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((24, 64)).astype(np.float32)
-    x.flat[::3] = round_to_bf16(x.flat[::3]) + np.float32(2.0 ** -9) * np.sign(x.flat[::3])  # ties: to even
+    if low == "bf16":
+        x.flat[::3] = round_to_bf16(x.flat[::3]) + np.float32(2.0 ** -9) * np.sign(x.flat[::3])  # ties: to even
+    else:
+        h = x.flat[::3].astype(np.float16)
+        x.flat[::3] = (h.astype(np.float32) + np.nextafter(h, np.float16(np.inf)).astype(np.float32)) / 2
     fused, unfused = (lezero.compile(function(c), target="cuda") for c in (False, True))
     kernels = [op.attributes["name"].value for op in fused.plan_for([(40, 64), (24, 64)]).func.entry_block.ops
                if op.name == "lz.kernel"]
     assert kernels == ["lz_fused_cast_transpose_matmul_0"]
     got, want = fused(x, w), unfused(x, w)[0]
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_allclose(got, interpret(parse_module(function(False)), "f", x, w), rtol=2.0 ** -7, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got, np.float32),
+                               np.asarray(interpret(parse_module(function(False)), "f", x, w), np.float32),
+                               rtol=2.0 ** -7 if low == "bf16" else 2.0 ** -10, atol=1e-5 if low == "bf16" else 1e-3)

@@ -77,7 +77,7 @@ from lezero.codegen.llvm.loops import (
     unravel_values,
 )
 from lezero.codegen.llvm.scalar_builder import Scalar, compute_type, storage_type
-from lezero.codegen.llvm.vectors import round_to_bf16
+from lezero.codegen.llvm.vectors import round_to, round_to_bf16
 from lezero.codegen.row_generic import any_rows
 from lezero.ir.core import Operation
 from lezero.ir.types import BF16, F16, F32
@@ -131,7 +131,7 @@ def lower_contraction(ctx: KernelContext) -> int:
     gemm_kernel = float32_kernels or (dtype == F16 and not any_rows(ctx.kernel))
     if anchor.name == "lz.matmul":
         kernel, shape = matmul_kernel(anchor, stored[0][1], stored[1][1])
-        rounded = rounded_operands(ctx, anchor)  # float32 operands read through a cast to bf16
+        rounded = rounded_operands(ctx, anchor)  # float32 operands read through a cast to bf16 or f16
         if float32_kernels and kernel == "dots":
             return lower_matmul_dots(ctx, anchor, shape, rounded=rounded)
         if gemm_kernel and kernel == "gemm":
@@ -346,15 +346,15 @@ def _store_epilogue(ctx: KernelContext, anchor: Operation, index, sum_address, a
 def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape,
                        rounded: tuple = (False, False)) -> int:
     """A work item per output row: for blocks of columns, sums[j] += a[i, k] * b[k, j] (i-k-j),
-    then the epilogue; ``rounded``: per operand, float32 read through a cast to bf16 (rounded as
-    loaded)."""
+    then the epilogue; ``rounded``: per operand, float32 read through a cast to the matmul's bf16 or
+    f16 (rounded as loaded)."""
     b = ctx.b
     dtype = anchor.result.type.element_type
     acc_dtype = accumulator_type(dtype)
     acc_type = compute_type(acc_dtype)
     a_ptr, b_ptr = (ctx.fn.buffers[ctx.body.args.index(stored_operand(ctx, v, anchor)[0])] for v in anchor.operands)
     (_, a_k_stride), (b_k_stride, b_col_stride) = shape.a_matrix_strides, shape.b_matrix_strides
-    storage = storage_type(dtype)
+    a_storage, b_storage = (FLOAT if rounds else storage_type(dtype) for rounds in rounded)
     block = min(shape.n, LOOP_COLUMNS)
     sums = ctx.fn.alloca(acc_type, block, "sums")
     # B's columns contiguous along k (x @ w.T): each sum a dot product in a register, its k loop a
@@ -363,9 +363,10 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
     dots = b_k_stride == 1 and b_col_stride != 1 and shape.k > 0
 
     def load(pointer, offset, rounds):
-        value = ctx.s.load(b.gep(pointer, [offset], source_etype=storage), dtype).value
+        if rounds:  # float32 read through the cast
+            return round_to(b, b.load(b.gep(pointer, [offset], source_etype=FLOAT), typ=FLOAT), dtype.name)
         # f16 loads extend to float: the products are exact in float32
-        return round_to_bf16(b, value) if rounds else value
+        return ctx.s.load(b.gep(pointer, [offset], source_etype=storage_type(dtype)), dtype).value
 
     with for_range(b, ctx.fn.begin, ctx.fn.end, "item", **ITEM_LOOP) as item:
         batch, row = (b.udiv(item, i64(shape.m)), b.urem(item, i64(shape.m))) if shape.m > 1 else (item, i64(0))
@@ -374,14 +375,14 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
         for c, sa, sb in zip(coords, shape.a_batch_strides, shape.b_batch_strides):
             a_offset = b.add(a_offset, b.mul(c, i64(sa)))
             b_offset = b.add(b_offset, b.mul(c, i64(sb)))
-        a_row = b.gep(a_ptr, [b.add(a_offset, b.mul(row, i64(shape.a_matrix_strides[0])))], source_etype=storage)
-        b_mat = b.gep(b_ptr, [b_offset], source_etype=storage)
+        a_row = b.gep(a_ptr, [b.add(a_offset, b.mul(row, i64(shape.a_matrix_strides[0])))], source_etype=a_storage)
+        b_mat = b.gep(b_ptr, [b_offset], source_etype=b_storage)
         index_prefix = [affine_value(c, d, f"batch{i}") for i, (c, d) in enumerate(zip(coords, shape.batch_shape))]
         index_prefix += row_index(b, shape, row)
 
         def dot_products(j0, width: int):
             with for_range(b, 0, width, "j") as j:
-                b_column = b.gep(b_mat, [b.mul(b.add(j0, j), i64(b_col_stride))], source_etype=storage)
+                b_column = b.gep(b_mat, [b.mul(b.add(j0, j), i64(b_col_stride))], source_etype=b_storage)
                 entry = b.block
                 with for_range(b, 0, shape.k, "k") as k:
                     acc = b.phi(acc_type, "acc")
@@ -397,7 +398,7 @@ def lower_matmul_loops(ctx: KernelContext, anchor: Operation, shape: MatmulShape
             with for_range(b, 0, shape.k, "k") as k:
                 a_value = load(a_row, b.mul(k, i64(a_k_stride)), rounded[0])
                 b_row = b.gep(b_mat, [b.add(b.mul(k, i64(b_k_stride)), b.mul(j0, i64(b_col_stride)))],
-                              source_etype=storage)
+                              source_etype=b_storage)
                 with for_range(b, 0, width, "j") as j:
                     address = b.gep(sums, [j], source_etype=acc_type)
                     b_value = load(b_row, b.mul(j, i64(b_col_stride)), rounded[1])

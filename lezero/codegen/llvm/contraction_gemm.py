@@ -249,10 +249,10 @@ class MatmulGemm:
     packs_a = False  # operands() returns A in the packed layout (PixelRowsConvGemm)
     a_in_place = None  # gemm.AInPlace: A read where it lies (PixelRowsConvGemm)
 
-    def __init__(self, shape: MatmulShape, operand_element: ir.Type = FLOAT, bf16_operands: tuple = (False, False)):
+    def __init__(self, shape: MatmulShape, operand_element: ir.Type = FLOAT, rounded: tuple = (False, False)):
         """``operand_element``: how A and B are stored, FLOAT or HALF (f16: widened as packed);
-        ``bf16_operands``: whether each of the matmul's operands is float32 read through a cast to
-        bf16 (rounded as packed: gemm.py's ``bf16_operands``)."""
+        ``rounded``: whether each of the matmul's operands is float32 read through a cast to the
+        matmul's bf16 or f16 (rounded as packed: gemm.py's ``bf16_operands``, ``f16_operands``)."""
         self.shape = shape
         self.operand_element = operand_element
         self.batches = shape.batches
@@ -269,8 +269,9 @@ class MatmulGemm:
             self.transpose_a, self.lda, self.transpose_b, self.ldb = a_transposed, lda, b_transposed, ldb
             self.a_k_stride, self.b_col_stride = a_k_stride, b_col_stride
         self.k = shape.k
-        self.bf16_operands = tuple(g for g, rounded in zip("ab", bf16_operands[::-1] if self.swapped else bf16_operands)
-                                   if rounded)
+        self.rounded = tuple(rounded)  # the matmul's operands (not the GEMM's, when swapped)
+        cast = tuple(g for g, r in zip("ab", rounded[::-1] if self.swapped else rounded) if r)
+        self.bf16_operands, self.f16_operands = ((), cast) if operand_element == HALF else (cast, ())
         self.pack_b = self.transpose_b or self.b_col_stride != 1 or self.m >= PACK_B_MIN_ROWS
         self.mask_b = not self.pack_b
         self.slab_floats = 0
@@ -305,8 +306,9 @@ class MatmulGemm:
                     total = b.add(total, b.mul(coord, i64(stride)))
             return total
 
-        a = b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=self.operand_element)
-        bm = b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=self.operand_element)
+        a_element, b_element = (FLOAT if r else self.operand_element for r in self.rounded)  # read through casts
+        a = b.gep(a_ptr, [offset(s.a_batch_strides)], source_etype=a_element)
+        bm = b.gep(b_ptr, [offset(s.b_batch_strides)], source_etype=b_element)
         return (bm, a) if self.swapped else (a, bm)
 
     def output_layout(self):
@@ -341,7 +343,7 @@ class ConvGemm:
     a_k_stride = b_col_stride = 1
     packed_b = None  # the input is never constant (PixelRowsConvGemm's B is the weights)
     packs_a = False
-    bf16_operands = ()  # a conv's operands are never read through a cast (partition's prologue)
+    bf16_operands = f16_operands = ()  # a conv's operands are never read through a cast (partition's prologue)
     operand_element = FLOAT  # an f16 conv's operands are widened to float32 copies first (_widen_halves)
     pixel_columns = False  # a tile's columns are output pixels, not q-space (depthwise.py's compacted sums)
     a_in_place = None  # the weights are A (PixelRowsConvGemm's A is the input, read in place)
@@ -842,6 +844,7 @@ def lower_gemm(ctx: KernelContext, anchor: Operation, plan) -> int:
                                 prepacked_a=plan.packed_a is not None or plan.packs_a,
                                 prepacked_b=plan.packed_b is not None,
                                 operand_element=plan.operand_element, bf16_operands=plan.bf16_operands,
+                                f16_operands=plan.f16_operands,
                                 b_row_period=plan.b_row_period if generator_class is gemm.SgemmGenerator else None,
                                 a_in_place=plan.a_in_place,
                                 edge_vectors=[edge_vectors] if 0 < edge_vectors < config.nr_vectors else [])

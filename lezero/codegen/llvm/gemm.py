@@ -260,6 +260,9 @@ class SgemmGenerator:
         (autocast's, fused: partition's operand prologue), each value rounded to bf16 where it is
         read (packing, or B's rows in place), ties to even as ``numerics.round_to_bf16``, so the
         GEMM computes what it would on the cast's result; rounding a bf16 value changes nothing.
+    f16_operands: the float32 operands of an f16 GEMM (``operand_element`` HALF, the other operand's)
+        read through a cast to f16: read as float32 and rounded to f16 (``vectors.round_to``: the
+        cast's conversion), so the GEMM computes what it would on the cast's result.
     """
 
     def __init__(self, config: GemmConfig, epilogue: Epilogue | TileStore | None = None, name: str = "lz_sgemm",
@@ -267,6 +270,7 @@ class SgemmGenerator:
                  transpose_a: bool = False, transpose_b: bool = False, edge_vectors: Sequence[int] | None = None,
                  a_k_stride: int = 1, b_col_stride: int = 1, prepacked_a: bool = False,
                  prepacked_b: bool = False, operand_element: ir.Type = FLOAT, bf16_operands: Sequence[str] = (),
+                 f16_operands: Sequence[str] = (),
                  b_row_period: int | None = None, a_in_place: "AInPlace | None" = None):
         if a_in_place is not None and (prepacked_a or transpose_a or a_k_stride != 1 or b_row_period is not None
                                        or operand_element != FLOAT or "a" in bf16_operands):
@@ -285,6 +289,11 @@ class SgemmGenerator:
                 ("a" in bf16_operands and prepacked_a) or ("b" in bf16_operands and prepacked_b):
             raise ValueError(f"bf16_operands {tuple(bf16_operands)}: float32 operands \"a\" or \"b\", rounded as "
                              "they are read, so not pre-packed")
+        if set(f16_operands) - {"a", "b"} or f16_operands and (operand_element != HALF or prepacked_a or prepacked_b
+                                                                or b_row_offsets is not None or b_row_period is not None
+                                                                or a_in_place is not None):
+            raise ValueError(f"f16_operands {tuple(f16_operands)}: float32 operands \"a\" or \"b\" of a half GEMM, "
+                             "rounded as they are read: not pre-packed, no row offsets, periods or A in place")
         if (a_k_stride != 1 and transpose_a) or (b_col_stride != 1 and (transpose_b or not pack_b or b_row_offsets)):
             raise ValueError("a strided operand is neither transposed nor read in place, nor has row offsets")
         self._check_tile(config)
@@ -302,6 +311,9 @@ class SgemmGenerator:
         self.b_col_stride = b_col_stride
         self.operand_element = operand_element
         self.bf16_operands = frozenset(bf16_operands)
+        self.f16_operands = frozenset(f16_operands)
+        # how each operand is stored (an f16 GEMM's operand read through its cast is float32)
+        self._elements = {g: FLOAT if g in self.f16_operands else operand_element for g in "ab"}
         every_edge = range(1, config.nr_vectors)
         self.edge_vectors = tuple(sorted(set(every_edge if edge_vectors is None else edge_vectors)))
         if not set(self.edge_vectors) <= set(every_edge):
@@ -391,26 +403,29 @@ class SgemmGenerator:
         """Address of B[k, 0] relative to ``base`` (B plus a column offset): base + k * ldb, or
         base + b_row_offsets[k]."""
         if self._b_rows_table is None:
-            return self._operand_at(b, base, [b.mul(k, ldb)])
+            return self._operand_at(b, base, [b.mul(k, ldb)], "b")
         entry = b.gep(self._b_rows_table, [_i64(0), k], source_etype=self._b_rows_table.value_type)
-        return self._operand_at(b, base, [b.load(entry, typ=I64)])
+        return self._operand_at(b, base, [b.load(entry, typ=I64)], "b")
 
-    def _operand_at(self, b: ir.IRBuilder, base: ir.Value, offsets: list[ir.Value]) -> ir.Value:
-        """Address of an element of A or B (``operand_element`` values) ``offsets`` from ``base``."""
-        return b.gep(base, offsets, source_etype=self.operand_element)
+    def _operand_at(self, b: ir.IRBuilder, base: ir.Value, offsets: list[ir.Value], operand: str) -> ir.Value:
+        """Address of an element of ``operand`` ("a" or "b", as it is stored) ``offsets`` from ``base``."""
+        return b.gep(base, offsets, source_etype=self._elements[operand])
 
     def _load_operand(self, b: ir.IRBuilder, operand: str, address: ir.Value, width: int | None = None,
                       mask: ir.Value | None = None) -> ir.Value:
         """One value (``width`` None) or ``width`` values of ``operand`` ("a" or "b") at ``address``,
         as float32: an f16 operand widens as it is read (vcvtph2ps where the target has F16C),
-        exactly; one of ``bf16_operands`` is rounded to bf16 (its cast from float32, fused)."""
-        element = self.operand_element
+        exactly; one of ``bf16_operands`` or ``f16_operands`` is rounded to bf16 or f16 (its cast from
+        float32, fused)."""
+        element = self._elements[operand]
         if width is None:
             value = b.load(address, typ=element)
         else:
             value = vectors.load_vector(b, address, width, mask, HALF_BYTES if element == HALF else FLOAT_BYTES, element)
         if element != FLOAT:
             return b.fpext(value, FLOAT if width is None else ir.VectorType(FLOAT, width))
+        if operand in self.f16_operands:
+            return vectors.round_to(b, value, "f16")
         return vectors.round_to_bf16(b, value) if operand in self.bf16_operands else value
 
     # -- packing -------------------------------------------------------------------------------
@@ -438,13 +453,14 @@ class SgemmGenerator:
                 row = b.add(row0, _i64(i))
                 row_valid.append(b.icmp_signed("<=", row, last_row))
                 clamped = vectors.select_min(b, row, last_row)
-                row_pointers.append(self._operand_at(b, p["a"], [b.mul(clamped, p["lda"])]))
+                row_pointers.append(self._operand_at(b, p["a"], [b.mul(clamped, p["lda"])], "a"))
             kc_vectors = _i64(0)
             if self.a_k_stride == 1:
                 zeros = ir.Constant(self.vector_type, [0.0] * w)
                 kc_vectors = b.sub(p["kc"], b.srem(p["kc"], _i64(w)))
                 with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                    rows = [b.select(row_valid[i], self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [k0]), w),
+                    rows = [b.select(row_valid[i],
+                                     self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [k0], "a"), w),
                                      zeros) for i in range(mr)]
                     columns = vectors.interleave(b, rows)  # columns[k * MR + i] = rows[i][k]
                     b.store(columns, b.gep(sliver, [b.mul(k0, _i64(mr))], source_etype=FLOAT), align=FLOAT_BYTES)
@@ -452,7 +468,7 @@ class SgemmGenerator:
                 destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                 offset = b.mul(k, _i64(self.a_k_stride))
                 for i in range(mr):
-                    value = self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [offset]))
+                    value = self._load_operand(b, "a", self._operand_at(b, row_pointers[i], [offset], "a"))
                     value = b.select(row_valid[i], value, zero)
                     b.store(value, b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
@@ -468,7 +484,7 @@ class SgemmGenerator:
             argument.add_attribute("noalias")
         with vectors.counted_loop(b, _i64(0), p["cols"], nr, "col0") as col0:
             sliver = b.gep(p["packed"], [b.mul(col0, p["kc"])], source_etype=FLOAT)
-            source = self._operand_at(b, p["b"], [col0])
+            source = self._operand_at(b, p["b"], [col0], "b")
             cols_left = b.sub(p["cols"], col0)
             full = b.icmp_signed(">=", cols_left, _i64(nr))
             with b.if_else(full) as (then, otherwise):
@@ -490,7 +506,7 @@ class SgemmGenerator:
             row = self._b_row(b, source, p["ldb"], b.add(p["pc"], k))
             destination = b.gep(sliver, [b.mul(k, _i64(nr))], source_etype=FLOAT)
             for v in range(self.config.nr_vectors):
-                value = self._load_operand(b, "b", self._operand_at(b, row, [_i64(v * w)]), w, masks[v])
+                value = self._load_operand(b, "b", self._operand_at(b, row, [_i64(v * w)], "b"), w, masks[v])
                 b.store(value, b.gep(destination, [_i64(v * w)], source_etype=FLOAT), align=self.vector_bytes)
 
     def _build_pack_a_transposed(self, module: ir.Module) -> ir.Function:
@@ -511,7 +527,7 @@ class SgemmGenerator:
                 inside = vectors.lane_mask(b, 0, vectors.select_min(b, _i64(mr), b.sub(p["rows"], row0)), w)
                 sliver_lanes = ir.Constant(ir.VectorType(I1, w), [lane < mr for lane in range(w)])
                 with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                    source = self._operand_at(b, p["a"], [b.add(b.mul(k, p["lda"]), row0)])
+                    source = self._operand_at(b, p["a"], [b.add(b.mul(k, p["lda"]), row0)], "a")
                     values = self._load_operand(b, "a", source, w, inside)
                     vectors.store_vector(b, values, b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT), sliver_lanes)
             else:
@@ -521,10 +537,10 @@ class SgemmGenerator:
                     valid.append(b.icmp_signed("<=", row, last_row))
                     columns.append(vectors.select_min(b, row, last_row))
                 with vectors.counted_loop(b, _i64(0), p["kc"], 1, "k") as k:
-                    source = self._operand_at(b, p["a"], [b.mul(k, p["lda"])])
+                    source = self._operand_at(b, p["a"], [b.mul(k, p["lda"])], "a")
                     destination = b.gep(sliver, [b.mul(k, _i64(mr))], source_etype=FLOAT)
                     for i in range(mr):
-                        value = self._load_operand(b, "a", self._operand_at(b, source, [columns[i]]))
+                        value = self._load_operand(b, "a", self._operand_at(b, source, [columns[i]], "a"))
                         b.store(b.select(valid[i], value, zero), b.gep(destination, [_i64(i)], source_etype=FLOAT))
         b.ret_void()
         return function
@@ -558,10 +574,11 @@ class SgemmGenerator:
                     col = b.add(col0, _i64(v * w + i))
                     valid.append(b.icmp_signed("<=", col, last_col))
                     offset = b.add(b.mul(vectors.select_min(b, col, last_col), column_step), b.mul(p["pc"], k_step))
-                    rows.append(self._operand_at(b, p["b"], [offset]))
+                    rows.append(self._operand_at(b, p["b"], [offset], "b"))
                 if not strided:
                     with vectors.counted_loop(b, _i64(0), kc_vectors, w, "k_vector") as k0:
-                        block = [b.select(valid[i], self._load_operand(b, "b", self._operand_at(b, rows[i], [k0]), w), zeros)
+                        block = [b.select(valid[i],
+                                          self._load_operand(b, "b", self._operand_at(b, rows[i], [k0], "b"), w), zeros)
                                  for i in range(w)]
                         for kk, column in enumerate(vectors.transpose_square(b, block)):
                             at = b.add(b.mul(b.add(k0, _i64(kk)), _i64(nr)), _i64(v * w))
@@ -569,7 +586,7 @@ class SgemmGenerator:
                 with vectors.counted_loop(b, kc_vectors, p["kc"], 1, "k") as k:
                     vector = zeros
                     for i in range(w):
-                        value = self._load_operand(b, "b", self._operand_at(b, rows[i], [b.mul(k, k_step)]))
+                        value = self._load_operand(b, "b", self._operand_at(b, rows[i], [b.mul(k, k_step)], "b"))
                         vector = b.insert_element(vector, b.select(valid[i], value, zero), ir.Constant(I32, i))
                     at = b.add(b.mul(k, _i64(nr)), _i64(v * w))
                     b.store(vector, b.gep(sliver, [at], source_etype=FLOAT), align=self.vector_bytes)
@@ -667,12 +684,12 @@ class SgemmGenerator:
             first = b.mul(k, _i64(period))
             step = b.add(b.udiv(p["pc"], _i64(period)), k)
             a = self.a_in_place
-            base = p["packed_a"] if a else p["b"]
-            rows = self._operand_at(b, base, [b.mul(step, _i64(a.stride if a else self.b_period_stride))])
+            base, operand = (p["packed_a"], "a") if a else (p["b"], "b")
+            rows = self._operand_at(b, base, [b.mul(step, _i64(a.stride if a else self.b_period_stride))], operand)
             offsets = a.offsets if a else self.b_row_offsets
             updated = accumulators
             for t in range(period):
-                at = self._operand_at(b, rows, [_i64(offsets[t])])
+                at = self._operand_at(b, rows, [_i64(offsets[t])], operand)
                 updated = self._emit_k_step(b, p, b.add(first, _i64(t)), nv, updated, b_masks,
                                             **({"a_column": at} if a else {"b_row": at}))
         for i in range(mr):
@@ -703,7 +720,7 @@ class SgemmGenerator:
                                              self.b_vector_align) for v in range(nv)]
         else:
             b_row = b_row or self._b_row(b, p["b"], p["ldb"], b.add(p["pc"], k))
-            b_vectors = [self._load_operand(b, "b", self._operand_at(b, b_row, [_i64(v * w)]), w, b_masks[v])
+            b_vectors = [self._load_operand(b, "b", self._operand_at(b, b_row, [_i64(v * w)], "b"), w, b_masks[v])
                          for v in range(nv)]
         if a_column is None and self._a_offsets_table is not None:  # A in place, its offsets from the table
             table = self._a_offsets_table
@@ -818,7 +835,7 @@ class SgemmGenerator:
             first_k_block = b.icmp_signed("==", pc, _i64(0))
             last_k_block = b.icmp_signed(">=", pc_next, p["K"])
             b_column_step = p["ldb"] if self.transpose_b else _i64(self.b_col_stride)
-            b_columns = self._operand_at(b, p["B"], [b.mul(jc, b_column_step)])
+            b_columns = self._operand_at(b, p["B"], [b.mul(jc, b_column_step)], "b")
             if pack_b is not None:
                 b.call(pack_b, [b_columns, p["ldb"], pc, kc, nc, packed_b])
                 self._after_pack_b(b, packed_b, nc, kc)
@@ -835,7 +852,7 @@ class SgemmGenerator:
                     else:
                         a_offset = b.add(b.mul(ic, p["lda"]), b.mul(pc, _i64(self.a_k_stride)))
                     a_slivers = packed_a
-                    b.call(pack_a, [self._operand_at(b, p["A"], [a_offset]), p["lda"], mc, kc, packed_a])
+                    b.call(pack_a, [self._operand_at(b, p["A"], [a_offset], "a"), p["lda"], mc, kc, packed_a])
                 a_slivers = self._after_pack_a(b, a_slivers, packed_a, mc, kc)
                 with vectors.counted_loop(b, _i64(0), nc, cfg.nr, "jr") as jr:
                     if self.prepacked_b:
@@ -844,7 +861,7 @@ class SgemmGenerator:
                     elif pack_b is not None:
                         b_sliver = b.gep(packed_b, [b.mul(jr, kc)], source_etype=FLOAT)
                     else:
-                        b_sliver = self._operand_at(b, b_columns, [jr])
+                        b_sliver = self._operand_at(b, b_columns, [jr], "b")
                     cols = vectors.select_min(b, _i64(cfg.nr), b.sub(nc, jr))
                     col = b.add(jc, jr)
 

@@ -369,7 +369,7 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
                                     source_etype=FLOAT)
                 for v in range(nv):
                     low, high = (b.select(inside[h], self._load_operand(
-                        b, "b", self._operand_at(b, rows[h], [b.add(col0, _i64(v * w))]), w, masks[v]), zeros)
+                        b, "b", self._operand_at(b, rows[h], [b.add(col0, _i64(v * w))], "b"), w, masks[v]), zeros)
                         for h in (0, 1))
                     b.store(pair_words(b, low, high), b.gep(destination, [_i64(v * w)], source_etype=FLOAT),
                             align=self.vector_bytes)
@@ -396,7 +396,7 @@ class AmxBf16GemmGenerator(Bf16PairGemmGenerator):
                 k = b.add(b.mul(pair, _i64(2)), _i64(dk))
                 inside = b.icmp_signed("<", k, p["kc"])  # past the depth: zeros (row pc read)
                 row = self._b_row(b, source, p["ldb"], b.add(p["pc"], b.select(inside, k, _i64(0))))
-                values = [self._load_operand(b, "b", self._operand_at(b, row, [_i64(v * w)]), w, masks[v])
+                values = [self._load_operand(b, "b", self._operand_at(b, row, [_i64(v * w)], "b"), w, masks[v])
                           for v in range(self.config.nr_vectors)]
                 halves.append([b.select(inside, value, zeros) for value in values])
             destination = b.gep(sliver, [b.mul(pair, _i64(nr))], source_etype=FLOAT)

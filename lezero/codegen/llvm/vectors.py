@@ -10,7 +10,7 @@ from typing import Iterator, Sequence
 
 import llvmlite.ir as ir
 
-from lezero.codegen.llvm.ir_types import FLOAT, I32, I64, PTR, VOID
+from lezero.codegen.llvm.ir_types import FLOAT, HALF, I32, I64, PTR, VOID
 
 FLOAT_BYTES = 4
 
@@ -128,6 +128,18 @@ def round_to_bf16(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
     lsb = builder.and_(builder.lshr(bits, like(16)), like(1))
     rounded = builder.and_(builder.add(builder.add(bits, like(0x7FFF)), lsb), like(-0x10000))
     return builder.select(builder.fcmp_unordered("uno", value, value), value, builder.bitcast(rounded, value.type))
+
+
+def round_to(builder: ir.IRBuilder, value: ir.Value, element: str) -> ir.Value:
+    """A float32 value or vector rounded to ``element``, "bf16" (``round_to_bf16``) or "f16" (to half
+    and back: ties to even, as the cast's kernel converts; F16C's vcvtps2ph where the target has it),
+    kept in float32: a low-precision matmul's operand read through its cast from float32."""
+    if element == "bf16":
+        return round_to_bf16(builder, value)
+    if element != "f16":
+        raise ValueError(f"round_to: no rounding of float32 to {element}")
+    half = ir.VectorType(HALF, value.type.count) if isinstance(value.type, ir.VectorType) else HALF
+    return builder.fpext(builder.fptrunc(value, half), value.type)
 
 
 def store_vector(builder: ir.IRBuilder, value: ir.Value, address: ir.Value, mask: ir.Value | None,

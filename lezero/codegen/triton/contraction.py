@@ -9,8 +9,9 @@ Every program computes one BLOCK_M x BLOCK_N tile of a GEMM, looping over K in B
   rhs one column.  Programs are numbered batch-major, and within a batch in *grouped order*:
   GROUP_M row tiles sweep the column tiles together, so the B tiles they share stay in L2.  An
   operand read through ``lz.transpose`` (partition's prologue, ``x @ w.T``) is its buffer with
-  permuted strides; one read through an ``lz.cast`` from f32 to a bf16 matmul's bf16 (autocast's)
-  is its float32 buffer, each tile rounded to bf16 as it is loaded (the cast's own rounding).
+  permuted strides; one read through an ``lz.cast`` from f32 to a bf16 or f16 matmul's type
+  (autocast's) is its float32 buffer, each tile rounded to that type as it is loaded (the cast's own
+  rounding).
 - **conv2d**: an *implicit GEMM* per group: rows are output pixels ``(image, oh, ow)`` (M = N x OH
   x OW), columns the group's output channels (N = O / groups), k runs over ``(ci, kh, kw)`` (K =
   C / groups x KH x KW), which is the OIHW weight's row-major layout, so B is the weights in
@@ -533,8 +534,8 @@ def _matmul(ctx: TritonContext, anchor: Operation, shape: MatmulShape, pointers,
         code.line(f"a = {_load('a_tile', mask_a, gemm.kind, a_pad)}")
         code.line(f"b = {_load('b_tile', mask_b, gemm.kind, b_pad)}")
         for tile, cast in zip("ab", rounded):
-            if cast:  # float32 read through a cast to bf16: rounded as the cast's kernel rounds, then 16 bits
-                code.line(f"{tile} = {ctx.s.to_storage(ctx.s.round(TValue(tile, BF16)))}")
+            if cast:  # float32 read through a cast to bf16/f16: rounded as the cast's kernel rounds, then 16 bits
+                code.line(f"{tile} = {ctx.s.to_storage(ctx.s.round(TValue(tile, anchor.result.type.element_type)))}")
 
     sums = _k_loop(code, gemm, load_tiles,
                    [f"a_tile += {_term('BLOCK_K', a_k)}", f"b_tile += {_term('BLOCK_K', b_k)}"], whole_k, zero_points)

@@ -20,7 +20,7 @@ from lezero.codegen.llvm import cache_model, contraction, contraction_gemm, gemm
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB
 from lezero.ir.attributes import DenseArrayAttr
-from lezero.ir.types import BF16, I64
+from lezero.ir.types import BF16, F16, I64
 from lezero.ir.dialect.numerics import round_to_bf16
 from lezero.ir.dialect.windows import window_output_size
 from lezero.ir.opdef import OpError
@@ -973,44 +973,55 @@ CAST_PROLOGUE_CASES = {
     "cast_of_transpose": ((48, 96), (70, 96), True, "b", False),  # cast(w.T): the same read
     "few_rows": ((6, 64), (64, 70), False, "ab", True),  # B's rows read in place
     "swapped": ((2, 64), (70, 64), True, "ab", True),  # C^T = B^T A^T: the flags swap
-    "dots": ((40, 64), (10, 64), True, "ab", True),  # 10 columns: dot products
+    "dots": ((40, 64), (10, 64), True, "ab", True),  # 10 columns: dot products (f16: the loop kernel)
+    "a_only": ((40, 64), (64, 70), False, "a", True),  # f16: A float32, B half storage in one GEMM
 }
+ROUNDINGS = {"bf16": round_to_bf16, "f16": lambda x: x.astype(np.float16)}  # the casts' results
 
 
-@pytest.mark.cross_target(cases=CAST_PROLOGUE_CASES, group=lambda case: 0)
-def test_bf16_matmul_rounds_cast_operands_as_it_reads_them(cpu, case):
-    """A bf16 matmul kernel reading float32 operands through lz.cast to bf16 (autocast's casts,
-    partition's operand prologue) rounds each value where it reads it (packing, B in place, dot
-    products): bit-identical to the same kernel on the cast's results (the unfused path), whatever
-    kernel and instruction (AMX tiles, vdpbf16ps, float32 FMAs) the CPU takes; values include exact
-    ties, which round to even."""
-    a_shape, b_shape, b_transposed, cast, cast_first = case
+@pytest.mark.cross_target(cases={f"{low}_{name}": (low, *case) for low in ROUNDINGS
+                                 for name, case in CAST_PROLOGUE_CASES.items()}, group=lambda case: case[0])
+def test_low_precision_matmul_rounds_cast_operands_as_it_reads_them(cpu, case):
+    """A bf16 or f16 matmul kernel reading float32 operands through lz.cast to its type (autocast's
+    casts, partition's operand prologue) rounds each value where it reads it (packing, B in place,
+    dot products, the loops): bit-identical to the same kernel on the cast's results (the unfused
+    path), whatever kernel and instruction (AMX tiles, vdpbf16ps, float32 FMAs, F16C conversions)
+    the CPU takes; values include exact ties, which round to even.  An f16 kernel reads its other
+    operands as half storage."""
+    low, a_shape, b_shape, b_transposed, cast, cast_first = case
+    rounding = ROUNDINGS[low]
     rng = np.random.default_rng(sum(a_shape) + sum(b_shape))
     a, b = (random_array(rng, s, np.float32) for s in (a_shape, b_shape))
-    a.flat[::7] = round_to_bf16(a.flat[::7]) + np.float32(2.0 ** -9) * np.sign(a.flat[::7])  # some ties
-    b.flat[::5] = round_to_bf16(b.flat[::5]) + np.float32(2.0 ** -9) * np.sign(b.flat[::5])
+    for x, step in ((a, 7), (b, 5)):  # some exact ties: halfway between two values of the type
+        if low == "bf16":
+            x.flat[::step] = round_to_bf16(x.flat[::step]) + np.float32(2.0 ** -9) * np.sign(x.flat[::step])
+        else:
+            h = x.flat[::step].astype(np.float16)
+            x.flat[::step] = (h.astype(np.float32) + np.nextafter(h, np.float16(np.inf)).astype(np.float32)) / 2
+    element = {"bf16": BF16, "f16": F16}[low]
 
     def body(builder, x, y):
         def operand(v, name, transposed):
             if transposed and not cast_first:
                 v = builder.op("lz.transpose", v, perm=[1, 0])
             if name in cast:
-                v = builder.op("lz.cast", v, to=BF16)
+                v = builder.op("lz.cast", v, to=element)
             return builder.op("lz.transpose", v, perm=[1, 0]) if transposed and cast_first else v
         return builder.op("lz.matmul", operand(x, "a", False), operand(y, "b", b_transposed))
 
-    types = [(s, "f32" if name in cast else "bf16") for s, name in ((a_shape, "a"), (b_shape, "b"))]
+    types = [(s, "f32" if name in cast else low) for s, name in ((a_shape, "a"), (b_shape, "b"))]
     module, kernel = make_kernel(types, body, kind="matmul")
-    inputs = [x if name in cast else round_to_bf16(x) for x, name in ((a, "a"), (b, "b"))]
+    inputs = [x if name in cast else rounding(x) for x, name in ((a, "a"), (b, "b"))]
 
     def unfused(builder, x, y):
         return builder.op("lz.matmul", x, builder.op("lz.transpose", y, perm=[1, 0]) if b_transposed else y)
 
-    _, plain = make_kernel([(a_shape, "bf16"), (b_shape, "bf16")], unfused, kind="matmul")
-    want = run_kernel(plain, [round_to_bf16(x) for x in (a, b)], 1, cpu=cpu)[0]
+    _, plain = make_kernel([(a_shape, low), (b_shape, low)], unfused, kind="matmul")
+    want = run_kernel(plain, [rounding(x) for x in (a, b)], 1, cpu=cpu)[0]
     for splits in (1, 3):
         np.testing.assert_array_equal(run_kernel(kernel, inputs, splits, cpu=cpu)[0], want)
-    assert_matches(want, reference(module, inputs)[0], rtol=LOW_PRECISION_STEP["bf16"], atol=1e-5)
+    assert_matches(np.asarray(want, np.float32), np.asarray(reference(module, inputs)[0], np.float32),
+                   rtol=LOW_PRECISION_STEP[low], atol=1e-5 if low == "bf16" else 1e-3)
 
 
 def test_bf16_matmul_cast_prologue_on_amx_tiles_rounds_as_it_packs():

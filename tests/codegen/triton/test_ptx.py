@@ -130,6 +130,13 @@ CASES = {
                                    f'{t("64x48", "bf16")}',
                                    f"func.return %0 : {t('64x48', 'bf16')}"),
                           ["lz_fused_cast_matmul_0"], r"\bwgmma\.mma_async\.[\w.]*\.f32\.bf16\.bf16\b"),
+    # f16: the same prologue, one operand float32 through its cast, the other stored in half
+    "matmul_f16_cast": (function(f"(%x: {t('64x96')}, %w: {t('96x48', 'f16')}) -> {t('64x48', 'f16')}",
+                                 f'%a = "lz.cast"(%x) {{to = f16}} : ({t("64x96")}) -> {t("64x96", "f16")}',
+                                 f'%0 = "lz.matmul"(%a, %w) : ({t("64x96", "f16")}, {t("96x48", "f16")}) -> '
+                                 f'{t("64x48", "f16")}',
+                                 f"func.return %0 : {t('64x48', 'f16')}"),
+                        ["lz_fused_cast_matmul_0"], r"\bwgmma\.mma_async\.[\w.]*\.f32\.f16\.f16\b"),
     "batched_matmul": (function(f"(%a: {t('4x32x64')}, %b: {t('64x48')}) -> {t('4x32x48')}",
                                 f'%0 = "lz.matmul"(%a, %b) : ({t("4x32x64")}, {t("64x48")}) -> {t("4x32x48")}',
                                 f"func.return %0 : {t('4x32x48')}"),
