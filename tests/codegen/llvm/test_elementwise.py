@@ -392,3 +392,31 @@ def test_flat_concat_copies_with_vectors():
     """The DDP bucket's concat (1-d pieces) is vector loads and stores on the host's widest vectors."""
     _, kernel = make_kernel([((1000,), "f32"), ((77,), "f32")], lambda b, x, y: b.op("lz.concat", x, y, axis=0))
     assert re.search(r"vmovups\s+.*%[yz]mm", jit.emit_assembly(lower_kernel(kernel).llvm_ir))
+
+
+def _lstm_gates(hidden: int):
+    """An LSTM step's gates over its [N, 4H] pre-activations (slices: the rows do not coalesce)."""
+    def body(b, gates, c):
+        i, f, g, o = (b.op("lz.slice", gates, starts=[k * hidden], ends=[(k + 1) * hidden], axes=[1]) for k in range(4))
+        c_next = b.op("lz.add", b.op("lz.mul", b.op("lz.sigmoid", f), c),
+                      b.op("lz.mul", b.op("lz.sigmoid", i), b.op("lz.tanh", g)))
+        return [b.op("lz.mul", b.op("lz.sigmoid", o), b.op("lz.tanh", c_next)), c_next]
+    return body
+
+
+@pytest.mark.cross_target(cases={"h256": 256, "h320": 320, "h300": 300, "h64": 64})
+def test_inner_loops_of_whole_interleaved_iterations(cpu, case):
+    """Inner loops of a multiple of 64 elements from 256 up are interleaved (LLVM's loop hint), other
+    lengths below 512 keep LLVM's choice; both match the reference on every target, split or not."""
+    hidden = case
+    assert bool(elementwise.interleave_hints(hidden)) == (hidden in (256, 320))
+    module, kernel = make_kernel([((5, 4 * hidden), "f32"), ((5, hidden), "f32")], _lstm_gates(hidden))
+    rng = np.random.default_rng(hidden)
+    inputs = [(rng.standard_normal((5, 4 * hidden)) * 4).astype(np.float32),
+              rng.standard_normal((5, hidden)).astype(np.float32)]
+    lowered = lower_kernel(kernel, cpu=cpu)
+    assert ("llvm.loop.interleave.count" in lowered.llvm_ir) == (hidden in (256, 320))
+    want = reference(module, inputs)
+    for splits in (1, 3):
+        for got, w in zip(run_kernel(kernel, inputs, splits, lowered, cpu=cpu), want):
+            assert_matches(got, w, 1e-5, 1e-6)
