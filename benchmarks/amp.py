@@ -3,15 +3,16 @@ cross-entropy, Adam) in float32 and inside ``autocast(bfloat16)``, lezero's comp
 (``lz.jit.compile_train_step``) against PyTorch eager with and without ``torch.autocast("cpu")``,
 measured in the same run, alternating.
 
-    LEZERO_NUM_THREADS=2 .venv/bin/python benchmarks/amp.py [--threads 2] [--batches 64 256] [--seconds 3]
+    LEZERO_NUM_THREADS=2 .venv/bin/python benchmarks/amp.py [--threads 2] [--batches 64 256] [--seconds 3] [--low bf16 f16]
 
 Printed per batch size: the median step time of each (alternating rounds: the machine is shared,
-and load hits all four alike), the bf16/f32 ratio of each framework, lezero's time over torch's in
+and load hits all four alike), the low/f32 time ratio of each framework, lezero's time over torch's in
 the same precision, and the bytes lezero's compiled step moves: what its kernels read and write
 (each kernel's operands and results once, by the IR's storage: bf16 buffers on the CPU are float32
 holding bf16 values, so a bf16 element moves 4 bytes, f16 2), and how many kernels it runs.
 ``lezero autocast bf16 cast`` is the same step with autocast's casts as kernels of their own (no
-matmul reads its operands through a cast: as before they became the GEMM's prologue).  The first
+matmul reads its operands through a cast: as before they became the GEMM's prologue); ``--low f16``
+adds the same rows in autocast(float16) (no GradScaler: the first step's loss is compared).  The first
 step's losses are checked against torch's before anything is timed.
 """
 from __future__ import annotations
@@ -26,7 +27,10 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--threads", type=int, default=2)
 parser.add_argument("--seconds", type=float, default=3.0, help="time budget per batch size")
 parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
+parser.add_argument("--low", nargs="+", default=["bf16"], choices=["bf16", "f16"],
+                    help="the autocast dtypes (f16: torch's CPU f16 matmuls are slow, ~1 GF/s)")
 args = parser.parse_args()
+LOW = {"bf16": "bfloat16", "f16": "float16"}
 os.environ.setdefault("LEZERO_NUM_THREADS", str(args.threads))
 
 import numpy as np  # noqa: E402
@@ -96,18 +100,21 @@ def peer_of(name: str) -> str:
 def main() -> int:
     print(f"# {cpu_model()}, {args.threads} threads (lezero LEZERO_NUM_THREADS, torch set_num_threads); "
           f"load {open('/proc/loadavg').read().split()[0]}")
-    print(f"# {'batch':>5} {'variant':<27} {'median ms':>10} {'bf16/f32':>9} {'vs torch':>9} {'MB moved':>9} "
+    print(f"# {'batch':>5} {'variant':<27} {'median ms':>10} {'x/f32':>9} {'vs torch':>9} {'MB moved':>9} "
           f"{'kernels':>8}")
     rng = np.random.default_rng(0)
     for batch in args.batches:
         x = rng.standard_normal((batch, 784)).astype(np.float32)
         y = rng.integers(0, 10, batch)
         tx, ty = torch.from_numpy(x), torch.from_numpy(y)
-        lezero = {"lezero f32": lezero_step(x, y, None), "lezero autocast bf16": lezero_step(x, y, lz.bfloat16),
-                  "lezero autocast bf16 cast": lezero_step(x, y, lz.bfloat16, fused_casts=False)}
+        lezero = {"lezero f32": lezero_step(x, y, None)}
+        for low in args.low:
+            lezero[f"lezero autocast {low}"] = lezero_step(x, y, getattr(lz, LOW[low]))
+            lezero[f"lezero autocast {low} cast"] = lezero_step(x, y, getattr(lz, LOW[low]), fused_casts=False)
         steps = {name: step for name, (step, _) in lezero.items()}
-        steps.update({"torch f32": torch_step(None), "torch autocast bf16": torch_step(torch.bfloat16)})
-        first = {name: float(steps[name](tx, ty).item()) for name in ("torch f32", "torch autocast bf16")}
+        steps["torch f32"] = torch_step(None)
+        steps.update({f"torch autocast {low}": torch_step(getattr(torch, LOW[low])) for low in args.low})
+        first = {name: float(steps[name](tx, ty).item()) for name in steps if name.startswith("torch")}
         for name, (_, loss) in lezero.items():
             peer = first[peer_of(name)]
             assert abs(loss - peer) <= 2e-2 * abs(peer), (name, loss, peer)
