@@ -18,11 +18,11 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--threads", type=int, default=2)
 parser.add_argument("--seconds", type=float, default=3.0, help="time budget per case")
 parser.add_argument("--iterations", type=int, default=1000)
-parser.add_argument("--cond-iterations", type=int, default=100,
-                    help="the lz.cond case's steps (tracing an lz.cond inside lz.scan grows faster than linearly "
-                         "with the steps: 2 s at 100, 115 s at 300)")
+parser.add_argument("--cond-iterations", type=int, default=None,
+                    help="the lz.cond case's steps (default: --iterations)")
 parser.add_argument("--width", type=int, default=16, help="the carried vector's length")
 args = parser.parse_args()
+args.cond_iterations = args.iterations if args.cond_iterations is None else args.cond_iterations
 os.environ.setdefault("LEZERO_NUM_THREADS", str(args.threads))
 
 import numpy as np  # noqa: E402
@@ -114,7 +114,7 @@ def measure(case):
 def main() -> int:
     print(f"CPU: {cpu_model()}, {len(os.sched_getaffinity(0))} cores available, {args.threads} threads; torch "
           f"{torch.__version__}; load average {os.getloadavg()[0]:.2f}")
-    print(f"{N} iterations ({args.cond_iterations} for lz.cond), carried 1x{W} f32; us per call (medians of "
+    print(f"{N} iterations ({args.cond_iterations} for lz.cond in lz.scan), carried 1x{W} f32; us per call (medians of "
           "alternating rounds); ratio = native / other")
     print(f"{'case':>22} {'native':>10} {'python':>10} {'torch':>10} {'vs python':>10} {'vs torch':>9}")
     for name, case in (("lz.while_loop", while_case), ("lz.fori_loop", fori_case), ("lz.cond in lz.scan", cond_case)):
