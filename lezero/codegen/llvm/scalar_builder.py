@@ -117,7 +117,7 @@ class LLVMScalarBuilder(ScalarBuilder):
     def round(self, x: Scalar) -> Scalar:
         """``x`` rounded to its element type (f16, bf16); other types are exact already."""
         if x.dtype == F16:
-            return Scalar(self.b.fpext(self.b.fptrunc(x.value, HALF), FLOAT), F16)
+            return Scalar(vectors.round_to(self.b, x.value, "f16"), F16)
         if x.dtype == BF16:
             return Scalar(vectors.round_to_bf16(self.b, x.value), BF16)
         return x
@@ -353,7 +353,7 @@ class LLVMScalarBuilder(ScalarBuilder):
         if to == F16:
             if src == F64:
                 v = self._to_float_round_to_odd(v)
-            return Scalar(b.fpext(b.fptrunc(v, HALF), FLOAT), to)
+            return Scalar(vectors.round_to(b, v, "f16"), to)
         if src == F64:
             v = b.fptrunc(v, FLOAT)  # then bf16 rounds again, as numpy's f64 -> f32 -> bf16
         return self.round(Scalar(v, to))

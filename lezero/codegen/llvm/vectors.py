@@ -132,8 +132,9 @@ def round_to_bf16(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
 
 def round_to(builder: ir.IRBuilder, value: ir.Value, element: str) -> ir.Value:
     """A float32 value or vector rounded to ``element``, "bf16" (``round_to_bf16``) or "f16" (to half
-    and back: ties to even, as the cast's kernel converts; F16C's vcvtps2ph where the target has it),
-    kept in float32: a low-precision matmul's operand read through its cast from float32."""
+    and back, ties to even; F16C's vcvtps2ph where the target has it), kept in float32: the scalar
+    builder's rounding and casts, and a low-precision matmul's operand read through its cast from
+    float32 (the same rounding, so fused and unfused agree bit for bit)."""
     if element == "bf16":
         return round_to_bf16(builder, value)
     if element != "f16":
