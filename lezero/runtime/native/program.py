@@ -261,9 +261,15 @@ class _Binding:
     def function(self, plan, launch, at):
         program, lowered = self.program, launch.kernel
         code = lowered.llvm_ir.replace(lowered.name, "\0kernel\0")
-        symbol = self.symbols_by_code.setdefault(code, lowered.name)
-        if symbol == lowered.name:
-            program.kernels[symbol] = lowered.llvm_ir
+        symbol = self.symbols_by_code.get(code)
+        if symbol is None:
+            # kernel names are numbered per block: a loop body's kernel may share its name with one
+            # outside the loop whose code differs, and each needs its own symbol
+            symbol, n = lowered.name, 1
+            while symbol in program.kernels:
+                symbol, n = f"{lowered.name}_{n}", n + 1
+            self.symbols_by_code[code] = symbol
+            program.kernels[symbol] = code.replace("\0kernel\0", symbol)
             program.symbols.append(symbol)
         program.external_symbols.update(lowered.external_symbols)
         status = program.status_size
