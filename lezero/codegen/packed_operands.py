@@ -184,6 +184,62 @@ def packed_operand_from_fields(fields: dict):
     told by its fields."""
     if "unsigned" in fields:
         return PackedIntegerGemmB(**fields)
+    if "out_tile" in fields:
+        return PackedNchwcWeights(**fields)
     if "col_tile" in fields:
         return PackedGemmB(**{**fields, "strides": tuple(fields["strides"])})
     return PackedGemmA(**fields)
+
+
+@dataclass(frozen=True)
+class PackedNchwcWeights:
+    """Operand ``operand``, OIHW conv weights (``out_channels x in_channels x kh x kw``, one group),
+    as the blocked conv's (``codegen/llvm/conv_nchwc.py``): ``[O / (block * out_tile)][ceil(I /
+    block)][kh][kw][block in][out_tile][block out]``, the output channels in blocks of ``block``,
+    ``out_tile`` blocks side by side; channels past ``in_channels`` / ``out_channels`` are zeros."""
+
+    operand: int
+    out_channels: int
+    in_channels: int
+    kh: int
+    kw: int
+    block: int
+    out_tile: int
+
+    groups = 1
+
+    @property
+    def group_floats(self) -> int:
+        c = self.block
+        return -(-self.out_channels // c) * c * -(-self.in_channels // c) * c * self.kh * self.kw
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        o, i, c, t = self.out_channels, self.in_channels, self.block, self.out_tile
+        if array.dtype != np.float32 or array.size != o * i * self.kh * self.kw:
+            raise ValueError(f"packing {array.dtype} {array.shape} as {self}: expected "
+                             f"{o * i * self.kh * self.kw} float32 values")
+        ob, ib = -(-o // c), -(-i // c)
+        if ob % t:
+            raise ValueError(f"packing as {self}: {ob} output blocks are not whole tiles of {t}")
+        padded = np.zeros((ob * c, ib * c, self.kh, self.kw), np.float32)
+        padded[:o, :i] = array.reshape(o, i, self.kh, self.kw)
+        packed = aligned_empty(self.group_floats, np.float32)
+        # [g, t, c_out, ib, c_in, kh, kw] -> [g, ib, kh, kw, c_in, t, c_out]
+        packed.reshape(ob // t, ib, self.kh, self.kw, c, t, c)[...] = \
+            padded.reshape(ob // t, t, c, ib, c, self.kh, self.kw).transpose(0, 3, 5, 6, 4, 1, 2)
+        return packed
+
+
+def nchw_to_blocked(array: np.ndarray, block: int) -> np.ndarray:
+    """``[N, C, H, W]`` as ``[N, ceil(C / block), H, W, block]``, the padding channels zeros."""
+    n, channels, h, w = array.shape
+    blocks = -(-channels // block)
+    padded = np.zeros((n, blocks * block, h, w), array.dtype)
+    padded[:, :channels] = array
+    return np.ascontiguousarray(padded.reshape(n, blocks, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def blocked_to_nchw(array: np.ndarray, channels: int) -> np.ndarray:
+    """The inverse of ``nchw_to_blocked``: the first ``channels`` channels as ``[N, C, H, W]``."""
+    n, blocks, h, w, block = array.shape
+    return np.ascontiguousarray(array.transpose(0, 1, 4, 2, 3).reshape(n, blocks * block, h, w)[:, :channels])
