@@ -18,14 +18,14 @@ def best_seconds(run, budget: float, max_reps: int = 100) -> float:
     return min(times)
 
 
-def alternating_medians(runs: dict, budget: float, min_reps: int = 7, max_reps: int = 200,
-                        warm_each: bool = False) -> dict:
-    """The median seconds of each of ``runs`` (name -> callable), called in turn one after another
-    (at least ``min_reps`` rounds, more while ``budget`` seconds last), after one warm-up call each.
-    Alternating makes the peers share the same load on a busy machine; the median ignores the
-    rounds someone else's burst disturbed.  ``warm_each``: every timed call follows an untimed call
-    of the same callable, so that the thread pool it uses is awake and the previous peer's pool has
-    gone idle (peers with their own pools, e.g. torch's OpenMP, otherwise pay for each other's)."""
+def alternating_times(runs: dict, budget: float, min_reps: int = 7, max_reps: int = 200,
+                      warm_each: bool = False) -> dict:
+    """The seconds of every timed call of each of ``runs`` (name -> list), called in turn one after
+    another (at least ``min_reps`` rounds, more while ``budget`` seconds last), after one warm-up call
+    each.  Alternating makes the peers share the same load on a busy machine.  ``warm_each``: every
+    timed call follows an untimed call of the same callable, so that the thread pool it uses is awake
+    and the previous peer's pool has gone idle (peers with their own pools, e.g. torch's OpenMP,
+    otherwise pay for each other's)."""
     for run in runs.values():
         run()
     times: dict = {name: [] for name in runs}
@@ -39,6 +39,14 @@ def alternating_medians(runs: dict, budget: float, min_reps: int = 7, max_reps: 
             run()
             times[name].append(time.perf_counter() - start)
         rounds += 1
+    return times
+
+
+def alternating_medians(runs: dict, budget: float, min_reps: int = 7, max_reps: int = 200,
+                        warm_each: bool = False) -> dict:
+    """The median seconds of each of ``runs`` over ``alternating_times``' rounds: the median ignores
+    the rounds someone else's burst disturbed."""
+    times = alternating_times(runs, budget, min_reps, max_reps, warm_each)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
