@@ -35,6 +35,13 @@ The per-channel slab of the kernel above (a 7x7 5x5 image: 11 rows of per-row co
 FMAs) is gone; what remains per w channels is 64 shuffles per w x w block in and out, which at 3x3
 over 14x14 costs more than the pixels-in-lanes kernel's overhead (hence the two pixel limits).
 The results are bit-identical to the kernel above's.
+
+Larger images whose output rows are a vector wide or more (``rows_in_place``: multiplier 1, stride
+1 or 2, no dilation) run ``lower_depthwise_rows``: no slab; per output row and vector of outputs,
+each tap row of the input is read in place as aligned vectors and every tap's vector is one shuffle
+of two of them (stride 2: of their even or odd lanes), so a vector of outputs costs 3 loads per tap
+row instead of one unaligned load per tap (on Zen 4 an unaligned 64-byte load touches two cache
+lines) and stride 2 no longer copies its input into phases.  Same taps, same order: bit-identical.
 """
 from __future__ import annotations
 
@@ -85,6 +92,18 @@ LANES_MAX_PIXELS_FEW_TAPS = 100
 LANES_MAX_SLAB_PIXELS = 1024
 LANES_WIDTHS = (8, 16)
 LANES_MAX_COLUMNS = 14
+# Depthwise convs (multiplier 1, stride 1 or 2, no dilation) whose output rows are at least
+# ROWS_MIN_VECTORS and at most ROWS_MAX_VECTORS vectors wide (and that channels_in_lanes leaves)
+# run ``lower_depthwise_rows``: the input read in place by aligned loads, each tap's vector a
+# shuffle of two of them (no slab, no unaligned loads), a row's vectors unrolled; ROWS_BLOCK_FLOATS
+# of sums per epilogue call.  AMD EPYC Zen 4 (znver4), 1 thread, kernel medians (minimums) of 150
+# profiled calls alternating with the slab kernel, load 6.5, us slab -> rows: dw 3x3 + ReLU6 32 at
+# 112x112 260 -> 159 (205 -> 126), s2 96 112 -> 56 384 -> 162 (277 -> 122), 144 at 56x56 305 -> 192
+# (175 -> 128), s2 144 56 -> 28 129 -> 66-76 (96 -> 51), 192 at 28x28 76-94 -> 60-63; dw 5x5 s2
+# 144 56 -> 28 + ReLU6 293 -> 186; a row of one vector (s2 192 28 -> 14: 14 columns) stays.
+ROWS_MIN_VECTORS = 1
+ROWS_MAX_VECTORS = 16
+ROWS_BLOCK_FLOATS = 2048
 
 
 def row_block(s: ConvShape, plan: ConvGemm) -> int:
@@ -259,6 +278,142 @@ def lower_depthwise_lanes(ctx: KernelContext, anchor: Operation, s: ConvShape, w
     return s.n * blocks
 
 
+def rows_in_place(s: ConvShape, w: int) -> bool:
+    """Whether a conv runs ``lower_depthwise_rows``: depthwise of multiplier 1, stride 1 or 2 (both
+    dims alike), no dilation, pads below a vector, output rows of ROWS_MIN_VECTORS to
+    ROWS_MAX_VECTORS vectors."""
+    sh, sw = s.strides
+    return (s.groups == s.c == s.o and sh == sw in (1, 2) and s.dilations == (1, 1) and w >= 4
+            and ROWS_MIN_VECTORS * w <= s.ow <= ROWS_MAX_VECTORS * w
+            and max(s.pads[1], s.kw - 1 - s.pads[1]) < w // 2)
+
+
+def lower_depthwise_rows(ctx: KernelContext, anchor: Operation, s: ConvShape, w: int) -> int:
+    """Depthwise (``rows_in_place``), one work item per (image, channel): per output row and
+    vector of ``w`` outputs at ``ow0``, the input row of each tap row is loaded as the aligned
+    vectors ``V[k] = x[c0 + k w : c0 + (k + 1) w]``, c0 = stride * ow0 (constant masks at the row's
+    ends, zeros past them; a tap row outside the image reads a row of zeros), and tap ``kw``'s
+    vector, x[c0 + stride * j + kw - pad] over the lanes j, is one shuffle of two of them (stride 2:
+    of the even / odd lanes of V[0], V[1] and one neighbour), summed in the same order as the other
+    kernels (fmuladd from zero, kh-major: bit-identical results).  Unaligned loads cost Zen 4 a
+    second cache-line access per vector, the stride-2 slab a copy of the whole input."""
+    b = ctx.b
+    module = ctx.module
+    vector = ir.VectorType(FLOAT, w)
+    zeros = ir.Constant(vector, [0.0] * w)
+    fma = declare(module, f"llvm.fmuladd.v{w}f32", vector, [vector] * 3)
+    mask_type = ir.VectorType(ir.IntType(1), w)
+    masked_load = declare(module, f"llvm.masked.load.v{w}f32.p0", vector, [PTR, I32, mask_type, vector])
+    stride = s.strides[0]
+    top, left = s.pads[0], s.pads[1]
+    row_vectors = -(-s.ow // w)
+    # the V[k] a vector reads: k from -1 (a tap left of c0) to the last one a tap right of it reaches
+    k_high = (stride * (w - 1) + s.kw - 1 - left) // w
+    low_col, high_col = -w, stride * (row_vectors - 1) * w + (k_high + 1) * w  # columns any load covers
+    zero_floats = high_col - low_col
+    planes = s.n * s.c
+    blocks = max(-(-s.oh // max(1, ROWS_BLOCK_FLOATS // s.ow)), min(s.oh, -(-MIN_ITEMS // planes)))
+    rows = -(-s.oh // blocks)
+    blocks = -(-s.oh // rows)
+    sums_floats = rows * s.ow + w
+    x_ptr, w_ptr = (ctx.fn.buffers[ctx.body.args.index(v)] for v in anchor.operands)
+    plan = ConvGemm(s, direct=True, a_block_floats=0)
+    plan.pixel_columns = True
+    tile_store = TileEpilogue(ctx, anchor, plan)
+    args = {f"buffer{i}": (p,) for i, p in enumerate(ctx.fn.buffers)}
+    taps = s.kh * s.kw
+
+    def aligned(row, first_col):
+        """x_row[first_col : first_col + w], the columns outside the row zeros (masked, constant)."""
+        inside = [0 <= first_col + j < s.w for j in range(w)]
+        if not any(inside):
+            return zeros
+        at = b.gep(row, [i64(first_col)], source_etype=FLOAT)
+        if all(inside):
+            return b.load(at, typ=vector, align=4)
+        return b.call(masked_load, [at, ir.Constant(I32, 4), ir.Constant(mask_type, [int(v) for v in inside]), zeros])
+
+    def pick(sources: dict, wanted: list):
+        """The vector of lanes ``wanted[j]`` = (source name, lane), a shuffle of at most two sources."""
+        names = sorted({name for name, _ in wanted}, key=list(sources).index)
+        assert len(names) <= 2, names
+        first = sources[names[0]]
+        if len(names) == 1 and [lane for _, lane in wanted] == list(range(w)):
+            return first
+        second = sources[names[1]] if len(names) == 2 else first
+        mask = [lane + (w if name != names[0] else 0) for name, lane in wanted]
+        return b.shuffle_vector(first, second, ir.Constant(ir.VectorType(I32, w), mask))
+
+    def tap_vectors(row, ow0):
+        """The ``s.kw`` vectors x_row[stride * (ow0 + j) + kw - left] of an output vector at ow0."""
+        c0 = stride * ow0
+        v = {k: aligned(row, c0 + k * w) for k in range(-1, k_high + 1)}
+        out = []
+        if stride == 1:
+            for kw in range(s.kw):
+                d = kw - left
+                out.append(pick({"m": v[-1], "0": v[0], "p": v[1]},
+                                [("m", w + j + d) if j + d < 0 else ("p", j + d - w) if j + d >= w else ("0", j + d)
+                                 for j in range(w)]))
+            return out
+        halves = {half: pick({"0": v[0], "1": v[1]}, [("0", 2 * j + r) if 2 * j + r < w else ("1", 2 * j + r - w)
+                                                       for j in range(w)]) for r, half in enumerate("eo")}
+        for kw in range(s.kw):
+            d = kw - left  # lane j reads column c0 + 2 j + d: lane j + e of the even (r = 0) or odd half
+            e, r = divmod(d, 2)
+            half = "eo"[r]
+            wanted = []
+            for j in range(w):
+                col = 2 * (j + e) + r  # relative to c0
+                if 0 <= j + e < w:
+                    wanted.append((half, j + e))
+                elif col < 0:
+                    wanted.append(("m", col + w))
+                else:
+                    wanted.append((f"v{col // w}", col % w))
+            sources = {half: halves[half], "m": v[-1], **{f"v{k}": v[k] for k in range(2, k_high + 1)}}
+            out.append(pick(sources, wanted))
+        return out
+
+    with b.if_then(b.icmp_signed("<", ctx.fn.begin, ctx.fn.end)):
+        raw, zero_row = aligned_workspace(b, module, zero_floats + sums_floats)
+        sums = b.gep(zero_row, [i64(zero_floats)], source_etype=FLOAT)
+        with for_range(b, 0, zero_floats, "clear") as i:
+            b.store(ir.Constant(FLOAT, 0.0), b.gep(zero_row, [i], source_etype=FLOAT), align=4)
+        zero_row = b.gep(zero_row, [i64(-low_col)], source_etype=FLOAT)  # column 0 of the row of zeros
+
+        with for_range(b, ctx.fn.begin, ctx.fn.end, "item", vectorize_enable=0) as item:
+            batch, block = (b.udiv(item, i64(blocks)), b.urem(item, i64(blocks))) if blocks > 1 else (item, i64(0))
+            channel = b.urem(batch, i64(s.c)) if s.n > 1 else batch
+            plane = b.gep(x_ptr, [b.mul(batch, i64(s.h * s.w))], source_etype=FLOAT)
+            tap_weights = b.gep(w_ptr, [b.mul(channel, i64(taps))], source_etype=FLOAT)
+            weights = [splat(b, b.load(b.gep(tap_weights, [i64(t)], source_etype=FLOAT), typ=FLOAT), w)
+                       for t in range(taps)]
+            first_row = b.mul(block, i64(rows))
+            count = min_i64(b, b.sub(i64(s.oh), first_row), rows)
+            with for_range(b, 0, count, "oh", vectorize_enable=0) as r:
+                oh = b.add(first_row, r)
+                accumulators = [zeros] * row_vectors
+                for kh in range(s.kh):
+                    ih = b.sub(b.add(b.mul(oh, i64(stride)), i64(kh)), i64(top))
+                    inside = b.icmp_unsigned("<", ih, i64(s.h))  # 0 <= ih < h
+                    row = b.select(inside, b.gep(plane, [b.mul(ih, i64(s.w))], source_etype=FLOAT), zero_row)
+                    for a in range(row_vectors):
+                        for kw, tap in enumerate(tap_vectors(row, a * w)):
+                            accumulators[a] = b.call(fma, [weights[kh * s.kw + kw], tap, accumulators[a]])
+                out = b.gep(sums, [b.mul(r, i64(s.ow))], source_etype=FLOAT)
+                for a, acc in enumerate(accumulators):  # the lanes past the row: overwritten or slack
+                    b.store(acc, b.gep(out, [i64(a * w)], source_etype=FLOAT), align=4)
+            tile = gemm_epilogue.OutputTile(b, i64(0), b.mul(first_row, i64(s.ow)), i64(1),
+                                            b.mul(count, i64(s.ow)), sums, 1, sums_floats, False,
+                                            {**args, "batch": (batch,)})
+            tile_store.emit(tile)
+        b.call(declare(module, "free", VOID, [PTR]), [raw])
+    ctx.s.external_symbols |= tile_store.external_symbols
+    ctx.fn.finish()
+    return planes * blocks
+
+
 def lower_depthwise(ctx: KernelContext, anchor: Operation, s: ConvShape) -> int:
     """The ABI function over work items ``batch * blocks + block`` (see the module docstring)."""
     b = ctx.b
@@ -266,6 +421,8 @@ def lower_depthwise(ctx: KernelContext, anchor: Operation, s: ConvShape) -> int:
     w = gemm.GemmConfig.for_target(ctx.cpu).vector_width
     if channels_in_lanes(s, w):
         return lower_depthwise_lanes(ctx, anchor, s, w)
+    if rows_in_place(s, w):
+        return lower_depthwise_rows(ctx, anchor, s, w)
     vector = ir.VectorType(FLOAT, w)
     zeros = ir.Constant(vector, [0.0] * w)
     fma = declare(module, f"llvm.fmuladd.v{w}f32", vector, [vector] * 3)

@@ -69,6 +69,14 @@ CASES = {
     "lanes_5x5_28x28": ((1, 3, 28, 28), (3, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=3)),
     "lanes_wide_rows": ((1, 16, 3, 30), (16, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=16)),
     "lanes_3x3_s2_asymmetric": ((1, 33, 9, 8), (33, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 0, 0, 1), groups=33)),
+    # the input's rows read in place (depthwise.rows_in_place): rows of a vector or more at strides 1 and
+    # 2, a row tail, two images, 5x5, asymmetric pads, row blocks cut for the threads
+    "rows_3x3_s1_tail": ((1, 3, 10, 40), (3, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=3)),
+    "rows_3x3_s2_two_images": ((2, 3, 11, 70), (3, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1), groups=3)),
+    "rows_5x5_s2": ((1, 2, 9, 67), (2, 1, 5, 5), attrs_of(strides=(2, 2), pads=(2, 2, 2, 2), groups=2)),
+    "rows_5x5_s1": ((1, 2, 6, 36), (2, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=2)),
+    "rows_asymmetric_pads": ((1, 2, 7, 48), (2, 1, 3, 3), attrs_of(strides=(2, 2), pads=(0, 0, 2, 1), groups=2)),
+    "rows_wide_s1": ((1, 1, 5, 112), (1, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=1)),
     "se_reduce": ((1, 67, 1, 1), (5, 67, 1, 1), attrs_of()),
     "se_expand": ((1, 5, 1, 1), (70, 5, 1, 1), attrs_of()),
     "se_grouped_two_images": ((2, 12, 1, 1), (9, 4, 1, 1), attrs_of(groups=3)),
@@ -138,8 +146,51 @@ def test_small_images_put_channels_in_the_lanes():
         assert lower_kernel(kernel).work_items == 2 * -(-40 // width)
 
 
-def test_row_blocks_cut_large_images_and_keep_few_for_many_channels():
+ROWS_CASES = {name: case for name, case in CASES.items() if name.startswith("rows_")
+              or name in ("row_blocks", "wide_rows_stride_2", "3x3_s2_odd")}
+
+
+@pytest.mark.cross_target(cases=ROWS_CASES, group=kind)
+def test_rows_in_place_equal_the_q_space_kernel_bit_for_bit(cpu, case, monkeypatch):
+    """The same taps in the same order (fmuladd from zero, kh-major) as the slab kernel: equal results."""
+    x_shape, w_shape, attrs = case
+    (module, kernel), bias_shape = silu_kernel(x_shape, w_shape, attrs)
+    rng = np.random.default_rng(sum(x_shape))
+    inputs = [random_array(rng, s, np.float32) for s in (x_shape, w_shape, bias_shape)]
+    rows = run_on(cpu, kernel, inputs, 3)
+    monkeypatch.setattr(depthwise, "ROWS_MIN_VECTORS", 10 ** 6)
+    np.testing.assert_array_equal(rows, run_on(cpu, kernel, inputs, 1), err_msg=f"cpu {cpu}")
+
+
+def test_depthwise_rows_read_in_place_where_rows_are_a_vector_wide():
+    """Multiplier 1, stride 1 or 2 alike, no dilation, pads under half a vector, 1..16 vectors a row."""
+    def shape(c, size, k, stride=1, o=None, dilation=1, width=None):
+        out = (size + 2 * (k // 2) * dilation - dilation * (k - 1) - 1) // stride + 1
+        return ConvShape(1, c, size, width or size, o or c, k, k, out, out if width is None else
+                         (width + 2 * (k // 2) * dilation - dilation * (k - 1) - 1) // stride + 1, c,
+                         (stride, stride), (k // 2 * dilation,) * 4, (dilation, dilation))
+
+    for s, width, expected in [(shape(32, 112, 3), 16, True), (shape(96, 112, 3, 2), 16, True),
+                               (shape(144, 56, 3), 16, True), (shape(144, 56, 3, 2), 16, True),
+                               (shape(192, 28, 3, 2), 16, False),
+                               (shape(144, 56, 3, 2), 8, True), (shape(144, 56, 5, 2), 8, True),
+                               (shape(144, 56, 5, 2), 4, False), (shape(16, 56, 3, o=32), 16, False),
+                               (shape(16, 56, 3, dilation=2), 16, False), (shape(8, 4, 3, width=600), 16, False),
+                               (shape(8, 9, 3, 3), 8, False)]:
+        assert depthwise.rows_in_place(s, width) == expected, (s, width)
+    module, kernel = silu_kernel((1, 16, 28, 112), (16, 1, 3, 3), attrs_of(strides=(2, 2), pads=(1, 1, 1, 1),
+                                                                          groups=16))[0]
+    asm = jit.emit_assembly(lower_kernel(kernel).llvm_ir)
+    assert "vfmadd" in asm or "fmla" in asm
+    assert "gather" not in asm and "scatter" not in asm
+
+
+def test_row_blocks_cut_large_images_and_keep_few_for_many_channels(monkeypatch):
     module, kernel = silu_kernel(*CASES["row_blocks"][:3])[0]
+    # the input's rows in place: one image of one channel cut into MIN_ITEMS blocks at most, of 3
+    # rows here (40 = 13 * 3 + 1)
+    assert lower_kernel(kernel).work_items == 14
+    monkeypatch.setattr(depthwise, "ROWS_MIN_VECTORS", 10 ** 6)  # the q-space kernel: the same blocks
     # one image of one channel: MIN_ITEMS blocks at most, of 3 rows here (40 = 13 * 3 + 1)
     assert lower_kernel(kernel).work_items == 14
     module, kernel = silu_kernel((1, 64, 28, 28), (64, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=64))[0]
