@@ -11,6 +11,13 @@ config.excludes = ["Output"]
 config.test_source_root = os.path.dirname(__file__)
 # lezero-opt and filecheck live next to the Python that runs lit (the project's venv).
 config.environment["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-for var in ("HOME", "LEZERO_CACHE_DIR", "TRITON_INTERPRET"):
+PASSED = ("HOME", "LEZERO_CACHE_DIR", "TRITON_INTERPRET")  # test_filecheck.py starts its server with these (and PATH)
+for var in PASSED:
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# test_filecheck.py runs lezero-opt through one server that has lezero imported (tests/support/opt_server.py):
+# its client, in the bin folder beside the socket, comes first on the PATH.
+if "LEZERO_OPT_SERVER" in os.environ:
+    config.environment["LEZERO_OPT_SERVER"] = os.environ["LEZERO_OPT_SERVER"]
+    config.environment["PATH"] = (os.path.join(os.path.dirname(os.environ["LEZERO_OPT_SERVER"]), "bin") + os.pathsep
+                                  + config.environment["PATH"])
