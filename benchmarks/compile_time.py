@@ -11,13 +11,19 @@ first with an empty ``LEZERO_CACHE_DIR`` (cold), then with the same directory (w
   in the background while the rest lower) and loading the code; the kernels of the plan, how many
   were lowered (identical ones are lowered once) and compiled (a warm start lowers and compiles
   none, unless lezero's sources changed in between: its cache keys hold their fingerprint); and
-  the CPU seconds of the process and of its compiler processes (this machine is shared: CPU time
-  says what wall time cannot).
+  the CPU seconds of the compile (the process's after its imports: ``CPU s``, which counts the
+  first run too) and of its compiler processes (this machine is shared: CPU time says what wall
+  time cannot).
 
     .venv/bin/python benchmarks/compile_time.py [model or suite ...]
+    .venv/bin/python benchmarks/compile_time.py --before ../old-checkout [model or suite ...]
 
 A suite name (``light``: the nine ONNX light models, ``torchvision``, ``transformers``, ``all``)
-stands for its models (issue 11's must-show: cold and warm for all of them).
+stands for its models (issue 11's must-show: cold and warm for all of them).  ``--before TREE``
+(another checkout of lezero) compares the two: per model cold in that tree, cold in this one,
+then warm in each, each tree with its own cache directory, so that both see the same load; it
+prints the wall seconds, the CPU seconds of the compile (the process's after its imports, and its
+compiler processes') and the load average next to each row.
 """
 from __future__ import annotations
 
@@ -97,6 +103,9 @@ import lezero.onnx
 from model_zoo import MODELS
 bench = MODELS[sys.argv[1]]
 feeds = bench.feeds(onnx.load(bench.path, load_external_data=False))
+import resource
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu_before = usage.ru_utime + usage.ru_stime  # the interpreter's start and the imports
 start = time.perf_counter()
 compiled = lezero.onnx.compile(bench.path, upgrade_opset=bench.upgrade_opset)
 imported = time.perf_counter() - start
@@ -104,12 +113,16 @@ compiled.run(feeds)
 first = time.perf_counter() - start
 start = time.perf_counter()
 compiled.run(feeds)
-result = {"import_s": imported, "total": first - (time.perf_counter() - start)}
+result = {"import_s": imported, "total": first - (time.perf_counter() - start), "cpu_before": cpu_before}
 """ + REPORT
 
 
-def child(code: str, args: list, cache_dir: str) -> dict:
+def child(code: str, args: list, cache_dir: str, tree: str | None = None) -> dict:
+    """``code`` run in a fresh process with the kernel cache ``cache_dir``, lezero imported from
+    ``tree`` (a checkout) when given."""
     env = dict(os.environ, LEZERO_CACHE_DIR=cache_dir, LEZERO_NUM_THREADS=str(THREADS))
+    if tree is not None:
+        env["PYTHONPATH"] = os.path.abspath(tree)
     done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"a compile-time child failed:\n{done.stderr[-3000:]}")
@@ -145,8 +158,25 @@ def models(names) -> None:
             passes = r["total"] - r["import_s"] - r["lower_s"] - r["llvm_wait_s"] - r["load_s"]
             print(f"{name if phase == 'cold' else '':16} {phase:5} {r['total']:9.2f} {r['import_s']:7.2f} "
                   f"{passes:7.2f} {r['lower_s']:6.2f} {r['llvm_wait_s']:6.2f} {r['load_s']:6.2f} "
-                  f"{r['kernels']:7d} {r['lowered']:7d} {r['compiled']:8d} {r['cpu_s']:6.1f} "
+                  f"{r['kernels']:7d} {r['lowered']:7d} {r['compiled']:8d} {r['cpu_s'] - r['cpu_before']:6.1f} "
                   f"{r['compiler_cpu_s']:10.1f}", flush=True)
+
+
+def before_and_after(before: str, names) -> None:
+    """Each model compiled by the checkout ``before`` and by this one, alternating (module docstring)."""
+    print(f"{'model':20} {'':5} {'tree':6} {'compile s':>9} {'CPU s':>6} {'+compilers':>10} {'lowered':>7} "
+          f"{'compiled':>8}  load")
+    trees = (("before", before), ("after", os.path.dirname(HERE)))
+    for name in names:
+        bench = model_zoo.MODELS[name]
+        model_zoo.export(bench)
+        with tempfile.TemporaryDirectory(prefix="lezero-compile-time-") as caches:
+            for phase in ("cold", "warm"):
+                for tree, root in trees:
+                    r = child(MODEL_CHILD, [name, HERE], os.path.join(caches, tree), root)
+                    load = open("/proc/loadavg").read().split()[0]
+                    print(f"{name:20} {phase:5} {tree:6} {r['total']:9.2f} {r['cpu_s'] - r['cpu_before']:6.2f} "
+                          f"{r['compiler_cpu_s']:10.2f} {r['lowered']:7d} {r['compiled']:8d}  {load}", flush=True)
 
 
 def model_names(args) -> list:
@@ -160,6 +190,10 @@ def model_names(args) -> list:
 
 def main(args) -> None:
     print(f"compile time on {cpu_model()}")
+    if args[:1] == ["--before"] and len(args) > 1:
+        before_and_after(args[1], model_names(args[2:]) or DEFAULT_MODELS)
+        print(f"\nafter: {cpu_model()}")
+        return
     programs()
     print()
     models(model_names(args) or DEFAULT_MODELS)

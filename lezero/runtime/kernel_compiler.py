@@ -81,6 +81,7 @@ class KernelCompiler:
             try:
                 parsed = jit.optimized_module(llvm_ir, target_machine, opt_level)
                 with jit._compile_lock:
+                    object_compiler.apply_codegen_options(target_machine.triple)
                     future.set_result(target_machine.emit_object(parsed))
             except Exception as e:  # noqa: BLE001 - the kernel's caller raises it
                 future.set_exception(RuntimeError(f"LLVM failed to compile kernel {name}: {e}"))

@@ -3,6 +3,7 @@ by their content (identical kernels compiled once, a warm start lowering nothing
 from __future__ import annotations
 
 import ctypes
+import gc
 import re
 
 import numpy as np
@@ -65,6 +66,23 @@ def test_a_module_is_compiled_once_then_read_from_disk(tmp_path, kernel, monkeyp
     run(kernel_cache.LoadedKernel(engine, address, kernel.name), kernel)
     with pytest.raises(RuntimeError, match="no symbol 'lz_absent'"):
         KernelCache(tmp_path).load_module(kernel.llvm_ir, (kernel.name, "lz_absent"))
+    assert [p.name for p in tmp_path.rglob("*.o")] == [entry.name]
+
+
+def test_the_loop_walker_is_read_from_disk_by_a_later_process(tmp_path, monkeypatch):
+    """Every plan runs through the loop walker (``lz_run_program``): a process compiles it once
+    into the cache, a later one reads its object and compiles nothing."""
+    from lezero.runtime import loop_driver
+
+    monkeypatch.setattr(loop_driver, "default_cache", lambda: KernelCache(tmp_path))
+    loop_driver._walker.__wrapped__()
+    (entry,) = tmp_path.rglob("*.o")
+
+    def compile_again(*args):
+        raise AssertionError("the walker's object is on disk: nothing compiles")
+
+    monkeypatch.setattr(kernel_cache, "_compile_object", compile_again)
+    assert loop_driver._walker.__wrapped__().keepalive is not None
     assert [p.name for p in tmp_path.rglob("*.o")] == [entry.name]
 
 
@@ -141,6 +159,25 @@ def test_identical_kernels_are_lowered_and_compiled_once(tmp_path):
     assert kernel_cache.kernel_text(first) == kernel_cache.kernel_text(second)
     assert (cache.stats.lowerings, cache.stats.compiles, cache.stats.memory_hits) == (1, 1, 1)
     assert len(list(tmp_path.rglob("*.k"))) == len(list(tmp_path.rglob("*.o"))) == 1
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_lowering_pauses_the_garbage_collector_and_restores_it(tmp_path, monkeypatch, enabled):
+    """The collector is off while a kernel lowers (its full passes over the growing llvmlite
+    module were half the lowering's time) and in its former state after, on and off alike."""
+    seen = []
+
+    def lower_and_look(op, cpu=None):
+        seen.append(gc.isenabled())
+        return lower_kernel(op, cpu=cpu)
+
+    monkeypatch.setattr(kernel_cache, "lower_kernel", lower_and_look)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        compiled_twice(KernelCache(tmp_path))
+        assert seen == [False] and gc.isenabled() == enabled  # one kernel lowered, its twin a hit
+    finally:
+        gc.enable()
 
 
 def test_kernel_text_differs_with_what_the_kernel_computes(tmp_path):

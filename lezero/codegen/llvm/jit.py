@@ -19,7 +19,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from lezero.codegen.errors import TargetError
-from lezero.codegen.llvm.object_compiler import OPT_LEVEL, optimize_module, parse_module
+from lezero.codegen.llvm.object_compiler import OPT_LEVEL, apply_codegen_options, optimize_module, parse_module
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
 
 _compile_lock = threading.Lock()  # LLVM contexts are not safe to mutate from several threads
@@ -46,6 +46,7 @@ def emit_assembly(module: ir.Module | str, cpu: CpuTarget | str | None = None) -
     target_machine = shared_target_machine(cpu_target(cpu))
     parsed = optimized_module(module, target_machine)
     with _compile_lock:
+        apply_codegen_options(target_machine.triple)
         return target_machine.emit_assembly(parsed)
 
 
@@ -54,6 +55,7 @@ def emit_object(module: ir.Module | str, cpu: CpuTarget | str | None = None) -> 
     target_machine = shared_target_machine(cpu_target(cpu), jit=False)
     parsed = optimized_module(module, target_machine)
     with _compile_lock:
+        apply_codegen_options(target_machine.triple)
         return target_machine.emit_object(parsed)
 
 
@@ -82,6 +84,7 @@ def emit_linked_object(modules, exported, cpu: CpuTarget | str | None = None) ->
                 else:
                     value.linkage = "internal"
             linked.link_in(parsed)
+        apply_codegen_options(target_machine.triple)
         return target_machine.emit_object(linked)
 
 
@@ -118,6 +121,7 @@ class CompiledModule:
         parsed = optimized_module(module, shared_target_machine(cpu))
         with _compile_lock:
             self._engine = execution_engine(cpu, parsed)
+            apply_codegen_options(cpu.triple)
             self._engine.finalize_object()
         self.llvm_module = parsed
 
