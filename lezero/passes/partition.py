@@ -474,10 +474,24 @@ class Partitioner:
         return saved
 
     def cycle_through(self, a: int, b: int):
-        """A third group on a path from ``a`` to ``b`` (merging them would close a cycle), or None."""
-        for s in self.graph.successors(a):
-            if s != b and nx.has_path(self.graph, s, b):
-                return s
+        """A third group on a path from ``a`` to ``b`` (merging them would close a cycle), or None:
+        the first successor of ``a`` but ``b`` that reaches ``b``.  One search serves them all (a
+        group that an earlier successor reached without finding ``b`` cannot lead a later one to
+        it); a ``has_path`` per successor was half of DenseNet-121's pass pipeline."""
+        successors = self.graph.succ
+        seen: set[int] = set()
+        for s in successors[a]:
+            if s == b or s in seen:
+                continue
+            seen.add(s)
+            stack = [s]
+            while stack:
+                for n in successors[stack.pop()]:
+                    if n == b:
+                        return s
+                    if n not in seen:
+                        seen.add(n)
+                        stack.append(n)
         return None
 
     def can_fuse(self, a: int, b: int) -> tuple[bool, str]:
