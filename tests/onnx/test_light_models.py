@@ -14,6 +14,7 @@ import pytest
 from onnx import numpy_helper
 
 import lezero.onnx
+from lezero.onnx.importer import upgrade
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 FASTEST = ["zfnet512", "bvlc_alexnet", "vgg19", "squeezenet"]
@@ -71,9 +72,9 @@ def onnxruntime_outputs(m: onnx.ModelProto, feeds: dict) -> list:
     return session.run(None, feeds)
 
 
-def check(m: onnx.ModelProto) -> None:
+def check(m: onnx.ModelProto, upgrade_opset: bool = True) -> None:
     feeds = feeds_for(m)
-    got = lezero.onnx.compile(m, upgrade_opset=True).run(feeds)
+    got = lezero.onnx.compile(m, upgrade_opset=upgrade_opset).run(feeds)
     for name, want in zip(got, onnxruntime_outputs(m, feeds)):
         np.testing.assert_allclose(got[name], want, rtol=RTOL, atol=1e-6 * float(np.abs(want).max()), err_msg=name)
 
@@ -87,7 +88,9 @@ def test_light_model_matches_onnxruntime(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RANDOM_WEIGHTS)
 def test_light_model_with_random_weights_matches_onnxruntime(name):
-    m = with_random_weights(load(name))
+    # weights put in after the upgrade to opset 11 (which test_light_model_matches_onnxruntime checks):
+    # ONNX's version converter copies every initializer, 5 of zfnet512's 21 s with them in
+    m = with_random_weights(upgrade(load(name)))
     outputs = onnxruntime_outputs(m, feeds_for(m))
     assert np.ptp(outputs[0]) > 1e-6  # the random weights make the scores differ: the check sees every layer
-    check(m)
+    check(m, upgrade_opset=False)
