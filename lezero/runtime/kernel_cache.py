@@ -438,7 +438,7 @@ class KernelCache:
     # --- inside ----------------------------------------------------------------------------------
     def _lower(self, kernel_op: Operation, cpu: CpuTarget) -> LoweredKernel:
         start = time.perf_counter()
-        with _collector_paused():
+        with collector_paused():
             lowered = lower_kernel(kernel_op, cpu=cpu)
         self.stats.lower_seconds += time.perf_counter() - start
         self.stats.lowerings += 1
@@ -576,13 +576,14 @@ _PAUSES_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _collector_paused():
+def collector_paused():
     """Python's cyclic garbage collector off while a kernel is lowered (in any thread), back to
     its former state after the last.  Lowering builds an llvmlite module of ~10^5 objects that all
     live until it is printed, so the collector's full passes, which it starts each time the live
     objects grew by a quarter, walked the whole heap again and again: half of the lowering's CPU
     time (ResNet-50's 28 kernels 1.5-1.8 -> 0.73-0.95 s).  The module's cycles are garbage after
-    it is printed; the collector frees them in one pass later."""
+    it is printed; the collector frees them in one pass later.  A new shape's substitution
+    (``lezero.onnx.compiled_model``) runs under it too."""
     with _PAUSES_LOCK:
         if _PAUSES[0] == 0:
             _PAUSES[1] = gc.isenabled()
