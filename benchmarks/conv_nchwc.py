@@ -5,6 +5,7 @@
 Run it as
 
     .venv/bin/python benchmarks/conv_nchwc.py [--reps 40] [--only 14x14]
+    .venv/bin/python benchmarks/conv_nchwc.py --models resnet18,resnet50 [--threads 2]
 
 A chain is the fair per-conv comparison with ORT: inside a model ORT reorders to its NCHWc layout
 once at the input and once at the output, around a lone conv it pays both.  lezero NCHW: the chain
@@ -14,6 +15,10 @@ place them at a model's ends), their result checked against ORT's.  Times are CP
 calling thread (``time.thread_time``: on a shared machine wall-clock medians move 2x with the
 load), medians and minimums of ``--reps`` rounds, the three variants in a new random order each
 round.  The CPU model, LLVM's CPU name and the load average are printed with the numbers.
+
+``--models``: whole exports of ``build/bench-models/`` (``benchmarks/onnx_models.py`` builds them)
+compiled twice in one process, with the blocked-layout pass (``passes/layout.py``) and without it
+(NCHW everywhere), alternated with ORT: CPU time with 1 thread, wall time with more.
 """
 from __future__ import annotations
 
@@ -22,14 +27,15 @@ import ctypes
 import os
 import time
 
-os.environ.setdefault("LEZERO_NUM_THREADS", "1")
-
-import numpy as np  # noqa: E402
-
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--reps", type=int, default=40)
 parser.add_argument("--only", default="", help="only the chains whose names contain one of these comma-separated words")
+parser.add_argument("--models", default="", help="comma-separated exports in build/bench-models/ to time whole instead")
+parser.add_argument("--threads", type=int, default=1, help="--models: lezero's and ORT's threads")
 args = parser.parse_args()
+os.environ["LEZERO_NUM_THREADS"] = str(args.threads)  # before lezero starts its pool
+
+import numpy as np  # noqa: E402
 
 # name, channels of the chain's activations (c0 -> c1 -> ... -> c4), image size, kernel
 CHAINS = [
@@ -65,17 +71,12 @@ class BlockedChain:
     """The chain's four blocked kernels, compiled for the host, with their buffers."""
 
     def __init__(self, channels, size, k, weights, block):
-        import llvmlite.ir as ir
-
-        from lezero.codegen.llvm.conv_nchwc import NchwcConv, lower_nchwc_conv
+        from lezero.codegen.llvm.conv_nchwc import NchwcConv, nchwc_conv_module
         from lezero.codegen.llvm.jit import compile_module
 
-        module, self.convs = ir.Module(), []
-        for i, (c, o) in enumerate(zip(channels, channels[1:])):
-            conv = NchwcConv(1, c, o, size, size, (k, k), (1, 1), (k // 2,) * 4, block, relu=True)
-            lower_nchwc_conv(module, f"conv{i}", conv)
-            self.convs.append(conv)
-        self.module = compile_module(module)
+        self.convs = [NchwcConv(1, c, o, size, size, (k, k), (1, 1), (k // 2,) * 4, block, relu=True)
+                      for c, o in zip(channels, channels[1:])]
+        self.modules = [compile_module(nchwc_conv_module(f"conv{i}", conv)) for i, conv in enumerate(self.convs)]
         self.calls, self.keep = [], []
         activations = [np.zeros((1, -(-c // block), size, size, block), np.float32) for c in channels]
         for i, (conv, (w, bias)) in enumerate(zip(self.convs, weights)):
@@ -83,7 +84,7 @@ class BlockedChain:
             padded_bias[:conv.out_channels] = bias
             buffers = [activations[i], conv.weights(1).pack(w), padded_bias, activations[i + 1]]
             self.keep += buffers
-            function = self.module.ctypes_function(f"conv{i}", None, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64])
+            function = self.modules[i].ctypes_function(f"conv{i}", None, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64])
             self.calls.append((function, (ctypes.c_void_p * 4)(*[a.ctypes.data for a in buffers]), conv.work_items()))
         self.input, self.output = activations[0], activations[-1]
 
@@ -146,5 +147,62 @@ def main() -> None:
     print(f"load after: {open('/proc/loadavg').read().split()[0]}")
 
 
+def compare_models() -> None:
+    import platform
+
+    import onnx
+    import onnxruntime as ort
+
+    import lezero.onnx
+    from lezero.codegen.llvm import backend
+    from lezero.codegen.llvm.target import host_target
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    clock = time.thread_time if args.threads == 1 else time.perf_counter
+    print(f"batch 1, {args.threads} threads, {cpu} (LLVM {host_target().cpu}), onnxruntime {ort.__version__}; "
+          f"{'CPU' if args.threads == 1 else 'wall'}-time medians (minimums) of {args.reps} alternating rounds, ms; "
+          f"load {open('/proc/loadavg').read().split()[0]}")
+    print(f"{'model':<14}{'NCHW':>18}{'blocked':>18}{'ORT':>18}{'blocked/NCHW':>14}{'blocked/ORT':>13}"
+          f"{'NCHW/ORT':>10}{'rel. error':>12}")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    for name in args.models.split(","):
+        proto = onnx.load(os.path.join(os.path.dirname(__file__), "..", "build", "bench-models", f"{name}.onnx"))
+        feeds = {proto.graph.input[0].name: np.random.default_rng(0).standard_normal(
+            [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)}
+        blocked = lezero.onnx.compile(proto)
+        blocked.run(feeds)  # lowered now, with the pass in the pipeline
+        layout_block, backend.layout_block = backend.layout_block, lambda: None
+        try:
+            plain = lezero.onnx.compile(proto)
+            plain.run(feeds)
+        finally:
+            backend.layout_block = layout_block
+        theirs = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        expected = theirs.run(None, feeds)[0]
+        errors = [float(np.abs(list(m.run(feeds).values())[0] - expected).max() / np.abs(expected).max())
+                  for m in (plain, blocked)]
+        runs = [lambda: plain.run(feeds), lambda: blocked.run(feeds), lambda: theirs.run(None, feeds)]
+        times = tuple([] for _ in runs)
+        order = np.random.default_rng(0)
+        for _ in range(args.reps):
+            for i in order.permutation(len(runs)):
+                start = clock()
+                runs[i]()
+                times[i].append(clock() - start)
+        medians = [float(np.median(t)) for t in times]
+        cells = "".join(f"{m * 1e3:>9.2f} ({min(t) * 1e3:.2f})" for m, t in zip(medians, times))
+        print(f"{name:<14}{cells}{medians[1] / medians[0]:>14.3f}{medians[1] / medians[2]:>13.3f}"
+              f"{medians[0] / medians[2]:>10.3f}{errors[1]:>12.1e}", flush=True)
+    print(f"load after: {open('/proc/loadavg').read().split()[0]}; rel. error: the blocked model's largest "
+          f"difference from ORT over ORT's largest magnitude (NCHW's: {errors[0]:.1e} for the last model)")
+
+
 if __name__ == "__main__":
-    main()
+    if args.models:
+        compare_models()
+    else:
+        main()

@@ -100,6 +100,7 @@ class KindLowerings:
     scatter_nd: Callable
     attention: Callable | None = None  # kind "attention" (the CPU's; other targets never get one)
     matmul_integer: Callable | None = None  # a kernel of lz.matmul_integer / lz.conv_integer and its epilogue (the CPU's, issue 12)
+    conv_blocked: Callable | None = None  # kind "conv_blocked": lz.conv2d_blocked (the CPU's, issue 11 item 3)
 
 
 def lower_kernel(kernel_op: Operation, target: str, make_context: Callable, lowerings: KindLowerings,
@@ -133,6 +134,8 @@ def lower_kernel(kernel_op: Operation, target: str, make_context: Callable, lowe
         return ctx, lowerings.contraction(ctx)
     if kind == "attention" and lowerings.attention is not None:
         return ctx, lowerings.attention(ctx)
+    if kind == "conv_blocked" and lowerings.conv_blocked is not None:
+        return ctx, lowerings.conv_blocked(ctx)
     raise LoweringError(f"failed to lower lz.kernel {attrs.name} of kind '{kind}' for {target}: unknown kernel "
                         "kind", kernel_op.location)
 
@@ -175,6 +178,10 @@ def estimate_flops(body) -> int:
             continue
         if op.name in CONTRACTION_OPS or op.name in INTEGER_CONTRACTIONS:
             total += contraction_flops(op)
+        elif op.name == "lz.conv2d_blocked":  # 2 x the multiply-adds of the channels that are not padding
+            o, c, kh, kw = op.operands[1].type.shape
+            n, _, oh, ow, _ = op.results[0].type.shape
+            total += 2 * n * o * oh * ow * c * kh * kw
         elif op.name == "lz.attention":  # the two products, and exp per score
             q, k, v = (x.type.shape for x in op.operands[:3])
             total += math.prod(q[:-1]) * k[-2] * (2 * q[-1] + 2 * v[-1] + 1)

@@ -49,9 +49,12 @@ KERNEL_PIPELINE = ("shape-infer,fuse-attention,fold-qdq,decompose{keep=lz.attent
 def kernel_pipeline(target: str = "cpu") -> str:
     """``KERNEL_PIPELINE`` partitioning for ``target``."""
     targets.check_target(target)
-    targets.backend(target)  # registers what it runs with placement, its fusion facts with partition's cost model
+    backend = targets.backend(target)  # registers what it runs with placement, its fusion facts with partition's cost model
     if target == "cpu":
-        return KERNEL_PIPELINE
+        # issue 11: convs over channel-blocked activations where the CPU's vectors fit a block
+        block = backend.layout_block()
+        return KERNEL_PIPELINE if block is None else \
+            KERNEL_PIPELINE.replace("partition,", f"blocked-layout{{block={block}}},dce,partition,")
     # fuse-attention makes CPU kernels (kind "attention", lezero/codegen/llvm/attention.py); other
     # targets run lz.attention's decomposition.  The GPU keeps the int8 contractions whole too
     # (tl.dot on int8 tiles: triton/contraction.py), so fold-qdq makes them of QDQ models as for the CPU
@@ -92,7 +95,7 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
 
 # Kernel kinds whose CPU lowering reads constant operands pre-packed (issue 11: a conv's weights,
 # a matmul's constant B).
-PACKED_CONSTANT_KINDS = ("conv", "matmul")
+PACKED_CONSTANT_KINDS = ("conv", "matmul", "conv_blocked")
 # ... and those that read a loop's invariants pre-packed in its body (issue 17: an RNN's recurrent
 # weight, packed once per run of the loop instead of once per iteration).
 PACKED_INVARIANT_KINDS = ("conv", "matmul")

@@ -27,6 +27,7 @@ from lezero.passes.autocast import Autocast  # issue 13: mixed precision
 from lezero.passes.loop_sums import LoopSums  # issue 17: an RNN's weight gradient as one GEMM
 from lezero.passes.fold_qdq import FoldQdq  # issue 12: QDQ matmuls as the int8 GEMM
 from lezero.passes.bucket_all_reduce import BucketAllReduce  # issue 14: DDP's buckets as start/wait pairs
+from lezero.passes.layout import BlockedLayout  # issue 11: convs over channel-blocked activations
 
 # name -> pass class, for every pass lezero ships
 BUILTIN_PASSES: dict[str, type[Pass]] = {
@@ -46,6 +47,7 @@ BUILTIN_PASSES: dict[str, type[Pass]] = {
     "loop-sums": LoopSums,  # issue 17: an RNN's weight gradient as one GEMM
     "fold-qdq": FoldQdq,  # issue 12: QDQ matmuls as the int8 GEMM
     "bucket-all-reduce": BucketAllReduce,  # issue 14: DDP's buckets as start/wait pairs
+    "blocked-layout": BlockedLayout,  # issue 11: convs over channel-blocked activations
 }
 
 _PASSES: dict[str, type[Pass]] = {}

@@ -113,6 +113,17 @@ def _torch_conv(x, w, attrs):
                     groups=attrs.get("groups", 1))
 
 
+def _torch_conv_blocked(attrs, x, w, bias, *residual):
+    """lz.conv2d_blocked in torch: the blocked input as NCHW, conv, bias, blocked again, residual, relu."""
+    n, cb, h, wd, c = x.shape
+    plain = x.permute(0, 1, 4, 2, 3).reshape(n, cb * c, h, wd)[:, :w.shape[1]]
+    y = _torch_conv(plain, w, attrs)
+    y = F.pad(y, (0, 0, 0, 0, 0, bias.shape[0] - w.shape[0])) + bias.reshape(1, -1, 1, 1)
+    y = y.reshape(n, -1, c, *y.shape[2:]).permute(0, 1, 3, 4, 2)
+    y = y + residual[0] if residual else y
+    return torch.relu(y) if attrs.get("relu") else y
+
+
 def _reduce(fn):
     def run(attrs, x):
         axes = attrs.get("axes") or list(range(x.dim()))
@@ -152,6 +163,7 @@ TORCH = {
     "lz.attention": lambda a, q, k, v, *mask: torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=mask[0] if mask else None, scale=a["scale"]),
     "lz.conv2d": lambda a, x, w: _torch_conv(x, w, a),
+    "lz.conv2d_blocked": _torch_conv_blocked,
     "lz.max_pool2d": lambda a, x: F.max_pool2d(x, a["kernel"], a.get("strides", 1), _symmetric(a.get("pads", (0,) * 4)),
                                                a.get("dilations", 1), ceil_mode=a.get("ceil_mode", False)),
     "lz.avg_pool2d": lambda a, x: F.avg_pool2d(x, a["kernel"], a.get("strides", 1), _symmetric(a.get("pads", (0,) * 4)),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import lezero
-from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB
+from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB, PackedNchwcWeights
 from lezero.ir import interpret
 from lezero.ir.builder import Builder
 from lezero.ir.core import FuncOp, ModuleOp
@@ -27,7 +27,10 @@ def two_convs_sharing_weights(w: np.ndarray) -> ModuleOp:
     return ModuleOp([func])
 
 
-def test_constant_conv_weights_are_packed_once_and_kept_for_other_readers():
+def test_constant_conv_weights_are_packed_once_and_kept_for_other_readers(monkeypatch):
+    from lezero.codegen.llvm import backend
+
+    monkeypatch.setattr(backend, "layout_block", lambda: None)  # NCHW convs (the blocked ones: below)
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((13, 13, 3, 3)) * 0.2).astype(np.float32)  # 13 rows: a partial sliver
     x = rng.standard_normal((1, 13, 9, 11)).astype(np.float32)
@@ -46,6 +49,26 @@ def test_constant_conv_weights_are_packed_once_and_kept_for_other_readers():
     packed_refs = {launch.operands[spec.operand] for launch in convs}
     assert len(packed_refs) == 1  # packed once for both kernels
     (packed_ref,) = packed_refs
+    np.testing.assert_array_equal(plan.constants[packed_ref.where], spec.pack(w))
+
+
+def test_blocked_conv_weights_are_packed_once_too(monkeypatch):
+    from lezero.codegen.llvm import backend
+
+    monkeypatch.setattr(backend, "layout_block", lambda: 8)
+    w = (np.random.default_rng(4).standard_normal((15, 15, 3, 3)) * 0.2).astype(np.float32)  # 15 of 16 lanes
+    x = np.random.default_rng(5).standard_normal((1, 15, 9, 11)).astype(np.float32)
+    module = two_convs_sharing_weights(w)
+    compiled = lezero.compile(module)
+    z, returned = compiled(x)
+    np.testing.assert_allclose(z, interpret(module, "f", x)[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(returned, w)
+    plan = compiled.plan_for([x.shape]).plan
+    convs = [launch for launch in plan.launches if launch.kind == "conv_blocked"]
+    assert len(convs) == 2
+    (spec,) = {spec for launch in convs for spec in launch.kernel.packed_operands}
+    assert isinstance(spec, PackedNchwcWeights) and spec.block == 8
+    (packed_ref,) = {launch.operands[spec.operand] for launch in convs}
     np.testing.assert_array_equal(plan.constants[packed_ref.where], spec.pack(w))
 
 

@@ -158,6 +158,11 @@ SAMPLES["lz.conv2d"] = [Sample("lz.conv2d", [Arg((2, 3, 9, 9)), Arg((4, 3, 3, 3)
                         Sample("lz.conv2d", [Arg((1, 4, 10, 8)), Arg((6, 2, 3, 2))],
                                {"strides": [2, 1], "pads": [1, 0, 2, 1], "dilations": [1, 2], "groups": 2}),
                         Sample("lz.conv2d", [Arg((1, 3, 5, 5), "float64"), Arg((3, 1, 1, 1), "float64")], {"groups": 3})]
+# issue 11: blocked activations [N, C/8, H, W, 8] (10 of 16 input channels, 12 of 16 output channels)
+SAMPLES["lz.conv2d_blocked"] = [
+    Sample("lz.conv2d_blocked", [Arg((1, 2, 6, 7, 8)), Arg((12, 10, 3, 3)), Arg((16,))], {"pads": [1, 1, 1, 1], "relu": True}),
+    Sample("lz.conv2d_blocked", [Arg((2, 2, 6, 7, 8)), Arg((12, 10, 2, 2)), Arg((16,)), Arg((2, 2, 3, 4, 8))],
+           {"strides": [2, 2], "pads": [1, 0, 0, 1]})]
 SAMPLES["lz.max_pool2d"] = [Sample("lz.max_pool2d", [Arg((2, 3, 8, 7))], {"kernel": [2, 2], "strides": [2, 2]}),
                             Sample("lz.max_pool2d", [Arg((1, 2, 7, 7))],
                                    {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": True})]

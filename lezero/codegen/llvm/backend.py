@@ -16,6 +16,7 @@ the same names as the Triton backend's:
   ``reduction.py`` (``lz.cumulative``), ``selection.py`` (``lz.topk``, ``lz.scatter_nd``); a lone
   elementwise, data movement or reduction op goes through the matching lowering;
 - ``attention``: ``attention.py`` (``lz.attention``, from the fuse-attention pass);
+- ``conv_blocked``: ``conv_nchwc.py`` (``lz.conv2d_blocked``, from the blocked-layout pass);
 - ``lz.conv_integer`` and its epilogue (a ``conv`` kernel): ``integer_conv.py``, the same GEMM over an
   implicit im2col.
 - ``lz.matmul_integer`` and its epilogue (a ``matmul`` kernel): ``integer_gemm.py`` (u8 x s8 dot
@@ -38,6 +39,8 @@ import llvmlite.ir as ir
 from lezero.codegen import kernel
 from lezero.codegen.llvm.attention import lower_attention
 from lezero.codegen.llvm.context import KernelContext
+from lezero.codegen.llvm import conv_nchwc
+from lezero.codegen.llvm.conv_nchwc import lower_conv_blocked
 from lezero.codegen.llvm.contraction import lower_contraction
 from lezero.codegen.llvm.elementwise import lower_elementwise
 from lezero.codegen.llvm.integer_conv import lower_integer_contraction
@@ -53,7 +56,8 @@ from lezero.ir.core import ModuleOp, Operation
 LOWERINGS = kernel.KindLowerings(
     backend="CPU", elementwise=lower_elementwise, reduction=lower_reduction, contraction=lower_contraction,
     pooling=lower_pooling, max_pool2d_grad=lower_max_pool2d_grad, cumulative=lower_cumulative, topk=lower_topk,
-    scatter_nd=lower_scatter_nd, attention=lower_attention, matmul_integer=lower_integer_contraction)
+    scatter_nd=lower_scatter_nd, attention=lower_attention, matmul_integer=lower_integer_contraction,
+    conv_blocked=lower_conv_blocked)
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,12 @@ class LoweredKernel:
     external_symbols: tuple = ()
     index_checks: tuple | None = None
     packed_operands: tuple = ()
+
+
+def layout_block() -> int | None:
+    """Channels per block of the activations the blocked-layout pass makes for this CPU
+    (``$LEZERO_CPU`` or the host, the kernels' target), or None: NCHW stays."""
+    return conv_nchwc.layout_block(cpu_target(None))
 
 
 def unsupported_reason(op: Operation) -> None:

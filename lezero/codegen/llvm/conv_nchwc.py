@@ -37,16 +37,19 @@ import llvmlite.ir as ir
 
 from lezero.codegen.llvm.context import KernelFunction
 from lezero.codegen.llvm.ir_types import FLOAT, I64
-from lezero.codegen.llvm.loops import for_range, i64, unravel_values
+from lezero.codegen.llvm.loops import for_range, i64, min_i64, unravel_values
 from lezero.codegen.llvm.target import CpuTarget
 from lezero.codegen.llvm.vectors import call_intrinsic, splat
 from lezero.codegen.packed_operands import PackedNchwcWeights
+from lezero.ir.types import F32
 
 # Vector registers a tile may hold as accumulators and weights (of 32 on AVX-512; 16 on AVX2).
 MAX_TILE_REGISTERS = {32: 30, 16: 15}
 # A pass over the output sums the input channel blocks whose packed weights (for one tile group)
 # take at most this many bytes, so they stay in L2 while every pixel of the image reads them.
 CHUNK_WEIGHT_BYTES = 128 * 1024
+# Work items a conv of several passes is cut into at least (bands of output rows), where it has rows.
+MIN_ITEMS = 8
 # Taps (channel x tap column) per step of a tile's channel loop: fully unrolled (48 for a 3x3 of
 # 16 channels) LLVM hoisted the later steps' loads and spilled accumulators (3x3 64 at 56x56: 96
 # -> 111 GFLOP/s as a loop, 1 thread, Zen 4); a 1x1 conv steps 4 channels at a time.
@@ -55,8 +58,16 @@ MAX_UNROLLED_TAPS = 4
 
 def channel_block(cpu: CpuTarget) -> int:
     """The channels of a block on ``cpu``: a vector of floats, 16 on AVX-512, 8 on AVX2 (and
-    wider-than-register vectors, correct and slow, on SSE: a layout pass keeps NCHW there)."""
+    wider-than-register vectors, correct and slow, on SSE: ``layout_block`` keeps NCHW there)."""
     return 16 if cpu.vector_bytes == 64 else 8
+
+
+def layout_block(cpu: CpuTarget) -> int | None:
+    """The block the blocked-layout pass converts convs to for ``cpu``, None where it keeps NCHW:
+    x86 with FMA and 256-bit vectors or more (the kernel's tiles are sized for their registers)."""
+    if cpu.arch != "x86_64" or cpu.vector_bytes < 32 or not cpu.has_fma:
+        return None
+    return channel_block(cpu)
 
 
 @dataclass(frozen=True)
@@ -125,14 +136,20 @@ class NchwcConv:
         return max(1, min(self.in_blocks, CHUNK_WEIGHT_BYTES // per_block))
 
     def band_rows(self, registers: int = 32) -> int:
-        """Output rows of a work item: one, or the whole image where the passes are several (its
-        weights are read once per pass and image, not once per row)."""
-        return self.out_height if self.in_block_chunk(registers) < self.in_blocks else 1
+        """Output rows of a work item: one, or where the passes are several a band of rows (the
+        weights are read once per pass and band, not once per row), as many bands as make
+        MIN_ITEMS work items (threads need them: 3x3 64 at 56x56 is one tile group); the last
+        band may be shorter."""
+        if self.in_block_chunk(registers) == self.in_blocks:
+            return 1
+        groups = self.batch * (self.out_blocks // self.tile(registers)[1])
+        bands = min(self.out_height, -(-MIN_ITEMS // groups))
+        return -(-self.out_height // bands)
 
     def work_items(self, registers: int = 32) -> int:
         flat = self.flattened()
         return (flat.batch * (flat.out_blocks // flat.tile(registers)[1])
-                * (flat.out_height // flat.band_rows(registers)))
+                * -(-flat.out_height // flat.band_rows(registers)))
 
     def flattened(self) -> "NchwcConv":
         """A 1x1 conv of stride 1 without pads is one over a single row of all the pixels: its tiles
@@ -161,13 +178,44 @@ class NchwcConv:
         return known, (first, steps) if steps else None
 
 
-def lower_nchwc_conv(module: ir.Module, name: str, conv: NchwcConv, registers: int = 32) -> KernelFunction:
-    """``void @name(i8** buffers, i64 begin, i64 end)`` over the buffers (x, packed weights,
-    [bias padded to whole blocks], [residual], y), work items ``conv.work_items(registers)``."""
+def lower_conv_blocked(ctx) -> int:
+    """A kernel of one ``lz.conv2d_blocked`` (the blocked-layout pass's): its weights read packed
+    (``ctx.packed_operands``); returns its work items."""
+    ops = [op for op in ctx.body.ops if op.name not in ("lz.yield", "lz.constant")]
+    if len(ops) != 1 or ops[0].name != "lz.conv2d_blocked":
+        raise ctx.failure(f"a conv_blocked kernel holds one lz.conv2d_blocked, not {', '.join(o.name for o in ops)}")
+    (op,) = ops
+    if list(op.operands) != list(ctx.body.args) or op.result is not ctx.body.ops[-1].operands[0]:
+        raise ctx.failure("lz.conv2d_blocked must read the kernel's arguments in order and be its result")
+    if op.result.type.element_type != F32:
+        raise ctx.failure(f"the blocked conv runs float32 only, not {op.result.type.element_type}")
+    attrs = op.definition.attrs(op)
+    x, w = op.operands[0].type.shape, op.operands[1].type.shape
+    conv = NchwcConv(x[0], w[1], w[0], x[2], x[3], tuple(w[2:]), tuple(attrs.strides), tuple(attrs.pads), x[4],
+                     True, len(op.operands) == 4, attrs.relu)
+    registers = ctx.cpu.vector_registers
+    ctx.packed_operands = (conv.weights(1, registers),)
+    lower_nchwc_conv(ctx.fn, conv, registers)
+    ctx.fn.finish()
+    return conv.work_items(registers)
+
+
+def nchwc_conv_module(name: str, conv: NchwcConv, registers: int = 32) -> ir.Module:
+    """A module of the kernel alone (benchmarks, tests): ``void @name(i8** buffers, i64 begin, i64
+    end)`` over the buffers (x, packed weights, [bias padded to whole blocks], [residual], y)."""
+    module = ir.Module(name=name)
+    fn = KernelFunction(module, name, 3 + conv.bias + conv.residual)
+    lower_nchwc_conv(fn, conv, registers)
+    fn.finish()
+    return module
+
+
+def lower_nchwc_conv(fn: KernelFunction, conv: NchwcConv, registers: int = 32) -> None:
+    """The body of ``fn``, whose buffers are (x, packed weights, [bias padded to whole blocks],
+    [residual], y), over work items ``conv.work_items(registers)``."""
     conv = conv.flattened()
     pixels, out_tile = conv.tile(registers)
     c = conv.block
-    fn = KernelFunction(module, name, 3 + conv.bias + conv.residual)
     b = fn.builder
     x, w = fn.buffers[0], fn.buffers[1]
     bias = fn.buffers[2] if conv.bias else None
@@ -266,7 +314,7 @@ def lower_nchwc_conv(module: ir.Module, name: str, conv: NchwcConv, registers: i
     chunk, band = conv.in_block_chunk(registers), conv.band_rows(registers)
     passes = -(-in_blocks // chunk)
     with for_range(b, fn.begin, fn.end, "item") as item:
-        n, group, row_band = unravel_values(b, item, (conv.batch, groups, oh_count // band))
+        n, group, row_band = unravel_values(b, item, (conv.batch, groups, -(-oh_count // band)))
         at = {"n": n, "out_block0": b.mul(group, i64(out_tile)),
               "x_image": b.mul(n, i64(in_blocks * conv.height * conv.width * c)),
               "w_group": b.mul(group, i64(in_blocks * kh * kw * tap_floats))}
@@ -275,7 +323,7 @@ def lower_nchwc_conv(module: ir.Module, name: str, conv: NchwcConv, registers: i
             cb_lo = b.mul(pass_, i64(chunk))
             at = {**at, "first_pass": b.icmp_signed("==", pass_, i64(0)), "last_pass": last_pass, "cb_lo": cb_lo,
                   "cb_hi": b.select(last_pass, i64(in_blocks), b.add(cb_lo, i64(chunk)))}
-            with for_range(b, 0, band, "row") as row_in_band:
-                output_row(at, b.add(b.mul(row_band, i64(band)), row_in_band))
-    fn.finish()
-    return fn
+            first_row = b.mul(row_band, i64(band))
+            rows = band if oh_count % band == 0 else min_i64(b, band, b.sub(i64(oh_count), first_row))
+            with for_range(b, 0, rows, "row") as row_in_band:
+                output_row(at, b.add(first_row, row_in_band))

@@ -12,6 +12,7 @@ Importing this package registers them all.  One module per family:
 - ``kernel``: ``kernel``, ``yield`` (a fused group, made by the fuse pass); ``device``:
   ``transfer`` (a copy to another device's memory, made by ``partition{target=cuda}``)
 - ``attention``: ``attention`` (formed by the fuse-attention pass, one kernel on the CPU)
+- ``blocked``: ``conv2d_blocked`` (channel-blocked activations, formed by the blocked-layout pass)
 - ``control_flow``: ``for``, ``while``, ``if`` (loops and a condition with regions ending in ``yield``)
 - ``composite``: ``softmax``, ``log_softmax``, ``layer_norm``, ``batch_norm`` (with decompositions)
 - ``random``: ``random_uniform`` (counter-based Philox4x32-10: the state is an operand)
@@ -25,3 +26,4 @@ from lezero.ir.dialect import (attention, composite, constant, contraction, data
 from lezero.ir.dialect import control_flow  # noqa: F401  (issue 17's lz.for, lz.while, lz.if)
 from lezero.ir.dialect import quantization  # noqa: F401  (issue 12's lz.quantize, lz.dequantize, lz.dynamic_quantize, lz.matmul_integer)
 from lezero.ir.dialect import collective  # noqa: F401  (issue 14's lz.all_reduce, lz.all_reduce_start, lz.all_reduce_wait)
+from lezero.ir.dialect import blocked  # noqa: F401  (issue 11's lz.conv2d_blocked)

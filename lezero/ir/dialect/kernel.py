@@ -25,7 +25,7 @@ from lezero.ir.dialect.device import DEVICES
 from lezero.ir.opdef import ISOLATED_FROM_ABOVE, PURE, TERMINATOR, YIELDS, AttrSpec, OpDef, OpError, register
 
 # What the code generators see; the partitioner decides it.
-KERNEL_KINDS = ("elementwise", "reduction", "matmul", "conv", "single", "transfer", "attention")
+KERNEL_KINDS = ("elementwise", "reduction", "matmul", "conv", "single", "transfer", "attention", "conv_blocked")
 # The operands defined by lz.constant (issue 11: weights packed once when the plan is built).
 CONSTANT_OPERANDS_ATTR = "constant_operands"
 

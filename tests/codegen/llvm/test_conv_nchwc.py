@@ -5,12 +5,11 @@ from __future__ import annotations
 import ctypes
 from types import SimpleNamespace
 
-import llvmlite.ir as ir
 import numpy as np
 import pytest
 
 from lezero.codegen.llvm import conv_nchwc, jit
-from lezero.codegen.llvm.conv_nchwc import NchwcConv, channel_block, lower_nchwc_conv
+from lezero.codegen.llvm.conv_nchwc import NchwcConv, channel_block, nchwc_conv_module
 from lezero.codegen.llvm.target import cpu_target
 from lezero.codegen.packed_operands import PackedNchwcWeights, blocked_to_nchw, nchw_to_blocked
 from lezero.ir.dialect.contraction import Conv2dOp
@@ -37,8 +36,7 @@ def run(cpu, case, block=None, pieces=1):
     conv = NchwcConv(n, ci, co, h, w, kernel, stride, pads, block or channel_block(target), has_bias, has_residual,
                      relu)
     registers = target.vector_registers
-    module = ir.Module()
-    lower_nchwc_conv(module, "conv", conv, registers)
+    module = nchwc_conv_module("conv", conv, registers)
     function = jit.compile_module(module, cpu).ctypes_function("conv", None, [ctypes.c_void_p, ctypes.c_int64,
                                                                               ctypes.c_int64])
     rng = np.random.default_rng(ci * co + h)
@@ -84,12 +82,15 @@ def test_narrower_blocks_on_the_host(block):
 
 
 def test_a_pass_per_weight_chunk(monkeypatch):
-    """Input channel blocks beyond a chunk's weights accumulate through the output, a pass each."""
+    """Input channel blocks beyond a chunk's weights accumulate through the output, a pass each,
+    over bands of rows (the last one shorter: 20 rows in 7 bands of 3)."""
     monkeypatch.setattr(conv_nchwc, "CHUNK_WEIGHT_BYTES", 1)
-    conv = NchwcConv(1, 64, 32, 6, 6, (3, 3), (1, 1), (1, 1, 1, 1), 16)
-    assert conv.in_block_chunk() == 1 and conv.band_rows() == 6
-    got, want, _ = run("host", CASES["3x3_residual"])
-    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
+    case = (1, 48, 32, 20, 9, (3, 3), (1, 1), (1, 1, 1, 1), True, True, True)
+    conv = NchwcConv(*case[:8], 16)
+    assert conv.in_block_chunk() == 1 and conv.band_rows() == 3 and conv.work_items() == 7
+    for pieces in (1, 3):
+        got, want, _ = run("host", case, pieces=pieces)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
 
 
 def test_row_tiles_cover_each_pixel_once():

@@ -1,0 +1,230 @@
+"""blocked-layout: convolutions of a float32 net over channel-blocked activations (issue 11 item 3).
+
+Each ``lz.conv2d`` that the blocked kernel serves well (below) becomes one ``lz.kernel`` of kind
+``conv_blocked`` holding an ``lz.conv2d_blocked`` with its epilogue: the chain
+
+    y = lz.conv2d(x, w)                   w a constant, one group, no dilation, float32
+    y = y + bias                          optional, a constant of O values broadcast over pixels
+    y = y + residual | residual + y       optional, any value of y's shape
+    y = lz.relu(y)                        optional
+
+each intermediate read by the next op only.  Its input and residual are converted to the blocked
+layout (``dialect.blocked.to_blocked``) and its result back (``from_blocked``), both ordinary ops
+that partition makes kernels of; but a value that is already the conversion of a blocked kernel's
+result is read blocked, so a region of convs (ResNet's stages, their residual adds in the
+epilogues) converts once where it starts and once where a reader outside it (pooling, the head)
+needs NCHW.  The conversions that nobody reads any more are left for ``dce``.  The kernel is final:
+partition and fuse leave existing kernels alone.
+
+The choice is a rule from what ``benchmarks/conv_nchwc.py`` measured (chains of 4 convs, 1 thread,
+Zen 4: 0.82-0.97x the NCHW kernels' time, 0.95-1.03x ORT's): a conv is blocked when padding its
+input and output channels to whole blocks adds at most ``MAX_PADDED_LANES`` of work (the 3-channel
+stem would compute 16 of 3) and its image is at least one tap wide.  Regions are not weighed
+against their conversions yet.  ``--debug=layout`` logs the verdict and its reason for every conv.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lezero.ir.attributes import StringAttr
+from lezero.ir.builder import Builder
+from lezero.ir.core import Block, ModuleOp, Operation, Region, Value
+from lezero.ir.dialect.blocked import blocks, from_blocked, to_blocked
+from lezero.ir.types import F32
+from lezero.passes.constant_fold import constant_value
+from lezero.passes.fuse import KernelNamer
+from lezero.passes.pass_base import Pass, debug_channel, option
+
+LAYOUT_LOG = debug_channel("layout")
+# The most work that padding a conv's channels to whole blocks may add (1.25: 20 of 16 lanes).
+MAX_PADDED_LANES = 1.25
+
+
+@dataclass(frozen=True)
+class ConvChain:
+    """The ops of one conv and its epilogue, and what the blocked op reads."""
+
+    ops: tuple
+    x: Value
+    w: Value
+    bias: np.ndarray | None
+    residual: Value | None
+    relu: bool
+
+    @property
+    def output(self) -> Value:  # what the chain's readers read
+        return self.ops[-1].result
+
+
+def refusal(conv: Operation, block: int) -> str | None:
+    """Why ``conv`` stays NCHW, or None."""
+    x, w = conv.operands
+    attrs = conv.definition.attrs(conv)
+    if x.type.element_type != F32:
+        return f"{x.type.element_type}, not f32"
+    if not x.type.is_static or x.type.shape[0] is None:
+        return "dynamic shape"
+    if attrs.groups != 1:
+        return f"{attrs.groups} groups"
+    if tuple(attrs.dilations) != (1, 1):
+        return f"dilations {list(attrs.dilations)}"
+    if constant_value(w) is None:
+        return "weights not a constant"
+    o, c = w.type.shape[:2]
+    for what, channels in (("input", c), ("output", o)):
+        if blocks(channels, block) * block > MAX_PADDED_LANES * channels:
+            return f"{channels} {what} channels fill {channels} of {blocks(channels, block) * block} lanes"
+    return None
+
+
+def _blocked(v: Value, blocked_of: dict) -> Value | None:
+    """The blocked value whose conversion ``v`` is, if a blocked kernel made it."""
+    entry = blocked_of.get(id(v))
+    return entry[1] if entry is not None and entry[0] is v else None
+
+
+def _producer(v: Value, name: str) -> Operation | None:
+    op = getattr(v, "op", None)
+    return op if op is not None and op.name == name else None
+
+
+def round_trip_source(transpose: Operation) -> Value | None:
+    """v where ``transpose`` ends ``to_blocked(from_blocked(v))``, else None.  With channels cut
+    and padded back (zeros) that is v only where v's padding channels are zeros: v must then be a
+    blocked kernel's result."""
+    if list(transpose.definition.attrs(transpose).perm) != [0, 1, 3, 4, 2]:
+        return None
+    reshape = _producer(transpose.operands[0], "lz.reshape")
+    if reshape is None:
+        return None
+    v = reshape.operands[0]
+    pad = _producer(v, "lz.pad")
+    v = pad.operands[0] if pad is not None else v
+    cut = _producer(v, "lz.slice")
+    v = cut.operands[0] if cut is not None else v
+    inner = _producer(v, "lz.reshape")
+    back = _producer(inner.operands[0], "lz.transpose") if inner is not None else None
+    if back is None or list(back.definition.attrs(back).perm) != [0, 1, 4, 2, 3]:
+        return None
+    source = back.operands[0]
+    if source.type != transpose.result.type or back.result.type != reshape.result.type:
+        return None
+    if cut is not None or pad is not None:
+        kernel = getattr(source, "op", None)
+        if kernel is None or kernel.name != "lz.kernel" or kernel.definition.attrs(kernel).kind != "conv_blocked":
+            return None
+        cut_attrs = cut.definition.attrs(cut) if cut is not None else None
+        if cut is None or tuple(cut_attrs.starts) != (0,) or tuple(cut_attrs.axes or ()) != (1,) \
+                or cut_attrs.steps not in (None, (1,)):
+            return None
+        if pad is None or list(pad.definition.attrs(pad).pads) != \
+                [0, 0, 0, 0, 0, source.type.shape[1] * source.type.shape[4] - cut.result.type.shape[1], 0, 0] \
+                or pad.definition.attrs(pad).value != 0:
+            return None
+    return source
+
+
+def _only_user(v: Value) -> Operation | None:
+    users = v.users
+    return users[0] if len(users) == 1 and len(v.uses) == 1 else None
+
+
+def match_chain(conv: Operation) -> ConvChain:
+    """``conv`` and the epilogue ops after it that the blocked op computes."""
+    ops, bias, residual, relu = [conv], None, None, False
+    o = conv.operands[1].type.shape[0]
+    y = conv.result
+    user = _only_user(y)
+    if user is not None and user.name == "lz.add":
+        other = user.operands[1] if user.operands[0] is y else user.operands[0]
+        value = constant_value(other)
+        if value is not None and other.type.shape in ((1, o, 1, 1), (o, 1, 1)) and user.result.type == y.type:
+            bias = np.asarray(value.array, np.float32).reshape(o)
+            ops.append(user)
+            y = user.result
+            user = _only_user(y)
+    if user is not None and user.name == "lz.add" and user.operands[0].type == user.operands[1].type == y.type \
+            and not (user.operands[0] is y and user.operands[1] is y):
+        residual = user.operands[1] if user.operands[0] is y else user.operands[0]
+        ops.append(user)
+        y = user.result
+        user = _only_user(y)
+    if user is not None and user.name == "lz.relu":
+        ops.append(user)
+        relu = True
+    return ConvChain(tuple(ops), conv.operands[0], conv.operands[1], bias, residual, relu)
+
+
+@dataclass
+class BlockedLayout(Pass):
+    name = "blocked-layout"
+    summary = "Run float32 convs over channel-blocked activations (NCHW16c), one kernel each with its epilogue"
+
+    block: int = option(16, "channels per block: the target's float vector width (16 AVX-512, 8 AVX2)")
+
+    def run(self, module: ModuleOp) -> None:
+        names = KernelNamer(module)
+        for f in module.functions:
+            blocked_of: dict[int, tuple] = {}  # id of a from_blocked result -> (it, the blocked value)
+            for op in list(f.entry_block.ops):
+                if op.name != "lz.conv2d" or op.parent is None:
+                    continue
+                why = refusal(op, self.block)
+                shape = op.result.type.shape
+                w = op.operands[1].type.shape
+                what = f"{w[2]}x{w[3]} {w[1]}->{w[0]} at {shape[2]}x{shape[3]}"
+                if why is not None:
+                    LAYOUT_LOG.debug("NCHW conv %s at %s: %s", what, op.location, why)
+                    continue
+                chain = match_chain(op)
+                LAYOUT_LOG.debug("blocked conv %s at %s (epilogue %s), input %s", what, op.location,
+                                 " ".join(o.name for o in chain.ops[1:]) or "none",
+                                 "blocked already" if _blocked(chain.x, blocked_of) else "converted")
+                self.rewrite(chain, names, blocked_of)
+            for op in list(f.entry_block.ops):
+                if op.parent is not None and op.name == "lz.transpose":
+                    source = round_trip_source(op)
+                    if source is not None:  # a residual converted before its conv was blocked
+                        op.result.replace_all_uses_with(source)
+
+    def rewrite(self, chain: ConvChain, names: KernelNamer, blocked_of: dict) -> None:
+        c = self.block
+        conv = chain.ops[0]
+
+        def blocked(v: Value) -> Value:
+            """v blocked: a blocked kernel's result, or its conversion (once, right after v is
+            defined, so that every reader of v may read it)."""
+            found = _blocked(v, blocked_of)
+            if found is None:
+                owner = getattr(v, "op", None)
+                block = owner.parent if owner is not None else v.block
+                at = Builder(block, block.index_of(owner) + 1 if owner is not None else 0, conv.location)
+                found = to_blocked(at, v, c)
+                blocked_of[id(v)] = (v, found)
+            return found
+
+        o = chain.w.type.shape[0]
+        bias = np.zeros(blocks(o, c) * c, np.float32)
+        if chain.bias is not None:
+            bias[:o] = chain.bias
+        sources = [blocked(chain.x)] + ([blocked(chain.residual)] if chain.residual is not None else [])
+        b = Builder.before(chain.ops[-1])  # after the conversions the lines above may have inserted
+        operands = [sources[0], chain.w, b.constant(bias)] + sources[1:]
+        attrs = conv.definition.attrs(conv)
+        body = Block()
+        args = [body.add_argument(v.type) for v in operands]
+        inner = Builder.at_end(body, conv.location)
+        result = inner.op("lz.conv2d_blocked", *args, strides=list(attrs.strides), pads=list(attrs.pads),
+                          relu=chain.relu)
+        inner.create("lz.yield", [result], result_types=[])
+        kernel = Operation("lz.kernel", operands, [result.type],
+                           {"kind": StringAttr("conv_blocked"), "name": StringAttr(names.next("lz_conv2d_blocked"))},
+                           [Region([body])], conv.location)
+        b.insert(kernel)
+        plain = from_blocked(b, kernel.result, o)
+        blocked_of[id(plain)] = (plain, kernel.result)
+        chain.output.replace_all_uses_with(plain)
+        for op in reversed(chain.ops):
+            op.erase()
