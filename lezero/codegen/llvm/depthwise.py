@@ -350,9 +350,11 @@ def lower_depthwise_rows(ctx: KernelContext, anchor: Operation, s: ConvShape, w:
         v = {k: aligned(row, c0 + k * w) for k in range(-1, k_high + 1)}
         out = []
         if stride == 1:
+            # V[1] exists where a tap reaches right of c0's vector (k_high 1); narrow windows stop at V[0]
+            sources = {"m": v[-1], "0": v[0], **({"p": v[1]} if k_high >= 1 else {})}
             for kw in range(s.kw):
                 d = kw - left
-                out.append(pick({"m": v[-1], "0": v[0], "p": v[1]},
+                out.append(pick(sources,
                                 [("m", w + j + d) if j + d < 0 else ("p", j + d - w) if j + d >= w else ("0", j + d)
                                  for j in range(w)]))
             return out

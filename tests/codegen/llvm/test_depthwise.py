@@ -77,6 +77,10 @@ CASES = {
     "rows_5x5_s1": ((1, 2, 6, 36), (2, 1, 5, 5), attrs_of(pads=(2, 2, 2, 2), groups=2)),
     "rows_asymmetric_pads": ((1, 2, 7, 48), (2, 1, 3, 3), attrs_of(strides=(2, 2), pads=(0, 0, 2, 1), groups=2)),
     "rows_wide_s1": ((1, 1, 5, 112), (1, 1, 3, 3), attrs_of(pads=(1, 1, 1, 1), groups=1)),
+    # windows that reach no vector right of their own (V[1] unread): ONNX LRN's k x 1 sums, LpPool's
+    # 3x3 with pads 2
+    "rows_column_window": ((5, 1, 5, 25), (1, 1, 3, 1), attrs_of(pads=(1, 0, 1, 0), groups=1)),
+    "rows_window_inside_pads": ((1, 3, 28, 28), (3, 1, 3, 3), attrs_of(pads=(2, 2, 2, 2), groups=3)),
     "se_reduce": ((1, 67, 1, 1), (5, 67, 1, 1), attrs_of()),
     "se_expand": ((1, 5, 1, 1), (70, 5, 1, 1), attrs_of()),
     "se_grouped_two_images": ((2, 12, 1, 1), (9, 4, 1, 1), attrs_of(groups=3)),
