@@ -38,6 +38,11 @@ from lezero.passes.fuse import KernelNamer
 from lezero.passes.pass_base import Pass, debug_channel, option
 
 LAYOUT_LOG = debug_channel("layout")
+# A region of convs reading each other's outputs is blocked when it needs at most this many
+# conversions (values converted in or out) per conv: each costs a pass over an activation, each conv
+# gains ~10% (ResNet-18: 19 convs, 2 conversions; a mobile net's pointwise convs between depthwise
+# ones: 1-2 convs, 2-4 conversions, which made mobilenet_v2 1.25x and efficientnet_b0 1.69x slower).
+MAX_CONVERSIONS_PER_CONV = 0.5
 # The most work that padding a conv's channels to whole blocks may add (1.25: 20 of 16 lanes).
 MAX_PADDED_LANES = 1.25
 
@@ -56,6 +61,43 @@ class ConvChain:
     @property
     def output(self) -> Value:  # what the chain's readers read
         return self.ops[-1].result
+
+
+def describe(conv: Operation) -> str:
+    shape, w = conv.result.type.shape, conv.operands[1].type.shape
+    return f"{w[2]}x{w[3]} {w[1]}->{w[0]} at {shape[2]}x{shape[3]}"
+
+
+def regions(chains: list) -> list[list]:
+    """The chains in groups that read each other's outputs (as input or residual), in order."""
+    index = {id(chain.output): i for i, chain in enumerate(chains)}
+    parent = list(range(len(chains)))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for j, chain in enumerate(chains):
+        for v in (chain.x, chain.residual):
+            if v is not None and id(v) in index:
+                parent[root(j)] = root(index[id(v)])
+    groups: dict = {}
+    for i, chain in enumerate(chains):
+        groups.setdefault(root(i), []).append(chain)
+    return list(groups.values())
+
+
+def region_conversions(region: list) -> int:
+    """The conversions a region of blocked chains needs: each value it reads from outside (its
+    inputs and residuals), and each output that something other than the region's chains reads."""
+    outputs = {id(chain.output) for chain in region}
+    inside_reads = {id(op) for chain in region for op in chain.ops}
+    reads_in = {id(v) for chain in region for v in (chain.x, chain.residual) if v is not None and id(v) not in outputs}
+    reads_out = sum(any(id(user) not in inside_reads for user in chain.output.users) or not chain.output.users
+                    for chain in region)
+    return len(reads_in) + reads_out
 
 
 def refusal(conv: Operation, block: int) -> str | None:
@@ -90,11 +132,16 @@ def _producer(v: Value, name: str) -> Operation | None:
     return op if op is not None and op.name == name else None
 
 
+def _perm(transpose: Operation) -> tuple | None:
+    perm = transpose.definition.attrs(transpose).perm  # None: the dims reversed
+    return tuple(perm) if perm is not None else None
+
+
 def round_trip_source(transpose: Operation) -> Value | None:
     """v where ``transpose`` ends ``to_blocked(from_blocked(v))``, else None.  With channels cut
     and padded back (zeros) that is v only where v's padding channels are zeros: v must then be a
     blocked kernel's result."""
-    if list(transpose.definition.attrs(transpose).perm) != [0, 1, 3, 4, 2]:
+    if _perm(transpose) != (0, 1, 3, 4, 2):
         return None
     reshape = _producer(transpose.operands[0], "lz.reshape")
     if reshape is None:
@@ -106,7 +153,7 @@ def round_trip_source(transpose: Operation) -> Value | None:
     v = cut.operands[0] if cut is not None else v
     inner = _producer(v, "lz.reshape")
     back = _producer(inner.operands[0], "lz.transpose") if inner is not None else None
-    if back is None or list(back.definition.attrs(back).perm) != [0, 1, 4, 2, 3]:
+    if back is None or _perm(back) != (0, 1, 4, 2, 3):
         return None
     source = back.operands[0]
     if source.type != transpose.result.type or back.result.type != reshape.result.type:
@@ -126,16 +173,22 @@ def round_trip_source(transpose: Operation) -> Value | None:
     return source
 
 
-def _only_user(v: Value) -> Operation | None:
+def _single_user(v: Value) -> Operation | None:
     users = v.users
     return users[0] if len(users) == 1 and len(v.uses) == 1 else None
 
 
-def match_chain(conv: Operation) -> ConvChain:
-    """``conv`` and the epilogue ops after it that the blocked op computes."""
+def match_chain(conv: Operation, claimed: set = frozenset()) -> ConvChain:
+    """``conv`` and the epilogue ops after it that the blocked op computes, none of ``claimed`` (ids
+    of ops an earlier chain computes: ``conv2 + shortcut`` is the epilogue of one of the two)."""
     ops, bias, residual, relu = [conv], None, None, False
     o = conv.operands[1].type.shape[0]
     y = conv.result
+
+    def _only_user(v):
+        user = _single_user(v)
+        return None if user is None or id(user) in claimed else user
+
     user = _only_user(y)
     if user is not None and user.name == "lz.add":
         other = user.operands[1] if user.operands[0] is y else user.operands[0]
@@ -168,19 +221,30 @@ class BlockedLayout(Pass):
         names = KernelNamer(module)
         for f in module.functions:
             blocked_of: dict[int, tuple] = {}  # id of a from_blocked result -> (it, the blocked value)
-            for op in list(f.entry_block.ops):
-                if op.name != "lz.conv2d" or op.parent is None:
+            chains, claimed = [], set()
+            for op in f.entry_block.ops:
+                if op.name != "lz.conv2d":
                     continue
                 why = refusal(op, self.block)
-                shape = op.result.type.shape
-                w = op.operands[1].type.shape
-                what = f"{w[2]}x{w[3]} {w[1]}->{w[0]} at {shape[2]}x{shape[3]}"
                 if why is not None:
-                    LAYOUT_LOG.debug("NCHW conv %s at %s: %s", what, op.location, why)
+                    LAYOUT_LOG.debug("NCHW conv %s at %s: %s", describe(op), op.location, why)
+                else:
+                    chains.append(match_chain(op, claimed))
+                    claimed.update(id(o) for o in chains[-1].ops)
+            taken = set()
+            for region in regions(chains):
+                conversions = region_conversions(region)
+                verdict = "blocked" if conversions <= len(region) * MAX_CONVERSIONS_PER_CONV else "NCHW"
+                LAYOUT_LOG.debug("%s region of %d convs from %s: %d conversions (at most %.2f per conv)", verdict,
+                                 len(region), region[0].ops[0].location, conversions, MAX_CONVERSIONS_PER_CONV)
+                if verdict == "blocked":
+                    taken.update(id(chain) for chain in region)
+            for chain in chains:
+                if id(chain) not in taken:
                     continue
-                chain = match_chain(op)
-                LAYOUT_LOG.debug("blocked conv %s at %s (epilogue %s), input %s", what, op.location,
-                                 " ".join(o.name for o in chain.ops[1:]) or "none",
+                chain = match_chain(chain.ops[0])  # its input and residual: the blocked chains' conversions now
+                LAYOUT_LOG.debug("blocked conv %s at %s (epilogue %s), input %s", describe(chain.ops[0]),
+                                 chain.ops[0].location, " ".join(o.name for o in chain.ops[1:]) or "none",
                                  "blocked already" if _blocked(chain.x, blocked_of) else "converted")
                 self.rewrite(chain, names, blocked_of)
             for op in list(f.entry_block.ops):

@@ -22,7 +22,8 @@ def residual_net(c0: int, c1: int, size: int, *, bias: bool = True, stem: int | 
                  weights_as_argument: bool = False) -> ModuleOp:
     """``@f(x: [1, c0, size, size])``: [a stem conv of ``stem`` -> c0 channels], a downsampling
     residual block (conv 3x3 s2 + bias + relu, conv 3x3 + the 1x1 s2 shortcut + relu, the shortcut
-    after the conv that reads it, as the exports order them), a max pool and a global mean."""
+    after the conv that reads it, as the exports order them), an identity block (conv + relu, conv
+    + the block's input + relu), a max pool and a global mean."""
     rng = np.random.default_rng(c0 * c1 + size)
     channels = stem or c0
     args = [TensorType((1, channels, size, size), F32)]
@@ -48,6 +49,8 @@ def residual_net(c0: int, c1: int, size: int, *, bias: bool = True, stem: int | 
     y = conv(y, weight(c1, c1, 3), 1, 1)
     shortcut = conv(x, weight(c1, c0, 1), 2, 0)
     y = b.op("lz.relu", b.op("lz.add", y, shortcut))
+    z = b.op("lz.relu", conv(y, weight(c1, c1, 3), 1, 1))
+    y = b.op("lz.relu", b.op("lz.add", conv(z, weight(c1, c1, 3), 1, 1), y))
     pooled = b.op("lz.max_pool2d", y, kernel=[2, 2], strides=[2, 2])
     mean = b.op("lz.reduce_mean", pooled, axes=[2, 3], keepdims=False)
     b.create("func.return", [mean, y], result_types=[])
@@ -80,11 +83,11 @@ def test_a_residual_block_is_one_blocked_region():
     want = interpret(plain, "f", *arrays)
     module = blocked(residual_net(32, 64, 12))
     kernels = ops_of(module, "lz.kernel", kind="conv_blocked")
-    assert len(kernels) == 3 and not ops_of(module, "lz.conv2d")
+    assert len(kernels) == 5 and not ops_of(module, "lz.conv2d")
     # the bias, the shortcut and the relus are in the kernels' epilogues
     epilogues = sorted((len(k.operands), k.regions[0].blocks[0].ops[0].definition.attrs(
         k.regions[0].blocks[0].ops[0]).relu) for k in kernels)
-    assert epilogues == [(3, False), (3, True), (4, True)]
+    assert epilogues == [(3, False), (3, True), (3, True), (4, True), (4, True)]
     assert not ops_of(module, "lz.add") and not ops_of(module, "lz.relu")
     # one conversion in (x), one out (the pool and the returned y read it)
     assert len(ops_of(module, "lz.transpose", perm=(0, 1, 3, 4, 2))) == 1
@@ -110,11 +113,31 @@ def test_what_stays_nchw_is_logged_with_its_reason(caplog):
     module = blocked(residual_net(16, 20, 8, stem=3))
     assert "NCHW conv 3x3 3->16 at 8x8" in caplog.text and "3 input channels fill 3 of 16 lanes" in caplog.text
     assert "20 output channels fill 20 of 32 lanes" in caplog.text  # 1.6x the work: NCHW
-    assert len(ops_of(module, "lz.conv2d")) == 4 and not ops_of(module, "lz.kernel")
+    assert len(ops_of(module, "lz.conv2d")) == 6 and not ops_of(module, "lz.kernel")
     caplog.clear()
     blocked(residual_net(16, 32, 8, weights_as_argument=True))
     assert "weights not a constant" in caplog.text
-    assert "blocked conv 3x3 32->32 at 4x4" in caplog.text and "(epilogue lz.add lz.relu)" in caplog.text
+    # the other 4 convs: the first one's input and output, and the block's output, to convert
+    assert "NCHW region of 4 convs" in caplog.text and "3 conversions" in caplog.text
+    caplog.clear()
+    blocked(residual_net(16, 32, 8))
+    assert "blocked region of 5 convs" in caplog.text and "blocked conv 3x3 32->32 at 4x4" in caplog.text
+    assert "(epilogue lz.add lz.relu)" in caplog.text
+
+
+def test_a_lone_conv_between_nchw_ops_stays_nchw(caplog):
+    """Its two conversions would cost more than its kernel gains (the mobile nets' pointwise convs
+    between depthwise ones)."""
+    func = FuncOp("f", FunctionType([TensorType((1, 32, 8, 8), F32)], []))
+    b = Builder.at_end(func.entry_block)
+    w = b.constant(np.random.default_rng(0).standard_normal((32, 32, 1, 1)).astype(np.float32))
+    y = b.op("lz.max_pool2d", b.op("lz.relu", b.op("lz.conv2d", func.arguments[0], w)), kernel=[2, 2], strides=[2, 2])
+    b.create("func.return", [y], result_types=[])
+    func.update_function_type()
+    caplog.set_level(logging.DEBUG, logger="lezero.layout")
+    module = blocked(ModuleOp([func]))
+    assert "NCHW region of 1 convs" in caplog.text and "2 conversions" in caplog.text
+    assert len(ops_of(module, "lz.conv2d")) == 1 and not ops_of(module, "lz.kernel")
 
 
 def round_trip(channels: int, block: int = 16):
@@ -132,3 +155,6 @@ def test_a_round_trip_through_nchw_is_dropped_only_where_it_is_the_identity():
     # kernel's result has zeros there (the pass only drops those)
     func, back = round_trip(20)
     assert round_trip_source(back.op) is None
+    reversed_dims = FuncOp("g", FunctionType([TensorType((2, 3), F32)], []))
+    b = Builder.at_end(reversed_dims.entry_block)
+    assert round_trip_source(b.op("lz.transpose", reversed_dims.arguments[0]).op) is None  # no perm

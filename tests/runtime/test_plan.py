@@ -55,7 +55,10 @@ def test_constant_conv_weights_are_packed_once_and_kept_for_other_readers(monkey
 def test_blocked_conv_weights_are_packed_once_too(monkeypatch):
     from lezero.codegen.llvm import backend
 
+    from lezero.passes import layout
+
     monkeypatch.setattr(backend, "layout_block", lambda: 8)
+    monkeypatch.setattr(layout, "MAX_CONVERSIONS_PER_CONV", 1.0)  # a region of two convs and two conversions
     w = (np.random.default_rng(4).standard_normal((15, 15, 3, 3)) * 0.2).astype(np.float32)  # 15 of 16 lanes
     x = np.random.default_rng(5).standard_normal((1, 15, 9, 11)).astype(np.float32)
     module = two_convs_sharing_weights(w)
