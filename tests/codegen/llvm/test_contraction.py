@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from codegen.kernel_testing import (MOVED_OPERAND_SHAPES, assert_matches, batch_norm_epilogue, check_kernel, make_kernel,
                             moved_operands_epilogue, random_array, reference, run_kernel)
 from lezero.codegen.llvm.target import cpu_target
-from lezero.codegen.llvm import cache_model, contraction, contraction_gemm, gemm, gemm_bf16, jit
+from lezero.codegen.llvm import cache_model, contraction, contraction_gemm, depthwise, gemm, gemm_bf16, jit
 from lezero.codegen.llvm.backend import lower_kernel
 from lezero.codegen.packed_operands import PackedGemmA, PackedGemmB
 from lezero.ir.attributes import DenseArrayAttr
@@ -432,6 +432,7 @@ def test_conv_slab_holds_the_phases_its_taps_read(x_shape, w_shape, attrs, phase
     (a 1x1 stride-2 conv reads one of four), and the tap offsets index those; a stride-2 row is
     copied by vector steps, then a scalar rest."""
     monkeypatch.setattr(contraction, "CONV_B", reading)
+    monkeypatch.setattr(depthwise, "ROWS_MIN_VECTORS", 10 ** 6)  # the depthwise case: its slab, not rows in place
     module, kernel = conv_kernel(x_shape, w_shape, attrs, "f32", [(w_shape[0], 1, 1)],
                                  lambda b, y, c: b.op("lz.add", y, c))
     anchor = next(op for op in kernel.regions[0].blocks[0].ops if op.name == "lz.conv2d")
