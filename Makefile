@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP) cross-tools
-	$(PY) -m pytest -n 2 -q --durations=25 tests
+	$(PY) -m pytest -n 2 --dist loadscope -q --durations=25 tests
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
