@@ -77,7 +77,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lezero  # noqa: E402
 from lezero.codegen.llvm import contraction  # noqa: E402
-from timing import best_seconds  # noqa: E402
+from timing import best_seconds, shuffled_times  # noqa: E402
 
 
 def conv_function(batch: int, c: int, size: int, epilogue: bool) -> str:
@@ -257,7 +257,6 @@ def mobile_layer_model(c, o, size, k, stride, groups, activation):
 
 def compare_layers(title: str, layers) -> None:
     import platform
-    import time
 
     import onnxruntime as ort
     import lezero.onnx
@@ -295,15 +294,7 @@ def compare_layers(title: str, layers) -> None:
             compiled = build(proto, feeds)
             np.testing.assert_allclose(compiled.run(feeds)["y"], expected, rtol=1e-4, atol=1e-4)
             runs.append(lambda compiled=compiled: compiled.run(feeds))
-        times = tuple([] for _ in runs)
-        order = np.random.default_rng(0)
-        for _ in range(args.reps):
-            # in a new order each time: a fixed order biased the medians of identical kernels by 6-10%
-            # (the one right after ORT finds its input and workspace out of cache)
-            for i in order.permutation(len(runs)):
-                start = time.perf_counter()
-                runs[i]()
-                times[i].append(time.perf_counter() - start)
+        times = shuffled_times(runs, args.reps)
         a, b = (float(np.median(t)) for t in times[:2])
         fastest_ours, fastest_theirs = (min(t) for t in times[:2])
         ratios.append(a / b)

@@ -36,6 +36,7 @@ args = parser.parse_args()
 os.environ["LEZERO_NUM_THREADS"] = str(args.threads)  # before lezero starts its pool
 
 import numpy as np  # noqa: E402
+from timing import shuffled_times  # noqa: E402
 
 # name, channels of the chain's activations (c0 -> c1 -> ... -> c4), image size, kernel
 CHAINS = [
@@ -131,13 +132,7 @@ def main() -> None:
         for got in (ours.run(feeds)["y"], blocked_to_nchw(blocked.output, channels[-1])):
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
         runs = [lambda: ours.run(feeds), blocked, lambda: theirs.run(None, feeds)]
-        times = tuple([] for _ in runs)
-        order = np.random.default_rng(0)
-        for _ in range(args.reps):
-            for i in order.permutation(len(runs)):
-                start = time.thread_time()
-                runs[i]()
-                times[i].append((time.thread_time() - start) / 4)
+        times = tuple([t / 4 for t in ts] for ts in shuffled_times(runs, args.reps, time.thread_time))
         medians = [float(np.median(t)) for t in times]
         minima = [min(t) for t in times]
         flops = sum(2 * c * o * k * k * size * size for c, o in zip(channels, channels[1:])) / 4
@@ -186,13 +181,7 @@ def compare_models() -> None:
         errors = [float(np.abs(list(m.run(feeds).values())[0] - expected).max() / np.abs(expected).max())
                   for m in (plain, blocked)]
         runs = [lambda: plain.run(feeds), lambda: blocked.run(feeds), lambda: theirs.run(None, feeds)]
-        times = tuple([] for _ in runs)
-        order = np.random.default_rng(0)
-        for _ in range(args.reps):
-            for i in order.permutation(len(runs)):
-                start = clock()
-                runs[i]()
-                times[i].append(clock() - start)
+        times = shuffled_times(runs, args.reps, clock)
         medians = [float(np.median(t)) for t in times]
         cells = "".join(f"{m * 1e3:>9.2f} ({min(t) * 1e3:.2f})" for m, t in zip(medians, times))
         print(f"{name:<14}{cells}{medians[1] / medians[0]:>14.3f}{medians[1] / medians[2]:>13.3f}"
