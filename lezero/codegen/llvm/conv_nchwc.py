@@ -147,14 +147,17 @@ class NchwcConv:
         return -(-self.out_height // bands)
 
     def work_items(self, registers: int = 32) -> int:
-        flat = self.flattened()
+        flat = self.flattened(registers)
         return (flat.batch * (flat.out_blocks // flat.tile(registers)[1])
                 * -(-flat.out_height // flat.band_rows(registers)))
 
-    def flattened(self) -> "NchwcConv":
-        """A 1x1 conv of stride 1 without pads is one over a single row of all the pixels: its tiles
-        then cross the image's rows (7x7: 49 pixels in tiles of 6, not 7 rows of 6 + 1)."""
-        if self.kernel == (1, 1) and self.stride == (1, 1) and not any(self.pads) and self.height > 1:
+    def flattened(self, registers: int = 32) -> "NchwcConv":
+        """A 1x1 conv of stride 1 without pads is one over a single row of all the pixels, where its
+        tile groups alone make MIN_ITEMS work items: its tiles then cross the image's rows (7x7: 49
+        pixels in tiles of 6, not 7 rows of 6 + 1).  Fewer groups keep a work item per row (64
+        output channels at 56x56 are one tile group: one work item, one thread, when flattened)."""
+        if self.kernel == (1, 1) and self.stride == (1, 1) and not any(self.pads) and self.height > 1 \
+                and self.batch * (self.out_blocks // self.tile(registers)[1]) >= MIN_ITEMS:
             return replace(self, height=1, width=self.height * self.width)
         return self
 
@@ -213,7 +216,7 @@ def nchwc_conv_module(name: str, conv: NchwcConv, registers: int = 32) -> ir.Mod
 def lower_nchwc_conv(fn: KernelFunction, conv: NchwcConv, registers: int = 32) -> None:
     """The body of ``fn``, whose buffers are (x, packed weights, [bias padded to whole blocks],
     [residual], y), over work items ``conv.work_items(registers)``."""
-    conv = conv.flattened()
+    conv = conv.flattened(registers)
     pixels, out_tile = conv.tile(registers)
     c = conv.block
     b = fn.builder
