@@ -134,6 +134,38 @@ def test_aarch64_light_model_matches_onnxruntime(cross_tools, tmp_path):
         np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=1e-6 * float(np.abs(w).max()), err_msg=name)
 
 
+def residual_conv_stack(channels: int = 16, size: int = 8, depth: int = 5) -> onnx.ModelProto:
+    """``depth`` 3x3 convs + bias + ReLU, the second with a residual add: one region the x86 host's
+    blocked-layout pass blocks (2 conversions for 5 convs)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) / (3 * channels ** 0.5))
+                                       .astype(np.float32), f"w{i}") for i in range(depth)]
+    bias = numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "b")
+    nodes, last = [], "x"
+    for i in range(depth):
+        nodes.append(helper.make_node("Conv", [last, f"w{i}", "b"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        if i == 1:
+            nodes.append(helper.make_node("Add", [f"c{i}", "x"], [f"s{i}"]))
+        nodes.append(helper.make_node("Relu", [f"s{i}" if i == 1 else f"c{i}"], [f"r{i}" if i < depth - 1 else "y"]))
+        last = f"r{i}"
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], weights + [bias])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_aarch64_executable_of_host_blocked_convs_matches_onnxruntime(cross_tools, tmp_path):
+    """The kernel pipeline picks the blocked layout from the host (16 channels on AVX-512, 8 on AVX2,
+    none elsewhere), not from the triple: an AArch64 build of such a schedule must still be right."""
+    model = residual_conv_stack()
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 16, 8, 8)).astype(np.float32)}
+    result = compile_onnx_native(model, tmp_path / "convs", triple=TRIPLE)
+    got = run_outputs([QEMU], result, tmp_path, feeds)
+    assert_matches_onnxruntime(got, model, feeds, rtol=1e-4, atol=1e-5)
+
+
 def test_aarch64_demo_mlp_matches_onnxruntime(cross_tools, tmp_path):
     """The demo's SimpleMLP (784 -> 256 -> relu -> 10, random weights) traced, exported to ONNX and
     built for AArch64; 37 rows and K = 784 cross the GEMM's row, column and depth blocks."""
