@@ -27,7 +27,6 @@ import llvmlite.binding as llvm
 OPT_LEVEL = 2
 
 
-
 def codegen_options(triple: str) -> tuple[str, ...]:
     """The LLVM options code for ``triple`` is generated under (``apply_codegen_options``).
 
