@@ -23,11 +23,14 @@ without pads runs over one row of all the pixels (``flattened``).  The epilogue 
 accumulators: the bias (their initial values), a residual of the output's layout, ReLU; then one
 vector store per accumulator.
 
-A work item is one output row of ``B`` output-channel blocks of one image.  Where a tile group's
-weights exceed ``CHUNK_WEIGHT_BYTES`` (3x3 convs of 128+ channels), the input channel blocks are
-summed a chunk per pass over the whole image (the work item), the partial sums kept in the
-output, so the chunk's weights stay in L2 while every pixel reads them (3x3 512 at 7x7: 51 -> 78
-GFLOP/s, 1 thread, Zen 4).
+A work item is one output row of ``B`` output-channel blocks (a tile group) of one image.  Where
+a tile group's weights exceed ``CHUNK_WEIGHT_BYTES`` (3x3 convs of 64+ channels), the input
+channel blocks are summed a chunk per pass over a band of rows, the partial sums kept in the
+output, so the chunk's weights stay in L2 while every pixel of the band reads them (3x3 512 at
+7x7: 51 -> 78 GFLOP/s, 1 thread, Zen 4).  The band is the calling thread's range of rows (the
+pool gives each thread one contiguous range), cut only where its partial sums would outgrow
+``BAND_BYTES``: so the bands follow the thread count the kernel runs on, unknown when it is
+built, and each thread reads a chunk's weights once per band, not once per fixed slice of rows.
 """
 from __future__ import annotations
 
@@ -48,8 +51,12 @@ MAX_TILE_REGISTERS = {32: 30, 16: 15}
 # A pass over the output sums the input channel blocks whose packed weights (for one tile group)
 # take at most this many bytes, so they stay in L2 while every pixel of the image reads them.
 CHUNK_WEIGHT_BYTES = 128 * 1024
-# Work items a conv of several passes is cut into at least (bands of output rows), where it has rows.
+# A 1x1 conv runs over one row of all its pixels only where its tile groups make this many work
+# items (the threads need them).
 MIN_ITEMS = 8
+# The partial sums of a band of output rows (a pass adds its chunk's input channels to them) kept
+# within this many bytes: they stay in L2 until the next pass reads them.
+BAND_BYTES = 256 * 1024
 # Taps (channel x tap column) per step of a tile's channel loop: fully unrolled (48 for a 3x3 of
 # 16 channels) LLVM hoisted the later steps' loads and spilled accumulators (3x3 64 at 56x56: 96
 # -> 111 GFLOP/s as a loop, 1 thread, Zen 4); a 1x1 conv steps 4 channels at a time.
@@ -136,20 +143,18 @@ class NchwcConv:
         return max(1, min(self.in_blocks, CHUNK_WEIGHT_BYTES // per_block))
 
     def band_rows(self, registers: int = 32) -> int:
-        """Output rows of a work item: one, or where the passes are several a band of rows (the
-        weights are read once per pass and band, not once per row), as many bands as make
-        MIN_ITEMS work items (threads need them: 3x3 64 at 56x56 is one tile group); the last
-        band may be shorter."""
-        if self.in_block_chunk(registers) == self.in_blocks:
-            return 1
-        groups = self.batch * (self.out_blocks // self.tile(registers)[1])
-        bands = min(self.out_height, -(-MIN_ITEMS // groups))
-        return -(-self.out_height // bands)
+        """Output rows a pass sweeps at most: as many as keep a band's partial sums (one tile group's
+        output rows) within BAND_BYTES, so that they stay in L2 from one pass to the next; at
+        least one.  A thread's range of rows is swept in bands of this height, the last shorter."""
+        row_bytes = self.tile(registers)[1] * self.block * self.out_width * 4
+        return max(1, min(self.out_height, BAND_BYTES // row_bytes))
 
     def work_items(self, registers: int = 32) -> int:
+        """The output rows of every (image, tile group): one item each, so a thread's contiguous
+        range of them is one band as tall as the thread count allows (one thread: the whole image,
+        each chunk's weights read once per band)."""
         flat = self.flattened(registers)
-        return (flat.batch * (flat.out_blocks // flat.tile(registers)[1])
-                * -(-flat.out_height // flat.band_rows(registers)))
+        return flat.batch * (flat.out_blocks // flat.tile(registers)[1]) * flat.out_height
 
     def flattened(self, registers: int = 32) -> "NchwcConv":
         """A 1x1 conv of stride 1 without pads is one over a single row of all the pixels, where its
@@ -316,17 +321,26 @@ def lower_nchwc_conv(fn: KernelFunction, conv: NchwcConv, registers: int = 32) -
 
     chunk, band = conv.in_block_chunk(registers), conv.band_rows(registers)
     passes = -(-in_blocks // chunk)
-    with for_range(b, fn.begin, fn.end, "item") as item:
-        n, group, row_band = unravel_values(b, item, (conv.batch, groups, -(-oh_count // band)))
+    # the work items are output rows of (image, tile group) segments; a thread's range [begin, end)
+    # is swept a band at a time, each band once per pass (the chunk's weights read once per band)
+    first_segment = b.udiv(fn.begin, i64(oh_count))
+    with for_range(b, first_segment, b.udiv(b.add(fn.end, i64(oh_count - 1)), i64(oh_count)), "segment") as segment:
+        n, group = unravel_values(b, segment, (conv.batch, groups))
+        segment_row0 = b.mul(segment, i64(oh_count))
+        lo = b.sub(fn.begin, segment_row0)
+        lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo)
+        hi = min_i64(b, b.sub(fn.end, segment_row0), oh_count)
         at = {"n": n, "out_block0": b.mul(group, i64(out_tile)),
               "x_image": b.mul(n, i64(in_blocks * conv.height * conv.width * c)),
               "w_group": b.mul(group, i64(in_blocks * kh * kw * tap_floats))}
-        with for_range(b, 0, passes, "pass") as pass_:
-            last_pass = b.icmp_signed("==", pass_, i64(passes - 1))
-            cb_lo = b.mul(pass_, i64(chunk))
-            at = {**at, "first_pass": b.icmp_signed("==", pass_, i64(0)), "last_pass": last_pass, "cb_lo": cb_lo,
-                  "cb_hi": b.select(last_pass, i64(in_blocks), b.add(cb_lo, i64(chunk)))}
-            first_row = b.mul(row_band, i64(band))
-            rows = band if oh_count % band == 0 else min_i64(b, band, b.sub(i64(oh_count), first_row))
-            with for_range(b, 0, rows, "row") as row_in_band:
-                output_row(at, b.add(first_row, row_in_band))
+        bands = b.udiv(b.add(b.sub(hi, lo), i64(band - 1)), i64(band))
+        with for_range(b, 0, bands, "band") as band_index:
+            first_row = b.add(lo, b.mul(band_index, i64(band)))
+            rows = min_i64(b, band, b.sub(hi, first_row))
+            with for_range(b, 0, passes, "pass") as pass_:
+                last_pass = b.icmp_signed("==", pass_, i64(passes - 1))
+                cb_lo = b.mul(pass_, i64(chunk))
+                at_pass = {**at, "first_pass": b.icmp_signed("==", pass_, i64(0)), "last_pass": last_pass,
+                           "cb_lo": cb_lo, "cb_hi": b.select(last_pass, i64(in_blocks), b.add(cb_lo, i64(chunk)))}
+                with for_range(b, 0, rows, "row") as row_in_band:
+                    output_row(at_pass, b.add(first_row, row_in_band))

@@ -83,14 +83,26 @@ def test_narrower_blocks_on_the_host(block):
 
 def test_a_pass_per_weight_chunk(monkeypatch):
     """Input channel blocks beyond a chunk's weights accumulate through the output, a pass each,
-    over bands of rows (the last one shorter: 20 rows in 7 bands of 3)."""
+    over bands of rows: a thread's range of rows (pieces cut inside an image and across images and
+    tile groups) swept in bands of at most band_rows (20 rows: bands of 3, the last shorter)."""
     monkeypatch.setattr(conv_nchwc, "CHUNK_WEIGHT_BYTES", 1)
-    case = (1, 48, 32, 20, 9, (3, 3), (1, 1), (1, 1, 1, 1), True, True, True)
+    case = (2, 48, 128, 20, 9, (3, 3), (1, 1), (1, 1, 1, 1), True, True, True)
     conv = NchwcConv(*case[:8], 16)
-    assert conv.in_block_chunk() == 1 and conv.band_rows() == 3 and conv.work_items() == 7
-    for pieces in (1, 3):
+    monkeypatch.setattr(conv_nchwc, "BAND_BYTES", 3 * 4 * 16 * 9 * 4)  # 3 rows of a tile group's sums
+    assert conv.in_block_chunk() == 1 and conv.band_rows() == 3 and conv.work_items() == 2 * 2 * 20
+    for pieces in (1, 3, 7):
         got, want, _ = run("host", case, pieces=pieces)
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
+
+
+def test_work_items_are_rows_and_bands_fit_the_band_bytes():
+    """A work item is an output row of a tile group whatever the threads: a thread's range is swept
+    in bands as tall as BAND_BYTES of partial sums allow (a 7x7 image: one band)."""
+    conv = NchwcConv(1, 64, 64, 56, 56, (3, 3), (1, 1), (1, 1, 1, 1), 16)
+    assert conv.in_block_chunk() < conv.in_blocks and conv.work_items() == 56
+    assert conv.band_rows() == conv_nchwc.BAND_BYTES // (4 * 16 * 56 * 4)
+    conv = NchwcConv(1, 512, 512, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 16)
+    assert conv.work_items() == 8 * 7 and conv.band_rows() == 7
 
 
 def test_row_tiles_cover_each_pixel_once():
