@@ -8,6 +8,13 @@ A ``broadcast_to`` of a constant whose every user is elementwise stays as it is:
 kernel it is an index, where a literal of its shape costs memory, and it would be folded only up
 to ``max-elements``, so a model's schedule would change there with its sizes (BERT's token-type
 rows ``[b, s, h]``, issue 11).  Its users still fold: they read its constant broadcast.
+
+A ``broadcast_to`` of a constant that only contractions read (``lz.matmul``, ``lz.conv2d``, also
+through transposes and reshapes) folds at any size: a contraction reads that operand from memory
+either way, and unfolded it is written there by a kernel of its own on every run.  The light
+ONNX models' weights are ``ConstantOfShape`` generators: alexnet's 4096 x 9216 fully connected
+weight was broadcast and transposed into a 151 MB buffer per run, then read back; ONNX Runtime
+folds them into initializers at session start, and so does this now (issue 11).
 """
 from __future__ import annotations
 
@@ -21,10 +28,13 @@ from lezero.ir.core import Block, ModuleOp, Operation
 from lezero.ir.interpreter import evaluate_op
 from lezero.ir.opdef import ELEMENTWISE
 from lezero.ir.types import TensorType
+from lezero.passes.fusion_cost import CONTRACTIONS
 from lezero.passes.pass_base import Pass, option
 from lezero.passes.rewriter import is_pure
 
 CONSTANT = "lz.constant"
+# Ops through which a contraction's operand is still read as stored (module docstring).
+LAYOUT_OPS = ("lz.transpose", "lz.reshape")
 
 
 def constant_value(value) -> DenseElementsAttr | None:
@@ -50,18 +60,30 @@ def _read_by_elementwise_ops(op: Operation) -> bool:
     return bool(uses) and all(u.definition is not None and u.definition.has_trait(ELEMENTWISE) for u in uses)
 
 
-def fold_op(op: Operation, max_elements: int) -> list[DenseElementsAttr] | None:
+def _read_by_contractions(op: Operation) -> bool:
+    """Whether every use of ``op``'s results is an operand of a contraction, directly or through
+    ``LAYOUT_OPS``."""
+    uses = [u.op for r in op.results for u in r.uses]
+    return bool(uses) and all(u.name in CONTRACTIONS or (u.name in LAYOUT_OPS and _read_by_contractions(u))
+                              for u in uses)
+
+
+def fold_op(op: Operation, max_elements: int | None) -> list[DenseElementsAttr] | None:
     """The constant results of ``op`` if it can be folded, else None."""
     if op.name == CONSTANT or op.regions or not op.results or not is_pure(op):
         return None
-    if op.name == "lz.broadcast_to" and _read_by_elementwise_ops(op):
-        return None  # module docstring
+    if op.name == "lz.broadcast_to":
+        if _read_by_elementwise_ops(op):
+            return None  # module docstring
+        if _read_by_contractions(op):
+            max_elements = None  # module docstring
     inputs = [constant_value(v) for v in op.operands]
     inputs = [a.array if a is not None else _broadcast_constant(v) for a, v in zip(inputs, op.operands)]
     if any(a is None for a in inputs):
         return None
     types = op.result_types
-    if not all(isinstance(t, TensorType) and t.is_static and t.num_elements <= max_elements for t in types):
+    if not all(isinstance(t, TensorType) and t.is_static and (max_elements is None or t.num_elements <= max_elements)
+               for t in types):
         return None
     try:
         with np.errstate(all="ignore"):

@@ -140,3 +140,34 @@ def test_a_broadcast_that_elementwise_ops_read_stays_a_broadcast():
       %6 = "lz.constant"() {value = dense<[[[1.0, 1.0, 1.0, 3.0], [1.0, 1.0, 1.0, 3.0], [1.0, 1.0, 1.0, 3.0]], [[1.0, 1.0, 1.0, 3.0], [1.0, 1.0, 1.0, 3.0], [1.0, 1.0, 1.0, 3.0]]]> : tensor<2x3x4xf32>} : () -> tensor<2x3x4xf32>
       func.return %2, %6 : tensor<2x3x4xf32>, tensor<2x3x4xf32>
     }""")
+
+
+def test_a_broadcast_that_only_contractions_read_folds_at_any_size():
+    """The light ONNX models' ``ConstantOfShape`` weights: a contraction reads its operand from
+    memory either way, so the broadcast folds past max-elements (through a transpose to the matmul,
+    directly to the conv) instead of being written by a kernel of its own on every run.  One that
+    a reduction reads too keeps the cap."""
+    text = """
+    func.func @f(%x: tensor<1x40xf32>, %i: tensor<1x2x6x6xf32>) -> (tensor<1x30xf32>, tensor<1x4x4x4xf32>, tensor<4x4xf32>) {
+      %0 = "lz.constant"() {value = dense<0.25> : tensor<f32>} : () -> tensor<f32>
+      %1 = "lz.broadcast_to"(%0) {shape = array<i64: 30, 40>} : (tensor<f32>) -> tensor<30x40xf32>
+      %2 = "lz.transpose"(%1) {perm = array<i64: 1, 0>} : (tensor<30x40xf32>) -> tensor<40x30xf32>
+      %3 = "lz.matmul"(%x, %2) : (tensor<1x40xf32>, tensor<40x30xf32>) -> tensor<1x30xf32>
+      %4 = "lz.constant"() {value = dense<0.5> : tensor<f32>} : () -> tensor<f32>
+      %5 = "lz.broadcast_to"(%4) {shape = array<i64: 4, 2, 3, 3>} : (tensor<f32>) -> tensor<4x2x3x3xf32>
+      %6 = "lz.conv2d"(%i, %5) : (tensor<1x2x6x6xf32>, tensor<4x2x3x3xf32>) -> tensor<1x4x4x4xf32>
+      %7 = "lz.broadcast_to"(%4) {shape = array<i64: 4, 4, 4>} : (tensor<f32>) -> tensor<4x4x4xf32>
+      %8 = "lz.reshape"(%7) {shape = array<i64: 4, 16>} : (tensor<4x4x4xf32>) -> tensor<4x16xf32>
+      %9 = "lz.reduce_sum"(%8) {axes = array<i64: 1>} : (tensor<4x16xf32>) -> tensor<4xf32>
+      %10 = "lz.reshape"(%7) {shape = array<i64: 16, 4>} : (tensor<4x4x4xf32>) -> tensor<16x4xf32>
+      %11 = "lz.matmul"(%8, %10) : (tensor<4x16xf32>, tensor<16x4xf32>) -> tensor<4x4xf32>
+      %12 = "lz.add"(%11, %9) : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4x4xf32>
+      func.return %3, %6, %12 : tensor<1x30xf32>, tensor<1x4x4x4xf32>, tensor<4x4xf32>
+    }"""
+    m = parse_module(text)
+    run_pipeline(m, "constant-fold{max-elements=20}")
+    names = op_names(m)
+    # the matmul's and the conv's broadcasts folded; the one the reduction reads stays
+    assert names.count("lz.broadcast_to") == 1 and names.count("lz.transpose") == 1
+    shapes = {c.type.shape: c.splat_value() for c in constants(m)}
+    assert shapes[(30, 40)] == 0.25 and shapes[(4, 2, 3, 3)] == 0.5
