@@ -13,7 +13,8 @@ layout (``dialect.blocked.to_blocked``) and its result back (``from_blocked``), 
 that partition makes kernels of; but a value that is already the conversion of a blocked kernel's
 result is read blocked, so a region of convs (ResNet's stages, their residual adds in the
 epilogues) converts once where it starts and once where a reader outside it (pooling, the head)
-needs NCHW.  The conversions that nobody reads any more are left for ``dce``.  The kernel is final:
+needs NCHW.  A mean over the pixels of a blocked result (ResNet's global average pool) is taken
+over the blocked tensor, and only its C values are converted back.  The conversions that nobody reads any more are left for ``dce``.  The kernel is final:
 partition and fuse leave existing kernels alone.
 
 The choice is a rule from what ``benchmarks/conv_nchwc.py`` measured (chains of 4 convs, 1 thread,
@@ -31,6 +32,7 @@ import numpy as np
 from lezero.ir.attributes import StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import Block, ModuleOp, Operation, Region, Value
+from lezero.ir.dialect.axes import reduction_axes
 from lezero.ir.dialect.blocked import blocks, from_blocked, to_blocked
 from lezero.ir.types import F32
 from lezero.passes.constant_fold import constant_value
@@ -173,6 +175,23 @@ def round_trip_source(transpose: Operation) -> Value | None:
     return source
 
 
+def global_mean_of_blocks(mean: Operation, blocked_of: dict) -> None:
+    """A mean over the pixels of a blocked kernel's result (ResNet's global average pool) taken
+    over the blocked tensor, so that only its C values are converted back, not C x H x W."""
+    x = mean.operands[0]
+    source = _blocked(x, blocked_of)
+    attrs = mean.definition.attrs(mean)
+    if source is None or reduction_axes(attrs.axes, x.type.rank) != (2, 3):
+        return
+    b = Builder.before(mean)
+    y = from_blocked(b, b.op("lz.reduce_mean", source, axes=[2, 3], keepdims=True), x.type.shape[1])
+    if not attrs.keepdims:
+        y = b.op("lz.reshape", y, shape=list(mean.result.type.shape))
+    LAYOUT_LOG.debug("blocked global mean at %s: %d values converted back", mean.location, x.type.shape[1])
+    mean.result.replace_all_uses_with(y)
+    mean.erase()
+
+
 def _single_user(v: Value) -> Operation | None:
     users = v.users
     return users[0] if len(users) == 1 and len(v.uses) == 1 else None
@@ -252,6 +271,8 @@ class BlockedLayout(Pass):
                     source = round_trip_source(op)
                     if source is not None:  # a residual converted before its conv was blocked
                         op.result.replace_all_uses_with(source)
+                elif op.parent is not None and op.name == "lz.reduce_mean":
+                    global_mean_of_blocks(op, blocked_of)
 
     def rewrite(self, chain: ConvChain, names: KernelNamer, blocked_of: dict) -> None:
         c = self.block

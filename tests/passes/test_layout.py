@@ -19,11 +19,12 @@ from lezero.passes.layout import round_trip_source
 
 
 def residual_net(c0: int, c1: int, size: int, *, bias: bool = True, stem: int | None = None,
-                 weights_as_argument: bool = False) -> ModuleOp:
+                 weights_as_argument: bool = False, pool: bool = True, keepdims: bool = False) -> ModuleOp:
     """``@f(x: [1, c0, size, size])``: [a stem conv of ``stem`` -> c0 channels], a downsampling
     residual block (conv 3x3 s2 + bias + relu, conv 3x3 + the 1x1 s2 shortcut + relu, the shortcut
     after the conv that reads it, as the exports order them), an identity block (conv + relu, conv
-    + the block's input + relu), a max pool and a global mean."""
+    + the block's input + relu), a max pool (unless not ``pool``: then the block's output is not
+    returned) and a global mean."""
     rng = np.random.default_rng(c0 * c1 + size)
     channels = stem or c0
     args = [TensorType((1, channels, size, size), F32)]
@@ -51,10 +52,11 @@ def residual_net(c0: int, c1: int, size: int, *, bias: bool = True, stem: int | 
     y = b.op("lz.relu", b.op("lz.add", y, shortcut))
     z = b.op("lz.relu", conv(y, weight(c1, c1, 3), 1, 1))
     y = b.op("lz.relu", b.op("lz.add", conv(z, weight(c1, c1, 3), 1, 1), y))
-    pooled = b.op("lz.max_pool2d", y, kernel=[2, 2], strides=[2, 2])
-    mean = b.op("lz.reduce_mean", pooled, axes=[2, 3], keepdims=False)
-    b.create("func.return", [mean, y], result_types=[])
-    func.function_type = FunctionType(args, [mean.type, y.type])
+    pooled = b.op("lz.max_pool2d", y, kernel=[2, 2], strides=[2, 2]) if pool else y
+    mean = b.op("lz.reduce_mean", pooled, axes=[2, 3], keepdims=keepdims)
+    results = [mean, y] if pool else [mean]
+    b.create("func.return", results, result_types=[])
+    func.function_type = FunctionType(args, [r.type for r in results])
     return ModuleOp([func])
 
 
@@ -94,6 +96,22 @@ def test_a_residual_block_is_one_blocked_region():
     assert len(ops_of(module, "lz.transpose", perm=(0, 1, 4, 2, 3))) == 1
     for got, expected in zip(interpret(module, "f", *arrays), want):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_a_global_mean_of_a_blocked_result_converts_its_means_only(keepdims):
+    plain = residual_net(32, 40, 12, pool=False, keepdims=keepdims)
+    arrays = inputs(plain)
+    want = interpret(plain, "f", *arrays)
+    module = blocked(residual_net(32, 40, 12, pool=False, keepdims=keepdims))
+    (back,) = ops_of(module, "lz.transpose", perm=(0, 1, 4, 2, 3))
+    assert back.result.type.shape == (1, 3, 16, 1, 1)  # 40 means in 3 blocks, not 40 x 6 x 6 values
+    (mean,) = ops_of(module, "lz.reduce_mean")
+    assert mean.operands[0].type.shape == (1, 3, 6, 6, 16)
+    (got,) = interpret(module, "f", *arrays)
+    np.testing.assert_allclose(got, want[0], rtol=1e-5, atol=1e-5)
+    compiled = lezero.compile(residual_net(32, 40, 12, pool=False, keepdims=keepdims), "f")(*arrays)
+    np.testing.assert_allclose(compiled[0], want[0], rtol=1e-4, atol=1e-4 * float(np.abs(want[0]).max()))
 
 
 @pytest.mark.cross_target(cases={"30->40": (30, 40, 11), "64->128": (64, 128, 9), "16->16 odd": (16, 16, 7)})
