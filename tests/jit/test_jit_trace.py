@@ -102,6 +102,45 @@ def test_follows_the_modules_current_weights():
     np.testing.assert_allclose(traced(x).numpy(), eager(model, x), rtol=1e-6, atol=1e-6)
 
 
+def test_follows_every_write_to_its_weights():
+    """Each way of writing a weight in place shows in the traced module's next call (the LSTM's
+    loops too), a numpy array taken before the first call included: the contract any cache of
+    packed weights must keep (the plan packs them per call today)."""
+    lz.manual_seed(3)
+    model = nn.LSTM(32, 32, num_layers=2)
+    model.eval()
+    x = lz.randn(5, 8, 32)
+    traced = lz.jit.trace(model, example_inputs=x, dynamic_batch=False)
+    held = model.weight_hh_l1.detach().numpy()  # taken before the first call
+    optimizer = lz.optim.SGD(model.parameters(), lr=0.5)
+
+    def check():
+        with lz.no_grad():
+            y, (h, c) = model(x)
+        got_y, (got_h, got_c) = traced(x)
+        for got, expected in ((got_y, y), (got_h, h), (got_c, c)):
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+    check()
+    before = traced(x)[0].numpy()
+    model(x)[0].square().sum().backward()
+    optimizer.step()  # an optimizer step
+    check()
+    model.weight_ih_l0.detach().numpy()[:4] *= -1.0  # a write through .numpy()
+    check()
+    held[0] += 0.25  # through an array taken before the first call
+    check()
+    with lz.no_grad():
+        model.weight_ih_l1.copy_(lz.randn(128, 32))  # copy_
+    check()
+    model.weight_hh_l0.data.mul_(0.5)  # .data, which has a version counter of its own
+    check()
+    state = {k: v.detach().numpy() * 0.5 for k, v in model.state_dict().items()}
+    model.load_state_dict({k: lz.from_numpy(v) for k, v in state.items()})  # load_state_dict
+    check()
+    assert not np.allclose(traced(x)[0].numpy(), before)
+
+
 def test_cnn_with_flatten_and_batchnorm_in_eval_mode():
     lz.manual_seed(2)
     model = SmallCNN()
