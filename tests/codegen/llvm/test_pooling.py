@@ -1,7 +1,7 @@
 """Pooling as a ``single`` kernel against the reference interpreter: random kernels, strides,
 paddings, dilations, ceil mode and count_include_pad, in f32, f64, f16 and (max) integers; and
-max pooling's gradient, with ties, nan and -inf; float32 max pooling's vector rows on every
-cross-target CPU."""
+max pooling's gradient, with ties, nan and -inf; float32 max and average pooling's vector rows on
+every cross-target CPU."""
 from __future__ import annotations
 
 import numpy as np
@@ -74,7 +74,7 @@ def test_resnet_stem_max_pool():
 
 VECTOR_ROW_CASES = {
     # name: (x shape, kernel, strides, pads, dilations, ceil mode): float32 max pooling of column
-    # stride 1 or 2 keeps an output row in vector registers (llvm/pooling.py, _max_row_in_vectors)
+    # stride 1 or 2 keeps an output row in vector registers (llvm/pooling.py, _row_in_vectors)
     "stem_3x3_s2_p1_two_vectors_and_a_tail": ((1, 3, 13, 75), [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], False),
     "3x3_s1_p1_rows_past_a_vector": ((2, 2, 6, 37), [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], False),
     "2x3_s_3x2_dilated_ceil": ((1, 2, 11, 23), [2, 3], [3, 2], [1, 1, 0, 1], [2, 2], True),
@@ -100,6 +100,40 @@ def test_max_pool2d_vector_rows(cpu, case):
     flat[::17], flat[5::23], flat[3::11], flat[7::11] = np.nan, -np.inf, -0.0, 0.0
     lowered = lower_kernel(op, cpu=cpu)
     assert "ow_vector" in lowered.llvm_ir and "llvm.maximum.v" in lowered.llvm_ir
+    want = reference(module, [x])[0]
+    for splits in (1, 3):
+        got = run_kernel(op, [x], splits, lowered, cpu=cpu)[0]
+        assert_matches(got, want)
+
+
+AVG_VECTOR_ROW_CASES = {
+    # name: (x shape, kernel, strides, pads, ceil mode, count_include_pad): float32 average pooling
+    # of column stride 1 or 2 in vector registers too
+    "inception_3x3_s1_p1_a_vector_and_a_tail": ((1, 3, 28, 28), [3, 3], [1, 1], [1, 1, 1, 1], False, False),
+    "3x3_s1_p1_counting_the_padding": ((2, 2, 6, 37), [3, 3], [1, 1], [1, 1, 1, 1], False, True),
+    "3x3_s2_p1_ceil": ((1, 3, 13, 75), [3, 3], [2, 2], [1, 1, 1, 1], True, False),
+    "4x2_s1_asymmetric_pads": ((1, 3, 7, 5), [4, 2], [1, 1], [2, 0, 1, 1], False, True),
+    # the first output row's window and the first vector's columns wholly in the padding: 0 / 0
+    # without the padding counted (nan, as the reference), 0 with it
+    "windows_wholly_in_the_padding": ((1, 2, 5, 40), [3, 3], [1, 2], [4, 20, 1, 3], False, False),
+    "windows_wholly_in_the_padding_counted": ((1, 2, 5, 40), [3, 3], [1, 2], [4, 20, 1, 3], False, True),
+    # inception's global 7x7 average: one vector, masked
+    "7x7_global": ((1, 4, 7, 7), [7, 7], [1, 1], [0, 0, 0, 0], False, False),
+}
+
+
+@pytest.mark.cross_target(cases=AVG_VECTOR_ROW_CASES, group=lambda case: 0)
+def test_avg_pool2d_vector_rows(cpu, case):
+    """The vector rows of an average (rows outside the image add zeros, end vectors masked, the
+    divisor per row and column) match the reference, in any pieces of work items."""
+    shape, kernel, strides, pads, ceil_mode, count_include_pad = case
+    module, op = make_kernel([(shape, "f32")], lambda b, x: b.op(
+        "lz.avg_pool2d", x, kernel=kernel, strides=strides, pads=pads, ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad), kind="single")
+    x = random_array(np.random.default_rng(sum(shape)), shape, np.float32)
+    lowered = lower_kernel(op, cpu=cpu)
+    # no stack row of sums: vector adds and a vector division
+    assert "ow_vector" in lowered.llvm_ir and "alloca" not in lowered.llvm_ir and "fdiv <" in lowered.llvm_ir
     want = reference(module, [x])[0]
     for splits in (1, 3):
         got = run_kernel(op, [x], splits, lowered, cpu=cpu)[0]
