@@ -36,6 +36,10 @@ change per call.  ``lz_run_program`` returns 0, or ``pc + 1`` of a ``WHILE`` tha
 ``max_trip_count``.  Bounds checks are read after the program (a kernel that sees a bad index reads
 a clamped address, so what runs after it is safe).
 
+A launch the plan splits over the thread pool runs on as many threads in a program, except inside
+a loop's body, where ``BodyThreads`` chooses per call from the program's own times whether it
+splits or runs on the calling thread (a batch-1 LSTM step's split GEMV loses on a shared machine).
+
 A loop body whose kernel reads an invariant pre-packed (an LSTM's ``W_hh``: ``packed_inputs``,
 laid out by Python once per run of the loop) is packed while encoding when the invariant is a
 constant (a model's weight, through any depth of loops); otherwise the caller must lay it out
@@ -49,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import time
 
 import numpy as np
 from llvmlite import ir
@@ -271,7 +276,8 @@ class ProgramEncoder:
         self.relocations: list[tuple[int, str]] = []  # (index into frame + code, kind), made at words()
         self._frame_relocations: list[tuple[int, str]] = []
         self._code_relocations: list[tuple[int, str]] = []
-        self.kernels: list[tuple[int, object]] = []  # (code position, Launch) in code order
+        self.kernels: list[tuple[int, object, bool]] = []  # (code position, Launch, in a loop's body) in code order
+        self._loops = 0  # the loop bodies being encoded around the current position
         self.whiles: list[tuple[int, int]] = []  # (code position, max_trip_count)
         self._fixed: dict = {}
         self._constants: dict[int, np.ndarray] = {}  # frame word -> the constant it always holds
@@ -341,7 +347,7 @@ class ProgramEncoder:
         for address in self.binding.table(plan, launch):
             self._emit(address)
         self.code[at + 1] = len(self.code) - at
-        self.kernels.append((at, launch))
+        self.kernels.append((at, launch, self._loops > 0))
 
     def _copy(self, nbytes: int, dst: int, src: int) -> None:
         self.code += [COPY, 5, nbytes, dst, src]
@@ -414,7 +420,9 @@ class ProgramEncoder:
         records += [(frame[len(args) + k], written(0, k), written(0, k), written(1, k), 0) for k in range(nc)]
         records += [(frame[len(args) + nc + k], w, w, w, body.result_types[nc + k].nbytes) for k, w in enumerate(ys)]
         self.code += [FOR, 0, n, int(step.reverse), index]
+        self._loops += 1
         self._block(records, lambda: self.plan(body, frame, True))
+        self._loops -= 1
 
     def _while(self, step, operands: list[int], results: list[int]) -> None:
         ni = step.num_invariant
@@ -433,11 +441,13 @@ class ProgramEncoder:
         bound = step.op.get_attr("max_trip_count")
         self.whiles.append((len(self.code), -1 if bound is None else bound.value))
         self.code += [WHILE, 0, -1 if bound is None else bound.value, go]
+        self._loops += 1
         self._block(arguments(frames[0]) + [(frames[0][nargs], go, go, go, 0)],
                     lambda: self.plan(condition, frames[0], True))
         self._block(arguments(frames[1]) + [(frames[1][nargs + k], out, out, spare[k], 0)
                                             for k, out in enumerate(results)],
                     lambda: self.plan(body, frames[1], True))
+        self._loops -= 1
         self._block([], lambda: [self._copy(r.type.nbytes, out, frames[0][ni + k])
                                  for k, (r, out) in enumerate(zip(step.op.results, results))])
 
@@ -488,35 +498,81 @@ class _ProcessBinding:
                 np.copyto(packed, array)
 
 
+class BodyThreads:
+    """Whether a program's loop bodies split their launches over the thread pool, chosen by timing
+    the program's own calls (issue 17).  An LSTM step at batch 1 is one GEMV of 13-60 us split in
+    two and a gate kernel: on a quiet AMD EPYC (znver4, 2 cores) the split ran b1 h256 in 2.6 ms
+    against 4.8 on one thread, but while another process held the second core (load ~2) its median
+    was 7.8 ms: a worker descheduled after claiming its half holds up each step, 256 times a call.
+    So a program whose loop bodies split starts by alternating the two settings (``TRIALS`` calls
+    each), then runs the one whose latest ``WINDOW`` times have the lower median, and every
+    ``REVISIT``-th call runs the other, so that a change of load shows.  Launches outside loops
+    (the input projections: milliseconds each) always split as the plan says."""
+
+    TRIALS = 3
+    WINDOW = 5
+    REVISIT = 16
+
+    def __init__(self):
+        self.times: tuple[list, list] = ([], [])  # seconds of the latest calls: bodies split, bodies whole
+        self.calls = 0
+
+    def whole(self) -> bool:
+        """The setting of the next call: True runs the loop bodies' launches on the calling thread."""
+        split, whole = self.times
+        if len(split) < self.TRIALS or len(whole) < self.TRIALS:
+            return len(whole) < len(split)
+        best = _median(whole) < _median(split)
+        return best != (self.calls % self.REVISIT == self.REVISIT - 1)
+
+    def record(self, whole: bool, seconds: float) -> None:
+        times = self.times[whole]
+        times.append(seconds)
+        del times[:-self.WINDOW]
+        self.calls += 1
+
+
+def _median(values: list) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 class LoopProgram:
     """An encoded program in this process: ``run(addresses, pool)`` fills the top frame words (the
-    plan's or step's argument and result addresses) and makes the one call."""
+    plan's or step's argument and result addresses) and makes the one call.  Where its loop bodies
+    hold launches the plan splits, ``BodyThreads`` picks per call whether they split."""
 
     def __init__(self, encoder: ProgramEncoder, binding: _ProcessBinding):
         self.words = encoder.words()
         self.code_at, self.length = len(encoder.frame), len(encoder.code)
         self.base = self.words.ctypes.data
-        self.threads_at = [(self.code_at + at + 4, launch.kernel.work_items, launch.split_over_threads)
-                           for at, launch in encoder.kernels]
-        self.checked = [binding.launches[id(launch)] for _, launch in encoder.kernels
+        self.threads_at = [(self.code_at + at + 4, launch.kernel.work_items, launch.split_over_threads, in_loop)
+                           for at, launch, in_loop in encoder.kernels]
+        self.checked = [binding.launches[id(launch)] for _, launch, _ in encoder.kernels
                         if launch.index_checks is not None]
         self.kernels = len(encoder.kernels)
-        self.threads = 0
+        self.body_threads = BodyThreads() if any(p and in_loop for _, _, p, in_loop in self.threads_at) else None
+        self.setting = None  # (threads, loop bodies whole) the words hold
         self.keepalive = binding  # the bound plans whose tables, arenas and constants the words point at
 
-    def _use_threads(self, threads: int) -> None:
+    def _use_threads(self, threads: int, bodies_whole: bool) -> None:
         """Each launch's thread count on a pool of ``threads`` (set when that changes)."""
-        for at, items, parallel in self.threads_at:
-            self.words[at] = min(threads, items) if parallel else 1
-        self.threads = threads
+        for at, items, parallel, in_loop in self.threads_at:
+            self.words[at] = min(threads, items) if parallel and not (bodies_whole and in_loop) else 1
+        self.setting = (threads, bodies_whole)
 
     def run(self, addresses: list, pool) -> None:
-        if pool.num_threads != self.threads:
-            self._use_threads(pool.num_threads)
+        threads = pool.num_threads
+        choice = self.body_threads if threads > 1 else None
+        whole = choice is not None and choice.whole()
+        if self.setting != (threads, whole):
+            self._use_threads(threads, whole)
         # asked per call: the workers (and their state) are new after a fork or a close()
-        pool_run, pool_state = pool.native_entry() if pool.num_threads > 1 else (None, None)
+        pool_run, pool_state = pool.native_entry() if threads > 1 else (None, None)
         self.words[:len(addresses)] = addresses
+        start = time.perf_counter()
         failed = _walker()(self.base + 8 * self.code_at, 0, self.length, self.base, pool_state, pool_run, 0)
+        if choice is not None:
+            choice.record(whole, time.perf_counter() - start)
         if self.checked:
             _raise_first_failed_check(self.checked)
         if failed:

@@ -13,6 +13,7 @@ from lezero.eager.autograd import trace
 from lezero.ir.core import ModuleOp
 from lezero.ir.interpreter import interpret
 from lezero.runtime.cpu import BoundHostStep, CompiledFunction
+from lezero.runtime.loop_driver import BodyThreads
 from lezero.runtime.thread_pool import ThreadPool
 
 RNG = np.random.default_rng(0)
@@ -101,6 +102,53 @@ def test_native_loop_equals_the_python_loop_and_the_interpreter(steps, reverse, 
     again = list(compiled(*args))  # a second call refills the program's addresses
     for g, a in zip(got, again):
         np.testing.assert_array_equal(g, a)
+
+
+def test_body_threads_tries_both_settings_then_runs_the_faster_and_revisits_the_other():
+    choice = BodyThreads()
+    tried = []
+    for _ in range(2 * BodyThreads.TRIALS):  # alternating, split first
+        whole = choice.whole()
+        tried.append(whole)
+        choice.record(whole, 1.0 if whole else 3.0)
+    assert tried == [False, True] * BodyThreads.TRIALS
+    runs = []
+    for _ in range(2 * BodyThreads.REVISIT):
+        whole = choice.whole()
+        runs.append(whole)
+        choice.record(whole, 1.0 if whole else 3.0)
+    revisits = [i for i, whole in enumerate(runs) if not whole]  # the faster setting, but for one call in REVISIT
+    assert len(revisits) == 2 and revisits[1] - revisits[0] == BodyThreads.REVISIT
+    for _ in range(BodyThreads.WINDOW):  # the load changed: whole became slower, and the revisits show it
+        choice.record(True, 5.0)
+    assert choice.whole() is False
+
+
+def test_loop_bodies_split_or_whole_compute_the_same():
+    """A plan whose loop body splits a launch (a 1 x 256 @ 256 x 1024 GEMV) times both settings
+    (``BodyThreads``): every call gives the same bits, which setting ran it."""
+    w = RNG.standard_normal((256, 1024)).astype(np.float32) * 0.05
+    h = RNG.standard_normal((1, 256)).astype(np.float32)
+    xs = RNG.standard_normal((4, 1, 1024)).astype(np.float32)
+
+    def fn(h, xs, w):
+        def step(h, x):
+            gates = h @ w + x
+            h = lz.tanh(gates[:, :256]) * lz.sigmoid(gates[:, 256:512])
+            return h, h
+        return lz.scan(step, h, xs)
+
+    compiled, module, entry, args = _compiled(fn, h, xs, w, threads=2)
+    plan = compiled.plan_for([a.shape for a in args])
+    programs = [program for _, program in _programs(plan) if program is not None and program.body_threads]
+    assert programs
+    first = _results(compiled(*args))
+    for _ in range(2 * BodyThreads.TRIALS + 1):
+        for g, f in zip(_results(compiled(*args)), first):
+            np.testing.assert_array_equal(g, f)
+    assert all(len(times) >= BodyThreads.TRIALS for times in programs[0].body_threads.times)
+    for g, r in zip(first, _results(interpret(module, entry, *args))):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
 
 
 def test_nested_loops_and_an_if_run_as_one_program():
