@@ -26,7 +26,11 @@ Then the geometric mean of the ratios per suite.  ``--profile MODEL`` runs the m
 ``CompiledModel.profile`` (one ``KernelTiming`` per launch, median over several runs) and prints
 its top kernels with their achieved GFLOP/s and GB/s against this host's peak, measured first in a
 process of its own: the best of lezero's and numpy's 1024^3 float32 matmul (2 threads) and the
-bandwidth of a 256 MiB numpy copy (1 thread, bytes read + written).
+better of two bandwidths: a 256 MiB numpy copy (1 thread, bytes read + written) and numpy sums of
+its halves on 2 threads (bytes read: a fully connected layer's GEMV only reads).  Then ONNX
+Runtime's top nodes from its own profiler (``SessionOptions.enable_profiling``, the same number
+of runs in the same process: per-node medians with their op and input shapes), to compare kernel
+by kernel.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -134,7 +139,39 @@ def child_peak() -> dict:
     src = np.ones(64 << 20, np.float32)
     dst = np.empty_like(src)
     copy_gbs = 2 * src.nbytes / best_seconds(lambda: np.copyto(dst, src), 3.0, 20) / 1e9
-    return {"lezero_gflops": lezero_gflops, "numpy_gflops": numpy_gflops, "copy_gbs": copy_gbs}
+    parts = np.array_split(src, THREADS)
+    with ThreadPoolExecutor(THREADS) as pool:  # numpy's sum lets go of the GIL
+        read_gbs = src.nbytes / best_seconds(lambda: list(pool.map(np.sum, parts)), 3.0, 20) / 1e9
+    return {"lezero_gflops": lezero_gflops, "numpy_gflops": numpy_gflops, "copy_gbs": copy_gbs, "read_gbs": read_gbs}
+
+
+def ort_node_profile(path: str, feeds: dict, runs: int) -> list:
+    """ONNX Runtime's own per-node times (its profiler's ``*_kernel_time`` events) over ``runs``
+    runs after a warm-up: one row per node, its median, op and input shapes."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"lezero-ort-profile-{os.getpid()}")
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    for _ in range(runs):
+        session.run(None, feeds)
+    trace = session.end_profiling()
+    with open(trace) as f:
+        events = json.load(f)
+    os.remove(trace)
+    nodes: dict = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            node = nodes.setdefault(e["name"][:-len("_kernel_time")], {"op": e["args"].get("op_name"), "times": [],
+                                    "inputs": [list(d.values())[0] for d in e["args"].get("input_type_shape", [])]})
+            node["times"].append(e["dur"] * 1e-6)
+    return [{"name": name, "op": n["op"], "inputs": n["inputs"], "seconds": statistics.median(n["times"][1:] or n["times"])}
+            for name, n in nodes.items()]
 
 
 def child_profile(name: str, runs: int, budget: float) -> dict:
@@ -152,7 +189,7 @@ def child_profile(name: str, runs: int, budget: float) -> dict:
     profiles = [compiled.profile(f)[1] for _ in range(runs)]
     rows = [{"name": r.name, "kind": r.kind, "flops": r.flops, "bytes": r.bytes, "parallel": r.parallel,
              "seconds": statistics.median(p[i].seconds for p in profiles)} for i, r in enumerate(profiles[0])]
-    return {"rows": rows, "label": model.shape_label(0), **times}
+    return {"rows": rows, "label": model.shape_label(0), "ort_nodes": ort_node_profile(model.path, f, runs), **times}
 
 
 def run_child(args: list, cache: str | None = None) -> dict:
@@ -259,9 +296,11 @@ def profile(name: str, top: int, runs: int, budget: float) -> None:
     print(versions({model.suite}))
     peak = run_child(["peak"])
     peak_gflops = max(peak["lezero_gflops"], peak["numpy_gflops"])
+    peak_gbs = max(peak["copy_gbs"], peak["read_gbs"])
     print(f"host peak: {peak_gflops:.0f} GFLOP/s (best 1024^3 float32 matmul, {THREADS} threads: lezero "
-          f"{peak['lezero_gflops']:.0f}, numpy {peak['numpy_gflops']:.0f}); {peak['copy_gbs']:.1f} GB/s "
-          f"(numpy copy of 256 MiB, 1 thread, read + write)")
+          f"{peak['lezero_gflops']:.0f}, numpy {peak['numpy_gflops']:.0f}); {peak_gbs:.1f} GB/s (the better of "
+          f"a numpy copy of 256 MiB, 1 thread, read + write: {peak['copy_gbs']:.1f}, and numpy sums of its "
+          f"{THREADS} parts on {THREADS} threads, read: {peak['read_gbs']:.1f})")
     cache = os.path.join(model_zoo.EXPORTS, "kernel-cache")  # warm after the first profile
     out = run_child(["profile", name, runs, budget], cache)
     rows = out["rows"]
@@ -286,13 +325,21 @@ def profile(name: str, top: int, runs: int, budget: float) -> None:
     for r in sorted(rows, key=lambda r: -r["seconds"])[:top]:
         gflops = r["flops"] / r["seconds"] / 1e9 if r["seconds"] else 0.0
         gbs = r["bytes"] / r["seconds"] / 1e9 if r["seconds"] else 0.0
-        above_peak |= gflops > peak_gflops or gbs > peak["copy_gbs"]
+        above_peak |= gflops > peak_gflops or gbs > peak_gbs
         print(f"  {r['seconds'] * 1e3:7.3f} {100 * r['seconds'] / total:5.1f} {r['kind']:11s} {gflops:8.1f} "
-              f"{100 * gflops / peak_gflops:5.1f} {gbs:6.1f} {100 * gbs / peak['copy_gbs']:5.1f}  {r['name']}"
+              f"{100 * gflops / peak_gflops:5.1f} {gbs:6.1f} {100 * gbs / peak_gbs:5.1f}  {r['name']}"
               f"{'' if r['parallel'] else '  (one thread)'}")
     if above_peak:
         print("  (above 100%: the peak's 1024^3 matmul or 256 MiB copy ran while the machine was busier than "
               "this kernel did, or the data fit in cache; run again for a steadier peak)")
+    nodes = out["ort_nodes"]
+    ort_total = sum(n["seconds"] for n in nodes)
+    print(f"\nONNX Runtime's top {top} nodes (its profiler, per-node medians of {runs} runs; {len(nodes)} nodes "
+          f"take {ort_total * 1e3:.2f} ms)")
+    print(f"  {'ms':>7s} {'%time':>5s} {'op':14s} inputs  node")
+    for n in sorted(nodes, key=lambda n: -n["seconds"])[:top]:
+        shapes = " ".join("x".join(map(str, shape)) for shape in n["inputs"])
+        print(f"  {n['seconds'] * 1e3:7.3f} {100 * n['seconds'] / ort_total:5.1f} {n['op']:14s} {shapes}  {n['name']}")
 
 
 def main() -> None:
