@@ -5,6 +5,8 @@ Each ``lz.conv2d`` that the blocked kernel serves well (below) becomes one ``lz.
 
     y = lz.conv2d(x, w)                   w a constant, one group, no dilation, float32
     y = y + bias                          optional, a constant of O values broadcast over pixels
+    y = y * scale [+ shift]               optional, constants of O values: a batch norm left
+                                          unfolded (the light ONNX models'), folded into w, bias
     y = y + residual | residual + y       optional, any value of y's shape
     y = lz.relu(y)                        optional
 
@@ -59,6 +61,7 @@ class ConvChain:
     bias: np.ndarray | None
     residual: Value | None
     relu: bool
+    scale: np.ndarray | None = None  # per output channel, folded into the weights
 
     @property
     def output(self) -> Value:  # what the chain's readers read
@@ -203,30 +206,51 @@ def match_chain(conv: Operation, claimed: set = frozenset()) -> ConvChain:
     ops, bias, residual, relu = [conv], None, None, False
     o = conv.operands[1].type.shape[0]
     y = conv.result
+    scale = None
 
     def _only_user(v):
         user = _single_user(v)
         return None if user is None or id(user) in claimed else user
 
-    user = _only_user(y)
-    if user is not None and user.name == "lz.add":
+    def per_channel(user, name):
+        """The O values of ``user`` (an op ``name`` of y and a constant [1, O, 1, 1]), or None."""
+        if user is None or user.name != name or user.result.type != y.type:
+            return None
         other = user.operands[1] if user.operands[0] is y else user.operands[0]
         value = constant_value(other)
-        if value is not None and other.type.shape in ((1, o, 1, 1), (o, 1, 1)) and user.result.type == y.type:
-            bias = np.asarray(value.array, np.float32).reshape(o)
-            ops.append(user)
-            y = user.result
-            user = _only_user(y)
+        if value is None or other.type.shape not in ((1, o, 1, 1), (o, 1, 1)):
+            return None
+        return np.asarray(value.array, np.float32).reshape(o)
+
+    def take(op):
+        nonlocal y, user
+        ops.append(op)
+        y = op.result
+        user = _only_user(y)
+
+    # conv [+ bias] [* scale [+ shift]]: a batch norm left unfolded (the light ONNX models'), its
+    # scale folded into the weights, its shift into the bias
+    user = _only_user(y)
+    values = per_channel(user, "lz.add")
+    if values is not None:
+        bias = values
+        take(user)
+    values = per_channel(user, "lz.mul")
+    if values is not None:
+        scale, bias = values, None if bias is None else bias * values
+        take(user)
+        values = per_channel(user, "lz.add")
+        if values is not None:
+            bias = values if bias is None else bias + values
+            take(user)
     if user is not None and user.name == "lz.add" and user.operands[0].type == user.operands[1].type == y.type \
             and not (user.operands[0] is y and user.operands[1] is y):
         residual = user.operands[1] if user.operands[0] is y else user.operands[0]
-        ops.append(user)
-        y = user.result
-        user = _only_user(y)
+        take(user)
     if user is not None and user.name == "lz.relu":
         ops.append(user)
         relu = True
-    return ConvChain(tuple(ops), conv.operands[0], conv.operands[1], bias, residual, relu)
+    return ConvChain(tuple(ops), conv.operands[0], conv.operands[1], bias, residual, relu, scale)
 
 
 @dataclass
@@ -296,7 +320,10 @@ class BlockedLayout(Pass):
             bias[:o] = chain.bias
         sources = [blocked(chain.x)] + ([blocked(chain.residual)] if chain.residual is not None else [])
         b = Builder.before(chain.ops[-1])  # after the conversions the lines above may have inserted
-        operands = [sources[0], chain.w, b.constant(bias)] + sources[1:]
+        w = chain.w
+        if chain.scale is not None:
+            w = b.constant(np.asarray(constant_value(w).array, np.float32) * chain.scale.reshape(o, 1, 1, 1))
+        operands = [sources[0], w, b.constant(bias)] + sources[1:]
         attrs = conv.definition.attrs(conv)
         body = Block()
         args = [body.add_argument(v.type) for v in operands]

@@ -19,12 +19,14 @@ from lezero.passes.layout import round_trip_source
 
 
 def residual_net(c0: int, c1: int, size: int, *, bias: bool = True, stem: int | None = None,
-                 weights_as_argument: bool = False, pool: bool = True, keepdims: bool = False) -> ModuleOp:
+                 weights_as_argument: bool = False, pool: bool = True, keepdims: bool = False,
+                 batch_norm: bool = False) -> ModuleOp:
     """``@f(x: [1, c0, size, size])``: [a stem conv of ``stem`` -> c0 channels], a downsampling
     residual block (conv 3x3 s2 + bias + relu, conv 3x3 + the 1x1 s2 shortcut + relu, the shortcut
     after the conv that reads it, as the exports order them), an identity block (conv + relu, conv
     + the block's input + relu), a max pool (unless not ``pool``: then the block's output is not
-    returned) and a global mean."""
+    returned) and a global mean.  ``batch_norm``: each conv of the identity block is followed by an
+    unfolded batch norm (``* scale + shift``, constants of [O, 1, 1], as the light ONNX models')."""
     rng = np.random.default_rng(c0 * c1 + size)
     channels = stem or c0
     args = [TensorType((1, channels, size, size), F32)]
@@ -50,8 +52,14 @@ def residual_net(c0: int, c1: int, size: int, *, bias: bool = True, stem: int | 
     y = conv(y, weight(c1, c1, 3), 1, 1)
     shortcut = conv(x, weight(c1, c0, 1), 2, 0)
     y = b.op("lz.relu", b.op("lz.add", y, shortcut))
-    z = b.op("lz.relu", conv(y, weight(c1, c1, 3), 1, 1))
-    y = b.op("lz.relu", b.op("lz.add", conv(z, weight(c1, c1, 3), 1, 1), y))
+    def norm(v):
+        if not batch_norm:
+            return v
+        scale, shift = (b.constant(rng.standard_normal((c1, 1, 1)).astype(np.float32)) for _ in range(2))
+        return b.op("lz.add", b.op("lz.mul", v, scale), shift)
+
+    z = b.op("lz.relu", norm(conv(y, weight(c1, c1, 3), 1, 1)))
+    y = b.op("lz.relu", b.op("lz.add", norm(conv(z, weight(c1, c1, 3), 1, 1)), y))
     pooled = b.op("lz.max_pool2d", y, kernel=[2, 2], strides=[2, 2]) if pool else y
     mean = b.op("lz.reduce_mean", pooled, axes=[2, 3], keepdims=keepdims)
     results = [mean, y] if pool else [mean]
@@ -96,6 +104,22 @@ def test_a_residual_block_is_one_blocked_region():
     assert len(ops_of(module, "lz.transpose", perm=(0, 1, 4, 2, 3))) == 1
     for got, expected in zip(interpret(module, "f", *arrays), want):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cross_target(cases={"16->32": (16, 32, 9)})
+def test_an_unfolded_batch_norm_is_folded_into_the_blocked_kernel(cpu, case):
+    """conv * scale + shift (per output channel): the scale folded into the weights, the shift into
+    the bias, so the region stays one (the light ONNX models' resnet50)."""
+    module = blocked(residual_net(*case, batch_norm=True))
+    assert len(ops_of(module, "lz.kernel", kind="conv_blocked")) == 5
+    assert not ops_of(module, "lz.mul") and not ops_of(module, "lz.add")
+    arrays = inputs(module)
+    want = interpret(residual_net(*case, batch_norm=True), "f", *arrays)
+    for got, expected in zip(interpret(module, "f", *arrays), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    got = lezero.compile(residual_net(*case, batch_norm=True), "f", cpu=cpu)(*arrays)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.abs(w).max()), err_msg=f"cpu {cpu}")
 
 
 @pytest.mark.parametrize("keepdims", [False, True])
