@@ -41,6 +41,11 @@ from lezero.passes.partition import CONTROL_FLOW_OPS
 
 # On a scheduled control-flow op: the bytes of each region's arena.
 REGION_ARENAS_ATTR = "lz.region_arena_sizes"
+# On a function: the indices of its arguments that are weights (a traced module's parameters and
+# buffers: the same from call to call as a rule).  A CPU kernel reads them pre-packed as it reads a
+# loop's invariants; the plan packs one again unless its caller vouches that it is unchanged (issue
+# 17: ``lezero.runtime.cpu.PackedInput``, ``lezero.jit.trace``).
+WEIGHT_ARGUMENTS_ATTR = "lz.weight_arguments"
 
 KERNEL_PIPELINE = ("shape-infer,fuse-attention,fold-qdq,decompose{keep=lz.attention,lz.matmul_integer,lz.conv_integer},canonicalize,loop-sums,licm,cse,constant-fold,dce,shape-infer,"
                    "partition,fuse,memory-plan")
@@ -82,7 +87,7 @@ def schedule(module: ModuleOp, target: str = "cpu") -> ModuleOp:
         if not verify_each:
             verify(module)
         for f in module.functions:
-            mark_constant_operands(f)
+            mark_constant_operands(f, weights=target == "cpu")
             schedule_regions(f)
     for f in module.functions:
         for op in f.entry_block.ops:
@@ -101,13 +106,18 @@ PACKED_CONSTANT_KINDS = ("conv", "matmul", "conv_blocked")
 PACKED_INVARIANT_KINDS = ("conv", "matmul")
 
 
-def mark_constant_operands(func: FuncOp) -> None:
+def mark_constant_operands(func: FuncOp, weights: bool = False) -> None:
     """Give each kernel of ``func`` whose kind reads constants pre-packed the indices of its
     operands that ``lz.constant`` defines (``CONSTANT_OPERANDS_ATTR``): the plan knows them when
-    it is built, and the kernel's text (its cache key) says so."""
+    it is built, and the kernel's text (its cache key) says so.  With ``weights`` (the CPU), the
+    function's weight arguments (``WEIGHT_ARGUMENTS_ATTR``) are read pre-packed too, by the kinds
+    that read a loop's invariants so: the plan packs them (``ExecutionPlan.packed_inputs``)."""
+    marked = func.attributes.get(WEIGHT_ARGUMENTS_ATTR) if weights else None
+    invariants = set() if marked is None else {func.arguments[i] for i in marked.values}
     for op in func.entry_block.ops:
-        if op.name == "lz.kernel" and op.definition.attrs(op).kind in PACKED_CONSTANT_KINDS:
-            _mark(op, set())
+        kind = op.definition.attrs(op).kind if op.name == "lz.kernel" else None
+        if kind in PACKED_CONSTANT_KINDS:
+            _mark(op, invariants if kind in PACKED_INVARIANT_KINDS else set())
 
 
 def mark_invariant_operands(loop: Operation) -> None:

@@ -348,7 +348,14 @@ def alias(x: "Tensor") -> "Tensor":
         t._strided = True
     root = x if x._base is None else x._base
     root._shared = True
+    root._exposures += 1  # its in-place ops bump its own version, not x's
     return t
+
+
+def _exposed(t: "Tensor") -> None:
+    """``t``'s memory is handed out (see ``Tensor._exposures``)."""
+    root = t if t._base is None else t._base
+    root._exposures += 1
 
 
 def geometry(t: "Tensor") -> tuple:
@@ -472,6 +479,11 @@ class Tensor:
     _shared = False
     _version_count = 0
     _made = 0
+    # How many times the memory was handed out beyond lezero's tensors (``numpy()``, ``__array__``,
+    # ``__dlpack__``, ``data_ptr()``, an alias: ``.data``), counted on the base like the version: a
+    # write through such a handle bumps no version.  ``lezero.jit.trace`` keeps a weight pre-packed
+    # only while version and exposures stay the same and no other object holds its array.
+    _exposures = 0
     __array_priority__ = 1000  # numpy defers to our reflected operators
     __hash__ = object.__hash__
 
@@ -581,6 +593,7 @@ class Tensor:
 
     def data_ptr(self) -> int:
         """The address of the first element: views of one memory differ by their offsets."""
+        _exposed(self)
         return _dev.data_address(self._data)
 
     # --- numpy and Python interop (what a trace cannot follow: see ``Mode.on_escape``) -------------
@@ -590,6 +603,7 @@ class Tensor:
             escaping(self, ".numpy()")
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        _exposed(self)
         return _dev.host(self._data)
 
     def __array__(self, dtype=None, copy=None):
@@ -614,6 +628,7 @@ class Tensor:
             escaping(self, "__dlpack__()")
         if self.requires_grad:
             raise BufferError("Can't export tensors that require gradient, use tensor.detach()")  # torch's
+        _exposed(self)
         asked = {"stream": stream, "max_version": max_version, "dl_device": dl_device, "copy": copy}
         a = self._data
         if a.dtype is BFLOAT16_STORAGE:  # numpy exports no bfloat16; torch's view of the same memory does

@@ -167,12 +167,12 @@ def bf16_storage_runner(run, signature: FunctionType):
     wide = [i for i, t in enumerate(signature.inputs) if t.element_type == BF16]
     narrow = [i for i, t in enumerate(signature.results) if t.element_type == BF16]
 
-    def run_bf16(arrays, outs=None):
+    def run_bf16(arrays, outs=None, keys=None):
         arrays = list(arrays)
         for i in wide:  # (a cuda function takes torch.bfloat16 itself: its device storage of bf16)
             if arrays[i].__class__ is np.ndarray and numpy_dtype(arrays[i]) is BFLOAT16_STORAGE:
                 arrays[i] = widened(arrays[i])
-        results = list(run(arrays))
+        results = list(run(arrays) if keys is None else run(arrays, keys=keys))
         for i in narrow:
             results[i] = narrowed(results[i])
         if outs is None:

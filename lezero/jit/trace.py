@@ -12,7 +12,11 @@ at every call from the module's *current* tensors.  So ``.graph`` stays a readab
 megabytes of hex, the traced module follows the model when it trains on, the compiled kernels do
 not depend on weight values (the kernel cache is shared with eager code and other models of the
 same shapes), and ``jit.save`` stores weights as tensors beside the text.  The cost is what
-constant folding would have done once: e.g. ``Linear``'s weight transpose runs per call.  Other
+constant folding would have done once: e.g. ``Linear``'s weight transpose runs per call.  The
+function lists its weight arguments (``lz.weight_arguments``), and the CPU plan reads a matmul's
+weight pre-packed, packing it again only when ``_weight_keys`` cannot vouch that it is unchanged:
+its version or exposures moved (a write through a numpy array, an alias or a DLPack export bumps
+no version, but handing the memory out counts), or another object holds its array.  Other
 tensors the forward reads (made from Python values inside ``forward``) are baked in as
 ``lz.constant``s: they were fixed when traced.
 
@@ -49,10 +53,12 @@ carries the dynamic batch dim into the regions (``region_argument_types``).
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
+from lezero.codegen.schedule import WEIGHT_ARGUMENTS_ATTR
 from lezero.eager.autograd import graph_capture
 from lezero.eager.autograd import trace as record
 from lezero.eager.core import Mode, as_input, as_inputs, wrap
@@ -387,6 +393,29 @@ def _shape_matches(shape: tuple, want: tuple) -> bool:
     return len(shape) == len(want) and all(w is None or w == d for d, w in zip(shape, want))
 
 
+def _holders(t) -> int:
+    """The references to ``t._data`` (``sys.getrefcount``: every object holding it, and this frame's)."""
+    a = t._data
+    return sys.getrefcount(a)
+
+
+class _Holder:
+    pass
+
+
+_probe = _Holder()
+_probe._data = np.empty(1)
+_SOLE = _holders(_probe)  # what _holders counts when only the tensor holds its array
+del _probe
+
+
+def _sole_holder(t) -> bool:
+    """Whether ``t`` alone holds its numpy array, which owns its memory (no view, numpy array, alias
+    or torch tensor of it exists that could write it unseen)."""
+    a = t._data
+    return a.__class__ is np.ndarray and a.base is None and _holders(t) == _SOLE + 1  # + 1: this frame's `a`
+
+
 class TracedModule:
     """A traced model: ``.graph`` (MLIR text), ``.module`` (the IR), callable on lz tensors, arrays of
     other libraries (torch, DLPack: tensors out) or numpy arrays (numpy in, numpy out), running the whole graph compiled.  Parameters and buffers are
@@ -442,10 +471,22 @@ class TracedModule:
                 run = self._runners[key] = self._bf16_as_storage(self.compiled.runner(shapes))
         else:
             arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+        keys = self._weight_keys()
         results = self._write_updates(run(arrays + bound_arrays(self.named_tensors,
-                                                                self.func.arguments[self.n_inputs:])))
+                                                                self.func.arguments[self.n_inputs:]), keys=keys))
         flat = list(results) if as_numpy else [wrap(r) for r in results]
         return rebuild(self.structure, flat)
+
+    def _weight_keys(self) -> list:
+        """Per argument, what the CPU plan compares to keep a weight pre-packed
+        (``lezero.runtime.cpu.PackedInput``): for a parameter or buffer whose array no other object
+        holds (no numpy array, alias, view or torch tensor could then write it unseen), its version
+        and exposures (``Tensor._exposures``: each way of handing its memory out counts); None
+        otherwise, which packs it again."""
+        keys = [None] * self.n_inputs
+        for _, t in self.named_tensors:
+            keys.append((t._version_count, t._exposures) if t._base is None and _sole_holder(t) else None)
+        return keys
 
     def _bf16_as_storage(self, run):
         """``run`` taking and giving bf16 values as bfloat16 storage, as eager bf16 tensors hold them
@@ -494,6 +535,11 @@ def trace(model, example_inputs, *, dynamic_batch: bool = True, name: str = "for
     traced, names = recorded.trace, recorded.names
     func = traced.func
     bound = bind_arguments(func, traced.inputs, traced.captured, names)
+    # the parameters and buffers: the CPU plan keeps them pre-packed while their contents stay the same
+    states = {id(r.tensor) for r in recorded.random}
+    weights = tuple(len(traced.inputs) + i for i, t in enumerate(bound) if id(t) not in states)
+    if weights:
+        func.attributes[WEIGHT_ARGUMENTS_ATTR] = DenseArrayAttr(I64, weights)
     if dynamic_batch:
         shapes = [t._data.shape for t in traced.inputs]
         if shapes[0]:

@@ -56,6 +56,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -115,7 +116,7 @@ class CpuPlan(BoundPlan):
     arena: np.ndarray
     keepalive: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    packed_inputs: list = field(default_factory=list)  # (argument index, spec, this binding's packed array)
+    packed_inputs: list = field(default_factory=list)  # PackedInput per argument its kernels read pre-packed
     native: object = None  # the launches as one native program (loop_driver.native_plan), or None
 
 
@@ -169,9 +170,29 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
         keepalive.append(loaded)
     outputs = [(plan.written_in_place(i), ref, t) for i, (ref, t) in enumerate(zip(plan.outputs, plan.result_types))]
     bound = CpuPlan(plan, launches, outputs, arena, keepalive,
-                    packed_inputs=[(where, spec, packed[index]) for where, spec, index in plan.packed_inputs])
+                    packed_inputs=[PackedInput(where, spec, packed[index]) for where, spec, index in plan.packed_inputs])
     bound.native = native_plan(bound)
     return bound
+
+
+class PackedInput:
+    """An argument that a plan's kernels read pre-packed (``ExecutionPlan.packed_inputs``: a loop's
+    invariant, a traced module's weight: ``schedule.WEIGHT_ARGUMENTS_ATTR``) and this binding's
+    packed buffer of it.  ``refresh(array, key)`` packs ``array`` unless it is the array last packed
+    and ``key`` equals the key given then: a caller that can vouch that the contents did not change
+    since passes the same key (``lezero.jit.trace``: a weight's version and exposures while only its
+    tensor holds its memory), any other caller None, which always packs."""
+
+    def __init__(self, where: int, spec, packed: np.ndarray):
+        self.where, self.spec, self.packed = where, spec, packed
+        self.key = None
+        self.source = None  # a weak reference to the array last packed
+
+    def refresh(self, array: np.ndarray, key=None) -> None:
+        if key is not None and key == self.key and self.source() is array:
+            return
+        np.copyto(self.packed, self.spec.pack(np.ascontiguousarray(array)))
+        self.key, self.source = key, weakref.ref(array)
 
 
 def _result_arrays(plan: CpuPlan) -> list:
@@ -327,8 +348,8 @@ class BoundRegion:
         """Lay out the loop invariants its kernels read pre-packed (``CpuPlan.packed_inputs``),
         once per run of the loop: ``arguments`` are the region's first arguments (the index, if
         any, and the invariants)."""
-        for where, spec, packed in self.plan.packed_inputs:
-            np.copyto(packed, spec.pack(np.ascontiguousarray(arguments[where])))
+        for packed in self.plan.packed_inputs:
+            packed.refresh(arguments[packed.where])
 
     def fixed_array(self, ref, t) -> np.ndarray:
         """The array of an arena slot or constant of the region."""
@@ -343,9 +364,13 @@ class BoundRegion:
             np.copyto(outputs[i], source)
 
 
-def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> list[np.ndarray]:
+def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool, keys=None) -> list[np.ndarray]:
+    """The plan's results; ``keys``: per argument, what ``PackedInput.refresh`` compares (None: pack
+    every argument that a kernel reads pre-packed)."""
     results = _result_arrays(plan)
     with plan.lock:
+        for packed in plan.packed_inputs:  # a traced module's weights (issue 17)
+            packed.refresh(inputs[packed.where], None if keys is None else keys[packed.where])
         if plan.native is not None:
             plan.native.run_once(inputs, results, pool)
         else:
@@ -440,6 +465,8 @@ def profile_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> t
     rows = []
     clock = time.perf_counter
     with plan.lock:
+        for packed in plan.packed_inputs:
+            packed.refresh(inputs[packed.where])
         for planned, launch in zip(plan.plan.launches, plan.launches):
             start = clock()
             run_launch(launch, inputs, results, pool)

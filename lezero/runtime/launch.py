@@ -184,11 +184,13 @@ def lean_launches(plan) -> list:
 
 
 def lean_runner(plan, pool):
-    """``run(inputs, outs=None) -> list[np.ndarray]`` for ``plan``: no checks (the caller passes
-    C-contiguous arrays of the argument dtypes and the plan's shapes; ``outs``, when given, are
-    arrays of the result types to write into).  ``run.kernel_count`` is the plan's number of
-    launches (an output may alias an input only when it is 1); ``run.checks_indices``: whether a
-    kernel has bounds checks (then a call may raise ``IndexError``)."""
+    """``run(inputs, outs=None, keys=None) -> list[np.ndarray]`` for ``plan``: no checks (the caller
+    passes C-contiguous arrays of the argument dtypes and the plan's shapes; ``outs``, when given,
+    are arrays of the result types to write into; ``keys``, per argument, say which weights read
+    pre-packed are unchanged: ``lezero.runtime.cpu.PackedInput``).  ``run.kernel_count`` is the
+    plan's number of launches (an output may alias an input only when it is 1);
+    ``run.checks_indices``: whether a kernel has bounds checks (then a call may raise
+    ``IndexError``)."""
     run = _lean_runner(plan, pool)
     run.kernel_count = launch_count(plan.plan)
     run.checks_indices = any(launch.checks is not None for launch in plan.launches) or bool(plan.plan.host_steps)
@@ -209,10 +211,12 @@ def _lean_runner(plan, pool):
 
     specs = [(tuple(t.shape), t.element_type.numpy_dtype) for _, _, t in plan.outputs]
     all_in_place = all(in_place for in_place, _, _ in plan.outputs)
-    if not USE_LAUNCHER or not all_in_place or plan.plan.host_steps:  # a host step runs its regions in Python
-        def run_generic(inputs, outs=None):
+    # a host step runs its regions in Python; run_plan lays out the weights read pre-packed
+    if not USE_LAUNCHER or not all_in_place or plan.plan.host_steps or plan.packed_inputs:
+        def run_generic(inputs, outs=None, keys=None):
             recorder = Profiling.recorder
-            return _into(outs, run_plan(plan, inputs, pool) if recorder is None else recorder.run_plan(plan, inputs, pool))
+            return _into(outs, run_plan(plan, inputs, pool, keys) if recorder is None
+                         else recorder.run_plan(plan, inputs, pool))
         return run_generic
 
     launches = [_LeanLaunch(launch) for launch in plan.launches]
@@ -225,14 +229,14 @@ def _lean_runner(plan, pool):
         if only.outputs == list(range(len(specs))) and len(specs) == 1 and only.inputs == list(range(n_in)):
             (shape, dtype), = specs
             if only.checks is None:
-                def run_one(inputs, outs=None, _keep=(plan, only)):  # _keep: the tables and kernels
+                def run_one(inputs, outs=None, keys=None, _keep=(plan, only)):  # _keep: the tables and kernels
                     out = empty(shape, dtype) if outs is None else outs[0]
                     f(d, *inputs, out)
                     return [out]
                 return run_one
             status, flags, checks = only.status, only.flags, only.checks
 
-            def run_one_checked(inputs, outs=None, _keep=(plan, only)):
+            def run_one_checked(inputs, outs=None, keys=None, _keep=(plan, only)):
                 out = empty(shape, dtype) if outs is None else outs[0]
                 with lock:
                     f(d, *inputs, out)
@@ -243,14 +247,14 @@ def _lean_runner(plan, pool):
             return run_one_checked
 
         if only.checks is None:
-            def run_single(inputs, outs=None, _keep=plan):
+            def run_single(inputs, outs=None, keys=None, _keep=plan):
                 if outs is None:
                     outs = [empty(shape, dtype) for shape, dtype in specs]
                 f(d, *only.objects(inputs, outs))
                 return outs
             return run_single
 
-    def run_launches(inputs, outs=None, _keep=plan):
+    def run_launches(inputs, outs=None, keys=None, _keep=plan):
         if Profiling.recorder is not None:  # lezero.profiler records: time each launch
             return _into(outs, Profiling.recorder.run_plan(plan, inputs, pool))
         if outs is None:

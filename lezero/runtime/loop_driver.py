@@ -493,9 +493,9 @@ class _ProcessBinding:
         return None, (bound.spare[k] if role == "spare" else getattr(bound, role)).ctypes.data
 
     def packed(self, plan, where, index, array):
-        for argument, _, packed in self.plans[id(plan)].packed_inputs:
-            if argument == where:
-                np.copyto(packed, array)
+        for packed in self.plans[id(plan)].packed_inputs:
+            if packed.where == where:
+                np.copyto(packed.packed, array)
 
 
 class BodyThreads:

@@ -102,16 +102,29 @@ def test_follows_the_modules_current_weights():
     np.testing.assert_allclose(traced(x).numpy(), eager(model, x), rtol=1e-6, atol=1e-6)
 
 
+class CountingPacks:
+    """A packed layout that counts its packs."""
+
+    def __init__(self, spec):
+        self.spec, self.packs = spec, 0
+
+    def pack(self, array):
+        self.packs += 1
+        return self.spec.pack(array)
+
+
 def test_follows_every_write_to_its_weights():
-    """Each way of writing a weight in place shows in the traced module's next call (the LSTM's
-    loops too), a numpy array taken before the first call included: the contract any cache of
-    packed weights must keep (the plan packs them per call today)."""
+    """The CPU plan keeps a traced module's matmul weights pre-packed (W_ih here; the loops pack
+    W_hh per call) while their version and exposures stay the same and no other object holds their
+    arrays (``TracedModule._weight_keys``): each way of writing a weight in place shows in the next
+    call, a numpy array taken before the first call included, and an unchanged weight is not packed
+    again."""
     lz.manual_seed(3)
     model = nn.LSTM(32, 32, num_layers=2)
     model.eval()
     x = lz.randn(5, 8, 32)
     traced = lz.jit.trace(model, example_inputs=x, dynamic_batch=False)
-    held = model.weight_hh_l1.detach().numpy()  # taken before the first call
+    held = model.weight_ih_l0.detach().numpy()  # taken before the first call
     optimizer = lz.optim.SGD(model.parameters(), lr=0.5)
 
     def check():
@@ -122,18 +135,29 @@ def test_follows_every_write_to_its_weights():
             np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
 
     check()
+    plan = next(iter(traced.compiled._plans.values()))
+    assert {p.where for p in plan.packed_inputs} == {3, 7}  # weight_ih_l0, weight_ih_l1
+    for packed in plan.packed_inputs:
+        packed.spec = CountingPacks(packed.spec)
     before = traced(x)[0].numpy()
+    held[0] += 0.25  # through the array taken before the first call
+    check()
+    del held
+    traced(x)
+    packs = [p.spec.packs for p in plan.packed_inputs]
+    traced(x)
+    assert [p.spec.packs for p in plan.packed_inputs] == packs  # nothing changed: nothing packed again
     model(x)[0].square().sum().backward()
     optimizer.step()  # an optimizer step
     check()
     model.weight_ih_l0.detach().numpy()[:4] *= -1.0  # a write through .numpy()
     check()
-    held[0] += 0.25  # through an array taken before the first call
-    check()
     with lz.no_grad():
         model.weight_ih_l1.copy_(lz.randn(128, 32))  # copy_
     check()
-    model.weight_hh_l0.data.mul_(0.5)  # .data, which has a version counter of its own
+    model.weight_ih_l0.data.mul_(0.5)  # .data, which has a version counter of its own
+    check()
+    np.asarray(model.weight_ih_l1.detach())[1] = 2.0  # np.asarray: the same memory
     check()
     state = {k: v.detach().numpy() * 0.5 for k, v in model.state_dict().items()}
     model.load_state_dict({k: lz.from_numpy(v) for k, v in state.items()})  # load_state_dict

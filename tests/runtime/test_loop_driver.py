@@ -255,7 +255,7 @@ def test_a_loop_invariant_weight_is_packed_once_per_run(product, loop):
     (step,) = _steps(compiled, args)
     region = step.regions[-1].plan  # the body
     (packed,) = region.packed_inputs
-    assert region.plan.block.args[packed[0]].type.shape == w.shape  # the argument packed is w
+    assert region.plan.block.args[packed.where].type.shape == w.shape  # the argument packed is w
     assert step.native is not None
     for scale, native in ((1.0, step.native), (-0.5, step.native), (2.0, None)):  # each run repacks w
         step.native = native
