@@ -201,10 +201,11 @@ def _result_arrays(plan: CpuPlan) -> list:
             for written_in_place, _, t in plan.outputs]
 
 
-def run_launch(launch: _Launch, inputs: list[np.ndarray], results: list, pool: ThreadPool) -> None:
-    """Patch ``launch``'s per-call pointers and run it (across ``pool`` when the plan splits it)."""
+def run_launch(launch: _Launch, inputs: list[np.ndarray], results: list, pool: ThreadPool, keys=None) -> None:
+    """Patch ``launch``'s per-call pointers and run it (across ``pool`` when the plan splits it);
+    ``keys``: the plan's (``run_plan``), for a host step's pre-packed invariants."""
     if launch.__class__ is BoundHostStep or launch.__class__ is BoundCollectiveStep:
-        launch.run(inputs, results, pool)
+        launch.run(inputs, results, pool, keys)
         return
     for slot, kind, index in launch.patches:
         array = inputs[index] if kind == "input" else results[index]
@@ -270,10 +271,11 @@ class BoundHostStep:
     def _arrays(refs, inputs, results) -> list:
         return [a if a is not None else (inputs if ref.kind == "input" else results)[ref.where] for ref, a in refs]
 
-    def run(self, inputs: list, results: list, pool: ThreadPool) -> None:
+    def run(self, inputs: list, results: list, pool: ThreadPool, keys=None) -> None:
         operands = self._arrays(self.operands, inputs, results)
         outs = self._arrays(self.results, inputs, results)
-        self._pack(operands)
+        self._pack(operands, [None if keys is None or ref.kind != "input" else keys[ref.where]
+                              for ref, _ in self.operands])
         if self.native is not None:
             self.native.run([a.ctypes.data for a in operands] + [a.ctypes.data for a in outs], pool)
         elif self.name == "lz.if":
@@ -283,14 +285,16 @@ class BoundHostStep:
         else:
             self._run_while(operands, outs, pool)
 
-    def _pack(self, operands: list) -> None:
-        """Lay out the invariants the regions read pre-packed (``BoundRegion.pack``), once per run."""
+    def _pack(self, operands: list, keys: list) -> None:
+        """Lay out the invariants the regions read pre-packed (``BoundRegion.pack``), once per run
+        (``keys``: per operand, ``PackedInput.refresh``'s)."""
         if self.name == "lz.for":
-            self.regions[0].pack([self.index] + operands[:self.step.num_invariant])
+            ni = self.step.num_invariant
+            self.regions[0].pack([self.index] + operands[:ni], [None] + keys[:ni])
         else:
-            arguments = operands[:self.step.num_invariant] if self.name == "lz.while" else operands[1:]
+            first, last = (0, self.step.num_invariant) if self.name == "lz.while" else (1, len(operands))
             for region in self.regions:
-                region.pack(arguments)
+                region.pack(operands[first:last], keys[first:last])
 
     def _run_for(self, operands: list, outs: list, pool: ThreadPool) -> None:
         step, body = self.step, self.regions[0]
@@ -344,12 +348,12 @@ class BoundRegion:
         self.launches = lean_launches(plan)
         self.copies = [(i, ref, t) for i, (written_in_place, ref, t) in enumerate(plan.outputs) if not written_in_place]
 
-    def pack(self, arguments: list) -> None:
+    def pack(self, arguments: list, keys: list) -> None:
         """Lay out the loop invariants its kernels read pre-packed (``CpuPlan.packed_inputs``),
         once per run of the loop: ``arguments`` are the region's first arguments (the index, if
-        any, and the invariants)."""
+        any, and the invariants), ``keys`` theirs (``PackedInput.refresh``)."""
         for packed in self.plan.packed_inputs:
-            packed.refresh(arguments[packed.where])
+            packed.refresh(arguments[packed.where], keys[packed.where])
 
     def fixed_array(self, ref, t) -> np.ndarray:
         """The array of an arena slot or constant of the region."""
@@ -375,7 +379,7 @@ def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool, keys=Non
             plan.native.run_once(inputs, results, pool)
         else:
             for launch in plan.launches:
-                run_launch(launch, inputs, results, pool)
+                run_launch(launch, inputs, results, pool, keys)
         _copy_results(plan, inputs, results)
     return results
 
@@ -407,7 +411,7 @@ class BoundCollectiveStep(BoundHostStep):
                 for u in x.uses)
             self.copies = not exclusive
 
-    def run(self, inputs: list, results: list, pool: ThreadPool) -> None:
+    def run(self, inputs: list, results: list, pool: ThreadPool, keys=None) -> None:
         operands = self._arrays(self.operands, inputs, results)
         (out,) = self._arrays(self.results, inputs, results)
         if self.name == START:

@@ -114,11 +114,10 @@ class CountingPacks:
 
 
 def test_follows_every_write_to_its_weights():
-    """The CPU plan keeps a traced module's matmul weights pre-packed (W_ih here; the loops pack
-    W_hh per call) while their version and exposures stay the same and no other object holds their
-    arrays (``TracedModule._weight_keys``): each way of writing a weight in place shows in the next
-    call, a numpy array taken before the first call included, and an unchanged weight is not packed
-    again."""
+    """The CPU plan keeps a traced module's matmul weights pre-packed (W_ih by the plan, W_hh by its
+    loop) while their version and exposures stay the same and no other object holds their arrays
+    (``TracedModule._weight_keys``): each way of writing a weight in place shows in the next call, a
+    numpy array taken before the first call included, and an unchanged weight is not packed again."""
     lz.manual_seed(3)
     model = nn.LSTM(32, 32, num_layers=2)
     model.eval()
@@ -136,21 +135,24 @@ def test_follows_every_write_to_its_weights():
 
     check()
     plan = next(iter(traced.compiled._plans.values()))
-    assert {p.where for p in plan.packed_inputs} == {3, 7}  # weight_ih_l0, weight_ih_l1
-    for packed in plan.packed_inputs:
+    loops = [launch.regions[0].plan.packed_inputs for launch in plan.launches if hasattr(launch, "regions")]
+    assert {p.where for p in plan.packed_inputs} == {3, 7} and [len(p) for p in loops] == [1, 1]  # W_ih, W_hh
+    for packed in plan.packed_inputs + loops[0] + loops[1]:
         packed.spec = CountingPacks(packed.spec)
     before = traced(x)[0].numpy()
     held[0] += 0.25  # through the array taken before the first call
     check()
     del held
     traced(x)
-    packs = [p.spec.packs for p in plan.packed_inputs]
+    packs = [p.spec.packs for p in plan.packed_inputs + loops[0] + loops[1]]
     traced(x)
-    assert [p.spec.packs for p in plan.packed_inputs] == packs  # nothing changed: nothing packed again
+    assert [p.spec.packs for p in plan.packed_inputs + loops[0] + loops[1]] == packs  # nothing packed again
     model(x)[0].square().sum().backward()
     optimizer.step()  # an optimizer step
     check()
     model.weight_ih_l0.detach().numpy()[:4] *= -1.0  # a write through .numpy()
+    check()
+    model.weight_hh_l1.detach().numpy()[2] = 0.5  # ... of a weight a loop reads pre-packed
     check()
     with lz.no_grad():
         model.weight_ih_l1.copy_(lz.randn(128, 32))  # copy_
