@@ -238,9 +238,14 @@ def lower_reduction(ctx: KernelContext) -> int:
             loop ``j - 1``: a blocked accumulation's partial results."""
             # Only a row reduction's innermost loop may unroll (the vectorizer interleaves it):
             # unrolled short loops around a tile loop would hold the whole tile block in registers
-            # (and spill it), unrolled outer loops of a blocked walk only repeat the code.
+            # (and spill it), unrolled outer loops of a blocked walk only repeat the code.  Around
+            # a tile loop the reduced loops are not vectorized either: LLVM unrolls a short tile
+            # (a channel block's 16) and vectorizes the reduced loop across it, a gather per lane
+            # (the blocked global mean read 7 GB/s; the tile in vectors, ~95).
             def hints(j):
-                return {} if j == len(loops) - 1 and not tile_vars else {"unroll_disable": 1}
+                if not tile_vars:
+                    return {} if j == len(loops) - 1 else {"unroll_disable": 1}
+                return {"unroll_disable": 1, "vectorize_enable": 0}
 
             def walk(j, start):
                 if j == len(loops):
