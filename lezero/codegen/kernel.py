@@ -145,7 +145,7 @@ def _lower_single(ctx: KernelContext, lowerings: KindLowerings):
     if len(ops) != 1:
         raise ctx.failure(f"it holds {len(ops)} ops ({', '.join(op.name for op in ops)}), not one")
     (op,) = ops
-    if op.name in POOL_OPS:
+    if op.name in POOL_OPS or op.name == "lz.max_pool2d_blocked":  # the CPU's, from blocked-layout
         return lowerings.pooling(ctx, op)
     if op.name in POOL_GRAD_OPS:
         return lowerings.max_pool2d_grad(ctx, op)
@@ -187,7 +187,7 @@ def estimate_flops(body) -> int:
             total += math.prod(q[:-1]) * k[-2] * (2 * q[-1] + 2 * v[-1] + 1)
         elif op.name in REDUCTION_OPS:
             total += math.prod(op.operands[0].type.shape)
-        elif op.name in POOL_OPS:
+        elif op.name in POOL_OPS or op.name == "lz.max_pool2d_blocked":
             total += math.prod(op.results[0].type.shape) * math.prod(op.definition.attrs(op).kernel)
         elif op.name in POOL_GRAD_OPS:  # per window: a comparison per element, one add
             total += math.prod(op.operands[1].type.shape) * (math.prod(op.definition.attrs(op).kernel) + 1)

@@ -5,8 +5,8 @@ Each ``lz.conv2d`` that the blocked kernel serves well (below) becomes one ``lz.
 
     y = lz.conv2d(x, w)                   w a constant, one group, no dilation, float32
     y = y + bias                          optional, a constant of O values broadcast over pixels
-    y = y * scale [+ shift]               optional, constants of O values: a batch norm left
-                                          unfolded (the light ONNX models'), folded into w, bias
+    y = y * scale [+ shift]               optional, repeated, constants of O values: a batch norm
+                                          left unfolded (the light ONNX models'), folded into w, bias
     y = y + residual | residual + y       optional, any value of y's shape
     y = lz.relu(y)                        optional
 
@@ -16,8 +16,17 @@ that partition makes kernels of; but a value that is already the conversion of a
 result is read blocked, so a region of convs (ResNet's stages, their residual adds in the
 epilogues) converts once where it starts and once where a reader outside it (pooling, the head)
 needs NCHW.  A mean over the pixels of a blocked result (ResNet's global average pool) is taken
-over the blocked tensor, and only its C values are converted back.  The conversions that nobody reads any more are left for ``dce``.  The kernel is final:
-partition and fuse leave existing kernels alone.
+over the blocked tensor, and only its C values are converted back.  The conversions that nobody
+reads any more are left for ``dce``.  The kernel is final: partition and fuse leave existing
+kernels alone.
+
+Max pools and channel concats of blocked values join their region (vgg's pools between its
+stages, squeezenet's and inception's concats of branches), so the region does not end there: a
+max pool becomes one kernel of ``lz.max_pool2d_blocked``, and a concat whose inputs' channels are
+whole blocks an ``lz.concat`` of the blocked inputs over the ``C/c`` axis (the blocked form of the
+NCHW concat; a concat of other channel counts stays NCHW, its reason logged).  A concat's input
+that no blocked op makes (inception's branch after an NCHW average pool) is converted as a conv's
+input is, and counts as a conversion of the region.
 
 The choice is a rule from what ``benchmarks/conv_nchwc.py`` measured (chains of 4 convs, 1 thread,
 Zen 4: 0.82-0.97x the NCHW kernels' time, 0.95-1.03x ORT's): a conv is blocked when padding its
@@ -34,8 +43,9 @@ import numpy as np
 from lezero.ir.attributes import StringAttr
 from lezero.ir.builder import Builder
 from lezero.ir.core import Block, ModuleOp, Operation, Region, Value
-from lezero.ir.dialect.axes import reduction_axes
+from lezero.ir.dialect.axes import normalize_axis, reduction_axes
 from lezero.ir.dialect.blocked import blocks, from_blocked, to_blocked
+from lezero.ir.dialect.windows import window_output_size
 from lezero.ir.types import F32
 from lezero.passes.constant_fold import constant_value
 from lezero.passes.fuse import KernelNamer
@@ -73,10 +83,22 @@ def describe(conv: Operation) -> str:
     return f"{w[2]}x{w[3]} {w[1]}->{w[0]} at {shape[2]}x{shape[3]}"
 
 
-def regions(chains: list) -> list[list]:
-    """The chains in groups that read each other's outputs (as input or residual), in order."""
-    index = {id(chain.output): i for i, chain in enumerate(chains)}
-    parent = list(range(len(chains)))
+def reads(member) -> tuple:
+    """The values a region's member reads: a chain's input and residual, a pool's or concat's operands."""
+    if isinstance(member, ConvChain):
+        return tuple(v for v in (member.x, member.residual) if v is not None)
+    return tuple(member.operands)
+
+
+def output(member) -> Value:
+    return member.output if isinstance(member, ConvChain) else member.result
+
+
+def regions(members: list) -> list[list]:
+    """The members (conv chains, max pools, concats) in groups that read each other's outputs, in
+    order."""
+    index = {id(output(m)): i for i, m in enumerate(members)}
+    parent = list(range(len(members)))
 
     def root(i):
         while parent[i] != i:
@@ -84,25 +106,52 @@ def regions(chains: list) -> list[list]:
             i = parent[i]
         return i
 
-    for j, chain in enumerate(chains):
-        for v in (chain.x, chain.residual):
-            if v is not None and id(v) in index:
+    for j, member in enumerate(members):
+        for v in reads(member):
+            if id(v) in index:
                 parent[root(j)] = root(index[id(v)])
     groups: dict = {}
-    for i, chain in enumerate(chains):
-        groups.setdefault(root(i), []).append(chain)
+    for i, member in enumerate(members):
+        groups.setdefault(root(i), []).append(member)
     return list(groups.values())
 
 
+def _global_mean(op: Operation) -> bool:
+    """Whether ``op`` is a mean over the pixels of NCHW (taken over the blocks: C values converted)."""
+    return op.name == "lz.reduce_mean" and reduction_axes(op.definition.attrs(op).axes, 4) == (2, 3)
+
+
 def region_conversions(region: list) -> int:
-    """The conversions a region of blocked chains needs: each value it reads from outside (its
-    inputs and residuals), and each output that something other than the region's chains reads."""
-    outputs = {id(chain.output) for chain in region}
-    inside_reads = {id(op) for chain in region for op in chain.ops}
-    reads_in = {id(v) for chain in region for v in (chain.x, chain.residual) if v is not None and id(v) not in outputs}
-    reads_out = sum(any(id(user) not in inside_reads for user in chain.output.users) or not chain.output.users
-                    for chain in region)
+    """The conversions a region of blocked members needs: each value it reads from outside, and
+    each output that something other than the region's members and global means reads."""
+    outputs = {id(output(m)) for m in region}
+    inside_reads = {id(op) for m in region for op in (m.ops if isinstance(m, ConvChain) else (m,))}
+    reads_in = {id(v) for m in region for v in reads(m) if id(v) not in outputs}
+    reads_out = sum(any(id(user) not in inside_reads and not _global_mean(user) for user in output(m).users)
+                    or not output(m).users for m in region)
     return len(reads_in) + reads_out
+
+
+def joining_refusal(op: Operation, block: int) -> str | None:
+    """Why a max pool or concat that reads a blocked value stays NCHW, or None."""
+    x = op.operands[0]
+    if x.type.element_type != F32 or not all(v.type.is_static for v in op.operands):
+        return "not a static f32 tensor"
+    attrs = op.definition.attrs(op)
+    if op.name == "lz.max_pool2d":
+        if tuple(attrs.dilations) != (1, 1):
+            return f"dilations {list(attrs.dilations)}"
+        (kh, kw), (sh, sw), (top, left, bottom, right) = attrs.kernel, attrs.strides, attrs.pads
+        if op.result.type.shape[2:] != (window_output_size(x.type.shape[2], kh, sh, top, bottom),
+                                        window_output_size(x.type.shape[3], kw, sw, left, right)):
+            return "ceil mode adds a window"
+        return None
+    if x.type.rank != 4 or normalize_axis(attrs.axis, 4) != 1:
+        return f"not over the channels of NCHW tensors (axis {attrs.axis} of rank {x.type.rank})"
+    for i, v in enumerate(op.operands):
+        if v.type.shape[1] % block:
+            return f"input {i} has {v.type.shape[1]} channels, not whole blocks of {block}"
+    return None
 
 
 def refusal(conv: Operation, block: int) -> str | None:
@@ -236,13 +285,14 @@ def match_chain(conv: Operation, claimed: set = frozenset()) -> ConvChain:
         bias = values
         take(user)
     values = per_channel(user, "lz.mul")
-    if values is not None:
-        scale, bias = values, None if bias is None else bias * values
+    while values is not None:  # more than one: a batch norm then a scale layer (light inception_v2's)
+        scale, bias = values if scale is None else scale * values, None if bias is None else bias * values
         take(user)
         values = per_channel(user, "lz.add")
         if values is not None:
             bias = values if bias is None else bias + values
             take(user)
+        values = per_channel(user, "lz.mul")
     if user is not None and user.name == "lz.add" and user.operands[0].type == user.operands[1].type == y.type \
             and not (user.operands[0] is y and user.operands[1] is y):
         residual = user.operands[1] if user.operands[0] is y else user.operands[0]
@@ -264,28 +314,40 @@ class BlockedLayout(Pass):
         names = KernelNamer(module)
         for f in module.functions:
             blocked_of: dict[int, tuple] = {}  # id of a from_blocked result -> (it, the blocked value)
-            chains, claimed = [], set()
+            members, claimed, outputs = [], set(), set()  # in program order: chains, pools, concats
             for op in f.entry_block.ops:
-                if op.name != "lz.conv2d":
-                    continue
-                why = refusal(op, self.block)
-                if why is not None:
-                    LAYOUT_LOG.debug("NCHW conv %s at %s: %s", describe(op), op.location, why)
+                if op.name in ("lz.max_pool2d", "lz.concat") and any(id(v) in outputs for v in op.operands):
+                    why = joining_refusal(op, self.block)
+                    if why is not None:
+                        LAYOUT_LOG.debug("NCHW %s at %s: %s", op.name, op.location, why)
+                        continue
+                    members.append(op)
+                elif op.name == "lz.conv2d":
+                    why = refusal(op, self.block)
+                    if why is not None:
+                        LAYOUT_LOG.debug("NCHW conv %s at %s: %s", describe(op), op.location, why)
+                        continue
+                    members.append(match_chain(op, claimed))
+                    claimed.update(id(o) for o in members[-1].ops)
                 else:
-                    chains.append(match_chain(op, claimed))
-                    claimed.update(id(o) for o in chains[-1].ops)
-            taken = set()
-            for region in regions(chains):
-                conversions = region_conversions(region)
-                verdict = "blocked" if conversions <= len(region) * MAX_CONVERSIONS_PER_CONV else "NCHW"
-                LAYOUT_LOG.debug("%s region of %d convs from %s: %d conversions (at most %.2f per conv)", verdict,
-                                 len(region), region[0].ops[0].location, conversions, MAX_CONVERSIONS_PER_CONV)
-                if verdict == "blocked":
-                    taken.update(id(chain) for chain in region)
-            for chain in chains:
-                if id(chain) not in taken:
                     continue
-                chain = match_chain(chain.ops[0])  # its input and residual: the blocked chains' conversions now
+                outputs.add(id(output(members[-1])))
+            taken = set()
+            for region in regions(members):
+                conversions, convs = region_conversions(region), sum(isinstance(m, ConvChain) for m in region)
+                verdict = "blocked" if conversions <= convs * MAX_CONVERSIONS_PER_CONV else "NCHW"
+                LAYOUT_LOG.debug("%s region of %d convs and %d pools or concats from %s: %d conversions (at most "
+                                 "%.2f per conv)", verdict, convs, len(region) - convs, region[0].ops[0].location,
+                                 conversions, MAX_CONVERSIONS_PER_CONV)
+                if verdict == "blocked":
+                    taken.update(id(m) for m in region)
+            for member in members:
+                if id(member) not in taken:
+                    continue
+                if not isinstance(member, ConvChain):
+                    self.rewrite_joining(member, names, blocked_of)
+                    continue
+                chain = match_chain(member.ops[0])  # its input and residual: the blocked chains' conversions now
                 LAYOUT_LOG.debug("blocked conv %s at %s (epilogue %s), input %s", describe(chain.ops[0]),
                                  chain.ops[0].location, " ".join(o.name for o in chain.ops[1:]) or "none",
                                  "blocked already" if _blocked(chain.x, blocked_of) else "converted")
@@ -298,21 +360,50 @@ class BlockedLayout(Pass):
                 elif op.parent is not None and op.name == "lz.reduce_mean":
                     global_mean_of_blocks(op, blocked_of)
 
+    def blocked(self, v: Value, blocked_of: dict, location) -> Value:
+        """v blocked: a blocked op's result, or its conversion (once, right after v is defined, so
+        that every reader of v may read it)."""
+        found = _blocked(v, blocked_of)
+        if found is None:
+            owner = getattr(v, "op", None)
+            block = owner.parent if owner is not None else v.block
+            at = Builder(block, block.index_of(owner) + 1 if owner is not None else 0, location)
+            found = to_blocked(at, v, self.block)
+            blocked_of[id(v)] = (v, found)
+        return found
+
+    def rewrite_joining(self, op: Operation, names: KernelNamer, blocked_of: dict) -> None:
+        """A max pool as one kernel of ``lz.max_pool2d_blocked``, a concat as the concat of its
+        blocked inputs; their readers read the conversion of the result."""
+        sources = [self.blocked(v, blocked_of, op.location) for v in op.operands]
+        b = Builder.before(op)
+        if op.name == "lz.concat":
+            result = b.op("lz.concat", *sources, axis=1)
+            LAYOUT_LOG.debug("blocked concat of %d inputs at %s", len(sources), op.location)
+        else:
+            attrs = op.definition.attrs(op)
+            body = Block()
+            inner = Builder.at_end(body, op.location)
+            pooled = inner.op("lz.max_pool2d_blocked", body.add_argument(sources[0].type), kernel=list(attrs.kernel),
+                              strides=list(attrs.strides), pads=list(attrs.pads))
+            inner.create("lz.yield", [pooled], result_types=[])
+            kernel = Operation("lz.kernel", sources, [pooled.type],
+                               {"kind": StringAttr("single"), "name": StringAttr(names.next("lz_max_pool2d_blocked"))},
+                               [Region([body])], op.location)
+            b.insert(kernel)
+            result = kernel.result
+            LAYOUT_LOG.debug("blocked max pool %s at %s", "x".join(map(str, attrs.kernel)), op.location)
+        plain = from_blocked(b, result, op.result.type.shape[1])
+        blocked_of[id(plain)] = (plain, result)
+        op.result.replace_all_uses_with(plain)
+        op.erase()
+
     def rewrite(self, chain: ConvChain, names: KernelNamer, blocked_of: dict) -> None:
         c = self.block
         conv = chain.ops[0]
 
         def blocked(v: Value) -> Value:
-            """v blocked: a blocked kernel's result, or its conversion (once, right after v is
-            defined, so that every reader of v may read it)."""
-            found = _blocked(v, blocked_of)
-            if found is None:
-                owner = getattr(v, "op", None)
-                block = owner.parent if owner is not None else v.block
-                at = Builder(block, block.index_of(owner) + 1 if owner is not None else 0, conv.location)
-                found = to_blocked(at, v, c)
-                blocked_of[id(v)] = (v, found)
-            return found
+            return self.blocked(v, blocked_of, conv.location)
 
         o = chain.w.type.shape[0]
         bias = np.zeros(blocks(o, c) * c, np.float32)

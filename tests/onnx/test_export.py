@@ -29,7 +29,7 @@ def no_onnx_form(sample) -> str | None:
         return "ONNX's RandomUniformLike is not counter-based: its numbers could not match"
     if sample.op == "lz.cumulative" and sample.attrs["combine"] != "add":
         return "ONNX 18 has CumSum only"
-    if sample.op == "lz.conv2d_blocked":
+    if sample.op in ("lz.conv2d_blocked", "lz.max_pool2d_blocked"):
         return "the CPU's blocked-layout pass makes it after export's stage (ONNX Runtime's NCHWc ops are internal)"
     if sample.op in ("lz.shift_left", "lz.shift_right") and not sample.args[0].dtype.startswith("uint"):
         return "ONNX's BitShift takes unsigned integers only"

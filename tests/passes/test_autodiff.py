@@ -164,6 +164,9 @@ TORCH = {
         q, k, v, attn_mask=mask[0] if mask else None, scale=a["scale"]),
     "lz.conv2d": lambda a, x, w: _torch_conv(x, w, a),
     "lz.conv2d_blocked": _torch_conv_blocked,
+    "lz.max_pool2d_blocked": lambda a, x: F.max_pool2d(x.permute(0, 1, 4, 2, 3).flatten(1, 2), a["kernel"],
+                                                       a.get("strides", 1), _symmetric(a.get("pads", (0,) * 4)))
+    .unflatten(1, (x.shape[1], x.shape[4])).permute(0, 1, 3, 4, 2),
     "lz.max_pool2d": lambda a, x: F.max_pool2d(x, a["kernel"], a.get("strides", 1), _symmetric(a.get("pads", (0,) * 4)),
                                                a.get("dilations", 1), ceil_mode=a.get("ceil_mode", False)),
     "lz.avg_pool2d": lambda a, x: F.avg_pool2d(x, a["kernel"], a.get("strides", 1), _symmetric(a.get("pads", (0,) * 4)),

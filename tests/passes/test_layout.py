@@ -20,13 +20,13 @@ from lezero.passes.layout import round_trip_source
 
 def residual_net(c0: int, c1: int, size: int, *, bias: bool = True, stem: int | None = None,
                  weights_as_argument: bool = False, pool: bool = True, keepdims: bool = False,
-                 batch_norm: bool = False) -> ModuleOp:
+                 batch_norm: int = 0) -> ModuleOp:
     """``@f(x: [1, c0, size, size])``: [a stem conv of ``stem`` -> c0 channels], a downsampling
     residual block (conv 3x3 s2 + bias + relu, conv 3x3 + the 1x1 s2 shortcut + relu, the shortcut
     after the conv that reads it, as the exports order them), an identity block (conv + relu, conv
     + the block's input + relu), a max pool (unless not ``pool``: then the block's output is not
-    returned) and a global mean.  ``batch_norm``: each conv of the identity block is followed by an
-    unfolded batch norm (``* scale + shift``, constants of [O, 1, 1], as the light ONNX models')."""
+    returned) and a global mean.  ``batch_norm``: each conv of the identity block is followed by that
+    many unfolded batch norms (``* scale + shift``, constants of [O, 1, 1], as the light ONNX models')."""
     rng = np.random.default_rng(c0 * c1 + size)
     channels = stem or c0
     args = [TensorType((1, channels, size, size), F32)]
@@ -53,10 +53,10 @@ def residual_net(c0: int, c1: int, size: int, *, bias: bool = True, stem: int | 
     shortcut = conv(x, weight(c1, c0, 1), 2, 0)
     y = b.op("lz.relu", b.op("lz.add", y, shortcut))
     def norm(v):
-        if not batch_norm:
-            return v
-        scale, shift = (b.constant(rng.standard_normal((c1, 1, 1)).astype(np.float32)) for _ in range(2))
-        return b.op("lz.add", b.op("lz.mul", v, scale), shift)
+        for _ in range(int(batch_norm)):
+            scale, shift = (b.constant(rng.standard_normal((c1, 1, 1)).astype(np.float32)) for _ in range(2))
+            v = b.op("lz.add", b.op("lz.mul", v, scale), shift)
+        return v
 
     z = b.op("lz.relu", norm(conv(y, weight(c1, c1, 3), 1, 1)))
     y = b.op("lz.relu", b.op("lz.add", norm(conv(z, weight(c1, c1, 3), 1, 1)), y))
@@ -99,27 +99,117 @@ def test_a_residual_block_is_one_blocked_region():
         k.regions[0].blocks[0].ops[0]).relu) for k in kernels)
     assert epilogues == [(3, False), (3, True), (3, True), (4, True), (4, True)]
     assert not ops_of(module, "lz.add") and not ops_of(module, "lz.relu")
-    # one conversion in (x), one out (the pool and the returned y read it)
+    # one conversion in (x), one out (the returned y), the pool blocked, its mean's C values converted
     assert len(ops_of(module, "lz.transpose", perm=(0, 1, 3, 4, 2))) == 1
-    assert len(ops_of(module, "lz.transpose", perm=(0, 1, 4, 2, 3))) == 1
+    backs = ops_of(module, "lz.transpose", perm=(0, 1, 4, 2, 3))
+    assert sorted(back.result.type.shape for back in backs) == [(1, 4, 16, 1, 1), (1, 4, 16, 6, 6)]
+    (pool,) = ops_of(module, "lz.kernel", kind="single")
+    assert pool.regions[0].blocks[0].ops[0].name == "lz.max_pool2d_blocked" and not ops_of(module, "lz.max_pool2d")
     for got, expected in zip(interpret(module, "f", *arrays), want):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.cross_target(cases={"16->32": (16, 32, 9)})
+@pytest.mark.cross_target(cases={"16->32": (16, 32, 9, 1), "16->32, a scale layer after": (16, 32, 9, 2)})
 def test_an_unfolded_batch_norm_is_folded_into_the_blocked_kernel(cpu, case):
     """conv * scale + shift (per output channel): the scale folded into the weights, the shift into
-    the bias, so the region stays one (the light ONNX models' resnet50)."""
-    module = blocked(residual_net(*case, batch_norm=True))
+    the bias, so the region stays one (the light ONNX models' resnet50; inception_v2 has a second
+    * scale + shift after each, a Caffe scale layer)."""
+    *shape, norms = case
+    module = blocked(residual_net(*shape, batch_norm=norms))
     assert len(ops_of(module, "lz.kernel", kind="conv_blocked")) == 5
     assert not ops_of(module, "lz.mul") and not ops_of(module, "lz.add")
     arrays = inputs(module)
-    want = interpret(residual_net(*case, batch_norm=True), "f", *arrays)
+    want = interpret(residual_net(*shape, batch_norm=norms), "f", *arrays)
     for got, expected in zip(interpret(module, "f", *arrays), want):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
-    got = lezero.compile(residual_net(*case, batch_norm=True), "f", cpu=cpu)(*arrays)
+    got = lezero.compile(residual_net(*shape, batch_norm=norms), "f", cpu=cpu)(*arrays)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.abs(w).max()), err_msg=f"cpu {cpu}")
+
+
+def branches_net(size: int, squeeze: int, branch: tuple, *, pool: tuple = (3, 2, 0), avg: bool = False,
+                 ceil_mode: bool = False) -> ModuleOp:
+    """``@f(x: [1, 32, size, size])``: squeezenet's and inception's blocks: a 1x1 squeeze conv of
+    ``squeeze`` channels + relu, two branches (a 1x1 and a 3x3 conv of ``branch`` channels + bias +
+    relu) joined by a channel concat, a third 1x1 conv after a 3x3 stride-1 max pool of the squeeze
+    (an average pool: NCHW) joined too, a max pool (``pool``: kernel, stride, pad), a 3x3 conv, a global
+    mean; the concat is returned too."""
+    rng = np.random.default_rng(size + squeeze)
+    func = FuncOp("f", FunctionType([TensorType((1, 32, size, size), F32)], []))
+    b = Builder.at_end(func.entry_block)
+
+    def conv(x, o, k):
+        c = x.type.shape[1] if x.type is not None else None
+        w = b.constant((rng.standard_normal((o, c, k, k)) * (2 / (c * k * k)) ** 0.5).astype(np.float32))
+        y = b.op("lz.conv2d", x, w, pads=[k // 2] * 4)
+        return b.op("lz.relu", b.op("lz.add", y, b.constant(rng.standard_normal((1, o, 1, 1)).astype(np.float32))))
+
+    s = conv(func.arguments[0], squeeze, 1)
+    side = b.op("lz.avg_pool2d" if avg else "lz.max_pool2d", s, kernel=[3, 3], pads=[1, 1, 1, 1])
+    joined = b.op("lz.concat", conv(s, branch[0], 1), conv(s, branch[1], 3), conv(side, 16, 1), axis=1)
+    k, stride, pad = pool
+    pooled = b.op("lz.max_pool2d", joined, kernel=[k, k], strides=[stride, stride], pads=[pad] * 4,
+                  ceil_mode=ceil_mode)
+    mean = b.op("lz.reduce_mean", conv(pooled, 32, 3), axes=[2, 3], keepdims=False)
+    b.create("func.return", [mean, joined], result_types=[])
+    func.update_function_type()
+    return ModuleOp([func])
+
+
+BRANCH_CASES = {"3x3 s2": dict(), "2x2 s2 pads": dict(pool=(2, 2, 1)), "3x3 s2 ceil": dict(size=12, ceil_mode=True)}
+
+
+@pytest.mark.cross_target(cases=BRANCH_CASES, group=lambda case: tuple(sorted(case.items())))
+def test_concats_and_max_pools_of_whole_blocks_join_the_region(cpu, case):
+    """The branches' concat (16 + 32 + 16 channels: whole blocks) is an lz.concat of the blocked
+    branches, the max pools are blocked kernels: the net converts its input and the returned
+    concat only (and the means' C values).  A ceil-mode pool that adds a window stays NCHW, and
+    the conv after it, alone between NCHW ops, too."""
+    case = dict(case)
+    size = case.pop("size", 11)
+    module = blocked(branches_net(size, 16, (16, 32), **case))
+    (joined,) = ops_of(module, "lz.concat")
+    assert joined.result.type.shape == (1, 4, size, size, 16)
+    ceil = case.get("ceil_mode", False)
+    assert len(ops_of(module, "lz.kernel", kind="conv_blocked")) == (4 if ceil else 5)
+    assert len(ops_of(module, "lz.conv2d")) == (1 if ceil else 0)
+    pools = [k for k in ops_of(module, "lz.kernel", kind="single")
+             if k.regions[0].blocks[0].ops[0].name == "lz.max_pool2d_blocked"]
+    assert len(pools) == (1 if ceil else 2) and len(ops_of(module, "lz.max_pool2d")) == (1 if ceil else 0)
+    assert len(ops_of(module, "lz.transpose", perm=(0, 1, 3, 4, 2))) == 1
+    # the concat (for the return and, with ceil mode, the NCHW pool) and the means
+    assert len(ops_of(module, "lz.transpose", perm=(0, 1, 4, 2, 3))) == (1 if ceil else 2)
+    arrays = inputs(module)
+    want = interpret(branches_net(size, 16, (16, 32), **case), "f", *arrays)
+    for got, expected in zip(interpret(module, "f", *arrays), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    got = lezero.compile(branches_net(size, 16, (16, 32), **case), "f", cpu=cpu)(*arrays)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.abs(w).max()), err_msg=f"cpu {cpu}")
+
+
+def test_a_region_whose_average_pool_costs_two_conversions_stays_nchw(caplog):
+    """The side branch's NCHW average pool: the squeeze converted out, the side conv's input in: 4
+    conversions for 5 convs, more than MAX_CONVERSIONS_PER_CONV allows."""
+    caplog.set_level(logging.DEBUG, logger="lezero.layout")
+    module = blocked(branches_net(11, 16, (16, 32), avg=True))
+    assert "NCHW region of 5 convs and 2 pools or concats" in caplog.text and "4 conversions" in caplog.text
+    assert len(ops_of(module, "lz.conv2d")) == 5 and not ops_of(module, "lz.kernel")
+
+
+def test_a_concat_of_partial_blocks_stays_nchw(caplog):
+    """20 + 32 + 16 channels: the first input's blocks would hold padding inside the concat."""
+    caplog.set_level(logging.DEBUG, logger="lezero.layout")
+    module = blocked(branches_net(9, 16, (20, 32)))
+    assert "NCHW lz.concat" in caplog.text and "input 0 has 20 channels, not whole blocks of 16" in caplog.text
+    caplog.clear()
+    blocked(branches_net(12, 16, (16, 32), ceil_mode=True))
+    assert "NCHW lz.max_pool2d" in caplog.text and "ceil mode adds a window" in caplog.text
+    (joined,) = ops_of(module, "lz.concat")
+    assert joined.result.type.shape == (1, 68, 9, 9)
+    arrays = inputs(module)
+    for got, expected in zip(interpret(module, "f", *arrays), interpret(branches_net(9, 16, (20, 32)), "f", *arrays)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("keepdims", [False, True])

@@ -163,6 +163,9 @@ SAMPLES["lz.conv2d_blocked"] = [
     Sample("lz.conv2d_blocked", [Arg((1, 2, 6, 7, 8)), Arg((12, 10, 3, 3)), Arg((16,))], {"pads": [1, 1, 1, 1], "relu": True}),
     Sample("lz.conv2d_blocked", [Arg((2, 2, 6, 7, 8)), Arg((12, 10, 2, 2)), Arg((16,)), Arg((2, 2, 3, 4, 8))],
            {"strides": [2, 2], "pads": [1, 0, 0, 1]})]
+SAMPLES["lz.max_pool2d_blocked"] = [
+    Sample("lz.max_pool2d_blocked", [Arg((1, 2, 7, 9, 8))], {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    Sample("lz.max_pool2d_blocked", [Arg((2, 1, 6, 6, 8))], {"kernel": [2, 2], "strides": [2, 2]})]
 SAMPLES["lz.max_pool2d"] = [Sample("lz.max_pool2d", [Arg((2, 3, 8, 7))], {"kernel": [2, 2], "strides": [2, 2]}),
                             Sample("lz.max_pool2d", [Arg((1, 2, 7, 7))],
                                    {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": True})]

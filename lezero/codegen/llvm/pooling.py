@@ -20,6 +20,10 @@ remainder, and a 3x3 stride-2 window costs 9 loads and 8 maxima per vector of ou
 iterations per tap.)  The sum adds the window's rows first, then its columns: another order than
 the loop's (row by row), so the average differs from it by rounding.
 
+``lz.max_pool2d_blocked`` (the blocked-layout pass's, over ``[N, C/c, H, W, c]``) is the simple
+case: a pixel's ``c`` channels are one aligned vector, so an output pixel is the maximum of its
+window's vectors, no shuffles (``lower_max_pool_blocked``).
+
 max: the identity is -inf (or the smallest integer), so padding never wins; nan propagates.
 avg: sums in f32 for f16, divided by the window's count, which is a product of a row count and a
 column count (tables computed here): input elements, plus padding elements when
@@ -53,6 +57,8 @@ def _window_counts(size: int, out: int, kernel: int, stride: int, pad_begin: int
 
 
 def lower_pooling(ctx: KernelContext, op) -> int:
+    if op.name == "lz.max_pool2d_blocked":
+        return lower_max_pool_blocked(ctx, op)
     b, s, e = ctx.b, ctx.s, ctx.emitter
     attrs = op.definition.attrs(op)
     x, y = op.operands[0], op.result
@@ -119,6 +125,71 @@ def lower_pooling(ctx: KernelContext, op) -> int:
                 b.store(s.to_storage(out), address)
     ctx.fn.finish()
     return n * c * oh_size
+
+
+def lower_max_pool_blocked(ctx: KernelContext, op) -> int:
+    """``lz.max_pool2d_blocked`` (f32, ``[N, C/c, H, W, c]``): a work item is one output row of one
+    (image, channel block); an output pixel's ``c`` channels are one vector, the max (nan
+    propagating, as the NCHW kernel's) of its window's vectors, each one aligned load.  The window
+    rows inside the image are a loop; the output columns whose windows reach into the padding are
+    built with their columns known, the others are a loop of whole windows: no tap in the padding
+    is read."""
+    b = ctx.b
+    x, y = op.operands[0], op.result
+    if x.type.element_type != F32:
+        raise ctx.emitter.failure(op, f"the blocked max pool runs float32 only, not {x.type.element_type}")
+    x_buffer = ctx.emitter.buffers.get(x)
+    y_buffer = ctx.result_buffers[ctx.yields.index(y)] if y in ctx.yields else None
+    if x_buffer is None or y_buffer is None:
+        raise ctx.emitter.failure(op, "a single pooling kernel reads its operand from memory and yields its result")
+    attrs = op.definition.attrs(op)
+    n, cb, h, w, c = x.type.shape
+    _, _, oh_size, ow_size, _ = y.type.shape
+    (kh_size, kw_size), (sh, sw), (pt, pl, _, _) = attrs.kernel, attrs.strides, attrs.pads
+    vector = ir.VectorType(FLOAT, c)
+    maximum = vectors.intrinsic(b.module, f"llvm.maximum.v{c}f32", vector, [vector, vector])
+    lowest_vector = ir.Constant(vector, [float("-inf")] * c)
+
+    def pixel(row_base, ow, columns):
+        """The output pixel ``ow`` (an IR value) of the row whose window rows ``row_base`` gives,
+        reading window columns ``columns``."""
+        iw0 = b.sub(b.mul(ow, i64(sw)), i64(pl))
+        acc = lowest_vector
+        for i, offset in row_base:
+            for kw in columns:
+                at = b.mul(b.add(b.add(offset, iw0), i64(kw)), i64(c))
+                value = b.load(b.gep(x_buffer.pointer, [at], inbounds=True, source_etype=FLOAT), typ=vector,
+                               align=4 * c)
+                acc = value if acc is lowest_vector else b.call(maximum, [value, acc], fastmath=("nsz",))
+        b.store(acc, b.gep(y_buffer.pointer, [b.mul(b.add(at_row, ow), i64(c))], inbounds=True, source_etype=FLOAT),
+                align=4 * c)
+
+    first_inside = -(-pl // sw)  # the first output column whose window is inside the image
+    last_inside = (w - kw_size + pl) // sw
+    with for_range(b, ctx.fn.begin, ctx.fn.end, "row") as row:
+        plane = b.udiv(row, i64(oh_size))  # n * C/c + block
+        oh = b.urem(row, i64(oh_size))
+        at_row = b.mul(row, i64(ow_size))
+        ih0 = b.sub(b.mul(oh, i64(sh)), i64(pt))
+        # window rows inside the image: as many of kh_size as fit, the rows outside replaced by the
+        # window's first row inside (max is idempotent), so the taps stay unrolled
+        first = b.select(b.icmp_signed("<", ih0, i64(0)), i64(0), ih0)
+        row_base = []
+        for i in range(kh_size):
+            ih = b.add(ih0, i64(i))
+            inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, i64(h)))
+            ih = b.select(inside, ih, first)
+            row_base.append((i, b.mul(b.add(b.mul(plane, i64(h)), ih), i64(w))))
+        for ow in range(ow_size):
+            if first_inside <= ow <= last_inside:
+                continue
+            iw0 = ow * sw - pl
+            pixel(row_base, i64(ow), [kw for kw in range(kw_size) if 0 <= iw0 + kw < w])
+        if first_inside <= min(last_inside, ow_size - 1):
+            with for_range(b, first_inside, min(last_inside, ow_size - 1) + 1, "ow") as ow:
+                pixel(row_base, ow, range(kw_size))
+    ctx.fn.finish()
+    return n * cb * oh_size
 
 
 def _tap_columns(kw_size: int, dw: int, pl: int, sw: int, w: int, ow_size: int):

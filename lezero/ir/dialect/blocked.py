@@ -18,6 +18,12 @@ kw]`` (OIHW, one group), ``bias`` ``[ceil(O / c) * c]`` (zeros past ``O``), opti
 ``pads`` as ``lz.conv2d``'s, ``relu``.
 Result ``[N, ceil(O / c), OH, OW, c]``: ``relu(conv(x, w) + bias + residual)``, channels past ``O``
 zeros when the operands' are.
+
+``lz.max_pool2d_blocked(x) {kernel, strides, pads}``: ``lz.max_pool2d`` of each channel of a
+blocked ``x`` (the pools between vgg's stages, inside squeezenet's and inception's blocked
+regions), a vector of ``c`` channels per pixel; composite too.  Channel concats of blocked tensors
+need no op: where every input's channels are whole blocks, ``lz.concat`` over the ``C/c`` axis is
+the blocked form of the NCHW concat.
 """
 from __future__ import annotations
 
@@ -128,3 +134,43 @@ class Conv2dBlockedOp(OpDef):
         if len(op.operands) == 4:
             y = b.op("lz.add", y, op.operands[3])
         return b.op("lz.relu", y) if attrs.relu else y
+
+
+@register
+class MaxPool2dBlockedOp(OpDef):
+    """``lz.max_pool2d_blocked(x) {kernel, strides, pads}``: see the module docstring."""
+
+    name = "lz.max_pool2d_blocked"
+    operands = ("input",)
+    traits = frozenset({PURE, COMPOSITE})
+    attributes = {
+        "kernel": AttrSpec("i64_array"),
+        "strides": AttrSpec("i64_array", (1, 1)),
+        "pads": AttrSpec("i64_array", (0, 0, 0, 0)),
+    }
+    summary = "2-D max pooling of channel-blocked activations"
+
+    def infer(self, operand_types, attrs):
+        (x,) = operand_types
+        check_rank(x, 5, "input", "N x C/c x H x W x c")
+        check_element_type(x, FLOAT, "input")
+        check_window_attrs(2, kernel=attrs.kernel, strides=attrs.strides, pads=attrs.pads, dilations=(1, 1))
+        n, cb, h, w, c = x.shape
+        (kh, kw), (sh, sw), (top, left, bottom, right) = attrs.kernel, attrs.strides, attrs.pads
+        return [x.with_shape((n, cb, window_output_size(h, kh, sh, top, bottom),
+                              window_output_size(w, kw, sw, left, right), c))]
+
+    def reference(self, attrs, x):
+        from numpy.lib.stride_tricks import sliding_window_view
+
+        (kh, kw), (sh, sw), (top, left, bottom, right) = attrs.kernel, attrs.strides, attrs.pads
+        padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right), (0, 0)), constant_values=-np.inf)
+        windows = sliding_window_view(padded, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
+        return windows.max(axis=(-2, -1)).astype(x.dtype)
+
+    def decompose(self, b, op, attrs):
+        x = op.operands[0]
+        _, cb, _, _, c = x.type.shape
+        y = b.op("lz.max_pool2d", from_blocked(b, x, cb * c), kernel=list(attrs.kernel),
+                 strides=list(attrs.strides), pads=list(attrs.pads))
+        return to_blocked(b, y, c)
