@@ -66,10 +66,14 @@ class PackedGemmA:
     def group_floats(self) -> int:
         return self.padded_rows * self.depth
 
-    def pack(self, array: np.ndarray) -> np.ndarray:
+    def check(self, array: np.ndarray) -> None:
+        """Raise ValueError unless ``array`` holds what this layout packs."""
         if array.size != self.groups * self.rows * self.depth or array.dtype != np.float32:
             raise ValueError(f"packing {array.dtype} {array.shape} as {self}: expected "
                              f"{self.groups * self.rows * self.depth} float32 values")
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        self.check(array)
         # One pass, straight into the packed layout (no zero-padded copy first): a warm start packs
         # every conv's weights (ResNet-50: 25M floats) and first-touch page faults dominate its cost.
         g, rows, depth, tile = self.groups, self.padded_rows, self.depth, self.row_tile
@@ -113,12 +117,17 @@ class PackedGemmB:
     def group_floats(self) -> int:
         return self.padded_cols * self.depth
 
-    def pack(self, array: np.ndarray) -> np.ndarray:
+    def check(self, array: np.ndarray) -> None:
+        """Raise ValueError unless ``array`` holds what this layout packs."""
         k_stride, n_stride = self.strides
         last = (self.depth - 1) * k_stride + (self.cols - 1) * n_stride
         if array.dtype != np.float32 or array.size <= last:
             raise ValueError(f"packing {array.dtype} {array.shape} as {self}: expected float32 values "
                              f"reaching element {last}")
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        self.check(array)
+        k_stride, n_stride = self.strides
         flat = np.ascontiguousarray(array).reshape(-1)
         matrix = np.lib.stride_tricks.as_strided(flat, (self.depth, self.cols),
                                                  (k_stride * flat.itemsize, n_stride * flat.itemsize), writeable=False)

@@ -47,6 +47,20 @@ REGION_ARENAS_ATTR = "lz.region_arena_sizes"
 # 17: ``lezero.runtime.cpu.PackedInput``, ``lezero.jit.trace``).
 WEIGHT_ARGUMENTS_ATTR = "lz.weight_arguments"
 
+
+def without_weight_arguments(module: ModuleOp) -> ModuleOp:
+    """``module``, or a copy whose functions list no weight arguments when any does: for a caller
+    whose weights are plain inputs (a native executable's; a call that cannot say they are
+    unchanged, where each GEMM packing its weight as it reads it costs less than a pack of the whole
+    weight beforehand)."""
+    if not any(WEIGHT_ARGUMENTS_ATTR in f.attributes for f in module.functions):
+        return module
+    module = module.clone()
+    for f in module.functions:
+        f.attributes.pop(WEIGHT_ARGUMENTS_ATTR, None)
+    return module
+
+
 KERNEL_PIPELINE = ("shape-infer,fuse-attention,fold-qdq,decompose{keep=lz.attention,lz.matmul_integer,lz.conv_integer},canonicalize,loop-sums,licm,cse,constant-fold,dce,shape-infer,"
                    "partition,fuse,memory-plan")
 

@@ -16,7 +16,10 @@ constant folding would have done once: e.g. ``Linear``'s weight transpose runs p
 function lists its weight arguments (``lz.weight_arguments``), and the CPU plan reads a matmul's
 weight pre-packed, packing it again only when ``_weight_keys`` cannot vouch that it is unchanged:
 its version or exposures moved (a write through a numpy array, an alias or a DLPack export bumps
-no version, but handing the memory out counts), or another object holds its array.  Other
+no version, but handing the memory out counts), or another object holds its array (then the
+GEMM's own packing routine packs it, as a kernel: ``codegen/llvm/pack_kernels.py``).
+``lz.compile(traced.module)`` has no keys: its plans read the weights as plain inputs (each GEMM
+packs as it reads).  Other
 tensors the forward reads (made from Python values inside ``forward``) are baked in as
 ``lz.constant``s: they were fixed when traced.
 
@@ -432,7 +435,8 @@ class TracedModule:
         self.n_inputs = n_inputs
         self.updates = list(updates)  # [(name, Tensor)]: written from the results after the outputs
         self.random = list(random)    # RandomArgument per generator: bound before each call
-        self.compiled = CompiledFunction(module, entry, cpu=cpu)  # cpu: the CPU its host code is for
+        # cpu: the CPU its host code is for; the weights pre-packed, kept while _weight_keys vouch for them
+        self.compiled = CompiledFunction(module, entry, cpu=cpu, prepacked_weights=True)
         self._runners: dict[tuple, object] = {}
 
     @property

@@ -62,7 +62,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from lezero.codegen.index_checks import initial_status, status_error
+from lezero.codegen.llvm.pack_kernels import pack_kernel
 from lezero.codegen.llvm.target import CpuTarget, cpu_target
+from lezero.codegen.packed_operands import aligned_empty
+from lezero.codegen.schedule import without_weight_arguments
 from lezero.ir.core import ModuleOp
 from lezero.ir.diagnostics import InputError, IRError
 from lezero.ir.dialect.collective import (ALL_REDUCE, COLLECTIVE_OPS, START, WAIT, start_all_reduce,
@@ -130,9 +133,11 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
     """``plan`` (every kernel on the CPU) with its kernels loaded and its arena allocated."""
     arena = _aligned_bytes(plan.arena_sizes[HOST])
     keepalive: list = [arena]
-    # a loop body's invariants read pre-packed (issue 17): buffers of this binding, which its loop
-    # packs into once per run (BoundRegion.pack)
-    packed = {index: np.zeros_like(plan.constants[index]) for _, _, index in plan.packed_inputs}
+    # a loop body's invariants and a traced module's weights read pre-packed (issue 17): buffers of
+    # this binding (aligned as a constant's packed copy), packed into per run (PackedInput.refresh)
+    packed = {index: aligned_empty(plan.constants[index].size, np.float32) for _, _, index in plan.packed_inputs}
+    for buffer in packed.values():
+        buffer[:] = 0
 
     def fixed_address(ref) -> int | None:
         if ref.kind == "arena":
@@ -169,29 +174,48 @@ def bind_plan(plan: ExecutionPlan, cache: KernelCache, cpu: CpuTarget | None = N
                                 lowered.name, checks, status))
         keepalive.append(loaded)
     outputs = [(plan.written_in_place(i), ref, t) for i, (ref, t) in enumerate(zip(plan.outputs, plan.result_types))]
-    bound = CpuPlan(plan, launches, outputs, arena, keepalive,
-                    packed_inputs=[PackedInput(where, spec, packed[index]) for where, spec, index in plan.packed_inputs])
+    packed_inputs = [PackedInput(where, spec, packed[index], _pack_function(spec, cache, cpu))
+                     for where, spec, index in plan.packed_inputs]
+    bound = CpuPlan(plan, launches, outputs, arena, keepalive, packed_inputs=packed_inputs)
     bound.native = native_plan(bound)
     return bound
+
+
+def _pack_function(spec, cache: KernelCache, cpu):
+    """``spec``'s pack kernel (``lezero.codegen.llvm.pack_kernels``) loaded, with its work items;
+    None for a layout packed by its numpy ``pack``."""
+    kernel = pack_kernel(spec, cpu_target(cpu))
+    return None if kernel is None else (cache.load(kernel.llvm_ir, kernel.symbol, cpu).function, kernel.work_items)
 
 
 class PackedInput:
     """An argument that a plan's kernels read pre-packed (``ExecutionPlan.packed_inputs``: a loop's
     invariant, a traced module's weight: ``schedule.WEIGHT_ARGUMENTS_ATTR``) and this binding's
-    packed buffer of it.  ``refresh(array, key)`` packs ``array`` unless it is the array last packed
-    and ``key`` equals the key given then: a caller that can vouch that the contents did not change
-    since passes the same key (``lezero.jit.trace``: a weight's version and exposures while only its
-    tensor holds its memory), any other caller None, which always packs."""
+    packed buffer of it.  ``refresh(array, key, pool)`` packs ``array`` unless it is the array last
+    packed and ``key`` equals the key given then: a caller that can vouch that the contents did not
+    change since passes the same key (``lezero.jit.trace``: a weight's version and exposures while
+    only its tensor holds its memory), any other caller None, which always packs.  The pack is the
+    GEMM's own packing routine as a kernel (``function``, its slivers split over ``pool``), or the
+    spec's numpy ``pack`` for a layout without one: a 1024 x 1024 ``x @ w.T`` weight took 3.0 ms in
+    numpy and 0.15 in the kernel (1 thread, AMD EPYC znver4)."""
 
-    def __init__(self, where: int, spec, packed: np.ndarray):
+    def __init__(self, where: int, spec, packed: np.ndarray, function=None):
         self.where, self.spec, self.packed = where, spec, packed
+        self.function, self.work_items = function if function is not None else (None, 0)
+        self.pointers = (ctypes.c_void_p * 2)(0, packed.ctypes.data)  # the argument, its packed buffer
         self.key = None
         self.source = None  # a weak reference to the array last packed
 
-    def refresh(self, array: np.ndarray, key=None) -> None:
+    def refresh(self, array: np.ndarray, key, pool: ThreadPool) -> None:
         if key is not None and key == self.key and self.source() is array:
             return
-        np.copyto(self.packed, self.spec.pack(np.ascontiguousarray(array)))
+        contiguous = np.ascontiguousarray(array)
+        if self.function is None:
+            np.copyto(self.packed, self.spec.pack(contiguous))
+        else:
+            self.spec.check(contiguous)
+            self.pointers[0] = contiguous.ctypes.data
+            pool.parallel_for(self.function, self.pointers, self.work_items)
         self.key, self.source = key, weakref.ref(array)
 
 
@@ -275,7 +299,7 @@ class BoundHostStep:
         operands = self._arrays(self.operands, inputs, results)
         outs = self._arrays(self.results, inputs, results)
         self._pack(operands, [None if keys is None or ref.kind != "input" else keys[ref.where]
-                              for ref, _ in self.operands])
+                              for ref, _ in self.operands], pool)
         if self.native is not None:
             self.native.run([a.ctypes.data for a in operands] + [a.ctypes.data for a in outs], pool)
         elif self.name == "lz.if":
@@ -285,16 +309,16 @@ class BoundHostStep:
         else:
             self._run_while(operands, outs, pool)
 
-    def _pack(self, operands: list, keys: list) -> None:
+    def _pack(self, operands: list, keys: list, pool: ThreadPool) -> None:
         """Lay out the invariants the regions read pre-packed (``BoundRegion.pack``), once per run
         (``keys``: per operand, ``PackedInput.refresh``'s)."""
         if self.name == "lz.for":
             ni = self.step.num_invariant
-            self.regions[0].pack([self.index] + operands[:ni], [None] + keys[:ni])
+            self.regions[0].pack([self.index] + operands[:ni], [None] + keys[:ni], pool)
         else:
             first, last = (0, self.step.num_invariant) if self.name == "lz.while" else (1, len(operands))
             for region in self.regions:
-                region.pack(operands[first:last], keys[first:last])
+                region.pack(operands[first:last], keys[first:last], pool)
 
     def _run_for(self, operands: list, outs: list, pool: ThreadPool) -> None:
         step, body = self.step, self.regions[0]
@@ -348,12 +372,12 @@ class BoundRegion:
         self.launches = lean_launches(plan)
         self.copies = [(i, ref, t) for i, (written_in_place, ref, t) in enumerate(plan.outputs) if not written_in_place]
 
-    def pack(self, arguments: list, keys: list) -> None:
+    def pack(self, arguments: list, keys: list, pool: ThreadPool) -> None:
         """Lay out the loop invariants its kernels read pre-packed (``CpuPlan.packed_inputs``),
         once per run of the loop: ``arguments`` are the region's first arguments (the index, if
         any, and the invariants), ``keys`` theirs (``PackedInput.refresh``)."""
         for packed in self.plan.packed_inputs:
-            packed.refresh(arguments[packed.where], keys[packed.where])
+            packed.refresh(arguments[packed.where], keys[packed.where], pool)
 
     def fixed_array(self, ref, t) -> np.ndarray:
         """The array of an arena slot or constant of the region."""
@@ -374,7 +398,7 @@ def run_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool, keys=Non
     results = _result_arrays(plan)
     with plan.lock:
         for packed in plan.packed_inputs:  # a traced module's weights (issue 17)
-            packed.refresh(inputs[packed.where], None if keys is None else keys[packed.where])
+            packed.refresh(inputs[packed.where], None if keys is None else keys[packed.where], pool)
         if plan.native is not None:
             plan.native.run_once(inputs, results, pool)
         else:
@@ -470,7 +494,7 @@ def profile_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> t
     clock = time.perf_counter
     with plan.lock:
         for packed in plan.packed_inputs:
-            packed.refresh(inputs[packed.where])
+            packed.refresh(inputs[packed.where], None, pool)
         for planned, launch in zip(plan.plan.launches, plan.launches):
             start = clock()
             run_launch(launch, inputs, results, pool)
@@ -487,18 +511,26 @@ def profile_plan(plan: CpuPlan, inputs: list[np.ndarray], pool: ThreadPool) -> t
 class CompiledFunction:
     """A function compiled for the CPU; call it with numpy arrays (``profile`` for a call that
     times each kernel).  Subclasses for other targets set ``target`` and override ``bind_plan``,
-    ``__call__`` and ``runner``."""
+    ``__call__`` and ``runner``.
+
+    ``prepacked_weights``: the kernels read the function's weight arguments pre-packed
+    (``schedule.WEIGHT_ARGUMENTS_ATTR``), packed before a call unless its keys say they are
+    unchanged (``run_plan``; ``lezero.jit.trace`` gives them).  Without it (``lz.compile`` of a
+    traced graph: no keys) the list is dropped and each GEMM packs a weight block by block as it
+    reads it, in cache: a pack of the whole weight before the call writes and reads back its packed
+    copy, and measured no faster (``benchmarks/packed_weights.py``)."""
 
     target = "cpu"
 
     def __init__(self, module: ModuleOp, entry: str, cache: KernelCache | None = None,
-                 pool: ThreadPool | None = None, cpu: CpuTarget | str | None = None):
+                 pool: ThreadPool | None = None, cpu: CpuTarget | str | None = None,
+                 prepacked_weights: bool = False):
         self.cpu = cpu_target(cpu)  # host code (kernels, CPU fallbacks) is generated for this CPU
         self.cpu.require_executable(f"@{entry}")
         verify(module)
-        self.module = module
+        self.module = module if prepacked_weights else without_weight_arguments(module)
         self.entry = entry
-        self.func = module.lookup(entry)
+        self.func = self.module.lookup(entry)
         self.cache = cache or default_cache()
         self.pool = pool or default_pool()
         self._plans: dict[tuple, CpuPlan] = {}

@@ -13,7 +13,9 @@ import pytest
 
 import lezero as lz
 from lezero import nn
+from lezero.codegen.schedule import WEIGHT_ARGUMENTS_ATTR
 from lezero.ir import parse_module, print_module
+from lezero.ir.interpreter import interpret
 from lezero.jit import TraceError, TracedModule
 
 
@@ -103,14 +105,14 @@ def test_follows_the_modules_current_weights():
 
 
 class CountingPacks:
-    """A packed layout that counts its packs."""
+    """A pack kernel (``PackedInput.function``, the kernel ABI) that counts its calls."""
 
-    def __init__(self, spec):
-        self.spec, self.packs = spec, 0
+    def __init__(self, function):
+        self.function, self.packs = function, 0
 
-    def pack(self, array):
+    def __call__(self, pointers, begin, end):
         self.packs += 1
-        return self.spec.pack(array)
+        self.function(pointers, begin, end)
 
 
 def test_follows_every_write_to_its_weights():
@@ -138,15 +140,16 @@ def test_follows_every_write_to_its_weights():
     loops = [launch.regions[0].plan.packed_inputs for launch in plan.launches if hasattr(launch, "regions")]
     assert {p.where for p in plan.packed_inputs} == {3, 7} and [len(p) for p in loops] == [1, 1]  # W_ih, W_hh
     for packed in plan.packed_inputs + loops[0] + loops[1]:
-        packed.spec = CountingPacks(packed.spec)
+        assert packed.function is not None  # packed by the GEMM's packing routine, a kernel
+        packed.function = CountingPacks(packed.function)
     before = traced(x)[0].numpy()
     held[0] += 0.25  # through the array taken before the first call
     check()
     del held
     traced(x)
-    packs = [p.spec.packs for p in plan.packed_inputs + loops[0] + loops[1]]
+    packs = [p.function.packs for p in plan.packed_inputs + loops[0] + loops[1]]
     traced(x)
-    assert [p.spec.packs for p in plan.packed_inputs + loops[0] + loops[1]] == packs  # nothing packed again
+    assert [p.function.packs for p in plan.packed_inputs + loops[0] + loops[1]] == packs  # nothing packed again
     model(x)[0].square().sum().backward()
     optimizer.step()  # an optimizer step
     check()
@@ -165,6 +168,28 @@ def test_follows_every_write_to_its_weights():
     model.load_state_dict({k: lz.from_numpy(v) for k, v in state.items()})  # load_state_dict
     check()
     assert not np.allclose(traced(x)[0].numpy(), before)
+
+
+def test_a_traced_graph_called_without_keys_packs_its_weights_each_call():
+    """Called without keys, ``traced.compiled`` packs every weight before each call (the pack
+    kernels) and ``lz.compile(traced.module)`` reads them as plain inputs (each GEMM packs as it
+    reads): both follow weights that change between calls, as the traced module does."""
+    lz.manual_seed(4)
+    model = nn.LSTM(24, 24, num_layers=2)
+    model.eval()
+    x = lz.randn(4, 8, 24)
+    traced = lz.jit.trace(model, example_inputs=x, dynamic_batch=False)
+    plain = lz.compile(traced.module)
+    weights = [t.detach().numpy().copy() for _, t in traced.named_tensors]
+    for scale in (1.0, -0.5):
+        arguments = [x.numpy()] + [w * scale for w in weights]
+        expected = interpret(traced.module, traced.entry, *arguments)
+        for run in (traced.compiled, plain):
+            for got, want in zip(run(*arguments), expected):
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    (kept,), (read,) = traced.compiled._plans.values(), plain._plans.values()
+    assert {p.where for p in kept.packed_inputs} == {3, 7} and not read.packed_inputs  # W_ih
+    assert WEIGHT_ARGUMENTS_ATTR in traced.func.attributes and WEIGHT_ARGUMENTS_ATTR not in plain.func.attributes
 
 
 def test_cnn_with_flatten_and_batchnorm_in_eval_mode():

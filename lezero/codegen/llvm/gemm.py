@@ -375,12 +375,8 @@ class SgemmGenerator:
             self._b_rows_table.global_constant = True
             self._b_rows_table.linkage = "internal"
             self._b_rows_table.initializer = ir.Constant(table_type, list(self.b_row_offsets) or [0])
-        pack_a = None if self.prepacked_a or self.a_in_place else \
-            self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
-        pack_b = None
-        if self.pack_b and not self.prepacked_b:
-            strided_or_transposed = self.transpose_b or self.b_col_stride != 1
-            pack_b = self._build_pack_b_transposed(module) if strided_or_transposed else self._build_pack_b(module)
+        pack_a = None if self.prepacked_a or self.a_in_place else self.build_pack_a(module)
+        pack_b = self.build_pack_b(module) if self.pack_b and not self.prepacked_b else None
         widths = self.edge_vectors + (self.config.nr_vectors,)
         micro_kernels = {nv: self._build_micro_kernel(module, nv) for nv in widths}
         rectangle_function = self._build_rectangle_function(module, pack_a, pack_b, micro_kernels)
@@ -429,6 +425,18 @@ class SgemmGenerator:
         return vectors.round_to_bf16(b, value) if operand in self.bf16_operands else value
 
     # -- packing -------------------------------------------------------------------------------
+
+    def build_pack_a(self, module: ir.Module) -> ir.Function:
+        """``<name>_pack_a(a, lda, rows, kc, packed)`` for A as this GEMM stores it (also a kernel
+        of its own: ``pack_kernels.py``, a weight the plan packs at run time)."""
+        return self._build_pack_a_transposed(module) if self.transpose_a else self._build_pack_a(module)
+
+    def build_pack_b(self, module: ir.Module) -> ir.Function:
+        """``<name>_pack_b(b, ldb, pc, kc, cols, packed)`` for B as this GEMM stores it (also a
+        kernel of its own: ``pack_kernels.py``)."""
+        if self.transpose_b or self.b_col_stride != 1:
+            return self._build_pack_b_transposed(module)
+        return self._build_pack_b(module)
 
     def _build_pack_a(self, module: ir.Module) -> ir.Function:
         """packed[s][k][i] = A[s*MR + i, k] for i < rows, else 0; slivers s of MR rows.

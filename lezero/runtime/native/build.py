@@ -44,7 +44,7 @@ import numpy as np
 from lezero.codegen.errors import TargetError
 from lezero.codegen.llvm.jit import emit_linked_object
 from lezero.codegen.llvm.target import CpuTarget, cpu_target, host_target
-from lezero.codegen.schedule import WEIGHT_ARGUMENTS_ATTR
+from lezero.codegen.schedule import without_weight_arguments
 from lezero.ir.core import ModuleOp
 import lezero.runtime.native.driver as driver
 from lezero.runtime.native.program import NativeCompileError, NativeProgram, bind_shapes, entry_function, plan_program
@@ -264,11 +264,8 @@ def compile_module_native(module: ModuleOp, output: str | os.PathLike, *, shapes
     c_compiler(target)  # a missing (cross) compiler fails before the long part
     seconds = {}
     start = time.perf_counter()
+    module = without_weight_arguments(module)  # a traced graph's weights are the executable's inputs: read as given
     func = entry_function(module)
-    if WEIGHT_ARGUMENTS_ATTR in func.attributes:  # a traced graph's weights are the executable's inputs: read as given
-        module = module.clone()
-        func = entry_function(module)
-        del func.attributes[WEIGHT_ARGUMENTS_ATTR]
     bound = bind_shapes(func, shapes or {}, dim_names)
     scheduled = specialize(module, func.sym_name, bound)
     seconds["schedule (passes)"] = time.perf_counter() - start
